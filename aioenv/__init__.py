@@ -1,0 +1,47 @@
+"""aioenv: an asyncio-native environment pool for reinforcement learning and LLM agents.
+
+``await aioenv.make("CartPole-v1", 8)`` starts worker processes that host the envs
+and returns a :class:`Pool` whose calls are awaitable: batched ``reset``/``step``,
+EnvPool-style ``send``/``recv`` with first-finished batches, and per-env futures
+(``step_env``/``reset_env``). Errors form one tree rooted at :class:`AioEnvError`.
+"""
+
+from aioenv._version import __version__
+from aioenv.env import AsyncEnv
+from aioenv.errors import (
+    AioEnvError,
+    CapacityError,
+    EnvError,
+    EpisodeEnded,
+    InvalidAction,
+    PoolClosed,
+    ProtocolError,
+    StepTimeout,
+    UsageError,
+    WorkerCrashed,
+)
+from aioenv.pool import Pool, make
+from aioenv.protocol_version import PROTOCOL_VERSION
+from aioenv.results import ResetResult, StepResult
+from aioenv.runner import run
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "AioEnvError",
+    "AsyncEnv",
+    "CapacityError",
+    "EnvError",
+    "EpisodeEnded",
+    "InvalidAction",
+    "Pool",
+    "PoolClosed",
+    "ProtocolError",
+    "ResetResult",
+    "StepResult",
+    "StepTimeout",
+    "UsageError",
+    "WorkerCrashed",
+    "__version__",
+    "make",
+    "run",
+]

@@ -1,0 +1,214 @@
+"""The aioenv exception tree.
+
+Every error aioenv raises on purpose derives from :class:`AioEnvError`, so one
+``except aioenv.AioEnvError`` catches them all. Where a standard exception has
+the same meaning the aioenv error also subclasses it, so generic code keeps
+working (``except TimeoutError`` catches a step deadline)::
+
+    AioEnvError
+    ├── EnvError              the env's own code raised (remote type, message, traceback text)
+    │   └── EpisodeEnded      stepped an env whose episode ended (autoreset_mode="disabled")
+    ├── InvalidAction         (also ValueError) an action does not fit the action space
+    ├── StepTimeout           (also TimeoutError) a step or reset overran its deadline
+    ├── WorkerCrashed         the worker hosting the env died; the env was re-made elsewhere
+    ├── ProtocolError         a malformed or incompatible message (e.g. protocol version mismatch)
+    ├── PoolClosed            the pool is closed (or closing)
+    ├── CapacityError         no room for more envs (server limits)
+    └── UsageError            (also RuntimeError) API misuse: a busy env, recv with nothing to wait for
+
+Errors that happen on a worker cross the wire as a plain dict (``to_wire``) and
+are rebuilt with ``from_wire``; the remote traceback travels as text and is
+shown in the rebuilt exception's message, so nothing of it is lost.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AioEnvError",
+    "CapacityError",
+    "EnvError",
+    "EpisodeEnded",
+    "InvalidAction",
+    "PoolClosed",
+    "ProtocolError",
+    "StepTimeout",
+    "UsageError",
+    "WorkerCrashed",
+    "from_wire",
+    "to_wire",
+]
+
+
+class AioEnvError(Exception):
+    """Root of every error aioenv raises.
+
+    Attributes:
+        env_id: the env the error concerns, or None when it concerns no single env.
+    """
+
+    def __init__(self, message: str, *, env_id: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.env_id = env_id
+
+    def __reduce__(self) -> Any:
+        # Keep keyword-only attributes through pickling (concurrent.futures, multiprocessing).
+        return (_rebuild, (type(self), self.message, self.__dict__.copy()))
+
+
+def _rebuild(cls: type[AioEnvError], message: str, state: dict[str, Any]) -> AioEnvError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, message)
+    err.__dict__.update(state)
+    return err
+
+
+class EnvError(AioEnvError):
+    """The env raised an exception in reset, step or a method call.
+
+    Attributes:
+        env_id: the env that raised.
+        remote_type: the exception's type name on the worker, e.g. ``"ValueError"``.
+        remote_message: ``str()`` of the remote exception.
+        remote_traceback: the formatted traceback text from the worker ("" if none).
+
+    The env is marked broken until it is reset; other envs are unaffected.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        env_id: int | None = None,
+        remote_type: str = "",
+        remote_message: str = "",
+        remote_traceback: str = "",
+    ) -> None:
+        super().__init__(message, env_id=env_id)
+        self.remote_type = remote_type
+        self.remote_message = remote_message
+        self.remote_traceback = remote_traceback
+        #: For a batched call: the rows that succeeded, as the call would have returned them.
+        self.partial: Any = None
+        #: For a batched call: every failure of the call, by env id.
+        self.errors: dict[int, AioEnvError] = {}
+
+    def __str__(self) -> str:
+        if self.remote_traceback:
+            return f"{self.message}\n\nRemote traceback (worker side):\n{self.remote_traceback.rstrip()}"
+        return self.message
+
+
+class EpisodeEnded(EnvError):
+    """A step for an env whose episode ended, with ``autoreset_mode="disabled"``: reset it first."""
+
+
+class InvalidAction(AioEnvError, ValueError):
+    """An action does not fit the action space (shape, dtype or bounds); nothing was sent."""
+
+
+class StepTimeout(AioEnvError, TimeoutError):
+    """A step or reset overran its deadline; the env was replaced."""
+
+
+class WorkerCrashed(AioEnvError):
+    """The worker process hosting the env died while the request was in flight.
+
+    Attributes:
+        env_id: the env whose request failed.
+        worker: the worker's name.
+        exitcode: the worker's exit code (negative: killed by that signal), if known.
+
+    The env is re-made on a fresh worker with its recorded seed; reset it before stepping.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        env_id: int | None = None,
+        worker: str = "",
+        exitcode: int | None = None,
+    ) -> None:
+        super().__init__(message, env_id=env_id)
+        self.worker = worker
+        self.exitcode = exitcode
+
+
+class ProtocolError(AioEnvError):
+    """A message was malformed or spoke another protocol version."""
+
+
+class PoolClosed(AioEnvError):
+    """The pool is closed or closing; no more requests are accepted."""
+
+
+class CapacityError(AioEnvError):
+    """No room for more envs: the server's limits are reached."""
+
+
+class UsageError(AioEnvError, RuntimeError):
+    """The API was misused: a request for a busy env, a recv that can never be satisfied."""
+
+
+_BY_NAME: dict[str, type[AioEnvError]] = {
+    cls.__name__: cls
+    for cls in (
+        AioEnvError,
+        EnvError,
+        EpisodeEnded,
+        InvalidAction,
+        StepTimeout,
+        WorkerCrashed,
+        ProtocolError,
+        PoolClosed,
+        CapacityError,
+        UsageError,
+    )
+}
+
+
+def to_wire(exc: BaseException, *, env_id: int | None = None, traceback_text: str = "") -> dict[str, Any]:
+    """Describe an exception as a msgpack-able dict (for a worker's reply)."""
+    if isinstance(exc, AioEnvError):
+        kind = type(exc).__name__
+        message = exc.message
+    else:
+        kind = "EnvError"
+        message = f"{type(exc).__name__}: {exc}"
+    return {
+        "kind": kind if kind in _BY_NAME else "EnvError",
+        "env_id": env_id,
+        "type": type(exc).__name__,
+        "message": message,
+        "traceback": traceback_text,
+    }
+
+
+def from_wire(desc: Any, *, context: str = "") -> AioEnvError:
+    """Rebuild an error sent by :func:`to_wire`. Unknown or malformed input gives a ProtocolError.
+
+    ``context`` (e.g. ``"step"``) is put in front of the message to say what failed.
+    """
+    if not isinstance(desc, dict):
+        return ProtocolError(f"malformed error description: expected a map, got {type(desc).__name__}")
+    cls = _BY_NAME.get(str(desc.get("kind", "EnvError")), EnvError)
+    env_id = desc.get("env_id")
+    env_id = env_id if isinstance(env_id, int) else None
+    remote_type = str(desc.get("type", ""))
+    remote_message = str(desc.get("message", ""))
+    where = f"env {env_id}" if env_id is not None else "worker"
+    prefix = f"{context} failed for {where}: " if context else f"{where}: "
+    if issubclass(cls, EnvError):
+        err: AioEnvError = cls(
+            prefix + remote_message,
+            env_id=env_id,
+            remote_type=remote_type,
+            remote_message=remote_message,
+            remote_traceback=str(desc.get("traceback", "")),
+        )
+    else:
+        err = cls(prefix + remote_message, env_id=env_id)
+    return err

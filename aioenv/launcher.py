@@ -1,0 +1,107 @@
+"""Local worker processes: start ``python -m workers``, notice their death at once, stop them for sure.
+
+Death is noticed through a Linux pidfd registered with the event loop (no polling):
+the callback runs as soon as the process exits, whatever killed it. Stopping
+escalates: the coordinator first asks politely (CLOSE), then :meth:`LocalProcess.stop`
+sends SIGTERM, waits, and SIGKILLs. Workers also ask the kernel to kill them if
+the coordinator dies (``PR_SET_PDEATHSIG``), so none outlive it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+
+__all__ = ["LocalProcess", "describe_exit"]
+
+
+def describe_exit(code: int | None) -> str:
+    """Human words for a process exit code (negative: killed by a signal)."""
+    if code is None:
+        return "is still running"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+class LocalProcess:
+    """One worker process on this machine.
+
+    Args:
+        name: the worker's name (its ZeroMQ identity).
+        endpoint: the coordinator endpoint it connects to.
+        trusted_dir: the pool's private directory (pickled factories).
+        on_exit: called in the loop thread once, when the process has exited.
+    """
+
+    def __init__(
+        self, name: str, endpoint: str, trusted_dir: str, executor: str, on_exit: Callable[[LocalProcess], None]
+    ) -> None:
+        self.name = name
+        self._loop = asyncio.get_running_loop()
+        self._on_exit = on_exit
+        self.exited = asyncio.Event()
+        cmd = [
+            sys.executable,
+            "-m",
+            "workers",
+            "--connect",
+            endpoint,
+            "--name",
+            name,
+            "--executor",
+            executor,
+            "--trusted-dir",
+            trusted_dir,
+            "--parent-pid",
+            str(os.getpid()),
+        ]
+        env = dict(os.environ)
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, close_fds=True)
+        self.pid = self.proc.pid
+        self._pidfd = os.pidfd_open(self.pid)
+        self._loop.add_reader(self._pidfd, self._reap)
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit code once exited (negative: the signal that killed it)."""
+        return self.proc.returncode
+
+    def _reap(self) -> None:
+        self._loop.remove_reader(self._pidfd)
+        os.close(self._pidfd)
+        self.proc.wait()
+        self.exited.set()
+        self._on_exit(self)
+
+    def kill(self) -> None:
+        """SIGKILL now (a hung worker)."""
+        if self.proc.returncode is None:
+            try:
+                self.proc.kill()
+            except ProcessLookupError:
+                pass
+
+    async def stop(self, grace: float) -> None:
+        """Wait ``grace`` s for a voluntary exit, then SIGTERM, wait, then SIGKILL."""
+        for sig in (None, signal.SIGTERM, signal.SIGKILL):
+            if self.exited.is_set():
+                return
+            if sig is not None and self.proc.returncode is None:
+                try:
+                    self.proc.send_signal(sig)
+                except ProcessLookupError:
+                    pass
+            try:
+                await asyncio.wait_for(self.exited.wait(), grace)
+            except TimeoutError:
+                continue

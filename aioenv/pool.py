@@ -1,0 +1,451 @@
+"""``aioenv.Pool``: the asyncio API over a pool of envs hosted by worker processes.
+
+Every batched call takes ``env_ids`` (None = all envs, in order) and returns
+gymnasium-style tuples whose rows follow the ids given; ``info["env_id"]``
+(int32, shape ``(B,)``) names each row's env. See ``docs/api.md`` for the tour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium.vector.utils import concatenate, create_empty_array
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
+
+from aioenv import spaces
+from aioenv.coordinator import Coordinator
+from aioenv.errors import InvalidAction, PoolClosed, UsageError
+from aioenv.protocol import leaves_to_wire
+from aioenv.results import Gather, RecvQueue, ResetResult, Single, StepResult
+from aioenv.scheduler import Request
+from aioenv.sources import parse_sources
+
+__all__ = ["Pool", "make"]
+
+_MODES = {
+    "next_step": AutoresetMode.NEXT_STEP,
+    "same_step": AutoresetMode.SAME_STEP,
+    "disabled": AutoresetMode.DISABLED,
+}
+_EXECUTORS = ("inline",)
+
+
+def _mode_name(mode: Any) -> str:
+    if isinstance(mode, AutoresetMode):
+        return next(k for k, v in _MODES.items() if v is mode)
+    if isinstance(mode, str) and mode.lower() in _MODES:
+        return mode.lower()
+    raise ValueError(f"autoreset_mode must be one of {sorted(_MODES)} or a gymnasium AutoresetMode, got {mode!r}")
+
+
+def _positive(name: str, value: Any, *, allow_none: bool = True) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+class Pool:
+    """A pool of ``num_envs`` envs run by worker processes, driven from asyncio.
+
+    Construct it, then ``await pool.start()`` or use ``async with Pool(...) as pool``;
+    :func:`make` does both. Arguments are those of :func:`make`.
+
+    Attributes:
+        num_envs: number of envs, ids ``0 .. num_envs - 1``.
+        batch_size: rows ``recv()`` returns by default.
+        single_observation_space / single_action_space: one env's spaces.
+        observation_space / action_space: batched over ``num_envs`` (as gymnasium's vector envs).
+        autoreset_mode: a ``gymnasium.vector.AutoresetMode``.
+        metadata: the env's metadata plus ``"autoreset_mode"``.
+        closed: True once :meth:`aclose` began.
+    """
+
+    def __init__(
+        self,
+        env: Any,
+        num_envs: int | None = None,
+        *,
+        batch_size: int | None = None,
+        num_workers: int | None = None,
+        executor: str = "inline",
+        autoreset_mode: str | AutoresetMode = "next_step",
+        seed: int | Sequence[int | None] | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+        step_timeout: float | None = None,
+        endpoint: str | None = None,
+    ) -> None:
+        if endpoint is not None:
+            raise NotImplementedError("endpoint= (a remote aioenv server) is not available yet; omit it for local workers")
+        if executor not in _EXECUTORS:
+            raise ValueError(f"executor must be one of {_EXECUTORS}, got {executor!r}")
+        self._mode = _mode_name(autoreset_mode)
+        self._private_dir = Coordinator.private_directory()
+        try:
+            self._sources, self.num_envs = parse_sources(env, num_envs, env_kwargs, self._private_dir)
+        except BaseException:
+            shutil.rmtree(self._private_dir, ignore_errors=True)
+            raise
+        self.batch_size = _positive("batch_size", batch_size) or self.num_envs
+        if self.batch_size > self.num_envs:
+            raise ValueError(f"batch_size={self.batch_size} exceeds num_envs={self.num_envs}")
+        self.num_workers = _positive("num_workers", num_workers) or min(self.num_envs, os.cpu_count() or 1)
+        self.num_workers = min(self.num_workers, self.num_envs)
+        if step_timeout is not None and not step_timeout > 0:
+            raise ValueError(f"step_timeout must be a positive number of seconds, got {step_timeout!r}")
+        self.step_timeout = step_timeout
+        self.executor = executor
+        self._seeds = self._initial_seeds(seed)
+        self._recorded = list(self._seeds)
+        self.closed = False
+        self._started = False
+        self._coord: Coordinator | None = None
+        self.metadata: dict[str, Any] = {}
+        self.render_mode: str | None = None
+
+    def _initial_seeds(self, seed: Any) -> list[int | None]:
+        if seed is None:
+            return [None] * self.num_envs
+        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            return [int(seed) + i for i in range(self.num_envs)]
+        seeds = list(seed)
+        if len(seeds) != self.num_envs:
+            raise ValueError(f"seed has {len(seeds)} entries, expected one per env ({self.num_envs})")
+        return [None if s is None else int(s) for s in seeds]
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> Pool:
+        """Start the workers and make every env (idempotent). Returns the pool."""
+        if self._started:
+            return self
+        if self.closed:
+            raise PoolClosed("this pool was closed; make a new one")
+        self._started = True
+        self._coord = Coordinator(
+            self.num_envs,
+            self._sources,
+            self._private_dir,
+            autoreset_mode=self._mode,
+            executor=self.executor,
+            on_remade=self._on_remade,
+        )
+        try:
+            described = await self._coord.start(self.num_workers)
+            self._adopt(described)
+        except BaseException:
+            await self.aclose()
+            raise
+        return self
+
+    def _adopt(self, described: dict[str, Any]) -> None:
+        descs = list(described.values())
+        first = descs[0]
+        self.single_observation_space = spaces.space_from_description(first["obs"])
+        self.single_action_space = spaces.space_from_description(first["act"])
+        for other in descs[1:]:
+            obs, act = (spaces.space_from_description(other[k]) for k in ("obs", "act"))
+            if obs != self.single_observation_space or act != self.single_action_space:
+                raise ValueError(
+                    "all envs of a pool must share their spaces: got observation spaces "
+                    f"{self.single_observation_space} and {obs}, action spaces {self.single_action_space} and {act}"
+                )
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self.metadata = dict(first.get("metadata") or {})
+        self.metadata["autoreset_mode"] = self.autoreset_mode
+        self.render_mode = first.get("render_mode")
+        self._recv = RecvQueue(self.single_observation_space)
+
+    @property
+    def autoreset_mode(self) -> AutoresetMode:
+        """The autoreset mode, as gymnasium's enum."""
+        return _MODES[self._mode]
+
+    def _on_remade(self, env_ids: np.ndarray) -> None:
+        for env_id in env_ids.tolist():
+            self._seeds[env_id] = self._recorded[env_id]
+
+    async def __aenter__(self) -> Pool:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Graceful shutdown: in-flight requests fail with PoolClosed, envs are closed, workers stopped
+        (CLOSE, then SIGTERM, then SIGKILL); never hangs. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._coord is not None:
+            err = PoolClosed("the pool was closed while recv() was waiting")
+            if hasattr(self, "_recv"):
+                self._recv.fail_waiter(err)
+            await self._coord.aclose()
+        else:
+            shutil.rmtree(self._private_dir, ignore_errors=True)
+
+    def _core(self) -> Coordinator:
+        if self.closed:
+            raise PoolClosed("the pool is closed")
+        if self._coord is None or not hasattr(self, "_recv"):
+            raise UsageError("the pool is not started: use `await aioenv.make(...)`, `await pool.start()` or `async with`")
+        return self._coord
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else ("running" if self._started else "not started")
+        return f"<aioenv.Pool num_envs={self.num_envs} workers={self.num_workers} executor={self.executor} {state}>"
+
+    # ------------------------------------------------------------ dispatch helpers
+
+    def _claim(self, env_ids: Any) -> tuple[Coordinator, np.ndarray]:
+        coord = self._core()
+        ids = coord.sched.resolve(env_ids)
+        coord.sched.claim(ids)
+        return coord, ids
+
+    def _dispatch_step(self, actions: Any, env_ids: Any, sink: Any) -> np.ndarray:
+        coord = self._core()
+        ids = coord.sched.resolve(env_ids)
+        leaves = spaces.check_actions(self.single_action_space, actions, ids)
+        coord.sched.claim(ids)
+
+        def build(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
+            arrays: list[np.ndarray] = []
+            part = spaces.take_rows(leaves, req.positions) if req.positions is not None else leaves
+            return {"act": leaves_to_wire(part, arrays)}, arrays
+
+        coord.submit("step", ids, sink, build, timeout=self.step_timeout)
+        return ids
+
+    def _reset_seeds(self, ids: np.ndarray, seed: Any) -> list[int | None]:
+        if seed is None:
+            seeds = [self._seeds[i] for i in ids.tolist()]
+        elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            seeds = [int(seed) + i for i in ids.tolist()]
+        else:
+            seeds = [None if s is None else int(s) for s in seed]
+            if len(seeds) != ids.size:
+                raise ValueError(f"seed has {len(seeds)} entries for {ids.size} envs: give one per env, or an int")
+        for i, s in zip(ids.tolist(), seeds, strict=True):
+            self._seeds[i] = None
+            if s is not None:
+                self._recorded[i] = s
+        return seeds
+
+    def _dispatch_reset(self, env_ids: Any, seed: Any, options: Any, sink: Any) -> np.ndarray:
+        coord = self._core()
+        ids = coord.sched.resolve(env_ids)
+        if options is not None and not isinstance(options, dict):
+            raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
+        if seed is not None and not isinstance(seed, (int, np.integer)) and len(list(seed)) != ids.size:
+            raise ValueError(f"seed has {len(list(seed))} entries for {ids.size} envs: give one per env, or an int")
+        coord.sched.claim(ids)
+        seeds = self._reset_seeds(ids, seed)
+
+        def build(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
+            pos = req.positions if req.positions is not None else range(len(seeds))
+            fields: dict[str, Any] = {"seed": [seeds[int(p)] for p in pos]}
+            if options is not None:
+                fields["opt"] = options
+            return fields, []
+
+        coord.submit("reset", ids, sink, build, timeout=self.step_timeout)
+        return ids
+
+    # ------------------------------------------------------------ batched API
+
+    async def reset(
+        self, env_ids: Any = None, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset ``env_ids`` (all when None) and wait for them.
+
+        ``seed``: an int gives env ``i`` the seed ``seed + i``; a sequence gives one per env in ``env_ids``;
+        None uses the pool's ``seed`` the first time (and after a crash), then none.
+
+        Returns:
+            ``(obs, info)``: obs batched with B = len(env_ids) rows; ``info["env_id"]`` (B,) int32.
+        """
+        ids = self._core().sched.resolve(env_ids)
+        sink = Gather("reset", ids, self.single_observation_space)
+        self._dispatch_reset(ids, seed, options, sink)
+        return await sink.future  # type: ignore[no-any-return]
+
+    async def step(self, actions: Any, env_ids: Any = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step ``env_ids`` (all when None) with ``actions`` (batched, one row per env in that order) and wait.
+
+        Returns:
+            ``(obs, reward, terminated, truncated, info)``: B = len(env_ids) rows; reward ``(B,)`` float64,
+            terminated/truncated ``(B,)`` bool, ``info["env_id"]`` ``(B,)`` int32.
+
+        Raises:
+            InvalidAction: an action does not fit the space (nothing was sent).
+            EnvError: an env raised; ``err.partial`` holds the other rows, ``err.errors`` every failure.
+            WorkerCrashed / StepTimeout: for the envs concerned, likewise.
+        """
+        ids = self._core().sched.resolve(env_ids)
+        sink = Gather("step", ids, self.single_observation_space)
+        self._dispatch_step(actions, ids, sink)
+        return await sink.future  # type: ignore[no-any-return]
+
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Dispatch steps for ``env_ids`` and return at once; results arrive through :meth:`recv`."""
+        ids = self._dispatch_step(actions, env_ids, self._recv_sink())
+        self._recv.expect(ids.size)
+
+    def send_reset(
+        self, env_ids: Any = None, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> None:
+        """Dispatch resets; their rows come through :meth:`recv` with reward 0 and terminated/truncated False."""
+        ids = self._dispatch_reset(env_ids, seed, options, self._recv_sink())
+        self._recv.expect(ids.size)
+
+    def _recv_sink(self) -> RecvQueue:
+        self._core()
+        return self._recv
+
+    async def recv(
+        self, *, min_results: int | None = None, max_results: int | None = None, timeout: float | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Results of ``send``/``send_reset`` in the order they finished.
+
+        Waits for at least ``min_results`` (default ``batch_size``) and returns at most ``max_results``
+        (default ``max(batch_size, min_results)``). With ``timeout`` (s) it returns what is ready when
+        time is up, possibly nothing; the rest stay queued. A failed env's error is raised by the recv
+        that reaches it (rows before it are returned first).
+
+        Raises:
+            UsageError: without a timeout, when fewer results are ready and in flight than ``min_results``.
+        """
+        self._core()
+        need = self.batch_size if min_results is None else int(min_results)
+        most = max(self.batch_size, need) if max_results is None else int(max_results)
+        if need < 0 or most < 1 or need > most:
+            raise UsageError(f"recv needs 0 <= min_results <= max_results and max_results >= 1, got {need} and {most}")
+        queue = self._recv
+        if timeout is None and queue.ready + queue.in_flight < need:
+            raise UsageError(
+                f"recv(min_results={need}) can never be satisfied: {queue.ready} results are ready and "
+                f"{queue.in_flight} in flight; send() more steps first, or pass a timeout"
+            )
+        await queue.wait(need, timeout)
+        if self.closed:
+            raise PoolClosed("the pool was closed")
+        return queue.take(most)  # type: ignore[return-value]
+
+    # ------------------------------------------------------------ per-env futures
+
+    def step_env(self, env_id: int, action: Any) -> asyncio.Future[StepResult]:
+        """Step one env; the returned future gets its :class:`StepResult` (not ``recv``)."""
+        fut: asyncio.Future[StepResult] = asyncio.get_running_loop().create_future()
+        batched = _batch_one(self.single_action_space, action)
+        self._dispatch_step(batched, [env_id], Single("step", fut, self.single_observation_space))
+        return fut
+
+    def reset_env(
+        self, env_id: int, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> asyncio.Future[ResetResult]:
+        """Reset one env; the returned future gets its :class:`ResetResult`. An int seed is used as is."""
+        fut: asyncio.Future[ResetResult] = asyncio.get_running_loop().create_future()
+        seeds = None if seed is None else [int(seed)]
+        self._dispatch_reset([env_id], seeds, options, Single("reset", fut, self.single_observation_space))
+        return fut
+
+    # ------------------------------------------------------------ methods and attributes
+
+    async def _call(self, kind: str, name: str, env_ids: Any, **fields: Any) -> list[Any]:
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, got {type(name).__name__}")
+        coord, ids = self._claim(env_ids)
+        sink = Gather("call", ids, self.single_observation_space)
+        per_env = fields.pop("per_env", None)
+
+        def build(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
+            out = {"kind": kind, "name": name, **fields}
+            if per_env is not None:
+                out["values"] = [per_env[int(p)] for p in (req.positions if req.positions is not None else [])]
+            return out, []
+
+        coord.submit("call", ids, sink, build, timeout=None)
+        return await sink.future  # type: ignore[no-any-return]
+
+    async def call(self, name: str, *args: Any, env_ids: Any = None, **kwargs: Any) -> list[Any]:
+        """Call method ``name`` on each env (through wrappers); an attribute is returned as is.
+
+        Returns a list with one result per env in ``env_ids`` order. Arguments and results cross the wire
+        as msgpack (numbers, str, lists, dicts, tuples, numpy arrays).
+        """
+        return await self._call("call", name, env_ids, args=list(args), kw=kwargs)
+
+    async def get_attr(self, name: str, env_ids: Any = None) -> list[Any]:
+        """Attribute ``name`` of each env (one per env in ``env_ids`` order)."""
+        return await self._call("get", name, env_ids)
+
+    async def set_attr(self, name: str, values: Any, env_ids: Any = None) -> None:
+        """Set attribute ``name``: a list/tuple gives one value per env, anything else is set on all."""
+        ids = self._core().sched.resolve(env_ids)
+        if isinstance(values, (list, tuple)):
+            if len(values) != ids.size:
+                raise ValueError(f"set_attr got {len(values)} values for {ids.size} envs")
+            per_env = list(values)
+        else:
+            per_env = [values] * ids.size
+        await self._call("set", name, ids, per_env=per_env)
+
+    async def render(self, env_ids: Any = None) -> np.ndarray:
+        """RGB frames of each env, shape ``(B, H, W, 3)`` uint8 (envs made with ``render_mode="rgb_array"``)."""
+        frames = await self.call("render", env_ids=env_ids)
+        for env_id, frame in zip(self._core().sched.resolve(env_ids).tolist(), frames, strict=True):
+            if not isinstance(frame, np.ndarray):
+                raise UsageError(
+                    f"env {env_id}'s render() returned {type(frame).__name__}, not an RGB array: make the pool with "
+                    "env_kwargs={'render_mode': 'rgb_array'}",
+                    env_id=env_id,
+                )
+        return np.stack(frames)
+
+
+async def make(env: Any, num_envs: int | None = None, **options: Any) -> Pool:
+    """Create and start a :class:`Pool`.
+
+    Args:
+        env: a gymnasium id (``"CartPole-v1"``), ``"pkg.module:factory"``, a callable returning an env
+            (shipped to local workers with cloudpickle), or a sequence of callables, one per env.
+        num_envs: how many envs (may be omitted with a sequence of callables).
+        batch_size: rows :meth:`Pool.recv` returns by default (default ``num_envs``).
+        num_workers: worker processes (default ``min(num_envs, os.cpu_count())``).
+        executor: ``"inline"``.
+        autoreset_mode: ``"next_step"`` (default), ``"same_step"`` or ``"disabled"`` (gymnasium 1.x semantics).
+        seed: int (env ``i`` gets ``seed + i`` at its first reset) or one seed per env.
+        env_kwargs: keyword arguments for ``gymnasium.make`` / the factory.
+        step_timeout: seconds; a step or reset that overruns fails with ``StepTimeout`` and its worker is replaced.
+        endpoint: reserved for remote servers.
+    """
+    pool = Pool(env, num_envs, **options)
+    return await pool.start()
+
+
+_SIMPLE = (gymnasium.spaces.Box, gymnasium.spaces.Discrete, gymnasium.spaces.MultiDiscrete, gymnasium.spaces.MultiBinary)
+
+
+def _batch_one(space: gymnasium.Space[Any], action: Any) -> Any:
+    """One env's action as a batch of one row (for :meth:`Pool.step_env`)."""
+    if isinstance(space, _SIMPLE):
+        return np.asarray(action)[None]
+    if isinstance(space, gymnasium.spaces.Text):
+        out = np.empty(1, dtype=object)
+        out[0] = action
+        return out
+    try:
+        return concatenate(space, [action], create_empty_array(space, 1))
+    except Exception as exc:  # noqa: BLE001 - report as an invalid action below
+        raise InvalidAction(f"action {action!r} does not fit {space}: {exc}") from exc

@@ -1,0 +1,280 @@
+"""Wire format shared by the coordinator, workers and clients.
+
+A message is a list of ZeroMQ frames ``[header, *arrays]``:
+
+- ``header`` is msgpack: ``{"v": PROTOCOL_VERSION, "op": str, "id": int, ..., "a": [[dtype, shape], ...]}``.
+  ``"a"`` describes the raw array frames that follow, in order.
+- each array frame is the raw C-contiguous bytes of one numeric numpy array.
+
+Values inside the header (infos, call results, space descriptions) use msgpack
+with three extension types, so numpy values keep their dtype and tuples stay
+tuples: ``1`` ndarray (``[dtype, shape, bytes]``; object arrays as a list of
+items), ``2`` tuple, ``3`` numpy scalar (``[dtype, bytes]``). Nothing is ever
+pickled: a value msgpack cannot describe is refused with a ``TypeError`` that
+names its type.
+
+Batched observations/actions travel as "leaves" (see :mod:`aioenv.spaces`): a
+numeric leaf is an array frame (its header entry is the frame index), a text
+leaf is a list of str inside the header.
+
+Arrays decoded from frames are read-only views of the received buffers; the
+coordinator copies them once into the arrays it hands to users.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from aioenv.errors import ProtocolError
+from aioenv.protocol_version import PROTOCOL_VERSION
+
+__all__ = [
+    "MAX_HEADER_BYTES",
+    "PROTOCOL_VERSION",
+    "Op",
+    "decode",
+    "encode",
+    "leaves_from_wire",
+    "leaves_to_wire",
+    "pack",
+    "unpack",
+]
+
+#: Refuse headers larger than this (a guard against garbage or hostile peers).
+MAX_HEADER_BYTES = 64 * 1024 * 1024
+
+_EXT_NDARRAY = 1
+_EXT_TUPLE = 2
+_EXT_SCALAR = 3
+_NUMERIC_KINDS = frozenset("biufc")
+
+
+class Op:
+    """Message operation names (the header's ``"op"``)."""
+
+    HELLO = "hello"  # worker -> coordinator: {"name", "pid", "executor", "capacity"}
+    WELCOME = "welcome"  # coordinator -> worker
+    MAKE = "make"  # coordinator -> worker: {"envs": [[env_id, source_key]], "sources": {...}, "autoreset"}
+    STEP = "step"  # coordinator -> worker: {"env": [ids], "act": leaves}
+    RESET = "reset"  # coordinator -> worker: {"env": [ids], "seed": [..], "opt": dict|None}
+    CALL = "call"  # coordinator -> worker: {"env": [ids], "kind": call|get|set, "name", "args", "kw", "values"}
+    DROP = "drop"  # coordinator -> worker: {"env": [ids]} close and forget these envs
+    CLOSE = "close"  # coordinator -> worker: close all envs and exit
+    RESULT = "result"  # worker -> coordinator: reply to any request with the same "id"
+    ERROR = "error"  # either way: the request failed as a whole ({"error": to_wire(...)})
+    PING = "ping"
+    PONG = "pong"
+
+
+# ---------------------------------------------------------------- msgpack values
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.kind in _NUMERIC_KINDS:
+            arr = np.ascontiguousarray(obj)
+            return msgpack.ExtType(_EXT_NDARRAY, _PACK([arr.dtype.str, list(arr.shape), arr.tobytes()]))
+        if obj.dtype.kind in "OUS":
+            return msgpack.ExtType(_EXT_NDARRAY, _PACK(["|O", list(obj.shape), obj.ravel().tolist()]))
+        raise TypeError(f"cannot send a numpy array of dtype {obj.dtype} (only numeric, str or object arrays)")
+    if isinstance(obj, tuple):
+        return msgpack.ExtType(_EXT_TUPLE, _PACK(list(obj)))
+    if isinstance(obj, np.generic):
+        if obj.dtype.kind in _NUMERIC_KINDS:
+            return msgpack.ExtType(_EXT_SCALAR, _PACK([obj.dtype.str, obj.tobytes()]))
+        if isinstance(obj, np.str_):
+            return str(obj)
+    if isinstance(obj, dict):
+        return dict(obj)
+    if isinstance(obj, bool):
+        return bool(obj)
+    if isinstance(obj, int):
+        return int(obj)
+    if isinstance(obj, float):
+        return float(obj)
+    if isinstance(obj, str):
+        return str(obj)
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return bytes(obj)
+    if isinstance(obj, (list, set, frozenset)):
+        return list(obj)
+    raise TypeError(
+        f"cannot send a value of type {type(obj).__module__}.{type(obj).__qualname__}: "
+        "only None, bool, int, float, str, bytes, list, tuple, dict and numpy arrays/scalars cross the wire"
+    )
+
+
+def _check_dtype(code: Any) -> np.dtype[Any]:
+    if not isinstance(code, str):
+        raise ValueError(f"dtype must be a string, got {type(code).__name__}")
+    dtype = np.dtype(code)
+    if dtype.kind not in _NUMERIC_KINDS:
+        raise ValueError(f"dtype {code!r} is not numeric")
+    return dtype
+
+
+def _check_shape(shape: Any) -> tuple[int, ...]:
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise ValueError(f"shape must be a list of non-negative ints, got {shape!r}")
+    return tuple(shape)
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == _EXT_NDARRAY:
+        dtype_code, shape, payload = _UNPACK(data)
+        shape_t = _check_shape(shape)
+        if dtype_code == "|O":
+            arr = np.empty(len(payload), dtype=object)
+            arr[:] = payload
+            return arr.reshape(shape_t)
+        arr = np.frombuffer(payload, dtype=_check_dtype(dtype_code)).reshape(shape_t)
+        return arr.copy()
+    if code == _EXT_TUPLE:
+        return tuple(_UNPACK(data))
+    if code == _EXT_SCALAR:
+        dtype_code, payload = _UNPACK(data)
+        return np.frombuffer(payload, dtype=_check_dtype(dtype_code))[0]
+    raise ValueError(f"unknown msgpack extension type {code}")
+
+
+def _PACK(obj: Any) -> bytes:
+    return msgpack.packb(obj, default=_default, strict_types=True, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def _UNPACK(data: bytes) -> Any:
+    return msgpack.unpackb(data, ext_hook=_ext_hook, strict_map_key=False, raw=False, use_list=True)
+
+
+def pack(obj: Any) -> bytes:
+    """Serialise a value with msgpack and aioenv's numpy/tuple extensions (never pickle)."""
+    return _PACK(obj)
+
+
+def unpack(data: bytes | memoryview) -> Any:
+    """Inverse of :func:`pack`. Malformed bytes raise :class:`ProtocolError`."""
+    try:
+        return _UNPACK(data)
+    except Exception as exc:
+        raise ProtocolError(f"malformed msgpack value: {exc}") from exc
+
+
+# ---------------------------------------------------------------- messages
+
+
+def encode(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray] = ()) -> list[Any]:
+    """Build the frames of one message.
+
+    Args:
+        op: an :class:`Op` name.
+        fields: header fields (msgpack values); ``"v"``, ``"op"`` and ``"a"`` are set here.
+        arrays: numeric arrays sent as raw frames after the header, in order. Each must be a
+            fresh array that nobody mutates afterwards (large frames are sent zero-copy).
+
+    Returns:
+        ``[header_bytes, *arrays]`` ready for ``send_multipart``.
+    """
+    header = dict(fields)
+    header["v"] = PROTOCOL_VERSION
+    header["op"] = op
+    frames: list[Any] = [b""]
+    if arrays:
+        specs = []
+        for arr in arrays:
+            arr = np.ascontiguousarray(arr)
+            specs.append([arr.dtype.str, list(arr.shape)])
+            frames.append(arr)
+        header["a"] = specs
+    frames[0] = _PACK(header)
+    return frames
+
+
+def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """Parse the frames of one message into ``(header, arrays)``.
+
+    Frames may be ``bytes`` or ``zmq.Frame``. Arrays are read-only views of the frames.
+
+    Raises:
+        ProtocolError: the frames are not a well-formed message of this protocol version
+            (the message names what was expected and what arrived).
+    """
+    if not frames:
+        raise ProtocolError("empty message: expected [header, *arrays]")
+    raw = _buffer(frames[0])
+    if len(raw) > MAX_HEADER_BYTES:
+        raise ProtocolError(f"header of {len(raw)} bytes exceeds the limit of {MAX_HEADER_BYTES}")
+    try:
+        header = _UNPACK(raw)
+    except Exception as exc:
+        raise ProtocolError(f"malformed header: not a msgpack map ({exc})") from exc
+    if not isinstance(header, dict):
+        raise ProtocolError(f"malformed header: expected a msgpack map, got {type(header).__name__}")
+    version = header.get("v")
+    if version != PROTOCOL_VERSION:
+        raise ProtocolError(
+            f"protocol version mismatch: this side speaks version {PROTOCOL_VERSION}, the peer sent {version!r}"
+        )
+    if not isinstance(header.get("op"), str):
+        raise ProtocolError(f"malformed header: 'op' must be a string, got {header.get('op')!r}")
+    specs = header.get("a", [])
+    if not isinstance(specs, list) or len(specs) != len(frames) - 1:
+        raise ProtocolError(
+            f"malformed message: header describes {len(specs) if isinstance(specs, list) else specs!r} "
+            f"array frames, {len(frames) - 1} arrived"
+        )
+    arrays = []
+    for i, spec in enumerate(specs):
+        try:
+            dtype_code, shape = spec
+            dtype = _check_dtype(dtype_code)
+            shape_t = _check_shape(shape)
+            buf = _buffer(frames[i + 1])
+            expected = int(np.prod(shape_t, dtype=np.int64)) * dtype.itemsize
+            if len(buf) != expected:
+                raise ValueError(f"frame has {len(buf)} bytes, {dtype} {shape_t} needs {expected}")
+            arrays.append(np.frombuffer(buf, dtype=dtype).reshape(shape_t))
+        except (ValueError, TypeError) as exc:
+            raise ProtocolError(f"malformed array frame {i}: {exc}") from exc
+    return header, arrays
+
+
+def _buffer(frame: Any) -> memoryview:
+    if isinstance(frame, (bytes, bytearray)):
+        return memoryview(frame)
+    buf = getattr(frame, "buffer", None)  # zmq.Frame
+    if buf is not None:
+        return buf  # type: ignore[no-any-return]
+    return memoryview(frame)
+
+
+def leaves_to_wire(leaves: Sequence[np.ndarray], arrays: list[np.ndarray]) -> list[Any]:
+    """Describe batched leaves for a header: numeric leaves are appended to ``arrays``
+    (and described by their frame index), text leaves (object arrays of str) travel inline."""
+    out: list[Any] = []
+    for leaf in leaves:
+        if leaf.dtype.kind == "O":
+            out.append([str(s) for s in leaf.tolist()])
+        else:
+            out.append(len(arrays))
+            arrays.append(leaf)
+    return out
+
+
+def leaves_from_wire(desc: Any, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Inverse of :func:`leaves_to_wire` (text leaves come back as object arrays)."""
+    if not isinstance(desc, list):
+        raise ProtocolError(f"malformed leaves: expected a list, got {type(desc).__name__}")
+    out: list[np.ndarray] = []
+    for item in desc:
+        if isinstance(item, int) and 0 <= item < len(arrays):
+            out.append(arrays[item])
+        elif isinstance(item, list):
+            text = np.empty(len(item), dtype=object)
+            text[:] = item
+            out.append(text)
+        else:
+            raise ProtocolError(f"malformed leaf {item!r}: expected a frame index or a list of str")
+    return out

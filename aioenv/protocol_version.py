@@ -1,0 +1,8 @@
+"""The wire protocol's version, kept apart from the package version.
+
+It is carried in every message header (``"v"``) and checked at HELLO: a peer
+speaking another version is refused with a message naming both. Bump it on any
+change to the message layout in :mod:`aioenv.protocol`.
+"""
+
+PROTOCOL_VERSION: int = 1

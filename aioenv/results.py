@@ -1,0 +1,340 @@
+"""Turning worker replies into what callers get: batched tuples, per-env results, errors.
+
+A worker's reply to one request is decoded into a :class:`Part` (its rows, in the
+request's env order). Three kinds of *sink* consume parts:
+
+- :class:`Gather` waits for every part of a batched call (``step``, ``reset``,
+  ``call``) and assembles rows in the caller's env order;
+- :class:`RecvQueue` keeps rows from ``send``/``send_reset`` in the order they
+  finished until ``recv`` takes them; nothing is dropped on a timeout;
+- :class:`Single` resolves one env's future (``step_env``/``reset_env``).
+
+An env that failed has an error instead of a row. It fails only its own row:
+``Gather`` raises the first error after all parts arrived, with the other rows
+in ``error.partial``; ``RecvQueue`` hands the error out as the reply of that row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from aioenv import spaces
+from aioenv.errors import AioEnvError, EnvError
+from aioenv.infos import add_info, take_info
+
+__all__ = ["Gather", "Part", "RecvQueue", "ResetResult", "Single", "StepResult"]
+
+
+class StepResult(NamedTuple):
+    """One env's step: ``obs`` is unbatched (as the env returned it)."""
+
+    obs: Any
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any]
+    env_id: int
+
+
+class ResetResult(NamedTuple):
+    """One env's reset: ``obs`` is unbatched."""
+
+    obs: Any
+    info: dict[str, Any]
+    env_id: int
+
+
+class Part:
+    """Decoded rows of one reply. ``obs``: leaves with ``len(env_ids)`` rows; ``reward`` (float64),
+    ``terminated``/``truncated`` (bool) of shape ``(k,)``; ``infos``: per-row dict or None;
+    ``errors``: row -> error; ``values``: per-row call results."""
+
+    __slots__ = ("env_ids", "errors", "infos", "obs", "reward", "terminated", "truncated", "values")
+
+    def __init__(
+        self,
+        env_ids: np.ndarray,
+        obs: list[np.ndarray] | None = None,
+        extras: list[np.ndarray] | None = None,
+        infos: list[Any] | None = None,
+        errors: dict[int, AioEnvError] | None = None,
+        values: list[Any] | None = None,
+    ) -> None:
+        n = env_ids.size
+        self.env_ids = env_ids
+        self.obs = obs
+        if extras:
+            self.reward, self.terminated, self.truncated = extras
+        else:
+            self.reward = np.zeros(n, dtype=np.float64)
+            self.terminated = np.zeros(n, dtype=np.bool_)
+            self.truncated = np.zeros(n, dtype=np.bool_)
+        self.infos = infos
+        self.errors = errors or {}
+        self.values = values
+
+    @classmethod
+    def failed(cls, env_ids: np.ndarray, make_error: Any) -> Part:
+        """A part whose every row failed with ``make_error(env_id)``."""
+        return cls(env_ids, errors={i: make_error(int(e)) for i, e in enumerate(env_ids)})
+
+
+def _fill_infos(info: dict[str, Any], infos: list[Any] | None, rows: Any, num_rows: int) -> None:
+    if infos:
+        for d, row in zip(infos, rows, strict=True):
+            if d:
+                add_info(info, d, int(row), num_rows)
+
+
+def _raise_first(errors: dict[int, AioEnvError], partial: Any) -> None:
+    first = errors[min(errors)]
+    first.partial = partial if isinstance(first, EnvError) else None
+    if isinstance(first, EnvError):
+        first.errors = {int(e.env_id) if e.env_id is not None else -1: e for e in errors.values()}
+    raise first
+
+
+class Gather:
+    """Collects the parts of one batched call over ``env_ids`` (B rows, caller's order)."""
+
+    def __init__(self, kind: str, env_ids: np.ndarray, obs_space: Any) -> None:
+        self.kind = kind
+        self.env_ids = env_ids
+        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._left = 0
+        self._obs_space = obs_space
+        n = env_ids.size
+        self._obs: list[np.ndarray] | None = None
+        self._reward = np.zeros(n, dtype=np.float64)
+        self._terminated = np.zeros(n, dtype=np.bool_)
+        self._truncated = np.zeros(n, dtype=np.bool_)
+        self._info: dict[str, Any] = {}
+        self._values: list[Any] = [None] * n
+        self._errors: dict[int, AioEnvError] = {}
+
+    def parts(self, count: int) -> None:
+        """The call was split into ``count`` requests (one per worker)."""
+        self._left = count
+
+    def deliver(self, part: Part, positions: np.ndarray) -> None:
+        """Place one part's rows at ``positions``; resolves the future after the last part."""
+        n = self.env_ids.size
+        if part.obs is not None:
+            if self._obs is None:
+                self._obs = spaces.empty_batch(self._obs_space, n)
+            for out, leaf in zip(self._obs, part.obs, strict=True):
+                out[positions] = leaf
+            self._reward[positions] = part.reward
+            self._terminated[positions] = part.terminated
+            self._truncated[positions] = part.truncated
+            _fill_infos(self._info, part.infos, positions, n)
+        if part.values is not None:
+            for pos, value in zip(positions, part.values, strict=True):
+                self._values[int(pos)] = value
+        for row, err in part.errors.items():
+            self._errors[int(positions[row])] = err
+        self._left -= 1
+        if self._left == 0:
+            self._finish()
+
+    def _finish(self) -> None:
+        if self.future.done():
+            return
+        try:
+            result = self._result()
+        except AioEnvError as exc:
+            self.future.set_exception(exc)
+        else:
+            self.future.set_result(result)
+
+    def _result(self) -> Any:
+        if self.kind == "call":
+            if self._errors:
+                _raise_first(self._errors, None)
+            return self._values
+        obs_leaves = self._obs if self._obs is not None else spaces.empty_batch(self._obs_space, self.env_ids.size)
+        self._info["env_id"] = self.env_ids.astype(np.int32)
+        full = (obs_leaves, self._reward, self._terminated, self._truncated, self._info)
+        if self._errors:
+            ok = np.ones(self.env_ids.size, dtype=np.bool_)
+            ok[list(self._errors)] = False
+            partial = self._shape(tuple(self._take(full, ok)))
+            _raise_first(self._errors, partial)
+        return self._shape(full)
+
+    @staticmethod
+    def _take(full: tuple[Any, ...], index: np.ndarray) -> list[Any]:
+        leaves, rew, term, trunc, info = full
+        return [spaces.take_rows(leaves, index), rew[index], term[index], trunc[index], take_info(info, index)]
+
+    def _shape(self, full: tuple[Any, ...]) -> Any:
+        obs = spaces.from_leaves(self._obs_space, full[0])
+        if self.kind == "reset":
+            return obs, full[4]
+        return (obs, *full[1:])
+
+    def fail(self, exc: BaseException) -> None:
+        """Fail the whole call (shutdown)."""
+        if not self.future.done():
+            self.future.set_exception(exc)
+
+
+class Single:
+    """Resolves one env's future with a :class:`StepResult` or :class:`ResetResult`."""
+
+    def __init__(self, kind: str, future: Any, obs_space: Any) -> None:
+        self.kind = kind
+        self.future = future
+        self._read = spaces.row_reader(obs_space)
+
+    def parts(self, count: int) -> None:
+        """A single env is always one request."""
+
+    def deliver(self, part: Part, _positions: np.ndarray | None = None) -> None:
+        """Resolve the future from the part's only row."""
+        if self.future.done():
+            return
+        if part.errors:
+            self.future.set_exception(part.errors[0])
+            return
+        assert part.obs is not None
+        obs = self._read([np.array(leaf[:1]) for leaf in part.obs], 0)
+        info = dict(part.infos[0]) if part.infos and part.infos[0] else {}
+        env_id = int(part.env_ids[0])
+        if self.kind == "reset":
+            self.future.set_result(ResetResult(obs, info, env_id))
+        else:
+            self.future.set_result(
+                StepResult(
+                    obs, float(part.reward[0]), bool(part.terminated[0]), bool(part.truncated[0]), info, env_id
+                )
+            )
+
+    def fail(self, exc: BaseException) -> None:
+        """Fail the future (shutdown)."""
+        if not self.future.done():
+            self.future.set_exception(exc)
+
+
+class _Segment(NamedTuple):
+    part: Part
+    start: int
+    stop: int
+    error: AioEnvError | None
+
+
+class RecvQueue:
+    """Rows from ``send``/``send_reset`` in the order they finished, waiting for ``recv``.
+
+    ``in_flight`` counts rows dispatched but not yet arrived; ``ready`` counts rows
+    (and errors) waiting to be taken.
+    """
+
+    def __init__(self, obs_space: Any) -> None:
+        self._obs_space = obs_space
+        self._items: deque[_Segment] = deque()
+        self.ready = 0
+        self.in_flight = 0
+        self._waiter: tuple[int, asyncio.Future[None]] | None = None
+
+    def expect(self, rows: int) -> None:
+        """Rows were dispatched and will arrive through :meth:`deliver`."""
+        self.in_flight += rows
+
+    def parts(self, count: int) -> None:
+        """Rows are counted by :meth:`expect`, not by request."""
+
+    def deliver(self, part: Part, _positions: np.ndarray | None = None) -> None:
+        """Queue a part's rows, cutting it around failed rows (each error is a reply of its own)."""
+        n = part.env_ids.size
+        self.in_flight -= n
+        start = 0
+        for row in sorted(part.errors):
+            if row > start:
+                self._items.append(_Segment(part, start, row, None))
+            self._items.append(_Segment(part, row, row + 1, part.errors[row]))
+            start = row + 1
+        if start < n:
+            self._items.append(_Segment(part, start, n, None))
+        self.ready += n
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None:
+            need, fut = self._waiter
+            if (self.ready >= need or self.in_flight == 0) and not fut.done():
+                fut.set_result(None)
+
+    async def wait(self, need: int, timeout: float | None) -> None:
+        """Wait until ``need`` rows are ready (or nothing more can come, or the timeout)."""
+        if self.ready >= need or self.in_flight == 0:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiter = (need, fut)
+        try:
+            if timeout is None:
+                await fut
+            else:
+                await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except TimeoutError:
+            pass
+        finally:
+            self._waiter = None
+
+    def fail_waiter(self, exc: BaseException) -> None:
+        """Wake a waiting ``recv`` with ``exc`` (shutdown)."""
+        if self._waiter is not None and not self._waiter[1].done():
+            self._waiter[1].set_exception(exc)
+
+    def take(self, max_rows: int) -> tuple[Any, ...]:
+        """Take up to ``max_rows`` rows as a batched step tuple (B <= max_rows rows).
+
+        An error at the head with no rows before it is raised (and consumed); an error
+        after some rows stays queued for the next call.
+        """
+        segments: list[_Segment] = []
+        taken = 0
+        while self._items and taken < max_rows:
+            seg = self._items[0]
+            if seg.error is not None:
+                if taken:
+                    break
+                self._items.popleft()
+                self.ready -= 1
+                raise seg.error
+            room = max_rows - taken
+            if seg.stop - seg.start > room:
+                self._items[0] = _Segment(seg.part, seg.start + room, seg.stop, None)
+                seg = _Segment(seg.part, seg.start, seg.start + room, None)
+            else:
+                self._items.popleft()
+            segments.append(seg)
+            taken += seg.stop - seg.start
+        self.ready -= taken
+        return self._assemble(segments, taken)
+
+    def _assemble(self, segments: list[_Segment], n: int) -> tuple[Any, ...]:
+        if not segments:
+            leaves = spaces.empty_batch(self._obs_space, 0)
+            empty_f, empty_b = np.zeros(0, np.float64), np.zeros(0, np.bool_)
+            info: dict[str, Any] = {"env_id": np.zeros(0, np.int32)}
+            return spaces.from_leaves(self._obs_space, leaves), empty_f, empty_b, empty_b.copy(), info
+        parts = [[leaf[s.start : s.stop] for leaf in s.part.obs or []] for s in segments]
+        leaves = spaces.concat_leaves(parts) if len(parts) > 1 else [np.array(x) for x in parts[0]]
+        rew = np.concatenate([s.part.reward[s.start : s.stop] for s in segments])
+        term = np.concatenate([s.part.terminated[s.start : s.stop] for s in segments])
+        trunc = np.concatenate([s.part.truncated[s.start : s.stop] for s in segments])
+        ids = np.concatenate([s.part.env_ids[s.start : s.stop] for s in segments]).astype(np.int32)
+        info = {}
+        row = 0
+        for s in segments:
+            infos = s.part.infos
+            if infos:
+                _fill_infos(info, infos[s.start : s.stop], range(row, row + s.stop - s.start), n)
+            row += s.stop - s.start
+        info["env_id"] = ids
+        return spaces.from_leaves(self._obs_space, leaves), rew, term, trunc, info

@@ -1,0 +1,188 @@
+"""Scheduling as pure bookkeeping: which env lives on which worker, which envs are busy,
+which requests are in flight and when they expire.
+
+Nothing here touches a socket, a process or an event loop. The coordinator asks
+questions ("split these env ids by worker", "a reply with this id arrived",
+"this worker died", "what expired by now?") and performs the I/O the answers
+imply. That keeps every rule testable without sockets.
+
+Invariants:
+- an env has at most one request in flight (``busy``); a second one is a ``UsageError``;
+- every opened request is closed exactly once: by its reply (:meth:`finish`), by its
+  worker's death (:meth:`lose_worker`), by its deadline (:meth:`expire`) or at
+  shutdown (:meth:`drain`). A reply for a request already closed is dropped (``None``).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from aioenv.errors import UsageError
+
+__all__ = ["Request", "Scheduler"]
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """One message to one worker, covering ``env_ids`` (its rows, in order)."""
+
+    id: int
+    worker: int
+    kind: str
+    env_ids: np.ndarray
+    sink: Any = None
+    positions: np.ndarray | None = None
+    deadline: float | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class Scheduler:
+    """The env table and the in-flight request table of one pool.
+
+    Args:
+        num_envs: envs are numbered ``0 .. num_envs - 1``.
+    """
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
+        self.worker_of = np.full(num_envs, -1, dtype=np.int64)
+        self.busy = np.zeros(num_envs, dtype=np.bool_)
+        self.requests: dict[int, Request] = {}
+        self._next_id = 1
+        self._deadlines: list[tuple[float, int]] = []
+
+    # ------------------------------------------------------------ placement
+
+    def place(self, num_workers: int) -> list[np.ndarray]:
+        """Spread envs over ``num_workers`` workers in contiguous blocks; returns each worker's env ids."""
+        if not 1 <= num_workers <= self.num_envs:
+            raise ValueError(f"num_workers must be between 1 and num_envs={self.num_envs}, got {num_workers}")
+        blocks = np.array_split(np.arange(self.num_envs, dtype=np.int64), num_workers)
+        for worker, ids in enumerate(blocks):
+            self.worker_of[ids] = worker
+        return blocks
+
+    def envs_of(self, worker: int) -> np.ndarray:
+        """The env ids hosted by ``worker``."""
+        return np.flatnonzero(self.worker_of == worker)
+
+    def move(self, env_ids: np.ndarray, worker: int) -> None:
+        """Record that ``env_ids`` now live on ``worker``."""
+        self.worker_of[env_ids] = worker
+
+    # ------------------------------------------------------------ env ids
+
+    def resolve(self, env_ids: Any) -> np.ndarray:
+        """Normalise ``env_ids`` (None = all) to a unique int64 array, or raise ``UsageError``."""
+        if env_ids is None:
+            return np.arange(self.num_envs, dtype=np.int64)
+        ids = np.asarray(env_ids)
+        if ids.ndim == 0:
+            ids = ids.reshape(1)
+        if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+            raise UsageError(f"env_ids must be a 1-D sequence of ints, got {ids.dtype} array of shape {ids.shape}")
+        ids = ids.astype(np.int64, copy=False)
+        if ids.size == 0:
+            raise UsageError("env_ids is empty: name at least one env")
+        bad = (ids < 0) | (ids >= self.num_envs)
+        if bad.any():
+            raise UsageError(f"unknown env id {int(ids[bad][0])}: this pool has env ids 0..{self.num_envs - 1}")
+        if ids.size > 1 and np.unique(ids).size != ids.size:
+            values, counts = np.unique(ids, return_counts=True)
+            raise UsageError(f"env id {int(values[counts > 1][0])} appears more than once in env_ids")
+        return ids
+
+    def claim(self, env_ids: np.ndarray) -> None:
+        """Mark ``env_ids`` busy, or raise ``UsageError`` naming an env that already is."""
+        if self.busy[env_ids].any():
+            env = int(env_ids[self.busy[env_ids]][0])
+            raise UsageError(
+                f"env {env} already has a request in flight: an env takes one request at a time "
+                "(await its result, or recv() it, before sending another)",
+                env_id=env,
+            )
+        self.busy[env_ids] = True
+
+    def release(self, env_ids: np.ndarray) -> None:
+        """Mark ``env_ids`` idle (used when a request could not be sent)."""
+        self.busy[env_ids] = False
+
+    def split(self, env_ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """Group ``env_ids`` by worker: ``[(worker, positions)]`` where positions index into ``env_ids``.
+
+        Positions keep the caller's order within each worker.
+        """
+        owners = self.worker_of[env_ids]
+        first = owners[0]
+        if (owners == first).all():
+            return [(int(first), np.arange(env_ids.size))]
+        order = np.argsort(owners, kind="stable")
+        sorted_owners = owners[order]
+        cuts = np.flatnonzero(np.diff(sorted_owners)) + 1
+        return [(int(sorted_owners[g[0]]), g) for g in np.split(order, cuts)]
+
+    # ------------------------------------------------------------ requests
+
+    def open(
+        self,
+        worker: int,
+        kind: str,
+        env_ids: np.ndarray,
+        *,
+        sink: Any = None,
+        positions: np.ndarray | None = None,
+        deadline: float | None = None,
+    ) -> Request:
+        """Record a request about to be sent to ``worker``."""
+        req = Request(self._next_id, worker, kind, env_ids, sink, positions, deadline)
+        self._next_id += 1
+        self.requests[req.id] = req
+        if deadline is not None:
+            heapq.heappush(self._deadlines, (deadline, req.id))
+        return req
+
+    def finish(self, req_id: Any) -> Request | None:
+        """A reply arrived: close the request and free its envs. ``None`` for an unknown/closed id."""
+        req = self.requests.pop(req_id, None) if isinstance(req_id, int) else None
+        if req is not None:
+            self.busy[req.env_ids] = False
+        return req
+
+    def lose_worker(self, worker: int) -> list[Request]:
+        """``worker`` died: close and return its in-flight requests (oldest first)."""
+        lost = [r for r in self.requests.values() if r.worker == worker]
+        for req in lost:
+            self.finish(req.id)
+        return lost
+
+    def next_deadline(self) -> float | None:
+        """The earliest deadline among open requests, if any."""
+        while self._deadlines and self._deadlines[0][1] not in self.requests:
+            heapq.heappop(self._deadlines)
+        return self._deadlines[0][0] if self._deadlines else None
+
+    def expire(self, now: float) -> list[Request]:
+        """Close and return the requests whose deadline is ``<= now``."""
+        expired: list[Request] = []
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, req_id = heapq.heappop(self._deadlines)
+            req = self.finish(req_id)
+            if req is not None:
+                expired.append(req)
+        return expired
+
+    def drain(self) -> list[Request]:
+        """Close and return every open request (shutdown)."""
+        reqs = list(self.requests.values())
+        for req in reqs:
+            self.finish(req.id)
+        return reqs
+
+    def in_flight(self, worker: int | None = None) -> Iterable[Request]:
+        """Open requests (of ``worker`` if given)."""
+        return [r for r in self.requests.values() if worker is None or r.worker == worker]

@@ -1,0 +1,96 @@
+"""Turning the ``env`` argument of :func:`aioenv.make` into wire-safe source descriptions.
+
+- ``"CartPole-v1"`` (a gymnasium id) -> ``{"kind": "gym", "id": ...}``
+- ``"pkg.module:factory"`` (or gymnasium's ``"module:EnvId-v0"``) -> ``{"kind": "entry", "target": ...}``
+- a callable -> written with cloudpickle to a file in the pool's private directory and sent as
+  ``{"kind": "pickle", "path": ...}``: local workers load it from disk; no pickle crosses a socket.
+- a sequence of callables -> one source per distinct callable, env ``i`` uses the ``i``-th.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["EnvSources", "parse_sources"]
+
+
+@dataclass
+class EnvSources:
+    """Sources by key, and the key of each env (``keys[i]`` for env ``i``)."""
+
+    sources: dict[str, dict[str, Any]]
+    keys: list[str]
+    needs_local: bool
+
+    def for_envs(self, env_ids: Sequence[int]) -> tuple[list[list[Any]], dict[str, dict[str, Any]]]:
+        """The MAKE payload for ``env_ids``: ``[[env_id, key]]`` and the sources they use."""
+        pairs = [[int(i), self.keys[int(i)]] for i in env_ids]
+        used = {key for _, key in pairs}
+        return pairs, {k: v for k, v in self.sources.items() if k in used}
+
+
+def parse_sources(
+    env: Any, num_envs: int | None, env_kwargs: dict[str, Any] | None, private_dir: str | None
+) -> tuple[EnvSources, int]:
+    """Validate ``env``/``num_envs`` and describe the sources; returns ``(sources, num_envs)``.
+
+    ``private_dir`` is where pickled factories are written; ``None`` means callables are refused
+    (a remote pool sends names only).
+    """
+    kwargs = dict(env_kwargs or {})
+    if isinstance(env, str):
+        if num_envs is None:
+            raise TypeError(f"num_envs is required with env={env!r}: how many copies should the pool run?")
+        source: dict[str, Any]
+        if ":" in env:
+            source = {"kind": "entry", "target": env, "kwargs": kwargs}
+        else:
+            source = {"kind": "gym", "id": env, "kwargs": kwargs}
+        return EnvSources({"0": source}, ["0"] * _check_count(num_envs), False), num_envs
+    if callable(env):
+        if num_envs is None:
+            raise TypeError("num_envs is required with a single env factory: how many copies should the pool run?")
+        key = _pickle_factory(env, 0, private_dir)
+        src = {"kind": "pickle", "path": key, "kwargs": kwargs}
+        return EnvSources({"0": src}, ["0"] * _check_count(num_envs), True), num_envs
+    if isinstance(env, Sequence) and env and all(callable(f) for f in env):
+        if num_envs is not None and num_envs != len(env):
+            raise ValueError(f"num_envs={num_envs} but {len(env)} env factories were given; pass one or make them agree")
+        sources: dict[str, dict[str, Any]] = {}
+        keys: list[str] = []
+        seen: dict[int, str] = {}
+        for fn in env:
+            key = seen.get(id(fn))
+            if key is None:
+                key = str(len(seen))
+                seen[id(fn)] = key
+                sources[key] = {"kind": "pickle", "path": _pickle_factory(fn, int(key), private_dir), "kwargs": kwargs}
+            keys.append(key)
+        return EnvSources(sources, keys, True), len(env)
+    raise TypeError(
+        "env must be a gymnasium id ('CartPole-v1'), a 'pkg.module:factory' string, a callable that returns "
+        f"an env, or a sequence of such callables; got {type(env).__name__}"
+    )
+
+
+def _check_count(num_envs: Any) -> int:
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+    return num_envs
+
+
+def _pickle_factory(fn: Callable[..., Any], index: int, private_dir: str | None) -> str:
+    if private_dir is None:
+        raise TypeError(
+            "a remote pool takes env names only (a gymnasium id or 'pkg.module:factory'), not a callable: "
+            "callables are shipped with cloudpickle to local workers only"
+        )
+    import cloudpickle
+
+    path = os.path.join(private_dir, f"factory-{index}.pkl")
+    with open(path, "wb") as fh:
+        cloudpickle.dump(fn, fh)
+    return path

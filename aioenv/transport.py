@@ -1,0 +1,87 @@
+"""A ZeroMQ ROUTER socket driven by an asyncio event loop, without ``zmq.asyncio``.
+
+The socket's file descriptor is registered with ``loop.add_reader``; when it
+fires, every queued message is drained with non-blocking ``recv_multipart``
+until ``zmq.Again`` (ZeroMQ's descriptor is edge-triggered, so a partial drain
+would stall). A send can also consume the descriptor's readiness, so after
+sending we check ``zmq.EVENTS`` and schedule a drain if messages are waiting.
+This costs one callback per burst of messages rather than one future per
+message, which is what makes many small round trips cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import zmq
+
+__all__ = ["Router"]
+
+#: Messages handled per drain before yielding to the loop (fairness under flood).
+_DRAIN_BATCH = 512
+
+
+class Router:
+    """A bound ROUTER socket whose messages go to ``on_message(identity, frames)``.
+
+    Args:
+        endpoint: where to bind, e.g. ``"ipc:///tmp/aioenv-x/coord.sock"`` or ``"tcp://127.0.0.1:5555"``.
+        on_message: called in the loop thread for each message; must not raise.
+    """
+
+    def __init__(self, endpoint: str, on_message: Callable[[bytes, list[zmq.Frame]], None]) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._ctx = zmq.Context.instance()
+        self.sock = self._ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # unknown peer -> error, not a silent drop
+        self.sock.setsockopt(zmq.SNDHWM, 0)
+        self.sock.setsockopt(zmq.RCVHWM, 0)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(endpoint)
+        self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._on_message = on_message
+        self._scheduled = False
+        self._closed = False
+        self._loop.add_reader(self.sock.getsockopt(zmq.FD), self._drain)
+
+    def send(self, identity: bytes, frames: Sequence[Any]) -> bool:
+        """Send one message to ``identity``; False when that peer is not connected."""
+        try:
+            self.sock.send_multipart([identity, *frames], copy=False)
+        except zmq.ZMQError as exc:
+            if exc.errno in (zmq.EHOSTUNREACH, zmq.EAGAIN):
+                return False
+            raise
+        if not self._scheduled and self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            self._scheduled = True
+            self._loop.call_soon(self._drain)
+        return True
+
+    def _drain(self) -> None:
+        self._scheduled = False
+        if self._closed:
+            return
+        sock = self.sock
+        for _ in range(_DRAIN_BATCH):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            self._on_message(frames[0].bytes, frames[1:])
+            if self._closed:
+                return
+        self._scheduled = True
+        self._loop.call_soon(self._drain)  # more may be waiting: continue after others had a turn
+
+    def close(self) -> None:
+        """Stop reading and close the socket (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._loop.remove_reader(self.sock.getsockopt(zmq.FD))
+        except Exception:  # noqa: BLE001 - the loop may already be closed
+            pass
+        self.sock.close(linger=0)

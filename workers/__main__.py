@@ -1,0 +1,48 @@
+"""``python -m workers --connect ENDPOINT [--name NAME] [--executor inline] [--trusted-dir DIR]``."""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import logging
+import os
+import signal
+import sys
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when the process that started it dies (no orphans)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments and run a worker until the coordinator closes it."""
+    parser = argparse.ArgumentParser(prog="python -m workers", description="Host aioenv envs for a coordinator.")
+    parser.add_argument("--connect", required=True, help="coordinator endpoint, e.g. ipc:///tmp/x/w.sock or tcp://host:5556")
+    parser.add_argument("--name", default=f"worker-{os.getpid()}", help="worker name (its ZeroMQ identity)")
+    parser.add_argument("--executor", default="inline", choices=["inline"], help="how envs are run")
+    parser.add_argument("--trusted-dir", default=None, help="directory of pickled factories written by a local pool")
+    parser.add_argument("--parent-pid", type=int, default=None, help="exit at once if this process is gone")
+    parser.add_argument("--log-level", default="WARNING")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.parent_pid is not None:
+        _die_with_parent()
+        if os.getppid() != args.parent_pid:
+            return 1  # the parent died before we could ask to follow it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
+
+    from workers.runtime import Worker
+
+    Worker(args.connect, args.name, trusted_dir=args.trusted_dir, executor=args.executor).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""One hosted env and its episode bookkeeping (autoreset modes), independent of any executor.
+
+The state machine follows gymnasium 1.x's ``SyncVectorEnv`` exactly, so that the
+same seeds and actions give the same trajectories:
+
+- ``next_step``: the step after an episode ended resets the env and returns its
+  first obs with reward 0, terminated/truncated False; the action is ignored.
+- ``same_step``: an episode that ends resets at once; the row's info carries
+  ``final_obs`` and ``final_info`` (in that order, before the reset's info).
+- ``disabled``: stepping an env whose episode ended raises :class:`EpisodeEnded`.
+
+An env that raised is *broken* until it is reset; an env that was (re)made has
+never been reset. Stepping either is refused with a clear error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aioenv.errors import EpisodeEnded, UsageError
+
+NEXT_STEP = "next_step"
+SAME_STEP = "same_step"
+DISABLED = "disabled"
+
+StepOut = tuple[Any, float, bool, bool, dict[str, Any]]
+
+
+class HostedEnv:
+    """An env plus its autoreset state.
+
+    Attributes:
+        env_id: the pool-wide id of this env.
+        env: the gymnasium-style env object (sync ``reset``/``step``).
+    """
+
+    __slots__ = ("_blocked", "_pending_reset", "env", "env_id", "mode")
+
+    def __init__(self, env_id: int, env: Any, mode: str) -> None:
+        self.env_id = env_id
+        self.env = env
+        self.mode = mode
+        self._pending_reset = False  # the last step ended an episode
+        self._blocked: str | None = "it has not been reset since it was made"
+
+    def reset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[Any, dict[str, Any]]:
+        """Reset the env; clears any broken/ended state."""
+        self._blocked = "its last reset raised"
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._blocked = None
+        self._pending_reset = False
+        return obs, info
+
+    def before_step(self) -> None:
+        """Raise if the env may not be stepped now."""
+        if self._blocked is not None:
+            raise UsageError(f"env {self.env_id} cannot be stepped: {self._blocked}; reset it first", env_id=self.env_id)
+        if self._pending_reset and self.mode == DISABLED:
+            raise EpisodeEnded(
+                f"env {self.env_id}'s episode ended and autoreset_mode is 'disabled': reset it before stepping",
+                env_id=self.env_id,
+                remote_type="EpisodeEnded",
+            )
+
+    def step(self, action: Any) -> StepOut:
+        """One step with the autoreset rules of the mode. Any exception marks the env broken."""
+        self.before_step()
+        try:
+            return self._step(action)
+        except BaseException as exc:
+            self._blocked = f"its last step raised {type(exc).__name__}: {exc}"
+            raise
+
+    def _step(self, action: Any) -> StepOut:
+        env = self.env
+        if self.mode == NEXT_STEP and self._pending_reset:
+            obs, info = env.reset()
+            self._pending_reset = False
+            return obs, 0.0, False, False, info
+        obs, reward, terminated, truncated, info = env.step(action)
+        ended = bool(terminated or truncated)
+        if self.mode == SAME_STEP:
+            if ended:
+                final = {"final_obs": obs, "final_info": info}
+                obs, info = env.reset()
+                final.update(info)
+                info = final
+        else:
+            self._pending_reset = ended
+        return obs, reward, terminated, truncated, info
+
+    def mark_broken(self, why: str) -> None:
+        """Refuse steps until the next reset (used by executors for failures outside ``step``)."""
+        self._blocked = why
+
+    def close(self) -> None:
+        """Close the env, ignoring its errors (it is going away)."""
+        try:
+            self.env.close()
+        except Exception:  # noqa: BLE001 - a failing close must not stop the others
+            pass

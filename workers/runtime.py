@@ -1,0 +1,292 @@
+"""The worker process: a DEALER socket, HELLO, then one request at a time.
+
+The loop blocks in ``recv`` (no busy-waiting) and answers every request with
+exactly one RESULT or ERROR carrying the request's id. A batch request (step,
+reset, call) for k envs is answered by one message holding all k rows; an env
+that raises fails only its own row (``"err"``: row -> error description).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import zmq
+
+from aioenv import spaces
+from aioenv.errors import AioEnvError, ProtocolError, to_wire
+from aioenv.protocol import Op, decode, encode, leaves_from_wire, leaves_to_wire, pack
+from workers.hosted import HostedEnv
+from workers.sources import resolve
+
+log = logging.getLogger("aioenv.worker")
+
+Reply = tuple[dict[str, Any], list[np.ndarray]]
+
+
+class _Group:
+    """Envs made from one source share spaces and the row readers/writers built for them."""
+
+    __slots__ = ("act_space", "factory", "obs_space", "read_action", "write_obs")
+
+    def __init__(self, factory: Callable[[], Any]) -> None:
+        self.factory = factory
+        self.obs_space: Any = None
+        self.act_space: Any = None
+        self.write_obs: Any = None
+        self.read_action: Any = None
+
+    def adopt_spaces(self, env: Any) -> None:
+        if self.obs_space is None:
+            self.obs_space = env.observation_space
+            self.act_space = env.action_space
+            self.write_obs = spaces.row_writer(self.obs_space)
+            self.read_action = spaces.row_reader(self.act_space)
+
+
+def _error(exc: BaseException, env_id: int | None) -> dict[str, Any]:
+    tb = "".join(traceback.format_exception(exc)) if not isinstance(exc, AioEnvError) else ""
+    return to_wire(exc, env_id=env_id, traceback_text=tb)
+
+
+class Worker:
+    """Hosts envs for one coordinator; see the module docstring."""
+
+    def __init__(self, endpoint: str, name: str, *, trusted_dir: str | None = None, executor: str = "inline") -> None:
+        self.endpoint = endpoint
+        self.name = name
+        self.trusted_dir = trusted_dir
+        self.executor = executor
+        self.envs: dict[int, HostedEnv] = {}
+        self.group_of: dict[int, _Group] = {}
+        self.groups: dict[str, _Group] = {}
+        self.mode = "next_step"
+
+    # ------------------------------------------------------------------ loop
+
+    def run(self) -> None:
+        """Connect, say HELLO, serve until CLOSE (or the context is terminated)."""
+        ctx = zmq.Context.instance()
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.IDENTITY, self.name.encode())
+        sock.setsockopt(zmq.LINGER, 2000)
+        sock.connect(self.endpoint)
+        hello = {"name": self.name, "pid": os.getpid(), "executor": self.executor}
+        sock.send_multipart(encode(Op.HELLO, hello))
+        handlers: dict[str, Callable[[dict[str, Any], list[np.ndarray]], Reply]] = {
+            Op.MAKE: self.on_make,
+            Op.STEP: self.on_step,
+            Op.RESET: self.on_reset,
+            Op.CALL: self.on_call,
+            Op.DROP: self.on_drop,
+        }
+        try:
+            while True:
+                frames = sock.recv_multipart(copy=False)
+                req_id: Any = None
+                try:
+                    header, arrays = decode(frames)
+                    req_id = header.get("id")
+                    op = header["op"]
+                    if op == Op.CLOSE:
+                        self.close_all()
+                        sock.send_multipart(encode(Op.RESULT, {"id": req_id}))
+                        return
+                    if op == Op.PING:
+                        sock.send_multipart(encode(Op.PONG, {"id": req_id}))
+                        continue
+                    handler = handlers.get(op)
+                    if handler is None:
+                        raise ProtocolError(f"worker {self.name} got unknown op {op!r}")
+                    fields, out = handler(header, arrays)
+                    fields["id"] = req_id
+                    sock.send_multipart(_encode_reply(fields, out, header.get("env") or []), copy=False)
+                except Exception as exc:  # noqa: BLE001 - every request gets one reply
+                    log.debug("request %s failed", req_id, exc_info=True)
+                    sock.send_multipart(encode(Op.ERROR, {"id": req_id, "error": _error(exc, None)}))
+        finally:
+            self.close_all()
+            sock.close(linger=500)
+
+    # ------------------------------------------------------------------ ops
+
+    def on_make(self, header: dict[str, Any], _arrays: list[np.ndarray]) -> Reply:
+        """Make envs: ``{"envs": [[env_id, source_key], ...], "sources": {key: source}, "autoreset": mode}``."""
+        self.mode = str(header.get("autoreset", self.mode))
+        for key, source in dict(header.get("sources", {})).items():
+            if key not in self.groups:
+                self.groups[key] = _Group(resolve(source, self.trusted_dir))
+        errors: dict[int, Any] = {}
+        described: dict[str, Any] = {}
+        for row, (env_id, key) in enumerate(header["envs"]):
+            try:
+                group = self.groups[key]
+                env = group.factory()
+                group.adopt_spaces(env)
+                old = self.envs.pop(env_id, None)
+                if old is not None:
+                    old.close()
+                self.envs[env_id] = HostedEnv(env_id, env, self.mode)
+                self.group_of[env_id] = group
+                if key not in described:
+                    described[key] = _describe_env(env)
+            except Exception as exc:  # noqa: BLE001
+                errors[row] = _error(exc, env_id)
+        return {"spaces": described, "err": errors}, []
+
+    def on_step(self, header: dict[str, Any], arrays: list[np.ndarray]) -> Reply:
+        """Step ``header["env"]`` with the batched action leaves; one row per env."""
+        env_ids: list[int] = header["env"]
+        n = len(env_ids)
+        acts = leaves_from_wire(header["act"], arrays)
+        group = self._group(env_ids)
+        obs = spaces.empty_batch(group.obs_space, n)
+        rew = np.zeros(n, dtype=np.float64)
+        term = np.zeros(n, dtype=np.bool_)
+        trunc = np.zeros(n, dtype=np.bool_)
+        infos: list[Any] | None = None
+        errors: dict[int, Any] = {}
+        envs = self.envs
+        write_obs = group.write_obs
+        read_action = group.read_action
+        for i, env_id in enumerate(env_ids):
+            try:
+                o, rew[i], term[i], trunc[i], info = envs[env_id].step(read_action(acts, i))
+                write_obs(obs, i, o)
+                if info:
+                    if infos is None:
+                        infos = [None] * n
+                    infos[i] = info
+            except KeyError:
+                errors[i] = _error(ProtocolError(f"worker {self.name} hosts no env {env_id}"), env_id)
+            except Exception as exc:  # noqa: BLE001 - one env's failure is its row's alone
+                errors[i] = _error(exc, env_id)
+        return _batch_reply(obs, infos, errors, [rew, term, trunc])
+
+    def on_reset(self, header: dict[str, Any], _arrays: list[np.ndarray]) -> Reply:
+        """Reset ``header["env"]`` with per-env seeds (``"seed"``) and shared options (``"opt"``)."""
+        env_ids: list[int] = header["env"]
+        seeds = header.get("seed") or [None] * len(env_ids)
+        options = header.get("opt")
+        group = self._group(env_ids)
+        obs = spaces.empty_batch(group.obs_space, len(env_ids))
+        infos: list[Any] | None = None
+        errors: dict[int, Any] = {}
+        for i, env_id in enumerate(env_ids):
+            try:
+                o, info = self.envs[env_id].reset(seeds[i], options)
+                group.write_obs(obs, i, o)
+                if info:
+                    if infos is None:
+                        infos = [None] * len(env_ids)
+                    infos[i] = info
+            except Exception as exc:  # noqa: BLE001
+                errors[i] = _error(exc, env_id)
+        return _batch_reply(obs, infos, errors, [])
+
+    def on_call(self, header: dict[str, Any], _arrays: list[np.ndarray]) -> Reply:
+        """``kind``: "call" (method or attribute), "get" (attribute) or "set" (one value per env)."""
+        kind = header.get("kind")
+        name = header.get("name")
+        if not isinstance(name, str):
+            raise ProtocolError(f"call needs a string 'name', got {name!r}")
+        args = header.get("args") or []
+        kwargs = header.get("kw") or {}
+        values = header.get("values") or []
+        results: list[Any] = []
+        errors: dict[int, Any] = {}
+        for i, env_id in enumerate(header["env"]):
+            try:
+                env = self.envs[env_id].env
+                if kind == "set":
+                    if hasattr(env, "set_wrapper_attr"):
+                        env.set_wrapper_attr(name, values[i])
+                    else:
+                        setattr(env, name, values[i])
+                    value = None
+                else:
+                    attr = env.get_wrapper_attr(name) if hasattr(env, "get_wrapper_attr") else getattr(env, name)
+                    value = attr(*args, **kwargs) if kind == "call" and callable(attr) else attr
+                pack(value)  # fail this row now, not the whole reply later
+                results.append(value)
+            except Exception as exc:  # noqa: BLE001
+                results.append(None)
+                errors[i] = _error(exc, env_id)
+        return {"values": results, "err": errors}, []
+
+    def on_drop(self, header: dict[str, Any], _arrays: list[np.ndarray]) -> Reply:
+        """Close and forget the given envs."""
+        for env_id in header["env"]:
+            hosted = self.envs.pop(env_id, None)
+            self.group_of.pop(env_id, None)
+            if hosted is not None:
+                hosted.close()
+        return {}, []
+
+    def close_all(self) -> None:
+        """Close every hosted env."""
+        for hosted in self.envs.values():
+            hosted.close()
+        self.envs.clear()
+        self.group_of.clear()
+
+    def _group(self, env_ids: list[int]) -> _Group:
+        for env_id in env_ids:
+            group = self.group_of.get(env_id)
+            if group is not None:
+                return group
+        raise ProtocolError(f"worker {self.name} hosts none of the envs {env_ids[:8]}")
+
+
+def _describe_env(env: Any) -> dict[str, Any]:
+    metadata = {}
+    for key, value in dict(getattr(env, "metadata", {}) or {}).items():
+        try:
+            pack(value)
+            metadata[str(key)] = value
+        except TypeError:
+            continue
+    return {
+        "obs": spaces.describe_space(env.observation_space),
+        "act": spaces.describe_space(env.action_space),
+        "metadata": metadata,
+        "render_mode": getattr(env, "render_mode", None),
+    }
+
+
+def _batch_reply(
+    obs: list[np.ndarray], infos: list[Any] | None, errors: dict[int, Any], extra: list[np.ndarray]
+) -> Reply:
+    arrays: list[np.ndarray] = []
+    fields: dict[str, Any] = {"obs": leaves_to_wire(obs, arrays)}
+    fields["x"] = list(range(len(arrays), len(arrays) + len(extra)))
+    arrays.extend(extra)
+    if infos is not None:
+        fields["info"] = infos
+    if errors:
+        fields["err"] = errors
+    return fields, arrays
+
+
+def _encode_reply(fields: dict[str, Any], arrays: list[np.ndarray], env_ids: list[int]) -> list[Any]:
+    try:
+        return encode(Op.RESULT, fields, arrays)
+    except TypeError:
+        pass
+    # Some env's info holds a value msgpack cannot carry: fail that row alone.
+    infos = fields.get("info") or []
+    errors = fields.setdefault("err", {})
+    for i, info in enumerate(infos):
+        if info is None:
+            continue
+        try:
+            pack(info)
+        except TypeError as exc:
+            infos[i] = None
+            err = TypeError(f"env {env_ids[i]}'s info cannot cross the wire: {exc}")
+            errors[i] = _error(err, env_ids[i])
+    return encode(Op.RESULT, fields, arrays)
