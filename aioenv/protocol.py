@@ -23,6 +23,7 @@ coordinator copies them once into the arrays it hands to users.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -232,7 +233,7 @@ def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
             dtype = _check_dtype(dtype_code)
             shape_t = _check_shape(shape)
             buf = _buffer(frames[i + 1])
-            expected = int(np.prod(shape_t, dtype=np.int64)) * dtype.itemsize
+            expected = math.prod(shape_t) * dtype.itemsize
             if len(buf) != expected:
                 raise ValueError(f"frame has {len(buf)} bytes, {dtype} {shape_t} needs {expected}")
             arrays.append(np.frombuffer(buf, dtype=dtype).reshape(shape_t))

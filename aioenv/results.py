@@ -285,6 +285,11 @@ class RecvQueue:
         finally:
             self._waiter = None
 
+    def fail(self, exc: BaseException) -> None:
+        """Shutdown: rows in flight will never arrive."""
+        self.in_flight = 0
+        self.fail_waiter(exc)
+
     def fail_waiter(self, exc: BaseException) -> None:
         """Wake a waiting ``recv`` with ``exc`` (shutdown)."""
         if self._waiter is not None and not self._waiter[1].done():

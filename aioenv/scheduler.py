@@ -55,6 +55,10 @@ class Scheduler:
         self.requests: dict[int, Request] = {}
         self._next_id = 1
         self._deadlines: list[tuple[float, int]] = []
+        self.all_ids = np.arange(num_envs, dtype=np.int64)
+        self.all_ids.flags.writeable = False
+        self._seen = np.zeros(num_envs, dtype=np.bool_)
+        self._split_all: list[tuple[int, np.ndarray]] | None = None
 
     # ------------------------------------------------------------ placement
 
@@ -65,6 +69,7 @@ class Scheduler:
         blocks = np.array_split(np.arange(self.num_envs, dtype=np.int64), num_workers)
         for worker, ids in enumerate(blocks):
             self.worker_of[ids] = worker
+        self._split_all = None
         return blocks
 
     def envs_of(self, worker: int) -> np.ndarray:
@@ -74,13 +79,14 @@ class Scheduler:
     def move(self, env_ids: np.ndarray, worker: int) -> None:
         """Record that ``env_ids`` now live on ``worker``."""
         self.worker_of[env_ids] = worker
+        self._split_all = None
 
     # ------------------------------------------------------------ env ids
 
     def resolve(self, env_ids: Any) -> np.ndarray:
         """Normalise ``env_ids`` (None = all) to a unique int64 array, or raise ``UsageError``."""
-        if env_ids is None:
-            return np.arange(self.num_envs, dtype=np.int64)
+        if env_ids is None or env_ids is self.all_ids:
+            return self.all_ids
         ids = np.asarray(env_ids)
         if ids.ndim == 0:
             ids = ids.reshape(1)
@@ -92,9 +98,14 @@ class Scheduler:
         bad = (ids < 0) | (ids >= self.num_envs)
         if bad.any():
             raise UsageError(f"unknown env id {int(ids[bad][0])}: this pool has env ids 0..{self.num_envs - 1}")
-        if ids.size > 1 and np.unique(ids).size != ids.size:
-            values, counts = np.unique(ids, return_counts=True)
-            raise UsageError(f"env id {int(values[counts > 1][0])} appears more than once in env_ids")
+        if ids.size > 1:
+            seen = self._seen
+            seen[ids] = True
+            distinct = int(np.count_nonzero(seen))  # cheaper than np.unique for a check
+            seen[ids] = False
+            if distinct != ids.size:
+                values, counts = np.unique(ids, return_counts=True)
+                raise UsageError(f"env id {int(values[counts > 1][0])} appears more than once in env_ids")
         return ids
 
     def claim(self, env_ids: np.ndarray) -> None:
@@ -117,6 +128,13 @@ class Scheduler:
 
         Positions keep the caller's order within each worker.
         """
+        if env_ids is self.all_ids:
+            if self._split_all is None:
+                self._split_all = self._split(env_ids)
+            return self._split_all
+        return self._split(env_ids)
+
+    def _split(self, env_ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
         owners = self.worker_of[env_ids]
         first = owners[0]
         if (owners == first).all():

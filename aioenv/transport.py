@@ -21,6 +21,8 @@ __all__ = ["Router"]
 
 #: Messages handled per drain before yielding to the loop (fairness under flood).
 _DRAIN_BATCH = 512
+#: Frames at least this large are sent zero-copy (pyzmq copies smaller ones regardless).
+_ZERO_COPY_BYTES = 65536
 
 
 class Router:
@@ -48,8 +50,10 @@ class Router:
 
     def send(self, identity: bytes, frames: Sequence[Any]) -> bool:
         """Send one message to ``identity``; False when that peer is not connected."""
+        # Small frames are copied by ZeroMQ anyway, and copy=True skips building Frame objects.
+        big = any(getattr(f, "nbytes", 0) >= _ZERO_COPY_BYTES for f in frames)
         try:
-            self.sock.send_multipart([identity, *frames], copy=False)
+            self.sock.send_multipart([identity, *frames], copy=not big)
         except zmq.ZMQError as exc:
             if exc.errno in (zmq.EHOSTUNREACH, zmq.EAGAIN):
                 return False
