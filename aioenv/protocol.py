@@ -2,9 +2,12 @@
 
 A message is a list of ZeroMQ frames ``[header, *arrays]``:
 
-- ``header`` is msgpack: ``{"v": PROTOCOL_VERSION, "op": str, "id": int, ..., "a": [[dtype, shape], ...]}``.
-  ``"a"`` describes the raw array frames that follow, in order.
-- each array frame is the raw C-contiguous bytes of one numeric numpy array.
+- ``header`` is msgpack: ``{"v": PROTOCOL_VERSION, "op": str, "id": int, ..., "a": [[dtype, shape, frame, offset], ...]}``.
+  ``"a"`` describes the numeric arrays the message carries: array ``i`` is the raw C-contiguous
+  bytes at ``offset`` in frame ``frame`` (frames are numbered from the header, 0).
+- arrays under 64 KiB share one frame (8-byte aligned); a larger array gets a frame of its own
+  and is sent zero-copy. ZeroMQ costs the same per frame whatever its size, so this keeps a
+  step message at two frames.
 
 Values inside the header (infos, call results, space descriptions) use msgpack
 with three extension types, so numpy values keep their dtype and tuples stay
@@ -34,6 +37,7 @@ from aioenv.errors import ProtocolError
 from aioenv.protocol_version import PROTOCOL_VERSION
 
 __all__ = [
+    "BLOB_LIMIT",
     "MAX_HEADER_BYTES",
     "PROTOCOL_VERSION",
     "Op",
@@ -45,6 +49,8 @@ __all__ = [
     "unpack",
 ]
 
+#: Arrays smaller than this travel together in one frame; larger ones get a frame each (zero-copy).
+BLOB_LIMIT = 65536
 #: Refuse headers larger than this (a guard against garbage or hostile peers).
 MAX_HEADER_BYTES = 64 * 1024 * 1024
 
@@ -172,22 +178,39 @@ def encode(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray] = ()) -
     Args:
         op: an :class:`Op` name.
         fields: header fields (msgpack values); ``"v"``, ``"op"`` and ``"a"`` are set here.
-        arrays: numeric arrays sent as raw frames after the header, in order. Each must be a
-            fresh array that nobody mutates afterwards (large frames are sent zero-copy).
+        arrays: numeric arrays to carry raw. Arrays under :data:`BLOB_LIMIT` bytes are packed
+            together into one frame (ZeroMQ costs the same per frame whatever its size); larger
+            ones get a frame each and are sent zero-copy, so they must be fresh arrays that
+            nobody mutates afterwards.
 
     Returns:
-        ``[header_bytes, *arrays]`` ready for ``send_multipart``.
+        ``[header_bytes, *array_frames]`` ready for ``send_multipart``.
     """
     header = dict(fields)
     header["v"] = PROTOCOL_VERSION
     header["op"] = op
     frames: list[Any] = [b""]
     if arrays:
-        specs = []
+        specs: list[list[Any]] = []
+        blob: list[bytes] = []
+        offset = 0
+        blob_frame = -1
         for arr in arrays:
             arr = np.ascontiguousarray(arr)
-            specs.append([arr.dtype.str, list(arr.shape)])
-            frames.append(arr)
+            if arr.nbytes < BLOB_LIMIT:
+                if blob_frame < 0:
+                    blob_frame = len(frames)
+                    frames.append(b"")
+                specs.append([arr.dtype.str, list(arr.shape), blob_frame, offset])
+                data = arr.tobytes()
+                pad = -len(data) % 8  # keep every array 8-byte aligned in the blob
+                blob.append(data + b"\0" * pad if pad else data)
+                offset += len(data) + pad
+            else:
+                specs.append([arr.dtype.str, list(arr.shape), len(frames), 0])
+                frames.append(arr)
+        if blob_frame >= 0:
+            frames[blob_frame] = b"".join(blob)
         header["a"] = specs
     frames[0] = _PACK(header)
     return frames
@@ -221,24 +244,24 @@ def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
     if not isinstance(header.get("op"), str):
         raise ProtocolError(f"malformed header: 'op' must be a string, got {header.get('op')!r}")
     specs = header.get("a", [])
-    if not isinstance(specs, list) or len(specs) != len(frames) - 1:
-        raise ProtocolError(
-            f"malformed message: header describes {len(specs) if isinstance(specs, list) else specs!r} "
-            f"array frames, {len(frames) - 1} arrived"
-        )
+    if not isinstance(specs, list):
+        raise ProtocolError(f"malformed header: 'a' must be a list of array specs, got {type(specs).__name__}")
+    buffers = [_buffer(f) for f in frames[1:]]
     arrays = []
     for i, spec in enumerate(specs):
         try:
-            dtype_code, shape = spec
+            dtype_code, shape, frame, offset = spec
             dtype = _check_dtype(dtype_code)
             shape_t = _check_shape(shape)
-            buf = _buffer(frames[i + 1])
-            expected = math.prod(shape_t) * dtype.itemsize
-            if len(buf) != expected:
-                raise ValueError(f"frame has {len(buf)} bytes, {dtype} {shape_t} needs {expected}")
-            arrays.append(np.frombuffer(buf, dtype=dtype).reshape(shape_t))
+            if not (isinstance(frame, int) and 1 <= frame <= len(buffers)):
+                raise ValueError(f"frame index {frame!r} is not one of the {len(buffers)} array frames")
+            buf = buffers[frame - 1]
+            count = math.prod(shape_t)
+            if not isinstance(offset, int) or offset < 0 or offset + count * dtype.itemsize > len(buf):
+                raise ValueError(f"{dtype} {shape_t} at offset {offset!r} overruns a frame of {len(buf)} bytes")
+            arrays.append(np.frombuffer(buf, dtype=dtype, count=count, offset=offset).reshape(shape_t))
         except (ValueError, TypeError) as exc:
-            raise ProtocolError(f"malformed array frame {i}: {exc}") from exc
+            raise ProtocolError(f"malformed array spec {i}: {exc}") from exc
     return header, arrays
 
 

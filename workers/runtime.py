@@ -104,7 +104,8 @@ class Worker:
                         raise ProtocolError(f"worker {self.name} got unknown op {op!r}")
                     fields, out = handler(header, arrays)
                     fields["id"] = req_id
-                    sock.send_multipart(_encode_reply(fields, out, header.get("env") or []), copy=False)
+                    reply = _encode_reply(fields, out, header.get("env") or [])
+                    sock.send_multipart(reply, copy=len(reply) <= 2)
                 except Exception as exc:  # noqa: BLE001 - every request gets one reply
                     log.debug("request %s failed", req_id, exc_info=True)
                     sock.send_multipart(encode(Op.ERROR, {"id": req_id, "error": _error(exc, None)}))

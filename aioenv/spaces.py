@@ -1,0 +1,612 @@
+"""Gymnasium spaces and batched values, carried without pickle.
+
+A space crosses the wire as a *description* (:func:`describe_space`): a dict made
+only of dict/list/str/int/float/bool/None and numpy ndarrays, rebuilt with
+:func:`space_from_description`. Batched values (B rows, one per env) cross it as a
+flat list of *leaves*: numeric leaves are ndarrays (sent as raw buffers), text
+leaves are object ndarrays of shape (B,) holding Python ``str``.
+
+Batched value conventions, for a single-env space and B rows:
+
+- ``Box``: ndarray (B, *space.shape), dtype space.dtype
+- ``Discrete``: ndarray (B,), dtype space.dtype (int64 by default)
+- ``MultiDiscrete``: ndarray (B, *nvec.shape), dtype space.dtype
+- ``MultiBinary``: ndarray (B, *space.shape), dtype int8
+- ``Text``: ndarray (B,) of dtype object holding str. NOTE: gymnasium's vector
+  utilities batch Text as a *tuple* of str; aioenv uses an object array so that
+  every leaf is an ndarray (fancy indexing, concatenation work the same).
+- ``Dict``: dict with the space's keys, in the space's order, of batched children
+- ``Tuple``: tuple of batched children
+
+Leaves are ordered depth-first: Dict children in key order, Tuple children in
+order. Other spaces (Graph, Sequence, OneOf, custom) raise ``TypeError``.
+
+Per-space plans (row writer/reader, flatten, action checker) are compiled once and
+cached by space identity: a space must not be mutated after its first use here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from gymnasium import spaces as gs
+
+from aioenv.errors import InvalidAction
+
+__all__ = [
+    "RowReader",
+    "RowWriter",
+    "check_actions",
+    "concat_leaves",
+    "describe_space",
+    "empty_batch",
+    "from_leaves",
+    "leaf_specs",
+    "row_reader",
+    "row_writer",
+    "space_from_description",
+    "take_rows",
+    "to_leaves",
+    "write_row",
+]
+
+Leaf = npt.NDArray[Any]
+RowWriter = Callable[[list[Leaf], int, Any], None]
+RowReader = Callable[[list[Leaf], int], Any]
+_Check = Callable[[Any, Any, list[Leaf]], None]  # (actions, env_ids, out)
+_Flatten = Callable[[Any, list[Leaf]], None]
+_Unflatten = Callable[[list[Leaf]], Any]
+
+_SUPPORTED = "Box, Discrete, MultiDiscrete, MultiBinary, Text, Dict, Tuple"
+_MAX_DEPTH = 32
+_DTYPE_RE = re.compile(r"[<>|=]?[biuf]\d{1,2}")
+
+
+def _unsupported(space: Any) -> TypeError:
+    return TypeError(
+        f"unsupported space {space!r} ({type(space).__name__}): aioenv carries only "
+        f"{_SUPPORTED} (nested in Dict/Tuple as needed)"
+    )
+
+
+# ----------------------------------------------------------------- descriptions
+def describe_space(space: gs.Space[Any]) -> dict[str, Any]:
+    """Describe ``space`` with plain values and ndarrays only (no RNG/seed).
+
+    Shapes are lists, ``dtype`` is ``np.dtype.str`` (e.g. ``'<f4'``); Box low/high
+    and MultiDiscrete nvec/start are ndarrays of the space's shape.
+    """
+    if isinstance(space, gs.Box | gs.Discrete | gs.MultiDiscrete | gs.MultiBinary):
+        dt = np.dtype(space.dtype)
+        desc: dict[str, Any] = {"dtype": dt.str, "shape": list(space.shape or ())}
+        if isinstance(space, gs.Box):
+            low, high = np.array(space.low, dtype=dt), np.array(space.high, dtype=dt)
+            desc.update(type="Box", low=low, high=high)
+        elif isinstance(space, gs.Discrete):
+            desc.update(type="Discrete", n=int(space.n), start=int(space.start))
+        elif isinstance(space, gs.MultiDiscrete):
+            nvec, start = np.array(space.nvec), np.array(space.start)
+            desc.update(type="MultiDiscrete", nvec=nvec, start=start)
+        else:
+            mb = space.n
+            n = int(mb) if isinstance(mb, int | np.integer) else [int(d) for d in mb]
+            desc.update(type="MultiBinary", n=n)
+        return desc
+    if isinstance(space, gs.Text):
+        return {
+            "type": "Text",
+            "min_length": int(space.min_length),
+            "max_length": int(space.max_length),
+            "charset": "".join(space.character_list),
+        }
+    if isinstance(space, gs.Dict):
+        if not all(isinstance(key, str | int) for key in space.spaces):
+            raise TypeError(f"{space!r}: only str/int Dict keys can be described")
+        subs = [[key, describe_space(sub)] for key, sub in space.spaces.items()]
+        return {"type": "Dict", "sort_keys": bool(space.sort_keys), "subspaces": subs}
+    if isinstance(space, gs.Tuple):
+        return {"type": "Tuple", "subspaces": [describe_space(s) for s in space]}
+    raise _unsupported(space)
+
+
+def _bad(kind: str, what: str) -> ValueError:
+    return ValueError(f"malformed {kind} space description: {what}")
+
+
+def _field(desc: Mapping[str, Any], key: str, kind: str) -> Any:
+    if key not in desc:
+        raise _bad(kind, f"missing field {key!r}")
+    return desc[key]
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int | np.integer) and not isinstance(v, bool)
+
+
+def _int_field(desc: Mapping[str, Any], key: str, kind: str, minimum: int) -> int:
+    v = _field(desc, key, kind)
+    if not _is_int(v) or v < minimum:
+        raise _bad(kind, f"field {key!r} must be an integer >= {minimum}, got {v!r}")
+    return int(v)
+
+
+def _dtype_field(desc: Mapping[str, Any], kind: str, kinds: str) -> np.dtype[Any]:
+    v = _field(desc, "dtype", kind)
+    if not isinstance(v, str) or not _DTYPE_RE.fullmatch(v):
+        raise _bad(kind, f"field 'dtype' must be a numeric dtype string, got {v!r}")
+    try:
+        dt = np.dtype(v)
+    except TypeError as e:
+        raise _bad(kind, f"field 'dtype' {v!r} is not a dtype ({e})") from e
+    if dt.kind not in kinds:
+        raise _bad(kind, f"field 'dtype' {v!r} is not allowed for {kind}")
+    return dt
+
+
+def _shape_field(desc: Mapping[str, Any], kind: str) -> tuple[int, ...]:
+    v = _field(desc, "shape", kind)
+    if not isinstance(v, list | tuple) or not all(_is_int(d) and d >= 0 for d in v):
+        raise _bad(kind, f"field 'shape' must be a list of integers >= 0, got {v!r}")
+    return tuple(int(d) for d in v)
+
+
+def _array_field(desc: Mapping[str, Any], key: str, kind: str, dt: np.dtype[Any], shape: Any) -> Leaf:
+    v = _field(desc, key, kind)
+    try:
+        if not isinstance(v, np.ndarray | list | int | float):
+            raise TypeError(type(v).__name__)
+        src = np.asarray(v)
+    except (ValueError, TypeError) as e:
+        raise _bad(kind, f"field {key!r} is not a numeric array ({e})") from e
+    if src.dtype.kind not in "biuf" or not np.can_cast(src.dtype, dt, "same_kind"):
+        raise _bad(kind, f"field {key!r} has dtype {src.dtype}, expected {dt}")
+    if shape is not None and src.shape != shape:
+        raise _bad(kind, f"field {key!r} has shape {src.shape}, expected {shape}")
+    return src.astype(dt)
+
+
+def space_from_description(desc: dict[str, Any]) -> gs.Space[Any]:
+    """Rebuild the space described by :func:`describe_space` (``==`` the original).
+
+    The description may come from a network peer: anything unknown or malformed
+    raises ``ValueError`` saying what is missing or wrong (never ``KeyError``).
+    """
+    return _build(desc, 0)
+
+
+def _make(kind: str, ctor: Callable[..., gs.Space[Any]], *a: Any, **kw: Any) -> Any:
+    try:
+        return ctor(*a, **kw)
+    except (ValueError, TypeError, AssertionError, OverflowError) as e:
+        raise ValueError(f"invalid {kind} space description: {e}") from e
+
+
+def _build(desc: Any, depth: int) -> gs.Space[Any]:
+    if depth > _MAX_DEPTH:
+        raise ValueError(f"space description nested deeper than {_MAX_DEPTH} levels")
+    if not isinstance(desc, Mapping):
+        raise ValueError(f"malformed space description (not a map): {desc!r}")
+    kind = desc.get("type")
+    space: gs.Space[Any]
+    if kind == "Box":
+        shape = _shape_field(desc, kind)
+        dt = _dtype_field(desc, kind, "biuf")
+        low = _array_field(desc, "low", kind, dt, shape)
+        high = _array_field(desc, "high", kind, dt, shape)
+        space = _make(kind, gs.Box, low=low, high=high, shape=shape, dtype=dt)
+    elif kind == "Discrete":
+        n = _int_field(desc, "n", kind, 1)
+        start = _int_field(desc, "start", kind, -(2**63))
+        dt = _dtype_field(desc, kind, "iu")
+        space = _make(kind, gs.Discrete, n, start=start, dtype=dt)
+    elif kind == "MultiDiscrete":
+        dt = _dtype_field(desc, kind, "iu")
+        nvec = _array_field(desc, "nvec", kind, dt, None)
+        mstart = _array_field(desc, "start", kind, dt, nvec.shape)
+        space = _make(kind, gs.MultiDiscrete, nvec, dtype=dt, start=mstart)
+    elif kind == "MultiBinary":
+        nb = _field(desc, "n", kind)
+        if isinstance(nb, list | tuple) and all(_is_int(d) and d >= 0 for d in nb):
+            nb = tuple(int(d) for d in nb)
+        elif not (_is_int(nb) and nb >= 0):
+            raise _bad(kind, f"field 'n' must be an int or a list of ints, got {nb!r}")
+        space = _make(kind, gs.MultiBinary, nb)
+    elif kind == "Text":
+        max_len = _int_field(desc, "max_length", kind, 0)
+        min_len = _int_field(desc, "min_length", kind, 0)
+        chars = _field(desc, "charset", kind)
+        if not isinstance(chars, str) or not chars:
+            raise _bad(kind, f"field 'charset' must be a non-empty str, got {chars!r}")
+        space = _make(kind, gs.Text, max_len, min_length=min_len, charset=chars)
+    elif kind in ("Dict", "Tuple"):
+        subs, sort_keys = _field(desc, "subspaces", kind), desc.get("sort_keys", True)
+        if not isinstance(subs, list | tuple) or not isinstance(sort_keys, bool):
+            raise _bad(kind, "'subspaces' must be a list (and 'sort_keys' a bool)")
+        if kind == "Tuple":
+            space = _make(kind, gs.Tuple, [_build(d, depth + 1) for d in subs])
+            return space
+        pairs: list[tuple[str | int, gs.Space[Any]]] = []
+        for item in subs:
+            if not (isinstance(item, list | tuple) and len(item) == 2) or not (
+                isinstance(item[0], str | int) and not isinstance(item[0], bool)
+            ):
+                raise _bad(kind, f"subspace entry {item!r} is not [key, description]")
+            pairs.append((item[0], _build(item[1], depth + 1)))
+        if len({k for k, _ in pairs}) != len(pairs):
+            raise _bad(kind, "duplicate keys in 'subspaces'")
+        space = _make(kind, gs.Dict, pairs, sort_keys=sort_keys)
+    else:
+        raise ValueError(f"unknown space type {kind!r} in description ({_SUPPORTED})")
+    return space
+
+
+# ------------------------------------------------------------- action checking
+def _fmt(x: Any) -> str:
+    if isinstance(x, np.ndarray) and x.ndim:
+        return np.array2string(x, separator=", ", threshold=24, edgeitems=4)
+    s = repr(x.item() if isinstance(x, np.generic) else x)
+    return s if len(s) <= 80 else s[:77] + "..."
+
+
+def _where(path: str) -> str:
+    return f" at action{path}" if path else ""
+
+
+def _batch_error(path: str, env_ids: Any, expected: str, got: str) -> InvalidAction:
+    n = len(env_ids)
+    ids = ", ".join(str(int(e)) for e in env_ids[:8]) + (", ..." if n > 8 else "")
+    return InvalidAction(
+        f"invalid action batch for envs [{ids}]{_where(path)}: expected {expected}, got {got}",
+        env_id=int(env_ids[0]) if n == 1 else None,
+    )
+
+
+def _row_error(path: str, env_ids: Any, row: int, expected: str, got: str) -> InvalidAction:
+    env = int(env_ids[row])
+    return InvalidAction(f"invalid action for env {env}{_where(path)}: expected {expected}, got {got}", env_id=env)
+
+
+def _numeric_checker(
+    space: Any,
+    path: str,
+    dtype_ok: Callable[[np.dtype[Any]], bool],
+    dt_desc: str,
+    within: Callable[[Leaf], bool],
+    low: Leaf,
+    high: Leaf,
+    quiet_cast: bool = False,
+) -> _Check:
+    """Shape/dtype/bounds checker for one numeric leaf; ``within`` is the fast test."""
+    sdt, shape = np.dtype(space.dtype), tuple(space.shape)
+
+    def expected(n: int) -> str:
+        return f"an action in {space!r} (batch shape {(n, *shape)}, {dt_desc})"
+
+    def fail(a: Leaf, env_ids: Any) -> InvalidAction:
+        bad = ~((a >= low) & (a <= high))  # NaN is bad too
+        row = int(np.argmax(bad.reshape(len(env_ids), -1).any(axis=1)))
+        got = _fmt(a[row])
+        if bad.ndim > 1:
+            e = np.unravel_index(int(np.argmax(bad[row].ravel())), bad.shape[1:])
+            idx = tuple(int(i) for i in e)
+            got += f" (element {idx} is outside [{_fmt(low[e])}, {_fmt(high[e])}])"
+        return _row_error(path, env_ids, row, expected(len(env_ids)), got)
+
+    def check(actions: Any, env_ids: Any, out: list[Leaf]) -> None:
+        n = len(env_ids)
+        a = actions
+        if type(a) is not np.ndarray:
+            try:
+                a = np.asarray(actions)
+            except (ValueError, TypeError) as e:
+                got = f"{type(actions).__name__} that is not array-like ({e})"
+                raise _batch_error(path, env_ids, expected(n), got) from e
+        dt = a.dtype
+        if a.shape != (n, *shape) or (dt is not sdt and not dtype_ok(dt)):
+            got = f"shape {a.shape} dtype {dt}"
+            raise _batch_error(path, env_ids, expected(n), got)
+        if a.size and not within(a):
+            raise fail(a, env_ids)
+        if quiet_cast and dt is not sdt:  # float64 1e300 -> float32 inf is in an unbounded Box
+            with np.errstate(over="ignore"):
+                a = a.astype(sdt)
+        out.append(np.ascontiguousarray(a, dtype=sdt))
+
+    return check
+
+
+def _int_checker(space: Any, start: Any, nvec: Any, path: str) -> _Check:
+    """Discrete/MultiDiscrete/MultiBinary: integer dtype, start <= a < start + nvec."""
+    sdt = np.dtype(space.dtype)
+    udt = np.dtype(f"u{sdt.itemsize}")
+    lo = np.array(np.broadcast_to(np.asarray(start, dtype=sdt), space.shape))
+    hi = np.asarray(lo + (np.asarray(nvec, dtype=sdt) - 1), dtype=sdt)
+    span = (hi - lo).astype(udt)
+    uniform = lo.size > 0 and bool(np.all(lo == lo.flat[0]) & np.all(span == span.flat[0]))
+    lo_s = sdt.type(lo.flat[0]) if lo.size else sdt.type(0)
+    span_s = int(span.flat[0]) if span.size else 0
+    zero_start = not np.any(lo)
+    is_mb = isinstance(space, gs.MultiBinary)
+    kinds = "biu" if is_mb else "iu"
+
+    def within(a: Leaf) -> bool:
+        if a.dtype is sdt or a.dtype == sdt:
+            # One reduction: a - start wraps around, so viewed unsigned it is
+            # <= nvec - 1 exactly when start <= a <= start + nvec - 1.
+            d = (a if zero_start else a - (lo_s if uniform else lo)).view(udt)
+            return bool(d.max() <= span_s) if uniform else not (d > span).any()
+        # Mixed integer dtypes compare exactly in numpy 2 (no wrap-around).
+        return a.dtype.kind == "b" or not ((a < lo) | (a > hi)).any()
+
+    dt_desc = "integer or bool dtype" if is_mb else "integer dtype"
+    return _numeric_checker(space, path, lambda dt: dt.kind in kinds, dt_desc, within, lo, hi)
+
+
+def _box_checker(space: gs.Box, path: str) -> _Check:
+    sdt, low, high = space.dtype, space.low, space.high
+    free_low = sdt.kind == "f" and bool(np.all(np.isneginf(low)))
+    free_high = sdt.kind == "f" and bool(np.all(np.isposinf(high)))
+    lo_need = low.max() if low.size else 0  # pre-test thresholds (exact if uniform)
+    hi_need = high.min() if high.size else 0
+    uni_low, uni_high = bool(np.all(low == lo_need)), bool(np.all(high == hi_need))
+
+    def within(a: Leaf) -> bool:
+        # min/max propagate NaN, and NaN fails every comparison.
+        if not free_low and not a.min() >= lo_need and (uni_low or not (a >= low).all()):
+            return False
+        if not free_high and not a.max() <= hi_need and (uni_high or not (a <= high).all()):
+            return False
+        return not (free_low and free_high and a.dtype.kind == "f" and np.isnan(a.min()))
+
+    def dtype_ok(dt: np.dtype[Any]) -> bool:
+        return dt.kind in "biu" or (dt.kind == "f" and np.can_cast(dt, sdt, "same_kind"))
+
+    desc = f"a real dtype castable to {sdt}"
+    quiet = sdt.kind == "f" and bool(np.isinf(low).any() or np.isinf(high).any())
+    return _numeric_checker(space, path, dtype_ok, desc, within, low, high, quiet)
+
+
+def _text_checker(space: gs.Text, path: str) -> _Check:
+    lo, hi, chars = space.min_length, space.max_length, space.character_set
+
+    def check(actions: Any, env_ids: Any, out: list[Leaf]) -> None:
+        n = len(env_ids)
+        expected = f"a sequence of {n} str in {space!r}"
+        if isinstance(actions, str | bytes) or not (
+            isinstance(actions, Sequence) or (isinstance(actions, np.ndarray) and actions.ndim == 1)
+        ):
+            raise _batch_error(path, env_ids, expected, type(actions).__name__)
+        if len(actions) != n:
+            raise _batch_error(path, env_ids, expected, f"{len(actions)} values")
+        arr = np.empty(n, dtype=object)
+        for row, s in enumerate(actions):
+            if not isinstance(s, str):
+                why = f"a {type(s).__name__}, not a str"
+            elif not lo <= len(s) <= hi:
+                why = f"length {len(s)} not in {lo}..{hi}"
+            elif not chars.issuperset(s):
+                why = f"character {next(c for c in s if c not in chars)!r} not in charset"
+            else:
+                arr[row] = str(s)
+                continue
+            got = f"{_fmt(s)} ({why})"
+            raise _row_error(path, env_ids, row, f"a str in {space!r}", got)
+        out.append(arr)
+
+    return check
+
+
+def _dict_checker(space: gs.Dict, parts: list[tuple[Any, _Check]], path: str) -> _Check:
+    keys = [k for k, _ in parts]
+
+    def check(actions: Any, env_ids: Any, out: list[Leaf]) -> None:
+        if not isinstance(actions, Mapping):
+            exp = f"a dict of batched actions with keys {keys} for {space!r}"
+            raise _batch_error(path, env_ids, exp, type(actions).__name__)
+        if len(actions) != len(keys) or not all(k in actions for k in keys):
+            missing = [k for k in keys if k not in actions]
+            extra = [k for k in actions if k not in space.spaces]
+            got = f"missing keys {missing}, unexpected keys {extra}"
+            raise _batch_error(path, env_ids, f"the keys {keys} of {space!r}", got)
+        for key, child in parts:
+            child(actions[key], env_ids, out)
+
+    return check
+
+
+def _tuple_checker(space: Any, parts: list[_Check], path: str) -> _Check:
+    def check(actions: Any, env_ids: Any, out: list[Leaf]) -> None:
+        if not isinstance(actions, tuple | list) or len(actions) != len(parts):
+            exp = f"a tuple of {len(parts)} batched actions for {space!r}"
+            raise _batch_error(path, env_ids, exp, f"{type(actions).__name__}")
+        for child, sub in zip(parts, actions, strict=True):
+            child(sub, env_ids, out)
+
+    return check
+
+
+# -------------------------------------------------------------------- plans
+_Parts = tuple[RowWriter, RowReader, _Check, _Flatten, _Unflatten]
+
+
+class _Plan:
+    """Closures compiled once per space; leaf indices and paths are baked in."""
+
+    __slots__ = ("check", "flatten", "read", "specs", "unflatten", "write")
+
+    def __init__(self, space: gs.Space[Any]) -> None:
+        self.specs: list[tuple[str, tuple[int, ...]]] = []
+        parts = self._compile(space, "")
+        self.write, self.read, self.check, self.flatten, self.unflatten = parts
+
+    def _compile(self, space: gs.Space[Any], path: str) -> _Parts:
+        if not isinstance(space, gs.Dict | gs.Tuple):
+            return self._leaf(space, path)
+        items = space.spaces.items() if isinstance(space, gs.Dict) else enumerate(space)
+        subs = [(key, self._compile(sub, f"{path}[{key!r}]")) for key, sub in items]
+        keyed = [(key, p[0], p[1], p[3], p[4]) for key, p in subs]
+
+        def write(leaves: list[Leaf], i: int, value: Any) -> None:
+            for key, w, _, _, _ in keyed:
+                w(leaves, i, value[key])
+
+        def flatten(value: Any, out: list[Leaf]) -> None:
+            for key, _, _, f, _ in keyed:
+                f(value[key], out)
+
+        if isinstance(space, gs.Dict):
+
+            def read(leaves: list[Leaf], i: int) -> Any:
+                return {key: r(leaves, i) for key, _, r, _, _ in keyed}
+
+            def unflatten(leaves: list[Leaf]) -> Any:
+                return {key: u(leaves) for key, _, _, _, u in keyed}
+
+            check = _dict_checker(space, [(key, p[2]) for key, p in subs], path)
+        else:
+
+            def read(leaves: list[Leaf], i: int) -> Any:
+                return tuple([r(leaves, i) for _, _, r, _, _ in keyed])
+
+            def unflatten(leaves: list[Leaf]) -> Any:
+                return tuple([u(leaves) for _, _, _, _, u in keyed])
+
+            check = _tuple_checker(space, [p[2] for _, p in subs], path)
+        return write, read, check, flatten, unflatten
+
+    def _leaf(self, space: gs.Space[Any], path: str) -> _Parts:
+        k = len(self.specs)
+        if isinstance(space, gs.Text):
+            check = _text_checker(space, path)
+            self.specs.append(("text", ()))
+        elif isinstance(space, gs.Box):
+            check = _box_checker(space, path)
+        elif isinstance(space, gs.Discrete):
+            check = _int_checker(space, space.start, space.n, path)
+        elif isinstance(space, gs.MultiDiscrete):
+            check = _int_checker(space, space.start, space.nvec, path)
+        elif isinstance(space, gs.MultiBinary):
+            check = _int_checker(space, 0, np.full(space.shape, 2), path)
+        else:
+            raise _unsupported(space)
+        if len(self.specs) == k:
+            self.specs.append((np.dtype(space.dtype).str, tuple(space.shape or ())))
+
+        def write(leaves: list[Leaf], i: int, value: Any) -> None:
+            leaves[k][i] = value
+
+        def read(leaves: list[Leaf], i: int) -> Any:
+            return leaves[k][i]
+
+        def flatten(value: Any, out: list[Leaf]) -> None:
+            if isinstance(space, gs.Text) and not (isinstance(value, np.ndarray) and value.dtype.kind == "O"):
+                arr = np.empty(len(value), dtype=object)
+                arr[:] = [str(v) for v in value]
+                value = arr
+            out.append(np.asarray(value))
+
+        def unflatten(leaves: list[Leaf]) -> Any:
+            return leaves[k]
+
+        return write, read, check, flatten, unflatten
+
+
+_PLANS: dict[int, tuple[gs.Space[Any], _Plan]] = {}
+
+
+def _plan(space: gs.Space[Any]) -> _Plan:
+    entry = _PLANS.get(id(space))
+    if entry is not None and entry[0] is space:
+        return entry[1]
+    plan = _Plan(space)
+    if len(_PLANS) >= 256:
+        _PLANS.clear()
+    _PLANS[id(space)] = (space, plan)  # holding the space keeps its id unique
+    return plan
+
+
+# ---------------------------------------------------------------- public API
+def leaf_specs(space: gs.Space[Any]) -> list[tuple[str, tuple[int, ...]]]:
+    """Per leaf: (``np.dtype.str`` or ``"text"``, per-row shape); leaf = (B, *shape)."""
+    return list(_plan(space).specs)
+
+
+def empty_batch(space: gs.Space[Any], n: int) -> list[Leaf]:
+    """Leaves for ``n`` rows: np.empty (n, *shape) numeric, (n,) object of "" text."""
+    return [
+        np.full(n, "", dtype=object) if dt == "text" else np.empty((n, *shape), dt) for dt, shape in _plan(space).specs
+    ]
+
+
+def row_writer(space: gs.Space[Any]) -> RowWriter:
+    """Fast ``write(leaves, i, value)`` storing one env's value into row ``i``.
+
+    Build it once per space and call it in hot loops (a single-leaf space costs
+    one ``leaves[0][i] = value``).
+    """
+    return _plan(space).write
+
+
+def write_row(space: gs.Space[Any], leaves: list[Leaf], i: int, value: Any) -> None:
+    """Write one env's unbatched value (ndarray/int/dict/tuple/str) into row ``i``."""
+    _plan(space).write(leaves, i, value)
+
+
+def row_reader(space: gs.Space[Any]) -> RowReader:
+    """``read(leaves, i)``: row ``i`` as one env's value, as gymnasium's ``iterate``.
+
+    Box/MultiDiscrete/MultiBinary give a row view of shape space.shape (a numpy
+    scalar for shape ()), Discrete a numpy integer, Text a str, Dict a dict, Tuple
+    a tuple.
+    """
+    return _plan(space).read
+
+
+def to_leaves(space: gs.Space[Any], batched: Any) -> list[Leaf]:
+    """Flatten a batched value (module conventions) into leaves, without copies.
+
+    A Text child may also be given as a tuple/list of B str (gymnasium style).
+    """
+    out: list[Leaf] = []
+    _plan(space).flatten(batched, out)
+    return out
+
+
+def from_leaves(space: gs.Space[Any], leaves: Sequence[Leaf]) -> Any:
+    """Inverse of :func:`to_leaves`: the dict/tuple structure around ``leaves``."""
+    plan = _plan(space)
+    if len(leaves) != len(plan.specs):
+        raise ValueError(f"{space!r} has {len(plan.specs)} leaves, got {len(leaves)}")
+    return plan.unflatten(list(leaves))
+
+
+def take_rows(leaves: Sequence[Leaf], index: npt.NDArray[Any]) -> list[Leaf]:
+    """Rows ``index`` (int array or bool mask, length K) of every leaf: (K, ...)."""
+    return [leaf[index] for leaf in leaves]
+
+
+def concat_leaves(parts: Sequence[Sequence[Leaf]]) -> list[Leaf]:
+    """Row-concatenate leaf lists of one space: (B1, ...), (B2, ...) -> (B1+B2, ...)."""
+    if not parts or len({len(p) for p in parts}) != 1:
+        raise ValueError("concat_leaves needs one or more leaf lists of equal length")
+    if len(parts) == 1:
+        return list(parts[0])
+    return [np.concatenate(col) for col in zip(*parts, strict=True)]
+
+
+def check_actions(space: gs.Space[Any], actions: Any, env_ids: npt.NDArray[Any]) -> list[Leaf]:
+    """Validate a batch of actions for envs ``env_ids`` (length B) against ``space``.
+
+    ``actions`` follows the batched conventions (array-likes accepted for numeric
+    leaves, a sequence of B str for Text, a dict/tuple of batched children).
+    Returns contiguous leaves cast to the space dtypes (no copy when already
+    right). Raises ``InvalidAction`` (a ``ValueError``) naming the first offending
+    env id, or ``env_id=None`` for a whole-batch shape/dtype/structure error.
+    """
+    out: list[Leaf] = []
+    _plan(space).check(actions, env_ids, out)
+    return out
