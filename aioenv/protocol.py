@@ -4,10 +4,10 @@ A message is a list of ZeroMQ frames ``[header, *arrays]``:
 
 - ``header`` is msgpack: ``{"v": PROTOCOL_VERSION, "op": str, "id": int, ..., "a": [[dtype, shape, frame, offset], ...]}``.
   ``"a"`` describes the numeric arrays the message carries: array ``i`` is the raw C-contiguous
-  bytes at ``offset`` in frame ``frame`` (frames are numbered from the header, 0).
-- arrays under 64 KiB share one frame (8-byte aligned); a larger array gets a frame of its own
-  and is sent zero-copy. ZeroMQ costs the same per frame whatever its size, so this keeps a
-  step message at two frames.
+  bytes at ``offset`` in frame ``frame``; frame 0 means the header's own ``"b"`` blob.
+- arrays under 64 KiB travel together in ``"b"`` (8-byte aligned); a larger array gets a frame
+  of its own and is sent zero-copy. Each frame costs socket calls whatever its size, so a
+  typical step message is a single frame.
 
 Values inside the header (infos, call results, space descriptions) use msgpack
 with three extension types, so numpy values keep their dtype and tuples stay
@@ -179,9 +179,9 @@ def encode(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray] = ()) -
         op: an :class:`Op` name.
         fields: header fields (msgpack values); ``"v"``, ``"op"`` and ``"a"`` are set here.
         arrays: numeric arrays to carry raw. Arrays under :data:`BLOB_LIMIT` bytes are packed
-            together into one frame (ZeroMQ costs the same per frame whatever its size); larger
-            ones get a frame each and are sent zero-copy, so they must be fresh arrays that
-            nobody mutates afterwards.
+            together into the header's ``"b"`` blob (every frame costs socket calls whatever its
+            size); larger ones get a frame each and are sent zero-copy, so they must be fresh
+            arrays that nobody mutates afterwards.
 
     Returns:
         ``[header_bytes, *array_frames]`` ready for ``send_multipart``.
@@ -194,14 +194,10 @@ def encode(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray] = ()) -
         specs: list[list[Any]] = []
         blob: list[bytes] = []
         offset = 0
-        blob_frame = -1
         for arr in arrays:
             arr = np.ascontiguousarray(arr)
             if arr.nbytes < BLOB_LIMIT:
-                if blob_frame < 0:
-                    blob_frame = len(frames)
-                    frames.append(b"")
-                specs.append([arr.dtype.str, list(arr.shape), blob_frame, offset])
+                specs.append([arr.dtype.str, list(arr.shape), 0, offset])
                 data = arr.tobytes()
                 pad = -len(data) % 8  # keep every array 8-byte aligned in the blob
                 blob.append(data + b"\0" * pad if pad else data)
@@ -209,8 +205,8 @@ def encode(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray] = ()) -
             else:
                 specs.append([arr.dtype.str, list(arr.shape), len(frames), 0])
                 frames.append(arr)
-        if blob_frame >= 0:
-            frames[blob_frame] = b"".join(blob)
+        if blob:
+            header["b"] = b"".join(blob)
         header["a"] = specs
     frames[0] = _PACK(header)
     return frames
@@ -246,16 +242,19 @@ def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
     specs = header.get("a", [])
     if not isinstance(specs, list):
         raise ProtocolError(f"malformed header: 'a' must be a list of array specs, got {type(specs).__name__}")
-    buffers = [_buffer(f) for f in frames[1:]]
+    blob = header.get("b", b"")
+    if not isinstance(blob, bytes):
+        raise ProtocolError(f"malformed header: 'b' must be bytes, got {type(blob).__name__}")
+    buffers = [memoryview(blob)] + [_buffer(f) for f in frames[1:]]
     arrays = []
     for i, spec in enumerate(specs):
         try:
             dtype_code, shape, frame, offset = spec
             dtype = _check_dtype(dtype_code)
             shape_t = _check_shape(shape)
-            if not (isinstance(frame, int) and 1 <= frame <= len(buffers)):
-                raise ValueError(f"frame index {frame!r} is not one of the {len(buffers)} array frames")
-            buf = buffers[frame - 1]
+            if not (isinstance(frame, int) and 0 <= frame < len(buffers)):
+                raise ValueError(f"frame index {frame!r} is not the header blob (0) or one of {len(buffers) - 1} frames")
+            buf = buffers[frame]
             count = math.prod(shape_t)
             if not isinstance(offset, int) or offset < 0 or offset + count * dtype.itemsize > len(buf):
                 raise ValueError(f"{dtype} {shape_t} at offset {offset!r} overruns a frame of {len(buf)} bytes")

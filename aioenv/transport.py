@@ -17,12 +17,12 @@ from typing import Any
 
 import zmq
 
+from aioenv.zmqio import has_input, recv_frames, send_frames
+
 __all__ = ["Router"]
 
 #: Messages handled per drain before yielding to the loop (fairness under flood).
 _DRAIN_BATCH = 512
-#: Frames at least this large are sent zero-copy (pyzmq copies smaller ones regardless).
-_ZERO_COPY_BYTES = 65536
 
 
 class Router:
@@ -50,15 +50,13 @@ class Router:
 
     def send(self, identity: bytes, frames: Sequence[Any]) -> bool:
         """Send one message to ``identity``; False when that peer is not connected."""
-        # Small frames are copied by ZeroMQ anyway, and copy=True skips building Frame objects.
-        big = any(getattr(f, "nbytes", 0) >= _ZERO_COPY_BYTES for f in frames)
         try:
-            self.sock.send_multipart([identity, *frames], copy=not big)
+            send_frames(self.sock, [identity, *frames])
         except zmq.ZMQError as exc:
             if exc.errno in (zmq.EHOSTUNREACH, zmq.EAGAIN):
                 return False
             raise
-        if not self._scheduled and self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        if not self._scheduled and has_input(self.sock):
             self._scheduled = True
             self._loop.call_soon(self._drain)
         return True
@@ -69,10 +67,9 @@ class Router:
             return
         sock = self.sock
         for _ in range(_DRAIN_BATCH):
-            try:
-                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
+            if not has_input(sock):
                 return
+            frames = recv_frames(sock, zmq.NOBLOCK)
             self._on_message(frames[0].bytes, frames[1:])
             if self._closed:
                 return

@@ -20,6 +20,7 @@ import zmq
 from aioenv import spaces
 from aioenv.errors import AioEnvError, ProtocolError, to_wire
 from aioenv.protocol import Op, decode, encode, leaves_from_wire, leaves_to_wire, pack
+from aioenv.zmqio import recv_frames, send_frames
 from workers.hosted import HostedEnv
 from workers.sources import resolve
 
@@ -86,7 +87,7 @@ class Worker:
         }
         try:
             while True:
-                frames = sock.recv_multipart(copy=False)
+                frames = recv_frames(sock)
                 req_id: Any = None
                 try:
                     header, arrays = decode(frames)
@@ -104,8 +105,7 @@ class Worker:
                         raise ProtocolError(f"worker {self.name} got unknown op {op!r}")
                     fields, out = handler(header, arrays)
                     fields["id"] = req_id
-                    reply = _encode_reply(fields, out, header.get("env") or [])
-                    sock.send_multipart(reply, copy=len(reply) <= 2)
+                    send_frames(sock, _encode_reply(fields, out, header.get("env") or []))
                 except Exception as exc:  # noqa: BLE001 - every request gets one reply
                     log.debug("request %s failed", req_id, exc_info=True)
                     sock.send_multipart(encode(Op.ERROR, {"id": req_id, "error": _error(exc, None)}))
