@@ -139,9 +139,7 @@ class Coordinator:
 
     # ------------------------------------------------------------ requests
 
-    def submit(
-        self, kind: str, env_ids: np.ndarray, sink: Any, build: Build, *, timeout: float | None = None
-    ) -> None:
+    def submit(self, kind: str, env_ids: np.ndarray, sink: Any, build: Build, *, timeout: float | None = None) -> None:
         """Send one request per worker covering ``env_ids`` (already claimed); replies go to ``sink``."""
         deadline = None if timeout is None else self.loop.time() + timeout
         op = {"step": Op.STEP, "reset": Op.RESET, "call": Op.CALL}[kind]
@@ -194,7 +192,7 @@ class Coordinator:
             return  # a late reply to a request that timed out or was failed: dropped
         try:
             self._deliver(req, op, header, arrays)
-        except Exception as exc:  # noqa: BLE001 - a malformed reply fails its request, not the loop
+        except Exception as exc:
             log.exception("bad reply from worker %s", slot.name)
             err = ProtocolError(f"malformed reply from worker {slot.name}: {exc}")
             self._deliver_part(req, Part.failed(req.env_ids, lambda e: _with_env(err, e)))
@@ -296,7 +294,7 @@ class Coordinator:
             stuck.add(req.worker)
             slot = self.slots[req.worker]
 
-            def timeout_error(env_id: int, kind: str = req.kind) -> StepTimeout:
+            def timeout_error(env_id: int, kind: str = req.kind, slot: _Slot = slot) -> StepTimeout:
                 return StepTimeout(
                     f"{kind} of env {env_id} overran its deadline; its worker {slot.name} is restarted and the "
                     "env re-made: reset it before stepping",

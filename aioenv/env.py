@@ -6,7 +6,7 @@ them run concurrently in one worker's event loop (the ``async`` executor).
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import gymnasium
 
@@ -23,10 +23,12 @@ class AsyncEnv(Generic[ObsT, ActT]):
 
     observation_space: gymnasium.Space[Any]
     action_space: gymnasium.Space[Any]
-    metadata: dict[str, Any] = {}
+    metadata: ClassVar[dict[str, Any]] = {}
     render_mode: str | None = None
 
-    async def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[ObsT, dict[str, Any]]:
+    async def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[ObsT, dict[str, Any]]:
         """Start an episode; returns ``(obs, info)``."""
         raise NotImplementedError
 

@@ -10,6 +10,7 @@ the coordinator dies (``PR_SET_PDEATHSIG``), so none outlive it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -86,10 +87,8 @@ class LocalProcess:
     def kill(self) -> None:
         """SIGKILL now (a hung worker)."""
         if self.proc.returncode is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 self.proc.kill()
-            except ProcessLookupError:
-                pass
 
     async def stop(self, grace: float) -> None:
         """Wait ``grace`` s for a voluntary exit, then SIGTERM, wait, then SIGKILL."""
@@ -97,10 +96,8 @@ class LocalProcess:
             if self.exited.is_set():
                 return
             if sig is not None and self.proc.returncode is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     self.proc.send_signal(sig)
-                except ProcessLookupError:
-                    pass
             try:
                 await asyncio.wait_for(self.exited.wait(), grace)
             except TimeoutError:

@@ -15,9 +15,8 @@ from typing import Any
 
 import gymnasium
 import numpy as np
-from gymnasium.vector.utils import concatenate, create_empty_array
 from gymnasium.vector import AutoresetMode
-from gymnasium.vector.utils import batch_space
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
 from aioenv import spaces
 from aioenv.coordinator import Coordinator
@@ -84,7 +83,9 @@ class Pool:
         endpoint: str | None = None,
     ) -> None:
         if endpoint is not None:
-            raise NotImplementedError("endpoint= (a remote aioenv server) is not available yet; omit it for local workers")
+            raise NotImplementedError(
+                "endpoint= (a remote aioenv server) is not available yet; omit it for local workers"
+            )
         if executor not in _EXECUTORS:
             raise ValueError(f"executor must be one of {_EXECUTORS}, got {executor!r}")
         self._mode = _mode_name(autoreset_mode)
@@ -198,7 +199,9 @@ class Pool:
         if self.closed:
             raise PoolClosed("the pool is closed")
         if self._coord is None or not hasattr(self, "_recv"):
-            raise UsageError("the pool is not started: use `await aioenv.make(...)`, `await pool.start()` or `async with`")
+            raise UsageError(
+                "the pool is not started: use `await aioenv.make(...)`, `await pool.start()` or `async with`"
+            )
         return self._coord
 
     def __repr__(self) -> str:
@@ -265,7 +268,11 @@ class Pool:
     # ------------------------------------------------------------ batched API
 
     async def reset(
-        self, env_ids: Any = None, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+        self,
+        env_ids: Any = None,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
     ) -> tuple[Any, dict[str, Any]]:
         """Reset ``env_ids`` (all when None) and wait for them.
 
@@ -278,9 +285,11 @@ class Pool:
         ids = self._core().sched.resolve(env_ids)
         sink = Gather("reset", ids, self.single_observation_space)
         self._dispatch_reset(ids, seed, options, sink)
-        return await sink.future  # type: ignore[no-any-return]
+        return await sink.future
 
-    async def step(self, actions: Any, env_ids: Any = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    async def step(
+        self, actions: Any, env_ids: Any = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step ``env_ids`` (all when None) with ``actions`` (batched, one row per env in that order) and wait.
 
         Returns:
@@ -295,7 +304,7 @@ class Pool:
         ids = self._core().sched.resolve(env_ids)
         sink = Gather("step", ids, self.single_observation_space)
         self._dispatch_step(actions, ids, sink)
-        return await sink.future  # type: ignore[no-any-return]
+        return await sink.future
 
     def send(self, actions: Any, env_ids: Any = None) -> None:
         """Dispatch steps for ``env_ids`` and return at once; results arrive through :meth:`recv`."""
@@ -303,7 +312,11 @@ class Pool:
         self._recv.expect(ids.size)
 
     def send_reset(
-        self, env_ids: Any = None, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+        self,
+        env_ids: Any = None,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
     ) -> None:
         """Dispatch resets; their rows come through :meth:`recv` with reward 0 and terminated/truncated False."""
         ids = self._dispatch_reset(env_ids, seed, options, self._recv_sink())
@@ -340,7 +353,7 @@ class Pool:
         await queue.wait(need, timeout)
         if self.closed:
             raise PoolClosed("the pool was closed")
-        return queue.take(most)  # type: ignore[return-value]
+        return queue.take(most)
 
     # ------------------------------------------------------------ per-env futures
 
@@ -376,7 +389,7 @@ class Pool:
             return out, []
 
         coord.submit("call", ids, sink, build, timeout=None)
-        return await sink.future  # type: ignore[no-any-return]
+        return await sink.future
 
     async def call(self, name: str, *args: Any, env_ids: Any = None, **kwargs: Any) -> list[Any]:
         """Call method ``name`` on each env (through wrappers); an attribute is returned as is.
@@ -434,7 +447,12 @@ async def make(env: Any, num_envs: int | None = None, **options: Any) -> Pool:
     return await pool.start()
 
 
-_SIMPLE = (gymnasium.spaces.Box, gymnasium.spaces.Discrete, gymnasium.spaces.MultiDiscrete, gymnasium.spaces.MultiBinary)
+_SIMPLE = (
+    gymnasium.spaces.Box,
+    gymnasium.spaces.Discrete,
+    gymnasium.spaces.MultiDiscrete,
+    gymnasium.spaces.MultiBinary,
+)
 
 
 def _batch_one(space: gymnasium.Space[Any], action: Any) -> Any:
@@ -446,6 +464,6 @@ def _batch_one(space: gymnasium.Space[Any], action: Any) -> Any:
         out[0] = action
         return out
     try:
-        return concatenate(space, [action], create_empty_array(space, 1))
-    except Exception as exc:  # noqa: BLE001 - report as an invalid action below
+        return concatenate(space, [action], create_empty_array(space, 1))  # type: ignore[arg-type]
+    except Exception as exc:
         raise InvalidAction(f"action {action!r} does not fit {space}: {exc}") from exc

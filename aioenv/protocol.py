@@ -2,7 +2,8 @@
 
 A message is a list of ZeroMQ frames ``[header, *arrays]``:
 
-- ``header`` is msgpack: ``{"v": PROTOCOL_VERSION, "op": str, "id": int, ..., "a": [[dtype, shape, frame, offset], ...]}``.
+- ``header`` is msgpack: ``{"v": PROTOCOL_VERSION, "op": str, "id": int, ...,
+  "a": [[dtype, shape, frame, offset], ...], "b": bytes}``.
   ``"a"`` describes the numeric arrays the message carries: array ``i`` is the raw C-contiguous
   bytes at ``offset`` in frame ``frame``; frame 0 means the header's own ``"b"`` blob.
 - arrays under 64 KiB travel together in ``"b"`` (8-byte aligned); a larger array gets a frame
@@ -149,10 +150,10 @@ def _ext_hook(code: int, data: bytes) -> Any:
 
 
 def _PACK(obj: Any) -> bytes:
-    return msgpack.packb(obj, default=_default, strict_types=True, use_bin_type=True)  # type: ignore[no-any-return]
+    return msgpack.packb(obj, default=_default, strict_types=True, use_bin_type=True)
 
 
-def _UNPACK(data: bytes) -> Any:
+def _UNPACK(data: bytes | memoryview) -> Any:
     return msgpack.unpackb(data, ext_hook=_ext_hook, strict_map_key=False, raw=False, use_list=True)
 
 
@@ -253,7 +254,9 @@ def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
             dtype = _check_dtype(dtype_code)
             shape_t = _check_shape(shape)
             if not (isinstance(frame, int) and 0 <= frame < len(buffers)):
-                raise ValueError(f"frame index {frame!r} is not the header blob (0) or one of {len(buffers) - 1} frames")
+                raise ValueError(
+                    f"frame index {frame!r} is not the header blob (0) or one of {len(buffers) - 1} frames"
+                )
             buf = buffers[frame]
             count = math.prod(shape_t)
             if not isinstance(offset, int) or offset < 0 or offset + count * dtype.itemsize > len(buf):
@@ -269,7 +272,7 @@ def _buffer(frame: Any) -> memoryview:
         return memoryview(frame)
     buf = getattr(frame, "buffer", None)  # zmq.Frame
     if buf is not None:
-        return buf  # type: ignore[no-any-return]
+        return buf
     return memoryview(frame)
 
 

@@ -92,8 +92,8 @@ def _fill_infos(info: dict[str, Any], infos: list[Any] | None, rows: Any, num_ro
 
 def _raise_first(errors: dict[int, AioEnvError], partial: Any) -> None:
     first = errors[min(errors)]
-    first.partial = partial if isinstance(first, EnvError) else None
     if isinstance(first, EnvError):
+        first.partial = partial
         first.errors = {int(e.env_id) if e.env_id is not None else -1: e for e in errors.values()}
     raise first
 
@@ -209,9 +209,7 @@ class Single:
             self.future.set_result(ResetResult(obs, info, env_id))
         else:
             self.future.set_result(
-                StepResult(
-                    obs, float(part.reward[0]), bool(part.terminated[0]), bool(part.truncated[0]), info, env_id
-                )
+                StepResult(obs, float(part.reward[0]), bool(part.terminated[0]), bool(part.truncated[0]), info, env_id)
             )
 
     def fail(self, exc: BaseException) -> None:

@@ -58,17 +58,18 @@ def parse_sources(
         return EnvSources({"0": src}, ["0"] * _check_count(num_envs), True), num_envs
     if isinstance(env, Sequence) and env and all(callable(f) for f in env):
         if num_envs is not None and num_envs != len(env):
-            raise ValueError(f"num_envs={num_envs} but {len(env)} env factories were given; pass one or make them agree")
+            raise ValueError(
+                f"num_envs={num_envs} but {len(env)} env factories were given; pass one or make them agree"
+            )
         sources: dict[str, dict[str, Any]] = {}
         keys: list[str] = []
         seen: dict[int, str] = {}
         for fn in env:
-            key = seen.get(id(fn))
-            if key is None:
-                key = str(len(seen))
-                seen[id(fn)] = key
-                sources[key] = {"kind": "pickle", "path": _pickle_factory(fn, int(key), private_dir), "kwargs": kwargs}
-            keys.append(key)
+            if id(fn) not in seen:
+                new = str(len(seen))
+                seen[id(fn)] = new
+                sources[new] = {"kind": "pickle", "path": _pickle_factory(fn, int(new), private_dir), "kwargs": kwargs}
+            keys.append(seen[id(fn)])
         return EnvSources(sources, keys, True), len(env)
     raise TypeError(
         "env must be a gymnasium id ('CartPole-v1'), a 'pkg.module:factory' string, a callable that returns "

@@ -12,6 +12,7 @@ message, which is what makes many small round trips cheap.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -35,18 +36,18 @@ class Router:
 
     def __init__(self, endpoint: str, on_message: Callable[[bytes, list[zmq.Frame]], None]) -> None:
         self._loop = asyncio.get_running_loop()
-        self._ctx = zmq.Context.instance()
-        self.sock = self._ctx.socket(zmq.ROUTER)
+        self.sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # unknown peer -> error, not a silent drop
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.RCVHWM, 0)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.bind(endpoint)
-        self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.endpoint: str = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._on_message = on_message
         self._scheduled = False
         self._closed = False
-        self._loop.add_reader(self.sock.getsockopt(zmq.FD), self._drain)
+        self._fd: int = self.sock.getsockopt(zmq.FD)
+        self._loop.add_reader(self._fd, self._drain)
 
     def send(self, identity: bytes, frames: Sequence[Any]) -> bool:
         """Send one message to ``identity``; False when that peer is not connected."""
@@ -81,8 +82,6 @@ class Router:
         if self._closed:
             return
         self._closed = True
-        try:
-            self._loop.remove_reader(self.sock.getsockopt(zmq.FD))
-        except Exception:  # noqa: BLE001 - the loop may already be closed
-            pass
+        with contextlib.suppress(Exception):  # the loop may already be closed
+            self._loop.remove_reader(self._fd)
         self.sock.close(linger=0)

@@ -24,7 +24,9 @@ def _die_with_parent() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and run a worker until the coordinator closes it."""
     parser = argparse.ArgumentParser(prog="python -m workers", description="Host aioenv envs for a coordinator.")
-    parser.add_argument("--connect", required=True, help="coordinator endpoint, e.g. ipc:///tmp/x/w.sock or tcp://host:5556")
+    parser.add_argument(
+        "--connect", required=True, help="coordinator endpoint, e.g. ipc:///tmp/x/w.sock or tcp://host:5556"
+    )
     parser.add_argument("--name", default=f"worker-{os.getpid()}", help="worker name (its ZeroMQ identity)")
     parser.add_argument("--executor", default="inline", choices=["inline"], help="how envs are run")
     parser.add_argument("--trusted-dir", default=None, help="directory of pickled factories written by a local pool")

@@ -15,6 +15,7 @@ never been reset. Stepping either is refused with a clear error.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from aioenv.errors import EpisodeEnded, UsageError
@@ -54,7 +55,9 @@ class HostedEnv:
     def before_step(self) -> None:
         """Raise if the env may not be stepped now."""
         if self._blocked is not None:
-            raise UsageError(f"env {self.env_id} cannot be stepped: {self._blocked}; reset it first", env_id=self.env_id)
+            raise UsageError(
+                f"env {self.env_id} cannot be stepped: {self._blocked}; reset it first", env_id=self.env_id
+            )
         if self._pending_reset and self.mode == DISABLED:
             raise EpisodeEnded(
                 f"env {self.env_id}'s episode ended and autoreset_mode is 'disabled': reset it before stepping",
@@ -95,7 +98,5 @@ class HostedEnv:
 
     def close(self) -> None:
         """Close the env, ignoring its errors (it is going away)."""
-        try:
+        with contextlib.suppress(Exception):  # a failing close must not stop the others
             self.env.close()
-        except Exception:  # noqa: BLE001 - a failing close must not stop the others
-            pass

@@ -71,8 +71,7 @@ class Worker:
 
     def run(self) -> None:
         """Connect, say HELLO, serve until CLOSE (or the context is terminated)."""
-        ctx = zmq.Context.instance()
-        sock = ctx.socket(zmq.DEALER)
+        sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
         sock.setsockopt(zmq.IDENTITY, self.name.encode())
         sock.setsockopt(zmq.LINGER, 2000)
         sock.connect(self.endpoint)
@@ -106,7 +105,7 @@ class Worker:
                     fields, out = handler(header, arrays)
                     fields["id"] = req_id
                     send_frames(sock, _encode_reply(fields, out, header.get("env") or []))
-                except Exception as exc:  # noqa: BLE001 - every request gets one reply
+                except Exception as exc:
                     log.debug("request %s failed", req_id, exc_info=True)
                     sock.send_multipart(encode(Op.ERROR, {"id": req_id, "error": _error(exc, None)}))
         finally:

@@ -91,4 +91,4 @@ def _pickled(path: str, kwargs: dict[str, Any], trusted_dir: str | None) -> Fact
         factory = cloudpickle.load(fh)
     if kwargs:
         return lambda: factory(**kwargs)
-    return factory  # type: ignore[no-any-return]
+    return factory

@@ -1,0 +1,44 @@
+# aioenv: `make demo` and `make test` work on a fresh machine with Python 3.11+, pip and gcc.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check
+
+.PHONY: demo test lint typecheck bench bench-quick clean
+
+$(VENV)/.created:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.created pyproject.toml
+	$(PIP) install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.created pyproject.toml
+	$(PIP) install -q -e ".[test]"
+	touch $@ $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/aioenv demo
+
+lint: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check aioenv workers tests benchmarks examples
+	$(VENV)/bin/ruff format --check aioenv workers tests benchmarks examples
+
+typecheck: $(VENV)/.installed-test
+	$(VENV)/bin/mypy
+
+test: lint typecheck
+	$(PY) -m pytest
+
+bench: $(VENV)/.installed-test
+	$(PIP) install -q -e ".[bench]"
+	$(PY) benchmarks/bench_core.py
+
+bench-quick: $(VENV)/.installed-test
+	$(PIP) install -q -e ".[bench]"
+	$(PY) benchmarks/bench_core.py --quick
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info
