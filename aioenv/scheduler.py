@@ -142,7 +142,7 @@ class Scheduler:
         order = np.argsort(owners, kind="stable")
         sorted_owners = owners[order]
         cuts = np.flatnonzero(np.diff(sorted_owners)) + 1
-        return [(int(sorted_owners[g[0]]), g) for g in np.split(order, cuts)]
+        return [(int(owners[g[0]]), g) for g in np.split(order, cuts)]
 
     # ------------------------------------------------------------ requests
 
