@@ -18,6 +18,7 @@ async def main() -> None:
         obs, reward, terminated, truncated, info = await pool.recv(min_results=4, max_results=4)
         pool.send(np.ones(4, dtype=np.int64), info["env_id"])  # answer the first four at once
         obs, reward, terminated, truncated, info = await pool.recv(min_results=8)  # all still in flight
+        print(f"recv: envs {info['env_id']} obs {obs.shape} rewards {reward} ended {terminated | truncated}")
 
         # one env, one future
         result = await pool.step_env(0, 1)  # StepResult(obs, reward, ..., env_id=0)

@@ -1,0 +1,56 @@
+"""The command line and the runnable examples, run as a user runs them (subprocesses)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, COLUMNS="120")
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env, check=False)
+
+
+def test_demo_runs_a_real_pool_and_reports_it() -> None:
+    proc = _run(sys.executable, "-m", "aioenv.cli", "demo", "--num-envs", "4", "--steps", "2000", "--seed", "3")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "CartPole-v1" in out
+    assert re.search(r"envs / workers\s+│\s+4 / 2", out), out
+    steps = re.search(r"env-steps\s+│\s+([\d,]+)", out)
+    assert steps is not None and int(steps.group(1).replace(",", "")) >= 2000
+    episodes = re.search(r"episodes finished\s+│\s+([\d,]+)", out)
+    assert episodes is not None and int(episodes.group(1).replace(",", "")) > 0, out
+    assert "workers are gone" in out
+
+
+def test_demo_refuses_a_bad_argument_clearly() -> None:
+    proc = _run(sys.executable, "-m", "aioenv.cli", "demo", "--num-envs", "0")
+    assert proc.returncode == 2
+    assert "--num-envs" in proc.stderr and "0" in proc.stderr
+
+
+def test_version_option() -> None:
+    import aioenv
+
+    proc = _run(sys.executable, "-m", "aioenv.cli", "--version")
+    assert proc.returncode == 0
+    assert aioenv.__version__ in proc.stdout
+
+
+def test_tour_example_runs() -> None:
+    proc = _run(sys.executable, str(ROOT / "examples" / "tour.py"))
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"env 0: reward 1\.0", proc.stdout), proc.stdout
+
+
+def test_readme_tour_is_the_example() -> None:
+    readme = (ROOT / "README.md").read_text()
+    tour = (ROOT / "examples" / "tour.py").read_text()
+    body = tour[tour.index("async def main") : tour.index("\n\n\nif __name__")]
+    assert body in readme, "the README's tour drifted from examples/tour.py"
