@@ -1,0 +1,512 @@
+"""Core benchmark: aioenv against gymnasium's SyncVectorEnv / AsyncVectorEnv.
+
+Every cell is measured in the same run, interleaved round by round (rotating
+order), so the ratios stay meaningful on a small, noisy machine.  Results go to
+a JSON file and a Markdown table (``benchmarks/results/core.{json,md}``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import functools
+import gc
+import importlib
+import itertools
+import json
+import multiprocessing as mp
+import os
+import platform
+import shlex
+import statistics
+import sys
+import tempfile
+import traceback
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from time import perf_counter, perf_counter_ns
+from types import ModuleType
+from typing import Any, TypeVar
+
+import gymnasium as gym
+import numpy as np
+import zmq
+import zmq.asyncio
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+try:
+    import uvloop
+except ImportError:  # pragma: no cover - uvloop is optional
+    uvloop = None  # type: ignore[assignment]
+
+T = TypeVar("T")
+Aio = ModuleType | str  # the aioenv module, or why it is unavailable
+Cell = Callable[[], float | tuple[float, ...]] | str  # a measurement, or a skip reason
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = ROOT / "benchmarks" / "results" / "core.json"
+ACTION_BATCHES = 64  # pre-sampled action batches, cycled through
+STARTUP_ENVS = 32
+RT_COUNT, RT_WARMUP = 2000, 200
+IMPLS = ("sync", "async", "aioenv_step", "aioenv_sendrecv")
+RATIOS = {
+    "aioenv_step/sync": ("aioenv_step", "sync"),
+    "aioenv_step/async": ("aioenv_step", "async"),
+    "aioenv_sendrecv/sync": ("aioenv_sendrecv", "sync"),
+}
+WORKLOADS = {  # name -> (env id, number of envs)
+    "cartpole-32": ("CartPole-v1", 32),
+    "cartpole-128": ("CartPole-v1", 128),
+    "ant-32": ("Ant-v5", 32),
+}
+TARGETS = {  # name -> {ratio: minimum}; informative only, never fails the run
+    "cartpole-32": {"aioenv_step/async": 5.0},
+    "cartpole-128": {"aioenv_step/sync": 0.9, "aioenv_sendrecv/sync": 1.0},
+    "ant-32": {"aioenv_step/sync": 1.6},
+}
+SECTIONS = (*WORKLOADS, "startup", "roundtrip")
+RT_LABELS = {"aioenv": "aioenv step_env", "raw_zmq": "raw pyzmq DEALER/ROUTER"}
+
+
+# ------------------------------------------------------------------ helpers
+def try_import(name: str) -> ModuleType | str:
+    """Import ``name`` (from the working tree first) or say why it failed."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:  # noqa: BLE001 - any failure only disables cells
+        return f"{type(exc).__name__}: {exc}"
+
+
+def load_aioenv() -> Aio:
+    """Import aioenv, or return ``unavailable: ...`` if it or ``make`` is missing."""
+    mod = try_import("aioenv")
+    if not isinstance(mod, str) and not callable(getattr(mod, "make", None)):
+        mod = "AttributeError: aioenv.make does not exist yet"
+    return f"unavailable: {mod}" if isinstance(mod, str) else mod
+
+
+def run_async(coro: Coroutine[Any, Any, T], timeout: float) -> T:
+    """Run ``coro`` with a timeout on a fresh event loop (uvloop if importable)."""
+    coro = asyncio.wait_for(coro, timeout)
+    try:
+        return uvloop.run(coro) if uvloop is not None else asyncio.run(coro)
+    except TimeoutError as exc:
+        raise TimeoutError(f"no result within {timeout:g} s") from exc
+
+
+def aio_cell(aio: Aio, timeout: float, fn: Callable[..., Coroutine], *a: Any) -> Cell:
+    """Build a cell running ``fn(aio, *a)`` on its own loop, or the skip reason."""
+    return aio if isinstance(aio, str) else lambda: run_async(fn(aio, *a), timeout)
+
+
+def presample(single_space: gym.Space, num_envs: int) -> list[Any]:
+    """Sample ``ACTION_BATCHES`` batched actions from a seeded batched space."""
+    space = batch_space(single_space, num_envs)
+    space.seed(0)
+    return [space.sample() for _ in range(ACTION_BATCHES)]
+
+
+def make_vec(kind: str, env_id: str, num_envs: int) -> VectorEnv:
+    """Build a gymnasium Sync/Async vector env (default context, next-step reset)."""
+    cls = SyncVectorEnv if kind == "sync" else AsyncVectorEnv
+    fns = [functools.partial(gym.make, env_id)] * num_envs
+    return cls(fns, autoreset_mode=AutoresetMode.NEXT_STEP)
+
+
+def timed_steps(step: Callable[[int], int], warmup: float, seconds: float) -> float:
+    """Warm up, then call ``step(k)`` for ~``seconds``; return env-steps/s."""
+    k, end = 0, perf_counter() + warmup
+    while perf_counter() < end:
+        step(k)
+        k += 1
+    steps, start = 0, perf_counter()
+    while (now := perf_counter()) < start + seconds:
+        steps += step(k)
+        k += 1
+    return steps / (now - start)
+
+
+async def atimed_steps(step: Callable[[int], Awaitable[int]], warmup: float, seconds: float) -> float:
+    """Async twin of :func:`timed_steps`."""
+    k, end = 0, perf_counter() + warmup
+    while perf_counter() < end:
+        await step(k)
+        k += 1
+    steps, start = 0, perf_counter()
+    while (now := perf_counter()) < start + seconds:
+        steps += await step(k)
+        k += 1
+    return steps / (now - start)
+
+
+def sig(x: float) -> float:
+    """Round ``x`` to 6 significant digits (keeps the JSON readable)."""
+    return float(f"{x:.6g}")
+
+
+def ratio(num: float | None, den: float | None) -> float | None:
+    """``num / den`` or None when either side is missing."""
+    return sig(num / den) if num is not None and den else None
+
+
+def target(op: str, threshold: float, value: float | None) -> dict[str, Any]:
+    """Describe the target ``value op threshold`` (``met`` None without value)."""
+    met = None if value is None else (value >= threshold) == (op == ">=")
+    return {"op": op, "threshold": threshold, "value": value, "met": met}
+
+
+def run_cell(label: str, cell: Callable[[], float | tuple[float, ...]]) -> tuple[float, ...]:
+    """Run one measurement; return its values rounded to 6 significant digits."""
+    v = cell()
+    row = tuple(sig(x) for x in (v if isinstance(v, tuple) else (v,)))
+    shown = ", ".join(f"{x:,.0f}" if x >= 1e3 else f"{x:.4g}" for x in row)
+    print(f"{label}: {shown}", flush=True)
+    return row
+
+
+def run_rounds(label: str, cells: dict[str, Cell], repeats: int, metrics: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """Run every cell ``repeats`` times, interleaved with a rotating order.
+
+    A cell that raises is recorded as ``error: ...`` and not retried.  Each
+    cell reports the median of every metric, its repeats and a status.
+    """
+    vals: dict[str, list[tuple[float, ...]]] = {k: [] for k in cells}
+    status = {k: c if isinstance(c, str) else "ok" for k, c in cells.items()}
+    names = list(cells)
+    for rnd in range(repeats):
+        for name in names[rnd % len(names) :] + names[: rnd % len(names)]:
+            cell = cells[name]
+            if isinstance(cell, str) or status[name] != "ok":
+                continue
+            try:
+                vals[name].append(run_cell(f"[{label}] {name} #{rnd + 1}", cell))
+            except Exception as exc:  # noqa: BLE001 - report, keep the other cells
+                traceback.print_exc()
+                status[name] = f"error: {exc!r}"
+            gc.collect()
+    out: dict[str, dict[str, Any]] = {}
+    for name, rows in vals.items():
+        cols = [[r[i] for r in rows] for i in range(len(metrics))]
+        out[name] = {m: sig(statistics.median(c)) if c else None for m, c in zip(metrics, cols, strict=True)}
+        out[name]["repeats"] = [r[0] if len(r) == 1 else dict(zip(metrics, r, strict=True)) for r in rows]
+        out[name]["status"] = status[name]
+    return out
+
+
+# --------------------------------------------------------------- throughput
+def gym_throughput(kind: str, env_id: str, n: int, warm: float, secs: float) -> float:
+    """Env-steps/s of a gymnasium vector env stepping pre-sampled actions."""
+    env = make_vec(kind, env_id, n)
+    try:
+        env.reset(seed=0)
+        acts = presample(env.single_action_space, n)
+
+        def step(k: int) -> int:
+            env.step(acts[k % ACTION_BATCHES])
+            return n
+
+        return timed_steps(step, warm, secs)
+    finally:
+        env.close()
+
+
+async def aioenv_throughput(aio: ModuleType, env_id: str, n: int, sendrecv: bool, warm: float, secs: float) -> float:
+    """Env-steps/s of ``await pool.step`` or of the send/recv loop (batch n/2)."""
+    pool = await aio.make(env_id, n, batch_size=n // 2 if sendrecv else None, seed=0)
+    try:
+        await pool.reset(seed=0)
+        acts = presample(pool.single_action_space, n)
+
+        async def step(k: int) -> int:
+            await pool.step(acts[k % ACTION_BATCHES])
+            return n
+
+        async def send_recv(k: int) -> int:
+            *_, info = await pool.recv()
+            ids = info["env_id"]
+            pool.send(acts[k % ACTION_BATCHES][ids], ids)
+            return len(ids)
+
+        if sendrecv:
+            pool.send(acts[0], np.arange(n, dtype=np.int32))
+        return await atimed_steps(send_recv if sendrecv else step, warm, secs)
+    finally:
+        await pool.aclose()
+
+
+def bench_workload(name: str, args: argparse.Namespace, aio: Aio) -> dict[str, Any]:
+    """Measure the four implementations of one workload and derive ratios."""
+    env_id, n = WORKLOADS[name]
+    a = (env_id, n)
+    t = (args.warmup, args.seconds)
+    cells: dict[str, Cell] = {
+        "sync": functools.partial(gym_throughput, "sync", *a, *t),
+        "async": functools.partial(gym_throughput, "async", *a, *t),
+        "aioenv_step": aio_cell(aio, args.timeout, aioenv_throughput, *a, False, *t),
+        "aioenv_sendrecv": aio_cell(aio, args.timeout, aioenv_throughput, *a, True, *t),
+    }
+    if env_id.startswith("Ant") and isinstance(mj := try_import("mujoco"), str):
+        cells = dict.fromkeys(cells, f"skipped: mujoco not importable ({mj})")
+    res: dict[str, Any] = {"env_id": env_id, "num_envs": n}
+    res |= run_rounds(name, cells, args.repeats, ("steps_per_s",))
+    sps = {k: res[k]["steps_per_s"] for k in IMPLS}
+    res["ratios"] = {r: ratio(sps[a], sps[b]) for r, (a, b) in RATIOS.items()}
+    res["targets"] = {r: target(">=", v, res["ratios"][r]) for r, v in TARGETS[name].items()}
+    return res
+
+
+# ------------------------------------------------------------------ startup
+def gym_startup(kind: str) -> float:
+    """Seconds to construct + first-reset a gymnasium vector env of CartPoles."""
+    start, env = perf_counter(), None
+    try:
+        env = make_vec(kind, "CartPole-v1", STARTUP_ENVS)
+        env.reset(seed=0)
+        return perf_counter() - start
+    finally:
+        if env is not None:
+            env.close()
+
+
+async def aioenv_startup(aio: ModuleType) -> float:
+    """Seconds for ``await aioenv.make(...)`` + ``await pool.reset(seed=0)``."""
+    start, pool = perf_counter(), None
+    try:
+        pool = await aio.make("CartPole-v1", STARTUP_ENVS)
+        await pool.reset(seed=0)
+        return perf_counter() - start
+    finally:
+        if pool is not None:
+            await pool.aclose()
+
+
+def bench_startup(args: argparse.Namespace, aio: Aio) -> dict[str, Any]:
+    """Median construct + first-reset time of each implementation."""
+    cells: dict[str, Cell] = {
+        "aioenv": aio_cell(aio, args.timeout, aioenv_startup),
+        "async": functools.partial(gym_startup, "async"),
+        "sync": functools.partial(gym_startup, "sync"),
+    }
+    res: dict[str, Any] = {"num_envs": STARTUP_ENVS}
+    res |= run_rounds("startup", cells, args.repeats, ("seconds",))
+    res["targets"] = {"aioenv_s": target("<=", 1.0, res["aioenv"]["seconds"])}
+    return res
+
+
+# --------------------------------------------------------------- round trip
+async def latencies(call: Callable[[], Awaitable[object]]) -> tuple[float, float]:
+    """Warm up, then time ``RT_COUNT`` awaited calls; (p50, p99) in µs."""
+    for _ in range(RT_WARMUP):
+        await call()
+    lat = np.empty(RT_COUNT, dtype=np.int64)
+    for i in range(RT_COUNT):
+        t0 = perf_counter_ns()
+        await call()
+        lat[i] = perf_counter_ns() - t0
+    p50, p99 = np.percentile(lat, [50, 99]) / 1e3
+    return float(p50), float(p99)
+
+
+def echo_server(addr: str) -> None:
+    """Blocking ROUTER echo loop, run in a separate process until terminated."""
+    with zmq.Context() as ctx, ctx.socket(zmq.ROUTER) as sock:
+        sock.bind(addr)
+        while True:
+            sock.send_multipart(sock.recv_multipart(copy=False), copy=False)
+
+
+async def raw_roundtrip() -> tuple[float, float]:
+    """Latency of an asyncio DEALER sending 2 frames to an echo ROUTER process."""
+    with tempfile.TemporaryDirectory(prefix="bench-rt-") as tmp:
+        addr = f"ipc://{tmp}/echo.sock"
+        proc = mp.get_context("spawn").Process(target=echo_server, args=(addr,), daemon=True)
+        proc.start()
+        try:
+            with zmq.asyncio.Context() as ctx, ctx.socket(zmq.DEALER) as sock:
+                sock.linger = 0
+                sock.connect(addr)
+
+                async def once() -> None:
+                    await sock.send_multipart([b"step", bytes(16)])
+                    await sock.recv_multipart()
+
+                return await latencies(once)
+        finally:
+            proc.terminate()
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+
+
+async def aioenv_roundtrip(aio: ModuleType) -> tuple[float, float]:
+    """Latency of ``await pool.step_env(0, a)`` on a 1-env, 1-worker pool."""
+    pool = await aio.make("CartPole-v1", 1, num_workers=1, seed=0)
+    try:
+        await pool.reset(seed=0)  # episode ends: the pool auto-resets (next step)
+        acts = itertools.cycle([a[0] for a in presample(pool.single_action_space, 1)])
+        return await latencies(lambda: pool.step_env(0, next(acts)))
+    finally:
+        await pool.aclose()
+
+
+def bench_roundtrip(args: argparse.Namespace, aio: Aio) -> dict[str, Any]:
+    """Single-step latency of aioenv against a raw pyzmq ping-pong."""
+    cells: dict[str, Cell] = {
+        "raw_zmq": lambda: run_async(raw_roundtrip(), args.timeout),
+        "aioenv": aio_cell(aio, args.timeout, aioenv_roundtrip),
+    }
+    res: dict[str, Any] = {"count": RT_COUNT}
+    res |= run_rounds("roundtrip", cells, args.repeats, ("p50_us", "p99_us"))
+    rt = ratio(res["aioenv"]["p50_us"], res["raw_zmq"]["p50_us"])
+    res["ratios"] = {"aioenv_p50/raw_p50": rt}
+    res["targets"] = {"aioenv_p50/raw_p50": target("<=", 1.3, rt)}
+    return res
+
+
+# ------------------------------------------------------------------- report
+def machine_info(aio: Aio) -> dict[str, Any]:
+    """Machine and library versions recorded next to the results."""
+    mj = try_import("mujoco")
+    return {
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "numpy": np.__version__,
+        "gymnasium": gym.__version__,
+        "pyzmq": zmq.__version__,
+        "libzmq": zmq.zmq_version(),
+        "mujoco": getattr(mj, "__version__", f"unavailable: {mj}"),
+        "loop": f"uvloop {uvloop.__version__}" if uvloop is not None else "asyncio",
+        "aioenv": aio if isinstance(aio, str) else "available",
+    }
+
+
+def fmt(value: float | None, spec: str = ",.0f", suffix: str = "") -> str:
+    """Format a number for the tables ("n/a" when missing)."""
+    return "n/a" if value is None else f"{value:{spec}}{suffix}"
+
+
+def fmt_targets(targets: dict[str, dict[str, Any]], unit: str = "x") -> str:
+    """Render targets as ``name >= 1.6x: met`` fragments."""
+    word = {True: "met", False: "MISSED", None: "n/a"}
+    return "; ".join(f"{k} {t['op']} {t['threshold']:g}{unit}: {word[t['met']]}" for k, t in targets.items())
+
+
+def md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    """Markdown table lines; numbers right-aligned, labels and targets left."""
+    rule = ["---" if i == 0 or h == "targets" else "--:" for i, h in enumerate(head)]
+    return ["| " + " | ".join(r) + " |" for r in (head, rule, *rows)]
+
+
+def md_workloads(workloads: dict[str, Any]) -> list[str]:
+    """Throughput table: env-steps/s per implementation, ratios, targets."""
+    head = ["workload", "Sync", "Async", "aioenv step", "aioenv send/recv"]
+    head += ["step/Sync", "step/Async", "send-recv/Sync", "targets"]
+    rows = []
+    for wl in workloads.values():
+        row = [f"{wl['env_id']} n={wl['num_envs']}"] + [fmt(wl[i]["steps_per_s"]) for i in IMPLS]
+        row += [fmt(wl["ratios"][r], ".2f", "x") for r in RATIOS]
+        rows.append([*row, fmt_targets(wl["targets"])])
+    return md_table(head, rows)
+
+
+def md_startup(st: dict[str, Any]) -> list[str]:
+    """Startup table: construct + first reset, in seconds."""
+    rows = [[k, fmt(st[k]["seconds"], ".3f")] for k in ("aioenv", "async", "sync")]
+    rows.append(["target", fmt_targets(st["targets"], " s")])
+    return md_table([f"startup ({st['num_envs']} CartPole, make + reset)", "seconds"], rows)
+
+
+def md_roundtrip(rt: dict[str, Any]) -> list[str]:
+    """Round-trip table: p50/p99 of one step, aioenv against raw pyzmq."""
+    rows = [[label, fmt(rt[k]["p50_us"], ".1f"), fmt(rt[k]["p99_us"], ".1f")] for k, label in RT_LABELS.items()]
+    r = fmt(rt["ratios"]["aioenv_p50/raw_p50"], ".2f", "x")
+    rows.append(["aioenv p50 / raw p50", r, fmt_targets(rt["targets"])])
+    return md_table([f"round trip ({rt['count']} calls)", "p50 µs", "p99 µs"], rows)
+
+
+def md_notes(res: dict[str, Any]) -> list[str]:
+    """One footnote per distinct non-ok status, listing the affected cells."""
+    sections = dict(res["workloads"])
+    sections |= {k: res[k] for k in ("startup", "roundtrip") if k in res}
+    by_status: dict[str, list[str]] = {}
+    for sec, cells in sections.items():
+        for impl, cell in cells.items():
+            if isinstance(cell, dict) and cell.get("status", "ok") != "ok":
+                by_status.setdefault(cell["status"], []).append(f"{sec}/{impl}")
+    return [f"- {s} ({', '.join(c)})" for s, c in by_status.items()]
+
+
+def render_markdown(res: dict[str, Any]) -> str:
+    """Compact Markdown tables for every measured section plus the command."""
+    m = res["machine"]
+    about = f"{m['cpu_count']} CPUs, Python {m['python']}, {m['loop']}"
+    about += f", gymnasium {m['gymnasium']}, pyzmq {m['pyzmq']}, {res['date']}"
+    lines = [f"`{res['command']}`", "", about]
+    if res["workloads"]:
+        lines += ["", *md_workloads(res["workloads"])]
+    if "startup" in res:
+        lines += ["", *md_startup(res["startup"])]
+    if "roundtrip" in res:
+        lines += ["", *md_roundtrip(res["roundtrip"])]
+    if notes := md_notes(res):
+        lines += ["", *notes]
+    return "\n".join(lines) + "\n"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a ``.tmp`` sibling."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+# ---------------------------------------------------------------------- CLI
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse the command line; ``--quick`` sets short durations, one repeat."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="short smoke run (< ~60 s)")
+    p.add_argument(
+        "--only", action="append", choices=SECTIONS, metavar="NAME", help=f"repeatable: {', '.join(SECTIONS)}"
+    )
+    p.add_argument("--seconds", type=float, help="measuring time per cell (default 3, --quick 0.5)")
+    p.add_argument("--repeats", type=int, help="repeats per cell, median reported (default 3, --quick 1)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON path; the Markdown goes next to it (.md)")
+    args = p.parse_args(argv)
+    args.seconds = args.seconds or (0.5 if args.quick else 3.0)
+    args.repeats = max(1, args.repeats or (1 if args.quick else 3))
+    args.warmup = min(1.0, max(0.2, args.seconds / 4))
+    args.timeout = 60.0 + 3 * args.seconds  # per asyncio cell: a hung pool fails it
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the selected sections, write JSON + Markdown, print the tables."""
+    args = parse_args(argv)
+    selected, aio = set(args.only or SECTIONS), load_aioenv()
+    res: dict[str, Any] = {
+        "machine": machine_info(aio),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": shlex.join([os.path.relpath(sys.executable), *sys.argv]),
+        "settings": {k: getattr(args, k) for k in ("seconds", "repeats", "warmup")},
+        "workloads": {w: bench_workload(w, args, aio) for w in WORKLOADS if w in selected},
+    }
+    if "startup" in selected:
+        res["startup"] = bench_startup(args, aio)
+    if "roundtrip" in selected:
+        res["roundtrip"] = bench_roundtrip(args, aio)
+    md = render_markdown(res)
+    write_atomic(args.out, json.dumps(res, indent=2) + "\n")
+    write_atomic(args.out.with_suffix(".md"), md)
+    print("\n" + md)
+    print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
