@@ -96,6 +96,7 @@ class Coordinator:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self.closing = False
+        self._retired: list[LocalProcess] = []
         self.loop = asyncio.get_running_loop()
 
     @staticmethod
@@ -154,7 +155,8 @@ class Coordinator:
             slot = self.slots[worker]
             if slot.dead_reason:
                 self.sched.finish(req.id)
-                sink.deliver(Part.failed(ids, lambda e, s=slot: self._crashed(s, e, kind)), positions)
+                dead = lambda e, s=slot: self._crashed(s.name, "-", None, s.dead_reason, e, kind)  # noqa: E731
+                sink.deliver(Part.failed(ids, dead), positions)
                 continue
             self._send(slot, encode(op, fields, arrays))
         if deadline is not None:
@@ -238,35 +240,40 @@ class Coordinator:
 
     # ------------------------------------------------------------ failures
 
-    def _crashed(self, slot: _Slot, env_id: int, kind: str) -> WorkerCrashed:
-        proc = slot.proc
-        code = proc.returncode if proc is not None else None
-        how = slot.dead_reason or f"{describe_exit(code)}"
+    @staticmethod
+    def _crashed(name: str, pid: object, code: int | None, how: str, env_id: int, kind: str) -> WorkerCrashed:
         return WorkerCrashed(
-            f"{kind} failed for env {env_id}: its worker {slot.name} (pid {proc.pid if proc else '?'}) {how} "
-            "while the request was in flight; the env is re-made on a fresh worker: reset it before stepping",
+            f"{kind} failed for env {env_id}: its worker {name} (pid {pid}) {how} while the request was in "
+            "flight; the env is re-made on a fresh worker: reset it before stepping",
             env_id=env_id,
-            worker=slot.name,
+            worker=name,
             exitcode=code,
         )
 
     def _on_exit(self, proc: LocalProcess) -> None:
         slot = next((s for s in self.slots if s.proc is proc), None)
         if slot is None or self.closing:
-            return
+            return  # a retired process (already replaced), or shutdown
         log.warning("worker %s (pid %d) %s", slot.name, proc.pid, describe_exit(proc.returncode))
-        self._by_name.pop(slot.name.encode(), None)
-        lost = self.sched.lose_worker(slot.index)
-        for req in lost:
-            if req.kind == "make" and req.sink is not None and not req.sink.done():
-                req.sink.set_exception(
-                    WorkerCrashed(f"worker {slot.name} {describe_exit(proc.returncode)} while making its envs")
-                )
-            elif req.kind != "make":
-                self._deliver_part(req, Part.failed(req.env_ids, lambda e, k=req.kind: self._crashed(slot, e, k)))
+        self._restart(slot, describe_exit(proc.returncode))
+
+    def _restart(self, slot: _Slot, how: str) -> None:
+        """Fail the slot's in-flight requests with WorkerCrashed, start a fresh worker, re-make its envs."""
+        proc = slot.proc
+        name, pid, code = slot.name, proc.pid if proc else "?", proc.returncode if proc else None
+        if proc is not None and proc.returncode is None:
+            self._retired.append(proc)  # killed, not yet reaped: aclose waits for it
+        self._by_name.pop(name.encode(), None)
+        for req in self.sched.lose_worker(slot.index):
+            if req.kind != "make":
+                part = Part.failed(req.env_ids, lambda e, k=req.kind: self._crashed(name, pid, code, how, e, k))
+                self._deliver_part(req, part)
+            elif req.sink is not None and not req.sink.done():
+                req.sink.set_exception(WorkerCrashed(f"worker {name} {how} while making its envs", worker=name))
         slot.restarts += 1
         if slot.restarts > MAX_RESTARTS:
             slot.dead_reason = f"died {slot.restarts} times; aioenv gave up restarting it"
+            slot.proc = None
             log.error("worker slot %d %s", slot.index, slot.dead_reason)
             return
         self._spawn(slot)
@@ -303,15 +310,22 @@ class Coordinator:
 
             self._deliver_part(req, Part.failed(req.env_ids, timeout_error))
         for worker in stuck:
-            proc = self.slots[worker].proc
-            if proc is not None:
-                proc.kill()
+            slot = self.slots[worker]
+            if slot.proc is not None:
+                slot.proc.kill()  # stuck inside the env's code: only a new process frees the slot
+                self._restart(slot, "was killed because a request overran its deadline")
         self._arm_timer()
 
     # ------------------------------------------------------------ shutdown
 
     async def aclose(self, grace: float = 5.0) -> None:
-        """Fail what is in flight with PoolClosed, stop every worker for sure, remove the private dir."""
+        """Fail what is in flight with PoolClosed, stop every worker for sure, remove the private dir.
+
+        Workers that said HELLO get CLOSE (they close their envs) and ``grace`` seconds; the others
+        get SIGTERM at once. Then SIGTERM, then SIGKILL, ``grace`` seconds apart. Idempotent.
+        """
+        if self.closing:
+            return
         self.closing = True
         if self._timer is not None:
             self._timer.cancel()
@@ -322,11 +336,17 @@ class Coordinator:
                     req.sink.set_exception(err)
             else:
                 req.sink.fail(err)
+        stops = [p.stop(grace, ask_first=False) for p in self._retired]
         for slot in self.slots:
-            if slot.proc is not None and slot.ready and self._router is not None:
-                self._router.send(slot.name.encode(), encode(Op.CLOSE, {"id": 0}))
-        procs = [s.proc for s in self.slots if s.proc is not None]
-        await asyncio.gather(*(p.stop(grace) for p in procs))
+            if slot.proc is None:
+                continue
+            asked = (
+                slot.ready
+                and self._router is not None
+                and self._router.send(slot.name.encode(), encode(Op.CLOSE, {"id": 0}))
+            )
+            stops.append(slot.proc.stop(grace, ask_first=bool(asked)))
+        await asyncio.gather(*stops)
         if self._router is not None:
             self._router.close()
         shutil.rmtree(self.private_dir, ignore_errors=True)

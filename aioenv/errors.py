@@ -46,12 +46,19 @@ class AioEnvError(Exception):
 
     Attributes:
         env_id: the env the error concerns, or None when it concerns no single env.
+        partial: when a batched call (``step``, ``reset``) failed for some envs, the result of
+            the envs that succeeded, shaped as the call returns it (rows named by ``info["env_id"]``).
+        errors: for such a call, every env's error by env id.
     """
 
     def __init__(self, message: str, *, env_id: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.env_id = env_id
+        #: For a failed batched call: the rows that succeeded, as the call would have returned them.
+        self.partial: Any = None
+        #: For a failed batched call: every failure of the call, by env id.
+        self.errors: dict[int, AioEnvError] = {}
 
     def __reduce__(self) -> Any:
         # Keep keyword-only attributes through pickling (concurrent.futures, multiprocessing).
@@ -90,10 +97,6 @@ class EnvError(AioEnvError):
         self.remote_type = remote_type
         self.remote_message = remote_message
         self.remote_traceback = remote_traceback
-        #: For a batched call: the rows that succeeded, as the call would have returned them.
-        self.partial: Any = None
-        #: For a batched call: every failure of the call, by env id.
-        self.errors: dict[int, AioEnvError] = {}
 
     def __str__(self) -> str:
         if self.remote_traceback:

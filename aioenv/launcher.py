@@ -90,9 +90,10 @@ class LocalProcess:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.kill()
 
-    async def stop(self, grace: float) -> None:
-        """Wait ``grace`` s for a voluntary exit, then SIGTERM, wait, then SIGKILL."""
-        for sig in (None, signal.SIGTERM, signal.SIGKILL):
+    async def stop(self, grace: float, *, ask_first: bool = True) -> None:
+        """Wait ``grace`` s for a voluntary exit (when it was asked to exit), then SIGTERM, wait, then SIGKILL."""
+        stages = (None, signal.SIGTERM, signal.SIGKILL) if ask_first else (signal.SIGTERM, signal.SIGKILL)
+        for sig in stages:
             if self.exited.is_set():
                 return
             if sig is not None and self.proc.returncode is None:

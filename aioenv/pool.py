@@ -89,22 +89,22 @@ class Pool:
         if executor not in _EXECUTORS:
             raise ValueError(f"executor must be one of {_EXECUTORS}, got {executor!r}")
         self._mode = _mode_name(autoreset_mode)
+        if step_timeout is not None and not (isinstance(step_timeout, (int, float)) and step_timeout > 0):
+            raise ValueError(f"step_timeout must be a positive number of seconds, got {step_timeout!r}")
         self._private_dir = Coordinator.private_directory()
-        try:
+        try:  # a refused argument must not leave the private directory behind
             self._sources, self.num_envs = parse_sources(env, num_envs, env_kwargs, self._private_dir)
+            self.batch_size = _positive("batch_size", batch_size) or self.num_envs
+            if self.batch_size > self.num_envs:
+                raise ValueError(f"batch_size={self.batch_size} exceeds num_envs={self.num_envs}")
+            workers = _positive("num_workers", num_workers) or min(self.num_envs, os.cpu_count() or 1)
+            self.num_workers = min(workers, self.num_envs)
+            self._seeds = self._initial_seeds(seed)
         except BaseException:
             shutil.rmtree(self._private_dir, ignore_errors=True)
             raise
-        self.batch_size = _positive("batch_size", batch_size) or self.num_envs
-        if self.batch_size > self.num_envs:
-            raise ValueError(f"batch_size={self.batch_size} exceeds num_envs={self.num_envs}")
-        self.num_workers = _positive("num_workers", num_workers) or min(self.num_envs, os.cpu_count() or 1)
-        self.num_workers = min(self.num_workers, self.num_envs)
-        if step_timeout is not None and not step_timeout > 0:
-            raise ValueError(f"step_timeout must be a positive number of seconds, got {step_timeout!r}")
         self.step_timeout = step_timeout
         self.executor = executor
-        self._seeds = self._initial_seeds(seed)
         self._recorded = list(self._seeds)
         self.closed = False
         self._started = False
@@ -126,10 +126,10 @@ class Pool:
 
     async def start(self) -> Pool:
         """Start the workers and make every env (idempotent). Returns the pool."""
-        if self._started:
-            return self
         if self.closed:
             raise PoolClosed("this pool was closed; make a new one")
+        if self._started:
+            return self
         self._started = True
         self._coord = Coordinator(
             self.num_envs,

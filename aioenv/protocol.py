@@ -84,9 +84,9 @@ class Op:
 def _default(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
         if obj.dtype.kind in _NUMERIC_KINDS:
-            arr = np.ascontiguousarray(obj)
-            return msgpack.ExtType(_EXT_NDARRAY, _PACK([arr.dtype.str, list(arr.shape), arr.tobytes()]))
-        if obj.dtype.kind in "OUS":
+            # tobytes() is C-order whatever the layout; ascontiguousarray would turn 0-d into (1,)
+            return msgpack.ExtType(_EXT_NDARRAY, _PACK([obj.dtype.str, list(obj.shape), obj.tobytes()]))
+        if obj.dtype.kind in "OUS":  # object arrays: only str items survive the trip
             return msgpack.ExtType(_EXT_NDARRAY, _PACK(["|O", list(obj.shape), obj.ravel().tolist()]))
         raise TypeError(f"cannot send a numpy array of dtype {obj.dtype} (only numeric, str or object arrays)")
     if isinstance(obj, tuple):
@@ -196,7 +196,10 @@ def encode(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray] = ()) -
         blob: list[bytes] = []
         offset = 0
         for arr in arrays:
-            arr = np.ascontiguousarray(arr)
+            if arr.dtype.kind not in _NUMERIC_KINDS:
+                raise TypeError(f"cannot send a numpy array of dtype {arr.dtype} as a raw frame (numeric only)")
+            if not arr.flags.c_contiguous:
+                arr = np.ascontiguousarray(arr).reshape(arr.shape)  # keep 0-d arrays 0-d
             if arr.nbytes < BLOB_LIMIT:
                 specs.append([arr.dtype.str, list(arr.shape), 0, offset])
                 data = arr.tobytes()
@@ -234,7 +237,7 @@ def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
     if not isinstance(header, dict):
         raise ProtocolError(f"malformed header: expected a msgpack map, got {type(header).__name__}")
     version = header.get("v")
-    if version != PROTOCOL_VERSION:
+    if type(version) is not int or version != PROTOCOL_VERSION:
         raise ProtocolError(
             f"protocol version mismatch: this side speaks version {PROTOCOL_VERSION}, the peer sent {version!r}"
         )
@@ -247,6 +250,7 @@ def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
     if not isinstance(blob, bytes):
         raise ProtocolError(f"malformed header: 'b' must be bytes, got {type(blob).__name__}")
     buffers = [memoryview(blob)] + [_buffer(f) for f in frames[1:]]
+    described = set()
     arrays = []
     for i, spec in enumerate(specs):
         try:
@@ -258,22 +262,26 @@ def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
                     f"frame index {frame!r} is not the header blob (0) or one of {len(buffers) - 1} frames"
                 )
             buf = buffers[frame]
+            described.add(frame)
             count = math.prod(shape_t)
             if not isinstance(offset, int) or offset < 0 or offset + count * dtype.itemsize > len(buf):
                 raise ValueError(f"{dtype} {shape_t} at offset {offset!r} overruns a frame of {len(buf)} bytes")
             arrays.append(np.frombuffer(buf, dtype=dtype, count=count, offset=offset).reshape(shape_t))
         except (ValueError, TypeError) as exc:
             raise ProtocolError(f"malformed array spec {i}: {exc}") from exc
+    stray = set(range(1, len(buffers))) - described
+    if stray:
+        raise ProtocolError(
+            f"malformed message: {len(buffers) - 1} frames follow the header but frame(s) {sorted(stray)} "
+            "are described by no array spec"
+        )
     return header, arrays
 
 
 def _buffer(frame: Any) -> memoryview:
-    if isinstance(frame, (bytes, bytearray)):
-        return memoryview(frame)
     buf = getattr(frame, "buffer", None)  # zmq.Frame
-    if buf is not None:
-        return buf
-    return memoryview(frame)
+    view = buf if isinstance(buf, memoryview) else memoryview(frame)
+    return view.toreadonly()
 
 
 def leaves_to_wire(leaves: Sequence[np.ndarray], arrays: list[np.ndarray]) -> list[Any]:

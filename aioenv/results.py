@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from aioenv import spaces
-from aioenv.errors import AioEnvError, EnvError
+from aioenv.errors import AioEnvError
 from aioenv.infos import add_info, take_info
 
 __all__ = ["Gather", "Part", "RecvQueue", "ResetResult", "Single", "StepResult"]
@@ -91,10 +91,10 @@ def _fill_infos(info: dict[str, Any], infos: list[Any] | None, rows: Any, num_ro
 
 
 def _raise_first(errors: dict[int, AioEnvError], partial: Any) -> None:
+    """Raise the error of the first failed row, carrying the other rows and every failure."""
     first = errors[min(errors)]
-    if isinstance(first, EnvError):
-        first.partial = partial
-        first.errors = {int(e.env_id) if e.env_id is not None else -1: e for e in errors.values()}
+    first.partial = partial
+    first.errors = {int(e.env_id) if e.env_id is not None else -1: e for e in errors.values()}
     raise first
 
 
@@ -112,7 +112,7 @@ class Gather:
         self._reward = np.zeros(n, dtype=np.float64)
         self._terminated = np.zeros(n, dtype=np.bool_)
         self._truncated = np.zeros(n, dtype=np.bool_)
-        self._info: dict[str, Any] = {}
+        self._infos: list[tuple[int, dict[str, Any]]] = []  # batched in row order at the end, as gymnasium
         self._values: list[Any] = [None] * n
         self._errors: dict[int, AioEnvError] = {}
 
@@ -131,7 +131,8 @@ class Gather:
             self._reward[positions] = part.reward
             self._terminated[positions] = part.terminated
             self._truncated[positions] = part.truncated
-            _fill_infos(self._info, part.infos, positions, n)
+            if part.infos:
+                self._infos.extend((int(p), d) for p, d in zip(positions, part.infos, strict=True) if d)
         if part.values is not None:
             for pos, value in zip(positions, part.values, strict=True):
                 self._values[int(pos)] = value
@@ -156,9 +157,13 @@ class Gather:
             if self._errors:
                 _raise_first(self._errors, None)
             return self._values
-        obs_leaves = self._obs if self._obs is not None else spaces.empty_batch(self._obs_space, self.env_ids.size)
-        self._info["env_id"] = self.env_ids.astype(np.int32)
-        full = (obs_leaves, self._reward, self._terminated, self._truncated, self._info)
+        n = self.env_ids.size
+        obs_leaves = self._obs if self._obs is not None else spaces.empty_batch(self._obs_space, n)
+        info: dict[str, Any] = {}
+        for row, env_info in sorted(self._infos, key=lambda item: item[0]):
+            add_info(info, env_info, row, n)
+        info["env_id"] = self.env_ids.astype(np.int32)
+        full = (obs_leaves, self._reward, self._terminated, self._truncated, info)
         if self._errors:
             ok = np.ones(self.env_ids.size, dtype=np.bool_)
             ok[list(self._errors)] = False

@@ -275,7 +275,7 @@ def _batch_reply(
 def _encode_reply(fields: dict[str, Any], arrays: list[np.ndarray], env_ids: list[int]) -> list[Any]:
     try:
         return encode(Op.RESULT, fields, arrays)
-    except TypeError:
+    except (TypeError, OverflowError):  # OverflowError: an int beyond 64 bits
         pass
     # Some env's info holds a value msgpack cannot carry: fail that row alone.
     infos = fields.get("info") or []
@@ -285,7 +285,7 @@ def _encode_reply(fields: dict[str, Any], arrays: list[np.ndarray], env_ids: lis
             continue
         try:
             pack(info)
-        except TypeError as exc:
+        except (TypeError, OverflowError) as exc:
             infos[i] = None
             err = TypeError(f"env {env_ids[i]}'s info cannot cross the wire: {exc}")
             errors[i] = _error(err, env_ids[i])
