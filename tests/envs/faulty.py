@@ -1,0 +1,248 @@
+"""Test envs with failure modes on demand.
+
+Workers import these through the ``"tests.envs.faulty:make_xxx"`` source form (the repo
+root is on their PYTHONPATH), or receive ``functools.partial(make_xxx, ...)`` pickled by
+cloudpickle (which pickles this module's functions by reference).
+
+- :class:`ProbeEnv`: obs ``[ident, t, last_action, noise]``; action ``Discrete(3)`` where
+  action 2 is *slow* (touches a marker file, then waits for a gate file or ``slow_seconds``).
+  Can raise on a given step (``fail_at``), put an unsendable value in its info (``bad_info``),
+  hang in ``close`` (``hang_in_close``), echo reset options into its info and render
+  ``rgb_array`` frames.
+- :class:`DictObsEnv`: ``Dict`` observations.
+- :class:`TextEnv`: ``Text`` observations and actions.
+- :class:`InfoEnv`: an info dict with values of many types.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import string
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+__all__ = [
+    "DictObsEnv",
+    "InfoEnv",
+    "ProbeEnv",
+    "TextEnv",
+    "make_dict",
+    "make_info",
+    "make_probe",
+    "make_text",
+]
+
+SLOW = 2  #: ProbeEnv's slow action
+
+
+class ProbeEnv(gym.Env):
+    """A deterministic env whose observation says which env it is and how far it got.
+
+    Args:
+        fail_at: raise ``RuntimeError`` in the ``fail_at``-th step of an episode.
+        fail_reset_seed: raise ``RuntimeError`` in ``reset`` when given this seed.
+        slow_seconds: how long the slow action (2) waits at most.
+        gate: path of a file; the slow action ends as soon as it exists.
+        marker_dir: directory where the slow action writes ``started-<ident>`` on entry.
+        max_steps: truncate after this many steps.
+        bad_info: put a value msgpack cannot carry in the step info.
+        hang_in_close: ``close()`` sleeps for an hour (``ignore_sigterm``: and ignores SIGTERM).
+        render_mode: ``"rgb_array"`` or None.
+        tag: a plain attribute for get_attr/set_attr.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 7}  # noqa: RUF012
+
+    def __init__(
+        self,
+        *,
+        fail_at: int | None = None,
+        fail_reset_seed: int | None = None,
+        slow_seconds: float = 60.0,
+        gate: str | None = None,
+        marker_dir: str | None = None,
+        max_steps: int | None = None,
+        bad_info: bool = False,
+        hang_in_close: bool = False,
+        ignore_sigterm: bool = False,
+        render_mode: str | None = None,
+        tag: int = 0,
+    ) -> None:
+        self.observation_space = spaces.Box(-1e9, 1e9, (4,), np.float64)
+        self.action_space = spaces.Discrete(3)
+        self.fail_at = fail_at
+        self.fail_reset_seed = fail_reset_seed
+        self.slow_seconds = slow_seconds
+        self.gate = gate
+        self.marker_dir = marker_dir
+        self.max_steps = max_steps
+        self.bad_info = bad_info
+        self.hang_in_close = hang_in_close
+        self.ignore_sigterm = ignore_sigterm
+        self.render_mode = render_mode
+        self.tag = tag
+        self.ident = -1
+        self.t = 0
+        self.closed = False
+
+    def _obs(self, action: int) -> np.ndarray:
+        return np.array([self.ident, self.t, action, self.np_random.uniform()], dtype=np.float64)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        if seed is not None and seed == self.fail_reset_seed:
+            self.refuse_reset_on_purpose(seed)
+        if seed is not None:
+            self.ident = seed
+        self.t = 0
+        info: dict[str, Any] = {"pid": os.getpid()}
+        if options:
+            info["options"] = dict(options)
+        return self._obs(-1), info
+
+    def refuse_reset_on_purpose(self, seed: int) -> None:
+        raise ValueError(f"reset refused for seed {seed}")
+
+    def explode_on_purpose(self) -> None:
+        raise RuntimeError(f"boom at step {self.t} of env {self.ident}")
+
+    def _slow(self) -> None:
+        if self.marker_dir is not None:
+            with open(os.path.join(self.marker_dir, f"started-{self.ident}"), "w") as fh:
+                fh.write(str(os.getpid()))
+        end = time.monotonic() + self.slow_seconds
+        while time.monotonic() < end:
+            if self.gate is not None and os.path.exists(self.gate):
+                return
+            time.sleep(0.005)
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        a = int(action)
+        self.t += 1
+        if self.fail_at is not None and self.t == self.fail_at:
+            self.explode_on_purpose()
+        if a == SLOW:
+            self._slow()
+        truncated = self.max_steps is not None and self.t >= self.max_steps
+        info: dict[str, Any] = {"t": self.t}
+        if self.bad_info:
+            info["unsendable"] = object()
+        return self._obs(a), float(a) + 0.5, False, truncated, info
+
+    def describe(self, x: int, scale: int = 1) -> dict[str, int]:
+        return {"ident": self.ident, "value": x * scale}
+
+    def render(self) -> np.ndarray | None:
+        if self.render_mode != "rgb_array":
+            return None
+        return np.full((5, 6, 3), self.ident % 256, dtype=np.uint8)
+
+    def close(self) -> None:
+        self.closed = True
+        if self.hang_in_close:
+            if self.ignore_sigterm:
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            time.sleep(3600)
+
+
+class DictObsEnv(gym.Env):
+    """Dict observations ``{"pos": Box(2,) float32, "count": Discrete(100)}``; action Discrete(2)."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Dict(
+            {"pos": spaces.Box(-10.0, 10.0, (2,), np.float32), "count": spaces.Discrete(100)}
+        )
+        self.action_space = spaces.Discrete(2)
+        self.count = 0
+
+    def _obs(self) -> dict[str, Any]:
+        pos = self.np_random.uniform(-10, 10, size=2).astype(np.float32)
+        return {"pos": pos, "count": self.count}
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
+        super().reset(seed=seed)
+        self.count = 0
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
+        self.count += 1 + int(action)
+        return self._obs(), 1.0, self.count >= 99, False, {}
+
+
+class TextEnv(gym.Env):
+    """Text observations and Text actions: the observation echoes the action and the step count."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Text(32, charset=string.ascii_lowercase + string.digits + "-")
+        self.action_space = spaces.Text(8, min_length=1, charset=string.ascii_lowercase)
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        return f"start-{seed if seed is not None else 'x'}", {}
+
+    def step(self, action: Any) -> tuple[str, float, bool, bool, dict]:
+        self.t += 1
+        return f"{action}-{self.t}", float(len(action)), False, False, {}
+
+
+class InfoEnv(gym.Env):
+    """An info dict holding values of many types (some only on some envs, via ``seed``)."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.seed_seen = 0
+        self.t = 0
+
+    def _info(self) -> dict[str, Any]:
+        s, t = self.seed_seen, self.t
+        info: dict[str, Any] = {
+            "i": s * 10 + t,
+            "f": s + 0.25,
+            "b": bool(s % 2),
+            "f32": np.float32(s / 4),
+            "i8": np.int8(s),
+            "arr": np.arange(3, dtype=np.int16) + s,
+            "s": f"env{s}",
+            "none": None,
+            "lst": [s, "x"],
+            "tup": (s, t),
+            "nested": {"x": s, "y": {"z": float(t)}},
+        }
+        if s % 2 == 0:
+            info["even_only"] = s
+        return info
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.seed_seen = seed if seed is not None else -1
+        self.t = 0
+        return np.zeros(2, np.float32), self._info()
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.t += 1
+        return np.full(2, 0.5, np.float32), 0.0, False, False, self._info()
+
+
+def make_probe(**kwargs: Any) -> ProbeEnv:
+    """Factory for ``"tests.envs.faulty:make_probe"``."""
+    return ProbeEnv(**kwargs)
+
+
+def make_dict() -> DictObsEnv:
+    return DictObsEnv()
+
+
+def make_text() -> TextEnv:
+    return TextEnv()
+
+
+def make_info() -> InfoEnv:
+    return InfoEnv()

@@ -1,0 +1,509 @@
+"""Failures (design section 5): env errors, killed workers, step timeouts, shutdown.
+
+Real worker processes are killed with real signals. A step is "surely in flight" when the
+env's slow action has written its marker file (ProbeEnv), not after some sleep. Timeouts
+are hang guards only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import signal
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import aioenv
+from aioenv import (
+    AioEnvError,
+    EnvError,
+    EpisodeEnded,
+    PoolClosed,
+    StepTimeout,
+    UsageError,
+    WorkerCrashed,
+)
+from tests.conftest import HANG, process_gone, wait_new_worker, worker_pid
+from tests.envs.faulty import SLOW, make_probe
+
+PROBE = "tests.envs.faulty:make_probe"
+
+
+async def guard(awaitable: Any) -> Any:
+    """Await with a hang guard."""
+    return await asyncio.wait_for(awaitable, HANG)
+
+
+async def drain_recv(pool: aioenv.Pool, expected: int) -> tuple[dict[int, np.ndarray], dict[int, AioEnvError]]:
+    """recv until ``expected`` rows or errors came back; returns ``{env_id: obs row}`` and
+    ``{env_id: error}``. Fails if an env comes back twice."""
+    rows: dict[int, np.ndarray] = {}
+    errors: dict[int, AioEnvError] = {}
+    while len(rows) + len(errors) < expected:
+        try:
+            obs, *_, info = await guard(pool.recv(min_results=1, max_results=expected))
+        except AioEnvError as err:
+            assert err.env_id is not None, f"a recv error names no env: {err!r}"
+            assert err.env_id not in rows and err.env_id not in errors, f"env {err.env_id} came back twice"
+            errors[err.env_id] = err
+            continue
+        for env_id, row in zip(info["env_id"].tolist(), obs, strict=True):
+            assert env_id not in rows and env_id not in errors, f"env {env_id} came back twice"
+            rows[env_id] = row
+    return rows, errors
+
+
+def faulty_fns(n: int, failing: dict[int, dict[str, Any]]) -> list[Any]:
+    """One ProbeEnv factory per env; env k gets the extra kwargs ``failing[k]``."""
+    return [functools.partial(make_probe, **failing.get(i, {})) for i in range(n)]
+
+
+# ------------------------------------------------------------------ env errors
+
+
+async def test_env_error_in_step_fails_only_its_row() -> None:
+    async with aioenv.Pool(faulty_fns(4, {1: {"fail_at": 2}}), num_workers=2) as pool:
+        await guard(pool.reset(seed=10))
+        await guard(pool.step(np.zeros(4, dtype=np.int64)))
+        with pytest.raises(EnvError) as info:
+            await guard(pool.step(np.array([1, 0, 1, 0])))
+        err = info.value
+        assert err.env_id == 1
+        assert err.remote_type == "RuntimeError"
+        assert "boom at step 2 of env 11" in err.remote_message
+        assert "boom at step 2 of env 11" in str(err)
+        assert "explode_on_purpose" in err.remote_traceback
+        assert "explode_on_purpose" in str(err)
+        assert "env 1" in err.message
+        assert set(err.errors) == {1} and err.errors[1] is err
+        obs, rew, term, trunc, pinfo = err.partial
+        assert pinfo["env_id"].tolist() == [0, 2, 3]
+        assert obs[:, 0].tolist() == [10, 12, 13] and obs[:, 1].tolist() == [2, 2, 2]
+        assert obs[:, 2].tolist() == [1, 1, 0]
+        assert rew.tolist() == [1.5, 1.5, 0.5]
+        assert term.shape == trunc.shape == (3,)
+
+        # env 1 is broken until reset; the others, including env 0 on the same worker, go on
+        with pytest.raises(AioEnvError, match="reset") as info:
+            await guard(pool.step(np.array([0]), env_ids=[1]))
+        assert info.value.env_id == 1
+        obs, *_ = await guard(pool.step(np.zeros(3, dtype=np.int64), env_ids=[0, 2, 3]))
+        assert obs[:, 1].tolist() == [3, 3, 3]
+        obs, _ = await guard(pool.reset(env_ids=[1], seed=[50]))
+        assert obs[0, 0] == 50
+        obs, *_, sinfo = await guard(pool.step(np.zeros(4, dtype=np.int64)))
+        assert obs[:, 1].tolist() == [4, 1, 4, 4]
+        assert sinfo["env_id"].tolist() == [0, 1, 2, 3]
+
+
+async def test_env_error_in_reset_fails_only_its_row() -> None:
+    async with aioenv.Pool(PROBE, 3, num_workers=1, env_kwargs={"fail_reset_seed": 666}) as pool:
+        with pytest.raises(EnvError) as info:
+            await guard(pool.reset(seed=[0, 666, 2]))
+        err = info.value
+        assert err.env_id == 1 and err.remote_type == "ValueError"
+        assert "reset refused for seed 666" in str(err)
+        assert "refuse_reset_on_purpose" in err.remote_traceback
+        obs, pinfo = err.partial
+        assert pinfo["env_id"].tolist() == [0, 2]
+        assert obs[:, 0].tolist() == [0, 2]
+        with pytest.raises(AioEnvError, match="reset") as info:
+            await guard(pool.step_env(1, 0))
+        assert info.value.env_id == 1
+        obs, *_ = await guard(pool.step(np.zeros(2, dtype=np.int64), env_ids=[0, 2]))
+        assert obs[:, 1].tolist() == [1, 1]
+        obs, _ = await guard(pool.reset(env_ids=[1], seed=[5]))
+        assert obs[0, 0] == 5
+        obs, *_ = await guard(pool.step(np.zeros(3, dtype=np.int64)))
+        assert obs[:, 1].tolist() == [2, 1, 2]
+
+
+async def test_env_error_in_step_env_future() -> None:
+    async with aioenv.Pool(faulty_fns(2, {0: {"fail_at": 2}}), num_workers=1) as pool:
+        await guard(pool.reset(seed=3))
+        res = await guard(pool.step_env(0, 1))
+        assert res.obs[1] == 1
+        fut = pool.step_env(0, 1)
+        other = pool.step_env(1, 1)
+        with pytest.raises(EnvError) as info:
+            await guard(fut)
+        err = info.value
+        assert err.env_id == 0 and err.remote_type == "RuntimeError"
+        assert "explode_on_purpose" in err.remote_traceback
+        assert "boom at step 2 of env 3" in str(err)
+        res = await guard(other)
+        assert res.env_id == 1 and res.obs[1] == 1
+        with pytest.raises(AioEnvError, match="reset") as info:
+            await guard(pool.step_env(0, 0))
+        assert info.value.env_id == 0
+        res = await guard(pool.reset_env(0, seed=8))
+        assert res.obs[0] == 8
+        res = await guard(pool.step_env(0, 0))
+        assert res.obs[0] == 8 and res.obs[1] == 1
+        res = await guard(pool.step_env(1, 0))
+        assert res.obs[1] == 2
+
+
+async def test_env_error_through_send_recv() -> None:
+    async with aioenv.Pool(faulty_fns(4, {2: {"fail_at": 1}}), num_workers=2, batch_size=4) as pool:
+        await guard(pool.reset(seed=20))
+        pool.send(np.zeros(4, dtype=np.int64))
+        rows, errors = await drain_recv(pool, 4)
+        assert sorted(rows) == [0, 1, 3]
+        assert list(errors) == [2]
+        err = errors[2]
+        assert isinstance(err, EnvError) and err.remote_type == "RuntimeError"
+        assert "explode_on_purpose" in err.remote_traceback
+        assert [rows[e][1] for e in (0, 1, 3)] == [1, 1, 1]
+        with pytest.raises(UsageError):  # the error was handed out once, nothing else is queued
+            await guard(pool.recv(min_results=1))
+        pool.send(np.zeros(3, dtype=np.int64), env_ids=[0, 1, 3])
+        rows, errors = await drain_recv(pool, 3)
+        assert sorted(rows) == [0, 1, 3] and not errors
+
+
+async def test_info_that_cannot_cross_the_wire_fails_only_its_row() -> None:
+    async with aioenv.Pool(faulty_fns(3, {1: {"bad_info": True}}), num_workers=1) as pool:
+        await guard(pool.reset(seed=0))
+        with pytest.raises(EnvError) as info:
+            await guard(pool.step(np.zeros(3, dtype=np.int64)))
+        err = info.value
+        assert err.env_id == 1
+        assert "object" in str(err)
+        assert err.partial[-1]["env_id"].tolist() == [0, 2]
+        obs, *_ = await guard(pool.step(np.zeros(2, dtype=np.int64), env_ids=[0, 2]))
+        assert obs[:, 1].tolist() == [2, 2]
+
+
+async def test_disabled_autoreset_raises_episode_ended_until_reset() -> None:
+    async with aioenv.Pool(PROBE, 2, num_workers=1, autoreset_mode="disabled", env_kwargs={"max_steps": 1}) as pool:
+        await guard(pool.reset(seed=0))
+        *_, trunc, _ = await guard(pool.step(np.zeros(2, dtype=np.int64)))
+        assert trunc.tolist() == [True, True]
+        with pytest.raises(EpisodeEnded) as info:
+            await guard(pool.step(np.zeros(2, dtype=np.int64)))
+        assert isinstance(info.value, EnvError) and info.value.env_id == 0
+        assert set(info.value.errors) == {0, 1}
+        await guard(pool.reset(env_ids=[1]))
+        *_, trunc, _ = await guard(pool.step(np.zeros(1, dtype=np.int64), env_ids=[1]))
+        assert trunc.tolist() == [True]
+        with pytest.raises(EpisodeEnded):
+            await guard(pool.step_env(0, 0))
+
+
+# ------------------------------------------------------------------ killed workers
+
+
+async def test_worker_killed_mid_step_fails_in_flight_with_worker_crashed(gate: Any) -> None:
+    async with aioenv.Pool(PROBE, 4, num_workers=2, env_kwargs=gate.kwargs()) as pool:
+        await guard(pool.reset(seed=[10, 11, 12, 13]))
+        old, other = worker_pid(pool, 0), worker_pid(pool, 1)
+        old_name = pool._coord.slots[0].name
+        slow = pool.step_env(0, SLOW)
+        queued = pool.step_env(1, 0)  # same worker, behind env 0
+        await gate.started(10)
+        os.kill(old, signal.SIGKILL)
+        for fut, env_id in ((slow, 0), (queued, 1)):
+            with pytest.raises(WorkerCrashed) as info:
+                await guard(fut)
+            err = info.value
+            assert err.env_id == env_id
+            assert err.worker == old_name
+            assert err.exitcode == -signal.SIGKILL
+            assert f"env {env_id}" in str(err) and old_name in str(err) and "SIGKILL" in str(err)
+
+        # the other worker was never affected
+        obs, *_ = await guard(pool.step(np.zeros(2, dtype=np.int64), env_ids=[2, 3]))
+        assert obs[:, 1].tolist() == [1, 1]
+        assert worker_pid(pool, 1) == other
+
+        # a fresh process took the slot; its envs were re-made and need a reset
+        new = worker_pid(pool, 0)
+        assert new != old
+        with pytest.raises(AioEnvError, match="reset") as info:
+            await guard(pool.step_env(0, 0))
+        assert info.value.env_id == 0
+        obs, rinfo = await guard(pool.reset(env_ids=[0, 1], seed=[20, 21]))
+        assert obs[:, 0].tolist() == [20, 21]
+        assert rinfo["pid"].tolist() == [new, new]
+        obs, *_ = await guard(pool.step(np.ones(4, dtype=np.int64)))
+        assert obs[:, 1].tolist() == [1, 1, 2, 2]
+        assert process_gone(old)
+        gate.open()
+
+
+async def test_worker_crash_in_batched_step_keeps_other_rows_in_partial(gate: Any) -> None:
+    """Pool.step's contract: ``WorkerCrashed`` fails only the envs concerned; like EnvError,
+    ``err.partial`` holds the rows of the envs whose worker is alive."""
+    async with aioenv.Pool(PROBE, 4, num_workers=2, env_kwargs=gate.kwargs()) as pool:
+        await guard(pool.reset(seed=[10, 11, 12, 13]))
+        task = asyncio.ensure_future(pool.step(np.array([SLOW, 0, 1, 1])))
+        await gate.started(10)
+        os.kill(worker_pid(pool, 0), signal.SIGKILL)
+        with pytest.raises(WorkerCrashed) as info:
+            await guard(task)
+        err = info.value
+        assert err.env_id == 0
+        obs, _ = await guard(pool.reset(seed=[20, 21, 22, 23]))  # the pool goes on
+        assert obs[:, 0].tolist() == [20, 21, 22, 23]
+        assert getattr(err, "partial", None) is not None, "the rows of envs 2 and 3 were lost"
+        obs, rew, term, trunc, pinfo = err.partial
+        assert pinfo["env_id"].tolist() == [2, 3]
+        assert obs[:, 1].tolist() == [1, 1] and rew.tolist() == [1.5, 1.5]
+        assert term.tolist() == trunc.tolist() == [False, False]
+        assert set(getattr(err, "errors", {})) == {0, 1}
+
+
+async def test_worker_crash_through_send_recv_loses_nothing(gate: Any) -> None:
+    async with aioenv.Pool(PROBE, 4, num_workers=2, batch_size=4, env_kwargs=gate.kwargs()) as pool:
+        await guard(pool.reset(seed=[10, 11, 12, 13]))
+        pool.send(np.array([SLOW, 0, 0, 0]))
+        await gate.started(10)
+        os.kill(worker_pid(pool, 0), signal.SIGKILL)
+        rows, errors = await drain_recv(pool, 4)
+        assert sorted(rows) == [2, 3]
+        assert sorted(errors) == [0, 1]
+        assert all(isinstance(e, WorkerCrashed) for e in errors.values())
+        with pytest.raises(UsageError):
+            await guard(pool.recv(min_results=1))
+        pool.send_reset(env_ids=[0, 1], seed=[30, 31])
+        pool.send(np.zeros(2, dtype=np.int64), env_ids=[2, 3])
+        rows, errors = await drain_recv(pool, 4)
+        assert not errors
+        assert rows[0][0] == 30 and rows[1][0] == 31 and rows[2][1] == 2 and rows[3][1] == 2
+
+
+async def test_idle_worker_killed_then_reset_works() -> None:
+    async with aioenv.Pool(PROBE, 4, num_workers=2) as pool:
+        await guard(pool.reset(seed=0))
+        old = worker_pid(pool, 1)
+        os.kill(old, signal.SIGKILL)
+        new = await wait_new_worker(pool, 1, old)
+        assert new != old and process_gone(old)
+        obs, *_ = await guard(pool.step(np.zeros(2, dtype=np.int64), env_ids=[0, 1]))  # unaffected
+        assert obs[:, 1].tolist() == [1, 1]
+        obs, info = await guard(pool.reset(seed=5))
+        assert obs[:, 0].tolist() == [5, 6, 7, 8]
+        assert info["pid"][2:].tolist() == [new, new]
+        obs, *_ = await guard(pool.step(np.ones(4, dtype=np.int64)))
+        assert obs[:, 1].tolist() == [1, 1, 1, 1]
+
+
+async def test_reset_after_crash_uses_recorded_seed() -> None:
+    refs = [gym.make("CartPole-v1") for _ in range(4)]
+    async with aioenv.Pool("CartPole-v1", 4, num_workers=2, seed=100) as pool:
+        first, _ = await guard(pool.reset())
+        want = np.stack([refs[i].reset(seed=100 + i)[0] for i in range(4)])
+        np.testing.assert_array_equal(first, want)
+        second, _ = await guard(pool.reset())  # no seed: each env's RNG goes on
+        want = np.stack([refs[i].reset()[0] for i in range(4)])
+        np.testing.assert_array_equal(second, want)
+        await guard(pool.step(np.zeros(4, dtype=np.int64)))
+
+        old = worker_pid(pool, 0)
+        os.kill(old, signal.SIGKILL)
+        await wait_new_worker(pool, 0, old)
+        obs, _ = await guard(pool.reset())
+        # envs 0 and 1 were re-made and reset with their recorded seeds (the make-time ones) ...
+        np.testing.assert_array_equal(obs[:2], first[:2])
+        # ... envs 2 and 3 were not re-made: no seed, their RNG goes on
+        np.testing.assert_array_equal(obs[2:], np.stack([refs[i].reset()[0] for i in (2, 3)]))
+
+        await guard(pool.reset(seed=7))  # records seeds 7 + i
+        await guard(pool.reset())
+        old = worker_pid(pool, 1)
+        os.kill(old, signal.SIGKILL)
+        await wait_new_worker(pool, 1, old)
+        obs, _ = await guard(pool.reset())
+        want = np.stack([gym.make("CartPole-v1").reset(seed=s)[0] for s in (9, 10)])
+        np.testing.assert_array_equal(obs[2:], want)
+    for env in refs:
+        env.close()
+
+
+# ------------------------------------------------------------------ step_timeout
+
+
+async def test_step_timeout_fails_the_env_and_the_pool_keeps_working(gate: Any) -> None:
+    async with aioenv.Pool(PROBE, 4, num_workers=2, step_timeout=2.0, env_kwargs=gate.kwargs()) as pool:
+        await guard(pool.reset(seed=[10, 11, 12, 13]))
+        old, other = worker_pid(pool, 0), worker_pid(pool, 1)
+        fut = pool.step_env(0, SLOW)
+        await gate.started(10)
+        obs, *_ = await guard(pool.step(np.zeros(2, dtype=np.int64), env_ids=[2, 3]))  # while env 0 hangs
+        assert obs[:, 1].tolist() == [1, 1]
+        with pytest.raises(StepTimeout) as info:
+            await guard(fut)
+        err = info.value
+        assert isinstance(err, TimeoutError)
+        assert err.env_id == 0 and "env 0" in str(err)
+        obs, *_ = await guard(pool.step(np.zeros(2, dtype=np.int64), env_ids=[2, 3]))
+        assert obs[:, 1].tolist() == [2, 2]
+        assert worker_pid(pool, 1) == other
+
+        new = await wait_new_worker(pool, 0, old)  # the hung worker was replaced
+        assert new != old and process_gone(old)
+        obs, info2 = await guard(pool.reset(seed=[20, 21, 22, 23]))
+        assert obs[:, 0].tolist() == [20, 21, 22, 23]
+        assert info2["pid"].tolist() == [new, new, other, other]
+        obs, *_ = await guard(pool.step(np.ones(4, dtype=np.int64)))
+        assert obs[:, 1].tolist() == [1, 1, 1, 1]
+
+
+async def test_reset_right_after_step_timeout_works(gate: Any) -> None:
+    """The StepTimeout message says "reset it before stepping": doing exactly that, at once,
+    must work (not fail with WorkerCrashed because the reset went to the worker being killed)."""
+    async with aioenv.Pool(PROBE, 2, num_workers=1, step_timeout=1.5, env_kwargs=gate.kwargs()) as pool:
+        await guard(pool.reset(seed=[10, 11]))
+        fut = pool.step_env(0, SLOW)
+        with pytest.raises(StepTimeout):
+            await guard(fut)
+        obs, _ = await guard(pool.reset(seed=[30, 31]))
+        assert obs[:, 0].tolist() == [30, 31]
+
+
+async def test_step_timeout_in_batched_step_keeps_other_rows_in_partial(gate: Any) -> None:
+    async with aioenv.Pool(PROBE, 4, num_workers=2, step_timeout=1.5, env_kwargs=gate.kwargs()) as pool:
+        await guard(pool.reset(seed=[10, 11, 12, 13]))
+        old = worker_pid(pool, 0)
+        with pytest.raises(StepTimeout) as info:
+            await guard(pool.step(np.array([SLOW, 0, 1, 1])))
+        err = info.value
+        assert err.env_id == 0
+        await wait_new_worker(pool, 0, old)
+        obs, _ = await guard(pool.reset(seed=[20, 21, 22, 23]))  # the pool goes on
+        assert obs[:, 0].tolist() == [20, 21, 22, 23]
+        assert getattr(err, "partial", None) is not None, "the rows of envs 2 and 3 were lost"
+        obs, _, _, _, pinfo = err.partial
+        assert pinfo["env_id"].tolist() == [2, 3]
+        assert obs[:, 1].tolist() == [1, 1]
+        assert 0 in getattr(err, "errors", {})
+
+
+# ------------------------------------------------------------------ shutdown
+
+
+async def test_aclose_leaves_no_process_and_no_temp_dir() -> None:
+    pool = await aioenv.make(PROBE, 4, num_workers=2)
+    pids = [worker_pid(pool, 0), worker_pid(pool, 1)]
+    private = pool._private_dir
+    assert os.path.isdir(private)
+    assert all(not process_gone(pid) for pid in pids)
+    await guard(pool.reset(seed=0))
+    await guard(pool.aclose())
+    assert pool.closed
+    for pid in pids:
+        assert process_gone(pid), f"worker {pid} is still there after aclose()"
+    assert not os.path.exists(private), "the private temp dir is still there after aclose()"
+    await guard(pool.aclose())  # twice is fine
+
+
+async def test_async_with_body_error_still_closes() -> None:
+    with pytest.raises(KeyError):
+        async with aioenv.Pool(PROBE, 2, num_workers=2) as pool:
+            pids = [worker_pid(pool, 0), worker_pid(pool, 1)]
+            private = pool._private_dir
+            raise KeyError("body failed")
+    assert pool.closed
+    assert all(process_gone(pid) for pid in pids)
+    assert not os.path.exists(private)
+
+
+async def test_aclose_fails_in_flight_requests_with_pool_closed(gate: Any) -> None:
+    pool = await aioenv.make(PROBE, 4, num_workers=2, env_kwargs=gate.kwargs())
+    pids = [worker_pid(pool, 0), worker_pid(pool, 1)]
+    try:
+        await guard(pool.reset(seed=[10, 11, 12, 13]))
+        fut = pool.step_env(0, SLOW)
+        batched = asyncio.ensure_future(pool.step(np.array([0]), env_ids=[1]))  # queued behind env 0
+        pool.send(np.array([SLOW]), env_ids=[2])
+        receiving = asyncio.ensure_future(pool.recv(min_results=1))
+        await gate.started(10)
+        await gate.started(12)
+        closing = asyncio.ensure_future(pool.aclose())
+        for waiting in (fut, batched, receiving):
+            with pytest.raises(PoolClosed):
+                await guard(waiting)
+        gate.open()
+        await guard(closing)
+    finally:
+        gate.open()
+        await pool.aclose()
+    assert all(process_gone(pid) for pid in pids)
+
+
+async def test_calls_after_close_raise_pool_closed() -> None:
+    pool = await aioenv.make(PROBE, 2, num_workers=1)
+    await guard(pool.reset(seed=0))
+    await guard(pool.aclose())
+    await guard(pool.aclose())
+    zeros = np.zeros(2, dtype=np.int64)
+    with pytest.raises(PoolClosed):
+        await guard(pool.step(zeros))
+    with pytest.raises(PoolClosed):
+        await guard(pool.reset())
+    with pytest.raises(PoolClosed):
+        pool.send(zeros)
+    with pytest.raises(PoolClosed):
+        pool.send_reset()
+    with pytest.raises(PoolClosed):
+        await guard(pool.recv(timeout=0.1))
+    with pytest.raises(PoolClosed):
+        await guard(pool.recv())
+    with pytest.raises(PoolClosed):
+        pool.step_env(0, 0)
+    with pytest.raises(PoolClosed):
+        pool.reset_env(0)
+    with pytest.raises(PoolClosed):
+        await guard(pool.get_attr("tag"))
+    with pytest.raises(PoolClosed):
+        await guard(pool.set_attr("tag", 1))
+    with pytest.raises(PoolClosed):
+        await guard(pool.call("describe", 1))
+    with pytest.raises(PoolClosed):
+        await guard(pool.render())
+
+
+async def test_start_after_close_raises_pool_closed() -> None:
+    """``start()`` is idempotent while the pool runs, but a closed pool cannot be started again:
+    it says so instead of handing back a closed pool (``async with`` on it must fail too)."""
+    pool = await aioenv.make(PROBE, 2, num_workers=1)
+    await guard(pool.aclose())
+    with pytest.raises(PoolClosed):
+        await guard(pool.start())
+    with pytest.raises(PoolClosed):
+        async with pool:
+            pass
+
+
+async def test_aclose_stops_a_worker_hanging_in_close() -> None:
+    """env.close() sleeps for an hour: CLOSE is not answered, aclose escalates to SIGTERM."""
+    pool = await aioenv.make(PROBE, 2, num_workers=1, env_kwargs={"hang_in_close": True})
+    pid = worker_pid(pool, 0)
+    private = pool._private_dir
+    await guard(pool.reset(seed=0))
+    await guard(pool.aclose())
+    assert process_gone(pid)
+    assert not os.path.exists(private)
+
+
+async def test_coordinator_escalates_to_sigkill_when_sigterm_is_ignored() -> None:
+    """env.close() ignores SIGTERM and sleeps: only SIGKILL stops it (short grace via Coordinator.aclose)."""
+    pool = await aioenv.make(PROBE, 2, num_workers=1, env_kwargs={"hang_in_close": True, "ignore_sigterm": True})
+    pid = worker_pid(pool, 0)
+    private = pool._private_dir
+    stopped = False
+    try:
+        await guard(pool.reset(seed=0))
+        await guard(pool._coord.aclose(grace=0.3))
+        stopped = True
+        assert process_gone(pid)
+        assert pool._coord.slots[0].proc.returncode == -signal.SIGKILL
+        assert not os.path.exists(private)
+    finally:
+        if not stopped:
+            await pool.aclose()

@@ -1,0 +1,307 @@
+"""aioenv.infos.add_info must batch per-env infos exactly as gymnasium's ``VectorEnv._add_info``;
+take_info selects rows of a batched info recursively."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from gymnasium.vector import VectorEnv
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aioenv.infos import add_info, take_info
+
+
+class _RefVectorEnv(VectorEnv):  # type: ignore[misc]
+    """The smallest VectorEnv that can run gymnasium's own ``_add_info``."""
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
+
+
+class Opaque:
+    """An info value of a type gymnasium does not know (goes into an object array)."""
+
+    def __init__(self, tag: int) -> None:
+        self.tag = tag
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Opaque) and other.tag == self.tag
+
+    def __hash__(self) -> int:
+        return hash(self.tag)
+
+    def __repr__(self) -> str:
+        return f"Opaque({self.tag})"
+
+
+def reference(rows: list[tuple[int, dict[str, Any]]], num_rows: int) -> dict[str, Any]:
+    ref = _RefVectorEnv(num_rows)
+    infos: dict[str, Any] = {}
+    for row, info in rows:
+        infos = ref._add_info(infos, info, row)
+    return infos
+
+
+def ours(rows: list[tuple[int, dict[str, Any]]], num_rows: int) -> dict[str, Any]:
+    infos: dict[str, Any] = {}
+    for row, info in rows:
+        out = add_info(infos, info, row, num_rows)
+        assert out is infos, "add_info returns the dict it filled"
+    return infos
+
+
+def assert_same(actual: Any, expected: Any, path: str = "info") -> None:
+    """Recursive exact equality: keys, array dtype/shape/values, object arrays element-wise, scalar types."""
+    if isinstance(expected, dict):
+        assert isinstance(actual, dict), f"{path}: expected a dict, got {type(actual).__name__}"
+        assert set(actual) == set(expected), f"{path}: keys {sorted(map(str, actual))} != {sorted(map(str, expected))}"
+        for key in expected:
+            assert_same(actual[key], expected[key], f"{path}[{key!r}]")
+    elif isinstance(expected, np.ndarray):
+        assert isinstance(actual, np.ndarray), f"{path}: expected an ndarray, got {type(actual).__name__}"
+        assert actual.dtype == expected.dtype, f"{path}: dtype {actual.dtype} != {expected.dtype}"
+        assert actual.shape == expected.shape, f"{path}: shape {actual.shape} != {expected.shape}"
+        if expected.dtype == object:
+            for index in np.ndindex(expected.shape):
+                assert_same(actual[index], expected[index], f"{path}[{index}]")
+        else:
+            np.testing.assert_array_equal(actual, expected, err_msg=path, strict=True)
+    else:
+        assert type(actual) is type(expected), f"{path}: type {type(actual).__name__} != {type(expected).__name__}"
+        if isinstance(expected, float) and np.isnan(expected):
+            assert np.isnan(actual), path
+        else:
+            assert actual == expected, f"{path}: {actual!r} != {expected!r}"
+
+
+def check_same_as_gymnasium(rows: list[tuple[int, dict[str, Any]]], num_rows: int) -> dict[str, Any]:
+    """Both implementations on the same sequence: same result, or the same exception type."""
+    try:
+        expected = reference(rows, num_rows)
+    except Exception as exc:  # noqa: BLE001 - compare the failure itself
+        with pytest.raises(type(exc)):
+            ours(rows, num_rows)
+        return {}
+    actual = ours(rows, num_rows)
+    assert_same(actual, expected)
+    return actual
+
+
+# ---------------------------------------------------------------- add_info examples
+
+
+def test_python_scalars() -> None:
+    rows = [
+        (0, {"i": 1, "f": 0.5, "b": True}),
+        (2, {"i": -7, "f": 2.0, "b": False}),
+        (3, {"i": 3}),
+    ]
+    info = check_same_as_gymnasium(rows, 4)
+    assert info["i"].dtype == np.int64 and info["f"].dtype == np.float64 and info["b"].dtype == np.bool_
+    assert info["_i"].tolist() == [True, False, True, True]
+    assert info["_f"].tolist() == [True, False, True, False]
+
+
+def test_numpy_scalars_keep_their_dtype() -> None:
+    rows = [
+        (1, {"f32": np.float32(1.5), "i8": np.int8(-3), "u64": np.uint64(2**63), "f16": np.float16(0.25)}),
+        (0, {"f32": np.float32(-2.0), "i8": np.int8(4)}),
+        (2, {"c": np.complex64(1 + 1j), "npbool": np.bool_(True)}),  # np.bool_ is not an np.number
+    ]
+    info = check_same_as_gymnasium(rows, 3)
+    assert info["f32"].dtype == np.float32 and info["i8"].dtype == np.int8 and info["u64"].dtype == np.uint64
+
+
+def test_ndarrays() -> None:
+    rows = [
+        (0, {"vec": np.arange(3, dtype=np.float32), "img": np.ones((2, 2), np.uint8), "zero_d": np.array(4.0)}),
+        (3, {"vec": np.array([7, 8, 9], np.float32), "img": np.zeros((2, 2), np.uint8)}),
+        (1, {"empty": np.zeros((0,), np.int32), "zero_d": np.array(-1.0)}),
+    ]
+    info = check_same_as_gymnasium(rows, 4)
+    assert info["vec"].shape == (4, 3)
+    assert info["img"].shape == (4, 2, 2)
+    assert info["zero_d"].shape == (4,)
+
+
+def test_nested_dicts() -> None:
+    rows = [
+        (0, {"episode": {"r": 10.0, "l": 5, "t": np.float32(0.1)}, "deep": {"a": {"b": {"c": 1}}}}),
+        (2, {"episode": {"r": -1.0, "l": 7}}),
+        (1, {"deep": {"a": {"b": {"c": 2, "d": "x"}}}}),
+    ]
+    info = check_same_as_gymnasium(rows, 3)
+    assert info["_episode"].tolist() == [True, False, True]
+    assert info["episode"]["_t"].tolist() == [True, False, False]
+    assert info["deep"]["a"]["b"]["_d"].tolist() == [False, True, False]
+
+
+def test_final_obs_and_final_info() -> None:
+    rows = [
+        (1, {"final_obs": np.arange(4, dtype=np.float32), "final_info": {"score": 3}, "level": 1}),
+        (3, {"final_obs": {"pos": np.zeros(2), "n": np.int64(3)}, "final_info": {}}),
+        (0, {"level": 2}),
+        (2, {"final_obs": None, "final_info": {"score": 1, "why": "timeout"}}),
+    ]
+    info = check_same_as_gymnasium(rows, 4)
+    assert info["final_obs"].dtype == object
+    assert info["_final_obs"].tolist() == [False, True, True, True]
+    assert info["final_obs"][0] is None
+    assert info["final_info"]["_score"].tolist() == [False, True, True, False]
+
+
+def test_unknown_objects_go_to_object_arrays() -> None:
+    rows = [
+        (0, {"s": "hello", "obj": Opaque(1), "lst": [1, 2], "tup": (1, "a"), "none": None}),
+        (2, {"s": "bye", "obj": Opaque(2), "bytes": b"\x00"}),
+    ]
+    info = check_same_as_gymnasium(rows, 3)
+    for key in ("s", "obj", "none", "bytes"):
+        assert info[key].dtype == object, key
+
+
+def test_first_row_decides_the_dtype() -> None:
+    """Types differ between rows: the first value added fixes the array dtype (later ones are cast)."""
+    rows = [
+        (1, {"x": 1, "y": 2.5, "z": True, "w": np.int8(1)}),
+        (0, {"x": 2.7, "y": 3, "z": 5, "w": 300.0}),
+    ]
+    check_same_as_gymnasium(rows, 2)
+
+
+def test_single_row() -> None:
+    check_same_as_gymnasium([(0, {"a": 1, "final_obs": np.zeros(2), "n": {"k": np.ones(3)}})], 1)
+
+
+def test_empty_info_adds_nothing() -> None:
+    info = check_same_as_gymnasium([(0, {}), (1, {})], 2)
+    assert info == {}
+
+
+def test_row_written_twice_keeps_last_value() -> None:
+    check_same_as_gymnasium([(0, {"a": 1, "b": np.ones(2)}), (0, {"a": 5, "b": np.zeros(2)})], 2)
+
+
+def test_gymnasium_sync_vector_env_instance_agrees() -> None:
+    """The same reference through a real SyncVectorEnv instance (not only a bare VectorEnv subclass)."""
+    import gymnasium as gym
+    from gymnasium.vector import SyncVectorEnv
+
+    sync = SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 3)
+    try:
+        rows = [(2, {"a": np.float32(1), "n": {"x": 1}}), (0, {"final_obs": np.zeros(4, np.float32), "a": 2})]
+        expected: dict[str, Any] = {}
+        for row, env_info in rows:
+            expected = sync._add_info(expected, env_info, row)
+        assert_same(ours(rows, 3), expected)
+    finally:
+        sync.close()
+
+
+# ---------------------------------------------------------------- add_info property
+
+_KEYS = ["a", "b", "final_obs", "final_info", "nest"]
+_SCALAR = st.one_of(
+    st.integers(-(2**31), 2**31),
+    st.floats(-1e6, 1e6, allow_nan=False),
+    st.booleans(),
+    st.sampled_from([np.float32(1.5), np.int16(-2), np.uint8(200), np.float64(-0.5), np.int64(9), np.bool_(False)]),
+)
+_ARRAY = st.sampled_from([np.arange(3, dtype=np.float32), np.ones(3, np.float32) * 2, np.array([1, 2, 3], np.float32)])
+_OBJECT = st.sampled_from(["text", "", None, Opaque(1), (1, 2), [3]])
+_OBS = st.one_of(st.none(), _ARRAY, st.builds(lambda v: {"pos": v}, _ARRAY))
+
+
+def _value_for(key: str) -> st.SearchStrategy[Any]:
+    if key == "final_obs":
+        return _OBS
+    if key in ("final_info", "nest"):
+        return st.dictionaries(st.sampled_from(["x", "y", "z"]), st.one_of(_SCALAR, _OBJECT), max_size=3)
+    if key == "a":
+        return _SCALAR
+    return st.one_of(_ARRAY, _OBJECT)  # "b": arrays of one shape, or objects
+
+
+@st.composite
+def _env_info(draw: st.DrawFn) -> dict[str, Any]:
+    keys = draw(st.lists(st.sampled_from(_KEYS), unique=True, max_size=len(_KEYS)))
+    return {key: draw(_value_for(key)) for key in keys}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    num_rows=st.integers(1, 6),
+    data=st.data(),
+)
+def test_property_add_info_matches_gymnasium(num_rows: int, data: st.DataObject) -> None:
+    rows = data.draw(
+        st.lists(st.tuples(st.integers(0, num_rows - 1), _env_info()), max_size=8),
+        label="rows",
+    )
+    check_same_as_gymnasium(rows, num_rows)
+
+
+# ---------------------------------------------------------------- take_info
+
+
+def _expected_rows(value: Any, index: np.ndarray) -> Any:
+    if isinstance(value, dict):
+        return {k: _expected_rows(v, index) for k, v in value.items()}
+    if isinstance(value, np.ndarray) and value.ndim >= 1:
+        return value[index]
+    return value
+
+
+def _batched_info() -> dict[str, Any]:
+    rows = [
+        (0, {"a": 1, "vec": np.arange(2.0), "final_obs": np.zeros(3), "n": {"x": np.float32(1), "deep": {"y": "s"}}}),
+        (1, {"a": 2, "vec": np.arange(2.0) + 10}),
+        (3, {"a": 4, "final_obs": {"k": np.ones(1)}, "n": {"x": np.float32(4)}, "o": Opaque(3)}),
+    ]
+    info = ours(rows, 4)
+    info["env_id"] = np.array([5, 6, 7, 8], dtype=np.int32)
+    return info
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        np.array([2, 0]),
+        np.array([3]),
+        np.array([], dtype=np.int64),
+        np.array([True, False, True, True]),
+        np.array([False, False, False, False]),
+        np.array([0, 1, 2, 3]),
+    ],
+    ids=["ints", "one", "none_int", "mask", "empty_mask", "all"],
+)
+def test_take_info_selects_rows_recursively(index: np.ndarray) -> None:
+    info = _batched_info()
+    before = {k: v for k, v in info.items()}
+    out = take_info(info, index)
+    assert_same(out, _expected_rows(info, index), "take_info")
+    n = int(index.sum()) if index.dtype == np.bool_ else index.size
+    assert out["env_id"].shape == (n,)
+    assert out["n"]["deep"]["_y"].shape == (n,)
+    assert out["vec"].shape == (n, 2)
+    assert set(info) == set(before) and all(info[k] is before[k] for k in info), "take_info must not modify its input"
+
+
+def test_take_info_passes_non_arrays_through() -> None:
+    info = {"a": np.arange(3), "scalar": 5, "zero_d": np.array(1.5), "nested": {"b": np.arange(3) * 2, "s": "x"}}
+    out = take_info(info, np.array([1]))
+    assert out["a"].tolist() == [1]
+    assert out["scalar"] == 5
+    assert out["zero_d"].shape == ()
+    assert out["nested"]["b"].tolist() == [2]
+    assert out["nested"]["s"] == "x"
+
+
+def test_take_info_rows_are_copies() -> None:
+    info = _batched_info()
+    out = take_info(info, np.array([0, 1]))
+    out["a"][0] = 999
+    assert info["a"][0] == 1

@@ -1,0 +1,526 @@
+"""Tests for aioenv.scheduler.Scheduler: pure bookkeeping, no sockets, no event loop."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
+
+from aioenv.errors import AioEnvError, UsageError
+from aioenv.scheduler import Request, Scheduler
+
+
+def ids(*values: int) -> np.ndarray:
+    return np.array(values, dtype=np.int64)
+
+
+def placed(num_envs: int, num_workers: int) -> Scheduler:
+    sched = Scheduler(num_envs)
+    sched.place(num_workers)
+    return sched
+
+
+def groups_by_worker(sched: Scheduler, env_ids: np.ndarray) -> dict[int, list[int]]:
+    """split() as {worker: [env ids in caller order]}, checking the structural rules on the way."""
+    out: dict[int, list[int]] = {}
+    seen: list[int] = []
+    for worker, positions in sched.split(env_ids):
+        positions = np.asarray(positions)
+        assert positions.ndim == 1 and positions.size > 0
+        assert worker not in out, f"worker {worker} appears in two groups"
+        assert np.all(np.diff(positions) > 0), f"positions {positions} do not keep the caller's order"
+        members = env_ids[positions]
+        assert np.all(sched.worker_of[members] == worker), f"envs {members} are not all on worker {worker}"
+        out[int(worker)] = members.tolist()
+        seen.extend(positions.tolist())
+    assert sorted(seen) == list(range(env_ids.size)), f"positions {seen} do not cover 0..{env_ids.size - 1} once"
+    return out
+
+
+# ---------------------------------------------------------------- placement
+
+
+@pytest.mark.parametrize(("num_envs", "num_workers"), [(10, 3), (10, 1), (10, 10), (7, 2), (1, 1), (64, 5)])
+def test_place_contiguous_blocks(num_envs: int, num_workers: int) -> None:
+    sched = Scheduler(num_envs)
+    blocks = sched.place(num_workers)
+    assert len(blocks) == num_workers
+    assert np.concatenate(blocks).tolist() == list(range(num_envs)), "blocks must cover every env, in order"
+    sizes = [b.size for b in blocks]
+    assert max(sizes) - min(sizes) <= 1, f"unbalanced blocks {sizes}"
+    for worker, block in enumerate(blocks):
+        assert block.size > 0
+        assert np.all(np.diff(block) == 1), f"block {block} is not contiguous"
+        assert np.all(sched.worker_of[block] == worker)
+        assert sched.envs_of(worker).tolist() == block.tolist()
+
+
+@pytest.mark.parametrize("num_workers", [0, -1, 11, 100])
+def test_place_invalid_num_workers(num_workers: int) -> None:
+    sched = Scheduler(10)
+    with pytest.raises(ValueError, match=str(num_workers)):
+        sched.place(num_workers)
+
+
+def test_move_changes_ownership() -> None:
+    sched = placed(6, 2)
+    sched.move(ids(0, 1), 1)
+    assert sched.envs_of(0).tolist() == [2]
+    assert sched.envs_of(1).tolist() == [0, 1, 3, 4, 5]
+
+
+# ---------------------------------------------------------------- resolve
+
+
+def test_resolve_none_is_all_envs() -> None:
+    sched = placed(5, 2)
+    out = sched.resolve(None)
+    assert out.tolist() == [0, 1, 2, 3, 4]
+    assert out.dtype == np.int64
+
+
+@pytest.mark.parametrize(
+    "env_ids",
+    [[3, 1, 2], (4, 0), np.array([2, 4, 0], dtype=np.int32), np.array([1, 0], dtype=np.uint8), range(4, -1, -1)],
+    ids=["list", "tuple", "int32", "uint8", "range"],
+)
+def test_resolve_keeps_order_and_gives_int64(env_ids: Any) -> None:
+    out = placed(5, 2).resolve(env_ids)
+    assert out.dtype == np.int64
+    assert out.ndim == 1
+    assert out.tolist() == [int(i) for i in env_ids]
+
+
+@pytest.mark.parametrize("env_id", [3, np.int64(3), np.array(3)])
+def test_resolve_single_int(env_id: Any) -> None:
+    assert placed(5, 2).resolve(env_id).tolist() == [3]
+
+
+@pytest.mark.parametrize(("env_ids", "bad"), [([0, 5], 5), ([7], 7), ([-1, 0], -1), (99, 99), ([1, 2, 1000], 1000)])
+def test_resolve_unknown_id_names_it(env_ids: Any, bad: int) -> None:
+    with pytest.raises(UsageError) as excinfo:
+        placed(5, 2).resolve(env_ids)
+    assert str(bad) in str(excinfo.value)
+    assert "0..4" in str(excinfo.value) or "4" in str(excinfo.value)
+
+
+@pytest.mark.parametrize(("env_ids", "dup"), [([1, 2, 1], 1), ([4, 4], 4), ([0, 3, 2, 3, 0], 0)])
+def test_resolve_duplicates_name_the_id(env_ids: list[int], dup: int) -> None:
+    sched = placed(5, 2)
+    with pytest.raises(UsageError) as excinfo:
+        sched.resolve(env_ids)
+    message = str(excinfo.value)
+    assert f"env id {dup}" in message or f"{dup}" in message, message
+    assert "more than once" in message or "duplicate" in message.lower(), message
+    # a failed check leaves nothing behind: valid calls still work, duplicates still caught
+    assert sched.resolve([0, 1, 2, 3, 4]).tolist() == [0, 1, 2, 3, 4]
+    with pytest.raises(UsageError):
+        sched.resolve(env_ids)
+
+
+@pytest.mark.parametrize(
+    "env_ids",
+    [[], np.array([], dtype=np.int64), [[0, 1]], np.zeros((2, 2), dtype=np.int64), [0.0, 1.0], [0.5], ["0"], [True]],
+    ids=["empty_list", "empty_array", "2d_list", "2d_array", "floats", "float", "str", "bool"],
+)
+def test_resolve_rejects_malformed(env_ids: Any) -> None:
+    with pytest.raises(UsageError) as excinfo:
+        placed(5, 2).resolve(env_ids)
+    assert str(excinfo.value)
+    assert isinstance(excinfo.value, RuntimeError) and isinstance(excinfo.value, AioEnvError)
+
+
+def test_resolve_empty_message() -> None:
+    with pytest.raises(UsageError, match="empty"):
+        placed(5, 2).resolve([])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-3, 12), max_size=12))
+def test_property_resolve_accepts_exactly_unique_in_range_ids(env_ids: list[int]) -> None:
+    sched = placed(10, 3)
+    valid = bool(env_ids) and len(set(env_ids)) == len(env_ids) and all(0 <= i < 10 for i in env_ids)
+    if valid:
+        assert sched.resolve(env_ids).tolist() == env_ids
+    else:
+        with pytest.raises(UsageError):
+            sched.resolve(env_ids)
+    # the scheduler's own state is untouched by resolve
+    assert not sched.busy.any()
+    assert sched.resolve(None).tolist() == list(range(10))
+
+
+# ---------------------------------------------------------------- claim / busy
+
+
+def test_claim_marks_busy_and_second_claim_names_the_env() -> None:
+    sched = placed(6, 2)
+    sched.claim(ids(1, 2))
+    assert sched.busy.tolist() == [False, True, True, False, False, False]
+    with pytest.raises(UsageError) as excinfo:
+        sched.claim(ids(3, 2))
+    assert excinfo.value.env_id == 2
+    assert "env 2" in str(excinfo.value)
+    assert not sched.busy[3], "a refused claim must not claim any of its envs"
+    sched.release(ids(1, 2))
+    assert not sched.busy.any()
+    sched.claim(ids(2, 3))
+    assert sched.busy.tolist() == [False, False, True, True, False, False]
+
+
+def test_claim_single_busy_env() -> None:
+    sched = placed(3, 1)
+    sched.claim(ids(0))
+    with pytest.raises(UsageError, match="env 0"):
+        sched.claim(ids(0))
+
+
+# ---------------------------------------------------------------- split
+
+
+def test_split_all_envs() -> None:
+    sched = placed(6, 2)
+    all_ids = sched.resolve(None)
+    assert groups_by_worker(sched, all_ids) == {0: [0, 1, 2], 1: [3, 4, 5]}
+
+
+def test_split_mixed_order_keeps_caller_order_within_workers() -> None:
+    sched = placed(9, 3)  # 0: 0-2, 1: 3-5, 2: 6-8
+    env_ids = ids(7, 5, 0, 8, 3, 2)
+    assert groups_by_worker(sched, env_ids) == {2: [7, 8], 1: [5, 3], 0: [0, 2]}
+    # positions index into env_ids
+    for worker, positions in sched.split(env_ids):
+        assert np.all(sched.worker_of[env_ids[positions]] == worker)
+
+
+def test_split_single_worker_fast_path() -> None:
+    sched = placed(6, 2)
+    env_ids = ids(5, 3)
+    groups = sched.split(env_ids)
+    assert len(groups) == 1
+    worker, positions = groups[0]
+    assert worker == 1
+    assert np.asarray(positions).tolist() == [0, 1]
+
+
+def test_split_single_env() -> None:
+    sched = placed(6, 3)
+    groups = sched.split(ids(4))
+    assert [(w, np.asarray(p).tolist()) for w, p in groups] == [(2, [0])]
+
+
+def test_split_after_move() -> None:
+    sched = placed(6, 2)
+    all_ids = sched.resolve(None)
+    assert groups_by_worker(sched, all_ids) == {0: [0, 1, 2], 1: [3, 4, 5]}  # caches the all-env split
+    sched.move(ids(0, 4), 2)
+    assert groups_by_worker(sched, all_ids) == {0: [1, 2], 1: [3, 5], 2: [0, 4]}
+    assert groups_by_worker(sched, ids(4, 1, 0)) == {2: [4, 0], 0: [1]}
+    sched.place(3)  # re-placing invalidates too
+    assert groups_by_worker(sched, sched.resolve(None)) == {0: [0, 1], 1: [2, 3], 2: [4, 5]}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    num_envs=st.integers(1, 16),
+    data=st.data(),
+)
+def test_property_split_partitions_by_worker(num_envs: int, data: st.DataObject) -> None:
+    sched = Scheduler(num_envs)
+    sched.place(data.draw(st.integers(1, num_envs), label="num_workers"))
+    moves = data.draw(st.lists(st.tuples(st.integers(0, num_envs - 1), st.integers(0, 5)), max_size=4), label="moves")
+    for env, worker in moves:
+        sched.move(ids(env), worker)
+    env_ids = np.array(
+        data.draw(st.permutations(range(num_envs)), label="order")[: data.draw(st.integers(1, num_envs))],
+        dtype=np.int64,
+    )
+    groups = groups_by_worker(sched, env_ids)
+    expected: dict[int, list[int]] = {}
+    for env in env_ids.tolist():
+        expected.setdefault(int(sched.worker_of[env]), []).append(env)
+    assert groups == expected
+
+
+# ---------------------------------------------------------------- requests
+
+
+def test_open_and_finish() -> None:
+    sched = placed(6, 2)
+    sched.claim(ids(0, 1))
+    sink = object()
+    req = sched.open(0, "step", ids(0, 1), sink=sink, positions=np.arange(2))
+    assert isinstance(req, Request)
+    assert req.worker == 0 and req.kind == "step" and req.sink is sink
+    assert req.env_ids.tolist() == [0, 1]
+    assert sched.requests[req.id] is req
+    sched.claim(ids(3))
+    other = sched.open(1, "reset", ids(3))
+    assert other.id != req.id
+
+    assert sched.finish(req.id) is req
+    assert sched.busy.tolist() == [False, False, False, True, False, False], "only that request's envs are freed"
+    assert req.id not in sched.requests
+    assert sched.finish(req.id) is None, "a second reply to a closed request is dropped"
+    assert sched.finish(other.id) is other
+    assert not sched.busy.any()
+
+
+@pytest.mark.parametrize("req_id", [12345, -1, 0, None, "1", 1.0, b"1"])
+def test_finish_unknown_id_is_none(req_id: Any) -> None:
+    sched = placed(4, 2)
+    sched.claim(ids(0))
+    req = sched.open(0, "step", ids(0))
+    if req_id == req.id and isinstance(req_id, int):
+        pytest.skip("collides with a real id")
+    assert sched.finish(req_id) is None
+    assert sched.requests == {req.id: req}
+    assert sched.busy[0]
+
+
+def test_request_ids_are_unique_and_never_reused() -> None:
+    sched = placed(4, 2)
+    seen = set()
+    for _ in range(20):
+        sched.claim(ids(0))
+        req = sched.open(0, "step", ids(0))
+        assert req.id not in seen
+        seen.add(req.id)
+        sched.finish(req.id)
+
+
+def test_lose_worker_returns_only_its_requests_and_frees_their_envs() -> None:
+    sched = placed(6, 2)
+    reqs = []
+    for worker, env_ids in [(0, ids(0)), (1, ids(3, 4)), (0, ids(1, 2)), (1, ids(5))]:
+        sched.claim(env_ids)
+        reqs.append(sched.open(worker, "step", env_ids))
+    lost = sched.lose_worker(0)
+    assert lost == [reqs[0], reqs[2]], "worker 0's requests, oldest first"
+    assert sched.busy.tolist() == [False, False, False, True, True, True]
+    assert set(sched.requests) == {reqs[1].id, reqs[3].id}
+    assert sched.finish(reqs[0].id) is None, "a late reply from the dead worker is dropped"
+    assert sched.lose_worker(0) == []
+    assert sched.lose_worker(7) == []
+    assert sched.lose_worker(1) == [reqs[1], reqs[3]]
+    assert not sched.busy.any()
+    assert sched.requests == {}
+
+
+def test_in_flight() -> None:
+    sched = placed(4, 2)
+    a = sched.open(0, "step", ids(0))
+    b = sched.open(1, "step", ids(2))
+    assert list(sched.in_flight()) == [a, b]
+    assert list(sched.in_flight(1)) == [b]
+    assert list(sched.in_flight(5)) == []
+
+
+# ---------------------------------------------------------------- deadlines
+
+
+def test_deadlines_next_and_expire() -> None:
+    sched = placed(6, 3)
+    assert sched.next_deadline() is None
+    assert sched.expire(1e9) == []
+    r5 = sched.open(0, "step", ids(0), deadline=5.0)
+    r3 = sched.open(1, "step", ids(2), deadline=3.0)
+    r_none = sched.open(2, "step", ids(4))
+    r7 = sched.open(0, "step", ids(1), deadline=7.0)
+    sched.busy[[0, 2, 4, 1]] = True
+    assert sched.next_deadline() == 3.0
+
+    assert sched.expire(2.9) == []
+    assert sched.expire(4.0) == [r3]
+    assert not sched.busy[2], "an expired request frees its env"
+    assert sched.finish(r3.id) is None, "the late reply to an expired request is dropped"
+    assert sched.next_deadline() == 5.0
+
+    assert sched.finish(r5.id) is r5  # answered in time: never expires
+    assert sched.next_deadline() == 7.0
+    assert sched.expire(6.0) == []
+    assert sched.expire(7.0) == [r7], "a deadline equal to now is due"
+    assert sched.next_deadline() is None
+    assert sched.expire(1e9) == []
+    assert set(sched.requests) == {r_none.id}
+
+
+def test_expire_returns_due_requests_in_deadline_order() -> None:
+    sched = placed(8, 2)
+    deadlines = [4.0, 1.0, 3.0, 2.0, 10.0, 1.0]
+    reqs = [sched.open(i % 2, "step", ids(i), deadline=d) for i, d in enumerate(deadlines)]
+    expired = sched.expire(5.0)
+    assert [r.deadline for r in expired] == [1.0, 1.0, 2.0, 3.0, 4.0]
+    assert [r.id for r in expired[:2]] == [reqs[1].id, reqs[5].id], "ties keep the order they were opened in"
+    assert set(sched.requests) == {reqs[4].id}
+    assert sched.next_deadline() == 10.0
+
+
+def test_finished_and_lost_requests_are_not_expired() -> None:
+    sched = placed(4, 2)
+    a = sched.open(0, "step", ids(0), deadline=1.0)
+    b = sched.open(1, "step", ids(2), deadline=2.0)
+    c = sched.open(1, "step", ids(3), deadline=3.0)
+    sched.finish(a.id)
+    sched.lose_worker(1)
+    assert sched.next_deadline() is None
+    assert sched.expire(100.0) == []
+    assert b.id not in sched.requests and c.id not in sched.requests
+
+
+# ---------------------------------------------------------------- drain
+
+
+def test_drain_closes_everything() -> None:
+    sched = placed(4, 2)
+    reqs = []
+    for worker, env in [(0, 0), (1, 2), (1, 3)]:
+        sched.claim(ids(env))
+        reqs.append(sched.open(worker, "step", ids(env), deadline=float(env)))
+    assert sched.drain() == reqs
+    assert sched.requests == {}
+    assert not sched.busy.any()
+    assert sched.drain() == []
+    assert sched.next_deadline() is None
+    assert sched.expire(1e9) == []
+    assert all(sched.finish(r.id) is None for r in reqs)
+
+
+# ---------------------------------------------------------------- stateful property
+
+
+NUM_ENVS = 8
+NUM_WORKERS = 3
+
+
+class SchedulerMachine(RuleBasedStateMachine):
+    """Random claim/open/finish/lose_worker/expire/drain/move sequences, as the coordinator drives them.
+
+    Invariant: ``busy[e]`` is True iff ``e`` belongs to an open request, and every env belongs to at
+    most one open request.
+    """
+
+    requests = Bundle("requests")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sched = Scheduler(NUM_ENVS)
+        self.sched.place(NUM_WORKERS)
+        self.model: dict[int, tuple[int, frozenset[int], float | None]] = {}  # id -> (worker, envs, deadline)
+        self.closed: set[int] = set()
+        self.now = 0.0
+
+    def _close(self, reqs: list[Request]) -> None:
+        for req in reqs:
+            assert req.id in self.model, f"request {req.id} was closed twice"
+            del self.model[req.id]
+            self.closed.add(req.id)
+
+    @rule(
+        target=requests,
+        env_list=st.lists(st.integers(0, NUM_ENVS - 1), min_size=1, max_size=NUM_ENVS, unique=True),
+        timeout=st.one_of(st.none(), st.floats(0.5, 10.0)),
+        kind=st.sampled_from(["step", "reset", "call"]),
+    )
+    def submit(self, env_list: list[int], timeout: float | None, kind: str) -> list[int]:
+        env_ids = self.sched.resolve(env_list)
+        busy_before = self.sched.busy.copy()
+        already = [e for e in env_list if any(e in envs for _, envs, _ in self.model.values())]
+        if already:
+            with pytest.raises(UsageError) as excinfo:
+                self.sched.claim(env_ids)
+            assert excinfo.value.env_id in already
+            assert f"env {excinfo.value.env_id}" in str(excinfo.value)
+            assert np.array_equal(self.sched.busy, busy_before), "a refused claim changed busy"
+            return []
+        self.sched.claim(env_ids)
+        deadline = None if timeout is None else self.now + timeout
+        opened = []
+        for worker, positions in self.sched.split(env_ids):
+            part = env_ids[positions]
+            req = self.sched.open(worker, kind, part, positions=positions, deadline=deadline)
+            assert req.id not in self.model and req.id not in self.closed, "request id reused"
+            self.model[req.id] = (worker, frozenset(part.tolist()), deadline)
+            opened.append(req.id)
+        return opened
+
+    @rule(opened=consumes(requests))
+    def reply(self, opened: list[int]) -> None:
+        for req_id in opened:
+            req = self.sched.finish(req_id)
+            if req_id in self.model:
+                assert req is not None and req.id == req_id
+                self._close([req])
+            else:
+                assert req is None, f"request {req_id} was closed already but finish() returned it"
+
+    @rule(opened=requests)
+    def duplicate_reply(self, opened: list[int]) -> None:
+        """A reply to a request that may be closed already."""
+        for req_id in opened:
+            req = self.sched.finish(req_id)
+            if req is not None:
+                assert req_id in self.model
+                self._close([req])
+            else:
+                assert req_id not in self.model
+
+    @rule(req_id=st.one_of(st.integers(-5, 10_000), st.none(), st.text(max_size=3)))
+    def stray_reply(self, req_id: Any) -> None:
+        if isinstance(req_id, int) and req_id in self.model:
+            return
+        assert self.sched.finish(req_id) is None
+
+    @rule(worker=st.integers(0, NUM_WORKERS))
+    def lose_worker(self, worker: int) -> None:
+        expected = sorted(rid for rid, (w, _, _) in self.model.items() if w == worker)
+        lost = self.sched.lose_worker(worker)
+        assert [r.id for r in lost] == expected
+        assert all(r.worker == worker for r in lost)
+        self._close(lost)
+
+    @rule(dt=st.floats(0.0, 6.0))
+    def tick(self, dt: float) -> None:
+        self.now += dt
+        due = sorted(
+            ((d, rid) for rid, (_, _, d) in self.model.items() if d is not None and d <= self.now),
+        )
+        expired = self.sched.expire(self.now)
+        assert [(r.deadline, r.id) for r in expired] == due
+        self._close(expired)
+
+    @rule()
+    def drain(self) -> None:
+        drained = self.sched.drain()
+        assert sorted(r.id for r in drained) == sorted(self.model)
+        self._close(drained)
+
+    @rule(env=st.integers(0, NUM_ENVS - 1), worker=st.integers(0, NUM_WORKERS - 1))
+    def move(self, env: int, worker: int) -> None:
+        if not self.sched.busy[env]:
+            self.sched.move(ids(env), worker)
+
+    @invariant()
+    def busy_iff_in_open_request(self) -> None:
+        owners = np.zeros(NUM_ENVS, dtype=np.int64)
+        for _, envs, _ in self.model.values():
+            for e in envs:
+                owners[e] += 1
+        assert owners.max(initial=0) <= 1, f"an env is in two open requests: {owners}"
+        assert self.sched.busy.tolist() == (owners == 1).tolist(), (
+            f"busy {self.sched.busy.astype(int).tolist()} != envs of open requests {owners.tolist()}"
+        )
+        assert set(self.sched.requests) == set(self.model)
+
+    @invariant()
+    def next_deadline_is_earliest_open(self) -> None:
+        deadlines = [d for _, _, d in self.model.values() if d is not None]
+        assert self.sched.next_deadline() == (min(deadlines) if deadlines else None)
+
+
+SchedulerMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=30, deadline=None)
+TestSchedulerMachine = SchedulerMachine.TestCase
