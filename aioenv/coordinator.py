@@ -217,7 +217,8 @@ class Coordinator:
             part = Part(req.env_ids, errors=errors, values=header["values"])
         else:
             extras = [arrays[i] for i in header.get("x", [])] or None
-            part = Part(req.env_ids, leaves_from_wire(header["obs"], arrays), extras, header.get("info"), errors)
+            obs = leaves_from_wire(header["obs"], arrays)
+            part = Part(req.env_ids, obs, extras, header.get("info"), errors, binfo=header.get("binfo"))
         self._deliver_part(req, part)
 
     def _deliver_part(self, req: Request, part: Part) -> None:

@@ -24,7 +24,7 @@ import numpy as np
 
 from aioenv import spaces
 from aioenv.errors import AioEnvError
-from aioenv.infos import add_info, take_info
+from aioenv.infos import batch_infos, merge_infos, take_info
 
 __all__ = ["Gather", "Part", "RecvQueue", "ResetResult", "Single", "StepResult"]
 
@@ -50,10 +50,11 @@ class ResetResult(NamedTuple):
 
 class Part:
     """Decoded rows of one reply. ``obs``: leaves with ``len(env_ids)`` rows; ``reward`` (float64),
-    ``terminated``/``truncated`` (bool) of shape ``(k,)``; ``infos``: per-row dict or None;
+    ``terminated``/``truncated`` (bool) of shape ``(k,)``; ``infos``: per-row dict or None
+    (single-env replies) or ``binfo``: the rows' infos batched column-wise (batch replies);
     ``errors``: row -> error; ``values``: per-row call results."""
 
-    __slots__ = ("env_ids", "errors", "infos", "obs", "reward", "terminated", "truncated", "values")
+    __slots__ = ("binfo", "env_ids", "errors", "infos", "obs", "reward", "terminated", "truncated", "values")
 
     def __init__(
         self,
@@ -63,6 +64,8 @@ class Part:
         infos: list[Any] | None = None,
         errors: dict[int, AioEnvError] | None = None,
         values: list[Any] | None = None,
+        *,
+        binfo: dict[str, Any] | None = None,
     ) -> None:
         n = env_ids.size
         self.env_ids = env_ids
@@ -74,20 +77,22 @@ class Part:
             self.terminated = np.zeros(n, dtype=np.bool_)
             self.truncated = np.zeros(n, dtype=np.bool_)
         self.infos = infos
+        self.binfo = binfo
         self.errors = errors or {}
         self.values = values
+
+    def batched_info(self) -> dict[str, Any] | None:
+        """The rows' infos batched column-wise (None when no row has an info)."""
+        if self.binfo is not None:
+            return self.binfo
+        if self.infos and any(self.infos):
+            return batch_infos(self.infos, self.env_ids.size)
+        return None
 
     @classmethod
     def failed(cls, env_ids: np.ndarray, make_error: Any) -> Part:
         """A part whose every row failed with ``make_error(env_id)``."""
         return cls(env_ids, errors={i: make_error(int(e)) for i, e in enumerate(env_ids)})
-
-
-def _fill_infos(info: dict[str, Any], infos: list[Any] | None, rows: Any, num_rows: int) -> None:
-    if infos:
-        for d, row in zip(infos, rows, strict=True):
-            if d:
-                add_info(info, d, int(row), num_rows)
 
 
 def _raise_first(errors: dict[int, AioEnvError], partial: Any) -> None:
@@ -112,7 +117,7 @@ class Gather:
         self._reward = np.zeros(n, dtype=np.float64)
         self._terminated = np.zeros(n, dtype=np.bool_)
         self._truncated = np.zeros(n, dtype=np.bool_)
-        self._infos: list[tuple[int, dict[str, Any]]] = []  # batched in row order at the end, as gymnasium
+        self._infos: list[tuple[dict[str, Any], np.ndarray]] = []  # merged at the end (dtypes by row order)
         self._values: list[Any] = [None] * n
         self._errors: dict[int, AioEnvError] = {}
 
@@ -131,8 +136,9 @@ class Gather:
             self._reward[positions] = part.reward
             self._terminated[positions] = part.terminated
             self._truncated[positions] = part.truncated
-            if part.infos:
-                self._infos.extend((int(p), d) for p, d in zip(positions, part.infos, strict=True) if d)
+            binfo = part.batched_info()
+            if binfo is not None:
+                self._infos.append((binfo, positions))
         if part.values is not None:
             for pos, value in zip(positions, part.values, strict=True):
                 self._values[int(pos)] = value
@@ -159,9 +165,7 @@ class Gather:
             return self._values
         n = self.env_ids.size
         obs_leaves = self._obs if self._obs is not None else spaces.empty_batch(self._obs_space, n)
-        info: dict[str, Any] = {}
-        for row, env_info in sorted(self._infos, key=lambda item: item[0]):
-            add_info(info, env_info, row, n)
+        info = merge_infos(self._infos, n) if self._infos else {}
         info["env_id"] = self.env_ids.astype(np.int32)
         full = (obs_leaves, self._reward, self._terminated, self._truncated, info)
         if self._errors:
@@ -337,12 +341,13 @@ class RecvQueue:
         term = np.concatenate([s.part.terminated[s.start : s.stop] for s in segments])
         trunc = np.concatenate([s.part.truncated[s.start : s.stop] for s in segments])
         ids = np.concatenate([s.part.env_ids[s.start : s.stop] for s in segments]).astype(np.int32)
-        info = {}
+        items = []
         row = 0
         for s in segments:
-            infos = s.part.infos
-            if infos:
-                _fill_infos(info, infos[s.start : s.stop], range(row, row + s.stop - s.start), n)
+            binfo = s.part.batched_info()
+            if binfo is not None:
+                items.append((take_info(binfo, slice(s.start, s.stop)), np.arange(row, row + s.stop - s.start)))
             row += s.stop - s.start
+        info = merge_infos(items, n) if items else {}
         info["env_id"] = ids
         return spaces.from_leaves(self._obs_space, leaves), rew, term, trunc, info

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import VectorEnv
@@ -305,3 +306,70 @@ def test_take_info_rows_are_copies() -> None:
     out = take_info(info, np.array([0, 1]))
     out["a"][0] = 999
     assert info["a"][0] == 1
+
+
+def _random_infos(rng: np.random.Generator, n: int) -> list[dict[str, Any] | None]:
+    infos: list[dict[str, Any] | None] = []
+    for _ in range(n):
+        if rng.random() < 0.2:
+            infos.append(None)
+            continue
+        d: dict[str, Any] = {}
+        if rng.random() < 0.8:
+            d["a"] = int(rng.integers(5)) if rng.random() < 0.7 else float(rng.random())
+        if rng.random() < 0.5:
+            d["b"] = np.float32(rng.random())
+        if rng.random() < 0.5:
+            d["flag"] = bool(rng.random() < 0.5) if rng.random() < 0.5 else np.bool_(True)
+        if rng.random() < 0.5:
+            d["vec"] = rng.random(3)
+        if rng.random() < 0.3:
+            d["final_obs"] = rng.random(2)
+            d["final_info"] = {"x": 1, "y": "s"}
+        if rng.random() < 0.3:
+            d["text"] = "str"
+        infos.append(d)
+    return infos
+
+
+def _assert_same_info(expected: dict[str, Any], got: dict[str, Any]) -> None:
+    assert expected.keys() == got.keys()
+    for key, value in expected.items():
+        if isinstance(value, dict):
+            _assert_same_info(value, got[key])
+            continue
+        assert value.dtype == got[key].dtype and value.shape == got[key].shape, key
+        for x, y in zip(value, got[key], strict=True):
+            assert (x is None and y is None) or np.array_equal(x, y), (key, x, y)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_batch_then_merge_equals_gymnasium_row_by_row(seed: int) -> None:
+    """Workers batch their rows column-wise; the coordinator merges parts at any positions.
+
+    Whatever the split and the order parts arrive in, the result must equal gymnasium's
+    _add_info applied row by row in output order (dtype from the first row that has a key,
+    even when one part mixes ints and floats).
+    """
+    from aioenv.infos import batch_infos, merge_infos
+
+    rng = np.random.default_rng(seed)
+    ref_env = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])
+    for _ in range(300):
+        n = 6
+        rows = _random_infos(rng, n)
+        split = int(rng.integers(1, n))
+        positions = rng.permutation(n)
+        part_a, part_b = positions[:split], positions[split:]
+        items = [
+            (batch_infos([rows[p] for p in part_a], part_a.size), part_a),
+            (batch_infos([rows[p] for p in part_b], part_b.size), part_b),
+        ]
+        if rng.random() < 0.5:
+            items.reverse()  # arrival order must not matter
+        ref_env.num_envs = n
+        expected: dict[str, Any] = {}
+        for row, info in enumerate(rows):
+            if info:
+                expected = ref_env._add_info(expected, info, row)
+        _assert_same_info(expected, merge_infos(items, n))

@@ -19,6 +19,7 @@ import zmq
 
 from aioenv import spaces
 from aioenv.errors import AioEnvError, ProtocolError, to_wire
+from aioenv.infos import batch_infos
 from aioenv.protocol import Op, decode, encode, leaves_from_wire, leaves_to_wire, pack
 from aioenv.zmqio import recv_frames, send_frames
 from workers.hosted import HostedEnv
@@ -273,14 +274,16 @@ def _batch_reply(
 
 
 def _encode_reply(fields: dict[str, Any], arrays: list[np.ndarray], env_ids: list[int]) -> list[Any]:
+    """Encode a reply. A batch's infos travel column-batched (``"binfo"``, see
+    :func:`aioenv.infos.batch_infos`); a single env's as its raw dict (``"info"``)."""
+    infos = fields.pop("info", None)
     try:
-        return encode(Op.RESULT, fields, arrays)
+        return encode(Op.RESULT, _with_infos(fields, infos), arrays)
     except (TypeError, OverflowError):  # OverflowError: an int beyond 64 bits
         pass
     # Some env's info holds a value msgpack cannot carry: fail that row alone.
-    infos = fields.get("info") or []
     errors = fields.setdefault("err", {})
-    for i, info in enumerate(infos):
+    for i, info in enumerate(infos or []):
         if info is None:
             continue
         try:
@@ -289,4 +292,12 @@ def _encode_reply(fields: dict[str, Any], arrays: list[np.ndarray], env_ids: lis
             infos[i] = None
             err = TypeError(f"env {env_ids[i]}'s info cannot cross the wire: {exc}")
             errors[i] = _error(err, env_ids[i])
-    return encode(Op.RESULT, fields, arrays)
+    return encode(Op.RESULT, _with_infos(fields, infos), arrays)
+
+
+def _with_infos(fields: dict[str, Any], infos: list[Any] | None) -> dict[str, Any]:
+    if infos is None:
+        return fields
+    if len(infos) == 1:
+        return {**fields, "info": infos}
+    return {**fields, "binfo": batch_infos(infos, len(infos))}
