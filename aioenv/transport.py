@@ -3,8 +3,8 @@
 The socket's file descriptor is registered with ``loop.add_reader``; when it
 fires, every queued message is drained with non-blocking ``recv_multipart``
 until ``zmq.Again`` (ZeroMQ's descriptor is edge-triggered, so a partial drain
-would stall). A send can also consume the descriptor's readiness, so after
-sending we check ``zmq.EVENTS`` and schedule a drain if messages are waiting.
+would stall). A send can also consume the descriptor's readiness, so a burst
+of sends is followed by one drain callback that checks ``zmq.EVENTS``.
 This costs one callback per burst of messages rather than one future per
 message, which is what makes many small round trips cheap.
 """
@@ -57,7 +57,9 @@ class Router:
             if exc.errno in (zmq.EHOSTUNREACH, zmq.EAGAIN):
                 return False
             raise
-        if not self._scheduled and has_input(self.sock):
+        if not self._scheduled:
+            # A send may consume the descriptor's edge: look for input once after this burst of
+            # sends (one EVENTS check, a poll syscall, instead of one per send).
             self._scheduled = True
             self._loop.call_soon(self._drain)
         return True
