@@ -56,6 +56,10 @@ def take_info(info: dict[str, Any], index: np.ndarray | slice) -> dict[str, Any]
     return out
 
 
+#: Key of the list naming typed columns whose values were Python scalars (internal to batch/merge).
+_PY = "_aioenv_python_scalars"
+
+
 def _plain(value: Any) -> bool:
     return type(value) in (int, float, bool) or issubclass(type(value), np.number)
 
@@ -87,6 +91,8 @@ def batch_infos(infos: list[dict[str, Any] | None], num_rows: int) -> dict[str, 
             array = np.zeros(num_rows, dtype=type(first))
             array[rows] = values
             out[key] = array
+            if type(first) in (int, float, bool):
+                out.setdefault(_PY, []).append(key)  # rows were Python scalars, not numpy ones
         elif (
             key != "final_obs"
             and isinstance(first, np.ndarray)
@@ -119,7 +125,7 @@ def merge_infos(items: list[tuple[dict[str, Any], np.ndarray]], num_rows: int) -
     keys: dict[str, None] = {}
     for info, _ in items:
         for key in info:
-            if not (key.startswith("_") and key[1:] in info):
+            if key != _PY and not (key.startswith("_") and key[1:] in info):
                 keys.setdefault(key)
     for key in keys:
         present = [(info, pos) for info, pos in items if key in info]
@@ -159,8 +165,9 @@ def _merge_column(key: str, present: list[tuple[dict[str, Any], np.ndarray]], nu
         column = info[key]
         if array.dtype == object or column.dtype == object:
             mask = info.get(f"_{key}")
+            python = column.dtype != object and key in info.get(_PY, ())
             for i in np.flatnonzero(mask) if mask is not None else range(pos.size):
-                array[pos[i]] = column[i]
+                array[pos[i]] = column[i].item() if python else column[i]
         else:
             array[pos] = column
     return array

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aioenv.infos import add_info, take_info
+from tests.compare import assert_same
 
 
 class _RefVectorEnv(VectorEnv):  # type: ignore[misc]
@@ -52,30 +53,6 @@ def ours(rows: list[tuple[int, dict[str, Any]]], num_rows: int) -> dict[str, Any
         out = add_info(infos, info, row, num_rows)
         assert out is infos, "add_info returns the dict it filled"
     return infos
-
-
-def assert_same(actual: Any, expected: Any, path: str = "info") -> None:
-    """Recursive exact equality: keys, array dtype/shape/values, object arrays element-wise, scalar types."""
-    if isinstance(expected, dict):
-        assert isinstance(actual, dict), f"{path}: expected a dict, got {type(actual).__name__}"
-        assert set(actual) == set(expected), f"{path}: keys {sorted(map(str, actual))} != {sorted(map(str, expected))}"
-        for key in expected:
-            assert_same(actual[key], expected[key], f"{path}[{key!r}]")
-    elif isinstance(expected, np.ndarray):
-        assert isinstance(actual, np.ndarray), f"{path}: expected an ndarray, got {type(actual).__name__}"
-        assert actual.dtype == expected.dtype, f"{path}: dtype {actual.dtype} != {expected.dtype}"
-        assert actual.shape == expected.shape, f"{path}: shape {actual.shape} != {expected.shape}"
-        if expected.dtype == object:
-            for index in np.ndindex(expected.shape):
-                assert_same(actual[index], expected[index], f"{path}[{index}]")
-        else:
-            np.testing.assert_array_equal(actual, expected, err_msg=path, strict=True)
-    else:
-        assert type(actual) is type(expected), f"{path}: type {type(actual).__name__} != {type(expected).__name__}"
-        if isinstance(expected, float) and np.isnan(expected):
-            assert np.isnan(actual), path
-        else:
-            assert actual == expected, f"{path}: {actual!r} != {expected!r}"
 
 
 def check_same_as_gymnasium(rows: list[tuple[int, dict[str, Any]]], num_rows: int) -> dict[str, Any]:
@@ -332,17 +309,6 @@ def _random_infos(rng: np.random.Generator, n: int) -> list[dict[str, Any] | Non
     return infos
 
 
-def _assert_same_info(expected: dict[str, Any], got: dict[str, Any]) -> None:
-    assert expected.keys() == got.keys()
-    for key, value in expected.items():
-        if isinstance(value, dict):
-            _assert_same_info(value, got[key])
-            continue
-        assert value.dtype == got[key].dtype and value.shape == got[key].shape, key
-        for x, y in zip(value, got[key], strict=True):
-            assert (x is None and y is None) or np.array_equal(x, y), (key, x, y)
-
-
 @pytest.mark.parametrize("seed", range(5))
 def test_batch_then_merge_equals_gymnasium_row_by_row(seed: int) -> None:
     """Workers batch their rows column-wise; the coordinator merges parts at any positions.
@@ -372,4 +338,4 @@ def test_batch_then_merge_equals_gymnasium_row_by_row(seed: int) -> None:
         for row, info in enumerate(rows):
             if info:
                 expected = ref_env._add_info(expected, info, row)
-        _assert_same_info(expected, merge_infos(items, n))
+        assert_same(merge_infos(items, n), expected)
