@@ -230,30 +230,31 @@ class Pool:
         coord.submit("step", ids, sink, build, timeout=self.step_timeout)
         return ids
 
-    def _reset_seeds(self, ids: np.ndarray, seed: Any) -> list[int | None]:
+    def _seeds_for(self, ids: np.ndarray, seed: Any) -> list[int | None]:
+        """The seed each env of ``ids`` resets with (validates; changes nothing)."""
         if seed is None:
-            seeds = [self._seeds[i] for i in ids.tolist()]
-        elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-            seeds = [int(seed) + i for i in ids.tolist()]
-        else:
-            seeds = [None if s is None else int(s) for s in seed]
-            if len(seeds) != ids.size:
-                raise ValueError(f"seed has {len(seeds)} entries for {ids.size} envs: give one per env, or an int")
-        for i, s in zip(ids.tolist(), seeds, strict=True):
-            self._seeds[i] = None
-            if s is not None:
-                self._recorded[i] = s
+            return [self._seeds[i] for i in ids.tolist()]
+        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            return [int(seed) + i for i in ids.tolist()]
+        seeds = [None if s is None else int(s) for s in seed]
+        if len(seeds) != ids.size:
+            raise ValueError(f"seed has {len(seeds)} entries for {ids.size} envs: give one per env, or an int")
         return seeds
+
+    def _record_seeds(self, ids: np.ndarray, seeds: list[int | None]) -> None:
+        for i, s in zip(ids.tolist(), seeds, strict=True):
+            self._seeds[i] = None  # the pool's seed applies to the first reset only
+            if s is not None:
+                self._recorded[i] = s  # what a re-made env resets with
 
     def _dispatch_reset(self, env_ids: Any, seed: Any, options: Any, sink: Any) -> np.ndarray:
         coord = self._core()
         ids = coord.sched.resolve(env_ids)
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
-        if seed is not None and not isinstance(seed, (int, np.integer)) and len(list(seed)) != ids.size:
-            raise ValueError(f"seed has {len(list(seed))} entries for {ids.size} envs: give one per env, or an int")
+        seeds = self._seeds_for(ids, seed)
         coord.sched.claim(ids)
-        seeds = self._reset_seeds(ids, seed)
+        self._record_seeds(ids, seeds)
 
         def build(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
             pos = req.positions if req.positions is not None else range(len(seeds))

@@ -754,3 +754,16 @@ def test_run_helper_runs_a_coroutine() -> None:
 
     assert aioenv.run(main()) == (2, [4, 5])
     assert aioenv.run(asyncio.sleep(0, result="done")) == "done"
+
+
+async def test_refused_reset_seed_leaves_the_envs_free() -> None:
+    """A seed that is refused must not leave the envs claimed: the next reset works."""
+    async with aioenv.Pool("CartPole-v1", 2, num_workers=1) as pool:
+        with pytest.raises(ValueError, match="entries"):
+            await guard(pool.reset(seed=[1, 2, 3]))
+        with pytest.raises((TypeError, ValueError)):
+            await guard(pool.reset(seed=["not a seed", 2]))
+        obs, info = await guard(pool.reset(seed=[1, 2]))
+        assert info["env_id"].tolist() == [0, 1]
+        expected = gym.make("CartPole-v1").reset(seed=2)[0]
+        np.testing.assert_array_equal(obs[1], expected)
