@@ -19,6 +19,9 @@ class AsyncEnv(Generic[ObsT, ActT]):
 
     Subclasses set ``observation_space`` and ``action_space`` and implement
     :meth:`reset` and :meth:`step`; :meth:`close` is optional.
+
+    The ``async`` executor that hosts such envs is not available yet: pools accept
+    ``executor="inline"`` only, which runs ``gymnasium.Env`` objects.
     """
 
     observation_space: gymnasium.Space[Any]
