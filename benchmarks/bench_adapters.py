@@ -1,0 +1,205 @@
+"""Facade and adapter overhead, measured side by side in one run.
+
+On the same workload (CartPole-v1, n envs, random actions pre-sampled), env-steps/s of:
+
+- ``aioenv.Pool.step`` (the async core, on uvloop) — the reference for the facade's cost;
+- ``aioenv.SyncPool.step`` and ``aioenv.vector.AioVectorEnv.step`` (the sync facade and the
+  gymnasium drop-in);
+- ``aioenv.compat.sb3.AioVecEnv.step`` (the Stable-Baselines3 drop-in), when SB3 is installed;
+- the peers they replace: ``gymnasium.vector.AsyncVectorEnv`` and SB3's ``SubprocVecEnv``.
+
+Run: ``python benchmarks/bench_adapters.py [--num-envs 32] [--seconds 3] [--repeats 3] [--quick]``.
+Writes ``benchmarks/results/adapters.json`` and ``adapters.md`` (or ``--out DIR``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import aioenv  # noqa: E402
+
+ENV_ID = "CartPole-v1"
+
+
+def _actions(n: int, count: int = 64) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    return [rng.integers(0, 2, size=n, dtype=np.int64) for _ in range(count)]
+
+
+def _loop(step: Callable[[np.ndarray], Any], acts: list[np.ndarray], n: int, seconds: float) -> float:
+    for a in acts[:10]:  # warm up
+        step(a)
+    k = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        step(acts[k % len(acts)])
+        k += 1
+    return k * n / (time.perf_counter() - start)
+
+
+def bench_pool(n: int, seconds: float) -> float:
+    """The async core: ``await pool.step`` in a uvloop loop."""
+    acts = _actions(n)
+
+    async def main() -> float:
+        async with aioenv.Pool(ENV_ID, n) as pool:
+            await pool.reset(seed=0)
+            for a in acts[:10]:
+                await pool.step(a)
+            k = 0
+            start = time.perf_counter()
+            while time.perf_counter() - start < seconds:
+                await pool.step(acts[k % len(acts)])
+                k += 1
+            return k * n / (time.perf_counter() - start)
+
+    return aioenv.run(main())
+
+
+def bench_syncpool(n: int, seconds: float) -> float:
+    """``aioenv.SyncPool.step`` (one private loop thread)."""
+    with aioenv.SyncPool(ENV_ID, n) as pool:
+        pool.reset(seed=0)
+        return _loop(pool.step, _actions(n), n, seconds)
+
+
+def bench_aio_vector(n: int, seconds: float) -> float:
+    """``aioenv.vector.AioVectorEnv.step`` (gymnasium drop-in)."""
+    from aioenv.vector import AioVectorEnv
+
+    env = AioVectorEnv([lambda: gym.make(ENV_ID)] * n)
+    try:
+        env.reset(seed=0)
+        return _loop(env.step, _actions(n), n, seconds)
+    finally:
+        env.close()
+
+
+def bench_async_vector(n: int, seconds: float) -> float:
+    """gymnasium's ``AsyncVectorEnv`` (the peer AioVectorEnv replaces)."""
+    env = gym.vector.AsyncVectorEnv([lambda: gym.make(ENV_ID)] * n)
+    try:
+        env.reset(seed=0)
+        return _loop(env.step, _actions(n), n, seconds)
+    finally:
+        env.close()
+
+
+def bench_aio_vecenv(n: int, seconds: float) -> float:
+    """``aioenv.compat.sb3.AioVecEnv.step`` (SB3 drop-in)."""
+    from aioenv.compat.sb3 import AioVecEnv
+
+    env = AioVecEnv([lambda: gym.make(ENV_ID)] * n)
+    try:
+        env.reset()
+        return _loop(env.step, _actions(n), n, seconds)
+    finally:
+        env.close()
+
+
+def bench_subproc(n: int, seconds: float) -> float:
+    """SB3's ``SubprocVecEnv`` (the peer AioVecEnv replaces)."""
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+
+    env = SubprocVecEnv([lambda: gym.make(ENV_ID)] * n)
+    try:
+        env.reset()
+        return _loop(env.step, _actions(n), n, seconds)
+    finally:
+        env.close()
+
+
+CELLS: dict[str, Callable[[int, float], float]] = {
+    "Pool.step (async core)": bench_pool,
+    "SyncPool.step": bench_syncpool,
+    "AioVectorEnv.step": bench_aio_vector,
+    "AsyncVectorEnv.step": bench_async_vector,
+    "AioVecEnv.step (SB3)": bench_aio_vecenv,
+    "SubprocVecEnv.step (SB3)": bench_subproc,
+}
+
+
+def run(n: int, seconds: float, repeats: int) -> dict[str, Any]:
+    """Interleave the cells ``repeats`` times; median env-steps/s per cell (or the error)."""
+    samples: dict[str, list[float]] = {name: [] for name in CELLS}
+    errors: dict[str, str] = {}
+    for r in range(repeats):
+        for name, cell in CELLS.items():
+            if name in errors:
+                continue
+            try:
+                samples[name].append(cell(n, seconds))
+                print(f"[{r + 1}/{repeats}] {name}: {samples[name][-1]:,.0f} env-steps/s", flush=True)
+            except Exception as exc:  # noqa: BLE001 - a missing extra or a failure is reported, not fatal
+                errors[name] = f"{type(exc).__name__}: {exc}"
+                print(f"[{r + 1}/{repeats}] {name}: unavailable ({errors[name]})", flush=True)
+    medians = {k: statistics.median(v) for k, v in samples.items() if v}
+    ratios: dict[str, float] = {}
+    core = medians.get("Pool.step (async core)")
+    for facade in ("SyncPool.step", "AioVectorEnv.step", "AioVecEnv.step (SB3)"):
+        if core and facade in medians:
+            ratios[f"{facade} / Pool.step"] = medians[facade] / core
+    for ours, peer in (
+        ("AioVectorEnv.step", "AsyncVectorEnv.step"),
+        ("AioVecEnv.step (SB3)", "SubprocVecEnv.step (SB3)"),
+    ):
+        if ours in medians and peer in medians:
+            ratios[f"{ours} / {peer}"] = medians[ours] / medians[peer]
+    return {"steps_per_s": medians, "samples": samples, "errors": errors, "ratios": ratios}
+
+
+def to_markdown(result: dict[str, Any], n: int, command: str) -> str:
+    """The results as Markdown tables."""
+    lines = [f"`{command}`", "", f"{ENV_ID}, n={n}", "", "| implementation | env-steps/s |", "| --- | --: |"]
+    for name in CELLS:
+        value = result["steps_per_s"].get(name)
+        lines.append(f"| {name} | {value:,.0f} |" if value else f"| {name} | {result['errors'].get(name, '-')} |")
+    lines += ["", "| ratio | value |", "| --- | --: |"]
+    for name, value in result["ratios"].items():
+        note = f" (facade cost {1 - value:.0%})" if name.endswith("/ Pool.step") else ""
+        lines.append(f"| {name} | {value:.2f}x{note} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    """Parse arguments, run the cells, write JSON and Markdown, print the tables."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-envs", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="1 repeat of 1 s per cell")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = parser.parse_args()
+    seconds, repeats = (1.0, 1) if args.quick else (args.seconds, args.repeats)
+    command = "python " + " ".join(sys.argv)
+    result = run(args.num_envs, seconds, repeats)
+    result.update(
+        command=command,
+        num_envs=args.num_envs,
+        machine={"python": platform.python_version(), "platform": platform.platform()},
+        date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "adapters.json").write_text(json.dumps(result, indent=2))
+    markdown = to_markdown(result, args.num_envs, command)
+    (args.out / "adapters.md").write_text(markdown)
+    print()
+    print(markdown)
+
+
+if __name__ == "__main__":
+    main()
