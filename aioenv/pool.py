@@ -216,7 +216,7 @@ class Pool:
         coord.sched.claim(ids)
         return coord, ids
 
-    def _dispatch_step(self, actions: Any, env_ids: Any, sink: Any) -> np.ndarray:
+    def _dispatch_step(self, actions: Any, env_ids: Any, sink: Any, *, info_list: bool = False) -> np.ndarray:
         coord = self._core()
         ids = coord.sched.resolve(env_ids)
         leaves = spaces.check_actions(self.single_action_space, actions, ids)
@@ -225,7 +225,10 @@ class Pool:
         def build(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
             arrays: list[np.ndarray] = []
             part = spaces.take_rows(leaves, req.positions) if req.positions is not None else leaves
-            return {"act": leaves_to_wire(part, arrays)}, arrays
+            fields: dict[str, Any] = {"act": leaves_to_wire(part, arrays)}
+            if info_list:
+                fields["ilist"] = True
+            return fields, arrays
 
         coord.submit("step", ids, sink, build, timeout=self.step_timeout)
         return ids
@@ -305,6 +308,16 @@ class Pool:
         ids = self._core().sched.resolve(env_ids)
         sink = Gather("step", ids, self.single_observation_space)
         self._dispatch_step(actions, ids, sink)
+        return await sink.future
+
+    async def _step_info_list(
+        self, actions: Any, env_ids: Any = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        """Like :meth:`step`, but ``info`` is a list with each env's own info dict (row order), as
+        Stable-Baselines3 wants; still one message per worker. For the adapters in :mod:`aioenv.compat`."""
+        ids = self._core().sched.resolve(env_ids)
+        sink = Gather("step", ids, self.single_observation_space, info_list=True)
+        self._dispatch_step(actions, ids, sink, info_list=True)
         return await sink.future
 
     def send(self, actions: Any, env_ids: Any = None) -> None:

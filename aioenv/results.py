@@ -106,8 +106,9 @@ def _raise_first(errors: dict[int, AioEnvError], partial: Any) -> None:
 class Gather:
     """Collects the parts of one batched call over ``env_ids`` (B rows, caller's order)."""
 
-    def __init__(self, kind: str, env_ids: np.ndarray, obs_space: Any) -> None:
+    def __init__(self, kind: str, env_ids: np.ndarray, obs_space: Any, *, info_list: bool = False) -> None:
         self.kind = kind
+        self._info_list: list[dict[str, Any]] | None = [{} for _ in range(env_ids.size)] if info_list else None
         self.env_ids = env_ids
         self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._left = 0
@@ -136,9 +137,14 @@ class Gather:
             self._reward[positions] = part.reward
             self._terminated[positions] = part.terminated
             self._truncated[positions] = part.truncated
-            binfo = part.batched_info()
-            if binfo is not None:
-                self._infos.append((binfo, positions))
+            if self._info_list is not None:  # each env's own dict (adapters that want SB3-style infos)
+                for pos, env_info in zip(positions, part.infos or (), strict=False):
+                    if env_info:
+                        self._info_list[int(pos)] = env_info
+            else:
+                binfo = part.batched_info()
+                if binfo is not None:
+                    self._infos.append((binfo, positions))
         if part.values is not None:
             for pos, value in zip(positions, part.values, strict=True):
                 self._values[int(pos)] = value
@@ -165,8 +171,12 @@ class Gather:
             return self._values
         n = self.env_ids.size
         obs_leaves = self._obs if self._obs is not None else spaces.empty_batch(self._obs_space, n)
-        info = merge_infos(self._infos, n) if self._infos else {}
-        info["env_id"] = self.env_ids.astype(np.int32)
+        info: Any
+        if self._info_list is not None:
+            info = self._info_list
+        else:
+            info = merge_infos(self._infos, n) if self._infos else {}
+            info["env_id"] = self.env_ids.astype(np.int32)
         full = (obs_leaves, self._reward, self._terminated, self._truncated, info)
         if self._errors:
             ok = np.ones(self.env_ids.size, dtype=np.bool_)
@@ -178,7 +188,8 @@ class Gather:
     @staticmethod
     def _take(full: tuple[Any, ...], index: np.ndarray) -> list[Any]:
         leaves, rew, term, trunc, info = full
-        return [spaces.take_rows(leaves, index), rew[index], term[index], trunc[index], take_info(info, index)]
+        kept = [info[i] for i in np.flatnonzero(index)] if isinstance(info, list) else take_info(info, index)
+        return [spaces.take_rows(leaves, index), rew[index], term[index], trunc[index], kept]
 
     def _shape(self, full: tuple[Any, ...]) -> Any:
         obs = spaces.from_leaves(self._obs_space, full[0])

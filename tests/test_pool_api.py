@@ -767,3 +767,31 @@ async def test_refused_reset_seed_leaves_the_envs_free() -> None:
         assert info["env_id"].tolist() == [0, 1]
         expected = gym.make("CartPole-v1").reset(seed=2)[0]
         np.testing.assert_array_equal(obs[1], expected)
+
+
+async def test_step_info_list_gives_each_envs_own_info_in_one_batch() -> None:
+    """The adapters' step variant returns each env's own info dict; batched the gymnasium way,
+    they equal what step() returns for the same trajectory."""
+    from aioenv.infos import add_info
+    from tests.compare import assert_same
+
+    kwargs: dict[str, Any] = {"num_workers": 2, "seed": 5, "autoreset_mode": "same_step"}
+    async with (
+        aioenv.Pool("tests.envs.dictenv:make_dict_env", 4, **kwargs) as batched,
+        aioenv.Pool("tests.envs.dictenv:make_dict_env", 4, **kwargs) as listed,
+    ):
+        await guard(batched.reset())
+        await guard(listed.reset())
+        rng = np.random.default_rng(0)
+        for _ in range(25):
+            actions = rng.integers(0, 3, size=4)
+            _, rew_a, term_a, trunc_a, info_a = await guard(batched.step(actions, [3, 0, 1, 2]))
+            _, rew_b, term_b, trunc_b, infos = await guard(listed._step_info_list(actions, [3, 0, 1, 2]))
+            assert isinstance(infos, list) and len(infos) == 4 and all(isinstance(d, dict) for d in infos)
+            np.testing.assert_array_equal(rew_a, rew_b)
+            np.testing.assert_array_equal(term_a | trunc_a, term_b | trunc_b)
+            rebuilt: dict[str, Any] = {}
+            for row, env_info in enumerate(infos):
+                add_info(rebuilt, env_info, row, 4)
+            del info_a["env_id"]
+            assert_same(rebuilt, info_a)

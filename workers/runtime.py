@@ -105,7 +105,7 @@ class Worker:
                         raise ProtocolError(f"worker {self.name} got unknown op {op!r}")
                     fields, out = handler(header, arrays)
                     fields["id"] = req_id
-                    send_frames(sock, _encode_reply(fields, out, header.get("env") or []))
+                    send_frames(sock, _encode_reply(fields, out, header.get("env") or [], bool(header.get("ilist"))))
                 except Exception as exc:
                     log.debug("request %s failed", req_id, exc_info=True)
                     sock.send_multipart(encode(Op.ERROR, {"id": req_id, "error": _error(exc, None)}))
@@ -273,12 +273,15 @@ def _batch_reply(
     return fields, arrays
 
 
-def _encode_reply(fields: dict[str, Any], arrays: list[np.ndarray], env_ids: list[int]) -> list[Any]:
+def _encode_reply(
+    fields: dict[str, Any], arrays: list[np.ndarray], env_ids: list[int], info_list: bool = False
+) -> list[Any]:
     """Encode a reply. A batch's infos travel column-batched (``"binfo"``, see
-    :func:`aioenv.infos.batch_infos`); a single env's as its raw dict (``"info"``)."""
+    :func:`aioenv.infos.batch_infos`); a single env's, or every env's when the request asked for
+    ``"ilist"``, as raw dicts (``"info"``)."""
     infos = fields.pop("info", None)
     try:
-        return encode(Op.RESULT, _with_infos(fields, infos), arrays)
+        return encode(Op.RESULT, _with_infos(fields, infos, info_list), arrays)
     except (TypeError, OverflowError):  # OverflowError: an int beyond 64 bits
         pass
     # Some env's info holds a value msgpack cannot carry: fail that row alone.
@@ -292,12 +295,12 @@ def _encode_reply(fields: dict[str, Any], arrays: list[np.ndarray], env_ids: lis
             infos[i] = None
             err = TypeError(f"env {env_ids[i]}'s info cannot cross the wire: {exc}")
             errors[i] = _error(err, env_ids[i])
-    return encode(Op.RESULT, _with_infos(fields, infos), arrays)
+    return encode(Op.RESULT, _with_infos(fields, infos, info_list), arrays)
 
 
-def _with_infos(fields: dict[str, Any], infos: list[Any] | None) -> dict[str, Any]:
+def _with_infos(fields: dict[str, Any], infos: list[Any] | None, info_list: bool) -> dict[str, Any]:
     if infos is None:
         return fields
-    if len(infos) == 1:
+    if len(infos) == 1 or info_list:
         return {**fields, "info": infos}
     return {**fields, "binfo": batch_infos(infos, len(infos))}
