@@ -6,6 +6,7 @@ EnvPool-style ``send``/``recv`` with first-finished batches, and per-env futures
 (``step_env``/``reset_env``). Errors form one tree rooted at :class:`AioEnvError`.
 """
 
+from aioenv import vector
 from aioenv._version import __version__
 from aioenv.env import AsyncEnv
 from aioenv.errors import (
@@ -24,6 +25,7 @@ from aioenv.pool import Pool, make
 from aioenv.protocol_version import PROTOCOL_VERSION
 from aioenv.results import ResetResult, StepResult
 from aioenv.runner import run
+from aioenv.sync import SyncPool, make_sync
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -39,9 +41,12 @@ __all__ = [
     "ResetResult",
     "StepResult",
     "StepTimeout",
+    "SyncPool",
     "UsageError",
     "WorkerCrashed",
     "__version__",
     "make",
+    "make_sync",
     "run",
+    "vector",
 ]

@@ -1,0 +1,432 @@
+"""``aioenv.SyncPool``: the :class:`aioenv.Pool` API as blocking calls, for synchronous code.
+
+A :class:`SyncPool` owns one private event-loop thread (uvloop when installed) that
+starts the pool, runs every call and owns the worker processes; its methods hand the
+call to that thread and block until it is done (the pattern of anyio's
+``start_blocking_portal``). It therefore works from plain scripts, from several
+threads at once, and from code whose own thread already runs an event loop (a
+Jupyter cell): the caller's loop is simply blocked for the duration of the call.
+
+Rules:
+
+- Calling a SyncPool method from its own loop thread (e.g. from a done-callback of a
+  :meth:`SyncPool.step_env` future, which runs there) raises :class:`UsageError`:
+  the call would wait for the very thread that has to run it (a deadlock).
+- Exceptions from the async core propagate unchanged: same type, same attributes
+  (``env_id``, ``partial``, ``remote_traceback``, ...); the exception object is the
+  one raised on the loop thread, so its traceback starts with the loop-side frames.
+- Interrupting a blocked call (``KeyboardInterrupt``, or the ``timeout`` of
+  :meth:`SyncPool.wait`) never corrupts the pool. The call's asyncio task is
+  cancelled (``run_coroutine_threadsafe(...).cancel()``). For ``recv`` that is all:
+  rows not yet taken stay queued for the next ``recv``. Requests already sent to
+  envs (``reset``, ``step``, ``call``, ``get_attr``, ``set_attr``, ``render``) cannot
+  be taken back: they finish in the background, their results are discarded (the
+  envs did advance), and the next call first waits for them to finish, so it never
+  sees a busy env. Per-env futures (:meth:`SyncPool.step_env`) are unaffected.
+- :meth:`SyncPool.close` (idempotent) awaits ``Pool.aclose()`` on the loop thread,
+  then stops and joins the thread. A pool that is never closed is closed when it is
+  garbage-collected and, at the latest, at interpreter exit (``weakref.finalize``,
+  which runs through ``atexit``), so no worker process outlives the program. Worker
+  processes are started from the loop thread and are bound to it (their
+  ``PR_SET_PDEATHSIG`` follows the thread that started them), so the thread lives
+  exactly as long as the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import logging
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from gymnasium.vector import AutoresetMode
+
+from aioenv.errors import PoolClosed, UsageError
+from aioenv.pool import Pool
+from aioenv.results import ResetResult, StepResult
+
+__all__ = ["SyncPool", "make_sync"]
+
+log = logging.getLogger("aioenv.sync")
+
+T = TypeVar("T")
+
+#: Upper bound on waiting for ``Pool.aclose()`` (which escalates to SIGKILL by itself, so it never hangs).
+_CLOSE_BOUND = 120.0
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def _consume(fut: asyncio.Future[Any]) -> None:
+    """Retrieve a background future's exception so asyncio does not log it as never retrieved."""
+    if not fut.cancelled():
+        fut.exception()
+
+
+class _Runtime:
+    """The loop thread and the pool it runs. Holds no reference to the :class:`SyncPool`, so a
+    ``weakref.finalize`` on the SyncPool can close it."""
+
+    def __init__(self, pool: Pool, name: str) -> None:
+        self.pool = pool
+        self.loop = _new_loop()
+        self.closed = False
+        self._close_lock = threading.Lock()
+        #: Tasks of interrupted calls whose requests are still in flight (loop thread only).
+        self.orphans: set[asyncio.Future[Any]] = set()
+        started = threading.Event()
+        self.thread = threading.Thread(target=self._main, args=(started,), name=name, daemon=True)
+        self.thread.start()
+        started.wait()
+
+    def _main(self, started: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(started.set)
+        try:
+            self.loop.run_forever()
+        finally:
+            try:
+                tasks = asyncio.all_tasks(self.loop)
+                for task in tasks:
+                    task.cancel()
+                if tasks:
+                    self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+                self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            finally:
+                asyncio.set_event_loop(None)
+                self.loop.close()
+
+    def in_loop_thread(self) -> bool:
+        return threading.get_ident() == self.thread.ident
+
+    async def invoke(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], shield: bool) -> Any:
+        """Run ``fn(*args, **kwargs)`` on the loop (awaiting it if it returns an awaitable).
+
+        Waits first for interrupted calls still in flight. With ``shield``, a cancellation does not
+        cancel the pool's call itself: it finishes in the background as an orphan.
+        """
+        if self.orphans:
+            await asyncio.gather(*list(self.orphans), return_exceptions=True)
+        result = fn(*args, **kwargs)
+        if not inspect.isawaitable(result):
+            return result
+        if not shield:
+            return await result
+        inner = asyncio.ensure_future(result)
+        try:
+            return await asyncio.shield(inner)
+        except asyncio.CancelledError:
+            if not inner.done():
+                self.orphans.add(inner)
+                inner.add_done_callback(self.orphans.discard)
+                inner.add_done_callback(_consume)
+            raise
+
+    def submit(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, shield: bool = True
+    ) -> concurrent.futures.Future[Any]:
+        if self.in_loop_thread():
+            raise UsageError(
+                "a SyncPool method was called from the SyncPool's own event-loop thread (e.g. from a future's "
+                "done-callback): it would wait for the thread that has to run it, a deadlock. Use the async "
+                "aioenv.Pool (SyncPool.pool) there, or call from another thread"
+            )
+        if self.closed or self.loop.is_closed():
+            raise PoolClosed("the SyncPool is closed")
+        return asyncio.run_coroutine_threadsafe(self.invoke(fn, args, kwargs, shield), self.loop)
+
+    @staticmethod
+    def wait(future: concurrent.futures.Future[T], timeout: float | None = None) -> T:
+        try:
+            return future.result(timeout)
+        except BaseException:
+            if not future.done():  # interrupted or timed out while waiting: cancel the loop-side task
+                future.cancel()
+            raise
+
+    def close(self) -> None:
+        """Close the pool on the loop thread, then stop and join the thread (idempotent)."""
+        with self._close_lock:
+            if self.closed:
+                return
+            self.closed = True
+        if not self.thread.is_alive() or self.loop.is_closed():
+            return
+        if self.in_loop_thread():  # finalized on its own thread: cannot block here, so let the loop do it
+
+            async def close_then_stop() -> None:
+                try:
+                    await self.pool.aclose()
+                finally:
+                    self.loop.stop()
+
+            self.loop.create_task(close_then_stop())
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self.pool.aclose(), self.loop).result(_CLOSE_BOUND)
+        except BaseException:
+            log.exception("closing the aioenv pool failed")
+            raise
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(_CLOSE_BOUND)
+
+
+class SyncPool:
+    """A :class:`aioenv.Pool` driven by blocking calls; see the module docstring for the rules.
+
+    ``SyncPool(env, num_envs=None, **options)`` takes exactly the arguments of :class:`aioenv.Pool`
+    (``batch_size``, ``num_workers``, ``executor``, ``autoreset_mode``, ``seed``, ``env_kwargs``,
+    ``step_timeout``, ``endpoint``) and starts the pool before returning. Every method has the
+    signature and return values of its ``Pool`` twin; B is the number of rows (``len(env_ids)``).
+
+    Attributes:
+        num_envs, batch_size, num_workers, single_observation_space, single_action_space,
+        observation_space, action_space (batched over ``num_envs``), autoreset_mode, metadata,
+        render_mode, closed: as on :class:`aioenv.Pool`.
+        pool: the underlying :class:`aioenv.Pool` (use it only from coroutines run on the loop thread).
+    """
+
+    def __init__(self, env: Any, num_envs: int | None = None, **options: Any) -> None:
+        pool = Pool(env, num_envs, **options)  # argument errors raise here, before any thread exists
+        self._rt = _Runtime(pool, name=f"aioenv-sync-{id(self):x}")
+        self._finalizer = weakref.finalize(self, _Runtime.close, self._rt)
+        try:
+            self._rt.wait(self._rt.submit(pool.start, (), {}, shield=False))
+        except BaseException:
+            self._finalizer()
+            raise
+
+    # ------------------------------------------------------------ plumbing
+
+    @property
+    def pool(self) -> Pool:
+        """The underlying async pool (for coroutines scheduled on :attr:`loop`)."""
+        return self._rt.pool
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The private event loop that runs the pool (on its own thread)."""
+        return self._rt.loop
+
+    def submit(self, name: str, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        """Start ``Pool.<name>(*args, **kwargs)`` on the loop thread without waiting for it.
+
+        Returns a ``concurrent.futures.Future`` with the call's result (or exception); wait for it
+        with :meth:`wait`. A later call first waits for this one if it was interrupted. For the
+        building of ``step_async``/``step_wait`` style adapters.
+        """
+        fn = getattr(self._rt.pool, name)
+        return self._rt.submit(fn, args, kwargs, shield=name != "recv")
+
+    def wait(self, future: concurrent.futures.Future[T], timeout: float | None = None) -> T:
+        """Block until ``future`` (from :meth:`submit`) is done and return its result.
+
+        Raises:
+            TimeoutError: after ``timeout`` seconds; the call is cancelled as described in the module
+                docstring (its env requests finish in the background and are discarded).
+        """
+        return self._rt.wait(future, timeout)
+
+    def _run(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        return self._rt.wait(self.submit(name, *args, **kwargs))
+
+    # ------------------------------------------------------------ attributes
+
+    @property
+    def num_envs(self) -> int:
+        """Number of envs, ids ``0 .. num_envs - 1``."""
+        return self._rt.pool.num_envs
+
+    @property
+    def batch_size(self) -> int:
+        """Rows :meth:`recv` returns by default."""
+        return self._rt.pool.batch_size
+
+    @property
+    def num_workers(self) -> int:
+        """Number of worker processes."""
+        return self._rt.pool.num_workers
+
+    @property
+    def single_observation_space(self) -> Any:
+        """One env's observation space."""
+        return self._rt.pool.single_observation_space
+
+    @property
+    def single_action_space(self) -> Any:
+        """One env's action space."""
+        return self._rt.pool.single_action_space
+
+    @property
+    def observation_space(self) -> Any:
+        """The observation space batched over ``num_envs`` (as gymnasium's vector envs)."""
+        return self._rt.pool.observation_space
+
+    @property
+    def action_space(self) -> Any:
+        """The action space batched over ``num_envs``."""
+        return self._rt.pool.action_space
+
+    @property
+    def autoreset_mode(self) -> AutoresetMode:
+        """The autoreset mode, as gymnasium's enum."""
+        return self._rt.pool.autoreset_mode
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The env's metadata plus ``"autoreset_mode"``."""
+        return self._rt.pool.metadata
+
+    @property
+    def render_mode(self) -> str | None:
+        """The env's render mode."""
+        return self._rt.pool.render_mode
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` began (or the pool was closed otherwise)."""
+        return self._rt.closed or self._rt.pool.closed
+
+    # ------------------------------------------------------------ batched calls
+
+    def reset(
+        self,
+        env_ids: Any = None,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset ``env_ids`` (all when None) and wait; returns ``(obs, info)``, obs with B rows,
+        ``info["env_id"]`` ``(B,)`` int32. See :meth:`aioenv.Pool.reset`."""
+        result: tuple[Any, dict[str, Any]] = self._run("reset", env_ids, seed=seed, options=options)
+        return result
+
+    def step(self, actions: Any, env_ids: Any = None) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """Step ``env_ids`` (all when None) and wait; returns ``(obs, reward, terminated, truncated, info)``:
+        reward ``(B,)`` float64, flags ``(B,)`` bool. See :meth:`aioenv.Pool.step`."""
+        result: tuple[Any, Any, Any, Any, dict[str, Any]] = self._run("step", actions, env_ids)
+        return result
+
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Dispatch steps (returns once they are sent); results come through :meth:`recv`."""
+        self._run("send", actions, env_ids)
+
+    def send_reset(
+        self,
+        env_ids: Any = None,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        """Dispatch resets; their rows come through :meth:`recv` with reward 0."""
+        self._run("send_reset", env_ids, seed=seed, options=options)
+
+    def recv(
+        self, *, min_results: int | None = None, max_results: int | None = None, timeout: float | None = None
+    ) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """Rows of :meth:`send`/:meth:`send_reset` in the order they finished (B between ``min_results`` and
+        ``max_results``). An interrupted ``recv`` loses nothing: rows stay queued. See :meth:`aioenv.Pool.recv`."""
+        result: tuple[Any, Any, Any, Any, dict[str, Any]] = self._run(
+            "recv", min_results=min_results, max_results=max_results, timeout=timeout
+        )
+        return result
+
+    # ------------------------------------------------------------ per-env futures
+
+    def _future(self, dispatch: Callable[[], asyncio.Future[T]]) -> concurrent.futures.Future[T]:
+        loop = self._rt.loop
+
+        def start() -> concurrent.futures.Future[T]:
+            source = dispatch()  # raises at once for a busy env or a bad action
+            dest: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+            def copy(src: asyncio.Future[T]) -> None:
+                if dest.cancelled():
+                    return
+                if src.cancelled():
+                    dest.cancel()
+                    dest.set_running_or_notify_cancel()
+                elif src.exception() is not None:
+                    dest.set_exception(src.exception())
+                else:
+                    dest.set_result(src.result())
+
+            def cancel_source(d: concurrent.futures.Future[T]) -> None:
+                if d.cancelled() and not loop.is_closed():
+                    loop.call_soon_threadsafe(source.cancel)
+
+            source.add_done_callback(copy)
+            dest.add_done_callback(cancel_source)
+            return dest
+
+        fut: concurrent.futures.Future[T] = self._rt.wait(self._rt.submit(start, (), {}))
+        return fut
+
+    def step_env(self, env_id: int, action: Any) -> concurrent.futures.Future[StepResult]:
+        """Step one env; returns a ``concurrent.futures.Future`` resolved with its :class:`StepResult`
+        (or the env's exception). Its done-callbacks run on the loop thread (or at once in the caller's thread
+        when added to a future already done). Cancelling it drops the result."""
+        return self._future(lambda: self._rt.pool.step_env(env_id, action))
+
+    def reset_env(
+        self, env_id: int, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> concurrent.futures.Future[ResetResult]:
+        """Reset one env; returns a ``concurrent.futures.Future`` resolved with its :class:`ResetResult`."""
+        return self._future(lambda: self._rt.pool.reset_env(env_id, seed=seed, options=options))
+
+    # ------------------------------------------------------------ methods and attributes
+
+    def call(self, name: str, *args: Any, env_ids: Any = None, **kwargs: Any) -> list[Any]:
+        """Call method ``name`` on each env; a list with one result per env. See :meth:`aioenv.Pool.call`."""
+        result: list[Any] = self._run("call", name, *args, env_ids=env_ids, **kwargs)
+        return result
+
+    def get_attr(self, name: str, env_ids: Any = None) -> list[Any]:
+        """Attribute ``name`` of each env (one per env in ``env_ids`` order)."""
+        result: list[Any] = self._run("get_attr", name, env_ids)
+        return result
+
+    def set_attr(self, name: str, values: Any, env_ids: Any = None) -> None:
+        """Set attribute ``name``: a list/tuple gives one value per env, anything else is set on all."""
+        self._run("set_attr", name, values, env_ids)
+
+    def render(self, env_ids: Any = None) -> Any:
+        """RGB frames, shape ``(B, H, W, 3)`` uint8 (envs made with ``render_mode="rgb_array"``)."""
+        return self._run("render", env_ids)
+
+    # ------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Close the pool (``Pool.aclose()`` on the loop thread), then stop and join the thread. Idempotent.
+
+        Calls blocked in other threads fail with :class:`PoolClosed`.
+        """
+        if self._rt.in_loop_thread():
+            raise UsageError("SyncPool.close() was called from its own event-loop thread: call it from another thread")
+        self._finalizer()
+
+    def __enter__(self) -> SyncPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "running"
+        return f"<aioenv.SyncPool num_envs={self.num_envs} workers={self.num_workers} {state}>"
+
+
+def make_sync(env: Any, num_envs: int | None = None, **options: Any) -> SyncPool:
+    """Create and start a :class:`SyncPool` (the blocking twin of :func:`aioenv.make`); same arguments."""
+    return SyncPool(env, num_envs, **options)

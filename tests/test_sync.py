@@ -1,0 +1,333 @@
+"""``aioenv.SyncPool``: the blocking facade, against real worker processes and real envs.
+
+Timeouts are hang guards only. Where a call must be blocked, ProbeEnv's *gated* slow action
+holds it until the test opens the gate; nothing depends on timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import gc
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+import aioenv
+from aioenv import EnvError, InvalidAction, PoolClosed, SyncPool, UsageError
+from tests.conftest import HANG, process_gone
+from tests.envs.faulty import SLOW
+
+PROBE = "tests.envs.faulty:make_probe"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def worker_pids(sp: SyncPool) -> list[int]:
+    coord = sp.pool._coord
+    assert coord is not None
+    return [int(slot.proc.pid) for slot in coord.slots if slot.proc is not None]
+
+
+def wait_gone(pids: list[int]) -> None:
+    deadline = time.monotonic() + HANG  # hang guard
+    while not all(process_gone(p) for p in pids):
+        assert time.monotonic() < deadline, f"worker processes still alive: {pids}"
+        time.sleep(0.02)
+
+
+def wait_marker(gate: Any, ident: int) -> None:
+    marker = os.path.join(gate.markers, f"started-{ident}")
+    deadline = time.monotonic() + HANG
+    while not os.path.exists(marker):
+        assert time.monotonic() < deadline, "the slow step never started"
+        time.sleep(0.005)
+
+
+# ---------------------------------------------------------------- basics
+
+
+def test_same_trajectory_as_sync_vector_env() -> None:
+    steps = 40
+    with SyncPool("CartPole-v1", 4, num_workers=2, seed=7, env_kwargs={"max_episode_steps": 15}) as sp:
+        ref = SyncVectorEnv([lambda: gym.make("CartPole-v1", max_episode_steps=15)] * 4)
+        obs, info = sp.reset()
+        ref_obs, _ = ref.reset(seed=7)
+        np.testing.assert_array_equal(obs, ref_obs)
+        assert info["env_id"].tolist() == [0, 1, 2, 3]
+        sp.action_space.seed(3)
+        for _ in range(steps):
+            action = sp.action_space.sample()
+            got = sp.step(action)
+            want = ref.step(action)
+            for g, w in zip(got[:4], want[:4], strict=True):
+                np.testing.assert_array_equal(g, w)
+        ref.close()
+
+
+def test_attributes_mirror_the_pool() -> None:
+    with aioenv.make_sync(PROBE, 3, num_workers=2, batch_size=2, autoreset_mode="same_step") as sp:
+        pool = sp.pool
+        assert (sp.num_envs, sp.batch_size, sp.num_workers) == (3, 2, 2)
+        assert sp.single_observation_space == pool.single_observation_space
+        assert sp.single_action_space == pool.single_action_space
+        assert sp.observation_space == pool.observation_space
+        assert sp.action_space == pool.action_space
+        assert sp.autoreset_mode is AutoresetMode.SAME_STEP
+        assert sp.metadata == pool.metadata and sp.metadata["render_fps"] == 7
+        assert sp.render_mode is None
+        assert not sp.closed
+    assert sp.closed
+
+
+def test_send_recv_and_per_env_futures() -> None:
+    with SyncPool(PROBE, 4, num_workers=2, batch_size=2, seed=0) as sp:
+        sp.send_reset()
+        seen: list[int] = []
+        for _ in range(2):
+            obs, reward, _terminated, _truncated, info = sp.recv()
+            assert obs.shape == (2, 4) and reward.dtype == np.float64
+            seen += info["env_id"].tolist()
+        assert sorted(seen) == [0, 1, 2, 3]
+        sp.send(np.zeros(2, np.int64), [1, 3])
+        obs, *_, info = sp.recv(min_results=2)
+        assert sorted(info["env_id"].tolist()) == [1, 3]
+
+        fut = sp.step_env(2, 1)
+        assert isinstance(fut, concurrent.futures.Future)
+        result = fut.result(HANG)
+        assert isinstance(result, aioenv.StepResult)
+        assert result.env_id == 2 and result.reward == 1.5 and result.obs[0] == 2
+        rfut = sp.reset_env(0, seed=42)
+        reset = rfut.result(HANG)
+        assert isinstance(reset, aioenv.ResetResult) and reset.env_id == 0 and reset.obs[0] == 42
+
+
+def test_call_get_set_attr_and_render() -> None:
+    with SyncPool(PROBE, 3, seed=10, env_kwargs={"render_mode": "rgb_array"}) as sp:
+        sp.reset()
+        assert sp.call("describe", 2, scale=3) == [{"ident": i, "value": 6} for i in (10, 11, 12)]
+        sp.set_attr("tag", [5, 6, 7])
+        assert sp.get_attr("tag") == [5, 6, 7]
+        sp.set_attr("tag", 9, env_ids=[1])
+        assert sp.get_attr("tag", env_ids=[1, 0]) == [9, 5]
+        frames = sp.render()
+        assert frames.shape == (3, 5, 6, 3) and frames.dtype == np.uint8
+        assert frames[:, 0, 0, 0].tolist() == [10, 11, 12]
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_exceptions_propagate_unchanged() -> None:
+    with SyncPool(PROBE, 2, num_workers=2, seed=0, env_kwargs={"fail_at": 1}) as sp:
+        sp.reset()
+        with pytest.raises(EnvError) as caught:
+            sp.step(np.array([0, 0]))
+        err = caught.value
+        assert type(err) is EnvError
+        assert err.env_id == 0 and err.remote_type == "RuntimeError"
+        assert "explode_on_purpose" in err.remote_traceback
+        assert set(err.errors) == {0, 1}
+        # the traceback of the exception object starts on the loop thread, inside the async core
+        files = [frame.filename for frame in traceback.extract_tb(err.__traceback__)]
+        assert any(f.endswith(os.path.join("aioenv", "pool.py")) for f in files), files
+
+        with pytest.raises(InvalidAction):
+            sp.step(np.array([0, 7]))
+        sp.reset()
+        fut = sp.step_env(1, 0)
+        with pytest.raises(EnvError) as caught_env:
+            fut.result(HANG)
+        assert caught_env.value.env_id == 1
+
+
+def test_busy_env_raises_at_dispatch(gate: Any) -> None:
+    with SyncPool(PROBE, 2, seed=0, env_kwargs=gate.kwargs()) as sp:
+        sp.reset()
+        fut = sp.step_env(0, SLOW)
+        with pytest.raises(UsageError, match="env 0"):
+            sp.step_env(0, 0)
+        gate.open()
+        assert fut.result(HANG).env_id == 0
+
+
+def test_call_from_the_loop_thread_is_refused(gate: Any) -> None:
+    with SyncPool(PROBE, 2, seed=0, env_kwargs=gate.kwargs()) as sp:
+        sp.reset()
+        caught: list[BaseException] = []
+        done = threading.Event()
+
+        def callback(_fut: Any) -> None:
+            try:
+                sp.step(np.array([0, 0]))
+            except UsageError as exc:
+                caught.append(exc)
+            finally:
+                done.set()
+
+        fut = sp.step_env(0, SLOW)  # held by the gate: the callback is attached before it is done
+        fut.add_done_callback(callback)
+        assert not fut.done()
+        gate.open()
+        assert done.wait(HANG)
+        assert len(caught) == 1 and isinstance(caught[0], UsageError)
+        assert "deadlock" in str(caught[0])
+        sp.step(np.array([0, 0]))  # the pool is unharmed
+
+
+async def test_works_inside_a_running_event_loop() -> None:
+    """A Jupyter cell: the caller's thread already runs an event loop."""
+    asyncio.get_running_loop()
+    with SyncPool("CartPole-v1", 2, seed=0) as sp:
+        obs, _ = sp.reset()
+        assert obs.shape == (2, 4)
+        _, reward, *_ = sp.step(np.array([0, 1]))
+        assert reward.tolist() == [1.0, 1.0]
+        assert sp.step_env(0, 1).result(HANG).env_id == 0
+
+
+def test_bad_arguments_raise_before_any_thread() -> None:
+    before = threading.active_count()
+    with pytest.raises(ValueError, match="batch_size"):
+        SyncPool(PROBE, 2, batch_size=5)
+    assert threading.active_count() == before
+
+
+def test_failed_start_leaves_nothing_behind() -> None:
+    before = threading.active_count()
+    with pytest.raises(Exception, match="nonexistent"):
+        SyncPool("tests.envs.nonexistent:make", 2)
+    assert threading.active_count() == before
+
+
+# ---------------------------------------------------------------- interruption
+
+
+def test_wait_timeout_does_not_corrupt_the_pool(gate: Any) -> None:
+    with SyncPool(PROBE, 2, seed=0, env_kwargs=gate.kwargs()) as sp:
+        sp.reset()
+        fut = sp.submit("step", np.array([SLOW, 0]))
+        wait_marker(gate, 0)
+        with pytest.raises(TimeoutError):
+            sp.wait(fut, timeout=0.01)  # the gate is closed: it cannot finish
+        assert fut.cancelled()
+        gate.open()
+        # the interrupted step finishes in the background; this one waits for it (never a busy env)
+        obs, *_ = sp.step(np.array([0, 0]))
+        assert obs[:, 1].tolist() == [2, 2]  # both envs advanced twice
+
+
+def test_interrupted_recv_loses_no_rows(gate: Any) -> None:
+    with SyncPool(PROBE, 2, seed=0, batch_size=2, env_kwargs=gate.kwargs()) as sp:
+        sp.reset()
+        sp.send(np.array([SLOW, 0]))
+        fut = sp.submit("recv")
+        wait_marker(gate, 0)
+        with pytest.raises(TimeoutError):
+            sp.wait(fut, timeout=0.01)
+        gate.open()
+        *_, info = sp.recv()
+        assert sorted(info["env_id"].tolist()) == [0, 1]
+
+
+def test_keyboard_interrupt_does_not_corrupt_the_pool(gate: Any) -> None:
+    with SyncPool(PROBE, 2, seed=0, env_kwargs=gate.kwargs()) as sp:
+        sp.reset()
+
+        def interrupt() -> None:
+            wait_marker(gate, 0)
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+        threading.Thread(target=interrupt, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            sp.step(np.array([SLOW, 0]))
+        gate.open()
+        obs, *_ = sp.step(np.array([0, 0]))
+        assert obs[:, 1].tolist() == [2, 2]
+
+
+# ---------------------------------------------------------------- shutdown
+
+
+def test_close_is_idempotent_and_stops_everything() -> None:
+    sp = SyncPool(PROBE, 2, num_workers=2)
+    pids = worker_pids(sp)
+    thread = sp._rt.thread
+    sp.close()
+    sp.close()
+    assert sp.closed and not thread.is_alive()
+    wait_gone(pids)
+    with pytest.raises(PoolClosed):
+        sp.reset()
+
+
+def test_close_fails_a_blocked_call_with_pool_closed(gate: Any) -> None:
+    sp = SyncPool(PROBE, 2, seed=0, env_kwargs=gate.kwargs())
+    sp.reset()
+    fut = sp.submit("step", np.array([SLOW, 0]))
+    wait_marker(gate, 0)
+    closer = threading.Thread(target=sp.close)
+    closer.start()
+    with pytest.raises(PoolClosed):
+        fut.result(HANG)  # failed as soon as close begins, while the env is still inside its step
+    gate.open()  # lets the worker answer CLOSE promptly
+    closer.join(HANG)
+    assert not closer.is_alive() and sp.closed
+
+
+def test_garbage_collected_pool_is_closed() -> None:
+    sp = SyncPool(PROBE, 2, num_workers=2)
+    pids = worker_pids(sp)
+    thread = sp._rt.thread
+    del sp
+    gc.collect()
+    thread.join(HANG)
+    assert not thread.is_alive()
+    wait_gone(pids)
+
+
+@pytest.mark.parametrize("how", ["return", "exception"])
+def test_no_worker_outlives_a_program_that_forgot_close(tmp_path: Path, how: str) -> None:
+    script = tmp_path / "forgot.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import sys
+            import aioenv
+            pool = aioenv.SyncPool({PROBE!r}, 3, num_workers=3)
+            pool.reset()
+            print(" ".join(str(s.proc.pid) for s in pool.pool._coord.slots), flush=True)
+            if {how!r} == "exception":
+                raise SystemExit(3)
+            """
+        )
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=HANG * 2, cwd=ROOT, env=env
+    )
+    assert proc.returncode == (3 if how == "exception" else 0), proc.stderr
+    pids = [int(p) for p in proc.stdout.split()]
+    assert len(pids) == 3
+    wait_gone(pids)
+
+
+def test_make_sync_with_callables() -> None:
+    fns = [functools.partial(gym.make, "CartPole-v1")] * 2
+    with aioenv.make_sync(fns) as sp:
+        assert sp.num_envs == 2
+        obs, _ = sp.reset(seed=1)
+        assert obs.shape == (2, 4)
