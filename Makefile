@@ -15,8 +15,11 @@ $(VENV)/.installed: $(VENV)/.created pyproject.toml
 	$(PIP) install -q -e .
 	touch $@
 
+# torch first, pinned to the CPU build: the sb3 extra then finds it installed (any other torch
+# request may pull a multi-GB CUDA build).
 $(VENV)/.installed-test: $(VENV)/.created pyproject.toml
-	$(PIP) install -q -e ".[test]"
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e ".[test,sb3]"
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed

@@ -29,7 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--name", default=f"worker-{os.getpid()}", help="worker name (its ZeroMQ identity)")
     parser.add_argument("--executor", default="inline", choices=["inline"], help="how envs are run")
-    parser.add_argument("--trusted-dir", default=None, help="directory of pickled factories written by a local pool")
+    parser.add_argument(
+        "--trusted-dir", default=None, help="directory of pickled factories and payloads written by a local pool"
+    )
     parser.add_argument("--parent-pid", type=int, default=None, help="exit at once if this process is gone")
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
@@ -39,6 +41,12 @@ def main(argv: list[str] | None = None) -> int:
         if os.getppid() != args.parent_pid:
             return 1  # the parent died before we could ask to follow it
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
+    # In-worker code (aioenv.compat's helper) loads pickled payloads from this directory only;
+    # a worker started without one must not trust a directory inherited through the environment.
+    if args.trusted_dir:
+        os.environ["AIOENV_TRUSTED_DIR"] = args.trusted_dir
+    else:
+        os.environ.pop("AIOENV_TRUSTED_DIR", None)
 
     from workers.runtime import Worker
 

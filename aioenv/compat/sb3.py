@@ -1,0 +1,266 @@
+"""``AioVecEnv``: a drop-in for Stable-Baselines3's ``SubprocVecEnv``, run by an aioenv pool.
+
+Change one line::
+
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+    venv = SubprocVecEnv([make_env(i) for i in range(8)])
+    # becomes
+    from aioenv.compat.sb3 import AioVecEnv
+    venv = AioVecEnv([make_env(i) for i in range(8)])
+
+Behaviour mirrors ``SubprocVecEnv`` (and ``DummyVecEnv``): ``step`` returns
+``(obs, rewards, dones, infos)`` with SB3's autoreset (``infos[i]["terminal_observation"]``
+and ``infos[i]["TimeLimit.truncated"]``, the new episode's first obs returned),
+``reset()`` returns obs only and sets ``reset_infos``, ``seed``/``set_options`` apply at
+the next ``reset()``, and ``env_method``/``get_attr``/``set_attr``/``env_is_wrapped`` take
+``indices``. Values crossing to and from the envs (method arguments, results, attributes)
+keep their types, as with ``SubprocVecEnv``: msgpack values travel inline, anything else is
+pickled with cloudpickle into a file of the pool's private 0700 directory and only the file's
+name crosses the socket (see :mod:`aioenv.compat`). A step is one message per worker.
+
+Differences: ``start_method`` is accepted and ignored (aioenv starts its own worker
+processes, several envs per worker: ``num_workers`` defaults to ``min(n_envs, cpu_count)``);
+rewards are float32 (as ``DummyVecEnv``); any other keyword argument is an aioenv pool option
+(``num_workers``, ``step_timeout``, ``seed``, ``env_kwargs``); errors are aioenv's
+(``aioenv.EnvError`` with the remote traceback) except that ``get_attr``/``env_method``
+re-raise the env's own exception type (an ``AttributeError`` stays one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import warnings
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from stable_baselines3.common.vec_env.base_vec_env import (
+    VecEnv,
+    VecEnvIndices,
+    VecEnvObs,
+    VecEnvStepReturn,
+)
+
+from aioenv.compat import HELPER_NAME, CompatFactory, Transfer, class_key, is_plain
+from aioenv.spaces import check_actions
+from aioenv.sync import SyncPool
+
+__all__ = ["AioVecEnv"]
+
+
+def _batched_obs(obs: Any, space: spaces.Space[Any]) -> VecEnvObs:
+    """A pool's batched observation in SB3's form: an array, a dict of arrays or a tuple of arrays."""
+    if isinstance(space, spaces.Dict):
+        return {key: obs[key] for key in space.spaces}
+    if isinstance(space, spaces.Tuple):
+        return tuple(obs)
+    return np.asarray(obs)
+
+
+def _stack_obs(obs_list: Sequence[Any], space: spaces.Space[Any]) -> VecEnvObs:
+    """Stack per-env observations as SB3 does: an array, a dict of arrays or a tuple of arrays."""
+    if isinstance(space, spaces.Dict):
+        return {key: np.stack([o[key] for o in obs_list]) for key in space.spaces}
+    if isinstance(space, spaces.Tuple):
+        return tuple(np.stack([o[i] for o in obs_list]) for i in range(len(space.spaces)))
+    return np.stack(obs_list)
+
+
+async def _gather(dispatch: Callable[[int], asyncio.Future[Any]], count: int) -> list[Any]:
+    """On the pool's loop: dispatch one request per env, wait for all, then raise the first failure."""
+    futures: list[asyncio.Future[Any]] = []
+    refused: BaseException | None = None
+    for env_id in range(count):
+        try:
+            futures.append(dispatch(env_id))
+        except Exception as exc:  # noqa: BLE001 - raised below, once the dispatched requests finished
+            refused = exc
+            break
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    if refused is not None:
+        raise refused
+    for res in results:
+        if isinstance(res, BaseException):
+            raise res
+    return results
+
+
+class AioVecEnv(VecEnv):
+    """A Stable-Baselines3 ``VecEnv`` whose envs run in aioenv worker processes.
+
+    Args:
+        env_fns: one callable per env, each returning a ``gymnasium.Env`` (as for ``SubprocVecEnv``).
+            They are shipped to the workers with cloudpickle.
+        start_method: accepted for compatibility with ``SubprocVecEnv`` and ignored.
+        **aioenv_options: options of :class:`aioenv.Pool` (``num_workers``, ``step_timeout``, ``seed``,
+            ``env_kwargs``). ``autoreset_mode`` and ``batch_size`` are fixed by SB3's semantics.
+    """
+
+    def __init__(
+        self,
+        env_fns: list[Callable[[], gym.Env[Any, Any]]],
+        start_method: str | None = None,
+        **aioenv_options: Any,
+    ) -> None:
+        for fixed in ("autoreset_mode", "batch_size", "num_envs"):
+            if fixed in aioenv_options:
+                raise TypeError(f"AioVecEnv fixes {fixed!r} (SB3 semantics); do not pass it")
+        if not env_fns:
+            raise ValueError("AioVecEnv needs at least one env factory")
+        self.waiting = False
+        self.closed = False
+        self.start_method = start_method
+        self._pending: Future[Any] | None = None
+        by_id: dict[int, CompatFactory] = {}  # the same callable twice stays one source
+        factories = [by_id.setdefault(id(fn), CompatFactory(fn)) for fn in env_fns]
+        self._all_ids = np.arange(len(env_fns))
+        self.pool = SyncPool(factories, autoreset_mode="same_step", **aioenv_options)
+        try:
+            super().__init__(len(env_fns), self.pool.single_observation_space, self.pool.single_action_space)
+        except BaseException:
+            self.pool.close()
+            raise
+
+    # ------------------------------------------------------------ stepping
+
+    def step_async(self, actions: np.ndarray) -> None:
+        """Dispatch a step of every env (``actions[i]`` for env ``i``, one message per worker);
+        :meth:`step_wait` collects them."""
+        if self.waiting:
+            raise RuntimeError("step_async was already called: call step_wait() first")
+        if len(actions) != self.num_envs:
+            raise ValueError(f"expected {self.num_envs} actions, got {len(actions)}")
+        # The whole batch is checked before anything is sent (InvalidAction, a ValueError, names the env).
+        check_actions(self.pool.single_action_space, actions, self._all_ids)
+        batch = np.array(actions, copy=True) if isinstance(actions, np.ndarray) else actions  # caller may reuse it
+        # Pool._step_info_list: one message per worker, each env's own info dict back (SB3's infos).
+        step = self.pool.pool._step_info_list(batch, self._all_ids)
+        try:
+            self._pending = asyncio.run_coroutine_threadsafe(step, self.pool.loop)
+        except BaseException:
+            step.close()  # the loop is gone: never scheduled
+            raise
+        self.waiting = True
+
+    def step_wait(self) -> VecEnvStepReturn:
+        """Results of the pending steps: ``(obs, rewards, dones, infos)`` with SB3's autoreset."""
+        if not self.waiting:
+            raise RuntimeError("step_wait called without step_async")
+        pending, self._pending = self._pending, None
+        self.waiting = False
+        assert pending is not None
+        obs, reward, terminated, truncated, raw_infos = pending.result()
+        dones = np.logical_or(terminated, truncated)
+        infos: list[dict[str, Any]] = []
+        for env_id, env_info in enumerate(raw_infos):
+            raw = dict(env_info)
+            if dones[env_id]:  # same_step autoreset: {"final_obs", "final_info", **reset_info}
+                terminal_obs = raw.pop("final_obs")
+                info = dict(raw.pop("final_info") or {})
+                self.reset_infos[env_id] = raw
+            else:
+                info = raw
+            info["TimeLimit.truncated"] = bool(truncated[env_id] and not terminated[env_id])
+            if dones[env_id]:
+                info["terminal_observation"] = terminal_obs
+            infos.append(info)
+        return _batched_obs(obs, self.observation_space), reward.astype(np.float32), dones, infos
+
+    def reset(self) -> VecEnvObs:
+        """Reset every env with the seeds and options set by :meth:`seed`/:meth:`set_options` (used once)."""
+        self._drain()
+        seeds, options, core = list(self._seeds), list(self._options), self.pool.pool
+        results = self._on_loop(
+            lambda env_id: core.reset_env(env_id, seed=seeds[env_id], options=options[env_id] or None)
+        ).result()
+        self.reset_infos = [dict(r.info) for r in results]
+        self._reset_seeds()
+        self._reset_options()
+        return _stack_obs([r.obs for r in results], self.observation_space)
+
+    def _on_loop(self, dispatch: Callable[[int], asyncio.Future[Any]]) -> Future[list[Any]]:
+        """Dispatch one request per env in a single hop to the pool's event loop; all results, env order."""
+        return asyncio.run_coroutine_threadsafe(_gather(dispatch, self.num_envs), self.pool.loop)
+
+    def _drain(self) -> None:
+        """Wait out steps still in flight (their results are dropped)."""
+        pending, self._pending = self._pending, None
+        self.waiting = False
+        if pending is not None:
+            with contextlib.suppress(Exception):  # results nobody will read
+                pending.result()
+
+    def close(self) -> None:
+        """Wait for pending steps, then close the envs and stop the workers. Idempotent."""
+        if self.closed:
+            return
+        try:
+            self._drain()
+        finally:
+            self.pool.close()
+            self.closed = True
+
+    # ------------------------------------------------------------ rendering
+
+    def get_images(self) -> Sequence[np.ndarray | None]:
+        """One RGB frame per env (``render_mode="rgb_array"``), as ``SubprocVecEnv.get_images``."""
+        if self.render_mode != "rgb_array":
+            warnings.warn(
+                f"The render mode is {self.render_mode}, but this method assumes it is `rgb_array` to obtain images.",
+                stacklevel=2,
+            )
+            return [None for _ in range(self.num_envs)]
+        return list(self.pool.call("render"))
+
+    # ------------------------------------------------------------ attributes and methods
+
+    def _helper(
+        self,
+        op: str,
+        name: str,
+        indices: VecEnvIndices,
+        inline: dict[str, Any] | None = None,
+        *,
+        pickled: Any = None,
+        plain: bool = True,
+    ) -> list[Any]:
+        """Run the compat helper on each env in ``indices``: one value per env, the envs' own exceptions.
+
+        The request carries ``inline`` when ``plain``, else ``pickled`` goes through a file of the pool's
+        private directory (see :class:`aioenv.compat.Transfer`; every file is gone when this returns)."""
+        ids = [int(i) for i in self._get_indices(indices)]
+        with Transfer(self.pool.pool._private_dir) as transfer:
+            fields = transfer.payload(inline, pickled, plain=plain)
+            return transfer.decode(self.pool.call(HELPER_NAME, op, name, fields, env_ids=ids))
+
+    def has_attr(self, attr_name: str) -> bool:
+        """True when every env has ``attr_name`` (looked up through its wrappers)."""
+        return all(self._helper("has", attr_name, None))
+
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        """``env.get_wrapper_attr(attr_name)`` of each env in ``indices`` (all when None)."""
+        return self._helper("get", attr_name, indices)
+
+    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        """``setattr(env, attr_name, value)`` on each env in ``indices`` (the outermost wrapper, as SB3)."""
+        self._helper("set", attr_name, indices, inline={"value": value}, pickled=value, plain=is_plain(value))
+
+    def env_method(
+        self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any
+    ) -> list[Any]:
+        """Call ``method_name(*method_args, **method_kwargs)`` on each env in ``indices``; one result each."""
+        inline = {"args": list(method_args), "kw": dict(method_kwargs)}
+        plain = is_plain(inline)
+        return self._helper(
+            "call", method_name, indices, inline=inline, pickled=(method_args, method_kwargs), plain=plain
+        )
+
+    def env_is_wrapped(
+        self, wrapper_class: type[gym.Wrapper[Any, Any, Any, Any]], indices: VecEnvIndices = None
+    ) -> list[bool]:
+        """Whether each env in ``indices`` has a ``wrapper_class`` (or subclass) in its wrapper chain."""
+        return [bool(x) for x in self._helper("is_wrapped", "", indices, inline={"key": class_key(wrapper_class)})]

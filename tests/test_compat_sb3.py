@@ -1,0 +1,433 @@
+"""``aioenv.compat.sb3.AioVecEnv`` against Stable-Baselines3's own ``DummyVecEnv`` (real workers, real SB3).
+
+Env factories are ``functools.partial`` of importable functions, so worker processes
+unpickle them without importing this module (and with it SB3 and torch).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import aioenv
+
+pytest.importorskip("stable_baselines3")
+
+from stable_baselines3 import PPO
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import (
+    DummyVecEnv,
+    VecEnv,
+    VecFrameStack,
+    VecMonitor,
+    VecNormalize,
+)
+
+from aioenv.compat.sb3 import AioVecEnv
+from tests.envs.dictenv import make_dict_env
+from tests.envs.faulty import make_probe
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def cartpole(n: int, max_episode_steps: int = 12) -> list[Callable[[], gym.Env[Any, Any]]]:
+    return [functools.partial(gym.make, "CartPole-v1", max_episode_steps=max_episode_steps) for _ in range(n)]
+
+
+@pytest.fixture
+def venv() -> Iterator[AioVecEnv]:
+    env = AioVecEnv(cartpole(3), num_workers=2)
+    yield env
+    env.close()
+
+
+def assert_same(a: Any, b: Any, where: str = "") -> None:
+    """Recursive equality: arrays by value and dtype, dicts by keys, numbers by value."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict), where
+        assert sorted(a) == sorted(b), f"{where}: keys {sorted(a)} != {sorted(b)}"
+        for k in a:
+            assert_same(a[k], b[k], f"{where}[{k!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{where}[{i}]")
+    elif isinstance(a, np.ndarray):
+        b = np.asarray(b)
+        assert a.dtype == b.dtype, f"{where}: dtype {a.dtype} != {b.dtype}"
+        np.testing.assert_array_equal(a, b, err_msg=where)
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+def run_both(fns: list[Callable[[], Any]], steps: int, seed: int, **options: Any) -> None:
+    """Same seeds and actions on AioVecEnv and DummyVecEnv: every output must agree."""
+    ours, ref = AioVecEnv(fns, **options), DummyVecEnv(fns)
+    try:
+        assert ours.num_envs == ref.num_envs
+        assert ours.observation_space == ref.observation_space
+        assert ours.action_space == ref.action_space
+        for env in (ours, ref):
+            env.seed(seed)
+            env.action_space.seed(seed)
+        assert_same(ours.reset(), ref.reset(), "reset obs")
+        assert_same(list(ours.reset_infos), list(ref.reset_infos), "reset_infos")
+        ended = 0
+        for t in range(steps):
+            actions = np.array([ref.action_space.sample() for _ in range(ref.num_envs)])
+            o1, r1, d1, i1 = ours.step(actions)
+            o2, r2, d2, i2 = ref.step(actions)
+            assert_same(o1, o2, f"step {t} obs")
+            assert_same(r1, r2, f"step {t} rewards")
+            assert_same(d1, d2, f"step {t} dones")
+            assert isinstance(i1, list) and all(isinstance(i, dict) for i in i1)
+            assert_same(i1, i2, f"step {t} infos")
+            assert_same(list(ours.reset_infos), list(ref.reset_infos), f"step {t} reset_infos")
+            ended += int(d2.sum())
+        assert ended > 0, "the trajectory should cross episode ends"
+    finally:
+        ours.close()
+        ref.close()
+
+
+def test_trajectories_match_dummy_vec_env_cartpole() -> None:
+    run_both(cartpole(3), steps=40, seed=11, num_workers=2)
+
+
+def test_trajectories_match_dummy_vec_env_dict_obs() -> None:
+    # Dict observations, infos of mixed types, episodes ending by termination and by truncation.
+    fns = [functools.partial(make_dict_env) for _ in range(3)]
+    run_both(fns, steps=30, seed=5, num_workers=2)
+
+
+def test_step_api_shapes_and_autoreset(venv: AioVecEnv) -> None:
+    assert isinstance(venv, VecEnv)
+    venv.seed(0)
+    obs = venv.reset()
+    assert obs.shape == (3, 4) and obs.dtype == np.float32
+    assert len(venv.reset_infos) == 3
+    ended = 0
+    for _ in range(13):  # max_episode_steps=12: every env's first episode ends
+        venv.step_async(np.zeros(3, dtype=np.int64))
+        obs, rewards, dones, infos = venv.step_wait()
+        assert rewards.dtype == np.float32 and dones.dtype == np.bool_ and obs.shape == (3, 4)
+        for i in range(3):
+            assert "TimeLimit.truncated" in infos[i]
+            if dones[i]:
+                term_obs = infos[i]["terminal_observation"]
+                assert term_obs.shape == (4,) and not np.array_equal(term_obs, obs[i])
+                assert isinstance(infos[i]["TimeLimit.truncated"], bool)
+                ended += 1
+            else:
+                assert "terminal_observation" not in infos[i]
+    assert ended >= 3
+
+
+def test_seed_and_options_apply_at_next_reset_only(venv: AioVecEnv) -> None:
+    assert venv.seed(3) == [3, 4, 5]
+    first = venv.reset()
+    unseeded = venv.reset()
+    venv.seed(3)
+    again = venv.reset()
+    np.testing.assert_array_equal(first, again)
+    assert not np.array_equal(first, unseeded)
+    assert all(a != b for a, b in zip(first[:, 0], first[1:, 0], strict=False))  # seed + i differ per env
+    venv.set_options({"low": -0.001, "high": 0.001})
+    narrow = venv.reset()
+    assert np.abs(narrow).max() <= 0.001
+    wide = venv.reset()  # options were used once
+    assert np.abs(wide).max() > 0.001
+    venv.set_options([{"low": -0.001, "high": 0.001}, {}, {"low": 0.3, "high": 0.31}])
+    mixed = venv.reset()
+    assert np.abs(mixed[0]).max() <= 0.001 and mixed[2].min() >= 0.3
+
+
+def test_attributes_methods_and_wrappers(venv: AioVecEnv) -> None:
+    # get_attr returns arbitrary (pickled) objects, looked up through wrappers.
+    specs = venv.get_attr("spec")
+    assert [s.id for s in specs] == ["CartPole-v1"] * 3
+    assert venv.get_attr("gravity", indices=[2]) == [9.8]
+    assert venv.get_attr("render_mode") == [None, None, None]
+    venv.set_attr("custom", {"k": (1, 2)}, indices=[0, 2])
+    assert venv.get_attr("custom", indices=[0, 2]) == [{"k": (1, 2)}] * 2
+    with pytest.raises(AttributeError):
+        venv.get_attr("custom", indices=1)
+    assert venv.has_attr("gravity") and not venv.has_attr("custom") and not venv.has_attr("nope")
+    spaces = venv.env_method("get_wrapper_attr", "observation_space", indices=[1])
+    assert spaces == [venv.observation_space]
+    obs_info = venv.env_method("reset", seed=9, indices=0)
+    assert obs_info[0][0].shape == (4,) and obs_info[0][1] == {}
+    with pytest.raises(AttributeError):
+        venv.env_method("no_such_method")
+    assert venv.env_is_wrapped(gym.wrappers.TimeLimit) == [True, True, True]
+    assert venv.env_is_wrapped(gym.Wrapper, indices=[1]) == [True]  # subclasses count, as isinstance
+    assert venv.env_is_wrapped(gym.wrappers.RecordEpisodeStatistics) == [False] * 3
+    assert venv.env_is_wrapped(Monitor, indices=[0, 1]) == [False, False]
+
+
+def test_render_and_get_images() -> None:
+    fns = [functools.partial(make_probe, render_mode="rgb_array") for _ in range(2)]
+    env = AioVecEnv(fns, num_workers=1)
+    try:
+        assert env.render_mode == "rgb_array"
+        env.reset()
+        images = env.get_images()
+        assert len(images) == 2 and all(isinstance(im, np.ndarray) and im.shape == (5, 6, 3) for im in images)
+        big = env.render()
+        assert big is not None and big.ndim == 3 and big.shape[2] == 3
+    finally:
+        env.close()
+
+
+def test_vec_wrappers_match_dummy_vec_env() -> None:
+    """VecNormalize, VecFrameStack and VecMonitor on top of AioVecEnv give what they give on DummyVecEnv."""
+
+    def stack(base: VecEnv) -> VecEnv:
+        return VecMonitor(VecFrameStack(VecNormalize(base, gamma=0.9), n_stack=3))
+
+    ours, ref = stack(AioVecEnv(cartpole(2), num_workers=1)), stack(DummyVecEnv(cartpole(2)))
+    try:
+        for env in (ours, ref):
+            env.seed(21)
+        np.testing.assert_allclose(ours.reset(), ref.reset(), rtol=1e-6)
+        rng = np.random.default_rng(0)
+        episodes = 0
+        for _ in range(30):
+            actions = rng.integers(0, 2, size=2)
+            o1, r1, d1, i1 = ours.step(actions)
+            o2, r2, d2, i2 = ref.step(actions)
+            np.testing.assert_allclose(o1, o2, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(r1, r2, rtol=1e-5)
+            np.testing.assert_array_equal(d1, d2)
+            for a, b in zip(i1, i2, strict=True):
+                assert ("episode" in a) == ("episode" in b)
+                if "episode" in a:
+                    assert a["episode"]["r"] == b["episode"]["r"] and a["episode"]["l"] == b["episode"]["l"]
+                    np.testing.assert_allclose(a["terminal_observation"], b["terminal_observation"], rtol=1e-5)
+                    episodes += 1
+        assert episodes > 0
+    finally:
+        ours.close()
+        ref.close()
+
+
+def test_ppo_learns_and_evaluates_on_aiovecenv() -> None:
+    # make_vec_env wraps each env in SB3's Monitor: the usual way SubprocVecEnv is made.
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0, vec_env_cls=AioVecEnv, vec_env_kwargs={"num_workers": 2})
+    try:
+        assert isinstance(env, AioVecEnv)
+        assert env.env_is_wrapped(Monitor) == [True, True]
+        model = PPO("MlpPolicy", env, n_steps=64, batch_size=64, n_epochs=1, seed=0, device="cpu")
+        model.learn(total_timesteps=256)
+        assert model.num_timesteps >= 256
+        mean, std = evaluate_policy(model, env, n_eval_episodes=2, warn=False)
+        assert mean > 0 and std >= 0
+        assert len(env.get_attr("episode_returns")[0]) >= 1  # Monitor's own bookkeeping, read through get_attr
+    finally:
+        env.close()
+
+
+def test_misuse_and_close() -> None:
+    with pytest.raises(TypeError, match="autoreset_mode"):
+        AioVecEnv(cartpole(1), autoreset_mode="next_step")
+    env = AioVecEnv(cartpole(2), start_method="spawn", num_workers=1)
+    env.reset()
+    with pytest.raises(RuntimeError, match="step_wait"):
+        env.step_wait()
+    env.step_async(np.zeros(2, dtype=np.int64))
+    with pytest.raises(RuntimeError, match="step_async"):
+        env.step_async(np.zeros(2, dtype=np.int64))
+    env.close()  # with a step pending: waited out
+    env.close()  # idempotent
+    assert env.closed
+
+
+def test_example_sb3_ppo_runs() -> None:
+    root = Path(__file__).resolve().parents[1]
+    args = ["--timesteps", "512", "--num-envs", "2", "--eval-episodes", "1"]
+    proc = subprocess.run(
+        [sys.executable, str(root / "examples" / "sb3_ppo.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        cwd=root,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "mean episode return" in proc.stdout
+
+
+def test_env_errors_surface_in_step_wait_and_reset_recovers() -> None:
+    env = AioVecEnv([functools.partial(make_probe, fail_at=2), functools.partial(make_probe)], num_workers=1)
+    try:
+        env.reset()
+        env.step(np.array([0, 0]))
+        env.step_async(np.array([0, 0]))
+        with pytest.raises(aioenv.EnvError, match="RuntimeError") as caught:
+            env.step_wait()
+        assert caught.value.env_id == 0
+        assert not env.waiting
+        with pytest.raises(aioenv.InvalidAction):
+            env.step_async(np.array([0, 7]))  # out of Discrete(3): refused, nothing sent
+        assert not env.waiting
+        env.reset()  # a reset makes the failed env usable again
+        obs, rewards, _, _ = env.step(np.array([1, 1]))
+        assert obs.shape == (2, 4) and rewards.tolist() == [1.5, 1.5]
+        assert obs[:, 1].tolist() == [1, 1]  # each env took exactly one step since the reset
+        # reset() while a step is pending waits it out first
+        env.step_async(np.array([1, 1]))
+        assert env.reset().shape == (2, 4) and not env.waiting
+    finally:
+        env.close()
+
+
+# ------------------------------------------------------------ no pickle on the socket
+
+
+def _leftovers(env: AioVecEnv) -> list[str]:
+    return sorted(n for n in os.listdir(env.pool.pool._private_dir) if n.startswith("compat-"))
+
+
+def test_non_msgpack_values_and_exception_types_round_trip_through_files(venv: AioVecEnv) -> None:
+    class Local:  # pickled by value (cloudpickle)
+        def __init__(self, items: set[int]) -> None:
+            self.items = items
+
+    class Boom(Exception):
+        pass
+
+    def explode(message: str) -> None:
+        raise Boom(message)
+
+    spec = venv.env_method("get_wrapper_attr", "spec", indices=[0])[0]
+    assert isinstance(spec, gym.envs.registration.EnvSpec) and spec.id == "CartPole-v1"
+    venv.set_attr("ordered", OrderedDict(b=1, a=(2, 3)), indices=[1])
+    (ordered,) = venv.get_attr("ordered", indices=[1])
+    assert type(ordered) is OrderedDict and list(ordered.items()) == [("b", 1), ("a", (2, 3))]
+    venv.set_attr("local", Local({1, 2}))
+    got = venv.get_attr("local")
+    assert all(type(v).__name__ == "Local" and v.items == {1, 2} for v in got)
+    venv.set_attr("echo", lambda *a, **k: (a, k))  # a closure argument, and non-msgpack call arguments
+    assert venv.env_method("echo", Local({3}), frozenset({1}), key=Fraction(4, 3), indices=[2])[0][1] == {
+        "key": Fraction(4, 3)
+    }
+    assert venv.env_method("echo", 1, (2, "x"), k=None, indices=[0]) == [((1, (2, "x")), {"k": None})]
+    venv.set_attr("explode", explode, indices=[1])
+    with pytest.raises(Boom, match="kaboom"):
+        venv.env_method("explode", "kaboom", indices=[1])
+    venv.set_attr("lookup", {"a": 1}.__getitem__, indices=[0])
+    with pytest.raises(KeyError, match="missing"):
+        venv.env_method("lookup", "missing", indices=[0])
+    assert _leftovers(venv) == []
+
+
+def test_plain_values_travel_inline_and_no_file_is_left(venv: AioVecEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    from aioenv import compat
+
+    written: list[str] = []
+    real_write = compat._write
+
+    def spy(directory: str, prefix: str, obj: Any) -> str:
+        name = real_write(directory, prefix, obj)
+        written.append(name)
+        return name
+
+    monkeypatch.setattr(compat, "_write", spy)  # coordinator side only (workers are other processes)
+    assert venv.get_attr("gravity") == [9.8] * 3
+    assert venv.has_attr("gravity")
+    assert venv.env_is_wrapped(gym.wrappers.TimeLimit) == [True] * 3
+    venv.set_attr("plain", {"k": (1, 2), "a": np.arange(3)}, indices=[0])
+    venv.env_method("get_wrapper_attr", "plain", indices=[0])
+    assert written == []
+    venv.set_attr("rich", Fraction(1, 3))
+    assert len(written) == 1 and _leftovers(venv) == []
+    with pytest.raises(AttributeError):
+        venv.get_attr("missing")
+    assert _leftovers(venv) == []
+
+
+def test_worker_helper_refuses_payloads_outside_its_trusted_dir(tmp_path: Path) -> None:
+    import cloudpickle
+
+    from aioenv.compat import PayloadError, _helper
+
+    trusted, outside = tmp_path / "trusted", tmp_path / "outside"
+    trusted.mkdir()
+    outside.mkdir()
+    (outside / "evil.pkl").write_bytes(cloudpickle.dumps(((), {})))
+    (trusted / "link.pkl").symlink_to(outside / "evil.pkl")
+    env = gym.make("CartPole-v1")
+    try:
+        for crafted in (str(outside / "evil.pkl"), "../outside/evil.pkl", "link.pkl", "", "."):
+            with pytest.raises(PayloadError, match="refusing"):
+                _helper(env, "call", "reset", {"file": crafted}, trusted_dir=str(trusted))
+            with pytest.raises(PayloadError, match="refusing"):
+                _helper(env, "set", "x", {"file": crafted}, trusted_dir=str(trusted))
+        # Inside the trusted directory: loaded, and the result comes back as a file there too.
+        (trusted / "args.pkl").write_bytes(cloudpickle.dumps(((), {"seed": 1})))
+        reply = _helper(env, "call", "reset", {"file": "args.pkl", "tag": "0123456789abcdef"}, trusted_dir=str(trusted))
+        assert reply["ok"][0].shape == (4,)  # (obs, info) is msgpack: it comes back inline
+        reply = _helper(
+            env,
+            "call",
+            "get_wrapper_attr",
+            {"args": ["spec"], "kw": {}, "tag": "0123456789abcdef"},
+            trusted_dir=str(trusted),
+        )
+        name = reply["file"]  # an EnvSpec is not: pickled into a file of the trusted directory
+        assert name.startswith("compat-res-0123456789abcdef-") and (trusted / name).is_file()
+        ok, spec = cloudpickle.loads((trusted / name).read_bytes())
+        assert ok and spec.id == "CartPole-v1"
+    finally:
+        env.close()
+
+
+def test_worker_without_trusted_dir_accepts_and_returns_msgpack_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aioenv.compat import TRUSTED_DIR_ENV, PayloadError, Transfer, _helper
+
+    monkeypatch.delenv(TRUSTED_DIR_ENV, raising=False)
+    env = gym.make("CartPole-v1")
+    try:
+        with pytest.raises(PayloadError, match="only msgpack values are supported"):
+            _helper(env, "call", "reset", {"file": "args.pkl"})
+        assert _helper(env, "get", "gravity", {}) == {"ok": 9.8}
+        reply = _helper(env, "get", "spec", {})
+        assert reply["exc"][:2] == ["builtins", "TypeError"] and "only msgpack values" in reply["exc"][2]
+        missing = _helper(env, "get", "nope", {})
+        assert missing["exc"][:2] == ["builtins", "AttributeError"]
+        with pytest.raises(AttributeError), Transfer(str(Path.cwd())) as transfer:
+            transfer.decode([missing])  # a builtin exception type survives without pickle
+    finally:
+        env.close()
+
+
+def test_coordinator_refuses_result_files_it_did_not_ask_for(tmp_path: Path) -> None:
+    from aioenv.compat import PayloadError, Transfer
+
+    with Transfer(str(tmp_path)) as transfer:
+        for name in ("../x.pkl", "/etc/passwd", "compat-res-0000000000000000-x.pkl", 3):
+            with pytest.raises(PayloadError):
+                transfer.decode([{"file": name}])
+
+
+def test_step_is_one_batched_call_not_one_per_env(venv: AioVecEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    def per_env(*_: Any, **__: Any) -> None:
+        raise AssertionError("step_async must not dispatch per-env steps")
+
+    monkeypatch.setattr(venv.pool.pool, "step_env", per_env)
+    venv.reset()
+    obs, rewards, _, infos = venv.step(np.array([0, 1, 0]))
+    assert obs.shape == (3, 4) and rewards.tolist() == [1.0] * 3 and len(infos) == 3
