@@ -54,3 +54,17 @@ def test_readme_tour_is_the_example() -> None:
     tour = (ROOT / "examples" / "tour.py").read_text()
     body = tour[tour.index("async def main") : tour.index("\n\n\nif __name__")]
     assert body in readme, "the README's tour drifted from examples/tour.py"
+
+
+def test_bench_measures_a_pool() -> None:
+    proc = _run(sys.executable, "-m", "aioenv.cli", "bench", "CartPole-v1", "-n", "4", "--seconds", "0.3")
+    assert proc.returncode == 0, proc.stderr
+    rates = re.findall(r"│\s+([\d,]+)\s+│", proc.stdout)
+    assert len(rates) == 2 and all(int(r.replace(",", "")) > 0 for r in rates), proc.stdout
+    assert "send / recv (batches of 2)" in proc.stdout
+
+
+def test_bench_reports_an_unknown_env_clearly() -> None:
+    proc = _run(sys.executable, "-m", "aioenv.cli", "bench", "NoSuchEnv-v0", "--seconds", "0.3")
+    assert proc.returncode == 1
+    assert "NoSuchEnv" in proc.stderr and "Traceback" not in proc.stderr
