@@ -116,19 +116,31 @@ def _default(obj: Any) -> Any:
     )
 
 
+_DTYPES: dict[str, np.dtype[Any]] = {}  # valid numeric dtype codes seen so far (a few dozen at most)
+
+
 def _check_dtype(code: Any) -> np.dtype[Any]:
+    dtype = _DTYPES.get(code) if type(code) is str else None
+    if dtype is not None:
+        return dtype
     if not isinstance(code, str):
         raise ValueError(f"dtype must be a string, got {type(code).__name__}")
     dtype = np.dtype(code)
     if dtype.kind not in _NUMERIC_KINDS:
         raise ValueError(f"dtype {code!r} is not numeric")
+    if len(_DTYPES) < 256:  # codes come from peers: bound the cache
+        _DTYPES[code] = dtype
     return dtype
 
 
 def _check_shape(shape: Any) -> tuple[int, ...]:
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-        raise ValueError(f"shape must be a list of non-negative ints, got {shape!r}")
-    return tuple(shape)
+    if type(shape) is list:
+        for d in shape:
+            if type(d) is not int or d < 0:
+                break
+        else:
+            return tuple(shape)
+    raise ValueError(f"shape must be a list of non-negative ints, got {shape!r}")
 
 
 def _ext_hook(code: int, data: bytes) -> Any:
@@ -250,7 +262,7 @@ def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
     if not isinstance(blob, bytes):
         raise ProtocolError(f"malformed header: 'b' must be bytes, got {type(blob).__name__}")
     buffers = [memoryview(blob)] + [_buffer(f) for f in frames[1:]]
-    described = set()
+    described: set[int] = set()
     arrays = []
     for i, spec in enumerate(specs):
         try:
@@ -262,14 +274,15 @@ def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
                     f"frame index {frame!r} is not the header blob (0) or one of {len(buffers) - 1} frames"
                 )
             buf = buffers[frame]
-            described.add(frame)
+            if frame:
+                described.add(frame)
             count = math.prod(shape_t)
             if not isinstance(offset, int) or offset < 0 or offset + count * dtype.itemsize > len(buf):
                 raise ValueError(f"{dtype} {shape_t} at offset {offset!r} overruns a frame of {len(buf)} bytes")
             arrays.append(np.frombuffer(buf, dtype=dtype, count=count, offset=offset).reshape(shape_t))
         except (ValueError, TypeError) as exc:
             raise ProtocolError(f"malformed array spec {i}: {exc}") from exc
-    stray = set(range(1, len(buffers))) - described
+    stray = set(range(1, len(buffers))) - described if len(buffers) > 1 else ()
     if stray:
         raise ProtocolError(
             f"malformed message: {len(buffers) - 1} frames follow the header but frame(s) {sorted(stray)} "
