@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _run(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, COLUMNS="120")
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env, check=False)
+from tests.scripts import ROOT, run_example, run_python
 
 
 def test_demo_runs_a_real_pool_and_reports_it() -> None:
-    proc = _run(sys.executable, "-m", "aioenv.cli", "demo", "--num-envs", "4", "--steps", "2000", "--seed", "3")
+    proc = run_python("-m", "aioenv.cli", "demo", "--num-envs", "4", "--steps", "2000", "--seed", "3")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "CartPole-v1" in out
@@ -30,7 +21,7 @@ def test_demo_runs_a_real_pool_and_reports_it() -> None:
 
 
 def test_demo_refuses_a_bad_argument_clearly() -> None:
-    proc = _run(sys.executable, "-m", "aioenv.cli", "demo", "--num-envs", "0")
+    proc = run_python("-m", "aioenv.cli", "demo", "--num-envs", "0")
     assert proc.returncode == 2
     assert "--num-envs" in proc.stderr and "0" in proc.stderr
 
@@ -38,13 +29,13 @@ def test_demo_refuses_a_bad_argument_clearly() -> None:
 def test_version_option() -> None:
     import aioenv
 
-    proc = _run(sys.executable, "-m", "aioenv.cli", "--version")
+    proc = run_python("-m", "aioenv.cli", "--version")
     assert proc.returncode == 0
     assert aioenv.__version__ in proc.stdout
 
 
 def test_tour_example_runs() -> None:
-    proc = _run(sys.executable, str(ROOT / "examples" / "tour.py"))
+    proc = run_example("tour.py")
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"env 0: reward 1\.0", proc.stdout), proc.stdout
 
@@ -57,7 +48,7 @@ def test_readme_tour_is_the_example() -> None:
 
 
 def test_bench_measures_a_pool() -> None:
-    proc = _run(sys.executable, "-m", "aioenv.cli", "bench", "CartPole-v1", "-n", "4", "--seconds", "0.3")
+    proc = run_python("-m", "aioenv.cli", "bench", "CartPole-v1", "-n", "4", "--seconds", "0.3")
     assert proc.returncode == 0, proc.stderr
     rates = re.findall(r"│\s+([\d,]+)\s+│", proc.stdout)
     assert len(rates) == 2 and all(int(r.replace(",", "")) > 0 for r in rates), proc.stdout
@@ -65,6 +56,6 @@ def test_bench_measures_a_pool() -> None:
 
 
 def test_bench_reports_an_unknown_env_clearly() -> None:
-    proc = _run(sys.executable, "-m", "aioenv.cli", "bench", "NoSuchEnv-v0", "--seconds", "0.3")
+    proc = run_python("-m", "aioenv.cli", "bench", "NoSuchEnv-v0", "--seconds", "0.3")
     assert proc.returncode == 1
     assert "NoSuchEnv" in proc.stderr and "Traceback" not in proc.stderr

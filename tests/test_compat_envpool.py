@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import warnings
 from collections.abc import Iterator
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
 import aioenv.compat.envpool as envpool
+from tests.scripts import run_example
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -182,15 +180,7 @@ def test_max_episode_steps_and_env_kwargs() -> None:
 
 
 def test_example_envpool_async_runs() -> None:
-    root = Path(__file__).resolve().parents[1]
-    proc = subprocess.run(
-        [sys.executable, str(root / "examples" / "envpool_async.py"), "--iterations", "200", "--num-envs", "4"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=root,
-        check=False,
-    )
+    proc = run_example("envpool_async.py", "--iterations", "200", "--num-envs", "4", timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "800 env steps over 4 envs" in proc.stdout
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import functools
 import os
-import subprocess
-import sys
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from fractions import Fraction
@@ -39,6 +37,7 @@ from stable_baselines3.common.vec_env import (
 from aioenv.compat.sb3 import AioVecEnv
 from tests.envs.dictenv import make_dict_env
 from tests.envs.faulty import make_probe
+from tests.scripts import run_example
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -256,16 +255,8 @@ def test_misuse_and_close() -> None:
 
 
 def test_example_sb3_ppo_runs() -> None:
-    root = Path(__file__).resolve().parents[1]
     args = ["--timesteps", "512", "--num-envs", "2", "--eval-episodes", "1"]
-    proc = subprocess.run(
-        [sys.executable, str(root / "examples" / "sb3_ppo.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=100,
-        cwd=root,
-        check=False,
-    )
+    proc = run_example("sb3_ppo.py", *args, timeout=100)
     assert proc.returncode == 0, proc.stderr
     assert "mean episode return" in proc.stdout
 

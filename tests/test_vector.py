@@ -11,8 +11,6 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +30,7 @@ from tests.compare import assert_same
 from tests.conftest import HANG, process_gone
 from tests.envs.dictenv import make_dict_env
 from tests.envs.faulty import SLOW, make_probe, make_text
+from tests.scripts import run_example
 
 ROOT = Path(__file__).resolve().parent.parent
 N = 4
@@ -372,15 +371,7 @@ def test_vector_wrappers_give_the_same_results(mode: AutoresetMode) -> None:
 
 
 def test_cleanrl_style_example_runs() -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "cleanrl_style.py"), "--total-steps", "1200", "--num-envs", "4"],
-        capture_output=True,
-        text=True,
-        timeout=HANG * 4,
-        cwd=ROOT,
-        env=env,
-    )
+    proc = run_example("cleanrl_style.py", "--total-steps", "1200", "--num-envs", "4", timeout=HANG * 4)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     returns = [line for line in proc.stdout.splitlines() if "episodic_return=" in line]
     assert returns, proc.stdout
