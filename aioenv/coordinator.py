@@ -131,12 +131,16 @@ class Coordinator:
         slot.proc = LocalProcess(slot.name, self._router.endpoint, self.private_dir, self.executor, self._on_exit)
 
     async def _make(self, slot: _Slot, env_ids: np.ndarray) -> dict[str, Any]:
-        pairs, sources = self.sources.for_envs(env_ids.tolist())
         fut: asyncio.Future[dict[str, Any]] = self.loop.create_future()
-        req = self.sched.open(slot.index, "make", env_ids, sink=fut)
+        self._send_make(slot, env_ids, fut)
+        return await fut
+
+    def _send_make(self, slot: _Slot, env_ids: np.ndarray, sink: asyncio.Future[Any] | None) -> None:
+        """Ask ``slot``'s worker to make ``env_ids``; ``sink`` gets the spaces (None: a re-make, only logged)."""
+        pairs, sources = self.sources.for_envs(env_ids.tolist())
+        req = self.sched.open(slot.index, "make", env_ids, sink=sink)
         fields = {"id": req.id, "envs": pairs, "sources": sources, "autoreset": self.autoreset_mode}
         self._send(slot, encode(Op.MAKE, fields))
-        return await fut
 
     # ------------------------------------------------------------ requests
 
@@ -204,9 +208,6 @@ class Coordinator:
         if op == Op.ERROR:
             desc = header.get("error")
             part = Part.failed(req.env_ids, lambda e: from_wire({**(desc or {}), "env_id": e}, context=kind))
-            if kind == "make":
-                req.sink.set_exception(part.errors[0])
-                return
             self._deliver_part(req, part)
             return
         errors = {int(row): from_wire(d, context=kind) for row, d in (header.get("err") or {}).items()}
@@ -223,21 +224,27 @@ class Coordinator:
 
     def _deliver_part(self, req: Request, part: Part) -> None:
         if req.kind == "make":
-            if not req.sink.done():
-                req.sink.set_exception(part.errors[0])
+            self._fail_make(req, part.errors[min(part.errors)])
             return
         req.sink.deliver(part, req.positions)
 
     def _made(self, req: Request, header: dict[str, Any], errors: dict[int, AioEnvError]) -> None:
-        fut = req.sink
-        if fut is None:  # a re-make after a crash
-            for row, err in errors.items():
-                log.error("re-making env %d failed: %s", int(req.env_ids[row]), err)
-            return
         if errors:
-            fut.set_exception(errors[min(errors)])
-        else:
-            fut.set_result(dict(header.get("spaces") or {}))
+            self._fail_make(req, errors[min(errors)], more=len(errors) - 1)
+        elif req.sink is not None and not req.sink.done():
+            req.sink.set_result(dict(header.get("spaces") or {}))
+
+    @staticmethod
+    def _fail_make(req: Request, err: BaseException, more: int = 0) -> None:
+        """A MAKE failed: raise it to ``start()``, or log it for a re-make (nobody awaits that one).
+
+        The envs of a failed re-make stay broken: requests for them get the worker's clear error.
+        """
+        if req.sink is None:
+            also = f" (and {more} more envs)" if more else ""
+            log.error("re-making envs %s failed%s: %s", req.env_ids.tolist(), also, err)
+        elif not req.sink.done():
+            req.sink.set_exception(err)
 
     # ------------------------------------------------------------ failures
 
@@ -266,11 +273,11 @@ class Coordinator:
             self._retired.append(proc)  # killed, not yet reaped: aclose waits for it
         self._by_name.pop(name.encode(), None)
         for req in self.sched.lose_worker(slot.index):
-            if req.kind != "make":
+            if req.kind == "make":
+                self._fail_make(req, WorkerCrashed(f"worker {name} {how} while making its envs", worker=name))
+            else:
                 part = Part.failed(req.env_ids, lambda e, k=req.kind: self._crashed(name, pid, code, how, e, k))
                 self._deliver_part(req, part)
-            elif req.sink is not None and not req.sink.done():
-                req.sink.set_exception(WorkerCrashed(f"worker {name} {how} while making its envs", worker=name))
         slot.restarts += 1
         if slot.restarts > MAX_RESTARTS:
             slot.dead_reason = f"died {slot.restarts} times; aioenv gave up restarting it"
@@ -279,10 +286,7 @@ class Coordinator:
             return
         self._spawn(slot)
         env_ids = self.sched.envs_of(slot.index)
-        pairs, sources = self.sources.for_envs(env_ids.tolist())
-        req = self.sched.open(slot.index, "make", env_ids, sink=None)
-        fields = {"id": req.id, "envs": pairs, "sources": sources, "autoreset": self.autoreset_mode}
-        self._send(slot, encode(Op.MAKE, fields))
+        self._send_make(slot, env_ids, None)
         self.on_remade(env_ids)
 
     def _arm_timer(self) -> None:
@@ -333,8 +337,7 @@ class Coordinator:
         for req in self.sched.drain():
             err = PoolClosed(f"the pool was closed while env {int(req.env_ids[0])}'s {req.kind} was in flight")
             if req.kind == "make":
-                if req.sink is not None and not req.sink.done():
-                    req.sink.set_exception(err)
+                self._fail_make(req, err)
             else:
                 req.sink.fail(err)
         stops = [p.stop(grace, ask_first=False) for p in self._retired]

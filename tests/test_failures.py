@@ -507,3 +507,24 @@ async def test_coordinator_escalates_to_sigkill_when_sigterm_is_ignored() -> Non
     finally:
         if not stopped:
             await pool.aclose()
+
+
+async def test_remake_that_fails_is_reported_and_the_loop_survives() -> None:
+    """A worker may answer a re-make with ERROR (here: the pickled factory vanished). That must be
+    logged, not crash the coordinator's socket callback; the envs fail clearly, the others go on."""
+    loop = asyncio.get_running_loop()
+    callback_errors: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: callback_errors.append(context))
+    async with aioenv.Pool(lambda: gym.make("CartPole-v1"), 4, num_workers=2) as pool:
+        await guard(pool.reset(seed=0))
+        for name in os.listdir(pool._private_dir):
+            if name.endswith(".pkl"):
+                os.remove(os.path.join(pool._private_dir, name))
+        old = worker_pid(pool, 1)
+        os.kill(old, signal.SIGKILL)
+        await wait_new_worker(pool, 1, old)
+        with pytest.raises(aioenv.AioEnvError):
+            await guard(pool.reset(env_ids=[2]))
+        obs, info = await guard(pool.reset(env_ids=[0, 1], seed=3))  # the other worker's envs go on
+        assert info["env_id"].tolist() == [0, 1]
+    assert callback_errors == [], [c.get("message") for c in callback_errors]
