@@ -212,13 +212,17 @@ class Pool:
 
     def _claim(self, env_ids: Any) -> tuple[Coordinator, np.ndarray]:
         coord = self._core()
-        ids = coord.sched.resolve(env_ids)
+        ids = self._ids(env_ids)
         coord.sched.claim(ids)
         return coord, ids
 
-    def _dispatch_step(self, actions: Any, env_ids: Any, sink: Any, *, info_list: bool = False) -> np.ndarray:
+    def _ids(self, env_ids: Any) -> np.ndarray:
+        """``env_ids`` checked and normalised once per call (see ``Scheduler.resolve``)."""
+        return self._core().sched.resolve(env_ids)
+
+    def _dispatch_step(self, actions: Any, ids: np.ndarray, sink: Any, *, info_list: bool = False) -> None:
+        """Check ``actions`` for ``ids`` (from :meth:`_ids`), claim the envs and send the steps."""
         coord = self._core()
-        ids = coord.sched.resolve(env_ids)
         leaves = spaces.check_actions(self.single_action_space, actions, ids)
         coord.sched.claim(ids)
 
@@ -231,7 +235,6 @@ class Pool:
             return fields, arrays
 
         coord.submit("step", ids, sink, build, timeout=self.step_timeout)
-        return ids
 
     def _seeds_for(self, ids: np.ndarray, seed: Any) -> list[int | None]:
         """The seed each env of ``ids`` resets with (validates; changes nothing)."""
@@ -250,9 +253,9 @@ class Pool:
             if s is not None:
                 self._recorded[i] = s  # what a re-made env resets with
 
-    def _dispatch_reset(self, env_ids: Any, seed: Any, options: Any, sink: Any) -> np.ndarray:
+    def _dispatch_reset(self, ids: np.ndarray, seed: Any, options: Any, sink: Any) -> None:
+        """Claim ``ids`` (from :meth:`_ids`) and send their resets."""
         coord = self._core()
-        ids = coord.sched.resolve(env_ids)
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
         seeds = self._seeds_for(ids, seed)
@@ -267,7 +270,6 @@ class Pool:
             return fields, []
 
         coord.submit("reset", ids, sink, build, timeout=self.step_timeout)
-        return ids
 
     # ------------------------------------------------------------ batched API
 
@@ -286,7 +288,7 @@ class Pool:
         Returns:
             ``(obs, info)``: obs batched with B = len(env_ids) rows; ``info["env_id"]`` (B,) int32.
         """
-        ids = self._core().sched.resolve(env_ids)
+        ids = self._ids(env_ids)
         sink = Gather("reset", ids, self.single_observation_space)
         self._dispatch_reset(ids, seed, options, sink)
         return await sink.future
@@ -305,7 +307,7 @@ class Pool:
             EnvError: an env raised; ``err.partial`` holds the other rows, ``err.errors`` every failure.
             WorkerCrashed / StepTimeout: for the envs concerned, likewise.
         """
-        ids = self._core().sched.resolve(env_ids)
+        ids = self._ids(env_ids)
         sink = Gather("step", ids, self.single_observation_space)
         self._dispatch_step(actions, ids, sink)
         return await sink.future
@@ -315,14 +317,15 @@ class Pool:
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
         """Like :meth:`step`, but ``info`` is a list with each env's own info dict (row order), as
         Stable-Baselines3 wants; still one message per worker. For the adapters in :mod:`aioenv.compat`."""
-        ids = self._core().sched.resolve(env_ids)
+        ids = self._ids(env_ids)
         sink = Gather("step", ids, self.single_observation_space, info_list=True)
         self._dispatch_step(actions, ids, sink, info_list=True)
         return await sink.future
 
     def send(self, actions: Any, env_ids: Any = None) -> None:
         """Dispatch steps for ``env_ids`` and return at once; results arrive through :meth:`recv`."""
-        ids = self._dispatch_step(actions, env_ids, self._recv_sink())
+        ids = self._ids(env_ids)
+        self._dispatch_step(actions, ids, self._recv_sink())
         self._recv.expect(ids.size)
 
     def send_reset(
@@ -333,7 +336,8 @@ class Pool:
         options: dict[str, Any] | None = None,
     ) -> None:
         """Dispatch resets; their rows come through :meth:`recv` with reward 0 and terminated/truncated False."""
-        ids = self._dispatch_reset(env_ids, seed, options, self._recv_sink())
+        ids = self._ids(env_ids)
+        self._dispatch_reset(ids, seed, options, self._recv_sink())
         self._recv.expect(ids.size)
 
     def _recv_sink(self) -> RecvQueue:
@@ -375,7 +379,7 @@ class Pool:
         """Step one env; the returned future gets its :class:`StepResult` (not ``recv``)."""
         fut: asyncio.Future[StepResult] = asyncio.get_running_loop().create_future()
         batched = _batch_one(self.single_action_space, action)
-        self._dispatch_step(batched, [env_id], Single("step", fut, self.single_observation_space))
+        self._dispatch_step(batched, self._ids([env_id]), Single("step", fut, self.single_observation_space))
         return fut
 
     def reset_env(
@@ -384,7 +388,7 @@ class Pool:
         """Reset one env; the returned future gets its :class:`ResetResult`. An int seed is used as is."""
         fut: asyncio.Future[ResetResult] = asyncio.get_running_loop().create_future()
         seeds = None if seed is None else [int(seed)]
-        self._dispatch_reset([env_id], seeds, options, Single("reset", fut, self.single_observation_space))
+        self._dispatch_reset(self._ids([env_id]), seeds, options, Single("reset", fut, self.single_observation_space))
         return fut
 
     # ------------------------------------------------------------ methods and attributes
@@ -419,7 +423,7 @@ class Pool:
 
     async def set_attr(self, name: str, values: Any, env_ids: Any = None) -> None:
         """Set attribute ``name``: a list/tuple gives one value per env, anything else is set on all."""
-        ids = self._core().sched.resolve(env_ids)
+        ids = self._ids(env_ids)
         if isinstance(values, (list, tuple)):
             if len(values) != ids.size:
                 raise ValueError(f"set_attr got {len(values)} values for {ids.size} envs")
@@ -431,7 +435,7 @@ class Pool:
     async def render(self, env_ids: Any = None) -> np.ndarray:
         """RGB frames of each env, shape ``(B, H, W, 3)`` uint8 (envs made with ``render_mode="rgb_array"``)."""
         frames = await self.call("render", env_ids=env_ids)
-        for env_id, frame in zip(self._core().sched.resolve(env_ids).tolist(), frames, strict=True):
+        for env_id, frame in zip(self._ids(env_ids).tolist(), frames, strict=True):
             if not isinstance(frame, np.ndarray):
                 raise UsageError(
                     f"env {env_id}'s render() returned {type(frame).__name__}, not an RGB array: make the pool with "
