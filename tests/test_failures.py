@@ -523,8 +523,26 @@ async def test_remake_that_fails_is_reported_and_the_loop_survives() -> None:
         old = worker_pid(pool, 1)
         os.kill(old, signal.SIGKILL)
         await wait_new_worker(pool, 1, old)
-        with pytest.raises(aioenv.AioEnvError):
+        with pytest.raises(aioenv.ProtocolError, match=r"hosts (no env 2|none of the envs \[2\])"):
             await guard(pool.reset(env_ids=[2]))
         obs, info = await guard(pool.reset(env_ids=[0, 1], seed=3))  # the other worker's envs go on
         assert info["env_id"].tolist() == [0, 1]
+        np.testing.assert_array_equal(obs[1], gym.make("CartPole-v1").reset(seed=4)[0])
     assert callback_errors == [], [c.get("message") for c in callback_errors]
+
+
+class _KeyErrorOnStep(gym.Wrapper):
+    """CartPole whose step raises KeyError, like an env with a bug in a dict lookup."""
+
+    def step(self, action: Any) -> Any:
+        return {}["missing"]
+
+
+async def test_env_raising_key_error_is_an_env_error_not_a_missing_env() -> None:
+    async with aioenv.Pool(lambda: _KeyErrorOnStep(gym.make("CartPole-v1")), 2, num_workers=1) as pool:
+        await guard(pool.reset(seed=0))
+        with pytest.raises(aioenv.EnvError) as caught:
+            await guard(pool.step(np.zeros(2, dtype=np.int64)))
+        assert caught.value.remote_type == "KeyError"
+        assert '{}["missing"]' in caught.value.remote_traceback  # the env's own line, not a protocol error
+        assert "hosts no env" not in str(caught.value)

@@ -151,19 +151,17 @@ class Worker:
         trunc = np.zeros(n, dtype=np.bool_)
         infos: list[Any] | None = None
         errors: dict[int, Any] = {}
-        envs = self.envs
+        hosted = self.hosted
         write_obs = group.write_obs
         read_action = group.read_action
         for i, env_id in enumerate(env_ids):
             try:
-                o, rew[i], term[i], trunc[i], info = envs[env_id].step(read_action(acts, i))
+                o, rew[i], term[i], trunc[i], info = hosted(env_id).step(read_action(acts, i))
                 write_obs(obs, i, o)
                 if info:
                     if infos is None:
                         infos = [None] * n
                     infos[i] = info
-            except KeyError:
-                errors[i] = _error(ProtocolError(f"worker {self.name} hosts no env {env_id}"), env_id)
             except Exception as exc:  # noqa: BLE001 - one env's failure is its row's alone
                 errors[i] = _error(exc, env_id)
         return _batch_reply(obs, infos, errors, [rew, term, trunc])
@@ -179,7 +177,7 @@ class Worker:
         errors: dict[int, Any] = {}
         for i, env_id in enumerate(env_ids):
             try:
-                o, info = self.envs[env_id].reset(seeds[i], options)
+                o, info = self.hosted(env_id).reset(seeds[i], options)
                 group.write_obs(obs, i, o)
                 if info:
                     if infos is None:
@@ -202,7 +200,7 @@ class Worker:
         errors: dict[int, Any] = {}
         for i, env_id in enumerate(header["env"]):
             try:
-                env = self.envs[env_id].env
+                env = self.hosted(env_id).env
                 if kind == "set":
                     if hasattr(env, "set_wrapper_attr"):
                         env.set_wrapper_attr(name, values[i])
@@ -234,6 +232,13 @@ class Worker:
             hosted.close()
         self.envs.clear()
         self.group_of.clear()
+
+    def hosted(self, env_id: int) -> HostedEnv:
+        """The env ``env_id``, or a clear error when this worker does not host it (e.g. its re-make failed)."""
+        env = self.envs.get(env_id)
+        if env is None:
+            raise ProtocolError(f"worker {self.name} hosts no env {env_id}", env_id=env_id)
+        return env
 
     def _group(self, env_ids: list[int]) -> _Group:
         for env_id in env_ids:
