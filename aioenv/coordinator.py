@@ -7,8 +7,12 @@ It never runs env code. Failures it handles:
 - a worker process that exits (any signal) is noticed at once through its pidfd:
   its in-flight requests fail with :class:`WorkerCrashed`, a fresh process takes
   its slot and re-makes its envs (they need a reset before stepping);
-- a request past its deadline fails with :class:`StepTimeout` and its worker,
-  stuck inside the env, is killed and replaced as above;
+- a request past its deadline fails with :class:`StepTimeout` (or, with
+  ``on_timeout="truncate"``, comes back as a truncated row); an ``async`` worker
+  cancels the late steps and replaces those envs, any other worker (stuck inside
+  env code) is killed and replaced as above;
+- under ``max_concurrency``, rows beyond the limit wait in the scheduler and go
+  out, in order, as others finish;
 - shutdown: CLOSE, wait, SIGTERM, wait, SIGKILL; never hangs.
 
 Messages to a worker that has not said HELLO yet wait in its outbox.
@@ -37,7 +41,7 @@ from aioenv.errors import (
 from aioenv.launcher import LocalProcess, describe_exit
 from aioenv.protocol import Op, decode, encode, leaves_from_wire
 from aioenv.results import Part
-from aioenv.scheduler import Request, Scheduler
+from aioenv.scheduler import THROTTLED, Request, Scheduler
 from aioenv.sources import EnvSources
 from aioenv.transport import Router
 
@@ -45,6 +49,10 @@ log = logging.getLogger("aioenv.coordinator")
 
 #: A slot whose worker died this many times is given up (its envs fail fast).
 MAX_RESTARTS = 20
+
+_OPS = {"step": Op.STEP, "reset": Op.RESET, "call": Op.CALL}
+#: Seconds an ``async`` worker gets to cancel and replace envs after a deadline before it is restarted.
+CANCEL_GRACE = 5.0
 
 Build = Callable[[Request], tuple[dict[str, Any], list[np.ndarray]]]
 
@@ -72,6 +80,9 @@ class Coordinator:
         autoreset_mode: ``"next_step"``, ``"same_step"`` or ``"disabled"``.
         executor: the workers' executor.
         on_remade: called with the env ids re-made after a crash or a timeout.
+        max_concurrency: at most this many steps/resets in flight across the pool (None: no limit).
+        on_timeout: ``"error"`` (a late step fails with ``StepTimeout``) or ``"truncate"`` (it comes back
+            as a truncated row with the env's last observation and ``info["timeout"]`` True).
     """
 
     def __init__(
@@ -83,8 +94,15 @@ class Coordinator:
         autoreset_mode: str,
         executor: str,
         on_remade: Callable[[np.ndarray], None],
+        max_concurrency: int | None = None,
+        on_timeout: str = "error",
     ) -> None:
-        self.sched = Scheduler(num_envs)
+        self.sched = Scheduler(num_envs, max_concurrency)
+        self.truncate = on_timeout == "truncate"
+        self._last_obs: list[np.ndarray] | None = None  # truncate mode: each env's last observation
+        self._has_obs = np.zeros(num_envs, dtype=np.bool_)
+        self._replaced = np.zeros(num_envs, dtype=np.bool_)  # truncate mode: owes the caller a truncated row
+        self._replaced_count = 0
         self.sources = sources
         self.private_dir = private_dir
         self.autoreset_mode = autoreset_mode
@@ -135,23 +153,53 @@ class Coordinator:
         self._send_make(slot, env_ids, fut)
         return await fut
 
-    def _send_make(self, slot: _Slot, env_ids: np.ndarray, sink: asyncio.Future[Any] | None) -> None:
-        """Ask ``slot``'s worker to make ``env_ids``; ``sink`` gets the spaces (None: a re-make, only logged)."""
+    def _send_make(
+        self, slot: _Slot, env_ids: np.ndarray, sink: asyncio.Future[Any] | None, ended: np.ndarray | None = None
+    ) -> None:
+        """Ask ``slot``'s worker to make ``env_ids``; ``sink`` gets the spaces (None: a re-make, only logged).
+        ``ended``: envs to start as if just truncated (see ``on_timeout``)."""
         pairs, sources = self.sources.for_envs(env_ids.tolist())
         req = self.sched.open(slot.index, "make", env_ids, sink=sink)
         fields = {"id": req.id, "envs": pairs, "sources": sources, "autoreset": self.autoreset_mode}
+        if ended is not None and ended.size:
+            fields["ended"] = ended.tolist()
         self._send(slot, encode(Op.MAKE, fields))
 
     # ------------------------------------------------------------ requests
 
     def submit(self, kind: str, env_ids: np.ndarray, sink: Any, build: Build, *, timeout: float | None = None) -> None:
-        """Send one request per worker covering ``env_ids`` (already claimed); replies go to ``sink``."""
+        """Send one request per worker covering ``env_ids`` (already claimed); replies go to ``sink``.
+
+        ``build(req)`` returns the request's fields and arrays for its rows (``req.positions`` index into
+        ``env_ids``). Under a concurrency limit, rows beyond it wait and go out as others finish.
+        """
+        positions = None
+        sched = self.sched
+        if sched.limit is not None and kind in THROTTLED:
+            room = sched.room(env_ids.size)
+            if room < env_ids.size:
+                if positions is None:
+                    positions = np.arange(env_ids.size)
+                sched.hold((kind, sink, build, timeout), env_ids[room:], positions[room:])
+                env_ids, positions = env_ids[:room], positions[:room]
+                if room == 0:
+                    return
+        self._send_rows(kind, env_ids, positions, sink, build, timeout)
+
+    def _send_rows(
+        self, kind: str, env_ids: np.ndarray, at: np.ndarray | None, sink: Any, build: Build, timeout: float | None
+    ) -> None:
+        """Send ``env_ids`` (at positions ``at`` of the caller's call; None: all of it, in order)."""
+        if self._replaced_count:
+            env_ids, at = self._settle_replaced(kind, env_ids, at, sink)
+            if env_ids.size == 0:
+                return
         deadline = None if timeout is None else self.loop.time() + timeout
-        op = {"step": Op.STEP, "reset": Op.RESET, "call": Op.CALL}[kind]
-        groups = self.sched.split(env_ids)
-        sink.parts(len(groups))
-        for worker, positions in groups:
+        op = _OPS[kind]
+        for worker, positions in self.sched.split(env_ids):
             ids = env_ids[positions] if positions.size != env_ids.size else env_ids
+            if at is not None:
+                positions = at[positions]
             req = self.sched.open(worker, kind, ids, sink=sink, positions=positions, deadline=deadline)
             fields, arrays = build(req)
             fields["id"] = req.id
@@ -165,6 +213,12 @@ class Coordinator:
             self._send(slot, encode(op, fields, arrays))
         if deadline is not None:
             self._arm_timer()
+
+    def _pump(self) -> None:
+        """Send held rows that fit under the concurrency limit now."""
+        for held in self.sched.unhold():
+            kind, sink, build, timeout = held.item
+            self._send_rows(kind, held.env_ids, held.positions, sink, build, timeout)
 
     def _send(self, slot: _Slot, frames: list[Any]) -> None:
         if not slot.ready:
@@ -193,40 +247,70 @@ class Coordinator:
             for queued in outbox:
                 self._send(slot, queued)
             return
-        req = self.sched.finish(header.get("id"))
+        rows = header.get("rows")
+        try:
+            if rows is None:
+                req = self.sched.finish(header.get("id"))
+                at: np.ndarray | None = None
+            else:
+                at = np.asarray(rows, dtype=np.int64).reshape(-1)
+                req = self.sched.finish_rows(header.get("id"), at)
+        except ValueError as exc:
+            log.error("malformed reply from worker %s: %s", slot.name, exc)
+            return
         if req is None:
             return  # a late reply to a request that timed out or was failed: dropped
+        env_ids = req.env_ids if at is None else req.env_ids[at]
+        positions = req.positions if at is None or req.positions is None else req.positions[at]
         try:
-            self._deliver(req, op, header, arrays)
+            self._deliver(req, op, header, arrays, env_ids, positions)
         except Exception as exc:
             log.exception("bad reply from worker %s", slot.name)
             err = ProtocolError(f"malformed reply from worker {slot.name}: {exc}")
-            self._deliver_part(req, Part.failed(req.env_ids, lambda e: _with_env(err, e)))
+            self._deliver_part(req, Part.failed(env_ids, lambda e: _with_env(err, e)), positions)
+        if self.sched.held:
+            self._pump()
 
-    def _deliver(self, req: Request, op: str, header: dict[str, Any], arrays: list[np.ndarray]) -> None:
+    def _deliver(
+        self,
+        req: Request,
+        op: str,
+        header: dict[str, Any],
+        arrays: list[np.ndarray],
+        env_ids: np.ndarray,
+        positions: np.ndarray | None,
+    ) -> None:
         kind = req.kind
         if op == Op.ERROR:
             desc = header.get("error")
-            part = Part.failed(req.env_ids, lambda e: from_wire({**(desc or {}), "env_id": e}, context=kind))
-            self._deliver_part(req, part)
+            part = Part.failed(env_ids, lambda e: from_wire({**(desc or {}), "env_id": e}, context=kind))
+            self._deliver_part(req, part, positions)
             return
         errors = {int(row): from_wire(d, context=kind) for row, d in (header.get("err") or {}).items()}
         if kind == "make":
             self._made(req, header, errors)
             return
+        if kind == "cancel":
+            for err in errors.values():
+                log.error("replacing env %s after its deadline failed: %s", err.env_id, err)
+            return
         if kind == "call":
-            part = Part(req.env_ids, errors=errors, values=header["values"])
+            part = Part(env_ids, errors=errors, values=header["values"])
         else:
             extras = [arrays[i] for i in header.get("x", [])] or None
             obs = leaves_from_wire(header["obs"], arrays)
-            part = Part(req.env_ids, obs, extras, header.get("info"), errors, binfo=header.get("binfo"))
-        self._deliver_part(req, part)
+            part = Part(env_ids, obs, extras, header.get("info"), errors, binfo=header.get("binfo"))
+            if self.truncate:
+                self._remember_obs(part)
+        self._deliver_part(req, part, positions)
 
-    def _deliver_part(self, req: Request, part: Part) -> None:
+    def _deliver_part(self, req: Request, part: Part, positions: np.ndarray | None = None) -> None:
         if req.kind == "make":
             self._fail_make(req, part.errors[min(part.errors)])
             return
-        req.sink.deliver(part, req.positions)
+        if req.kind == "cancel":
+            return
+        req.sink.deliver(part, req.positions if positions is None else positions)
 
     def _made(self, req: Request, header: dict[str, Any], errors: dict[int, AioEnvError]) -> None:
         if errors:
@@ -265,19 +349,30 @@ class Coordinator:
         log.warning("worker %s (pid %d) %s", slot.name, proc.pid, describe_exit(proc.returncode))
         self._restart(slot, describe_exit(proc.returncode))
 
-    def _restart(self, slot: _Slot, how: str) -> None:
-        """Fail the slot's in-flight requests with WorkerCrashed, start a fresh worker, re-make its envs."""
+    def _restart(self, slot: _Slot, how: str, timed_out: list[Request] | None = None) -> None:
+        """Fail the slot's in-flight requests with WorkerCrashed, start a fresh worker, re-make its envs.
+
+        ``timed_out``: the requests whose deadline caused this restart (already answered). In truncate
+        mode the envs it replaces end their episodes with a truncated row instead of an error.
+        """
         proc = slot.proc
         name, pid, code = slot.name, proc.pid if proc else "?", proc.returncode if proc else None
         if proc is not None and proc.returncode is None:
             self._retired.append(proc)  # killed, not yet reaped: aclose waits for it
         self._by_name.pop(name.encode(), None)
+        truncating = timed_out is not None and self.truncate
+        must_reset: list[np.ndarray] = [r.env_ids for r in timed_out or () if r.kind == "reset"]
         for req in self.sched.lose_worker(slot.index):
             if req.kind == "make":
                 self._fail_make(req, WorkerCrashed(f"worker {name} {how} while making its envs", worker=name))
+                continue
+            crashed = lambda e, k=req.kind: self._crashed(name, pid, code, how, e, k)  # noqa: E731
+            if truncating and req.kind == "step":
+                self._deliver_truncated(req, {"env_replaced": True}, crashed)
             else:
-                part = Part.failed(req.env_ids, lambda e, k=req.kind: self._crashed(name, pid, code, how, e, k))
-                self._deliver_part(req, part)
+                if req.kind == "reset":
+                    must_reset.append(req.env_ids)
+                self._deliver_part(req, Part.failed(req.env_ids, crashed))
         slot.restarts += 1
         if slot.restarts > MAX_RESTARTS:
             slot.dead_reason = f"died {slot.restarts} times; aioenv gave up restarting it"
@@ -286,8 +381,20 @@ class Coordinator:
             return
         self._spawn(slot)
         env_ids = self.sched.envs_of(slot.index)
-        self._send_make(slot, env_ids, None)
+        ended = None
+        if truncating:
+            keep = self._has_obs[env_ids]
+            if must_reset:
+                keep &= ~np.isin(env_ids, np.concatenate(must_reset))
+            ended = env_ids[keep]
+            answered = np.concatenate([r.env_ids for r in timed_out or () if r.kind == "step"] or [ended[:0]])
+            owed = ended[~np.isin(ended, answered)]  # not told yet: their next step gets the truncated row
+            self._replaced[owed] = True
+            self._replaced_count = int(np.count_nonzero(self._replaced))
+        self._send_make(slot, env_ids, None, ended)
         self.on_remade(env_ids)
+
+    # ------------------------------------------------------------ deadlines
 
     def _arm_timer(self) -> None:
         when = self.sched.next_deadline()
@@ -299,27 +406,113 @@ class Coordinator:
         self._timer = self.loop.call_at(when, self._on_timer)
 
     def _on_timer(self) -> None:
+        """Answer the requests past their deadline, then free their envs: an ``async`` worker cancels and
+        replaces them; any other worker (stuck inside env code) is killed and restarted."""
         self._timer = None
         self._timer_at = None
-        stuck: set[int] = set()
+        late: dict[int, list[Request]] = {}
         for req in self.sched.expire(self.loop.time()):
-            stuck.add(req.worker)
-            slot = self.slots[req.worker]
-
-            def timeout_error(env_id: int, kind: str = req.kind, slot: _Slot = slot) -> StepTimeout:
-                return StepTimeout(
-                    f"{kind} of env {env_id} overran its deadline; its worker {slot.name} is restarted and the "
-                    "env re-made: reset it before stepping",
-                    env_id=env_id,
-                )
-
-            self._deliver_part(req, Part.failed(req.env_ids, timeout_error))
-        for worker in stuck:
+            late.setdefault(req.worker, []).append(req)
+            if req.kind != "cancel":
+                self._time_out(req)
+        for worker, reqs in late.items():
             slot = self.slots[worker]
-            if slot.proc is not None:
-                slot.proc.kill()  # stuck inside the env's code: only a new process frees the slot
-                self._restart(slot, "was killed because a request overran its deadline")
+            if slot.proc is None:
+                continue
+            if self.executor == "async" and all(r.kind != "cancel" for r in reqs):
+                self._send_cancel(slot, reqs)
+            else:  # stuck inside the env's code (or its loop is): only a new process frees the slot
+                slot.proc.kill()
+                self._restart(slot, "was killed because a request overran its deadline", reqs)
         self._arm_timer()
+        if self.sched.held:
+            self._pump()
+
+    def _time_out(self, req: Request) -> None:
+        slot = self.slots[req.worker]
+
+        def timeout_error(env_id: int, kind: str = req.kind) -> StepTimeout:
+            fix = "re-made" if self.executor == "async" else f"re-made on a restarted worker ({slot.name} was stuck)"
+            return StepTimeout(
+                f"{kind} of env {env_id} overran its deadline; the env is {fix}: reset it before stepping",
+                env_id=env_id,
+            )
+
+        if self.truncate and req.kind == "step":
+            self._deliver_truncated(req, {"timeout": True}, timeout_error)
+        else:
+            self._deliver_part(req, Part.failed(req.env_ids, timeout_error))
+
+    def _send_cancel(self, slot: _Slot, reqs: list[Request]) -> None:
+        """Ask an ``async`` worker to cancel the late requests' envs and replace them; if it does not answer
+        within ``CANCEL_GRACE`` it is stuck and gets restarted."""
+        late = [r for r in reqs if r.kind in THROTTLED]
+        if not late:
+            return
+        env_ids = np.concatenate([r.env_ids for r in late])
+        fields: dict[str, Any] = {"env": env_ids.tolist()}
+        if self.truncate:
+            steps = np.concatenate([r.env_ids for r in late if r.kind == "step"] or [env_ids[:0]])
+            fields["ended"] = steps[self._has_obs[steps]].tolist()
+        no_envs = env_ids[:0]  # the envs are not busy with the cancel: they are free for new requests
+        req = self.sched.open(slot.index, "cancel", no_envs, deadline=self.loop.time() + CANCEL_GRACE)
+        fields["id"] = req.id
+        self._send(slot, encode(Op.CANCEL, fields))
+
+    # ------------------------------------------------------------ truncate mode (on_timeout="truncate")
+
+    def _remember_obs(self, part: Part) -> None:
+        """Keep each env's last observation, for the truncated row a late step gets."""
+        leaves = part.obs or []
+        ids = part.env_ids
+        if part.errors:
+            keep = np.ones(ids.size, dtype=np.bool_)
+            keep[list(part.errors)] = False
+            ids = ids[keep]
+            leaves = [leaf[keep] for leaf in leaves]
+        if self._last_obs is None:
+            n = self.sched.num_envs
+            self._last_obs = [np.empty((n, *leaf.shape[1:]), dtype=leaf.dtype) for leaf in leaves]
+        for store, leaf in zip(self._last_obs, leaves, strict=True):
+            store[ids] = leaf
+        self._has_obs[ids] = True
+
+    def _truncated_part(self, env_ids: np.ndarray, info: dict[str, Any]) -> Part:
+        assert self._last_obs is not None
+        n = env_ids.size
+        obs = [store[env_ids] for store in self._last_obs]
+        extras = [np.zeros(n, dtype=np.float64), np.zeros(n, dtype=np.bool_), np.ones(n, dtype=np.bool_)]
+        return Part(env_ids, obs, extras, [dict(info) for _ in range(n)])
+
+    def _deliver_truncated(self, req: Request, info: dict[str, Any], otherwise: Callable[[int], Any]) -> None:
+        """Answer ``req``'s rows as truncated (envs with a last observation) or with ``otherwise(env_id)``."""
+        has = self._has_obs[req.env_ids]
+        positions = req.positions if req.positions is not None else np.arange(req.env_ids.size)
+        if has.any():
+            idx = np.flatnonzero(has)
+            self._deliver_part(req, self._truncated_part(req.env_ids[idx], info), positions[idx])
+        if not has.all():
+            idx = np.flatnonzero(~has)
+            self._deliver_part(req, Part.failed(req.env_ids[idx], otherwise), positions[idx])
+
+    def _settle_replaced(
+        self, kind: str, env_ids: np.ndarray, at: np.ndarray | None, sink: Any
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Envs replaced behind the caller's back owe a truncated row: a step gets it here (the next one
+        starts a new episode); a reset simply clears the debt. Returns the rows still to send."""
+        mask = self._replaced[env_ids]
+        if not mask.any():
+            return env_ids, at
+        idx = np.flatnonzero(mask)
+        owed = env_ids[idx]
+        self._replaced[owed] = False
+        self._replaced_count -= owed.size
+        if kind != "step":
+            return env_ids, at
+        self.sched.release(owed)
+        sink.deliver(self._truncated_part(owed, {"env_replaced": True}), idx if at is None else at[idx])
+        rest = np.flatnonzero(~mask)
+        return env_ids[rest], rest if at is None else at[rest]
 
     # ------------------------------------------------------------ shutdown
 
@@ -335,11 +528,15 @@ class Coordinator:
         if self._timer is not None:
             self._timer.cancel()
         for req in self.sched.drain():
+            if req.kind == "cancel":
+                continue
             err = PoolClosed(f"the pool was closed while env {int(req.env_ids[0])}'s {req.kind} was in flight")
             if req.kind == "make":
                 self._fail_make(req, err)
             else:
                 req.sink.fail(err)
+        for held in self.sched.drop_held():
+            held.item[1].fail(PoolClosed(f"the pool was closed while env {int(held.env_ids[0])} waited to run"))
         stops = [p.stop(grace, ask_first=False) for p in self._retired]
         for slot in self.slots:
             if slot.proc is None:

@@ -33,7 +33,8 @@ _MODES = {
     "same_step": AutoresetMode.SAME_STEP,
     "disabled": AutoresetMode.DISABLED,
 }
-_EXECUTORS = ("inline",)
+_EXECUTORS = ("inline", "thread", "async")
+_ON_TIMEOUT = ("error", "truncate")
 
 
 def _mode_name(mode: Any) -> str:
@@ -42,6 +43,14 @@ def _mode_name(mode: Any) -> str:
     if isinstance(mode, str) and mode.lower() in _MODES:
         return mode.lower()
     raise ValueError(f"autoreset_mode must be one of {sorted(_MODES)} or a gymnasium AutoresetMode, got {mode!r}")
+
+
+def _seconds(name: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds or None, got {value!r}")
+    return float(value)
 
 
 def _positive(name: str, value: Any, *, allow_none: bool = True) -> int | None:
@@ -80,6 +89,9 @@ class Pool:
         seed: int | Sequence[int | None] | None = None,
         env_kwargs: dict[str, Any] | None = None,
         step_timeout: float | None = None,
+        reset_timeout: float | None = None,
+        on_timeout: str = "error",
+        max_concurrency: int | None = None,
         endpoint: str | None = None,
     ) -> None:
         if endpoint is not None:
@@ -89,8 +101,17 @@ class Pool:
         if executor not in _EXECUTORS:
             raise ValueError(f"executor must be one of {_EXECUTORS}, got {executor!r}")
         self._mode = _mode_name(autoreset_mode)
-        if step_timeout is not None and not (isinstance(step_timeout, (int, float)) and step_timeout > 0):
-            raise ValueError(f"step_timeout must be a positive number of seconds, got {step_timeout!r}")
+        self.step_timeout = _seconds("step_timeout", step_timeout)
+        self.reset_timeout = self.step_timeout if reset_timeout is None else _seconds("reset_timeout", reset_timeout)
+        if on_timeout not in _ON_TIMEOUT:
+            raise ValueError(f"on_timeout must be one of {_ON_TIMEOUT}, got {on_timeout!r}")
+        if on_timeout == "truncate" and self._mode == "same_step":
+            raise ValueError(
+                "on_timeout='truncate' needs autoreset_mode 'next_step' or 'disabled': in 'same_step' a truncated "
+                "row must carry the next episode's first observation, which a replaced env cannot give in time"
+            )
+        self.on_timeout = on_timeout
+        self.max_concurrency = _positive("max_concurrency", max_concurrency)
         self._private_dir = Coordinator.private_directory()
         try:  # a refused argument must not leave the private directory behind
             self._sources, self.num_envs = parse_sources(env, num_envs, env_kwargs, self._private_dir)
@@ -103,7 +124,6 @@ class Pool:
         except BaseException:
             shutil.rmtree(self._private_dir, ignore_errors=True)
             raise
-        self.step_timeout = step_timeout
         self.executor = executor
         self._recorded = list(self._seeds)
         self.closed = False
@@ -138,6 +158,8 @@ class Pool:
             autoreset_mode=self._mode,
             executor=self.executor,
             on_remade=self._on_remade,
+            max_concurrency=self.max_concurrency,
+            on_timeout=self.on_timeout,
         )
         try:
             described = await self._coord.start(self.num_workers)
@@ -269,7 +291,7 @@ class Pool:
                 fields["opt"] = options
             return fields, []
 
-        coord.submit("reset", ids, sink, build, timeout=self.step_timeout)
+        coord.submit("reset", ids, sink, build, timeout=self.reset_timeout)
 
     # ------------------------------------------------------------ batched API
 
@@ -325,8 +347,13 @@ class Pool:
     def send(self, actions: Any, env_ids: Any = None) -> None:
         """Dispatch steps for ``env_ids`` and return at once; results arrive through :meth:`recv`."""
         ids = self._ids(env_ids)
-        self._dispatch_step(actions, ids, self._recv_sink())
-        self._recv.expect(ids.size)
+        queue = self._recv_sink()
+        queue.expect(ids.size)  # before dispatch: a row may be answered at once (see Coordinator.submit)
+        try:
+            self._dispatch_step(actions, ids, queue)
+        except BaseException:
+            queue.expect(-ids.size)
+            raise
 
     def send_reset(
         self,
@@ -337,8 +364,13 @@ class Pool:
     ) -> None:
         """Dispatch resets; their rows come through :meth:`recv` with reward 0 and terminated/truncated False."""
         ids = self._ids(env_ids)
-        self._dispatch_reset(ids, seed, options, self._recv_sink())
-        self._recv.expect(ids.size)
+        queue = self._recv_sink()
+        queue.expect(ids.size)
+        try:
+            self._dispatch_reset(ids, seed, options, queue)
+        except BaseException:
+            queue.expect(-ids.size)
+            raise
 
     def _recv_sink(self) -> RecvQueue:
         self._core()
@@ -454,11 +486,21 @@ async def make(env: Any, num_envs: int | None = None, **options: Any) -> Pool:
         num_envs: how many envs (may be omitted with a sequence of callables).
         batch_size: rows :meth:`Pool.recv` returns by default (default ``num_envs``).
         num_workers: worker processes (default ``min(num_envs, os.cpu_count())``).
-        executor: ``"inline"``.
+        executor: ``"inline"`` (envs stepped one after another in each worker: CPU-bound envs), ``"thread"``
+            (each env on its own thread: blocking I/O envs) or ``"async"`` (:class:`aioenv.AsyncEnv` coroutines,
+            thousands per worker: LLM/HTTP envs).
         autoreset_mode: ``"next_step"`` (default), ``"same_step"`` or ``"disabled"`` (gymnasium 1.x semantics).
         seed: int (env ``i`` gets ``seed + i`` at its first reset) or one seed per env.
         env_kwargs: keyword arguments for ``gymnasium.make`` / the factory.
-        step_timeout: seconds; a step or reset that overruns fails with ``StepTimeout`` and its worker is replaced.
+        step_timeout: seconds from dispatch; a step that overruns fails with ``StepTimeout`` and its env is
+            replaced (an ``async`` step is cancelled; a hung ``inline``/``thread`` step restarts its worker).
+        reset_timeout: likewise for resets (default: ``step_timeout``).
+        on_timeout: ``"error"`` (default) or ``"truncate"``: a late step comes back as a truncated row (the
+            env's last observation, reward 0, ``info["timeout"]`` True) and the env's next step starts a new
+            episode, so a training loop need not handle exceptions. Envs replaced along with it (a restarted
+            worker's) end their episodes the same way with ``info["env_replaced"]`` True.
+        max_concurrency: at most this many steps/resets running at once across the pool (e.g. an upstream
+            rate limit); the rest wait, in order, and their deadlines start when they are sent.
         endpoint: reserved for remote servers.
     """
     pool = Pool(env, num_envs, **options)

@@ -71,8 +71,10 @@ class Op:
     RESET = "reset"  # coordinator -> worker: {"env": [ids], "seed": [..], "opt": dict|None}
     CALL = "call"  # coordinator -> worker: {"env": [ids], "kind": call|get|set, "name", "args", "kw", "values"}
     DROP = "drop"  # coordinator -> worker: {"env": [ids]} close and forget these envs
+    CANCEL = "cancel"  # coordinator -> worker: {"env": [ids], "ended": bool} give up their requests, replace them
     CLOSE = "close"  # coordinator -> worker: close all envs and exit
-    RESULT = "result"  # worker -> coordinator: reply to any request with the same "id"
+    RESULT = "result"  # worker -> coordinator: reply to any request with the same "id"; a reply to
+    # STEP/RESET from a thread/async worker may carry only some rows ("rows": indices into the request)
     ERROR = "error"  # either way: the request failed as a whole ({"error": to_wire(...)})
     PING = "ping"
     PONG = "pong"

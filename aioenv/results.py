@@ -3,7 +3,7 @@
 A worker's reply to one request is decoded into a :class:`Part` (its rows, in the
 request's env order). Three kinds of *sink* consume parts:
 
-- :class:`Gather` waits for every part of a batched call (``step``, ``reset``,
+- :class:`Gather` waits for every row of a batched call (``step``, ``reset``,
   ``call``) and assembles rows in the caller's env order;
 - :class:`RecvQueue` keeps rows from ``send``/``send_reset`` in the order they
   finished until ``recv`` takes them; nothing is dropped on a timeout;
@@ -111,7 +111,7 @@ class Gather:
         self._info_list: list[dict[str, Any]] | None = [{} for _ in range(env_ids.size)] if info_list else None
         self.env_ids = env_ids
         self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._left = 0
+        self._left = env_ids.size  # rows still to come (a reply may carry some rows of a request)
         self._obs_space = obs_space
         n = env_ids.size
         self._obs: list[np.ndarray] | None = None
@@ -122,12 +122,8 @@ class Gather:
         self._values: list[Any] = [None] * n
         self._errors: dict[int, AioEnvError] = {}
 
-    def parts(self, count: int) -> None:
-        """The call was split into ``count`` requests (one per worker)."""
-        self._left = count
-
     def deliver(self, part: Part, positions: np.ndarray) -> None:
-        """Place one part's rows at ``positions``; resolves the future after the last part."""
+        """Place one part's rows at ``positions``; resolves the future once every row arrived."""
         n = self.env_ids.size
         if part.obs is not None:
             if self._obs is None:
@@ -150,7 +146,7 @@ class Gather:
                 self._values[int(pos)] = value
         for row, err in part.errors.items():
             self._errors[int(positions[row])] = err
-        self._left -= 1
+        self._left -= part.env_ids.size
         if self._left == 0:
             self._finish()
 
@@ -211,9 +207,6 @@ class Single:
         self.future = future
         self._read = spaces.row_reader(obs_space)
 
-    def parts(self, count: int) -> None:
-        """A single env is always one request."""
-
     def deliver(self, part: Part, _positions: np.ndarray | None = None) -> None:
         """Resolve the future from the part's only row."""
         if self.future.done():
@@ -262,9 +255,6 @@ class RecvQueue:
     def expect(self, rows: int) -> None:
         """Rows were dispatched and will arrive through :meth:`deliver`."""
         self.in_flight += rows
-
-    def parts(self, count: int) -> None:
-        """Rows are counted by :meth:`expect`, not by request."""
 
     def deliver(self, part: Part, _positions: np.ndarray | None = None) -> None:
         """Queue a part's rows, cutting it around failed rows (each error is a reply of its own)."""

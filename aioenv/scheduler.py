@@ -8,14 +8,20 @@ imply. That keeps every rule testable without sockets.
 
 Invariants:
 - an env has at most one request in flight (``busy``); a second one is a ``UsageError``;
-- every opened request is closed exactly once: by its reply (:meth:`finish`), by its
-  worker's death (:meth:`lose_worker`), by its deadline (:meth:`expire`) or at
-  shutdown (:meth:`drain`). A reply for a request already closed is dropped (``None``).
+- every row of an opened request is answered exactly once: by a reply (:meth:`finish`,
+  or :meth:`finish_rows` for the replies of thread/async workers that carry some rows
+  each), by its worker's death (:meth:`lose_worker`), by its deadline (:meth:`expire`)
+  or at shutdown (:meth:`drain`). Closing a request early narrows its ``env_ids`` and
+  ``positions`` to the rows still unanswered, so the caller fails exactly those. A reply
+  for a request already closed is dropped (``None``);
+- with a concurrency limit, at most ``limit`` step/reset rows are in flight; the rest wait,
+  in order, in :attr:`held` until rows finish (:meth:`unhold`).
 """
 
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +30,10 @@ import numpy as np
 
 from aioenv.errors import UsageError
 
-__all__ = ["Request", "Scheduler"]
+__all__ = ["Held", "Request", "Scheduler"]
+
+#: Request kinds counted against the concurrency limit.
+THROTTLED = frozenset(("step", "reset"))
 
 
 @dataclass(slots=True, eq=False)
@@ -39,6 +48,23 @@ class Request:
     positions: np.ndarray | None = None
     deadline: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    left: int = 0
+    answered: np.ndarray | None = None  # rows answered so far (only after a partial reply)
+
+    def unanswered(self) -> np.ndarray:
+        """Indices of the rows not answered yet."""
+        if self.answered is None:
+            return np.arange(self.env_ids.size)
+        return np.flatnonzero(~self.answered)
+
+
+@dataclass(slots=True, eq=False)
+class Held:
+    """Rows waiting for room under the concurrency limit: ``env_ids``, at ``positions`` of the caller's call."""
+
+    item: Any
+    env_ids: np.ndarray
+    positions: np.ndarray
 
 
 class Scheduler:
@@ -46,10 +72,14 @@ class Scheduler:
 
     Args:
         num_envs: envs are numbered ``0 .. num_envs - 1``.
+        limit: at most this many step/reset rows in flight (None: no limit).
     """
 
-    def __init__(self, num_envs: int) -> None:
+    def __init__(self, num_envs: int, limit: int | None = None) -> None:
         self.num_envs = num_envs
+        self.limit = limit
+        self.running = 0
+        self.held: deque[Held] = deque()
         self.worker_of = np.full(num_envs, -1, dtype=np.int64)
         self.busy = np.zeros(num_envs, dtype=np.bool_)
         self.requests: dict[int, Request] = {}
@@ -157,19 +187,93 @@ class Scheduler:
         deadline: float | None = None,
     ) -> Request:
         """Record a request about to be sent to ``worker``."""
-        req = Request(self._next_id, worker, kind, env_ids, sink, positions, deadline)
+        req = Request(self._next_id, worker, kind, env_ids, sink, positions, deadline, left=env_ids.size)
         self._next_id += 1
         self.requests[req.id] = req
+        if kind in THROTTLED:
+            self.running += env_ids.size
         if deadline is not None:
             heapq.heappush(self._deadlines, (deadline, req.id))
         return req
 
     def finish(self, req_id: Any) -> Request | None:
-        """A reply arrived: close the request and free its envs. ``None`` for an unknown/closed id."""
+        """A reply for all its (unanswered) rows arrived, or the request is given up: close it, free its
+        envs. ``None`` for an unknown/closed id. See the module docstring for ``env_ids``/``positions``."""
         req = self.requests.pop(req_id, None) if isinstance(req_id, int) else None
-        if req is not None:
-            self.busy[req.env_ids] = False
+        if req is None:
+            return None
+        if req.answered is not None:  # some rows were answered already: keep the others only
+            rows = req.unanswered()
+            req.env_ids = req.env_ids[rows]
+            if req.positions is not None:
+                req.positions = req.positions[rows]
+            req.answered = None
+        self.busy[req.env_ids] = False
+        if req.kind in THROTTLED:
+            self.running -= req.left
+        req.left = 0
         return req
+
+    def finish_rows(self, req_id: Any, rows: np.ndarray) -> Request | None:
+        """A reply for ``rows`` (indices into the request) arrived: free those envs; the request closes
+        with its last row. ``None`` for an unknown/closed id."""
+        req = self.requests.get(req_id) if isinstance(req_id, int) else None
+        if req is None:
+            return None
+        if rows.size and (rows.min() < 0 or rows.max() >= req.env_ids.size):
+            raise ValueError(f"reply rows {rows.tolist()[:8]} out of range for a request of {req.env_ids.size}")
+        if req.answered is None:
+            req.answered = np.zeros(req.env_ids.size, dtype=np.bool_)
+        if req.answered[rows].any() or np.unique(rows).size != rows.size:
+            raise ValueError(f"reply rows {rows.tolist()[:8]} were answered already")
+        req.answered[rows] = True
+        req.left -= rows.size
+        self.busy[req.env_ids[rows]] = False
+        if req.kind in THROTTLED:
+            self.running -= rows.size
+        if req.left == 0:
+            del self.requests[req.id]
+        return req
+
+    # ------------------------------------------------------------ concurrency limit
+
+    def room(self, rows: int) -> int:
+        """How many of ``rows`` new step/reset rows may go now (held rows go first)."""
+        if self.limit is None:
+            return rows
+        if self.held:
+            return 0
+        return max(0, min(rows, self.limit - self.running))
+
+    def hold(self, item: Any, env_ids: np.ndarray, positions: np.ndarray) -> None:
+        """Queue rows that found no room; ``item`` is the caller's (how to send them later)."""
+        self.held.append(Held(item, env_ids, positions))
+
+    def unhold(self) -> list[Held]:
+        """Held rows that fit now, oldest first (a held batch may be split)."""
+        out: list[Held] = []
+        if self.limit is None:
+            return out
+        free = self.limit - self.running
+        while self.held and free > 0:
+            head = self.held[0]
+            if head.env_ids.size <= free:
+                self.held.popleft()
+                out.append(head)
+                free -= head.env_ids.size
+            else:
+                out.append(Held(head.item, head.env_ids[:free], head.positions[:free]))
+                self.held[0] = Held(head.item, head.env_ids[free:], head.positions[free:])
+                free = 0
+        return out
+
+    def drop_held(self) -> list[Held]:
+        """Remove and return every held batch, freeing its envs (shutdown)."""
+        held = list(self.held)
+        self.held.clear()
+        for h in held:
+            self.busy[h.env_ids] = False
+        return held
 
     def lose_worker(self, worker: int) -> list[Request]:
         """``worker`` died: close and return its in-flight requests (oldest first)."""

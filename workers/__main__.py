@@ -1,4 +1,4 @@
-"""``python -m workers --connect ENDPOINT [--name NAME] [--executor inline] [--trusted-dir DIR]``."""
+"""``python -m workers --connect ENDPOINT [--name NAME] [--executor inline|thread|async] [--trusted-dir DIR]``."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         "--connect", required=True, help="coordinator endpoint, e.g. ipc:///tmp/x/w.sock or tcp://host:5556"
     )
     parser.add_argument("--name", default=f"worker-{os.getpid()}", help="worker name (its ZeroMQ identity)")
-    parser.add_argument("--executor", default="inline", choices=["inline"], help="how envs are run")
+    parser.add_argument("--executor", default="inline", choices=["inline", "thread", "async"], help="how envs are run")
     parser.add_argument(
         "--trusted-dir", default=None, help="directory of pickled factories and payloads written by a local pool"
     )
@@ -48,9 +48,14 @@ def main(argv: list[str] | None = None) -> int:
     else:
         os.environ.pop("AIOENV_TRUSTED_DIR", None)
 
-    from workers.runtime import Worker
+    if args.executor == "inline":
+        from workers.runtime import Worker
 
-    Worker(args.connect, args.name, trusted_dir=args.trusted_dir, executor=args.executor).run()
+        Worker(args.connect, args.name, trusted_dir=args.trusted_dir, executor=args.executor).run()
+    else:
+        from workers.concurrent import ConcurrentWorker
+
+        ConcurrentWorker(args.connect, args.name, trusted_dir=args.trusted_dir, executor=args.executor).run()
     return 0
 
 

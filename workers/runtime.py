@@ -22,7 +22,7 @@ from aioenv.errors import AioEnvError, ProtocolError, to_wire
 from aioenv.infos import batch_infos
 from aioenv.protocol import Op, decode, encode, leaves_from_wire, leaves_to_wire, pack
 from aioenv.zmqio import recv_frames, send_frames
-from workers.hosted import HostedEnv
+from workers.hosted import HostedEnv, check_executor
 from workers.sources import resolve
 
 log = logging.getLogger("aioenv.worker")
@@ -30,7 +30,7 @@ log = logging.getLogger("aioenv.worker")
 Reply = tuple[dict[str, Any], list[np.ndarray]]
 
 
-class _Group:
+class Group:
     """Envs made from one source share spaces and the row readers/writers built for them."""
 
     __slots__ = ("act_space", "factory", "obs_space", "read_action", "write_obs")
@@ -43,6 +43,7 @@ class _Group:
         self.read_action: Any = None
 
     def adopt_spaces(self, env: Any) -> None:
+        """Take the spaces of the group's first env."""
         if self.obs_space is None:
             self.obs_space = env.observation_space
             self.act_space = env.action_space
@@ -50,7 +51,8 @@ class _Group:
             self.read_action = spaces.row_reader(self.act_space)
 
 
-def _error(exc: BaseException, env_id: int | None) -> dict[str, Any]:
+def error_fields(exc: BaseException, env_id: int | None) -> dict[str, Any]:
+    """``exc`` as an error description for the wire, with its formatted traceback (env errors)."""
     tb = "".join(traceback.format_exception(exc)) if not isinstance(exc, AioEnvError) else ""
     return to_wire(exc, env_id=env_id, traceback_text=tb)
 
@@ -64,8 +66,8 @@ class Worker:
         self.trusted_dir = trusted_dir
         self.executor = executor
         self.envs: dict[int, HostedEnv] = {}
-        self.group_of: dict[int, _Group] = {}
-        self.groups: dict[str, _Group] = {}
+        self.group_of: dict[int, Group] = {}
+        self.groups: dict[str, Group] = {}
         self.mode = "next_step"
 
     # ------------------------------------------------------------------ loop
@@ -105,10 +107,10 @@ class Worker:
                         raise ProtocolError(f"worker {self.name} got unknown op {op!r}")
                     fields, out = handler(header, arrays)
                     fields["id"] = req_id
-                    send_frames(sock, _encode_reply(fields, out, header.get("env") or [], bool(header.get("ilist"))))
+                    send_frames(sock, encode_reply(fields, out, header.get("env") or [], bool(header.get("ilist"))))
                 except Exception as exc:
                     log.debug("request %s failed", req_id, exc_info=True)
-                    sock.send_multipart(encode(Op.ERROR, {"id": req_id, "error": _error(exc, None)}))
+                    sock.send_multipart(encode(Op.ERROR, {"id": req_id, "error": error_fields(exc, None)}))
         finally:
             self.close_all()
             sock.close(linger=500)
@@ -116,27 +118,32 @@ class Worker:
     # ------------------------------------------------------------------ ops
 
     def on_make(self, header: dict[str, Any], _arrays: list[np.ndarray]) -> Reply:
-        """Make envs: ``{"envs": [[env_id, source_key], ...], "sources": {key: source}, "autoreset": mode}``."""
+        """Make envs: ``{"envs": [[env_id, source_key], ...], "sources": {key: source}, "autoreset": mode}``;
+        env ids in ``"ended"`` start as if their episode had just been truncated (see ``mark_ended``)."""
         self.mode = str(header.get("autoreset", self.mode))
         for key, source in dict(header.get("sources", {})).items():
             if key not in self.groups:
-                self.groups[key] = _Group(resolve(source, self.trusted_dir))
+                self.groups[key] = Group(resolve(source, self.trusted_dir))
         errors: dict[int, Any] = {}
         described: dict[str, Any] = {}
+        ended = set(header.get("ended") or ())
         for row, (env_id, key) in enumerate(header["envs"]):
             try:
                 group = self.groups[key]
                 env = group.factory()
+                check_executor(env, self.executor)
                 group.adopt_spaces(env)
                 old = self.envs.pop(env_id, None)
                 if old is not None:
                     old.close()
                 self.envs[env_id] = HostedEnv(env_id, env, self.mode)
+                if env_id in ended:
+                    self.envs[env_id].mark_ended()
                 self.group_of[env_id] = group
                 if key not in described:
-                    described[key] = _describe_env(env)
+                    described[key] = describe_env(env)
             except Exception as exc:  # noqa: BLE001
-                errors[row] = _error(exc, env_id)
+                errors[row] = error_fields(exc, env_id)
         return {"spaces": described, "err": errors}, []
 
     def on_step(self, header: dict[str, Any], arrays: list[np.ndarray]) -> Reply:
@@ -163,8 +170,8 @@ class Worker:
                         infos = [None] * n
                     infos[i] = info
             except Exception as exc:  # noqa: BLE001 - one env's failure is its row's alone
-                errors[i] = _error(exc, env_id)
-        return _batch_reply(obs, infos, errors, [rew, term, trunc])
+                errors[i] = error_fields(exc, env_id)
+        return batch_reply(obs, infos, errors, [rew, term, trunc])
 
     def on_reset(self, header: dict[str, Any], _arrays: list[np.ndarray]) -> Reply:
         """Reset ``header["env"]`` with per-env seeds (``"seed"``) and shared options (``"opt"``)."""
@@ -184,37 +191,20 @@ class Worker:
                         infos = [None] * len(env_ids)
                     infos[i] = info
             except Exception as exc:  # noqa: BLE001
-                errors[i] = _error(exc, env_id)
-        return _batch_reply(obs, infos, errors, [])
+                errors[i] = error_fields(exc, env_id)
+        return batch_reply(obs, infos, errors, [])
 
     def on_call(self, header: dict[str, Any], _arrays: list[np.ndarray]) -> Reply:
         """``kind``: "call" (method or attribute), "get" (attribute) or "set" (one value per env)."""
-        kind = header.get("kind")
-        name = header.get("name")
-        if not isinstance(name, str):
-            raise ProtocolError(f"call needs a string 'name', got {name!r}")
-        args = header.get("args") or []
-        kwargs = header.get("kw") or {}
-        values = header.get("values") or []
+        spec = CallSpec(header)
         results: list[Any] = []
         errors: dict[int, Any] = {}
         for i, env_id in enumerate(header["env"]):
             try:
-                env = self.hosted(env_id).env
-                if kind == "set":
-                    if hasattr(env, "set_wrapper_attr"):
-                        env.set_wrapper_attr(name, values[i])
-                    else:
-                        setattr(env, name, values[i])
-                    value = None
-                else:
-                    attr = env.get_wrapper_attr(name) if hasattr(env, "get_wrapper_attr") else getattr(env, name)
-                    value = attr(*args, **kwargs) if kind == "call" and callable(attr) else attr
-                pack(value)  # fail this row now, not the whole reply later
-                results.append(value)
+                results.append(checked_value(spec.apply(self.hosted(env_id).env, i)))
             except Exception as exc:  # noqa: BLE001
                 results.append(None)
-                errors[i] = _error(exc, env_id)
+                errors[i] = error_fields(exc, env_id)
         return {"values": results, "err": errors}, []
 
     def on_drop(self, header: dict[str, Any], _arrays: list[np.ndarray]) -> Reply:
@@ -240,7 +230,7 @@ class Worker:
             raise ProtocolError(f"worker {self.name} hosts no env {env_id}", env_id=env_id)
         return env
 
-    def _group(self, env_ids: list[int]) -> _Group:
+    def _group(self, env_ids: list[int]) -> Group:
         for env_id in env_ids:
             group = self.group_of.get(env_id)
             if group is not None:
@@ -248,7 +238,42 @@ class Worker:
         raise ProtocolError(f"worker {self.name} hosts none of the envs {env_ids[:8]}")
 
 
-def _describe_env(env: Any) -> dict[str, Any]:
+class CallSpec:
+    """A CALL request's ``kind`` ("call": method or attribute, "get": attribute, "set": one value per
+    row), ``name``, arguments and per-row values; :meth:`apply` performs it on one env."""
+
+    __slots__ = ("args", "kind", "kwargs", "name", "values")
+
+    def __init__(self, header: dict[str, Any]) -> None:
+        self.kind = header.get("kind")
+        name = header.get("name")
+        if not isinstance(name, str):
+            raise ProtocolError(f"call needs a string 'name', got {name!r}")
+        self.name: str = name
+        self.args = header.get("args") or []
+        self.kwargs = header.get("kw") or {}
+        self.values = header.get("values") or []
+
+    def apply(self, env: Any, row: int) -> Any:
+        """Do the call on ``env`` (through wrappers) for request row ``row``; the value must cross the wire."""
+        name = self.name
+        if self.kind == "set":
+            if hasattr(env, "set_wrapper_attr"):
+                env.set_wrapper_attr(name, self.values[row])
+            else:
+                setattr(env, name, self.values[row])
+            return None
+        attr = env.get_wrapper_attr(name) if hasattr(env, "get_wrapper_attr") else getattr(env, name)
+        return attr(*self.args, **self.kwargs) if self.kind == "call" and callable(attr) else attr
+
+
+def checked_value(value: Any) -> Any:
+    """``value`` if msgpack can carry it; else a ``TypeError`` now, failing one row, not the whole reply."""
+    pack(value)
+    return value
+
+
+def describe_env(env: Any) -> dict[str, Any]:
     metadata = {}
     for key, value in dict(getattr(env, "metadata", {}) or {}).items():
         try:
@@ -264,7 +289,7 @@ def _describe_env(env: Any) -> dict[str, Any]:
     }
 
 
-def _batch_reply(
+def batch_reply(
     obs: list[np.ndarray], infos: list[Any] | None, errors: dict[int, Any], extra: list[np.ndarray]
 ) -> Reply:
     arrays: list[np.ndarray] = []
@@ -278,7 +303,7 @@ def _batch_reply(
     return fields, arrays
 
 
-def _encode_reply(
+def encode_reply(
     fields: dict[str, Any], arrays: list[np.ndarray], env_ids: list[int], info_list: bool = False
 ) -> list[Any]:
     """Encode a reply. A batch's infos travel column-batched (``"binfo"``, see
@@ -299,7 +324,7 @@ def _encode_reply(
         except (TypeError, OverflowError) as exc:
             infos[i] = None
             err = TypeError(f"env {env_ids[i]}'s info cannot cross the wire: {exc}")
-            errors[i] = _error(err, env_ids[i])
+            errors[i] = error_fields(err, env_ids[i])
     return encode(Op.RESULT, _with_infos(fields, infos, info_list), arrays)
 
 

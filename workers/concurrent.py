@@ -1,0 +1,488 @@
+"""The ``thread`` and ``async`` executors: a worker whose envs' steps overlap.
+
+The worker runs an asyncio loop (uvloop when installed). Its DEALER socket is read
+through ``loop.add_reader`` and drained without blocking, so the loop stays free
+for the envs.
+
+- ``thread``: each env lives on its own long-lived daemon thread (:class:`EnvThread`);
+  everything done to that env (make, reset, step, call, close) runs on that thread,
+  as envs tied to their creating thread (Playwright's sync API) require.
+- ``async``: envs are ``aioenv.AsyncEnv`` objects; their ``reset``/``step`` run as
+  tasks in the loop, thousands per process.
+
+Every row of a STEP or RESET request starts at once. Rows that finish in the same
+loop turn go back together in one RESULT: ``"rows"`` lists which of the request's
+rows it carries (the other fields are indexed as ``"rows"``), so one message per
+worker per turn, never one per env, and a slow env never holds back a fast one.
+
+``CANCEL {"env": ids, "ended": ids}``: the coordinator gave up on those envs'
+requests (a deadline passed) and answered them itself. Their running steps are
+cancelled (``async``) or abandoned (``thread``: the coordinator restarts the whole
+worker instead, as a hung thread cannot be stopped), their late results are
+dropped, and each env is replaced by a fresh one from its factory (those in
+``ended`` behave as after a truncation; the others need a reset).
+
+MAKE and CANCEL are barriers: messages that arrive while envs are being made
+wait and are handled, in order, afterwards, so a request never finds its env
+half-made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import zmq
+
+from aioenv import spaces
+from aioenv.errors import ProtocolError
+from aioenv.protocol import Op, decode, encode, leaves_from_wire
+from aioenv.runner import run as run_loop
+from aioenv.zmqio import has_input, recv_frames, send_frames
+from workers.hosted import AsyncHostedEnv, HostedEnv, check_executor
+from workers.runtime import CallSpec, Group, batch_reply, checked_value, describe_env, encode_reply, error_fields
+from workers.sources import resolve
+
+log = logging.getLogger("aioenv.worker")
+
+#: Seconds an env's close may take at shutdown or replacement before it is abandoned.
+CLOSE_GRACE = 5.0
+_DRAIN_BATCH = 256
+
+
+class EnvThread:
+    """A daemon thread that runs one env's calls in order; results come back to the loop as futures."""
+
+    def __init__(self, name: str, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queue: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any]] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def run(self, fn: Callable[[], Any]) -> asyncio.Future[Any]:
+        """Run ``fn()`` on this thread; the future (of the loop) gets its result or exception."""
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        self._queue.put((fn, fut))
+        return fut
+
+    def stop(self) -> None:
+        """Let the thread end after the calls already queued."""
+        self._queue.put(None)
+
+    def _serve(self) -> None:
+        while (item := self._queue.get()) is not None:
+            fn, fut = item
+            try:
+                ok, value = True, fn()
+            except BaseException as exc:  # noqa: BLE001 - handed to the loop as the call's outcome
+                ok, value = False, exc
+            try:
+                self._loop.call_soon_threadsafe(_settle, fut, ok, value)
+            except RuntimeError:  # the loop is closed: the worker is exiting
+                return
+
+
+def _settle(fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if fut.done():
+        return
+    if ok:
+        fut.set_result(value)
+    else:
+        fut.set_exception(value)
+
+
+class _Env:
+    """One hosted env and where its calls run."""
+
+    __slots__ = ("env_id", "group", "hosted", "task", "thread")
+
+    def __init__(self, env_id: int, group: Group, hosted: HostedEnv, thread: EnvThread | None) -> None:
+        self.env_id = env_id
+        self.group = group
+        self.hosted = hosted
+        self.thread = thread
+        self.task: asyncio.Future[Any] | None = None
+
+
+class _Rows:
+    """A STEP or RESET request whose rows finish one by one."""
+
+    __slots__ = ("done", "env_ids", "group", "id", "ilist", "kind", "left")
+
+    def __init__(self, req_id: Any, kind: str, env_ids: list[int], group: Group, ilist: bool) -> None:
+        self.id = req_id
+        self.kind = kind
+        self.env_ids = env_ids
+        self.group = group
+        self.ilist = ilist
+        self.left = len(env_ids)
+        self.done: list[tuple[int, bool, Any]] = []  # (row, ok, outcome)
+
+
+class ConcurrentWorker:
+    """Hosts envs for one coordinator with the ``thread`` or ``async`` executor; see the module docstring."""
+
+    def __init__(self, endpoint: str, name: str, *, trusted_dir: str | None = None, executor: str = "async") -> None:
+        if executor not in ("thread", "async"):
+            raise ValueError(f"ConcurrentWorker runs the 'thread' or 'async' executor, got {executor!r}")
+        self.endpoint = endpoint
+        self.name = name
+        self.trusted_dir = trusted_dir
+        self.executor = executor
+        self.mode = "next_step"
+        self.envs: dict[int, _Env] = {}
+        self.groups: dict[str, Group] = {}
+        self._open: dict[Any, _Rows] = {}
+        self._dirty: list[_Rows] = []
+        self._flush_scheduled = False
+        self._drain_scheduled = False
+        self._tasks: set[asyncio.Future[Any]] = set()
+        self._barrier: list[list[Any]] | None = None  # messages waiting for a MAKE/CANCEL to finish
+
+    # ------------------------------------------------------------------ loop and socket
+
+    def run(self) -> None:
+        """Connect, say HELLO, serve until CLOSE."""
+        run_loop(self._main())
+
+    async def _main(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._stopped = self.loop.create_future()
+        sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.IDENTITY, self.name.encode())
+        sock.setsockopt(zmq.LINGER, 2000)
+        sock.connect(self.endpoint)
+        self.sock = sock
+        fd = int(sock.getsockopt(zmq.FD))
+        self.loop.add_reader(fd, self._drain)
+        try:
+            self._send(encode(Op.HELLO, {"name": self.name, "pid": os.getpid(), "executor": self.executor}))
+            await self._stopped
+        finally:
+            self.loop.remove_reader(fd)
+            await self._close_all()
+            sock.close(linger=500)
+
+    def _send(self, frames: list[Any]) -> None:
+        send_frames(self.sock, frames)
+        if not self._drain_scheduled:  # a send may consume the descriptor's edge: look once after the burst
+            self._drain_scheduled = True
+            self.loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._drain_scheduled = False
+        for _ in range(_DRAIN_BATCH):
+            if self._stopped.done() or not has_input(self.sock):
+                return
+            self._handle(recv_frames(self.sock, zmq.NOBLOCK))
+        self._drain_scheduled = True
+        self.loop.call_soon(self._drain)
+
+    def _handle(self, frames: list[Any]) -> None:
+        if self._barrier is not None:
+            self._barrier.append(frames)
+            return
+        req_id: Any = None
+        try:
+            header, arrays = decode(frames)
+            req_id = header.get("id")
+            op = header["op"]
+            if op == Op.STEP or op == Op.RESET:
+                self._start_rows(op, header, arrays)
+            elif op == Op.PING:
+                self._send(encode(Op.PONG, {"id": req_id}))
+            elif op == Op.CANCEL:
+                self._reply_when(req_id, self._on_cancel(header), barrier=True)
+            elif op == Op.MAKE:
+                self._reply_when(req_id, self._on_make(header), barrier=True)
+            elif op == Op.CALL:
+                self._reply_when(req_id, self._on_call(header))
+            elif op == Op.DROP:
+                self._reply_when(req_id, self._on_drop(header))
+            elif op == Op.CLOSE:
+                self._reply_when(req_id, self._on_close())
+            else:
+                raise ProtocolError(f"worker {self.name} got unknown op {op!r}")
+        except Exception as exc:
+            log.debug("request %s failed", req_id, exc_info=True)
+            self._send(encode(Op.ERROR, {"id": req_id, "error": error_fields(exc, None)}))
+
+    def _reply_when(self, req_id: Any, work: Any, *, barrier: bool = False) -> None:
+        """Run the coroutine ``work`` (returning reply fields) and send its RESULT, or an ERROR.
+        ``barrier``: hold later messages until it is done (see the module docstring)."""
+        if barrier:
+            self._barrier = []
+
+        async def reply() -> None:
+            try:
+                fields = await work
+            except Exception as exc:
+                log.debug("request %s failed", req_id, exc_info=True)
+                fields = None
+                self._send(encode(Op.ERROR, {"id": req_id, "error": error_fields(exc, None)}))
+            finally:
+                if barrier:
+                    self._lift_barrier()
+            if fields is None:
+                return
+            stop = fields.pop("_stop", False)
+            fields["id"] = req_id
+            self._send(encode(Op.RESULT, fields))
+            if stop and not self._stopped.done():
+                self._stopped.set_result(None)
+
+        self._spawn(reply())
+
+    def _lift_barrier(self) -> None:
+        waiting, self._barrier = self._barrier or [], None
+        for i, frames in enumerate(waiting):
+            if self._barrier is not None:  # a held MAKE/CANCEL raised the barrier again
+                self._barrier.extend(waiting[i:])
+                return
+            self._handle(frames)
+
+    def _spawn(self, coro: Any) -> asyncio.Future[Any]:
+        task = self.loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # ------------------------------------------------------------------ rows (step, reset)
+
+    def _start_rows(self, op: str, header: dict[str, Any], arrays: list[np.ndarray]) -> None:
+        env_ids: list[int] = header["env"]
+        envs = [self.envs.get(e) for e in env_ids]
+        known = next((e for e in envs if e is not None), None)
+        if known is None:
+            raise ProtocolError(f"worker {self.name} hosts none of the envs {env_ids[:8]}")
+        rows = _Rows(header.get("id"), op, env_ids, known.group, bool(header.get("ilist")))
+        self._open[rows.id] = rows
+        step = op == Op.STEP
+        if step:
+            acts = leaves_from_wire(header["act"], arrays)
+            read = known.group.read_action
+            args: list[Any] = [read(acts, i) for i in range(len(env_ids))]
+        else:
+            args = header.get("seed") or [None] * len(env_ids)
+        options = header.get("opt")
+        for row, env in enumerate(envs):
+            if env is None:
+                err = ProtocolError(f"worker {self.name} hosts no env {env_ids[row]}", env_id=env_ids[row])
+                self._row_done(rows, row, False, err)
+                continue
+            fut = self._start(env, step, args[row], options)
+            env.task = fut
+            fut.add_done_callback(functools.partial(self._settled, rows, row, env))
+
+    def _start(self, env: _Env, step: bool, arg: Any, options: Any) -> asyncio.Future[Any]:
+        """Start one env's step (``arg``: its action) or reset (``arg``: its seed) on its thread or as a task."""
+        hosted = env.hosted
+        if env.thread is not None:
+            if step:
+                return env.thread.run(lambda: hosted.step(arg))
+            return env.thread.run(lambda: hosted.reset(arg, options))
+        assert isinstance(hosted, AsyncHostedEnv)
+        return self.loop.create_task(hosted.astep(arg) if step else hosted.areset(arg, options))
+
+    def _settled(self, rows: _Rows, row: int, env: _Env, fut: asyncio.Future[Any]) -> None:
+        if env.task is fut:
+            env.task = None
+        if fut.cancelled() or self.envs.get(env.env_id) is not env:
+            self._abandon(rows)  # cancelled or replaced: the coordinator already answered this row
+            return
+        exc = fut.exception()
+        self._row_done(rows, row, exc is None, fut.result() if exc is None else exc)
+
+    def _row_done(self, rows: _Rows, row: int, ok: bool, outcome: Any) -> None:
+        if not rows.done:
+            self._dirty.append(rows)
+        rows.done.append((row, ok, outcome))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _abandon(self, rows: _Rows) -> None:
+        rows.left -= 1
+        if rows.left == 0 and not rows.done:
+            self._open.pop(rows.id, None)
+
+    def _flush(self) -> None:
+        """Send every row finished since the last flush: one RESULT per request."""
+        self._flush_scheduled = False
+        dirty, self._dirty = self._dirty, []
+        for rows in dirty:
+            done, rows.done = rows.done, []
+            rows.left -= len(done)
+            if rows.left == 0:
+                self._open.pop(rows.id, None)
+            with contextlib.suppress(zmq.ZMQError):  # the socket is closing: nobody waits for this
+                self._send(self._encode_rows(rows, done))
+
+    def _encode_rows(self, rows: _Rows, done: list[tuple[int, bool, Any]]) -> list[Any]:
+        k = len(done)
+        group = rows.group
+        obs = spaces.empty_batch(group.obs_space, k)
+        write_obs = group.write_obs
+        step = rows.kind == Op.STEP
+        rew = np.zeros(k, dtype=np.float64)
+        term = np.zeros(k, dtype=np.bool_)
+        trunc = np.zeros(k, dtype=np.bool_)
+        infos: list[Any] | None = None
+        errors: dict[int, Any] = {}
+        env_ids = [rows.env_ids[row] for row, _, _ in done]
+        for j, (_row, ok, outcome) in enumerate(done):
+            if not ok:
+                errors[j] = error_fields(outcome, env_ids[j])
+                continue
+            try:
+                if step:
+                    o, rew[j], term[j], trunc[j], info = outcome
+                else:
+                    o, info = outcome
+                write_obs(obs, j, o)
+            except Exception as exc:  # noqa: BLE001 - a malformed return fails its own row
+                errors[j] = error_fields(exc, env_ids[j])
+                continue
+            if info:
+                if infos is None:
+                    infos = [None] * k
+                infos[j] = info
+        fields, arrays = batch_reply(obs, infos, errors, [rew, term, trunc] if step else [])
+        fields["id"] = rows.id
+        fields["rows"] = [row for row, _, _ in done]
+        return encode_reply(fields, arrays, env_ids, rows.ilist)
+
+    # ------------------------------------------------------------------ make, call, drop, cancel, close
+
+    async def _new_env(self, env_id: int, group: Group) -> _Env:
+        if self.executor == "thread":
+            thread = EnvThread(f"aioenv-env-{env_id}", self.loop)
+            try:
+                obj = await thread.run(group.factory)
+                check_executor(obj, self.executor)
+            except BaseException:
+                thread.stop()
+                raise
+            hosted: HostedEnv = HostedEnv(env_id, obj, self.mode)
+        else:
+            thread = None
+            obj = group.factory()
+            check_executor(obj, self.executor)
+            hosted = AsyncHostedEnv(env_id, obj, self.mode)
+        group.adopt_spaces(obj)
+        return _Env(env_id, group, hosted, thread)
+
+    async def _on_make(self, header: dict[str, Any]) -> dict[str, Any]:
+        self.mode = str(header.get("autoreset", self.mode))
+        for key, source in dict(header.get("sources", {})).items():
+            if key not in self.groups:
+                self.groups[key] = Group(resolve(source, self.trusted_dir))
+        ended = set(header.get("ended") or ())
+        pairs = list(header["envs"])
+        made = await asyncio.gather(
+            *(self._new_env(env_id, self.groups[key]) for env_id, key in pairs), return_exceptions=True
+        )
+        errors: dict[int, Any] = {}
+        described: dict[str, Any] = {}
+        for row, ((env_id, key), env) in enumerate(zip(pairs, made, strict=True)):
+            if isinstance(env, BaseException):
+                errors[row] = error_fields(env, env_id)
+                continue
+            self._retire(self.envs.pop(env_id, None))
+            self.envs[env_id] = env
+            if env_id in ended:
+                env.hosted.mark_ended()
+            if key not in described:
+                described[key] = describe_env(env.hosted.env)
+        return {"spaces": described, "err": errors}
+
+    async def _on_call(self, header: dict[str, Any]) -> dict[str, Any]:
+        spec = CallSpec(header)
+
+        async def one(row: int, env_id: int) -> Any:
+            env = self.envs.get(env_id)
+            if env is None:
+                raise ProtocolError(f"worker {self.name} hosts no env {env_id}", env_id=env_id)
+            obj = env.hosted.env
+            if env.thread is not None:
+                return checked_value(await env.thread.run(lambda: spec.apply(obj, row)))
+            value = spec.apply(obj, row)
+            if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
+                value = await value
+            return checked_value(value)
+
+        outcomes = await asyncio.gather(*(one(i, e) for i, e in enumerate(header["env"])), return_exceptions=True)
+        values: list[Any] = []
+        errors: dict[int, Any] = {}
+        for i, (env_id, out) in enumerate(zip(header["env"], outcomes, strict=True)):
+            if isinstance(out, BaseException):
+                values.append(None)
+                errors[i] = error_fields(out, env_id)
+            else:
+                values.append(out)
+        return {"values": values, "err": errors}
+
+    async def _on_drop(self, header: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.gather(*(self._close_env(self.envs.pop(e, None)) for e in header["env"]))
+        return {}
+
+    async def _on_cancel(self, header: dict[str, Any]) -> dict[str, Any]:
+        """Give up the envs' running requests and replace each env with a fresh one (see the module)."""
+        errors: dict[int, Any] = {}
+        ended = set(header.get("ended") or ())
+        for row, env_id in enumerate(header["env"]):
+            old = self.envs.pop(env_id, None)
+            if old is None:
+                continue
+            if old.task is not None:
+                old.task.cancel()
+            self._retire(old)
+            try:
+                env = await self._new_env(env_id, old.group)
+            except Exception as exc:  # noqa: BLE001 - the env stays absent: its requests get a clear error
+                errors[row] = error_fields(exc, env_id)
+                continue
+            if env_id in ended:
+                env.hosted.mark_ended()
+            self.envs[env_id] = env
+        return {"err": errors}
+
+    async def _on_close(self) -> dict[str, Any]:
+        await self._close_all()
+        return {"_stop": True}
+
+    def _retire(self, env: _Env | None) -> None:
+        """Close a replaced env in the background (its close must not hold up its successor)."""
+        if env is not None:
+            self._spawn(self._close_env(env))
+
+    async def _close_env(self, env: _Env | None) -> None:
+        if env is None:
+            return
+        if env.task is not None and not env.task.done():
+            env.task.cancel()
+        hosted = env.hosted
+        try:
+            if env.thread is not None:
+                await asyncio.wait_for(env.thread.run(hosted.close), CLOSE_GRACE)
+            else:
+                assert isinstance(hosted, AsyncHostedEnv)
+                await asyncio.wait_for(hosted.aclose(), CLOSE_GRACE)
+        except (TimeoutError, asyncio.CancelledError):
+            log.warning("env %d did not close within %.0f s; abandoned", env.env_id, CLOSE_GRACE)
+        finally:
+            if env.thread is not None:
+                env.thread.stop()
+
+    async def _close_all(self) -> None:
+        envs = list(self.envs.values())
+        self.envs.clear()
+        await asyncio.gather(*(self._close_env(e) for e in envs))
