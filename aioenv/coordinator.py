@@ -362,6 +362,7 @@ class Coordinator:
         self._by_name.pop(name.encode(), None)
         truncating = timed_out is not None and self.truncate
         must_reset: list[np.ndarray] = [r.env_ids for r in timed_out or () if r.kind == "reset"]
+        answered: list[np.ndarray] = [r.env_ids for r in timed_out or () if r.kind == "step"]
         for req in self.sched.lose_worker(slot.index):
             if req.kind == "make":
                 self._fail_make(req, WorkerCrashed(f"worker {name} {how} while making its envs", worker=name))
@@ -369,6 +370,7 @@ class Coordinator:
             crashed = lambda e, k=req.kind: self._crashed(name, pid, code, how, e, k)  # noqa: E731
             if truncating and req.kind == "step":
                 self._deliver_truncated(req, {"env_replaced": True}, crashed)
+                answered.append(req.env_ids)
             else:
                 if req.kind == "reset":
                     must_reset.append(req.env_ids)
@@ -387,8 +389,9 @@ class Coordinator:
             if must_reset:
                 keep &= ~np.isin(env_ids, np.concatenate(must_reset))
             ended = env_ids[keep]
-            answered = np.concatenate([r.env_ids for r in timed_out or () if r.kind == "step"] or [ended[:0]])
-            owed = ended[~np.isin(ended, answered)]  # not told yet: their next step gets the truncated row
+            owed = ended[
+                ~np.isin(ended, np.concatenate([*answered, ended[:0]]))
+            ]  # not told yet: their next step gets the truncated row
             self._replaced[owed] = True
             self._replaced_count = int(np.count_nonzero(self._replaced))
         self._send_make(slot, env_ids, None, ended)

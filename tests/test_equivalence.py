@@ -6,6 +6,9 @@ spaces), rewards, terminations, truncations and infos (recursively, dtypes inclu
 ``final_obs``/``final_info`` and their masks in ``same_step`` mode) must be equal.
 aioenv's only extra is ``info["env_id"]`` (int32, one row per env).
 
+The batched-step tests run on every executor: ``inline``, ``thread`` and ``async`` (each env
+wrapped in an ``AsyncEnv``, so the async autoreset state machine is held to the same trajectories).
+
 Two envs: CartPole-v1 with ``max_episode_steps=20`` (both terminations and
 truncations happen) and ``tests.envs.dictenv`` (Dict observations, rich infos,
 random episode lengths, terminations and truncations).
@@ -27,6 +30,7 @@ from gymnasium.vector.utils import batch_space
 
 import aioenv
 from tests.compare import assert_same
+from tests.envs.asyncwrap import wrapped
 from tests.envs.dictenv import make_dict_env
 
 N = 4
@@ -52,6 +56,7 @@ CASES = {
     "dict": Case("tests.envs.dictenv:make_dict_env", None, make_dict_env),
 }
 CASE_NAMES = sorted(CASES)
+EXECUTORS = ["inline", "thread", "async"]
 MODES = {"next_step": AutoresetMode.NEXT_STEP, "same_step": AutoresetMode.SAME_STEP, "disabled": AutoresetMode.DISABLED}
 
 
@@ -62,9 +67,14 @@ def make_sync(case: Case, mode: str) -> SyncVectorEnv:
     return SyncVectorEnv([case.factory] * N, autoreset_mode=MODES[mode])
 
 
-def make_pool(case: Case, mode: str, **options: Any) -> aioenv.Pool:
+def make_pool(case: Case, mode: str, executor: str = "inline", **options: Any) -> aioenv.Pool:
+    """The case's envs on ``executor``; for ``async`` each env is wrapped in an ``AsyncEnv``."""
     options.setdefault("num_workers", WORKERS)
-    return aioenv.Pool(case.env, N, autoreset_mode=mode, env_kwargs=case.env_kwargs, **options)
+    if executor == "async":
+        return aioenv.Pool(
+            functools.partial(wrapped, case.factory), N, autoreset_mode=mode, executor="async", **options
+        )
+    return aioenv.Pool(case.env, N, autoreset_mode=mode, env_kwargs=case.env_kwargs, executor=executor, **options)
 
 
 def sample_actions(space: gym.Space[Any], steps: int, seed: int = ACTION_SEED) -> list[Any]:
@@ -122,15 +132,16 @@ def take_rows(value: Any, index: np.ndarray) -> Any:
 # ---------------------------------------------------------------- batched step
 
 
+@pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("mode", ["next_step", "same_step"])
 @pytest.mark.parametrize("case_name", CASE_NAMES)
-async def test_step_trajectory_matches_sync_vector_env(case_name: str, mode: str) -> None:
+async def test_step_trajectory_matches_sync_vector_env(case_name: str, mode: str, executor: str) -> None:
     case = CASES[case_name]
     sync = make_sync(case, mode)
     actions = sample_actions(sync.action_space, STEPS)
     terminations = truncations = ended = final_rows = 0
     try:
-        async with make_pool(case, mode) as pool:
+        async with make_pool(case, mode, executor) as pool:
             assert pool.num_envs == N
             assert pool.autoreset_mode is MODES[mode]
             assert pool.single_observation_space == sync.single_observation_space
@@ -167,16 +178,18 @@ async def test_step_trajectory_matches_sync_vector_env(case_name: str, mode: str
         assert final_rows == ended
 
 
+@pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("mode", ["next_step", "same_step"])
 @pytest.mark.parametrize("case_name", CASE_NAMES)
-async def test_send_recv_full_batches_match_sync_vector_env(case_name: str, mode: str) -> None:
-    """send/recv with batch_size=n: every recv is a full batch; sorted by env_id it is SyncVectorEnv's step."""
+async def test_send_recv_full_batches_match_sync_vector_env(case_name: str, mode: str, executor: str) -> None:
+    """send/recv with batch_size=n: every recv is a full batch; sorted by env_id it is SyncVectorEnv's step.
+    (With the thread and async executors rows come back in the order they finished, often split.)"""
     case = CASES[case_name]
     sync = make_sync(case, mode)
     actions = sample_actions(sync.action_space, STEPS)
     ended = 0
     try:
-        async with make_pool(case, mode, batch_size=N) as pool:
+        async with make_pool(case, mode, executor, batch_size=N) as pool:
             assert pool.batch_size == N
             pool.send_reset(seed=SEED)
             obs, rew, term, trunc, info = await pool.recv()

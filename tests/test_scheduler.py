@@ -524,3 +524,97 @@ class SchedulerMachine(RuleBasedStateMachine):
 
 SchedulerMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=30, deadline=None)
 TestSchedulerMachine = SchedulerMachine.TestCase
+
+
+# ---------------------------------------------------------------- partial replies (thread/async workers)
+
+
+def test_finish_rows_frees_rows_and_closes_with_the_last() -> None:
+    sched = placed(4, 1)
+    sched.claim(ids(0, 1, 2))
+    req = sched.open(0, "step", ids(0, 1, 2), positions=ids(0, 1, 2))
+    assert sched.running == 3
+    assert sched.finish_rows(req.id, ids(1)) is req
+    assert sched.busy.tolist() == [True, False, True, False]
+    assert req.id in sched.requests and req.left == 2 and sched.running == 2
+    assert sched.finish_rows(req.id, ids(2, 0)) is req
+    assert req.id not in sched.requests and not sched.busy.any() and sched.running == 0
+    assert sched.finish_rows(req.id, ids(0)) is None  # closed: a late reply is dropped
+
+
+def test_finish_rows_refuses_bad_rows() -> None:
+    sched = placed(4, 1)
+    req = sched.open(0, "step", ids(0, 1))
+    with pytest.raises(ValueError, match="out of range"):
+        sched.finish_rows(req.id, ids(2))
+    sched.finish_rows(req.id, ids(0))
+    with pytest.raises(ValueError, match="answered already"):
+        sched.finish_rows(req.id, ids(0))
+    with pytest.raises(ValueError, match="answered already"):
+        sched.finish_rows(req.id, ids(1, 1))
+
+
+@pytest.mark.parametrize("closing", ["expire", "lose_worker", "drain", "finish"])
+def test_closing_a_partly_answered_request_keeps_only_unanswered_rows(closing: str) -> None:
+    """The rows answered already may belong to new requests by now: closing must not touch them."""
+    sched = placed(4, 1)
+    sched.claim(ids(3, 1, 2))
+    req = sched.open(0, "step", ids(3, 1, 2), positions=ids(0, 1, 2), deadline=5.0)
+    sched.finish_rows(req.id, ids(1))  # env 1 answered...
+    sched.claim(ids(1))  # ...and busy again with a new request
+    closed = {
+        "expire": lambda: sched.expire(10.0),
+        "lose_worker": lambda: sched.lose_worker(0),
+        "drain": lambda: sched.drain(),
+        "finish": lambda: [sched.finish(req.id)],
+    }[closing]()
+    assert closed == [req]
+    assert req.env_ids.tolist() == [3, 2] and req.positions is not None and req.positions.tolist() == [0, 2]
+    assert sched.busy.tolist() == [False, True, False, False]  # env 1's new request is untouched
+    assert sched.running == 0
+
+
+# ---------------------------------------------------------------- concurrency limit
+
+
+def test_room_hold_unhold_keeps_order_and_limit() -> None:
+    sched = Scheduler(8, limit=3)
+    sched.place(1)
+    assert sched.room(2) == 2
+    first = sched.open(0, "step", ids(0, 1))
+    assert sched.room(5) == 1  # one row of room left
+    sched.hold("a", ids(2, 3, 4, 5), ids(1, 2, 3, 4))
+    assert sched.room(1) == 0  # held rows go first, even when there is room
+    sched.hold("b", ids(6), ids(0))
+    out = sched.unhold()  # one row of room: the head of "a" (split)
+    assert [(h.item, h.env_ids.tolist(), h.positions.tolist()) for h in out] == [("a", [2], [1])]
+    sched.open(0, "step", out[0].env_ids)
+    assert sched.unhold() == []  # full
+    sched.finish(first.id)
+    out = sched.unhold()  # two rows of room: the next two of "a", in order
+    assert [(h.item, h.env_ids.tolist(), h.positions.tolist()) for h in out] == [("a", [3, 4], [2, 3])]
+    for h in out:
+        sched.open(0, "step", h.env_ids)
+    assert sched.running == 3 and sched.unhold() == []
+    assert [(h.item, h.env_ids.tolist()) for h in sched.held] == [("a", [5]), ("b", [6])]
+
+
+def test_calls_do_not_count_against_the_limit() -> None:
+    sched = Scheduler(4, limit=1)
+    sched.place(1)
+    sched.open(0, "call", ids(0, 1, 2))
+    assert sched.running == 0 and sched.room(1) == 1
+
+
+def test_drop_held_frees_envs() -> None:
+    sched = Scheduler(4, limit=1)
+    sched.place(1)
+    sched.claim(ids(0, 1))
+    sched.hold("x", ids(0, 1), ids(0, 1))
+    assert [h.item for h in sched.drop_held()] == ["x"]
+    assert not sched.busy.any() and not sched.held
+
+
+def test_no_limit_means_all_rows_go() -> None:
+    sched = placed(4, 1)
+    assert sched.room(4) == 4 and sched.unhold() == []
