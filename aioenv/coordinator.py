@@ -38,6 +38,7 @@ from aioenv.errors import (
     WorkerCrashed,
     from_wire,
 )
+from aioenv.infos import take_info
 from aioenv.launcher import LocalProcess, describe_exit
 from aioenv.protocol import Op, decode, encode, leaves_from_wire
 from aioenv.results import Part
@@ -247,29 +248,70 @@ class Coordinator:
             for queued in outbox:
                 self._send(slot, queued)
             return
-        rows = header.get("rows")
-        try:
-            if rows is None:
-                req = self.sched.finish(header.get("id"))
-                at: np.ndarray | None = None
-            else:
-                at = np.asarray(rows, dtype=np.int64).reshape(-1)
-                req = self.sched.finish_rows(header.get("id"), at)
-        except ValueError as exc:
-            log.error("malformed reply from worker %s: %s", slot.name, exc)
-            return
-        if req is None:
-            return  # a late reply to a request that timed out or was failed: dropped
-        env_ids = req.env_ids if at is None else req.env_ids[at]
-        positions = req.positions if at is None or req.positions is None else req.positions[at]
+        multi = header.get("multi")
+        if multi is not None:
+            self._on_rows(slot, op, header, arrays, multi)
+        else:
+            req = self.sched.finish(header.get("id"))
+            if req is None:
+                return  # a late reply to a request that timed out or was failed: dropped
+            self._deliver_or_fail(slot, req, op, header, arrays, req.env_ids, req.positions)
+        if self.sched.held:
+            self._pump()
+
+    def _deliver_or_fail(
+        self,
+        slot: _Slot,
+        req: Request,
+        op: str,
+        header: dict[str, Any],
+        arrays: list[np.ndarray],
+        env_ids: np.ndarray,
+        positions: np.ndarray | None,
+    ) -> None:
         try:
             self._deliver(req, op, header, arrays, env_ids, positions)
         except Exception as exc:
             log.exception("bad reply from worker %s", slot.name)
             err = ProtocolError(f"malformed reply from worker {slot.name}: {exc}")
             self._deliver_part(req, Part.failed(env_ids, lambda e: _with_env(err, e)), positions)
-        if self.sched.held:
-            self._pump()
+
+    def _on_rows(self, slot: _Slot, op: str, header: dict[str, Any], arrays: list[np.ndarray], multi: Any) -> None:
+        """A thread/async worker's RESULT with finished rows of several requests (``"multi"``, see
+        :mod:`workers.concurrent`): each request gets its slice."""
+        try:
+            if op != Op.RESULT:
+                raise ValueError(f"a {op!r} message cannot carry rows")
+            segments = [(req_id, np.asarray(rows, dtype=np.int64).reshape(-1)) for req_id, rows in multi]
+            obs = leaves_from_wire(header["obs"], arrays)
+            extras = [arrays[i] for i in header.get("x", [])]
+        except (ValueError, TypeError, KeyError, ProtocolError) as exc:
+            log.error("malformed reply from worker %s: %s", slot.name, exc)
+            return
+        binfo = header.get("binfo")
+        infos = header.get("info")
+        errors = {int(row): d for row, d in (header.get("err") or {}).items()}
+        start = 0
+        for req_id, at in segments:
+            stop = start + at.size
+            try:
+                req = self.sched.finish_rows(req_id, at)
+            except ValueError as exc:
+                log.error("malformed reply from worker %s: %s", slot.name, exc)
+                req = None
+            if req is not None:
+                part = Part(
+                    req.env_ids[at],
+                    [leaf[start:stop] for leaf in obs],
+                    [x[start:stop] for x in extras] or None,
+                    infos[start:stop] if infos is not None else None,
+                    {r - start: from_wire(d, context=req.kind) for r, d in errors.items() if start <= r < stop},
+                    binfo=take_info(binfo, slice(start, stop)) if binfo is not None else None,
+                )
+                if self.truncate:
+                    self._remember_obs(part)
+                self._deliver_part(req, part, req.positions[at] if req.positions is not None else at)
+            start = stop
 
     def _deliver(
         self,

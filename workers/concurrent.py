@@ -10,10 +10,11 @@ for the envs.
 - ``async``: envs are ``aioenv.AsyncEnv`` objects; their ``reset``/``step`` run as
   tasks in the loop, thousands per process.
 
-Every row of a STEP or RESET request starts at once. Rows that finish in the same
-loop turn go back together in one RESULT: ``"rows"`` lists which of the request's
-rows it carries (the other fields are indexed as ``"rows"``), so one message per
-worker per turn, never one per env, and a slow env never holds back a fast one.
+Every row of a STEP or RESET request starts at once. Rows that finish close
+together go back together in one RESULT (see ``REPLY_INTERVAL``), whichever
+requests they belong to: ``"multi": [[request id, [rows]], ...]`` names them, and
+the other fields are indexed over all of them in that order. So never one message
+per env, nor per request, and a slow env never holds back a fast one.
 
 ``CANCEL {"env": ids, "ended": ids}``: the coordinator gave up on those envs'
 requests (a deadline passed) and answered them itself. Their running steps are
@@ -55,6 +56,10 @@ log = logging.getLogger("aioenv.worker")
 
 #: Seconds an env's close may take at shutdown or replacement before it is abandoned.
 CLOSE_GRACE = 5.0
+#: Finished rows go back at once when the worker has been quiet this long (seconds); under load, at most
+#: one reply per request per interval carries every row finished meanwhile (fewer, fuller messages for
+#: the coordinator, at a cost of at most this much latency).
+REPLY_INTERVAL = 0.0005
 _DRAIN_BATCH = 256
 
 
@@ -100,16 +105,18 @@ def _settle(fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
 
 
 class _Env:
-    """One hosted env and where its calls run."""
+    """One hosted env and where its calls run: its thread (``thread`` executor), or its actor task fed
+    through ``inbox`` (``async``: one long-lived task per env is cheaper than a task per step)."""
 
-    __slots__ = ("env_id", "group", "hosted", "task", "thread")
+    __slots__ = ("env_id", "group", "hosted", "inbox", "task", "thread")
 
     def __init__(self, env_id: int, group: Group, hosted: HostedEnv, thread: EnvThread | None) -> None:
         self.env_id = env_id
         self.group = group
         self.hosted = hosted
         self.thread = thread
-        self.task: asyncio.Future[Any] | None = None
+        self.task: asyncio.Future[Any] | None = None  # thread: the running call; async: the actor
+        self.inbox: asyncio.Future[tuple[Any, ...]] | None = None
 
 
 class _Rows:
@@ -143,6 +150,7 @@ class ConcurrentWorker:
         self._open: dict[Any, _Rows] = {}
         self._dirty: list[_Rows] = []
         self._flush_scheduled = False
+        self._last_flush = 0.0
         self._drain_scheduled = False
         self._tasks: set[asyncio.Future[Any]] = set()
         self._barrier: list[list[Any]] | None = None  # messages waiting for a MAKE/CANCEL to finish
@@ -278,19 +286,47 @@ class ConcurrentWorker:
                 err = ProtocolError(f"worker {self.name} hosts no env {env_ids[row]}", env_id=env_ids[row])
                 self._row_done(rows, row, False, err)
                 continue
-            fut = self._start(env, step, args[row], options)
+            if env.thread is None:
+                inbox = env.inbox
+                if inbox is None or inbox.done():
+                    err = ProtocolError(f"env {env.env_id} is busy with another request", env_id=env.env_id)
+                    self._row_done(rows, row, False, err)
+                else:
+                    inbox.set_result((rows, row, step, args[row], options))
+                continue
+            fut = self._start_on_thread(env, env.thread, step, args[row], options)
             env.task = fut
             fut.add_done_callback(functools.partial(self._settled, rows, row, env))
 
-    def _start(self, env: _Env, step: bool, arg: Any, options: Any) -> asyncio.Future[Any]:
-        """Start one env's step (``arg``: its action) or reset (``arg``: its seed) on its thread or as a task."""
+    @staticmethod
+    def _start_on_thread(env: _Env, thread: EnvThread, step: bool, arg: Any, options: Any) -> asyncio.Future[Any]:
+        """Start one env's step (``arg``: its action) or reset (``arg``: its seed) on its thread."""
         hosted = env.hosted
-        if env.thread is not None:
-            if step:
-                return env.thread.run(lambda: hosted.step(arg))
-            return env.thread.run(lambda: hosted.reset(arg, options))
-        assert isinstance(hosted, AsyncHostedEnv)
-        return self.loop.create_task(hosted.astep(arg) if step else hosted.areset(arg, options))
+        if step:
+            return thread.run(lambda: hosted.step(arg))
+        return thread.run(lambda: hosted.reset(arg, options))
+
+    async def _actor(self, env: _Env) -> None:
+        """Run an async env's steps and resets, one job from its inbox at a time, until cancelled."""
+        hosted = env.hosted
+        assert isinstance(hosted, AsyncHostedEnv) and env.inbox is not None
+        while True:
+            rows, row, step, arg, options = await env.inbox
+            env.inbox = self.loop.create_future()
+            out: Any
+            try:
+                out = await (hosted.astep(arg) if step else hosted.areset(arg, options))
+            except asyncio.CancelledError:
+                self._abandon(rows)  # replaced: the coordinator already answered this row
+                raise
+            except BaseException as exc:  # noqa: BLE001 - the env's failure is its row's outcome
+                ok, out = False, exc
+            else:
+                ok = True
+            if self.envs.get(env.env_id) is not env:  # replaced while its step ignored the cancellation
+                self._abandon(rows)
+                return
+            self._row_done(rows, row, ok, out)
 
     def _settled(self, rows: _Rows, row: int, env: _Env, fut: asyncio.Future[Any]) -> None:
         if env.task is fut:
@@ -307,7 +343,11 @@ class ConcurrentWorker:
         rows.done.append((row, ok, outcome))
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
+            wait = self._last_flush + REPLY_INTERVAL - self.loop.time()
+            if wait > 0:
+                self.loop.call_later(wait, self._flush)
+            else:
+                self.loop.call_soon(self._flush)
 
     def _abandon(self, rows: _Rows) -> None:
         rows.left -= 1
@@ -315,50 +355,62 @@ class ConcurrentWorker:
             self._open.pop(rows.id, None)
 
     def _flush(self) -> None:
-        """Send every row finished since the last flush: one RESULT per request."""
+        """Send every row finished since the last flush: one RESULT for all requests (per kind)."""
         self._flush_scheduled = False
+        self._last_flush = self.loop.time()
         dirty, self._dirty = self._dirty, []
+        batches: dict[tuple[str, bool], list[tuple[_Rows, list[tuple[int, bool, Any]]]]] = {}
         for rows in dirty:
             done, rows.done = rows.done, []
             rows.left -= len(done)
             if rows.left == 0:
                 self._open.pop(rows.id, None)
+            batches.setdefault((rows.kind, rows.ilist), []).append((rows, done))
+        for (kind, ilist), items in batches.items():
             with contextlib.suppress(zmq.ZMQError):  # the socket is closing: nobody waits for this
-                self._send(self._encode_rows(rows, done))
+                self._send(self._encode_rows(kind, ilist, items))
 
-    def _encode_rows(self, rows: _Rows, done: list[tuple[int, bool, Any]]) -> list[Any]:
-        k = len(done)
-        group = rows.group
+    def _encode_rows(self, kind: str, ilist: bool, items: list[tuple[_Rows, list[tuple[int, bool, Any]]]]) -> list[Any]:
+        """One RESULT carrying finished rows of several requests: ``"multi": [[request id, [rows]], ...]``
+        names them in order; obs, rewards, infos and errors are indexed over all of them together."""
+        k = sum(len(done) for _, done in items)
+        group = items[0][0].group  # every env of a pool has the same spaces
         obs = spaces.empty_batch(group.obs_space, k)
         write_obs = group.write_obs
-        step = rows.kind == Op.STEP
+        step = kind == Op.STEP
         rew = np.zeros(k, dtype=np.float64)
         term = np.zeros(k, dtype=np.bool_)
         trunc = np.zeros(k, dtype=np.bool_)
         infos: list[Any] | None = None
         errors: dict[int, Any] = {}
-        env_ids = [rows.env_ids[row] for row, _, _ in done]
-        for j, (_row, ok, outcome) in enumerate(done):
-            if not ok:
-                errors[j] = error_fields(outcome, env_ids[j])
-                continue
-            try:
-                if step:
-                    o, rew[j], term[j], trunc[j], info = outcome
-                else:
-                    o, info = outcome
-                write_obs(obs, j, o)
-            except Exception as exc:  # noqa: BLE001 - a malformed return fails its own row
-                errors[j] = error_fields(exc, env_ids[j])
-                continue
-            if info:
-                if infos is None:
-                    infos = [None] * k
-                infos[j] = info
+        env_ids: list[int] = []
+        multi: list[list[Any]] = []
+        j = 0
+        for rows, done in items:
+            multi.append([rows.id, [row for row, _, _ in done]])
+            for row, ok, outcome in done:
+                env_id = rows.env_ids[row]
+                env_ids.append(env_id)
+                if not ok:
+                    errors[j] = error_fields(outcome, env_id)
+                    j += 1
+                    continue
+                try:
+                    if step:
+                        o, rew[j], term[j], trunc[j], info = outcome
+                    else:
+                        o, info = outcome
+                    write_obs(obs, j, o)
+                    if info:
+                        if infos is None:
+                            infos = [None] * k
+                        infos[j] = info
+                except Exception as exc:  # noqa: BLE001 - a malformed return fails its own row
+                    errors[j] = error_fields(exc, env_id)
+                j += 1
         fields, arrays = batch_reply(obs, infos, errors, [rew, term, trunc] if step else [])
-        fields["id"] = rows.id
-        fields["rows"] = [row for row, _, _ in done]
-        return encode_reply(fields, arrays, env_ids, rows.ilist)
+        fields["multi"] = multi
+        return encode_reply(fields, arrays, env_ids, ilist)
 
     # ------------------------------------------------------------------ make, call, drop, cancel, close
 
@@ -378,7 +430,11 @@ class ConcurrentWorker:
             check_executor(obj, self.executor)
             hosted = AsyncHostedEnv(env_id, obj, self.mode)
         group.adopt_spaces(obj)
-        return _Env(env_id, group, hosted, thread)
+        env = _Env(env_id, group, hosted, thread)
+        if thread is None:
+            env.inbox = self.loop.create_future()
+            env.task = self.loop.create_task(self._actor(env))
+        return env
 
     async def _on_make(self, header: dict[str, Any]) -> dict[str, Any]:
         self.mode = str(header.get("autoreset", self.mode))

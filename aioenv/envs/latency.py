@@ -33,14 +33,19 @@ def lognormal_params(mean: float, sigma: float) -> float:
 
 
 class _Latency:
+    """Lognormal waits, drawn 256 at a time (one numpy call, not one per step)."""
+
     def __init__(self, mean: float, sigma: float, cap: float, seed: int | None) -> None:
         self.mu = lognormal_params(mean, sigma)
         self.sigma = sigma
         self.cap = cap
         self.rng = np.random.default_rng(seed)
+        self._ahead: list[float] = []
 
     def draw(self) -> float:
-        return min(float(self.rng.lognormal(self.mu, self.sigma)), self.cap)
+        if not self._ahead:
+            self._ahead = np.minimum(self.rng.lognormal(self.mu, self.sigma, 256), self.cap).tolist()
+        return self._ahead.pop()
 
 
 class _Counter:
