@@ -20,8 +20,10 @@ class AsyncEnv(Generic[ObsT, ActT]):
     Subclasses set ``observation_space`` and ``action_space`` and implement
     :meth:`reset` and :meth:`step`; :meth:`close` is optional.
 
-    The ``async`` executor that hosts such envs is not available yet: pools accept
-    ``executor="inline"`` only, which runs ``gymnasium.Env`` objects.
+    Host them with ``executor="async"``: each env gets an actor task in its worker's event
+    loop, so thousands of envs per worker wait concurrently. Blocking calls (``time.sleep``,
+    sync HTTP clients) inside these coroutines stall every env of the worker: await instead.
+    ``close`` may be a coroutine or a plain method.
     """
 
     observation_space: gymnasium.Space[Any]
