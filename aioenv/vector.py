@@ -127,10 +127,12 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             that only replaces the advertised spaces (as gymnasium). ``"different"`` is refused
             (``ValueError``): an aioenv pool requires identical spaces.
         autoreset_mode: a ``gymnasium.vector.AutoresetMode`` or its value (``"NextStep"``, ...).
-        max_concurrency: at most this many envs run at once: it bounds ``num_workers`` (the
-            ``inline`` executor runs one env at a time per worker).
+        max_concurrency: at most this many envs run at once (the pool's ``max_concurrency``); it also
+            bounds ``num_workers`` (the ``inline`` executor runs one env at a time per worker).
         num_workers: aioenv worker processes (default ``min(num_envs, os.cpu_count(), max_concurrency)``).
         step_timeout: seconds; a step or reset that overruns fails with ``aioenv.StepTimeout``.
+        executor: ``"inline"`` (default), or ``"thread"`` for envs that block on I/O: each env on
+            its own thread, so their steps overlap (see ``docs/api.md``).
 
     Shapes: ``N = num_envs``. Observations are batched as gymnasium does (``(N, *shape)`` arrays,
     dicts/tuples of them, tuples of ``N`` str for ``Text``); rewards ``(N,)`` float64;
@@ -160,6 +162,7 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         *,
         num_workers: int | None = None,
         step_timeout: float | None = None,
+        executor: str = "inline",
     ) -> None:
         self.env_fns = env_fns
         self.shared_memory = shared_memory
@@ -208,7 +211,14 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         self._pending: concurrent.futures.Future[Any] | None = None
         self._reset_ids: np.ndarray | None = None
         self._last_obs: Any = None
-        self._sp = SyncPool(fns, autoreset_mode=mode, num_workers=num_workers, step_timeout=step_timeout)
+        self._sp = SyncPool(
+            fns,
+            autoreset_mode=mode,
+            num_workers=num_workers,
+            step_timeout=step_timeout,
+            executor=executor,
+            max_concurrency=max_concurrency,
+        )
         sp = self._sp
         self.num_envs = sp.num_envs
         self.metadata = dict(sp.metadata)

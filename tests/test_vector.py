@@ -30,6 +30,7 @@ from tests.compare import assert_same
 from tests.conftest import HANG, process_gone
 from tests.envs.dictenv import make_dict_env
 from tests.envs.faulty import SLOW, make_probe, make_text
+from tests.envs.waiting import MEET, WaitEnv
 from tests.scripts import run_example
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -375,3 +376,17 @@ def test_cleanrl_style_example_runs() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     returns = [line for line in proc.stdout.splitlines() if "episodic_return=" in line]
     assert returns, proc.stdout
+
+
+def test_thread_executor_overlaps_blocking_steps() -> None:
+    """``executor="thread"``: the steps of envs that block (here: until 3 of them are inside ``step``
+    at once) overlap even on one worker, where AsyncVectorEnv would need one process per env."""
+    fns = [functools.partial(WaitEnv, ident=i, parties=3) for i in range(3)]
+    envs = AioVectorEnv(fns, executor="thread", num_workers=1)
+    try:
+        envs.reset(seed=0)
+        obs, _, _, _, info = envs.step(np.array([MEET, MEET, MEET]))
+        np.testing.assert_array_equal(obs[:, 1], [1, 1, 1])
+        assert info["running"].max() == 3
+    finally:
+        envs.close()
