@@ -216,21 +216,37 @@ class Scheduler:
 
     def finish_rows(self, req_id: Any, rows: np.ndarray) -> Request | None:
         """A reply for ``rows`` (indices into the request) arrived: free those envs; the request closes
-        with its last row. ``None`` for an unknown/closed id."""
+        with its last row. ``None`` for an unknown/closed id. ``ValueError`` for rows out of range or
+        answered already (nothing is changed then)."""
         req = self.requests.get(req_id) if isinstance(req_id, int) else None
         if req is None:
             return None
-        if rows.size and (rows.min() < 0 or rows.max() >= req.env_ids.size):
-            raise ValueError(f"reply rows {rows.tolist()[:8]} out of range for a request of {req.env_ids.size}")
-        if req.answered is None:
-            req.answered = np.zeros(req.env_ids.size, dtype=np.bool_)
-        if req.answered[rows].any() or np.unique(rows).size != rows.size:
-            raise ValueError(f"reply rows {rows.tolist()[:8]} were answered already")
-        req.answered[rows] = True
-        req.left -= rows.size
-        self.busy[req.env_ids[rows]] = False
+        n = req.env_ids.size
+        answered = req.answered
+        if answered is None:
+            answered = req.answered = np.zeros(n, dtype=np.bool_)
+        k = rows.size
+        if k == 1:  # the common case under light load: plain Python is cheaper than numpy reductions
+            row = int(rows[0])
+            if not 0 <= row < n:
+                raise ValueError(f"reply row {row} out of range for a request of {n}")
+            if answered[row]:
+                raise ValueError(f"reply row {row} was answered already")
+            answered[row] = True
+            self.busy[req.env_ids[row]] = False
+        else:
+            if k and (rows.min() < 0 or rows.max() >= n):
+                raise ValueError(f"reply rows {rows.tolist()[:8]} out of range for a request of {n}")
+            if answered[rows].any():
+                raise ValueError(f"reply rows {rows.tolist()[:8]} were answered already")
+            answered[rows] = True
+            if int(np.count_nonzero(answered)) != n - req.left + k:  # a row given twice in this reply
+                answered[rows] = False
+                raise ValueError(f"reply rows {rows.tolist()[:8]} were answered already")
+            self.busy[req.env_ids[rows]] = False
+        req.left -= k
         if req.kind in THROTTLED:
-            self.running -= rows.size
+            self.running -= k
         if req.left == 0:
             del self.requests[req.id]
         return req

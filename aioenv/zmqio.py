@@ -21,7 +21,6 @@ _send = _Backend.send
 _recv = _Backend.recv
 _get = _Backend.get
 _SNDMORE = int(zmq.SNDMORE)
-_RCVMORE = int(zmq.RCVMORE)
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 #: Frames at least this large are sent zero-copy (pyzmq copies smaller ones regardless).
@@ -38,9 +37,11 @@ def send_frames(sock: zmq.Socket[Any], frames: Sequence[Any], flags: int = 0) ->
 
 def recv_frames(sock: zmq.Socket[Any], flags: int = 0) -> list[Any]:
     """Receive one multipart message as ``zmq.Frame`` objects (zero-copy buffers)."""
-    parts = [_recv(sock, flags, False)]
-    while _get(sock, _RCVMORE):
-        parts.append(_recv(sock, flags, False))
+    frame = _recv(sock, flags, False)
+    parts = [frame]
+    while frame.more:  # the frame knows (cheaper than a RCVMORE getsockopt)
+        frame = _recv(sock, flags, False)
+        parts.append(frame)
     return parts
 
 
