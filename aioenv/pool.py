@@ -102,7 +102,7 @@ class Pool:
             raise ValueError(f"executor must be one of {_EXECUTORS}, got {executor!r}")
         self._mode = _mode_name(autoreset_mode)
         self.step_timeout = _seconds("step_timeout", step_timeout)
-        self.reset_timeout = self.step_timeout if reset_timeout is None else _seconds("reset_timeout", reset_timeout)
+        self.reset_timeout = _seconds("reset_timeout", reset_timeout)
         if on_timeout not in _ON_TIMEOUT:
             raise ValueError(f"on_timeout must be one of {_ON_TIMEOUT}, got {on_timeout!r}")
         if on_timeout == "truncate" and self._mode == "same_step":
@@ -494,7 +494,8 @@ async def make(env: Any, num_envs: int | None = None, **options: Any) -> Pool:
         env_kwargs: keyword arguments for ``gymnasium.make`` / the factory.
         step_timeout: seconds from dispatch; a step that overruns fails with ``StepTimeout`` and its env is
             replaced (an ``async`` step is cancelled; a hung ``inline``/``thread`` step restarts its worker).
-        reset_timeout: likewise for resets (default: ``step_timeout``).
+        reset_timeout: likewise for explicit resets (``reset``, ``send_reset``, ``reset_env``); default None, no
+            deadline. An autoreset happens inside a step and counts under ``step_timeout``.
         on_timeout: ``"error"`` (default) or ``"truncate"``: a late step comes back as a truncated row (the
             env's last observation, reward 0, ``info["timeout"]`` True) and the env's next step starts a new
             episode, so a training loop need not handle exceptions. Envs replaced along with it (a restarted

@@ -133,6 +133,9 @@ async def test_async_reset_timeout() -> None:
         obs, _ = await pool.reset(env_ids=[1])
         assert obs[0, 1] == 0
         assert pool.step_timeout is None  # reset_timeout alone does not limit steps
+    unbounded = aioenv.Pool(envs("async", 1), executor="async", step_timeout=1.0)
+    assert unbounded.reset_timeout is None  # and step_timeout alone does not limit resets
+    await unbounded.aclose()
 
 
 async def test_async_truncate_on_timeout() -> None:
