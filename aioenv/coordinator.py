@@ -41,7 +41,7 @@ from aioenv.errors import (
 from aioenv.infos import take_info
 from aioenv.launcher import LocalProcess, describe_exit
 from aioenv.protocol import Op, decode, encode, leaves_from_wire
-from aioenv.results import Part
+from aioenv.results import Part, RecvQueue
 from aioenv.scheduler import THROTTLED, Request, Scheduler
 from aioenv.sources import EnvSources
 from aioenv.transport import Router
@@ -288,9 +288,12 @@ class Coordinator:
         except (ValueError, TypeError, KeyError, ProtocolError) as exc:
             log.error("malformed reply from worker %s: %s", slot.name, exc)
             return
-        binfo = header.get("binfo")
-        infos = header.get("info")
-        errors = {int(row): d for row, d in (header.get("err") or {}).items()}
+        rows = _Rows(obs, extras, header.get("info"), header.get("binfo"), header.get("err"), str(header.get("k", "")))
+        # Consecutive segments bound for one RecvQueue (send/recv) are delivered as one part: recv() does
+        # not care which request a row came from, and fewer, larger parts are cheaper to assemble.
+        run_sink: Any = None
+        run_start = 0
+        run_ids: list[np.ndarray] = []
         start = 0
         for req_id, at in segments:
             stop = start + at.size
@@ -299,19 +302,30 @@ class Coordinator:
             except ValueError as exc:
                 log.error("malformed reply from worker %s: %s", slot.name, exc)
                 req = None
+            if req is None or req.sink is not run_sink or not isinstance(req.sink, RecvQueue):
+                if run_ids:
+                    self._deliver_rows(run_sink, None, rows.part(np.concatenate(run_ids), run_start, start), None)
+                run_sink, run_ids = None, []
             if req is not None:
-                part = Part(
-                    req.env_ids[at],
-                    [leaf[start:stop] for leaf in obs],
-                    [x[start:stop] for x in extras] or None,
-                    infos[start:stop] if infos is not None else None,
-                    {r - start: from_wire(d, context=req.kind) for r, d in errors.items() if start <= r < stop},
-                    binfo=take_info(binfo, slice(start, stop)) if binfo is not None else None,
-                )
-                if self.truncate:
-                    self._remember_obs(part)
-                self._deliver_part(req, part, req.positions[at] if req.positions is not None else at)
+                env_ids = req.env_ids[at]
+                if isinstance(req.sink, RecvQueue):
+                    if not run_ids:
+                        run_sink, run_start = req.sink, start
+                    run_ids.append(env_ids)
+                else:
+                    positions = req.positions[at] if req.positions is not None else at
+                    self._deliver_rows(req.sink, req, rows.part(env_ids, start, stop), positions)
             start = stop
+        if run_ids:
+            self._deliver_rows(run_sink, None, rows.part(np.concatenate(run_ids), run_start, start), None)
+
+    def _deliver_rows(self, sink: Any, req: Request | None, part: Part, positions: np.ndarray | None) -> None:
+        if self.truncate:
+            self._remember_obs(part)
+        if req is not None:
+            self._deliver_part(req, part, positions)
+        else:
+            sink.deliver(part, positions)
 
     def _deliver(
         self,
@@ -596,6 +610,36 @@ class Coordinator:
         if self._router is not None:
             self._router.close()
         shutil.rmtree(self.private_dir, ignore_errors=True)
+
+
+class _Rows:
+    """The decoded fields of a RESULT carrying rows of several requests; :meth:`part` slices them."""
+
+    __slots__ = ("binfo", "errors", "extras", "infos", "kind", "obs")
+
+    def __init__(
+        self, obs: list[np.ndarray], extras: list[np.ndarray], infos: Any, binfo: Any, errors: Any, kind: str
+    ) -> None:
+        self.obs = obs
+        self.extras = extras
+        self.infos = infos
+        self.binfo = binfo
+        self.errors = {int(row): d for row, d in (errors or {}).items()}
+        self.kind = kind or "step"
+
+    def part(self, env_ids: np.ndarray, start: int, stop: int) -> Part:
+        """Rows ``start:stop`` as a :class:`Part` for ``env_ids``."""
+        errors = self.errors
+        return Part(
+            env_ids,
+            [leaf[start:stop] for leaf in self.obs],
+            [x[start:stop] for x in self.extras] or None,
+            self.infos[start:stop] if self.infos is not None else None,
+            {r - start: from_wire(d, context=self.kind) for r, d in errors.items() if start <= r < stop}
+            if errors
+            else None,
+            binfo=take_info(self.binfo, slice(start, stop)) if self.binfo is not None else None,
+        )
 
 
 def _with_env(err: AioEnvError, env_id: int) -> AioEnvError:

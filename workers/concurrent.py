@@ -10,11 +10,13 @@ for the envs.
 - ``async``: envs are ``aioenv.AsyncEnv`` objects; their ``reset``/``step`` run as
   tasks in the loop, thousands per process.
 
-Every row of a STEP or RESET request starts at once. Rows that finish close
-together go back together in one RESULT (see ``REPLY_INTERVAL``), whichever
-requests they belong to: ``"multi": [[request id, [rows]], ...]`` names them, and
-the other fields are indexed over all of them in that order. So never one message
-per env, nor per request, and a slow env never holds back a fast one.
+Every row of a STEP or RESET request starts at once. Rows that finish in the same
+loop turn go back together in one RESULT, whichever requests they belong to:
+``"multi": [[request id, [rows]], ...]`` names them, and the other fields are
+indexed over all of them in that order. So never one message per env, nor per
+request, and a slow env never holds back a fast one. (Timers fire on the loop's
+millisecond ticks, so rows of waiting envs finish in clusters: 1,024 envs stepping
+every 20 ms make about 1,500 replies a second, not 50,000.)
 
 ``CANCEL {"env": ids, "ended": ids}``: the coordinator gave up on those envs'
 requests (a deadline passed) and answered them itself. Their running steps are
@@ -56,10 +58,6 @@ log = logging.getLogger("aioenv.worker")
 
 #: Seconds an env's close may take at shutdown or replacement before it is abandoned.
 CLOSE_GRACE = 5.0
-#: Finished rows go back at once when the worker has been quiet this long (seconds); under load, at most
-#: one reply per request per interval carries every row finished meanwhile (fewer, fuller messages for
-#: the coordinator, at a cost of at most this much latency).
-REPLY_INTERVAL = 0.0005
 _DRAIN_BATCH = 256
 
 
@@ -150,7 +148,6 @@ class ConcurrentWorker:
         self._open: dict[Any, _Rows] = {}
         self._dirty: list[_Rows] = []
         self._flush_scheduled = False
-        self._last_flush = 0.0
         self._drain_scheduled = False
         self._tasks: set[asyncio.Future[Any]] = set()
         self._barrier: list[list[Any]] | None = None  # messages waiting for a MAKE/CANCEL to finish
@@ -341,13 +338,9 @@ class ConcurrentWorker:
         if not rows.done:
             self._dirty.append(rows)
         rows.done.append((row, ok, outcome))
-        if not self._flush_scheduled:
+        if not self._flush_scheduled:  # at the end of this loop turn, with every row finished in it
             self._flush_scheduled = True
-            wait = self._last_flush + REPLY_INTERVAL - self.loop.time()
-            if wait > 0:
-                self.loop.call_later(wait, self._flush)
-            else:
-                self.loop.call_soon(self._flush)
+            self.loop.call_soon(self._flush)
 
     def _abandon(self, rows: _Rows) -> None:
         rows.left -= 1
@@ -357,7 +350,6 @@ class ConcurrentWorker:
     def _flush(self) -> None:
         """Send every row finished since the last flush: one RESULT for all requests (per kind)."""
         self._flush_scheduled = False
-        self._last_flush = self.loop.time()
         dirty, self._dirty = self._dirty, []
         batches: dict[tuple[str, bool], list[tuple[_Rows, list[tuple[int, bool, Any]]]]] = {}
         for rows in dirty:
@@ -410,6 +402,7 @@ class ConcurrentWorker:
                 j += 1
         fields, arrays = batch_reply(obs, infos, errors, [rew, term, trunc] if step else [])
         fields["multi"] = multi
+        fields["k"] = kind
         return encode_reply(fields, arrays, env_ids, ilist)
 
     # ------------------------------------------------------------------ make, call, drop, cancel, close
