@@ -412,12 +412,17 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.sched.place(NUM_WORKERS)
         self.model: dict[int, tuple[int, frozenset[int], float | None]] = {}  # id -> (worker, envs, deadline)
         self.closed: set[int] = set()
+        self.kinds: dict[int, str] = {}
+        self.order: dict[int, list[int]] = {}  # id -> env ids in row order
         self.now = 0.0
 
     def _close(self, reqs: list[Request]) -> None:
         for req in reqs:
             assert req.id in self.model, f"request {req.id} was closed twice"
+            # a request closed early hands back exactly its unanswered rows
+            assert sorted(req.env_ids.tolist()) == sorted(self.model[req.id][1]), "closed with the wrong rows"
             del self.model[req.id]
+            self.kinds.pop(req.id, None)
             self.closed.add(req.id)
 
     @rule(
@@ -445,8 +450,36 @@ class SchedulerMachine(RuleBasedStateMachine):
             req = self.sched.open(worker, kind, part, positions=positions, deadline=deadline)
             assert req.id not in self.model and req.id not in self.closed, "request id reused"
             self.model[req.id] = (worker, frozenset(part.tolist()), deadline)
+            self.kinds[req.id] = kind
+            self.order[req.id] = part.tolist()
             opened.append(req.id)
         return opened
+
+    @rule(opened=requests, data=st.data())
+    def partial_reply(self, opened: list[int], data: st.DataObject) -> None:
+        """A thread/async worker's reply carrying some of a request's rows."""
+        open_ids = [r for r in opened if r in self.model]
+        if not open_ids:
+            return
+        req_id = data.draw(st.sampled_from(open_ids))
+        worker, envs, deadline = self.model[req_id]
+        rows = [i for i, e in enumerate(self.order[req_id]) if e in envs]
+        some = data.draw(st.lists(st.sampled_from(rows), min_size=1, unique=True))
+        req = self.sched.finish_rows(req_id, np.array(some, dtype=np.int64))
+        assert req is not None and req.id == req_id
+        left = envs - {self.order[req_id][i] for i in some}
+        again = np.array(some, dtype=np.int64)
+        if left:
+            self.model[req_id] = (worker, left, deadline)
+            assert req_id in self.sched.requests
+            with pytest.raises(ValueError, match="answered already"):
+                self.sched.finish_rows(req_id, again)  # the same rows twice: refused, nothing changes
+        else:
+            del self.model[req_id]
+            self.kinds.pop(req_id, None)
+            self.closed.add(req_id)
+            assert req_id not in self.sched.requests
+            assert self.sched.finish_rows(req_id, again) is None  # closed with its last row
 
     @rule(opened=consumes(requests))
     def reply(self, opened: list[int]) -> None:
@@ -515,6 +548,11 @@ class SchedulerMachine(RuleBasedStateMachine):
             f"busy {self.sched.busy.astype(int).tolist()} != envs of open requests {owners.tolist()}"
         )
         assert set(self.sched.requests) == set(self.model)
+
+    @invariant()
+    def running_counts_unanswered_step_and_reset_rows(self) -> None:
+        expected = sum(len(envs) for rid, (_, envs, _) in self.model.items() if self.kinds[rid] != "call")
+        assert self.sched.running == expected
 
     @invariant()
     def next_deadline_is_earliest_open(self) -> None:
