@@ -298,3 +298,64 @@ async def test_text_observations_and_actions_under_async_executor() -> None:
         pool.send(["a", "b"], env_ids=[0, 1])
         obs, *_ = await pool.recv()
         assert sorted(obs.tolist()) == ["q:a", "q:b"]
+
+
+# ---------------------------------------------------------------- invariants under a storm of timeouts
+
+
+@pytest.mark.parametrize(
+    ("executor", "on_timeout"), [("async", "error"), ("async", "truncate"), ("thread", "truncate")]
+)
+async def test_random_timeouts_keep_every_invariant(executor: str, on_timeout: str) -> None:
+    """Random instant, short and hanging steps on every env for a while: every request gets exactly
+    one reply, no env is left busy, no request or held row is left behind, and no process leaks
+    (checked by the autouse fixture)."""
+    rng = np.random.default_rng(7)
+    n = 6
+    async with aioenv.Pool(
+        envs(executor, n, short=0.05),
+        num_workers=2,
+        executor=executor,
+        step_timeout=0.4,
+        on_timeout=on_timeout,
+        max_concurrency=4,
+    ) as pool:
+        await pool.reset()
+        pending: dict[int, asyncio.Future[Any]] = {}
+        replies = {"ok": 0, "timeout": 0, "truncated": 0, "crashed": 0, "reset": 0}
+        sent = 0
+        loop = asyncio.get_running_loop()
+        stop_at = loop.time() + 6.0
+        while loop.time() < stop_at or pending:
+            if loop.time() < stop_at:
+                for env_id in range(n):
+                    if env_id not in pending:
+                        action = int(rng.choice([INSTANT, SHORT, HANG_ACTION], p=[0.5, 0.45, 0.05]))
+                        pending[env_id] = pool.step_env(env_id, action)
+                        sent += 1
+            done, _ = await asyncio.wait(pending.values(), timeout=HANG, return_when=asyncio.FIRST_COMPLETED)
+            assert done, "no reply within the hang guard"
+            for env_id, fut in list(pending.items()):
+                if not fut.done():
+                    continue
+                del pending[env_id]
+                try:
+                    result = fut.result()
+                except StepTimeout:
+                    replies["timeout"] += 1
+                except (UsageError, aioenv.WorkerCrashed):  # a re-made env (or a restart) wants a reset
+                    replies["crashed"] += 1
+                else:
+                    key = "truncated" if result.truncated else "ok"
+                    replies[key] += 1
+                    continue
+                await pool.reset_env(env_id)
+                replies["reset"] += 1
+        assert sum(v for k, v in replies.items() if k != "reset") == sent  # exactly one reply per request
+        assert replies["ok"] > 0
+        assert replies["timeout" if on_timeout == "error" else "truncated"] > 0
+        sched = pool._coord.sched
+        async with asyncio.timeout(HANG):  # a CANCEL or a re-make may still be finishing
+            while sched.requests:
+                await asyncio.sleep(0.02)
+        assert not sched.busy.any() and not sched.held and sched.running == 0
