@@ -359,3 +359,14 @@ async def test_random_timeouts_keep_every_invariant(executor: str, on_timeout: s
             while sched.requests:
                 await asyncio.sleep(0.02)
         assert not sched.busy.any() and not sched.held and sched.running == 0
+
+
+async def test_step_env_futures_keep_their_info_when_replies_share_a_message() -> None:
+    """Rows of several one-env requests that finish in the same loop turn travel in one message;
+    each future still gets its env's own info dict."""
+    async with aioenv.Pool(TextEchoEnv, 4, executor="async", num_workers=1) as pool:
+        await pool.reset()
+        futures = [pool.step_env(i, f"a{i}") for i in range(4)]
+        results = await asyncio.gather(*futures)
+        assert [r.info for r in results] == [{"echo": f"a{i}"} for i in range(4)]
+        assert [r.obs for r in results] == [f"q:{i}a" for i in range(4)]

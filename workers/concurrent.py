@@ -403,7 +403,9 @@ class ConcurrentWorker:
         fields, arrays = batch_reply(obs, infos, errors, [rew, term, trunc] if step else [])
         fields["multi"] = multi
         fields["k"] = kind
-        return encode_reply(fields, arrays, env_ids, ilist)
+        # One-env requests (step_env/reset_env futures) want each env's own info dict, not a batched slice.
+        as_list = ilist or any(len(rows.env_ids) == 1 for rows, _ in items)
+        return encode_reply(fields, arrays, env_ids, as_list)
 
     # ------------------------------------------------------------------ make, call, drop, cancel, close
 
