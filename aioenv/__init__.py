@@ -12,6 +12,7 @@ from aioenv.env import AsyncEnv
 from aioenv.errors import (
     AioEnvError,
     CapacityError,
+    ConnectionLost,
     EnvError,
     EpisodeEnded,
     InvalidAction,
@@ -32,6 +33,7 @@ __all__ = [
     "AioEnvError",
     "AsyncEnv",
     "CapacityError",
+    "ConnectionLost",
     "EnvError",
     "EpisodeEnded",
     "InvalidAction",

@@ -1,4 +1,5 @@
-"""The ``aioenv`` command line: ``demo`` (a real pool, what it did) and ``bench`` (env-steps/s of a pool)."""
+"""The ``aioenv`` command line: ``demo`` (a real pool, what it did), ``bench`` (env-steps/s of a pool),
+``serve`` (a server many clients share) and ``status`` (the state of a server)."""
 
 from __future__ import annotations
 
@@ -72,6 +73,100 @@ def bench(env: str, num_envs: int, seconds: float, num_workers: int | None) -> N
     table.add_row(f"send / recv (batches of {max(1, num_envs // 2)})", f"{result.sendrecv_per_s:,.0f}")
     console.print(table)
     console.print("peers side by side: python benchmarks/bench_core.py")
+
+
+@main.command()
+@click.option("--bind", default="tcp://0.0.0.0:5555", show_default=True, help="where clients connect")
+@click.option(
+    "--executor",
+    type=click.Choice(["inline", "thread", "async"]),
+    default="inline",
+    show_default=True,
+    help="executor of pools whose client does not choose one",
+)
+@click.option("--workers", type=click.IntRange(1), default=None, help="worker processes per pool (default: cores)")
+@click.option("--max-envs", type=click.IntRange(1), default=None, help="envs of all clients together")
+@click.option("--max-envs-per-client", type=click.IntRange(1), default=None, help="envs of one client process")
+@click.option("--allow-env", "allow", multiple=True, help="env names clients may make (fnmatch pattern, repeatable)")
+@click.option("--client-timeout", type=click.FloatRange(0.5), default=10.0, show_default=True, help="seconds")
+@click.option("--log-json", is_flag=True, help="one JSON object per log line")
+@click.option("--log-level", default="INFO", show_default=True)
+def serve(
+    bind: str,
+    executor: str,
+    workers: int | None,
+    max_envs: int | None,
+    max_envs_per_client: int | None,
+    allow: tuple[str, ...],
+    client_timeout: float,
+    log_json: bool,
+    log_level: str,
+) -> None:
+    """Serve env pools to clients over the network (aioenv.make(..., endpoint="tcp://HOST:PORT")).
+
+    Runs until SIGTERM or SIGINT, then closes every pool and stops every worker.
+    """
+    from aioenv.logs import configure_logging
+    from aioenv.server import ServerConfig
+    from aioenv.server import serve as run_server
+
+    configure_logging(log_level, json_lines=log_json)
+    config = ServerConfig(bind, executor, workers, max_envs, max_envs_per_client, allow, client_timeout)
+    try:
+        aioenv.run(run_server(config))
+    except zmq_error() as exc:
+        raise click.ClickException(f"cannot serve on {bind}: {exc}") from exc
+
+
+@main.command()
+@click.argument("endpoint")
+@click.option("--timeout", type=click.FloatRange(0.1), default=3.0, show_default=True, help="seconds to wait")
+@click.option("--quiet", "-q", is_flag=True, help="print nothing: the exit code says whether the server answered")
+@click.option("--json", "as_json", is_flag=True, help="print the state as JSON")
+def status(endpoint: str, timeout: float, quiet: bool, as_json: bool) -> None:
+    """Print the state of the aioenv server at ENDPOINT (tcp://HOST:PORT); exit 1 when it does not answer."""
+    import json
+
+    from aioenv.status import fetch_status
+
+    try:
+        state = aioenv.run(fetch_status(endpoint, timeout))
+    except (aioenv.AioEnvError, TimeoutError, OSError) as exc:
+        if quiet:
+            sys.exit(1)
+        raise click.ClickException(f"no answer from {endpoint}: {exc}") from exc
+    if quiet:
+        return
+    if as_json:
+        click.echo(json.dumps(state))
+        return
+    console = Console()
+    table = Table(title=f"aioenv server at {state.get('endpoint', endpoint)}")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    limit = state.get("max_envs")
+    table.add_row("version / protocol", f"{state.get('version')} / {state.get('protocol')}")
+    table.add_row("uptime", f"{state.get('uptime', 0):.0f} s")
+    table.add_row("clients / pools", f"{state.get('clients')} / {state.get('sessions')}")
+    table.add_row("envs", f"{state.get('envs')}" + (f" of {limit}" if limit else ""))
+    table.add_row("requests in flight", str(state.get("in_flight")))
+    table.add_row("protocol errors", str(state.get("protocol_errors")))
+    console.print(table)
+    pools = state.get("pools") or []
+    if pools:
+        detail = Table(title="pools")
+        for column in ("client", "env", "envs"):
+            detail.add_column(column)
+        for client, env, n in pools:
+            detail.add_row(str(client), str(env), str(n))
+        console.print(detail)
+
+
+def zmq_error() -> type[Exception]:
+    """ZeroMQ's error type (imported late: the CLI starts fast)."""
+    import zmq
+
+    return zmq.ZMQError
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -14,6 +14,7 @@ working (``except TimeoutError`` catches a step deadline)::
     ├── ProtocolError         a malformed or incompatible message (e.g. protocol version mismatch)
     ├── PoolClosed            the pool is closed (or closing)
     ├── CapacityError         no room for more envs (server limits)
+    ├── ConnectionLost        (also ConnectionError) the aioenv server did not answer, or stopped answering
     └── UsageError            (also RuntimeError) API misuse: a busy env, recv with nothing to wait for
 
 Errors that happen on a worker cross the wire as a plain dict (``to_wire``) and
@@ -28,6 +29,7 @@ from typing import Any
 __all__ = [
     "AioEnvError",
     "CapacityError",
+    "ConnectionLost",
     "EnvError",
     "EpisodeEnded",
     "InvalidAction",
@@ -37,6 +39,7 @@ __all__ = [
     "UsageError",
     "WorkerCrashed",
     "from_wire",
+    "relay_wire",
     "to_wire",
 ]
 
@@ -152,6 +155,11 @@ class CapacityError(AioEnvError):
     """No room for more envs: the server's limits are reached."""
 
 
+class ConnectionLost(AioEnvError, ConnectionError):
+    """A remote pool's server did not answer (wrong address, server down) or stopped answering; the
+    requests in flight failed with this error and the pool is closed."""
+
+
 class UsageError(AioEnvError, RuntimeError):
     """The API was misused: a request for a busy env, a recv that can never be satisfied."""
 
@@ -168,6 +176,7 @@ _BY_NAME: dict[str, type[AioEnvError]] = {
         ProtocolError,
         PoolClosed,
         CapacityError,
+        ConnectionLost,
         UsageError,
     )
 }
@@ -190,6 +199,25 @@ def to_wire(exc: BaseException, *, env_id: int | None = None, traceback_text: st
     }
 
 
+def relay_wire(err: AioEnvError) -> dict[str, Any]:
+    """Describe an error that was already rebuilt here for the next hop (a server to its client),
+    keeping its type, message, env, remote type and traceback: :func:`from_wire` gives it back as is."""
+    desc: dict[str, Any] = {
+        "kind": type(err).__name__ if type(err).__name__ in _BY_NAME else "EnvError",
+        "env_id": err.env_id,
+        "type": getattr(err, "remote_type", "") or type(err).__name__,
+        "message": err.message,
+        "traceback": getattr(err, "remote_traceback", ""),
+        "final": True,
+    }
+    if isinstance(err, EnvError):
+        desc["remote_message"] = err.remote_message
+    if isinstance(err, WorkerCrashed):
+        desc["worker"] = err.worker
+        desc["exitcode"] = err.exitcode
+    return desc
+
+
 def from_wire(desc: Any, *, context: str = "") -> AioEnvError:
     """Rebuild an error sent by :func:`to_wire`. Unknown or malformed input gives a ProtocolError.
 
@@ -200,6 +228,8 @@ def from_wire(desc: Any, *, context: str = "") -> AioEnvError:
     cls = _BY_NAME.get(str(desc.get("kind", "EnvError")), EnvError)
     env_id = desc.get("env_id")
     env_id = env_id if isinstance(env_id, int) else None
+    if desc.get("final"):  # relayed (see relay_wire): the message is complete already
+        return _relayed(cls, desc, env_id)
     remote_type = str(desc.get("type", ""))
     remote_message = str(desc.get("message", ""))
     where = f"env {env_id}" if env_id is not None else "worker"
@@ -215,3 +245,21 @@ def from_wire(desc: Any, *, context: str = "") -> AioEnvError:
     else:
         err = cls(prefix + remote_message, env_id=env_id)
     return err
+
+
+def _relayed(cls: type[AioEnvError], desc: dict[str, Any], env_id: int | None) -> AioEnvError:
+    message = str(desc.get("message", ""))
+    if issubclass(cls, EnvError):
+        return cls(
+            message,
+            env_id=env_id,
+            remote_type=str(desc.get("type", "")),
+            remote_message=str(desc.get("remote_message", "")),
+            remote_traceback=str(desc.get("traceback", "")),
+        )
+    if issubclass(cls, WorkerCrashed):
+        code = desc.get("exitcode")
+        return cls(
+            message, env_id=env_id, worker=str(desc.get("worker", "")), exitcode=code if isinstance(code, int) else None
+        )
+    return cls(message, env_id=env_id)

@@ -22,6 +22,7 @@ from aioenv import spaces
 from aioenv.coordinator import Coordinator
 from aioenv.errors import InvalidAction, PoolClosed, UsageError
 from aioenv.protocol import leaves_to_wire
+from aioenv.remote import RemoteCoordinator
 from aioenv.results import Gather, RecvQueue, ResetResult, Single, StepResult
 from aioenv.scheduler import Request
 from aioenv.sources import parse_sources
@@ -84,7 +85,7 @@ class Pool:
         *,
         batch_size: int | None = None,
         num_workers: int | None = None,
-        executor: str = "inline",
+        executor: str | None = None,
         autoreset_mode: str | AutoresetMode = "next_step",
         seed: int | Sequence[int | None] | None = None,
         env_kwargs: dict[str, Any] | None = None,
@@ -94,11 +95,9 @@ class Pool:
         max_concurrency: int | None = None,
         endpoint: str | None = None,
     ) -> None:
-        if endpoint is not None:
-            raise NotImplementedError(
-                "endpoint= (a remote aioenv server) is not available yet; omit it for local workers"
-            )
-        if executor not in _EXECUTORS:
+        if endpoint is not None and not (isinstance(endpoint, str) and endpoint.startswith(("tcp://", "ipc://"))):
+            raise ValueError(f"endpoint must be an aioenv server address such as 'tcp://host:5555', got {endpoint!r}")
+        if executor is not None and executor not in _EXECUTORS:
             raise ValueError(f"executor must be one of {_EXECUTORS}, got {executor!r}")
         self._mode = _mode_name(autoreset_mode)
         self.step_timeout = _seconds("step_timeout", step_timeout)
@@ -112,23 +111,29 @@ class Pool:
             )
         self.on_timeout = on_timeout
         self.max_concurrency = _positive("max_concurrency", max_concurrency)
-        self._private_dir = Coordinator.private_directory()
+        self.endpoint = endpoint
+        self._env_name = env if isinstance(env, str) else ""
+        self._env_kwargs = env_kwargs
+        # a remote pool sends names only: no private directory, callables refused by parse_sources
+        self._private_dir = Coordinator.private_directory() if endpoint is None else None
         try:  # a refused argument must not leave the private directory behind
             self._sources, self.num_envs = parse_sources(env, num_envs, env_kwargs, self._private_dir)
             self.batch_size = _positive("batch_size", batch_size) or self.num_envs
             if self.batch_size > self.num_envs:
                 raise ValueError(f"batch_size={self.batch_size} exceeds num_envs={self.num_envs}")
-            workers = _positive("num_workers", num_workers) or min(self.num_envs, os.cpu_count() or 1)
+            self._asked_workers = _positive("num_workers", num_workers)
+            workers = self._asked_workers or min(self.num_envs, os.cpu_count() or 1)
             self.num_workers = min(workers, self.num_envs)
             self._seeds = self._initial_seeds(seed)
         except BaseException:
-            shutil.rmtree(self._private_dir, ignore_errors=True)
+            self._remove_private_dir()
             raise
-        self.executor = executor
+        self.executor = executor or "inline"
+        self._asked_executor = executor
         self._recorded = list(self._seeds)
         self.closed = False
         self._started = False
-        self._coord: Coordinator | None = None
+        self._coord: Coordinator | RemoteCoordinator | None = None
         self.metadata: dict[str, Any] = {}
         self.render_mode: str | None = None
 
@@ -151,23 +156,50 @@ class Pool:
         if self._started:
             return self
         self._started = True
-        self._coord = Coordinator(
-            self.num_envs,
-            self._sources,
-            self._private_dir,
-            autoreset_mode=self._mode,
-            executor=self.executor,
-            on_remade=self._on_remade,
-            max_concurrency=self.max_concurrency,
-            on_timeout=self.on_timeout,
-        )
         try:
-            described = await self._coord.start(self.num_workers)
+            if self.endpoint is not None:
+                described = await self._start_remote(self.endpoint)
+            else:
+                assert self._private_dir is not None
+                self._coord = Coordinator(
+                    self.num_envs,
+                    self._sources,
+                    self._private_dir,
+                    autoreset_mode=self._mode,
+                    executor=self.executor,
+                    on_remade=self._on_remade,
+                    max_concurrency=self.max_concurrency,
+                    on_timeout=self.on_timeout,
+                )
+                described = await self._coord.start(self.num_workers)
             self._adopt(described)
         except BaseException:
             await self.aclose()
             raise
         return self
+
+    async def _start_remote(self, endpoint: str) -> dict[str, Any]:
+        options = {
+            "autoreset": self._mode,
+            "executor": self._asked_executor,
+            "step_timeout": self.step_timeout,
+            "reset_timeout": self.reset_timeout,
+            "on_timeout": self.on_timeout,
+            "max_concurrency": self.max_concurrency,
+        }
+        remote = RemoteCoordinator(
+            endpoint, self.num_envs, self._env_name, self._env_kwargs, options, on_remade=self._on_remade
+        )
+        self._coord = remote
+        described = await remote.start(self._asked_workers)
+        info = described.pop("_server", {})  # what the server chose: workers, executor
+        self.num_workers = int(info.get("num_workers", self.num_workers))
+        self.executor = str(info.get("executor", self.executor))
+        return described
+
+    def _remove_private_dir(self) -> None:
+        if self._private_dir is not None:
+            shutil.rmtree(self._private_dir, ignore_errors=True)
 
     def _adopt(self, described: dict[str, Any]) -> None:
         descs = list(described.values())
@@ -215,9 +247,9 @@ class Pool:
                 self._recv.fail_waiter(err)
             await self._coord.aclose()
         else:
-            shutil.rmtree(self._private_dir, ignore_errors=True)
+            self._remove_private_dir()
 
-    def _core(self) -> Coordinator:
+    def _core(self) -> Coordinator | RemoteCoordinator:
         if self.closed:
             raise PoolClosed("the pool is closed")
         if self._coord is None or not hasattr(self, "_recv"):
@@ -232,7 +264,7 @@ class Pool:
 
     # ------------------------------------------------------------ dispatch helpers
 
-    def _claim(self, env_ids: Any) -> tuple[Coordinator, np.ndarray]:
+    def _claim(self, env_ids: Any) -> tuple[Coordinator | RemoteCoordinator, np.ndarray]:
         coord = self._core()
         ids = self._ids(env_ids)
         coord.sched.claim(ids)
@@ -502,7 +534,9 @@ async def make(env: Any, num_envs: int | None = None, **options: Any) -> Pool:
             worker's) end their episodes the same way with ``info["env_replaced"]`` True.
         max_concurrency: at most this many steps/resets running at once across the pool (e.g. an upstream
             rate limit); the rest wait, in order, and their deadlines start when they are sent.
-        endpoint: reserved for remote servers.
+        endpoint: ``"tcp://host:port"`` of an ``aioenv serve`` server: the same pool, run by the server's
+            workers (``env`` must then be a name: a gymnasium id or ``"pkg.module:factory"``). The server
+            picks ``num_workers`` and ``executor`` when they are not given.
     """
     pool = Pool(env, num_envs, **options)
     return await pool.start()

@@ -71,13 +71,17 @@ class Op:
     RESET = "reset"  # coordinator -> worker: {"env": [ids], "seed": [..], "opt": dict|None}
     CALL = "call"  # coordinator -> worker: {"env": [ids], "kind": call|get|set, "name", "args", "kw", "values"}
     DROP = "drop"  # coordinator -> worker: {"env": [ids]} close and forget these envs
-    CANCEL = "cancel"  # coordinator -> worker: {"env": [ids], "ended": bool} give up their requests, replace them
-    CLOSE = "close"  # coordinator -> worker: close all envs and exit
-    RESULT = "result"  # worker -> coordinator: reply to any request with the same "id"; a reply to
-    # STEP/RESET from a thread/async worker may carry only some rows ("rows": indices into the request)
+    CANCEL = "cancel"  # coordinator -> worker: {"env": [ids], "ended": [ids]} give up their requests, replace them
+    CLOSE = "close"  # coordinator -> worker: close all envs and exit (server: close the client's pool)
+    RESULT = "result"  # reply to any request with the same "id"; rows of STEP/RESET may come in several:
+    # from a thread/async worker with "multi" ([[id, [rows]], ...]), from a server with "pos" (positions)
     ERROR = "error"  # either way: the request failed as a whole ({"error": to_wire(...)})
     PING = "ping"
     PONG = "pong"
+    # client <-> server (aioenv serve)
+    OPEN = "open"  # client -> server: {"env": name, "n": num_envs, "kw": env_kwargs, "opt": pool options, "client"}
+    EVENT = "event"  # server -> client: {"ev": "remade", "env": [ids]} (envs re-made after a crash or deadline)
+    STATUS = "status"  # anyone -> server: the server's state (sessions, envs, limits)
 
 
 # ---------------------------------------------------------------- msgpack values

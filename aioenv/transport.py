@@ -20,7 +20,7 @@ import zmq
 
 from aioenv.zmqio import has_input, recv_frames, send_frames
 
-__all__ = ["Router"]
+__all__ = ["Dealer", "Router"]
 
 #: Messages handled per drain before yielding to the loop (fairness under flood).
 _DRAIN_BATCH = 512
@@ -85,5 +85,56 @@ class Router:
             return
         self._closed = True
         with contextlib.suppress(Exception):  # the loop may already be closed
+            self._loop.remove_reader(self._fd)
+        self.sock.close(linger=0)
+
+
+class Dealer:
+    """A connected DEALER socket (a client of an aioenv server) whose messages go to ``on_message(frames)``.
+
+    Driven like :class:`Router`: ``loop.add_reader`` on ZeroMQ's descriptor, non-blocking drains.
+    """
+
+    def __init__(self, endpoint: str, identity: bytes, on_message: Callable[[list[zmq.Frame]], None]) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.IDENTITY, identity)
+        self.sock.setsockopt(zmq.SNDHWM, 0)
+        self.sock.setsockopt(zmq.RCVHWM, 0)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(endpoint)
+        self.endpoint = endpoint
+        self._on_message = on_message
+        self._scheduled = False
+        self._closed = False
+        self._fd: int = self.sock.getsockopt(zmq.FD)
+        self._loop.add_reader(self._fd, self._drain)
+
+    def send(self, frames: Sequence[Any]) -> None:
+        """Queue one message for the server (ZeroMQ sends it once connected)."""
+        send_frames(self.sock, frames)
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._scheduled = False
+        if self._closed:
+            return
+        for _ in range(_DRAIN_BATCH):
+            if not has_input(self.sock):
+                return
+            self._on_message(recv_frames(self.sock, zmq.NOBLOCK))
+            if self._closed:
+                return
+        self._scheduled = True
+        self._loop.call_soon(self._drain)
+
+    def close(self) -> None:
+        """Stop reading and close the socket (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
             self._loop.remove_reader(self._fd)
         self.sock.close(linger=0)

@@ -233,7 +233,9 @@ class AioVecEnv(VecEnv):
         The request carries ``inline`` when ``plain``, else ``pickled`` goes through a file of the pool's
         private directory (see :class:`aioenv.compat.Transfer`; every file is gone when this returns)."""
         ids = [int(i) for i in self._get_indices(indices)]
-        with Transfer(self.pool.pool._private_dir) as transfer:
+        private_dir = self.pool.pool._private_dir
+        assert private_dir is not None, "AioVecEnv takes env factories: its pool is always local"
+        with Transfer(private_dir) as transfer:
             fields = transfer.payload(inline, pickled, plain=plain)
             return transfer.decode(self.pool.call(HELPER_NAME, op, name, fields, env_ids=ids))
 

@@ -1,0 +1,44 @@
+"""Logging for ``aioenv serve``: plain lines for people, or one JSON object per line (``--log-json``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+__all__ = ["JsonFormatter", "configure_logging"]
+
+
+class JsonFormatter(logging.Formatter):
+    """``{"time", "level", "logger", "message", ...}`` per record; ``extra=`` fields are kept."""
+
+    _STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+
+    def format(self, record: logging.LogRecord) -> str:
+        """One JSON line."""
+        out: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in record.__dict__.items():
+            if key not in self._STANDARD and not key.startswith("_"):
+                out[key] = value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def configure_logging(level: str = "INFO", *, json_lines: bool = False) -> None:
+    """Log to stderr at ``level``, as plain lines or JSON lines."""
+    handler = logging.StreamHandler(sys.stderr)
+    if json_lines:
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())

@@ -1,0 +1,228 @@
+"""The client side of a remote pool: ``await aioenv.make("CartPole-v1", 8, endpoint="tcp://host:5555")``.
+
+A :class:`RemoteCoordinator` stands where a :class:`~aioenv.coordinator.Coordinator` stands for a
+local pool, so :class:`~aioenv.pool.Pool` keeps every check, sink and result assembly and behaves
+the same. Each call is one message to the server (``aioenv serve``, :mod:`aioenv.server`), whose own
+coordinator runs it on its workers (deadlines, crash recovery and the concurrency limit happen
+there) and relays rows back as they finish, at their positions in the call (:mod:`aioenv.partwire`).
+
+Liveness: the client sends PING every ``HEARTBEAT`` seconds; a server that says nothing for
+``SERVER_TIMEOUT`` seconds (wrong address, down, unreachable) is given up: requests in flight fail
+with :class:`~aioenv.errors.ConnectionLost` and so does every later call. The server likewise
+releases the envs of a client it has not heard from (``aioenv serve --client-timeout``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import zmq
+
+from aioenv.errors import AioEnvError, ConnectionLost, PoolClosed, ProtocolError, from_wire
+from aioenv.partwire import decode_part
+from aioenv.protocol import Op, decode, encode
+from aioenv.results import Part
+from aioenv.scheduler import Scheduler
+from aioenv.transport import Dealer
+
+__all__ = ["CLIENT_ID", "HEARTBEAT", "SERVER_TIMEOUT", "RemoteCoordinator"]
+
+log = logging.getLogger("aioenv.remote")
+
+#: Seconds between the client's PINGs.
+HEARTBEAT = 1.0
+#: A server silent for this long (seconds) is given up.
+SERVER_TIMEOUT = 10.0
+#: This process's id as a client (per-client limits on the server count every pool it opens).
+CLIENT_ID = f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+_OPS = {"step": Op.STEP, "reset": Op.RESET, "call": Op.CALL}
+
+
+class RemoteCoordinator:
+    """Requests of one :class:`~aioenv.pool.Pool` to an aioenv server (see the module docstring).
+
+    Args:
+        endpoint: the server, ``"tcp://host:port"``.
+        num_envs: envs in the pool.
+        env: the env's name (a gymnasium id or ``"pkg.module:factory"``): only names cross the network.
+        env_kwargs: keyword arguments for the env.
+        options: the pool's options for the server (autoreset mode, executor, deadlines, ...).
+        on_remade: called with env ids the server re-made after a crash or a deadline.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        num_envs: int,
+        env: str,
+        env_kwargs: dict[str, Any] | None,
+        options: dict[str, Any],
+        *,
+        on_remade: Callable[[np.ndarray], None],
+    ) -> None:
+        self.endpoint = endpoint
+        self.sched = Scheduler(num_envs)
+        self.sched.place(1)
+        self.env = env
+        self.env_kwargs = dict(env_kwargs or {})
+        self.options = options
+        self.on_remade = on_remade
+        self.loop = asyncio.get_running_loop()
+        self.closing = False
+        self.lost: ConnectionLost | None = None
+        self._calls: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._next_call = -1  # open/close ids are negative: never a request id
+        self._dealer: Dealer | None = None
+        self._beat: asyncio.TimerHandle | None = None
+        self._last_heard = self.loop.time()
+
+    # ------------------------------------------------------------ start and stop
+
+    async def start(self, num_workers: int | None) -> dict[str, Any]:
+        """Ask the server to open the pool; returns the env description (spaces, metadata)."""
+        identity = f"{CLIENT_ID}-{uuid.uuid4().hex[:8]}".encode()
+        self._dealer = Dealer(self.endpoint, identity, self._on_message)
+        self._last_heard = self.loop.time()
+        self._beat = self.loop.call_later(HEARTBEAT, self._heartbeat)
+        fields = {"env": self.env, "n": self.sched.num_envs, "kw": self.env_kwargs, "client": CLIENT_ID}
+        fields["opt"] = {**self.options, "num_workers": num_workers}
+        reply = await self._call(Op.OPEN, fields)
+        return dict(reply.get("spaces") or {})
+
+    async def _call(self, op: str, fields: dict[str, Any]) -> dict[str, Any]:
+        if self.lost is not None:
+            raise self.lost
+        assert self._dealer is not None
+        call_id = self._next_call
+        self._next_call -= 1
+        fut: asyncio.Future[dict[str, Any]] = self.loop.create_future()
+        self._calls[call_id] = fut
+        self._dealer.send(encode(op, {**fields, "id": call_id}))
+        try:
+            return await fut
+        finally:
+            self._calls.pop(call_id, None)
+
+    async def aclose(self, grace: float = 5.0) -> None:
+        """Close the pool on the server (its envs and workers), fail what is in flight; idempotent."""
+        if self.closing:
+            return
+        self.closing = True
+        if self._beat is not None:
+            self._beat.cancel()
+        if self._dealer is not None and self.lost is None:
+            with contextlib.suppress(AioEnvError, TimeoutError):
+                await asyncio.wait_for(self._call(Op.CLOSE, {}), grace)
+        self._fail_all(lambda: PoolClosed("the pool was closed while the request was in flight"))
+        if self._dealer is not None:
+            self._dealer.close()
+
+    # ------------------------------------------------------------ requests
+
+    def submit(self, kind: str, env_ids: np.ndarray, sink: Any, build: Any, *, timeout: float | None = None) -> None:
+        """Send one request covering ``env_ids`` (already claimed); rows come back to ``sink``."""
+        if self.lost is not None:
+            self.sched.release(env_ids)
+            raise self.lost
+        if self.closing:
+            self.sched.release(env_ids)
+            raise PoolClosed("the pool is closed")
+        positions = np.arange(env_ids.size)
+        req = self.sched.open(0, kind, env_ids, sink=sink, positions=positions)
+        fields, arrays = build(req)
+        fields["id"] = req.id
+        fields["env"] = env_ids.tolist()
+        if timeout is not None:
+            fields["to"] = float(timeout)
+        assert self._dealer is not None
+        self._dealer.send(encode(_OPS[kind], fields, arrays))
+
+    def _on_message(self, frames: list[zmq.Frame]) -> None:
+        try:
+            header, arrays = decode(frames)
+        except ProtocolError as exc:
+            log.error("malformed message from the server at %s: %s", self.endpoint, exc)
+            return
+        self._last_heard = self.loop.time()
+        op = header["op"]
+        req_id = header.get("id")
+        if op == Op.PONG:
+            return
+        if op == Op.EVENT:
+            if header.get("ev") == "remade":
+                self.on_remade(np.asarray(header.get("env") or [], dtype=np.int64))
+            return
+        call = self._calls.get(req_id) if isinstance(req_id, int) else None
+        if call is not None:
+            if call.done():
+                return
+            if op == Op.ERROR:
+                call.set_exception(from_wire(header.get("error")))
+            else:
+                call.set_result(header)
+            return
+        try:
+            self._rows(op, header, arrays)
+        except (ValueError, TypeError, KeyError, IndexError, ProtocolError) as exc:
+            log.error("malformed reply from the server at %s: %s", self.endpoint, exc)
+
+    def _rows(self, op: str, header: dict[str, Any], arrays: list[Any]) -> None:
+        req_id = header.get("id")
+        if op == Op.ERROR:  # the request failed as a whole: every row not answered yet
+            req = self.sched.finish(req_id)
+            if req is not None:
+                err = from_wire(header.get("error"))
+                req.sink.deliver(Part.failed(req.env_ids, lambda e: _for_env(err, e)), req.positions)
+            return
+        pos = np.asarray(header["pos"], dtype=np.int64).reshape(-1)
+        req = self.sched.finish_rows(req_id, pos)
+        if req is None:
+            return
+        req.sink.deliver(decode_part(header, arrays, req.env_ids[pos]), pos)
+
+    # ------------------------------------------------------------ liveness
+
+    def _heartbeat(self) -> None:
+        if self.closing or self.lost is not None or self._dealer is None:
+            return
+        silent = self.loop.time() - self._last_heard
+        if silent > SERVER_TIMEOUT:
+            self.lost = ConnectionLost(
+                f"the aioenv server at {self.endpoint} has not answered for {silent:.0f} s "
+                "(wrong address, server down or unreachable); the pool is unusable"
+            )
+            log.error("%s", self.lost)
+            lost = self.lost
+            self._fail_all(lambda: lost)
+            for fut in list(self._calls.values()):
+                if not fut.done():
+                    fut.set_exception(lost)
+            return
+        with contextlib.suppress(zmq.ZMQError):
+            self._dealer.send(encode(Op.PING, {"id": 0}))
+        self._beat = self.loop.call_later(HEARTBEAT, self._heartbeat)
+
+    def _fail_all(self, make_error: Callable[[], AioEnvError]) -> None:
+        for req in self.sched.drain():
+            if req.sink is not None:
+                err = make_error()
+                req.sink.deliver(Part.failed(req.env_ids, lambda e, err=err: _for_env(err, e)), req.positions)
+
+
+def _for_env(err: AioEnvError, env_id: int) -> AioEnvError:
+    """``err`` for one env (a copy with its env id when it named none)."""
+    if err.env_id == env_id:
+        return err
+    copy = type(err).__new__(type(err))
+    copy.__dict__.update(err.__dict__)
+    copy.args = err.args
+    copy.env_id = env_id
+    return copy

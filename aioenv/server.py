@@ -1,0 +1,409 @@
+"""``aioenv serve``: a standalone coordinator that many clients share over tcp.
+
+Each client pool (``aioenv.make(..., endpoint="tcp://host:5555")``, see :mod:`aioenv.remote`) is a
+*session*: the server makes its envs with a :class:`~aioenv.coordinator.Coordinator` of its own
+(local worker processes), so sessions are isolated from each other (a crash, a deadline or a flood
+in one never touches another) and a session has exactly the semantics of an embedded pool. The
+server relays each request to the session's coordinator and the rows back as they finish
+(:mod:`aioenv.partwire`).
+
+Admission: env sources are names only (a gymnasium id or ``"pkg.module:factory"``), checked against
+``allow`` patterns (``fnmatch``); ``max_envs`` (all sessions) and ``max_envs_per_client`` (the pools
+of one client process) bound what may be made, beyond them :class:`~aioenv.errors.CapacityError`.
+
+Liveness: a session the server has not heard from for ``client_timeout`` seconds (clients PING
+every second) is closed and its envs released. Garbage on the port never stops the server: a
+malformed message is answered with a ``ProtocolError`` when its sender can be told, and dropped.
+Shutdown (SIGTERM/SIGINT on ``aioenv serve``): every session is closed (requests in flight are
+answered with ``PoolClosed``), every worker stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fnmatch
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import zmq
+
+from aioenv import spaces
+from aioenv._version import __version__
+from aioenv.coordinator import Coordinator
+from aioenv.errors import AioEnvError, CapacityError, PoolClosed, ProtocolError, UsageError, relay_wire
+from aioenv.partwire import encode_part
+from aioenv.protocol import Op, decode, encode, leaves_from_wire, leaves_to_wire
+from aioenv.protocol_version import PROTOCOL_VERSION
+from aioenv.results import Part
+from aioenv.scheduler import Request
+from aioenv.sources import parse_sources
+from aioenv.transport import Router
+
+__all__ = ["Server", "ServerConfig"]
+
+log = logging.getLogger("aioenv.server")
+
+_EXECUTORS = ("inline", "thread", "async")
+_MODES = ("next_step", "same_step", "disabled")
+_KINDS = {Op.STEP: "step", Op.RESET: "reset", Op.CALL: "call"}
+
+
+@dataclass
+class ServerConfig:
+    """What ``aioenv serve`` was told (see ``aioenv serve --help``)."""
+
+    bind: str = "tcp://0.0.0.0:5555"
+    executor: str = "inline"
+    workers: int | None = None
+    max_envs: int | None = None
+    max_envs_per_client: int | None = None
+    allow: Sequence[str] = ()
+    client_timeout: float = 10.0
+
+
+@dataclass(eq=False)
+class _Session:
+    identity: bytes
+    client: str
+    env: str
+    num_envs: int
+    coord: Coordinator
+    last_seen: float
+    opened: float = field(default_factory=time.time)
+
+
+class _Relay:
+    """A sink of the session's coordinator that sends rows to the client as they arrive."""
+
+    __slots__ = ("identity", "req_id", "server")
+
+    def __init__(self, server: Server, identity: bytes, req_id: int) -> None:
+        self.server = server
+        self.identity = identity
+        self.req_id = req_id
+
+    def deliver(self, part: Part, positions: np.ndarray) -> None:
+        self.server.send(self.identity, encode_part(self.req_id, part, positions))
+
+    def fail(self, exc: BaseException) -> None:
+        err = exc if isinstance(exc, AioEnvError) else PoolClosed(str(exc))
+        self.server.send(self.identity, encode(Op.ERROR, {"id": self.req_id, "error": relay_wire(err)}))
+
+
+class Server:
+    """The server's sessions behind one ROUTER socket; see the module docstring."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.sessions: dict[bytes, _Session] = {}
+        self._opening: dict[bytes, tuple[str, int]] = {}  # identity -> (client, envs) while being made
+        self._tasks: set[asyncio.Future[Any]] = set()
+        self._router: Router | None = None
+        self.started = time.time()
+        self.protocol_errors = 0
+        self.closing = False
+
+    @property
+    def endpoint(self) -> str:
+        """The address bound (with the port chosen, if it was 0)."""
+        assert self._router is not None
+        return self._router.endpoint
+
+    async def start(self) -> None:
+        """Bind and start serving."""
+        self._router = Router(self.config.bind, self._on_message)
+        self._router.sock.setsockopt(zmq.MAXMSGSIZE, 1 << 30)  # a hostile peer cannot make us buffer more
+        self._reaper = asyncio.get_running_loop().call_later(1.0, self._reap)
+        log.info("aioenv server listening on %s (protocol %d, aioenv %s)", self.endpoint, PROTOCOL_VERSION, __version__)
+
+    async def aclose(self) -> None:
+        """Close every session (in-flight requests get PoolClosed), stop every worker, unbind; idempotent."""
+        if self.closing:
+            return
+        self.closing = True
+        self._reaper.cancel()
+        sessions = list(self.sessions.values())
+        self.sessions.clear()
+        await asyncio.gather(*(s.coord.aclose() for s in sessions), return_exceptions=True)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._router is not None:
+            self._router.close()
+        log.info("aioenv server stopped (%d sessions closed)", len(sessions))
+
+    def send(self, identity: bytes, frames: list[Any]) -> None:
+        """Send to a client; a client that is gone is dropped silently (its session will be reaped)."""
+        if self._router is None:
+            return
+        with contextlib.suppress(zmq.ZMQError):  # the socket is closed (shutdown)
+            self._router.send(identity, frames)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ------------------------------------------------------------ messages
+
+    def _on_message(self, identity: bytes, frames: list[zmq.Frame]) -> None:
+        req_id: Any = None
+        try:
+            header, arrays = decode(frames)
+            req_id = header.get("id")
+            op = header["op"]
+            session = self.sessions.get(identity)
+            if session is not None:
+                session.last_seen = time.monotonic()
+            if op == Op.PING:
+                self.send(identity, encode(Op.PONG, {"id": req_id}))
+            elif op in _KINDS:
+                if session is None:
+                    raise UsageError("this client has no open pool on the server (it was closed or timed out)")
+                self._submit(session, _KINDS[op], header, arrays)
+            elif op == Op.OPEN:
+                self._spawn(self._open(identity, req_id, header))
+            elif op == Op.CLOSE:
+                self._spawn(self._close(identity, req_id))
+            elif op == Op.STATUS:
+                self.send(identity, encode(Op.RESULT, {"id": req_id, **self.status()}))
+            else:
+                raise ProtocolError(f"unknown op {op!r} for an aioenv server")
+        except AioEnvError as exc:
+            if isinstance(exc, ProtocolError):
+                self.protocol_errors += 1
+                log.warning("protocol error from client %r: %s", identity[:40], exc)
+            self._refuse(identity, req_id, exc)
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            self.protocol_errors += 1
+            err = ProtocolError(f"malformed request: {type(exc).__name__}: {exc}")
+            log.warning("protocol error from client %r: %s", identity[:40], err)
+            self._refuse(identity, req_id, err)
+
+    def _refuse(self, identity: bytes, req_id: Any, err: AioEnvError) -> None:
+        """Answer a request (or a message too broken to have an id) with an error."""
+        fields = {"id": req_id if isinstance(req_id, int) else None, "error": relay_wire(err)}
+        self.send(identity, encode(Op.ERROR, fields))
+
+    def _submit(self, session: _Session, kind: str, header: dict[str, Any], arrays: list[np.ndarray]) -> None:
+        coord = session.coord
+        req_id = header["id"]
+        if not isinstance(req_id, int):
+            raise ProtocolError(f"request id must be an int, got {req_id!r}")
+        ids = coord.sched.resolve(header["env"])
+        timeout = header.get("to")
+        if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise ProtocolError(f"'to' must be a positive number of seconds, got {timeout!r}")
+        build = _builder(kind, header, arrays, ids.size)
+        coord.sched.claim(ids)
+        coord.submit(kind, ids, _Relay(self, session.identity, req_id), build, timeout=timeout)
+
+    # ------------------------------------------------------------ sessions
+
+    async def _open(self, identity: bytes, req_id: Any, header: dict[str, Any]) -> None:
+        try:
+            reply = await self._make_session(identity, header)
+        except AioEnvError as exc:
+            log.info("refused a pool for client %r: %s", identity[:40], exc.message)
+            self.send(identity, encode(Op.ERROR, {"id": req_id, "error": relay_wire(exc)}))
+        except (KeyError, TypeError, ValueError) as exc:
+            err = UsageError(f"cannot open the pool: {exc}")
+            log.info("refused a pool for client %r: %s", identity[:40], err.message)
+            self.send(identity, encode(Op.ERROR, {"id": req_id, "error": relay_wire(err)}))
+        else:
+            self.send(identity, encode(Op.RESULT, {"id": req_id, **reply}))
+
+    async def _make_session(self, identity: bytes, header: dict[str, Any]) -> dict[str, Any]:
+        if self.closing:
+            raise PoolClosed("the server is shutting down")
+        if identity in self.sessions or identity in self._opening:
+            raise UsageError("this client connection already has a pool")
+        env, n, client = header.get("env"), header.get("n"), str(header.get("client", ""))
+        if not isinstance(env, str) or not env:
+            raise UsageError(f"env must be a name (a gymnasium id or 'pkg.module:factory'), got {env!r}")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise UsageError(f"num_envs must be a positive int, got {n!r}")
+        allow = list(self.config.allow)
+        if allow and not any(fnmatch.fnmatchcase(env, pattern) for pattern in allow):
+            raise UsageError(f"env {env!r} is not allowed on this server (allowed: {', '.join(allow)})")
+        self._admit(client, n)
+        opt = dict(header.get("opt") or {})
+        kwargs = header.get("kw") or {}
+        if not isinstance(kwargs, dict):
+            raise UsageError(f"env_kwargs must be a map, got {type(kwargs).__name__}")
+        mode = _choice("autoreset_mode", opt.get("autoreset", "next_step"), _MODES)
+        executor = _choice("executor", opt.get("executor") or self.config.executor, _EXECUTORS)
+        on_timeout = _choice("on_timeout", opt.get("on_timeout", "error"), ("error", "truncate"))
+        workers = _count("num_workers", opt.get("num_workers")) or self.config.workers or min(n, _cpus())
+        workers = min(workers, n)
+        limit = _count("max_concurrency", opt.get("max_concurrency"))
+        sources, _ = parse_sources(env, n, kwargs, None)
+        self._opening[identity] = (client, n)
+        coord: Coordinator | None = None
+        try:
+            coord = Coordinator(
+                n,
+                sources,
+                Coordinator.private_directory(),
+                autoreset_mode=mode,
+                executor=executor,
+                on_remade=lambda ids: self.send(identity, encode(Op.EVENT, {"ev": "remade", "env": ids.tolist()})),
+                max_concurrency=limit,
+                on_timeout=on_timeout,
+            )
+            described = await coord.start(workers)
+        except BaseException:
+            if coord is not None:
+                await coord.aclose()
+            raise
+        finally:
+            self._opening.pop(identity, None)
+        if self.closing:
+            await coord.aclose()
+            raise PoolClosed("the server is shutting down")
+        self.sessions[identity] = _Session(identity, client, env, n, coord, time.monotonic())
+        log.info("client %s opened %d %s envs on %d %s workers", client or identity[:40], n, env, workers, executor)
+        return {"spaces": {**described, "_server": {"num_workers": workers, "executor": executor}}}
+
+    def _admit(self, client: str, n: int) -> None:
+        active = sum(s.num_envs for s in self.sessions.values()) + sum(k for _, k in self._opening.values())
+        limit = self.config.max_envs
+        if limit is not None and active + n > limit:
+            raise CapacityError(f"cannot make {n} more envs: {active} are active and the server allows {limit} in all")
+        per = self.config.max_envs_per_client
+        if per is not None:
+            mine = sum(s.num_envs for s in self.sessions.values() if s.client == client)
+            mine += sum(k for c, k in self._opening.values() if c == client)
+            if mine + n > per:
+                raise CapacityError(
+                    f"cannot make {n} more envs for this client: it has {mine} active and the server allows "
+                    f"{per} per client"
+                )
+
+    async def _close(self, identity: bytes, req_id: Any) -> None:
+        session = self.sessions.pop(identity, None)
+        if session is not None:
+            await session.coord.aclose()
+            log.info("client %s closed its %d %s envs", session.client, session.num_envs, session.env)
+        self.send(identity, encode(Op.RESULT, {"id": req_id}))
+
+    def _reap(self) -> None:
+        now = time.monotonic()
+        for identity, session in list(self.sessions.items()):
+            if now - session.last_seen > self.config.client_timeout:
+                del self.sessions[identity]
+                log.warning(
+                    "client %s silent for %.0f s: releasing its %d envs",
+                    session.client,
+                    now - session.last_seen,
+                    session.num_envs,
+                )
+                self._spawn(session.coord.aclose())
+        if not self.closing:
+            self._reaper = asyncio.get_running_loop().call_later(1.0, self._reap)
+
+    def status(self) -> dict[str, Any]:
+        """The server's state: sessions, clients, envs, limits."""
+        sessions = list(self.sessions.values())
+        return {
+            "version": __version__,
+            "protocol": PROTOCOL_VERSION,
+            "endpoint": self.endpoint,
+            "uptime": time.time() - self.started,
+            "sessions": len(sessions),
+            "clients": len({s.client for s in sessions}),
+            "envs": sum(s.num_envs for s in sessions),
+            "in_flight": sum(len(s.coord.sched.requests) for s in sessions),
+            "max_envs": self.config.max_envs,
+            "max_envs_per_client": self.config.max_envs_per_client,
+            "protocol_errors": self.protocol_errors,
+            "pools": [[s.client, s.env, s.num_envs] for s in sessions],
+        }
+
+
+async def serve(config: ServerConfig, ready: Any = None) -> None:
+    """Run a server until SIGTERM or SIGINT, then shut it down cleanly. ``ready(server)`` is called once
+    it listens."""
+    import signal
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    server = Server(config)
+    await server.start()
+    try:
+        if ready is not None:
+            ready(server)
+        await stop.wait()
+        log.info("shutting down: closing %d sessions", len(server.sessions))
+    finally:
+        await server.aclose()
+
+
+def _builder(kind: str, header: dict[str, Any], arrays: list[np.ndarray], n: int) -> Any:
+    """How to build each worker's share of a client's request (``req.positions`` index the client's rows)."""
+    if kind == "step":
+        leaves = leaves_from_wire(header["act"], arrays)
+        if any(leaf.shape[:1] != (n,) for leaf in leaves):
+            raise ProtocolError(f"a step for {n} envs carries actions of other lengths")
+        ilist = bool(header.get("ilist"))
+
+        def build_step(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
+            out: list[np.ndarray] = []
+            rows = spaces.take_rows(leaves, req.positions) if req.positions is not None else leaves
+            fields: dict[str, Any] = {"act": leaves_to_wire(rows, out)}
+            if ilist:
+                fields["ilist"] = True
+            return fields, out
+
+        return build_step
+    if kind == "reset":
+        seeds = header.get("seed") or [None] * n
+        if len(seeds) != n:
+            raise ProtocolError(f"a reset of {n} envs carries {len(seeds)} seeds")
+        options = header.get("opt")
+
+        def build_reset(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
+            pos = req.positions if req.positions is not None else range(n)
+            fields: dict[str, Any] = {"seed": [seeds[int(p)] for p in pos]}
+            if options is not None:
+                fields["opt"] = options
+            return fields, []
+
+        return build_reset
+    fixed: dict[str, Any] = {k: header[k] for k in ("kind", "name", "args", "kw") if k in header}
+    values = header.get("values")
+
+    def build_call(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
+        fields: dict[str, Any] = dict(fixed)
+        if values is not None:
+            fields["values"] = [values[int(p)] for p in (req.positions if req.positions is not None else range(n))]
+        return fields, []
+
+    return build_call
+
+
+def _choice(name: str, value: Any, allowed: Sequence[str]) -> str:
+    if value not in allowed:
+        raise UsageError(f"{name} must be one of {list(allowed)}, got {value!r}")
+    return str(value)
+
+
+def _count(name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def _cpus() -> int:
+    import os
+
+    return os.cpu_count() or 1

@@ -1,0 +1,48 @@
+"""Asking an aioenv server for its state (``aioenv status``)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import zmq
+
+from aioenv.errors import ProtocolError, from_wire
+from aioenv.protocol import Op, decode, encode
+from aioenv.transport import Dealer
+
+__all__ = ["fetch_status"]
+
+
+async def fetch_status(endpoint: str, timeout: float = 3.0) -> dict[str, Any]:
+    """The state of the server at ``endpoint`` (see :meth:`aioenv.server.Server.status`).
+
+    Raises:
+        TimeoutError: no answer within ``timeout`` seconds.
+        ProtocolError: the answer was not a status.
+    """
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[dict[str, Any]] = loop.create_future()
+
+    def on_message(frames: list[zmq.Frame]) -> None:
+        try:
+            header, _ = decode(frames)
+        except ProtocolError as exc:
+            if not answer.done():
+                answer.set_exception(exc)
+            return
+        if answer.done():
+            return
+        if header["op"] == Op.ERROR:
+            answer.set_exception(from_wire(header.get("error")))
+        else:
+            answer.set_result(header)
+
+    dealer = Dealer(endpoint, f"status-{uuid.uuid4().hex[:12]}".encode(), on_message)
+    try:
+        dealer.send(encode(Op.STATUS, {"id": 1}))
+        header = await asyncio.wait_for(answer, timeout)
+    finally:
+        dealer.close()
+    return {k: v for k, v in header.items() if k not in ("v", "op", "id")}

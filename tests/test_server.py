@@ -1,0 +1,355 @@
+"""``aioenv serve`` and remote pools, over real tcp, with the server in its own process.
+
+The server runs as a user runs it (``python -m aioenv.cli serve``); clients are pools in this
+process (``endpoint=``) or client processes of their own. Every test stops its server with SIGTERM
+and checks it exits 0 and leaves none of its worker processes behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import zmq
+
+import aioenv
+from aioenv import remote
+from aioenv.errors import CapacityError, ConnectionLost, EnvError, PoolClosed, StepTimeout, UsageError, WorkerCrashed
+from aioenv.protocol import Op, decode, encode, pack
+from aioenv.status import fetch_status
+from tests.conftest import HANG, process_gone
+from tests.scripts import ROOT
+
+PROBE = "tests.envs.faulty:make_probe"
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    stat = fh.read()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+class ServerProcess:
+    """``aioenv serve`` on a free local port; :meth:`stop` sends SIGTERM and checks a clean exit."""
+
+    def __init__(self, *args: str) -> None:
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        cmd = [sys.executable, "-m", "aioenv.cli", "serve", "--bind", "tcp://127.0.0.1:0", *args]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+        self.log: list[str] = []
+        deadline = time.monotonic() + HANG
+        assert self.proc.stderr is not None
+        while True:
+            line = self.proc.stderr.readline()
+            self.log.append(line)
+            found = re.search(r"listening on (tcp://\S+)", line)
+            if found:
+                self.endpoint = found.group(1)
+                break
+            assert line and time.monotonic() < deadline, f"the server did not start: {''.join(self.log)}"
+
+    def workers(self) -> list[int]:
+        """Pids of the server's worker processes."""
+        return _children(self.proc.pid)
+
+    def stop(self) -> None:
+        workers = self.workers()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(HANG)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+        rest = self.proc.stderr.read() if self.proc.stderr else ""
+        assert code == 0, f"the server exited with {code}:\n{''.join(self.log)}{rest}"
+        deadline = time.monotonic() + HANG
+        while not all(process_gone(pid) for pid in workers):
+            assert time.monotonic() < deadline, f"the server left workers behind: {workers}"
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def server() -> Iterator[ServerProcess]:
+    srv = ServerProcess()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def acts(*values: int) -> np.ndarray:
+    return np.array(values, dtype=np.int64)
+
+
+# ---------------------------------------------------------------- the same pool, over the network
+
+
+async def test_remote_pool_gives_the_embedded_trajectories(server: ServerProcess) -> None:
+    rng = np.random.default_rng(0)
+    actions = [rng.integers(0, 2, size=6) for _ in range(80)]
+    options: dict[str, Any] = {"seed": 3, "env_kwargs": {"max_episode_steps": 25}, "num_workers": 2}
+    async with (
+        aioenv.Pool("CartPole-v1", 6, endpoint=server.endpoint, **options) as remote_pool,
+        aioenv.Pool("CartPole-v1", 6, **options) as local_pool,
+    ):
+        assert remote_pool.observation_space == local_pool.observation_space
+        assert remote_pool.action_space == local_pool.action_space
+        for a, b in zip(await remote_pool.reset(), await local_pool.reset(), strict=True):
+            _same(a, b)
+        for action in actions:
+            got, expected = await remote_pool.step(action), await local_pool.step(action)
+            for a, b in zip(got, expected, strict=True):
+                _same(a, b)
+
+
+def _same(a: Any, b: Any) -> None:
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for key in a:
+            _same(a[key], b[key])
+    else:
+        np.testing.assert_array_equal(a, b, strict=True)
+
+
+async def test_remote_pool_api(server: ServerProcess) -> None:
+    async with aioenv.Pool(PROBE, 4, endpoint=server.endpoint, batch_size=2, seed=10) as pool:
+        assert pool.num_workers == 2 and pool.executor == "inline"
+        obs, info = await pool.reset()
+        assert info["env_id"].tolist() == [0, 1, 2, 3] and obs[:, 0].tolist() == [10, 11, 12, 13]
+        pool.send(acts(0, 1, 0, 1))
+        _, _, _, _, first = await pool.recv()
+        _, _, _, _, second = await pool.recv()
+        assert sorted([*first["env_id"].tolist(), *second["env_id"].tolist()]) == [0, 1, 2, 3]
+        result = await pool.step_env(2, 1)
+        assert result.env_id == 2 and result.obs[1] == 2
+        reset = await pool.reset_env(3, seed=99)
+        assert reset.obs[0] == 99 and reset.info["pid"] > 0
+        assert await pool.get_attr("tag") == [0, 0, 0, 0]
+        await pool.set_attr("tag", [1, 2, 3, 4])
+        assert await pool.get_attr("tag", env_ids=[3, 0]) == [4, 1]
+        assert await pool.call("get_wrapper_attr", "tag", env_ids=[1]) == [2]
+        with pytest.raises(UsageError, match="already has a request in flight"):
+            pool.step_env(0, 0)
+            pool.step_env(0, 0)
+        await asyncio.sleep(0.2)
+
+
+async def test_sync_pool_with_endpoint(server: ServerProcess) -> None:
+    def run() -> list[float]:
+        with aioenv.SyncPool("CartPole-v1", 2, endpoint=server.endpoint, seed=0) as pool:
+            pool.reset()
+            return pool.step(acts(1, 0))[1].tolist()
+
+    assert await asyncio.to_thread(run) == [1.0, 1.0]
+
+
+# ---------------------------------------------------------------- failures cross the network intact
+
+
+async def test_env_errors_timeouts_and_crashes_reach_the_client(server: ServerProcess) -> None:
+    async with aioenv.Pool(
+        PROBE, 2, endpoint=server.endpoint, num_workers=2, step_timeout=1.0, env_kwargs={"fail_at": 2}
+    ) as pool:
+        _, info = await pool.reset(seed=0)
+        await pool.step(acts(0, 0))
+        with pytest.raises(EnvError) as caught:
+            await pool.step(acts(0, 0))
+        err = caught.value
+        assert err.remote_type == "RuntimeError" and "boom" in err.remote_message
+        assert "explode_on_purpose" in err.remote_traceback  # the worker's traceback, through the server
+        assert err.partial is None or err.errors.keys() == {0, 1}
+        await pool.reset(seed=0)
+        with pytest.raises(StepTimeout):
+            await pool.step(acts(2, 0), env_ids=[0, 1])  # the slow action overruns the deadline
+        _, info = await pool.reset()
+        os.kill(int(info["pid"][1]), signal.SIGKILL)  # the server's worker hosting env 1
+        with pytest.raises((WorkerCrashed, UsageError)):
+            await pool.step(acts(0), env_ids=[1])
+            await asyncio.sleep(HANG)
+
+
+# ---------------------------------------------------------------- sessions, admission, liveness
+
+
+async def test_two_clients_are_isolated(server: ServerProcess) -> None:
+    async with aioenv.Pool(PROBE, 2, endpoint=server.endpoint, seed=0) as a:
+        b = await aioenv.make(PROBE, 3, endpoint=server.endpoint, seed=100)
+        await a.reset()
+        obs_b, _ = await b.reset()
+        assert obs_b[:, 0].tolist() == [100, 101, 102]
+        state = await fetch_status(server.endpoint)
+        assert state["sessions"] == 2 and state["envs"] == 5
+        await b.aclose()
+        obs, *_ = await a.step(acts(1, 1))
+        assert obs[:, 1].tolist() == [1, 1]
+        assert (await fetch_status(server.endpoint))["envs"] == 2
+
+
+def test_allow_env_and_names_only() -> None:
+    srv = ServerProcess("--allow-env", "CartPole-*", "--allow-env", "tests.envs.*")
+    try:
+
+        async def main() -> None:
+            with pytest.raises(UsageError, match=r"'Acrobot-v1' is not allowed .*CartPole-\*"):
+                await aioenv.make("Acrobot-v1", 2, endpoint=srv.endpoint)
+            async with aioenv.Pool("CartPole-v1", 2, endpoint=srv.endpoint) as pool:
+                await pool.reset()
+
+        aioenv.run(main())
+        with pytest.raises(TypeError, match="names only"):
+            aioenv.Pool(lambda: None, 2, endpoint=srv.endpoint)
+    finally:
+        srv.stop()
+
+
+def test_capacity_limits_name_the_counts() -> None:
+    srv = ServerProcess("--max-envs", "6", "--max-envs-per-client", "4")
+    try:
+
+        async def main() -> None:
+            async with aioenv.Pool("CartPole-v1", 4, endpoint=srv.endpoint):
+                with pytest.raises(CapacityError, match="it has 4 active and the server allows 4 per client"):
+                    await aioenv.make("CartPole-v1", 1, endpoint=srv.endpoint)
+            async with aioenv.Pool("CartPole-v1", 4, endpoint=srv.endpoint):
+                other = _client_process(srv.endpoint, 3)  # another client: the total limit applies
+                out, _ = other.communicate(timeout=HANG)
+                assert "CapacityError" in out and "4 are active and the server allows 6" in out
+
+        aioenv.run(main())
+    finally:
+        srv.stop()
+
+
+def _client_process(endpoint: str, n: int, *, hold: bool = False) -> subprocess.Popen[str]:
+    code = (
+        "import asyncio, sys, aioenv\n"
+        "async def main():\n"
+        f"    pool = await aioenv.make('CartPole-v1', {n}, endpoint={endpoint!r})\n"
+        "    await pool.reset()\n"
+        "    print('ready', flush=True)\n"
+        f"    await asyncio.sleep({3600 if hold else 0})\n"
+        "try:\n"
+        "    aioenv.run(main())\n"
+        "except aioenv.AioEnvError as exc:\n"
+        "    print(type(exc).__name__, exc, flush=True)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+
+
+def test_a_client_that_dies_has_its_envs_released() -> None:
+    srv = ServerProcess("--client-timeout", "1")
+    try:
+        client = _client_process(srv.endpoint, 3, hold=True)
+        assert client.stdout is not None and client.stdout.readline().strip() == "ready"
+        workers = srv.workers()
+        assert len(workers) == 2
+        client.kill()  # no goodbye: only the missing heartbeats tell
+        client.wait()
+        deadline = time.monotonic() + HANG
+        while aioenv.run(fetch_status(srv.endpoint))["envs"] != 0:
+            assert time.monotonic() < deadline, "the dead client's envs were never released"
+            time.sleep(0.2)
+        while not all(process_gone(pid) for pid in workers):
+            assert time.monotonic() < deadline, "the dead client's workers were never stopped"
+            time.sleep(0.05)
+    finally:
+        srv.stop()
+
+
+async def test_a_server_that_never_answers_fails_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(remote, "HEARTBEAT", 0.1)
+    monkeypatch.setattr(remote, "SERVER_TIMEOUT", 0.5)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ConnectionLost, match="has not answered"):
+        await aioenv.make("CartPole-v1", 2, endpoint=f"tcp://127.0.0.1:{port}")
+
+
+async def test_server_shutdown_answers_requests_in_flight(tmp_path: Path) -> None:
+    srv = ServerProcess()
+    try:
+        pool = await aioenv.make(PROBE, 2, endpoint=srv.endpoint, env_kwargs={"slow_seconds": 60})
+        await pool.reset()
+        pending = pool.step_env(0, 2)  # slow: still running when the server is told to stop
+        await asyncio.sleep(0.5)
+        srv.proc.send_signal(signal.SIGTERM)
+        with pytest.raises(PoolClosed):
+            await asyncio.wait_for(pending, HANG)
+        await pool.aclose()
+    finally:
+        srv.stop()
+
+
+# ---------------------------------------------------------------- garbage on the port
+
+
+async def test_garbage_never_stops_the_server(server: ServerProcess) -> None:
+    host, port = server.endpoint.removeprefix("tcp://").split(":")
+    with socket.create_connection((host, int(port))) as raw:  # not even ZeroMQ
+        raw.sendall(os.urandom(4096))
+    ctx = zmq.Context.instance()
+    peer = ctx.socket(zmq.DEALER)
+    peer.setsockopt(zmq.LINGER, 0)
+    peer.setsockopt(zmq.RCVTIMEO, int(HANG * 1000))
+    peer.connect(server.endpoint)
+    try:
+        replies = []
+        for frames in (
+            [b"\xc1 not msgpack"],  # malformed header
+            [pack({"v": 999, "op": "status", "id": 5})],  # another protocol version
+            encode(Op.STEP, {"id": 7, "env": [0]}),  # a step without a pool
+            encode("dance", {"id": 8}),  # an unknown op
+            [pack({"v": 1, "op": "status", "id": 9}), b"stray frame"],  # a frame nobody describes
+        ):
+            peer.send_multipart(frames)
+            header, _ = decode(peer.recv_multipart())
+            replies.append(header)
+        assert [r["op"] for r in replies] == [Op.ERROR] * 5
+        assert "version" in replies[1]["error"]["message"] and "999" in replies[1]["error"]["message"]
+        assert replies[2]["id"] == 7 and "no open pool" in replies[2]["error"]["message"]
+        assert replies[3]["error"]["kind"] == "ProtocolError"
+    finally:
+        peer.close()
+    async with aioenv.Pool("CartPole-v1", 2, endpoint=server.endpoint) as pool:  # and it still serves
+        await pool.reset()
+        await pool.step(acts(0, 1))
+    assert (await fetch_status(server.endpoint))["protocol_errors"] >= 4
+
+
+# ---------------------------------------------------------------- aioenv status
+
+
+def test_status_command(server: ServerProcess) -> None:
+    aioenv_cli = [sys.executable, "-m", "aioenv.cli"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    shown = subprocess.run([*aioenv_cli, "status", server.endpoint], capture_output=True, text=True, env=env)
+    assert shown.returncode == 0 and "clients / pools" in shown.stdout
+    quiet = subprocess.run([*aioenv_cli, "status", server.endpoint, "--quiet"], capture_output=True, env=env)
+    assert quiet.returncode == 0 and quiet.stdout == b""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    gone = subprocess.run([*aioenv_cli, "status", dead, "--quiet", "--timeout", "0.5"], capture_output=True, env=env)
+    assert gone.returncode == 1
