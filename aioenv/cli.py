@@ -1,5 +1,5 @@
 """The ``aioenv`` command line: ``demo`` (a real pool, what it did), ``bench`` (env-steps/s of a pool),
-``serve`` (a server many clients share) and ``status`` (the state of a server)."""
+``serve`` (a server many clients share), ``status`` (the state of a server) and ``keygen`` (CURVE keys)."""
 
 from __future__ import annotations
 
@@ -89,6 +89,12 @@ def bench(env: str, num_envs: int, seconds: float, num_workers: int | None) -> N
 @click.option("--max-envs-per-client", type=click.IntRange(1), default=None, help="envs of one client process")
 @click.option("--allow-env", "allow", multiple=True, help="env names clients may make (fnmatch pattern, repeatable)")
 @click.option("--client-timeout", type=click.FloatRange(0.5), default=10.0, show_default=True, help="seconds")
+@click.option(
+    "--auth",
+    type=click.Path(exists=True, file_okay=False),
+    default=None,
+    help="CURVE keys directory (aioenv keygen): admit only the public keys in it",
+)
 @click.option("--log-json", is_flag=True, help="one JSON object per log line")
 @click.option("--log-level", default="INFO", show_default=True)
 def serve(
@@ -99,6 +105,7 @@ def serve(
     max_envs_per_client: int | None,
     allow: tuple[str, ...],
     client_timeout: float,
+    auth: str | None,
     log_json: bool,
     log_level: str,
 ) -> None:
@@ -111,11 +118,31 @@ def serve(
     from aioenv.server import serve as run_server
 
     configure_logging(log_level, json_lines=log_json)
-    config = ServerConfig(bind, executor, workers, max_envs, max_envs_per_client, allow, client_timeout)
+    config = ServerConfig(bind, executor, workers, max_envs, max_envs_per_client, allow, client_timeout, auth)
     try:
         aioenv.run(run_server(config))
     except zmq_error() as exc:
         raise click.ClickException(f"cannot serve on {bind}: {exc}") from exc
+    except ValueError as exc:  # e.g. an --auth directory without the server's key
+        raise click.ClickException(str(exc)) from exc
+
+
+@main.command()
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--name", default="server", show_default=True, help="key name: NAME.key and NAME.key_secret")
+def keygen(directory: str, name: str) -> None:
+    """Write a CURVE key pair into DIRECTORY (for aioenv serve --auth DIRECTORY and its clients).
+
+    The server uses DIRECTORY/server.key_secret and admits every DIRECTORY/*.key; a client passes
+    curve_keys=("NAME.key_secret", "server.key").
+    """
+    from aioenv.auth import create_keys
+
+    try:
+        public, secret = create_keys(directory, name)
+    except (ValueError, FileExistsError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"public key: {public}\nkey pair (keep private): {secret}")
 
 
 @main.command()
@@ -123,14 +150,17 @@ def serve(
 @click.option("--timeout", type=click.FloatRange(0.1), default=3.0, show_default=True, help="seconds to wait")
 @click.option("--quiet", "-q", is_flag=True, help="print nothing: the exit code says whether the server answered")
 @click.option("--json", "as_json", is_flag=True, help="print the state as JSON")
-def status(endpoint: str, timeout: float, quiet: bool, as_json: bool) -> None:
+@click.option("--key", type=click.Path(exists=True, dir_okay=False), default=None, help="your .key_secret (--auth)")
+@click.option("--server-key", type=click.Path(exists=True, dir_okay=False), default=None, help="the server's .key")
+def status(endpoint: str, timeout: float, quiet: bool, as_json: bool, key: str | None, server_key: str | None) -> None:
     """Print the state of the aioenv server at ENDPOINT (tcp://HOST:PORT); exit 1 when it does not answer."""
     import json
 
     from aioenv.status import fetch_status
 
     try:
-        state = aioenv.run(fetch_status(endpoint, timeout))
+        keys = (key, server_key) if key and server_key else None
+        state = aioenv.run(fetch_status(endpoint, timeout, keys))
     except (aioenv.AioEnvError, TimeoutError, OSError) as exc:
         if quiet:
             sys.exit(1)

@@ -94,9 +94,18 @@ class Pool:
         on_timeout: str = "error",
         max_concurrency: int | None = None,
         endpoint: str | None = None,
+        curve_keys: tuple[str, str] | None = None,
     ) -> None:
         if endpoint is not None and not (isinstance(endpoint, str) and endpoint.startswith(("tcp://", "ipc://"))):
             raise ValueError(f"endpoint must be an aioenv server address such as 'tcp://host:5555', got {endpoint!r}")
+        if curve_keys is not None:
+            if endpoint is None:
+                raise ValueError("curve_keys are for a remote pool: give endpoint= too")
+            if not (isinstance(curve_keys, (tuple, list)) and len(curve_keys) == 2):
+                raise ValueError(
+                    f"curve_keys must be (your .key_secret file, the server's .key file), got {curve_keys!r}"
+                )
+        self._curve_keys = (str(curve_keys[0]), str(curve_keys[1])) if curve_keys is not None else None
         if executor is not None and executor not in _EXECUTORS:
             raise ValueError(f"executor must be one of {_EXECUTORS}, got {executor!r}")
         self._mode = _mode_name(autoreset_mode)
@@ -188,7 +197,13 @@ class Pool:
             "max_concurrency": self.max_concurrency,
         }
         remote = RemoteCoordinator(
-            endpoint, self.num_envs, self._env_name, self._env_kwargs, options, on_remade=self._on_remade
+            endpoint,
+            self.num_envs,
+            self._env_name,
+            self._env_kwargs,
+            options,
+            on_remade=self._on_remade,
+            curve_keys=self._curve_keys,
         )
         self._coord = remote
         described = await remote.start(self._asked_workers)
@@ -537,6 +552,8 @@ async def make(env: Any, num_envs: int | None = None, **options: Any) -> Pool:
         endpoint: ``"tcp://host:port"`` of an ``aioenv serve`` server: the same pool, run by the server's
             workers (``env`` must then be a name: a gymnasium id or ``"pkg.module:factory"``). The server
             picks ``num_workers`` and ``executor`` when they are not given.
+        curve_keys: for a server started with ``--auth``: ``(your .key_secret file, the server's .key file)``,
+            as written by ``aioenv keygen``.
     """
     pool = Pool(env, num_envs, **options)
     return await pool.start()

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import zmq
 
+from aioenv.auth import client_configurer
 from aioenv.errors import AioEnvError, ConnectionLost, PoolClosed, ProtocolError, from_wire
 from aioenv.partwire import decode_part
 from aioenv.protocol import Op, decode, encode
@@ -56,6 +57,7 @@ class RemoteCoordinator:
         env_kwargs: keyword arguments for the env.
         options: the pool's options for the server (autoreset mode, executor, deadlines, ...).
         on_remade: called with env ids the server re-made after a crash or a deadline.
+        curve_keys: ``(own .key_secret file, the server's .key file)`` for a server started with ``--auth``.
     """
 
     def __init__(
@@ -67,8 +69,10 @@ class RemoteCoordinator:
         options: dict[str, Any],
         *,
         on_remade: Callable[[np.ndarray], None],
+        curve_keys: tuple[str, str] | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self.curve_keys = curve_keys
         self.sched = Scheduler(num_envs)
         self.sched.place(1)
         self.env = env
@@ -89,7 +93,8 @@ class RemoteCoordinator:
     async def start(self, num_workers: int | None) -> dict[str, Any]:
         """Ask the server to open the pool; returns the env description (spaces, metadata)."""
         identity = f"{CLIENT_ID}-{uuid.uuid4().hex[:8]}".encode()
-        self._dealer = Dealer(self.endpoint, identity, self._on_message)
+        configure = client_configurer(self.curve_keys) if self.curve_keys is not None else None
+        self._dealer = Dealer(self.endpoint, identity, self._on_message, configure)
         self._last_heard = self.loop.time()
         self._beat = self.loop.call_later(HEARTBEAT, self._heartbeat)
         fields = {"env": self.env, "n": self.sched.num_envs, "kw": self.env_kwargs, "client": CLIENT_ID}
@@ -105,7 +110,9 @@ class RemoteCoordinator:
         self._next_call -= 1
         fut: asyncio.Future[dict[str, Any]] = self.loop.create_future()
         self._calls[call_id] = fut
-        self._dealer.send(encode(op, {**fields, "id": call_id}))
+        if not self._dealer.send(encode(op, {**fields, "id": call_id})):
+            self._calls.pop(call_id, None)
+            raise self._unreachable()
         try:
             return await fut
         finally:
@@ -143,7 +150,16 @@ class RemoteCoordinator:
         if timeout is not None:
             fields["to"] = float(timeout)
         assert self._dealer is not None
-        self._dealer.send(encode(_OPS[kind], fields, arrays))
+        if not self._dealer.send(encode(_OPS[kind], fields, arrays)):
+            self.sched.finish(req.id)
+            err = self._unreachable()
+            sink.deliver(Part.failed(env_ids, lambda e: _for_env(err, e)), positions)
+
+    def _unreachable(self) -> ConnectionLost:
+        return ConnectionLost(
+            f"no connection to the aioenv server at {self.endpoint} (down, unreachable, or it refused this "
+            "client's keys)"
+        )
 
     def _on_message(self, frames: list[zmq.Frame]) -> None:
         try:
@@ -207,7 +223,7 @@ class RemoteCoordinator:
                     fut.set_exception(lost)
             return
         with contextlib.suppress(zmq.ZMQError):
-            self._dealer.send(encode(Op.PING, {"id": 0}))
+            self._dealer.send(encode(Op.PING, {"id": 0}))  # unsent when disconnected: silence tells
         self._beat = self.loop.call_later(HEARTBEAT, self._heartbeat)
 
     def _fail_all(self, make_error: Callable[[], AioEnvError]) -> None:

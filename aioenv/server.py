@@ -34,6 +34,7 @@ import zmq
 
 from aioenv import spaces
 from aioenv._version import __version__
+from aioenv.auth import ServerAuth
 from aioenv.coordinator import Coordinator
 from aioenv.errors import AioEnvError, CapacityError, PoolClosed, ProtocolError, UsageError, relay_wire
 from aioenv.partwire import encode_part
@@ -64,6 +65,7 @@ class ServerConfig:
     max_envs_per_client: int | None = None
     allow: Sequence[str] = ()
     client_timeout: float = 10.0
+    auth: str | None = None  # a key directory (see aioenv.auth); None: no authentication
 
 
 @dataclass(eq=False)
@@ -107,6 +109,7 @@ class Server:
         self.started = time.time()
         self.protocol_errors = 0
         self.closing = False
+        self._auth: ServerAuth | None = None
 
     @property
     def endpoint(self) -> str:
@@ -116,7 +119,13 @@ class Server:
 
     async def start(self) -> None:
         """Bind and start serving."""
-        self._router = Router(self.config.bind, self._on_message)
+        configure = None
+        if self.config.auth is not None:
+            self._auth = ServerAuth(self.config.auth)
+            self._auth.start()
+            configure = self._auth.configure
+            log.info("CURVE authentication: admitting %d keys from %s", len(self._auth.admitted), self.config.auth)
+        self._router = Router(self.config.bind, self._on_message, configure)
         self._router.sock.setsockopt(zmq.MAXMSGSIZE, 1 << 30)  # a hostile peer cannot make us buffer more
         self._reaper = asyncio.get_running_loop().call_later(1.0, self._reap)
         log.info("aioenv server listening on %s (protocol %d, aioenv %s)", self.endpoint, PROTOCOL_VERSION, __version__)
@@ -135,6 +144,8 @@ class Server:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._router is not None:
             self._router.close()
+        if self._auth is not None:
+            self._auth.stop()
         log.info("aioenv server stopped (%d sessions closed)", len(sessions))
 
     def send(self, identity: bytes, frames: list[Any]) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import zmq
 
+from aioenv.auth import client_configurer
 from aioenv.errors import ProtocolError, from_wire
 from aioenv.protocol import Op, decode, encode
 from aioenv.transport import Dealer
@@ -15,7 +16,9 @@ from aioenv.transport import Dealer
 __all__ = ["fetch_status"]
 
 
-async def fetch_status(endpoint: str, timeout: float = 3.0) -> dict[str, Any]:
+async def fetch_status(
+    endpoint: str, timeout: float = 3.0, curve_keys: tuple[str, str] | None = None
+) -> dict[str, Any]:
     """The state of the server at ``endpoint`` (see :meth:`aioenv.server.Server.status`).
 
     Raises:
@@ -39,7 +42,8 @@ async def fetch_status(endpoint: str, timeout: float = 3.0) -> dict[str, Any]:
         else:
             answer.set_result(header)
 
-    dealer = Dealer(endpoint, f"status-{uuid.uuid4().hex[:12]}".encode(), on_message)
+    configure = client_configurer(curve_keys) if curve_keys is not None else None
+    dealer = Dealer(endpoint, f"status-{uuid.uuid4().hex[:12]}".encode(), on_message, configure)
     try:
         dealer.send(encode(Op.STATUS, {"id": 1}))
         header = await asyncio.wait_for(answer, timeout)

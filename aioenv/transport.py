@@ -32,15 +32,23 @@ class Router:
     Args:
         endpoint: where to bind, e.g. ``"ipc:///tmp/aioenv-x/coord.sock"`` or ``"tcp://127.0.0.1:5555"``.
         on_message: called in the loop thread for each message; must not raise.
+        configure: called with the socket before it binds (socket options such as CURVE keys).
     """
 
-    def __init__(self, endpoint: str, on_message: Callable[[bytes, list[zmq.Frame]], None]) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        on_message: Callable[[bytes, list[zmq.Frame]], None],
+        configure: Callable[[zmq.Socket[bytes]], None] | None = None,
+    ) -> None:
         self._loop = asyncio.get_running_loop()
         self.sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # unknown peer -> error, not a silent drop
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.RCVHWM, 0)
         self.sock.setsockopt(zmq.LINGER, 0)
+        if configure is not None:  # e.g. CURVE keys, which must be set before bind
+            configure(self.sock)
         self.sock.bind(endpoint)
         self.endpoint: str = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._on_message = on_message
@@ -95,13 +103,21 @@ class Dealer:
     Driven like :class:`Router`: ``loop.add_reader`` on ZeroMQ's descriptor, non-blocking drains.
     """
 
-    def __init__(self, endpoint: str, identity: bytes, on_message: Callable[[list[zmq.Frame]], None]) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        identity: bytes,
+        on_message: Callable[[list[zmq.Frame]], None],
+        configure: Callable[[zmq.Socket[bytes]], None] | None = None,
+    ) -> None:
         self._loop = asyncio.get_running_loop()
         self.sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
         self.sock.setsockopt(zmq.IDENTITY, identity)
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.RCVHWM, 0)
         self.sock.setsockopt(zmq.LINGER, 0)
+        if configure is not None:  # e.g. CURVE keys, which must be set before connect
+            configure(self.sock)
         self.sock.connect(endpoint)
         self.endpoint = endpoint
         self._on_message = on_message
@@ -110,12 +126,17 @@ class Dealer:
         self._fd: int = self.sock.getsockopt(zmq.FD)
         self._loop.add_reader(self._fd, self._drain)
 
-    def send(self, frames: Sequence[Any]) -> None:
-        """Queue one message for the server (ZeroMQ sends it once connected)."""
-        send_frames(self.sock, frames)
+    def send(self, frames: Sequence[Any]) -> bool:
+        """Queue one message for the server (ZeroMQ sends it once connected); False when there is no
+        connection to queue it on (e.g. the server refused our keys), instead of blocking."""
+        try:
+            send_frames(self.sock, frames, zmq.NOBLOCK)
+        except zmq.Again:
+            return False
         if not self._scheduled:
             self._scheduled = True
             self._loop.call_soon(self._drain)
+        return True
 
     def _drain(self) -> None:
         self._scheduled = False

@@ -353,3 +353,52 @@ def test_status_command(server: ServerProcess) -> None:
         dead = f"tcp://127.0.0.1:{s.getsockname()[1]}"
     gone = subprocess.run([*aioenv_cli, "status", dead, "--quiet", "--timeout", "0.5"], capture_output=True, env=env)
     assert gone.returncode == 1
+
+
+# ---------------------------------------------------------------- CURVE authentication
+
+
+def test_curve_auth_admits_only_known_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(remote, "HEARTBEAT", 0.1)
+    monkeypatch.setattr(remote, "SERVER_TIMEOUT", 1.5)
+    keys, strangers = tmp_path / "keys", tmp_path / "strangers"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for directory, name in ((keys, "server"), (keys, "alice"), (strangers, "mallory")):
+        made = subprocess.run(
+            [sys.executable, "-m", "aioenv.cli", "keygen", str(directory), "--name", name],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        assert made.returncode == 0, made.stderr
+    assert (keys / "alice.key").exists() and oct((keys / "alice.key_secret").stat().st_mode)[-3:] == "600"
+    srv = ServerProcess("--auth", str(keys))
+    try:
+
+        async def main() -> None:
+            alice = (str(keys / "alice.key_secret"), str(keys / "server.key"))
+            async with aioenv.Pool("CartPole-v1", 2, endpoint=srv.endpoint, curve_keys=alice) as pool:
+                await pool.reset()
+                await pool.step(acts(0, 1))
+            mallory = (str(strangers / "mallory.key_secret"), str(keys / "server.key"))
+            with pytest.raises(ConnectionLost):  # refused at the handshake: no reply of any kind
+                await aioenv.make("CartPole-v1", 2, endpoint=srv.endpoint, curve_keys=mallory)
+            with pytest.raises(ConnectionLost):  # no keys at all
+                await aioenv.make("CartPole-v1", 2, endpoint=srv.endpoint)
+            state = await fetch_status(srv.endpoint, curve_keys=alice)
+            assert state["envs"] == 0  # nothing was made for the refused clients
+            with pytest.raises(TimeoutError):
+                await fetch_status(srv.endpoint, timeout=1.0)
+
+        aioenv.run(main())
+    finally:
+        srv.stop()
+    refused = subprocess.run(
+        [sys.executable, "-m", "aioenv.cli", "keygen", str(keys), "--name", "alice"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert refused.returncode != 0 and "exists" in refused.stderr
+    with pytest.raises(ValueError, match="endpoint"):
+        aioenv.Pool("CartPole-v1", 2, curve_keys=("a", "b"))

@@ -1,0 +1,92 @@
+"""CURVE authentication for ``aioenv serve`` (ZeroMQ's CURVE through pyzmq's ``zmq.auth``).
+
+Keys are files written by ``aioenv keygen DIR --name NAME``: ``NAME.key`` (the public key, safe to
+share) and ``NAME.key_secret`` (the key pair, keep it private). A server started with
+``--auth DIR`` uses ``DIR/server.key_secret`` as its own key pair and admits exactly the peers whose
+public key is one of the ``DIR/*.key`` files. A client passes its own key pair and the server's
+public key: ``aioenv.make(..., endpoint=..., curve_keys=("alice.key_secret", "server.key"))``. A peer
+without an admitted key completes no handshake: it learns nothing, not even an error, and its pool
+fails with ``ConnectionLost`` after the heartbeat timeout. Traffic of admitted peers is encrypted.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import zmq
+import zmq.auth
+
+__all__ = ["ServerAuth", "client_configurer", "create_keys"]
+
+
+def create_keys(directory: str | os.PathLike[str], name: str) -> tuple[Path, Path]:
+    """Write a new key pair ``NAME.key`` / ``NAME.key_secret`` into ``directory`` (created 0700 if needed)."""
+    path = Path(directory)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if not name or "/" in name or name.startswith("."):
+        raise ValueError(f"a key name is a plain file name, got {name!r}")
+    if (path / f"{name}.key_secret").exists():
+        raise FileExistsError(f"{path / (name + '.key_secret')} exists: pick another name or remove it first")
+    public, secret = zmq.auth.create_certificates(path, name)
+    os.chmod(secret, 0o600)
+    return Path(public), Path(secret)
+
+
+def _load(path: str | os.PathLike[str], *, secret: bool) -> tuple[bytes, bytes | None]:
+    try:
+        public, private = zmq.auth.load_certificate(path)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read the key file {path}: {exc}") from exc
+    if secret and private is None:
+        raise ValueError(f"{path} holds a public key only: pass the .key_secret file (made by aioenv keygen)")
+    return public, private
+
+
+def client_configurer(keys: tuple[str, str]) -> Callable[[zmq.Socket[Any]], None]:
+    """Socket options for a client with ``keys = (own .key_secret file, the server's .key file)``."""
+    own, server = keys
+    public, private = _load(own, secret=True)
+    server_public, _ = _load(server, secret=False)
+
+    def configure(sock: zmq.Socket[Any]) -> None:
+        sock.curve_publickey = public
+        sock.curve_secretkey = private
+        sock.curve_serverkey = server_public
+
+    return configure
+
+
+class ServerAuth:
+    """The server side: its key pair from ``DIR/server.key_secret``; admitted peers: ``DIR/*.key``."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+        own = self.directory / "server.key_secret"
+        if not own.exists():
+            raise ValueError(f"{own} is missing: run `aioenv keygen {directory} --name server` first")
+        self.public, self.private = _load(own, secret=True)
+        self.admitted = sorted(p.name for p in self.directory.glob("*.key"))
+        self._authenticator: Any = None
+
+    def start(self) -> None:
+        """Start the ZAP handler (in this event loop) that checks peers' keys."""
+        from zmq.auth.asyncio import AsyncioAuthenticator
+
+        self._authenticator = AsyncioAuthenticator(zmq.Context.instance())
+        self._authenticator.start()
+        self._authenticator.configure_curve(domain="*", location=str(self.directory))
+
+    def configure(self, sock: zmq.Socket[Any]) -> None:
+        """Make ``sock`` a CURVE server (before it binds)."""
+        sock.curve_secretkey = self.private
+        sock.curve_publickey = self.public
+        sock.curve_server = True
+
+    def stop(self) -> None:
+        """Stop the ZAP handler."""
+        if self._authenticator is not None:
+            self._authenticator.stop()
+            self._authenticator = None
