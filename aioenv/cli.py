@@ -87,7 +87,12 @@ def bench(env: str, num_envs: int, seconds: float, num_workers: int | None) -> N
 @click.option("--workers", type=click.IntRange(1), default=None, help="worker processes per pool (default: cores)")
 @click.option("--max-envs", type=click.IntRange(1), default=None, help="envs of all clients together")
 @click.option("--max-envs-per-client", type=click.IntRange(1), default=None, help="envs of one client process")
-@click.option("--allow-env", "allow", multiple=True, help="env names clients may make (fnmatch pattern, repeatable)")
+@click.option(
+    "--allow-env",
+    "allow",
+    multiple=True,
+    help="env names clients may make (fnmatch pattern, repeatable); without it: gymnasium ids only",
+)
 @click.option("--client-timeout", type=click.FloatRange(0.5), default=10.0, show_default=True, help="seconds")
 @click.option(
     "--auth",
@@ -95,8 +100,14 @@ def bench(env: str, num_envs: int, seconds: float, num_workers: int | None) -> N
     default=None,
     help="CURVE keys directory (aioenv keygen): admit only the public keys in it",
 )
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None, help="serve Prometheus /metrics")
 @click.option("--log-json", is_flag=True, help="one JSON object per log line")
-@click.option("--log-level", default="INFO", show_default=True)
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    default="INFO",
+    show_default=True,
+)
 def serve(
     bind: str,
     executor: str,
@@ -106,6 +117,7 @@ def serve(
     allow: tuple[str, ...],
     client_timeout: float,
     auth: str | None,
+    metrics_port: int | None,
     log_json: bool,
     log_level: str,
 ) -> None:
@@ -118,7 +130,9 @@ def serve(
     from aioenv.server import serve as run_server
 
     configure_logging(log_level, json_lines=log_json)
-    config = ServerConfig(bind, executor, workers, max_envs, max_envs_per_client, allow, client_timeout, auth)
+    config = ServerConfig(
+        bind, executor, workers, max_envs, max_envs_per_client, allow, client_timeout, auth, metrics_port
+    )
     try:
         aioenv.run(run_server(config))
     except zmq_error() as exc:
@@ -161,10 +175,11 @@ def status(endpoint: str, timeout: float, quiet: bool, as_json: bool, key: str |
     try:
         keys = (key, server_key) if key and server_key else None
         state = aioenv.run(fetch_status(endpoint, timeout, keys))
-    except (aioenv.AioEnvError, TimeoutError, OSError) as exc:
+    except (aioenv.AioEnvError, TimeoutError, OSError, zmq_error()) as exc:
         if quiet:
             sys.exit(1)
-        raise click.ClickException(f"no answer from {endpoint}: {exc}") from exc
+        why = f"no answer within {timeout:g} s" if isinstance(exc, TimeoutError) else str(exc)
+        raise click.ClickException(f"no answer from {endpoint}: {why}") from exc
     if quiet:
         return
     if as_json:

@@ -175,6 +175,8 @@ class RemoteCoordinator:
         if op == Op.EVENT:
             if header.get("ev") == "remade":
                 self.on_remade(np.asarray(header.get("env") or [], dtype=np.int64))
+            elif header.get("ev") == "closing" and self.lost is None:
+                self.lost = ConnectionLost(f"the aioenv server at {self.endpoint} shut down; the pool is unusable")
             return
         call = self._calls.get(req_id) if isinstance(req_id, int) else None
         if call is not None:

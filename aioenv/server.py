@@ -8,8 +8,10 @@ server relays each request to the session's coordinator and the rows back as the
 (:mod:`aioenv.partwire`).
 
 Admission: env sources are names only (a gymnasium id or ``"pkg.module:factory"``), checked against
-``allow`` patterns (``fnmatch``); ``max_envs`` (all sessions) and ``max_envs_per_client`` (the pools
-of one client process) bound what may be made, beyond them :class:`~aioenv.errors.CapacityError`.
+``allow`` patterns (``fnmatch``); without patterns only gymnasium ids are served, since a
+``"module:callable"`` name would let any client call any importable function on the server.
+``max_envs`` (all sessions) and ``max_envs_per_client`` (the pools of one client process) bound
+what may be made; beyond them :class:`~aioenv.errors.CapacityError`.
 
 Liveness: a session the server has not heard from for ``client_timeout`` seconds (clients PING
 every second) is closed and its envs released. Garbage on the port never stops the server: a
@@ -27,7 +29,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import zmq
@@ -35,6 +37,9 @@ import zmq
 from aioenv import spaces
 from aioenv._version import __version__
 from aioenv.auth import ServerAuth
+
+if TYPE_CHECKING:
+    from aioenv.metrics import ServerMetrics
 from aioenv.coordinator import Coordinator
 from aioenv.errors import AioEnvError, CapacityError, PoolClosed, ProtocolError, UsageError, relay_wire
 from aioenv.partwire import encode_part
@@ -66,6 +71,7 @@ class ServerConfig:
     allow: Sequence[str] = ()
     client_timeout: float = 10.0
     auth: str | None = None  # a key directory (see aioenv.auth); None: no authentication
+    metrics_port: int | None = None  # serve Prometheus metrics on this port (see aioenv.metrics)
 
 
 @dataclass(eq=False)
@@ -82,15 +88,19 @@ class _Session:
 class _Relay:
     """A sink of the session's coordinator that sends rows to the client as they arrive."""
 
-    __slots__ = ("identity", "req_id", "server")
+    __slots__ = ("identity", "kind", "req_id", "server", "t0")
 
-    def __init__(self, server: Server, identity: bytes, req_id: int) -> None:
+    def __init__(self, server: Server, identity: bytes, req_id: int, kind: str) -> None:
         self.server = server
         self.identity = identity
         self.req_id = req_id
+        self.kind = kind
+        self.t0 = time.monotonic()
 
     def deliver(self, part: Part, positions: np.ndarray) -> None:
         self.server.send(self.identity, encode_part(self.req_id, part, positions))
+        if self.server.metrics is not None:
+            self.server.metrics.rows(self.kind, time.monotonic() - self.t0, part)
 
     def fail(self, exc: BaseException) -> None:
         err = exc if isinstance(exc, AioEnvError) else PoolClosed(str(exc))
@@ -110,6 +120,7 @@ class Server:
         self.protocol_errors = 0
         self.closing = False
         self._auth: ServerAuth | None = None
+        self.metrics: ServerMetrics | None = None
 
     @property
     def endpoint(self) -> str:
@@ -126,6 +137,11 @@ class Server:
             configure = self._auth.configure
             log.info("CURVE authentication: admitting %d keys from %s", len(self._auth.admitted), self.config.auth)
         self._router = Router(self.config.bind, self._on_message, configure)
+        if self.config.metrics_port is not None:
+            from aioenv.metrics import ServerMetrics
+
+            self.metrics = ServerMetrics(self)
+            self.metrics.serve(self.config.metrics_port)
         self._router.sock.setsockopt(zmq.MAXMSGSIZE, 1 << 30)  # a hostile peer cannot make us buffer more
         self._reaper = asyncio.get_running_loop().call_later(1.0, self._reap)
         log.info("aioenv server listening on %s (protocol %d, aioenv %s)", self.endpoint, PROTOCOL_VERSION, __version__)
@@ -137,6 +153,8 @@ class Server:
         self.closing = True
         self._reaper.cancel()
         sessions = list(self.sessions.values())
+        for session in sessions:  # idle clients learn at once, not at their heartbeat timeout
+            self.send(session.identity, encode(Op.EVENT, {"ev": "closing"}))
         self.sessions.clear()
         await asyncio.gather(*(s.coord.aclose() for s in sessions), return_exceptions=True)
         for task in list(self._tasks):
@@ -212,7 +230,7 @@ class Server:
             raise ProtocolError(f"'to' must be a positive number of seconds, got {timeout!r}")
         build = _builder(kind, header, arrays, ids.size)
         coord.sched.claim(ids)
-        coord.submit(kind, ids, _Relay(self, session.identity, req_id), build, timeout=timeout)
+        coord.submit(kind, ids, _Relay(self, session.identity, req_id, kind), build, timeout=timeout)
 
     # ------------------------------------------------------------ sessions
 
@@ -242,6 +260,11 @@ class Server:
         allow = list(self.config.allow)
         if allow and not any(fnmatch.fnmatchcase(env, pattern) for pattern in allow):
             raise UsageError(f"env {env!r} is not allowed on this server (allowed: {', '.join(allow)})")
+        if not allow and ":" in env:  # 'module:callable' runs any importable function: opt in by name
+            raise UsageError(
+                f"env {env!r} names code to run on the server; this server serves gymnasium ids only "
+                "(start it with --allow-env PATTERN to allow 'pkg.module:factory' names)"
+            )
         self._admit(client, n)
         opt = dict(header.get("opt") or {})
         kwargs = header.get("kw") or {}

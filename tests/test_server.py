@@ -90,7 +90,7 @@ class ServerProcess:
 
 @pytest.fixture
 def server() -> Iterator[ServerProcess]:
-    srv = ServerProcess()
+    srv = ServerProcess("--allow-env", "CartPole-*", "--allow-env", "tests.envs.*")
     try:
         yield srv
     finally:
@@ -288,7 +288,7 @@ async def test_a_server_that_never_answers_fails_the_pool(monkeypatch: pytest.Mo
 
 
 async def test_server_shutdown_answers_requests_in_flight(tmp_path: Path) -> None:
-    srv = ServerProcess()
+    srv = ServerProcess("--allow-env", "tests.envs.*")
     try:
         pool = await aioenv.make(PROBE, 2, endpoint=srv.endpoint, env_kwargs={"slow_seconds": 60})
         await pool.reset()
@@ -297,7 +297,24 @@ async def test_server_shutdown_answers_requests_in_flight(tmp_path: Path) -> Non
         srv.proc.send_signal(signal.SIGTERM)
         with pytest.raises(PoolClosed):
             await asyncio.wait_for(pending, HANG)
+        with pytest.raises(ConnectionLost, match="shut down"):  # told at once, not at a heartbeat timeout
+            await pool.step(acts(0, 0))
         await pool.aclose()
+    finally:
+        srv.stop()
+
+
+def test_code_names_need_an_explicit_allow() -> None:
+    srv = ServerProcess()
+    try:
+
+        async def main() -> None:
+            with pytest.raises(UsageError, match="gymnasium ids only"):
+                await aioenv.make("os:makedirs", 1, endpoint=srv.endpoint, env_kwargs={"name": "/tmp/x"})
+            async with aioenv.Pool("CartPole-v1", 1, endpoint=srv.endpoint) as pool:
+                await pool.reset()
+
+        aioenv.run(main())
     finally:
         srv.stop()
 
@@ -353,6 +370,8 @@ def test_status_command(server: ServerProcess) -> None:
         dead = f"tcp://127.0.0.1:{s.getsockname()[1]}"
     gone = subprocess.run([*aioenv_cli, "status", dead, "--quiet", "--timeout", "0.5"], capture_output=True, env=env)
     assert gone.returncode == 1
+    bad = subprocess.run([*aioenv_cli, "status", "not-an-endpoint"], capture_output=True, text=True, env=env)
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr and "not-an-endpoint" in bad.stderr
 
 
 # ---------------------------------------------------------------- CURVE authentication
@@ -402,3 +421,50 @@ def test_curve_auth_admits_only_known_keys(tmp_path: Path, monkeypatch: pytest.M
     assert refused.returncode != 0 and "exists" in refused.stderr
     with pytest.raises(ValueError, match="endpoint"):
         aioenv.Pool("CartPole-v1", 2, curve_keys=("a", "b"))
+
+
+# ---------------------------------------------------------------- metrics and logs
+
+
+def test_metrics_and_json_logs(tmp_path: Path) -> None:
+    import json
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = ServerProcess("--metrics-port", str(port), "--log-json", "--allow-env", "tests.envs.*")
+    try:
+
+        async def main() -> str:
+            async with aioenv.Pool(
+                PROBE, 2, endpoint=srv.endpoint, step_timeout=0.5, env_kwargs={"slow_seconds": 30}
+            ) as pool:
+                await pool.reset()
+                for _ in range(5):
+                    await pool.step(acts(0, 0))
+                with pytest.raises(StepTimeout):
+                    await pool.step(acts(2, 0))  # one row past its deadline: its worker is restarted
+                text = await asyncio.to_thread(
+                    lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=HANG).read().decode()
+                )
+            return text
+
+        text = aioenv.run(main())
+    finally:
+        srv.stop()
+
+    def value(name: str) -> float:
+        found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
+        assert found is not None, f"{name} not in the metrics:\n{text}"
+        return float(found.group(1))
+
+    assert value('aioenv_request_seconds_count{kind="step"}') == 12  # 6 steps x 2 envs, each row once
+    assert value('aioenv_request_seconds_count{kind="reset"}') == 2
+    assert value('aioenv_errors_total{type="StepTimeout"}') == 1
+    assert value("aioenv_timeouts_total") == 1
+    assert value('aioenv_envs{state="made"}') == 2
+    assert value("aioenv_pools") == 1 and value("aioenv_clients") == 1
+    assert value("aioenv_worker_restarts_total") >= 1
+    lines = [json.loads(line) for line in "".join(srv.log).splitlines() if line.strip()]
+    assert any("listening on" in line["message"] and line["level"] == "INFO" for line in lines)

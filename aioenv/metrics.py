@@ -1,0 +1,100 @@
+"""Prometheus metrics of ``aioenv serve --metrics-port PORT`` (prometheus-client).
+
+Request latency and errors are recorded as rows are relayed (:class:`ServerMetrics`); the state
+(clients, pools, envs by state, requests in flight, workers, restarts, protocol errors) is read from
+the server when Prometheus scrapes, so serving costs nothing for it.
+
+| metric | type | labels |
+| --- | --- | --- |
+| ``aioenv_request_seconds`` | histogram | ``kind`` (step, reset, call): request received -> row answered |
+| ``aioenv_errors_total`` | counter | ``type`` (StepTimeout, WorkerCrashed, EnvError, ...): rows that failed |
+| ``aioenv_timeouts_total`` | counter | rows past their deadline (errors or truncated rows) |
+| ``aioenv_envs`` | gauge | ``state`` (made, busy) |
+| ``aioenv_requests_in_flight``, ``aioenv_clients``, ``aioenv_pools``, ``aioenv_workers`` | gauge | |
+| ``aioenv_worker_restarts_total``, ``aioenv_protocol_errors_total`` | counter | |
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from aioenv.results import Part
+    from aioenv.server import Server
+
+__all__ = ["ServerMetrics"]
+
+log = logging.getLogger("aioenv.metrics")
+
+_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class ServerMetrics:
+    """The server's metrics in a registry of their own (several servers in one process stay apart)."""
+
+    def __init__(self, server: Server) -> None:
+        self.registry = CollectorRegistry()
+        self.latency = Histogram(
+            "aioenv_request_seconds",
+            "Seconds from the server receiving a request to each row's answer",
+            ["kind"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.errors = Counter("aioenv_errors", "Rows answered with an error", ["type"], registry=self.registry)
+        self.timeouts = Counter("aioenv_timeouts", "Rows past their deadline", registry=self.registry)
+        self.registry.register(_StateCollector(server))
+
+    def rows(self, kind: str, seconds: float, part: Part) -> None:
+        """Record ``part``'s rows, answered ``seconds`` after their request arrived."""
+        observe = self.latency.labels(kind).observe
+        for _ in range(part.env_ids.size):
+            observe(seconds)
+        for err in part.errors.values():
+            name = type(err).__name__
+            self.errors.labels(name).inc()
+            if name == "StepTimeout":
+                self.timeouts.inc()
+        if part.binfo is not None and "timeout" in part.binfo:
+            self.timeouts.inc(int(np.count_nonzero(part.binfo.get("_timeout", part.binfo["timeout"]))))
+        elif part.infos is not None:
+            self.timeouts.inc(sum(1 for info in part.infos if info and info.get("timeout")))
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        """Serve ``/metrics`` over HTTP on ``addr:port`` (a daemon thread)."""
+        start_http_server(port, addr=addr, registry=self.registry)
+        log.info("Prometheus metrics on http://%s:%d/metrics", addr, port)
+
+
+class _StateCollector(Collector):
+    def __init__(self, server: Server) -> None:
+        self.server = server
+
+    def collect(self) -> Iterator[Any]:
+        sessions = list(self.server.sessions.values())  # read from the HTTP thread: copy first
+        made = busy = in_flight = workers = restarts = 0
+        for s in sessions:
+            sched = s.coord.sched
+            made += s.num_envs
+            busy += int(np.count_nonzero(sched.busy))
+            in_flight += len(sched.requests)
+            workers += sum(1 for slot in s.coord.slots if slot.proc is not None)
+            restarts += sum(slot.restarts for slot in s.coord.slots)
+        envs = GaugeMetricFamily("aioenv_envs", "Envs of all pools, by state", labels=["state"])
+        envs.add_metric(["made"], made)
+        envs.add_metric(["busy"], busy)
+        yield envs
+        yield GaugeMetricFamily("aioenv_requests_in_flight", "Requests sent to workers, not answered", in_flight)
+        clients = len({s.client for s in sessions})
+        yield GaugeMetricFamily("aioenv_clients", "Client processes with an open pool", clients)
+        yield GaugeMetricFamily("aioenv_pools", "Open pools (sessions)", len(sessions))
+        yield GaugeMetricFamily("aioenv_workers", "Worker processes", workers)
+        yield CounterMetricFamily("aioenv_worker_restarts", "Workers restarted (crash or deadline)", restarts)
+        yield CounterMetricFamily("aioenv_protocol_errors", "Malformed messages received", self.server.protocol_errors)
