@@ -51,9 +51,9 @@ def _children(pid: int) -> list[int]:
 class ServerProcess:
     """``aioenv serve`` on a free local port; :meth:`stop` sends SIGTERM and checks a clean exit."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, bind: str = "tcp://127.0.0.1:0", prefix: tuple[str, ...] = ()) -> None:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        cmd = [sys.executable, "-m", "aioenv.cli", "serve", "--bind", "tcp://127.0.0.1:0", *args]
+        cmd = [*prefix, sys.executable, "-m", "aioenv.cli", "serve", "--bind", bind, *args]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
         self.log: list[str] = []
         deadline = time.monotonic() + HANG
@@ -468,3 +468,55 @@ def test_metrics_and_json_logs(tmp_path: Path) -> None:
     assert value("aioenv_worker_restarts_total") >= 1
     lines = [json.loads(line) for line in "".join(srv.log).splitlines() if line.strip()]
     assert any("listening on" in line["message"] and line["level"] == "INFO" for line in lines)
+
+
+# ---------------------------------------------------------------- another "host": a network namespace
+
+
+@pytest.fixture
+def other_host() -> Iterator[tuple[str, str]]:
+    """A network namespace joined to this one by a veth pair: ``(namespace, its address)``."""
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")  # CI runs as root: this test runs there
+    tag = os.getpid() % 10_000
+    ns, host_if, ns_if = f"aioenv-t{tag}", f"aet{tag}h", f"aet{tag}n"
+    subnet = f"10.213.{os.getpid() % 250}"
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True, timeout=HANG)
+
+    ip("netns", "add", ns)
+    try:
+        ip("link", "add", host_if, "type", "veth", "peer", "name", ns_if)
+        ip("link", "set", ns_if, "netns", ns)
+        ip("addr", "add", f"{subnet}.1/30", "dev", host_if)
+        ip("link", "set", host_if, "up")
+        ip("netns", "exec", ns, "ip", "addr", "add", f"{subnet}.2/30", "dev", ns_if)
+        ip("netns", "exec", ns, "ip", "link", "set", ns_if, "up")
+        ip("netns", "exec", ns, "ip", "link", "set", "lo", "up")
+        yield ns, f"{subnet}.2"
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=HANG)  # takes the veth pair along
+
+
+def test_server_on_another_host_address(other_host: tuple[str, str]) -> None:
+    ns, address = other_host
+    srv = ServerProcess(bind=f"tcp://{address}:0", prefix=("ip", "netns", "exec", ns))
+    try:
+        assert srv.endpoint.startswith(f"tcp://{address}:")
+
+        async def main() -> None:
+            async with aioenv.Pool("CartPole-v1", 4, endpoint=srv.endpoint, seed=0) as pool:
+                obs, _ = await pool.reset()
+                for _ in range(20):
+                    obs, *_ = await pool.step(acts(0, 1, 0, 1))
+                assert obs.shape == (4, 4)
+                state = await fetch_status(srv.endpoint)
+                assert state["envs"] == 4 and state["endpoint"] == srv.endpoint
+
+        aioenv.run(main())
+        with socket.socket() as s:  # and the address is not this host's: nothing listens here on it
+            s.settimeout(2)
+            assert s.connect_ex(("127.0.0.1", int(srv.endpoint.rsplit(":", 1)[1]))) != 0
+    finally:
+        srv.stop()
