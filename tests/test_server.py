@@ -339,11 +339,13 @@ async def test_garbage_never_stops_the_server(server: ServerProcess) -> None:
             encode(Op.STEP, {"id": 7, "env": [0]}),  # a step without a pool
             encode("dance", {"id": 8}),  # an unknown op
             [pack({"v": 1, "op": "status", "id": 9}), b"stray frame"],  # a frame nobody describes
+            [b"\x80" * (65 << 20)],  # a 65 MiB "header", over the 64 MiB limit
         ):
             peer.send_multipart(frames)
             header, _ = decode(peer.recv_multipart())
             replies.append(header)
-        assert [r["op"] for r in replies] == [Op.ERROR] * 5
+        assert [r["op"] for r in replies] == [Op.ERROR] * 6
+        assert "exceeds the limit" in replies[5]["error"]["message"]
         assert "version" in replies[1]["error"]["message"] and "999" in replies[1]["error"]["message"]
         assert replies[2]["id"] == 7 and "no open pool" in replies[2]["error"]["message"]
         assert replies[3]["error"]["kind"] == "ProtocolError"
@@ -352,7 +354,7 @@ async def test_garbage_never_stops_the_server(server: ServerProcess) -> None:
     async with aioenv.Pool("CartPole-v1", 2, endpoint=server.endpoint) as pool:  # and it still serves
         await pool.reset()
         await pool.step(acts(0, 1))
-    assert (await fetch_status(server.endpoint))["protocol_errors"] >= 4
+    assert (await fetch_status(server.endpoint))["protocol_errors"] >= 5
 
 
 # ---------------------------------------------------------------- aioenv status
