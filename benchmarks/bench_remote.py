@@ -1,0 +1,458 @@
+"""Remote pools: the same client loops over ``aioenv serve`` (tcp) and embedded, side by side in one run.
+
+The script starts ``aioenv serve --bind tcp://127.0.0.1:0`` as a subprocess (a free local port, read
+from its ``listening on`` log line), runs three cases against it, and stops it with SIGTERM at the end
+(it must exit 0 and leave no worker behind). Every cell warms up, then counts the rows received over a
+timed window. Three cases:
+
+1. ``cartpole``: CartPole-v1, n=128, ``batch_size=64``, the EnvPool-style loop (``recv()``, then ``send``
+   random actions for exactly the returned rows), embedded pool vs remote pool with the same
+   ``num_workers`` (2). Repeats interleaved, the median reported. Bar: remote / embedded >= 0.7x.
+2. ``async1k``: 1,024 ``AsyncSleepEnv`` (``asyncio.sleep``, lognormal mean 20 ms, sigma 0.5, cap 200 ms)
+   with ``executor="async"``, under two client loops (``recv()`` with ``batch_size=64`` and
+   ``recv(min_results=1, max_results=1024)``), remote and embedded. Ideal = 1024 / 0.02 steps/s.
+   Bar: the best remote loop >= 95% of ideal (the embedded figures are beside it for comparison).
+3. ``clients``: 50 client processes with 64 ``AsyncSleepEnv`` (mean 20 ms, ``executor="async"``,
+   ``num_workers=1``: one server worker per client, 50 in all) served at once by the one server. Each
+   client process (this script, ``client`` sub-command) makes its pool and resets, says ready; once all
+   are ready the parent gives them one common start time, every client warms up and then measures its
+   own steps/s over the same wall-clock window. Reported: the total, per-client min / median / max,
+   the spread (max / min and coefficient of variation), the server's state during the run
+   (``aioenv status --json``), CPU of the server, its workers and the clients, and memory.
+
+CPU use over each window is recorded per part (this process, the server, the server's workers, local
+workers, other programs, time stolen by the host) to tell a saturated CPU from idle waiting.
+
+Run (from the repo root; a full run takes about 4 minutes)::
+
+    .venv/bin/python benchmarks/bench_remote.py                          # all three cases
+    .venv/bin/python benchmarks/bench_remote.py --only clients --clients 20
+    .venv/bin/python benchmarks/bench_remote.py --quick --out /tmp/remote   # smoke: small sizes, ~20 s
+
+Options: ``--seconds`` (window of cases 1-2, default 5), ``--clients-seconds`` (default 10), ``--repeats``
+(case 1, default 3), ``--num-workers`` (cases 1-2, default 2), ``--clients`` / ``--client-envs`` (default
+50 x 64), ``--client-loop``. Writes ``remote.json`` (machine, parameters, every figure) and ``remote.md``
+(tables with the bars, met or missed) to ``benchmarks/results/`` or ``--out DIR``. Bars are informative:
+a missed bar never fails the run; a cell that raises is recorded as ``error: ...`` and the others go on.
+
+The code is in three files of ``benchmarks/``: this one (the entry point: cases 1-2, bars, the report and
+the command line), ``remote_clients.py`` (case 3 and the ``client`` sub-command) and ``benchutil.py`` (the
+server subprocess, pools, CPU and memory accounting, formatting helpers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import gc
+import json
+import math
+import os
+import shlex
+import signal
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+for _path in (ROOT, HERE):  # this checkout (aioenv), and benchmarks/ (benchutil, remote_clients)
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from benchutil import (  # noqa: E402
+    ASYNC_ENV,
+    EPISODE_STEPS,
+    PIDS_SEEN,
+    Server,
+    Spec,
+    classify,
+    cpu_snapshot,
+    cpu_usage,
+    describe,
+    fmt,
+    local_leftovers,
+    machine_info,
+    make_pool,
+    md_table,
+    parse_loop,
+    run_async,
+    sig,
+    write_atomic,
+)
+from remote_clients import bench_clients, client_main, md_clients  # noqa: E402
+
+DEFAULT_OUT = ROOT / "benchmarks" / "results"
+SECTIONS = ("cartpole", "async1k", "clients")
+BARS = {"cartpole_remote_vs_embedded": 0.7, "async1k_remote_fraction": 0.95}
+DISTURBED_PCT = 20.0  # CPU of other programs + steal during a window (% of a core) that makes a note
+
+
+# ------------------------------------------------------------------ one pool, one loop
+async def pool_cell(spec: Spec, endpoint: str | None, server_pid: int) -> dict[str, Any]:
+    """Make, reset, prime every env with a send, warm up, then count the rows received over the window."""
+    n = spec.num_envs
+    t0 = time.perf_counter()
+    pool = await make_pool(spec, endpoint)
+    try:
+        t1 = time.perf_counter()
+        await pool.reset(seed=0)
+        t2 = time.perf_counter()
+        actions = np.random.default_rng(0).integers(0, 2, size=(64, n), dtype=np.int64)  # pre-sampled, cycled
+        pool.send(actions[0], np.arange(n, dtype=np.int32))
+        k = 1
+        recv_kwargs = spec.recv_kwargs
+
+        async def once() -> int:
+            nonlocal k
+            *_, info = await pool.recv(**recv_kwargs)
+            ids = info["env_id"]
+            pool.send(actions[k % 64][ids], ids)  # exactly the rows that came back
+            k += 1
+            return int(ids.size)
+
+        end = time.perf_counter() + spec.warmup
+        while time.perf_counter() < end:
+            await once()
+        parts = classify(server_pid)
+        cpu0 = cpu_snapshot(parts)
+        steps = calls = 0
+        start = time.perf_counter()
+        while (now := time.perf_counter()) < start + spec.seconds:
+            steps += await once()
+            calls += 1
+        cpu1 = cpu_snapshot(parts)
+    finally:
+        await pool.aclose()
+    elapsed = now - start
+    return {
+        "steps": steps,
+        "seconds": sig(elapsed),
+        "steps_per_s": sig(steps / elapsed),
+        "recv_calls": calls,
+        "rows_per_recv": sig(steps / max(calls, 1)),
+        "num_workers": pool.num_workers,
+        "startup_s": {"make": sig(t1 - t0), "reset": sig(t2 - t1), "total": sig(t2 - t0)},
+        "cpu": cpu_usage(cpu0, cpu1, elapsed, steps),
+    }
+
+
+def run_cell(name: str, label: str, spec: Spec, server: Server, remote: bool) -> dict[str, Any]:
+    """:func:`pool_cell` on its own event loop with a timeout; records errors and processes left behind."""
+    where = "remote" if remote else "embedded"
+    print(f"[{name}] {where}, {label} ...", flush=True)
+    timeout = 120.0 + 3 * (spec.warmup + spec.seconds) + spec.num_envs / 50
+    try:
+        res = run_async(pool_cell(spec, server.endpoint if remote else None, server.pid), timeout) | {"status": "ok"}
+    except Exception as exc:  # noqa: BLE001 - report it, keep the other cells
+        traceback.print_exc()
+        res = {"status": f"error: {type(exc).__name__}: {exc}"}
+    gc.collect()
+    res["leftover_processes"] = local_leftovers(server.pid) + server.wait_no_workers()
+    res |= {"where": where, "loop": spec.label}
+    if res["status"] == "ok":
+        cpu = res["cpu"]
+        print(
+            f"[{name}] {where}, {label}: {res['steps_per_s']:,.0f} steps/s, {res['rows_per_recv']:.1f} rows/recv; "
+            f"startup {res['startup_s']['total']:.2f} s; CPU % client {cpu['client']:.0f} server {cpu['server']:.0f} "
+            f"server workers {cpu['server_workers']:.0f} local workers {cpu['local_workers']:.0f} outside "
+            f"{cpu['outside']:.0f} stolen {cpu['steal']:.0f}; {cpu['us_per_step']:.1f} µs CPU/step",
+            flush=True,
+        )
+    else:
+        print(f"[{name}] {where}, {label}: {res['status']}", flush=True)
+    if res["leftover_processes"]:
+        print(f"[{name}] {where}, {label}: LEFT BEHIND {res['leftover_processes']}", flush=True)
+    return res
+
+
+# ------------------------------------------------------------------ cases 1 and 2
+def bench_cartpole(args: argparse.Namespace, server: Server) -> dict[str, Any]:
+    """CartPole-v1, embedded vs remote, repeats interleaved (the order alternates); medians and their ratio."""
+    n = 16 if args.quick else 128
+    spec = Spec("CartPole-v1", n, f"batch:{n // 2}", None, None, args.num_workers, args.warmup, args.seconds)
+    label = f"CartPole-v1 n={n}, {spec.label}"
+    runs: dict[str, list[dict[str, Any]]] = {"embedded": [], "remote": []}
+    for r in range(args.repeats):
+        order = ("embedded", "remote") if r % 2 == 0 else ("remote", "embedded")
+        for where in order:
+            runs[where].append(run_cell("cartpole", f"{label}, repeat {r + 1}", spec, server, where == "remote"))
+    cells = {}
+    for where, attempts in runs.items():
+        ok = sorted((a for a in attempts if a["status"] == "ok"), key=lambda a: a["steps_per_s"])
+        cell = dict(ok[(len(ok) - 1) // 2]) if ok else dict(attempts[0])  # the median run (lower of two)
+        cell["repeats_steps_per_s"] = [a.get("steps_per_s") for a in attempts]
+        cell["repeats_status"] = [a["status"] for a in attempts]
+        cell["leftover_processes"] = [p for a in attempts for p in a["leftover_processes"]]
+        if ok:
+            cell["steps_per_s"] = sig(statistics.median(a["steps_per_s"] for a in ok))
+        cells[where] = cell
+    emb, rem = (cells[w].get("steps_per_s") if cells[w]["status"] == "ok" else None for w in ("embedded", "remote"))
+    params = dataclasses.asdict(spec) | {"batch_size": spec.batch_size, "repeats": args.repeats}
+    return {
+        "title": f"CartPole-v1 n={n}, batch_size={spec.batch_size}, {spec.num_workers} workers",
+        "params": params,
+        "cells": cells,
+        "ratio_remote_embedded": sig(rem / emb) if emb and rem else None,
+    }
+
+
+def bench_async(args: argparse.Namespace, server: Server) -> dict[str, Any]:
+    """1,024 AsyncSleepEnv, every client loop, remote and embedded."""
+    n, mean = (128, 0.02) if args.quick else (1024, 0.02)
+    kwargs = {"mean": mean, "sigma": 0.5, "cap": 0.2, "episode_steps": EPISODE_STEPS}
+    loops = ("batch:16", "any") if args.quick else tuple(args.loops)
+    ideal = n / mean
+    print(f"[async1k] {n:,} AsyncSleepEnv, mean {mean * 1e3:g} ms: ideal {ideal:,.0f} steps/s", flush=True)
+    cells: dict[str, dict[str, Any]] = {}
+    for loop in loops:
+        spec = Spec(ASYNC_ENV, n, loop, "async", kwargs, args.num_workers, args.warmup, args.seconds)
+        for where in ("remote", "embedded"):
+            cell = run_cell("async1k", f"{n} async envs, {spec.label}", spec, server, where == "remote")
+            if cell["status"] == "ok":
+                cell["fraction_of_ideal"] = sig(cell["steps_per_s"] / ideal)
+                print(f"[async1k] {where}, {spec.label}: {cell['fraction_of_ideal']:.1%} of ideal", flush=True)
+            cells[f"{where} {loop}"] = cell
+    best = {}
+    for where in ("remote", "embedded"):
+        ok = {k: c for k, c in cells.items() if c["where"] == where and c["status"] == "ok"}
+        best[where] = max(ok, key=lambda k: ok[k]["steps_per_s"]) if ok else None
+    return {
+        "title": f"{n:,} AsyncSleepEnv (mean {mean * 1e3:g} ms), executor=async, {args.num_workers} workers",
+        "params": {
+            "env": ASYNC_ENV,
+            "num_envs": n,
+            "env_kwargs": kwargs,
+            "loops": list(loops),
+            "num_workers": args.num_workers,
+            "warmup": args.warmup,
+            "seconds": args.seconds,
+            "ideal_steps_per_s": ideal,
+        },
+        "cells": cells,
+        "best": best,
+    }
+
+
+# ------------------------------------------------------------------ bars
+def bar(name: str, value: float | None, threshold: float, unit: str, about: str) -> dict[str, Any]:
+    """A bar ``value >= threshold`` (``met`` None without a value)."""
+    met = None if value is None else value >= threshold
+    return {"name": name, "value": value, "op": ">=", "threshold": threshold, "unit": unit, "about": about, "met": met}
+
+
+def judge(sections: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The bars of the cases that ran (informative only)."""
+    bars = []
+    if sec := sections.get("cartpole"):
+        about = sec["cells"]["remote"]["loop"] + f", medians of {sec['params']['repeats']}"
+        value = sec["ratio_remote_embedded"]
+        bars.append(bar(f"{sec['title']}: remote / embedded", value, BARS["cartpole_remote_vs_embedded"], "x", about))
+    if sec := sections.get("async1k"):
+        best = sec["best"]["remote"]
+        value = sec["cells"][best]["fraction_of_ideal"] if best else None
+        about = f"remote, best loop: {sec['cells'][best]['loop']}" if best else "no remote loop ran"
+        bars.append(bar(f"{sec['title']}: remote, of ideal", value, BARS["async1k_remote_fraction"], "%", about))
+    return bars
+
+
+# ------------------------------------------------------------------ report
+def fmt_bar_value(b: dict[str, Any], value: float | None, measured: bool = True) -> str:
+    """A bar's value or threshold; a measured value is rounded down, so one shown equal to the bar met it."""
+    if value is None:
+        return "n/a"
+    scale = 1000 if b["unit"] == "%" else 100
+    shown = math.floor(value * scale) / scale if measured else value
+    return f"{shown:.1%}" if b["unit"] == "%" else f"{shown:.2f}x"
+
+
+def md_pools(sections: dict[str, dict[str, Any]]) -> list[str]:
+    """Cases 1 and 2: one row per cell."""
+    head = ["case", "pool, client loop", "steps/s", "of ideal", "rows/recv", "CPU this process", "CPU server"]
+    head += ["CPU workers", "CPU outside / stolen", "CPU µs/step", "workers", "startup s"]
+    rows = []
+    for name in ("cartpole", "async1k"):
+        if not (sec := sections.get(name)):
+            continue
+        for key, cell in sec["cells"].items():
+            what = f"{cell['where']}, {cell['loop']}"
+            if name == "async1k" and sec["best"].get(cell["where"]) == key:
+                what += " (best)"
+            if name == "cartpole":
+                runs = ", ".join(fmt(v) for v in cell["repeats_steps_per_s"])
+                what += f" (median of {runs})"
+            if cell["status"] != "ok":
+                rows.append([sec["title"], what, cell["status"], *["n/a"] * 9])
+                continue
+            cpu = cell["cpu"]
+            workers = cpu["server_workers"] + cpu["local_workers"]
+            rows.append(
+                [
+                    sec["title"],
+                    what,
+                    fmt(cell["steps_per_s"]),
+                    fmt(cell.get("fraction_of_ideal"), ".1%"),
+                    fmt(cell["rows_per_recv"], ",.1f"),
+                    fmt(cpu["client"], ".0f", "%"),
+                    fmt(cpu["server"], ".0f", "%") if cell["where"] == "remote" else "-",
+                    fmt(workers, ".0f", "%"),
+                    f"{cpu['outside']:.0f}% / {cpu['steal']:.0f}%",
+                    fmt(cpu["us_per_step"], ".1f"),
+                    str(cell["num_workers"]),
+                    fmt(cell["startup_s"]["total"], ".2f"),
+                ]
+            )
+    return md_table(head, rows, left=2)
+
+
+def md_bars(bars: list[dict[str, Any]]) -> list[str]:
+    """The bars: value, threshold, met or MISSED."""
+    word = {True: "met", False: "MISSED", None: "n/a"}
+    rows = [
+        [
+            b["name"],
+            b["about"],
+            fmt_bar_value(b, b["value"]),
+            f">= {fmt_bar_value(b, b['threshold'], False)}",
+            word[b["met"]],
+        ]
+        for b in bars
+    ]
+    return md_table(["bar", "measured on", "value", "bar", "result"], rows, left=2, last_left=True)
+
+
+def render_markdown(res: dict[str, Any]) -> str:
+    """The tables, the command that produced them and any problem noticed."""
+    m = res["machine"]
+    about = f"{m['cpu_count']} CPUs, {m['memory_gib']} GiB, Python {m['python']}, {m['loop']}, "
+    about += f"pyzmq {m['pyzmq']} (libzmq {m['libzmq']}), load {m['load_avg_1m']} at start / "
+    about += f"{res['load_avg_1m_end']} at end, {res['date']}"
+    lines = [f"`{res['command']}`", "", about, "", f"Server: `{res['server']['command']}` on {res['endpoint']}."]
+    secs = res["sections"]
+    if "cartpole" in secs or "async1k" in secs:
+        lines += ["", *md_pools(secs)]
+        lines += [
+            "",
+            "ideal = envs / mean latency. CPU: % of one core over the window; workers = the pool's worker "
+            "processes (the server's for a remote pool); outside = other programs and the kernel, stolen = taken "
+            "by the host (both noise). CPU µs/step: this process + server + workers per env-step.",
+        ]
+    if sec := secs.get("clients"):
+        lines += ["", *md_clients(sec)]
+    if res["bars"]:
+        lines += ["", *md_bars(res["bars"])]
+    notes = []
+    for name, sec in secs.items():
+        cells = sec.get("cells", {name: sec})
+        for key, cell in cells.items():
+            if cell.get("leftover_processes"):
+                notes.append(f"- {name} {key}: processes left behind: {cell['leftover_processes']}")
+            cpu = cell.get("cpu", {})
+            if cpu and cpu["outside"] + cpu["steal"] > DISTURBED_PCT:
+                notes.append(
+                    f"- {name} {key}: disturbed: the rest of the machine used {cpu['outside']:.0f}% of a core and "
+                    f"the host stole {cpu['steal']:.0f}% during the window"
+                )
+    srv = res["server"]
+    if srv["exit_code"] != 0:
+        notes.append(f"- the server exited with {srv['exit_code']} after SIGTERM (expected 0)")
+    if srv["workers_left"]:
+        notes.append(f"- the server left workers behind: {srv['workers_left']}")
+    if srv["problems"]:
+        notes.append(f"- the server logged {len(srv['problems'])} warning/error lines, e.g. `{srv['problems'][0]}`")
+    notes += [f"- processes left at exit: {p}" for p in res.get("leftover_processes_at_exit", [])]
+    lines += ["", f"Server stopped with SIGTERM: exit code {srv['exit_code']} in {srv['stop_s']:.2f} s."]
+    if notes:
+        lines += ["", *notes]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------ CLI
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse the command line (``--quick`` fills in small sizes for whatever was not given)."""
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="smoke run: n=16, 128 async envs, 4 clients x 8 envs, short")
+    p.add_argument("--only", action="append", choices=SECTIONS, metavar="NAME", help=f"repeatable: {SECTIONS}")
+    p.add_argument("--seconds", type=float, help="window of cases 1-2 (default 5, --quick 0.5)")
+    p.add_argument("--warmup", type=float, help="warm-up of cases 1-2 (default 1, --quick 0.2)")
+    p.add_argument("--repeats", type=int, help="case 1 repeats, median reported (default 3, --quick 1)")
+    p.add_argument("--num-workers", type=int, default=2, help="worker processes of every pool of cases 1-2")
+    p.add_argument(
+        "--loops",
+        type=lambda s: [parse_loop(x) for x in s.split(",")],
+        default=["batch:64", "any"],
+        help="case 2 client loops, comma-separated: batch:N (recv() with batch_size N) or any "
+        "(recv(min_results=1, max_results=num_envs)); default batch:64,any",
+    )
+    p.add_argument("--clients", type=int, help="case 3 client processes (default 50, --quick 4)")
+    p.add_argument("--client-envs", type=int, help="envs per client (default 64, --quick 8)")
+    p.add_argument("--client-mean", type=float, default=0.02, help="case 3 mean step latency, seconds")
+    p.add_argument("--client-loop", type=parse_loop, default="any", help="case 3 client loop (default any)")
+    p.add_argument("--clients-seconds", type=float, help="case 3 window (default 10, --quick 1)")
+    p.add_argument("--clients-warmup", type=float, help="case 3 warm-up (default 3, --quick 0.6)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="directory for remote.json and remote.md")
+    args = p.parse_args(argv)
+    q = args.quick
+    defaults = {
+        "seconds": 0.5 if q else 5.0,
+        "warmup": 0.2 if q else 1.0,
+        "repeats": 1 if q else 3,
+        "clients": 4 if q else 50,
+        "client_envs": 8 if q else 64,
+        "clients_seconds": 1.0 if q else 10.0,
+        "clients_warmup": 0.6 if q else 3.0,
+    }
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Start the server, run the selected cases, stop it, write JSON + Markdown, print the tables."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["client"]:
+        return client_main(argv[1:])
+    args = parse_args(argv)
+    selected = [name for name in SECTIONS if name in set(args.only or SECTIONS)]
+    res: dict[str, Any] = {
+        "machine": machine_info(),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": shlex.join([os.path.relpath(sys.executable), *sys.argv]),
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()} | {"bars": BARS},
+        "sections": {},
+    }
+    t0 = time.perf_counter()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed run still stops its server (finally)
+    server = Server()
+    res["endpoint"] = server.endpoint
+    print(f"server pid {server.pid} listening on {server.endpoint}", flush=True)
+    try:
+        cases = {"cartpole": bench_cartpole, "async1k": bench_async, "clients": bench_clients}
+        for name in selected:
+            res["sections"][name] = cases[name](args, server)
+    finally:
+        res["server"] = server.stop() | {"command": server.command}
+    print(f"server stopped: exit code {res['server']['exit_code']} in {res['server']['stop_s']:.2f} s", flush=True)
+    res["bars"] = judge(res["sections"])
+    res["pids_seen"] = sorted(PIDS_SEEN | {server.pid})
+    res["leftover_processes_at_exit"] = describe(psutil.wait_procs(psutil.Process().children(recursive=True), 3.0)[1])
+    res["load_avg_1m_end"] = round(os.getloadavg()[0], 2)
+    res["total_s"] = sig(time.perf_counter() - t0)
+    md = render_markdown(res)
+    write_atomic(args.out / "remote.json", json.dumps(res, indent=2) + "\n")
+    write_atomic(args.out / "remote.md", md)
+    print("\n" + md)
+    print(f"wrote {args.out / 'remote.json'} and {args.out / 'remote.md'} ({res['total_s']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""The remote benchmark still runs end to end (a short smoke run; its speed bars are never asserted here)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import psutil
+
+from tests.scripts import run_python
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_remote_benchmark_smoke(tmp_path: Path) -> None:
+    proc = run_python("benchmarks/bench_remote.py", "--quick", "--out", str(tmp_path), timeout=55)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((tmp_path / "remote.json").read_text())
+    assert set(result["sections"]) == {"cartpole", "async1k", "clients"}
+    assert result["endpoint"].startswith("tcp://127.0.0.1:")
+
+    cartpole = result["sections"]["cartpole"]
+    assert set(cartpole["cells"]) == {"embedded", "remote"}
+    for where, cell in cartpole["cells"].items():
+        assert cell["status"] == "ok", (where, cell["status"])
+        assert cell["steps_per_s"] > 0 and cell["num_workers"] == 2, where
+        assert cell["leftover_processes"] == [], where
+    assert cartpole["ratio_remote_embedded"] > 0
+
+    async1k = result["sections"]["async1k"]
+    assert async1k["params"]["ideal_steps_per_s"] > 0
+    assert {c["where"] for c in async1k["cells"].values()} == {"embedded", "remote"}
+    for key, cell in async1k["cells"].items():
+        assert cell["status"] == "ok", (key, cell["status"])
+        assert 0 < cell["fraction_of_ideal"] <= 1.2, (key, cell["fraction_of_ideal"])
+        assert cell["leftover_processes"] == [], key
+    assert async1k["best"]["remote"] in async1k["cells"]
+
+    clients = result["sections"]["clients"]
+    assert clients["status"] == "ok", clients["status"]
+    per_client = clients["per_client_steps_per_s"]
+    assert len(per_client) == clients["params"]["clients"] == 4
+    assert all(v > 0 for v in per_client)
+    assert clients["total_steps_per_s"] > 0 and 0 < clients["fraction_of_ideal"] <= 1.2
+    spread = clients["per_client"]
+    assert 0 < spread["min"] <= spread["median"] <= spread["max"]
+    assert spread["max_over_min"] >= 1 and spread["cv"] >= 0
+    assert clients["status_during_warmup"]["sessions"] == 4  # `aioenv status --json` saw every client
+    assert clients["status_during_warmup"]["envs"] == 32
+    assert clients["client_exit_codes"] == ["0"]
+    assert clients["leftover_processes"] == []
+
+    assert result["server"]["exit_code"] == 0  # stopped cleanly with SIGTERM
+    assert result["server"]["workers_left"] == []
+    assert result["leftover_processes_at_exit"] == []
+    assert [b["met"] in (True, False) for b in result["bars"]] == [True, True]
+    markdown = (tmp_path / "remote.md").read_text()
+    assert markdown.startswith("`") and "| bar |" in markdown
+
+    seen = result["pids_seen"]  # the server, its workers, the clients, the embedded pools' workers
+    assert len(seen) >= 1 + 4 + 4  # at least: the server, 4 clients and their 4 server workers
+    deadline = time.monotonic() + 5  # nothing the benchmark started outlives it
+    while (left := [pid for pid in seen if _alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, left
