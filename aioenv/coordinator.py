@@ -255,22 +255,16 @@ class Coordinator:
             req = self.sched.finish(header.get("id"))
             if req is None:
                 return  # a late reply to a request that timed out or was failed: dropped
-            self._deliver_or_fail(slot, req, op, header, arrays, req.env_ids, req.positions)
+            self._deliver_or_fail(slot, req, op, header, arrays)
         if self.sched.held:
             self._pump()
 
     def _deliver_or_fail(
-        self,
-        slot: _Slot,
-        req: Request,
-        op: str,
-        header: dict[str, Any],
-        arrays: list[np.ndarray],
-        env_ids: np.ndarray,
-        positions: np.ndarray | None,
+        self, slot: _Slot, req: Request, op: str, header: dict[str, Any], arrays: list[np.ndarray]
     ) -> None:
+        env_ids, positions = req.env_ids, req.positions
         try:
-            self._deliver(req, op, header, arrays, env_ids, positions)
+            self._deliver(req, op, header, arrays)
         except Exception as exc:
             log.exception("bad reply from worker %s", slot.name)
             err = ProtocolError(f"malformed reply from worker {slot.name}: {exc}")
@@ -327,16 +321,9 @@ class Coordinator:
         else:
             sink.deliver(part, positions)
 
-    def _deliver(
-        self,
-        req: Request,
-        op: str,
-        header: dict[str, Any],
-        arrays: list[np.ndarray],
-        env_ids: np.ndarray,
-        positions: np.ndarray | None,
-    ) -> None:
-        kind = req.kind
+    def _deliver(self, req: Request, op: str, header: dict[str, Any], arrays: list[np.ndarray]) -> None:
+        """A whole-request reply (inline workers, MAKE, CALL, CANCEL, ERROR) for ``req``."""
+        kind, env_ids, positions = req.kind, req.env_ids, req.positions
         if op == Op.ERROR:
             desc = header.get("error")
             part = Part.failed(env_ids, lambda e: from_wire({**(desc or {}), "env_id": e}, context=kind))

@@ -26,7 +26,57 @@ __all__ = ["Dealer", "Router"]
 _DRAIN_BATCH = 512
 
 
-class Router:
+class _Drained:
+    """A socket whose descriptor is registered with the loop and drained without blocking;
+    subclasses handle each message in :meth:`_handle`."""
+
+    sock: zmq.Socket[bytes]
+    _loop: asyncio.AbstractEventLoop
+    _fd: int
+    _scheduled: bool
+    _closed: bool
+
+    def _start_reading(self) -> None:
+        self._scheduled = False
+        self._closed = False
+        self._fd = int(self.sock.getsockopt(zmq.FD))
+        self._loop.add_reader(self._fd, self._drain)
+
+    def _after_send(self) -> None:
+        if not self._scheduled:
+            # A send may consume the descriptor's edge: look for input once after this burst of
+            # sends (one EVENTS check, a poll syscall, instead of one per send).
+            self._scheduled = True
+            self._loop.call_soon(self._drain)
+
+    def _handle(self, frames: list[zmq.Frame]) -> None:
+        raise NotImplementedError
+
+    def _drain(self) -> None:
+        self._scheduled = False
+        if self._closed:
+            return
+        sock = self.sock
+        for _ in range(_DRAIN_BATCH):
+            if not has_input(sock):
+                return
+            self._handle(recv_frames(sock, zmq.NOBLOCK))
+            if self._closed:
+                return
+        self._scheduled = True
+        self._loop.call_soon(self._drain)  # more may be waiting: continue after others had a turn
+
+    def close(self) -> None:
+        """Stop reading and close the socket (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):  # the loop may already be closed
+            self._loop.remove_reader(self._fd)
+        self.sock.close(linger=0)
+
+
+class Router(_Drained):
     """A bound ROUTER socket whose messages go to ``on_message(identity, frames)``.
 
     Args:
@@ -52,10 +102,7 @@ class Router:
         self.sock.bind(endpoint)
         self.endpoint: str = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._on_message = on_message
-        self._scheduled = False
-        self._closed = False
-        self._fd: int = self.sock.getsockopt(zmq.FD)
-        self._loop.add_reader(self._fd, self._drain)
+        self._start_reading()
 
     def send(self, identity: bytes, frames: Sequence[Any]) -> bool:
         """Send one message to ``identity``; False when that peer is not connected."""
@@ -65,39 +112,14 @@ class Router:
             if exc.errno in (zmq.EHOSTUNREACH, zmq.EAGAIN):
                 return False
             raise
-        if not self._scheduled:
-            # A send may consume the descriptor's edge: look for input once after this burst of
-            # sends (one EVENTS check, a poll syscall, instead of one per send).
-            self._scheduled = True
-            self._loop.call_soon(self._drain)
+        self._after_send()
         return True
 
-    def _drain(self) -> None:
-        self._scheduled = False
-        if self._closed:
-            return
-        sock = self.sock
-        for _ in range(_DRAIN_BATCH):
-            if not has_input(sock):
-                return
-            frames = recv_frames(sock, zmq.NOBLOCK)
-            self._on_message(frames[0].bytes, frames[1:])
-            if self._closed:
-                return
-        self._scheduled = True
-        self._loop.call_soon(self._drain)  # more may be waiting: continue after others had a turn
-
-    def close(self) -> None:
-        """Stop reading and close the socket (idempotent)."""
-        if self._closed:
-            return
-        self._closed = True
-        with contextlib.suppress(Exception):  # the loop may already be closed
-            self._loop.remove_reader(self._fd)
-        self.sock.close(linger=0)
+    def _handle(self, frames: list[zmq.Frame]) -> None:
+        self._on_message(frames[0].bytes, frames[1:])
 
 
-class Dealer:
+class Dealer(_Drained):
     """A connected DEALER socket (a client of an aioenv server) whose messages go to ``on_message(frames)``.
 
     Driven like :class:`Router`: ``loop.add_reader`` on ZeroMQ's descriptor, non-blocking drains.
@@ -121,10 +143,7 @@ class Dealer:
         self.sock.connect(endpoint)
         self.endpoint = endpoint
         self._on_message = on_message
-        self._scheduled = False
-        self._closed = False
-        self._fd: int = self.sock.getsockopt(zmq.FD)
-        self._loop.add_reader(self._fd, self._drain)
+        self._start_reading()
 
     def send(self, frames: Sequence[Any]) -> bool:
         """Queue one message for the server (ZeroMQ sends it once connected); False when there is no
@@ -133,29 +152,8 @@ class Dealer:
             send_frames(self.sock, frames, zmq.NOBLOCK)
         except zmq.Again:
             return False
-        if not self._scheduled:
-            self._scheduled = True
-            self._loop.call_soon(self._drain)
+        self._after_send()
         return True
 
-    def _drain(self) -> None:
-        self._scheduled = False
-        if self._closed:
-            return
-        for _ in range(_DRAIN_BATCH):
-            if not has_input(self.sock):
-                return
-            self._on_message(recv_frames(self.sock, zmq.NOBLOCK))
-            if self._closed:
-                return
-        self._scheduled = True
-        self._loop.call_soon(self._drain)
-
-    def close(self) -> None:
-        """Stop reading and close the socket (idempotent)."""
-        if self._closed:
-            return
-        self._closed = True
-        with contextlib.suppress(Exception):
-            self._loop.remove_reader(self._fd)
-        self.sock.close(linger=0)
+    def _handle(self, frames: list[zmq.Frame]) -> None:
+        self._on_message(frames)
