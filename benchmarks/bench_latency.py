@@ -39,41 +39,52 @@ that raises is recorded as ``error: ...`` and the others go on.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
-import datetime as dt
 import functools
 import gc
 import heapq
 import json
 import math
 import os
-import platform
-import shlex
 import sys
 import time
 import traceback
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import psutil
-import zmq
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+for _path in (ROOT, HERE):  # this checkout (aioenv), and benchmarks/ (benchutil)
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from benchutil import (  # noqa: E402
+    EPISODE_STEPS,
+    GIB,
+    WINDOW_HEAD,
+    bar,
+    describe,
+    fmt,
+    fmt_bytes,
+    md_bars,
+    md_table,
+    read_memory,
+    run_async,
+    run_header,
+    sig,
+    window_columns,
+    window_figures,
+    write_atomic,
+)
 
 import aioenv  # noqa: E402
 from aioenv.envs.latency import SleepEnv  # noqa: E402
 
-T = TypeVar("T")
-GIB = 2**30
-KIB = 2**10
-EPISODE_STEPS = 10**9  # no autoreset (a step that does not wait) inside a window
 DEFAULT_OUT = ROOT / "benchmarks" / "results"
 SECTIONS = ("thread64", "async1k", "async10k")
 PEER = "AsyncVectorEnv"
@@ -240,19 +251,6 @@ def build_cases(args: argparse.Namespace) -> dict[str, Case]:
 
 
 # ------------------------------------------------------------------ helpers
-def sig(x: float) -> float:
-    """Round to 6 significant digits (keeps the JSON readable)."""
-    return float(f"{x:.6g}")
-
-
-def run_async(coro: Coroutine[Any, Any, T], timeout: float) -> T:
-    """Run ``coro`` on a fresh loop (``aioenv.run``: uvloop when installed) with a timeout."""
-    try:
-        return aioenv.run(asyncio.wait_for(coro, timeout))
-    except TimeoutError as exc:
-        raise TimeoutError(f"no result within {timeout:g} s") from exc
-
-
 def tree() -> list[psutil.Process]:
     """This process and all its descendants."""
     me = psutil.Process()
@@ -324,13 +322,9 @@ def tree_memory() -> dict[str, Any]:
     full = True
     procs = tree()
     for proc in procs:
-        try:
-            info = proc.memory_full_info()
-        except psutil.AccessDenied:
-            full = False
-            info = proc.memory_info()
-        except psutil.NoSuchProcess:
+        if (read := read_memory(proc)) is None:
             continue
+        info, full = read[0], full and read[1]
         for key in totals:
             totals[key] += int(getattr(info, key, 0))
     out: dict[str, Any] = {"processes": len(procs), "rss_bytes": totals["rss"]}
@@ -345,13 +339,7 @@ def leftover_children(wait: float = 5.0) -> list[str]:
     """Child processes still alive ``wait`` seconds after a pool or vector env closed (should be none)."""
     kids = psutil.Process().children(recursive=True)
     _, alive = psutil.wait_procs(kids, timeout=wait)
-    out = []
-    for proc in alive:
-        try:
-            out.append(f"{proc.pid} {proc.status()} {' '.join(proc.cmdline())[:160]}")
-        except psutil.Error:
-            continue
-    return out
+    return describe(alive)
 
 
 # ------------------------------------------------------------------ measurements
@@ -401,17 +389,8 @@ async def aioenv_cell(case: Case, loop: Loop, num_workers: int | None) -> dict[s
     memory["per_env_added_rss_bytes"] = sig((memory["rss_bytes"] - before["rss_bytes"]) / n)
     if "pss_bytes" in memory:
         memory["per_env_pss_bytes"] = sig(memory["pss_bytes"] / n)
-    return {
-        "steps": steps,
-        "seconds": sig(elapsed),
-        "steps_per_s": sig(steps / elapsed),
-        "recv_calls": calls,
-        "rows_per_recv": sig(steps / max(calls, 1)),
-        "num_workers": pool.num_workers,
-        "startup_s": {"make": sig(t1 - t0), "reset": sig(t2 - t1), "total": sig(t2 - t0)},
-        "cpu": cpu_usage(cpu0, cpu1, elapsed, steps),
-        "memory": memory,
-    }
+    cpu = cpu_usage(cpu0, cpu1, elapsed, steps)
+    return window_figures(steps, calls, elapsed, pool.num_workers, (t0, t1, t2), cpu) | {"memory": memory}
 
 
 def run_pool_cell(case: Case, loop: Loop, num_workers: int | None, timeout: float) -> dict[str, Any]:
@@ -551,12 +530,6 @@ def best_loop(section: dict[str, Any]) -> str | None:
     return max(ok, key=lambda k: ok[k]["steps_per_s"]) if ok else None
 
 
-def bar(name: str, value: float | None, op: str, threshold: float, unit: str, about: str) -> dict[str, Any]:
-    """A bar: ``value op threshold`` (``met`` None without a value)."""
-    met = None if value is None else (value >= threshold if op == ">=" else value < threshold)
-    return {"name": name, "value": value, "op": op, "threshold": threshold, "unit": unit, "about": about, "met": met}
-
-
 def judge(sections: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """The bars of the cases that ran (informative only)."""
     bars = []
@@ -613,69 +586,10 @@ def judge(sections: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------ report
-def machine_info() -> dict[str, Any]:
-    """Machine and library versions recorded next to the results."""
-    try:
-        import uvloop
-
-        loop = f"uvloop {getattr(uvloop, '__version__', '?')}"
-    except ImportError:
-        loop = "asyncio"
-    mem = psutil.virtual_memory()
-    return {
-        "cpu_count": os.cpu_count(),
-        "memory_gib": round(mem.total / GIB, 1),
-        "load_avg_1m": round(os.getloadavg()[0], 2),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "numpy": np.__version__,
-        "gymnasium": gym.__version__,
-        "pyzmq": zmq.__version__,
-        "libzmq": zmq.zmq_version(),
-        "psutil": psutil.__version__,
-        "aioenv": aioenv.__version__,
-        "loop": loop,
-    }
-
-
-def fmt_num(value: float | None, spec: str = ",.0f", suffix: str = "") -> str:
-    """A number for the tables ("n/a" when missing)."""
-    return "n/a" if value is None else f"{value:{spec}}{suffix}"
-
-
-def fmt_bytes(value: float | None) -> str:
-    """Bytes as MiB / GiB / KiB."""
-    if value is None:
-        return "n/a"
-    if value >= GIB:
-        return f"{value / GIB:.2f} GiB"
-    if value >= 2**20:
-        return f"{value / 2**20:,.0f} MiB"
-    return f"{value / KIB:,.1f} KiB"
-
-
-def fmt_bar_value(b: dict[str, Any], value: float | None, measured: bool = True) -> str:
-    """A bar's value (``measured``) or threshold in its unit. A measured ratio is rounded towards missing the
-    bar (down for ``>=``), so a value shown equal to the threshold has met it."""
-    if value is None:
-        return "n/a"
-    if b["unit"] == "bytes":
-        return fmt_bytes(value)
-    scale = 1000 if b["unit"] == "%" else 100  # 0.1% or 0.01x
-    shown = math.floor(value * scale) / scale if measured and b["op"] == ">=" else value
-    return f"{shown:.1%}" if b["unit"] == "%" else f"{shown:.2f}x"
-
-
-def md_table(head: list[str], rows: list[list[str]], left: int = 1, last_left: bool = False) -> list[str]:
-    """Markdown table lines: the first ``left`` columns (and the last, if ``last_left``) left-aligned, numbers right."""
-    rule = ["---" if i < left or (last_left and i == len(head) - 1) else "--:" for i in range(len(head))]
-    return ["| " + " | ".join(r) + " |" for r in (head, rule, *rows)]
-
-
 def md_figures(sections: dict[str, dict[str, Any]]) -> list[str]:
     """One row per cell: steps/s, fraction of ideal and of the loop's ceiling, batching, CPU, startup."""
     head = ["case", "implementation, client loop", "steps/s", "ideal", "of ideal", "loop ceiling", "rows/recv"]
-    head += ["CPU client", "CPU workers", "CPU outside / stolen", "CPU µs/step", "workers", "startup s"]
+    head += ["CPU client", "CPU workers", *WINDOW_HEAD]
     rows = []
     for sec in sections.values():
         ideal = sec["params"]["ideal_steps_per_s"]
@@ -683,45 +597,26 @@ def md_figures(sections: dict[str, dict[str, Any]]) -> list[str]:
             what = f"{cell.get('implementation', key)}, {cell.get('loop', key)}"
             if key == sec.get("best_loop"):
                 what += " (best)"
-            ceiling = fmt_num(cell["loop_ceiling"], ".1%")
+            ceiling = fmt(cell["loop_ceiling"], ".1%")
             if cell["status"] != "ok":
-                rows.append([sec["title"], what, cell["status"], fmt_num(ideal), "n/a", ceiling, *["n/a"] * 7])
+                rows.append([sec["title"], what, cell["status"], fmt(ideal), "n/a", ceiling, *["n/a"] * 7])
                 continue
             cpu = cell["cpu"]
             rows.append(
                 [
                     sec["title"],
                     what,
-                    fmt_num(cell["steps_per_s"]),
-                    fmt_num(ideal),
-                    fmt_num(cell["fraction_of_ideal"], ".1%"),
+                    fmt(cell["steps_per_s"]),
+                    fmt(ideal),
+                    fmt(cell["fraction_of_ideal"], ".1%"),
                     ceiling,
-                    fmt_num(cell["rows_per_recv"], ",.1f"),
-                    fmt_num(cpu["client"], ".0f", "%"),
-                    fmt_num(cpu["workers"], ".0f", "%"),
-                    f"{cpu['outside']:.0f}% / {cpu['steal']:.0f}%",
-                    fmt_num(cpu["us_per_step"], ".1f"),
-                    str(cell["num_workers"]),
-                    fmt_num(cell["startup_s"]["total"], ".2f"),
+                    fmt(cell["rows_per_recv"], ",.1f"),
+                    fmt(cpu["client"], ".0f", "%"),
+                    fmt(cpu["workers"], ".0f", "%"),
+                    *window_columns(cell),
                 ]
             )
     return md_table(head, rows, left=2)
-
-
-def md_bars(bars: list[dict[str, Any]]) -> list[str]:
-    """The bars: value, threshold, met or MISSED."""
-    word = {True: "met", False: "MISSED", None: "n/a"}
-    rows = [
-        [
-            b["name"],
-            b["about"],
-            fmt_bar_value(b, b["value"]),
-            f"{b['op']} {fmt_bar_value(b, b['threshold'], measured=False)}",
-            word[b["met"]],
-        ]
-        for b in bars
-    ]
-    return md_table(["bar", "measured on", "value", "bar", "result"], rows, left=2, last_left=True)
 
 
 def md_memory(sec: dict[str, Any]) -> list[str]:
@@ -781,14 +676,6 @@ def render_markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a ``.tmp`` sibling."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
 # ------------------------------------------------------------------ CLI
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse the command line."""
@@ -824,10 +711,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cases = build_cases(args)
     selected = [name for name in SECTIONS if name in set(args.only or SECTIONS)]
-    res: dict[str, Any] = {
-        "machine": machine_info(),
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": shlex.join([os.path.relpath(sys.executable), *sys.argv]),
+    res: dict[str, Any] = run_header() | {
         "settings": {
             "quick": args.quick,
             "num_workers": args.num_workers,

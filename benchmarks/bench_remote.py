@@ -44,12 +44,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import gc
 import json
-import math
 import os
-import shlex
 import signal
 import statistics
 import sys
@@ -71,20 +68,25 @@ from benchutil import (  # noqa: E402
     ASYNC_ENV,
     EPISODE_STEPS,
     PIDS_SEEN,
+    WINDOW_HEAD,
     Server,
     Spec,
+    bar,
     classify,
     cpu_snapshot,
     cpu_usage,
     describe,
     fmt,
     local_leftovers,
-    machine_info,
     make_pool,
+    md_bars,
     md_table,
     parse_loop,
     run_async,
+    run_header,
     sig,
+    window_columns,
+    window_figures,
     write_atomic,
 )
 from remote_clients import bench_clients, client_main, md_clients  # noqa: E402
@@ -132,16 +134,8 @@ async def pool_cell(spec: Spec, endpoint: str | None, server_pid: int) -> dict[s
     finally:
         await pool.aclose()
     elapsed = now - start
-    return {
-        "steps": steps,
-        "seconds": sig(elapsed),
-        "steps_per_s": sig(steps / elapsed),
-        "recv_calls": calls,
-        "rows_per_recv": sig(steps / max(calls, 1)),
-        "num_workers": pool.num_workers,
-        "startup_s": {"make": sig(t1 - t0), "reset": sig(t2 - t1), "total": sig(t2 - t0)},
-        "cpu": cpu_usage(cpu0, cpu1, elapsed, steps),
-    }
+    cpu = cpu_usage(cpu0, cpu1, elapsed, steps)
+    return window_figures(steps, calls, elapsed, pool.num_workers, (t0, t1, t2), cpu)
 
 
 def run_cell(name: str, label: str, spec: Spec, server: Server, remote: bool) -> dict[str, Any]:
@@ -242,41 +236,27 @@ def bench_async(args: argparse.Namespace, server: Server) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ bars
-def bar(name: str, value: float | None, threshold: float, unit: str, about: str) -> dict[str, Any]:
-    """A bar ``value >= threshold`` (``met`` None without a value)."""
-    met = None if value is None else value >= threshold
-    return {"name": name, "value": value, "op": ">=", "threshold": threshold, "unit": unit, "about": about, "met": met}
-
-
 def judge(sections: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """The bars of the cases that ran (informative only)."""
     bars = []
     if sec := sections.get("cartpole"):
         about = sec["cells"]["remote"]["loop"] + f", medians of {sec['params']['repeats']}"
-        value = sec["ratio_remote_embedded"]
-        bars.append(bar(f"{sec['title']}: remote / embedded", value, BARS["cartpole_remote_vs_embedded"], "x", about))
+        value, threshold = sec["ratio_remote_embedded"], BARS["cartpole_remote_vs_embedded"]
+        bars.append(bar(f"{sec['title']}: remote / embedded", value, ">=", threshold, "x", about))
     if sec := sections.get("async1k"):
         best = sec["best"]["remote"]
         value = sec["cells"][best]["fraction_of_ideal"] if best else None
         about = f"remote, best loop: {sec['cells'][best]['loop']}" if best else "no remote loop ran"
-        bars.append(bar(f"{sec['title']}: remote, of ideal", value, BARS["async1k_remote_fraction"], "%", about))
+        threshold = BARS["async1k_remote_fraction"]
+        bars.append(bar(f"{sec['title']}: remote, of ideal", value, ">=", threshold, "%", about))
     return bars
 
 
 # ------------------------------------------------------------------ report
-def fmt_bar_value(b: dict[str, Any], value: float | None, measured: bool = True) -> str:
-    """A bar's value or threshold; a measured value is rounded down, so one shown equal to the bar met it."""
-    if value is None:
-        return "n/a"
-    scale = 1000 if b["unit"] == "%" else 100
-    shown = math.floor(value * scale) / scale if measured else value
-    return f"{shown:.1%}" if b["unit"] == "%" else f"{shown:.2f}x"
-
-
 def md_pools(sections: dict[str, dict[str, Any]]) -> list[str]:
     """Cases 1 and 2: one row per cell."""
     head = ["case", "pool, client loop", "steps/s", "of ideal", "rows/recv", "CPU this process", "CPU server"]
-    head += ["CPU workers", "CPU outside / stolen", "CPU µs/step", "workers", "startup s"]
+    head += ["CPU workers", *WINDOW_HEAD]
     rows = []
     for name in ("cartpole", "async1k"):
         if not (sec := sections.get(name)):
@@ -303,29 +283,10 @@ def md_pools(sections: dict[str, dict[str, Any]]) -> list[str]:
                     fmt(cpu["client"], ".0f", "%"),
                     fmt(cpu["server"], ".0f", "%") if cell["where"] == "remote" else "-",
                     fmt(workers, ".0f", "%"),
-                    f"{cpu['outside']:.0f}% / {cpu['steal']:.0f}%",
-                    fmt(cpu["us_per_step"], ".1f"),
-                    str(cell["num_workers"]),
-                    fmt(cell["startup_s"]["total"], ".2f"),
+                    *window_columns(cell),
                 ]
             )
     return md_table(head, rows, left=2)
-
-
-def md_bars(bars: list[dict[str, Any]]) -> list[str]:
-    """The bars: value, threshold, met or MISSED."""
-    word = {True: "met", False: "MISSED", None: "n/a"}
-    rows = [
-        [
-            b["name"],
-            b["about"],
-            fmt_bar_value(b, b["value"]),
-            f">= {fmt_bar_value(b, b['threshold'], False)}",
-            word[b["met"]],
-        ]
-        for b in bars
-    ]
-    return md_table(["bar", "measured on", "value", "bar", "result"], rows, left=2, last_left=True)
 
 
 def render_markdown(res: dict[str, Any]) -> str:
@@ -422,10 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         return client_main(argv[1:])
     args = parse_args(argv)
     selected = [name for name in SECTIONS if name in set(args.only or SECTIONS)]
-    res: dict[str, Any] = {
-        "machine": machine_info(),
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": shlex.join([os.path.relpath(sys.executable), *sys.argv]),
+    res: dict[str, Any] = run_header() | {
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()} | {"bars": BARS},
         "sections": {},
     }

@@ -1,12 +1,18 @@
-"""Shared pieces of ``bench_remote.py`` and ``remote_clients.py``: the server, pools, CPU/memory, formatting.
+"""Shared pieces of ``bench_remote.py``, ``remote_clients.py`` and ``bench_latency.py``: the server, pools,
+CPU/memory, formatting.
 
 - the ``aioenv serve`` subprocess (:class:`Server`) and ``aioenv status --json`` (:func:`server_status`);
 - one pool and its client loop (:class:`Spec`, :func:`parse_loop`, :func:`make_pool`);
 - process accounting: this process tree split into parts (:func:`classify`), CPU per part over a window
-  (:func:`cpu_snapshot`, :func:`cpu_usage`), memory (:func:`memory_of`) and processes left behind;
-- reporting helpers: :func:`machine_info`, :func:`fmt`, :func:`md_table`, :func:`write_atomic`.
+  (:func:`cpu_snapshot`, :func:`cpu_usage`), memory (:func:`read_memory`, :func:`memory_of`) and processes
+  left behind;
+- one pool's timed window as figures (:func:`window_figures`) and as a table row's last columns
+  (:data:`WINDOW_HEAD`, :func:`window_columns`);
+- reporting helpers: :func:`run_header`, :func:`machine_info`, :func:`fmt`, :func:`fmt_bytes`, :func:`md_table`,
+  :func:`write_atomic`, and the informative bars (:func:`bar`, :func:`fmt_bar_value`, :func:`md_bars`).
 
-Not a package module: ``bench_remote.py`` puts ``benchmarks/`` on ``sys.path`` before importing it.
+Not a package module: ``bench_remote.py`` and ``bench_latency.py`` put ``benchmarks/`` on ``sys.path`` before
+importing it.
 """
 
 from __future__ import annotations
@@ -14,7 +20,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import datetime as dt
 import json
+import math
 import os
 import platform
 import queue
@@ -43,6 +51,7 @@ import aioenv  # noqa: E402
 T = TypeVar("T")
 GIB = 2**30
 MIB = 2**20
+KIB = 2**10
 EPISODE_STEPS = 10**9  # latency envs never autoreset inside a window (a reset step does not wait)
 ASYNC_ENV = "aioenv.envs.latency:AsyncSleepEnv"
 ALLOW = ("CartPole-v1", ASYNC_ENV)  # the env names the server may make (aioenv serve --allow-env)
@@ -244,20 +253,27 @@ def cpu_usage(a: CpuSnapshot, b: CpuSnapshot, elapsed: float, steps: int) -> dic
     return out
 
 
+def read_memory(proc: psutil.Process) -> tuple[Any, bool] | None:
+    """``(memory_full_info(), True)``, or ``(memory_info(), False)`` where the full one (PSS, USS) is denied;
+    None when the process is gone."""
+    try:
+        try:
+            return proc.memory_full_info(), True
+        except psutil.AccessDenied:
+            return proc.memory_info(), False
+    except psutil.NoSuchProcess:
+        return None
+
+
 def memory_of(procs: list[psutil.Process]) -> dict[str, Any]:
     """Sums of RSS and (where readable) PSS over ``procs``."""
     rss = pss = 0
     full = True
     count = 0
     for proc in procs:
-        try:
-            try:
-                info = proc.memory_full_info()
-            except psutil.AccessDenied:
-                full = False
-                info = proc.memory_info()
-        except psutil.NoSuchProcess:
+        if (read := read_memory(proc)) is None:
             continue
+        info, full = read[0], full and read[1]
         count += 1
         rss += int(info.rss)
         pss += int(getattr(info, "pss", 0))
@@ -327,7 +343,34 @@ async def make_pool(spec: Spec, endpoint: str | None) -> aioenv.Pool:
     return await aioenv.make(spec.env, spec.num_envs, **options)
 
 
+def window_figures(
+    steps: int, calls: int, elapsed: float, num_workers: int, times: tuple[float, float, float], cpu: dict[str, Any]
+) -> dict[str, Any]:
+    """The figures of one pool's timed window: ``steps`` rows from ``calls`` recv calls in ``elapsed`` s; ``times``
+    = ``perf_counter()`` before ``make``, after it and after the first ``reset``; ``cpu`` as measured."""
+    t0, t1, t2 = times
+    return {
+        "steps": steps,
+        "seconds": sig(elapsed),
+        "steps_per_s": sig(steps / elapsed),
+        "recv_calls": calls,
+        "rows_per_recv": sig(steps / max(calls, 1)),
+        "num_workers": num_workers,
+        "startup_s": {"make": sig(t1 - t0), "reset": sig(t2 - t1), "total": sig(t2 - t0)},
+        "cpu": cpu,
+    }
+
+
 # ------------------------------------------------------------------ reporting helpers
+def run_header() -> dict[str, Any]:
+    """What a result file starts with: the machine, the date (UTC) and the command that ran."""
+    return {
+        "machine": machine_info(),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": shlex.join([os.path.relpath(sys.executable), *sys.argv]),
+    }
+
+
 def machine_info() -> dict[str, Any]:
     """Machine and library versions recorded next to the results."""
     try:
@@ -357,8 +400,33 @@ def fmt(value: float | None, spec: str = ",.0f", suffix: str = "") -> str:
     return "n/a" if value is None else f"{value:{spec}}{suffix}"
 
 
+def fmt_bytes(value: float | None) -> str:
+    """Bytes as MiB / GiB / KiB."""
+    if value is None:
+        return "n/a"
+    if value >= GIB:
+        return f"{value / GIB:.2f} GiB"
+    if value >= MIB:
+        return f"{value / MIB:,.0f} MiB"
+    return f"{value / KIB:,.1f} KiB"
+
+
+WINDOW_HEAD = ["CPU outside / stolen", "CPU µs/step", "workers", "startup s"]  # a pool table's last columns
+
+
+def window_columns(cell: dict[str, Any]) -> list[str]:
+    """A pool row's last columns (:data:`WINDOW_HEAD`) from a measured cell (:func:`window_figures`)."""
+    cpu = cell["cpu"]
+    return [
+        f"{cpu['outside']:.0f}% / {cpu['steal']:.0f}%",
+        fmt(cpu["us_per_step"], ".1f"),
+        str(cell["num_workers"]),
+        fmt(cell["startup_s"]["total"], ".2f"),
+    ]
+
+
 def md_table(head: list[str], rows: list[list[str]], left: int = 1, last_left: bool = False) -> list[str]:
-    """Markdown table lines: the first ``left`` columns (and the last, if ``last_left``) left-aligned."""
+    """Markdown table lines: the first ``left`` columns (and the last, if ``last_left``) left-aligned, numbers right."""
     rule = ["---" if i < left or (last_left and i == len(head) - 1) else "--:" for i in range(len(head))]
     return ["| " + " | ".join(r) + " |" for r in (head, rule, *rows)]
 
@@ -369,3 +437,38 @@ def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     tmp.replace(path)
+
+
+# ------------------------------------------------------------------ bars (informative: a missed bar never fails a run)
+def bar(name: str, value: float | None, op: str, threshold: float, unit: str, about: str) -> dict[str, Any]:
+    """A bar: ``value op threshold``, ``op`` being ``>=`` or ``<`` (``met`` None without a value)."""
+    met = None if value is None else (value >= threshold if op == ">=" else value < threshold)
+    return {"name": name, "value": value, "op": op, "threshold": threshold, "unit": unit, "about": about, "met": met}
+
+
+def fmt_bar_value(b: dict[str, Any], value: float | None, measured: bool = True) -> str:
+    """A bar's value (``measured``) or threshold in its unit (``%``, ``x`` or ``bytes``). A measured ratio is
+    rounded towards missing the bar (down for ``>=``), so a value shown equal to the threshold has met it."""
+    if value is None:
+        return "n/a"
+    if b["unit"] == "bytes":
+        return fmt_bytes(value)
+    scale = 1000 if b["unit"] == "%" else 100  # 0.1% or 0.01x
+    shown = math.floor(value * scale) / scale if measured and b["op"] == ">=" else value
+    return f"{shown:.1%}" if b["unit"] == "%" else f"{shown:.2f}x"
+
+
+def md_bars(bars: list[dict[str, Any]]) -> list[str]:
+    """The bars: value, threshold, met or MISSED."""
+    word = {True: "met", False: "MISSED", None: "n/a"}
+    rows = [
+        [
+            b["name"],
+            b["about"],
+            fmt_bar_value(b, b["value"]),
+            f"{b['op']} {fmt_bar_value(b, b['threshold'], measured=False)}",
+            word[b["met"]],
+        ]
+        for b in bars
+    ]
+    return md_table(["bar", "measured on", "value", "bar", "result"], rows, left=2, last_left=True)
