@@ -101,6 +101,22 @@ def bench(env: str, num_envs: int, seconds: float, num_workers: int | None) -> N
     help="CURVE keys directory (aioenv keygen): admit only the public keys in it",
 )
 @click.option("--metrics-port", type=click.IntRange(1, 65535), default=None, help="serve Prometheus /metrics")
+@click.option(
+    "--worker-bind", default=None, help="where worker hosts join (aioenv worker --connect), e.g. tcp://0.0.0.0:5556"
+)
+@click.option(
+    "--local-capacity",
+    type=click.IntRange(0),
+    default=None,
+    help="with --worker-bind: envs this machine hosts itself (default: only when no worker host has room; 0: none)",
+)
+@click.option(
+    "--worker-timeout",
+    type=click.FloatRange(0.5),
+    default=10.0,
+    show_default=True,
+    help="seconds a worker host may be silent before its envs are re-made elsewhere",
+)
 @click.option("--log-json", is_flag=True, help="one JSON object per log line")
 @click.option(
     "--log-level",
@@ -118,6 +134,9 @@ def serve(
     client_timeout: float,
     auth: str | None,
     metrics_port: int | None,
+    worker_bind: str | None,
+    local_capacity: int | None,
+    worker_timeout: float,
     log_json: bool,
     log_level: str,
 ) -> None:
@@ -130,8 +149,21 @@ def serve(
     from aioenv.server import serve as run_server
 
     configure_logging(log_level, json_lines=log_json)
+    if local_capacity is not None and worker_bind is None:
+        raise click.UsageError("--local-capacity needs --worker-bind (without worker hosts every env is local)")
     config = ServerConfig(
-        bind, executor, workers, max_envs, max_envs_per_client, allow, client_timeout, auth, metrics_port
+        bind,
+        executor,
+        workers,
+        max_envs,
+        max_envs_per_client,
+        allow,
+        client_timeout,
+        auth,
+        metrics_port,
+        worker_bind,
+        local_capacity,
+        worker_timeout,
     )
     try:
         aioenv.run(run_server(config))
@@ -139,6 +171,64 @@ def serve(
         raise click.ClickException(f"cannot serve on {bind}: {exc}") from exc
     except ValueError as exc:  # e.g. an --auth directory without the server's key
         raise click.ClickException(str(exc)) from exc
+
+
+@main.command()
+@click.option("--connect", required=True, help="the server's worker port (its --worker-bind), e.g. tcp://HOST:5556")
+@click.option("--capacity", type=click.IntRange(1), required=True, help="envs this host may run at once")
+@click.option(
+    "--executor",
+    type=click.Choice(["inline", "thread", "async"]),
+    default="inline",
+    show_default=True,
+    help="executor of the worker processes (the server sends only pools of this kind)",
+)
+@click.option("--name", default=None, help="this host's name on the server (default: hostname-pid)")
+@click.option(
+    "--server-timeout",
+    type=click.FloatRange(0.5),
+    default=10.0,
+    show_default=True,
+    help="seconds of server silence before this host stops its workers and joins again",
+)
+@click.option("--key", type=click.Path(exists=True, dir_okay=False), default=None, help="your .key_secret (--auth)")
+@click.option("--server-key", type=click.Path(exists=True, dir_okay=False), default=None, help="the server's .key")
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    default="INFO",
+    show_default=True,
+)
+def worker(
+    connect: str,
+    capacity: int,
+    executor: str,
+    name: str | None,
+    server_timeout: float,
+    key: str | None,
+    server_key: str | None,
+    log_level: str,
+) -> None:
+    """Run worker processes for a server (aioenv serve --worker-bind): a worker host.
+
+    Runs until SIGTERM or SIGINT, then stops its worker processes and tells the server.
+    """
+    from aioenv.logs import configure_logging
+    from workers.agent import WorkerHost
+
+    if (key is None) != (server_key is None):
+        raise click.UsageError("--key and --server-key go together (both are needed for a server with --auth)")
+    configure_logging(log_level, json_lines=False)
+    curve = (key, server_key) if key is not None and server_key is not None else None
+    try:
+        host = WorkerHost(connect, capacity, executor, name=name, server_timeout=server_timeout, curve=curve)
+        code = host.run()
+    except zmq_error() as exc:
+        raise click.ClickException(f"cannot connect to {connect}: {exc}") from exc
+    except ValueError as exc:  # e.g. an unreadable key file
+        raise click.ClickException(str(exc)) from exc
+    if code:
+        raise SystemExit(code)
 
 
 @main.command()
@@ -205,6 +295,21 @@ def status(endpoint: str, timeout: float, quiet: bool, as_json: bool, key: str |
         for client, env, n in pools:
             detail.add_row(str(client), str(env), str(n))
         console.print(detail)
+    if state.get("worker_endpoint"):
+        hosts = Table(title=f"worker hosts (joining at {state['worker_endpoint']})")
+        for column in ("host", "address", "executor", "envs", "capacity", "processes"):
+            hosts.add_column(column, justify="right" if column in ("envs", "capacity", "processes") else "left")
+        for row in state.get("hosts") or []:
+            cap, procs = row.get("capacity"), row.get("processes")
+            hosts.add_row(
+                str(row.get("name")),
+                str(row.get("host") or "-"),
+                str(row.get("executor")),
+                str(row.get("envs")),
+                "unlimited" if cap is None else str(cap),
+                "-" if procs is None else str(procs),
+            )
+        console.print(hosts)
 
 
 def zmq_error() -> type[Exception]:

@@ -39,7 +39,7 @@ from aioenv.errors import (
     from_wire,
 )
 from aioenv.infos import take_info
-from aioenv.launcher import LocalProcess, describe_exit
+from aioenv.launcher import LaunchSpec, WorkerProc, launch_local
 from aioenv.protocol import Op, decode, encode, leaves_from_wire
 from aioenv.results import Part, RecvQueue
 from aioenv.scheduler import THROTTLED, Request, Scheduler
@@ -65,7 +65,7 @@ class _Slot:
         self.index = index
         self.generation = 0
         self.name = ""
-        self.proc: LocalProcess | None = None
+        self.proc: WorkerProc | None = None
         self.ready = False
         self.outbox: list[list[Any]] = []
         self.restarts = 0
@@ -84,6 +84,9 @@ class Coordinator:
         max_concurrency: at most this many steps/resets in flight across the pool (None: no limit).
         on_timeout: ``"error"`` (a late step fails with ``StepTimeout``) or ``"truncate"`` (it comes back
             as a truncated row with the env's last observation and ``info["timeout"]`` True).
+        launch: starts a worker process (default: a local child process); a server passes its fleet's,
+            which may place it on another host and raises ``CapacityError`` when no host has room.
+        name_prefix: prefixed to worker names (unique names across the pools sharing a launcher).
     """
 
     def __init__(
@@ -97,6 +100,8 @@ class Coordinator:
         on_remade: Callable[[np.ndarray], None],
         max_concurrency: int | None = None,
         on_timeout: str = "error",
+        launch: Callable[[LaunchSpec], WorkerProc] = launch_local,
+        name_prefix: str = "",
     ) -> None:
         self.sched = Scheduler(num_envs, max_concurrency)
         self.truncate = on_timeout == "truncate"
@@ -115,7 +120,9 @@ class Coordinator:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self.closing = False
-        self._retired: list[LocalProcess] = []
+        self._retired: list[WorkerProc] = []
+        self._launch = launch
+        self._prefix = name_prefix
         self.loop = asyncio.get_running_loop()
 
     @staticmethod
@@ -129,10 +136,10 @@ class Coordinator:
         """Start workers, make every env; returns the env description ({"obs", "act", "metadata", ...})."""
         self._router = Router(f"ipc://{self.private_dir}/coord.sock", self._on_message)
         blocks = self.sched.place(num_workers)
-        for index in range(num_workers):
+        for index, ids in enumerate(blocks):
             slot = _Slot(index)
             self.slots.append(slot)
-            self._spawn(slot)
+            self._spawn(slot, ids.size)
         makes = [self._make(slot, ids) for slot, ids in zip(self.slots, blocks, strict=True)]
         replies = await asyncio.gather(*makes)
         described: dict[str, Any] = {}
@@ -140,14 +147,18 @@ class Coordinator:
             described.update(reply)
         return described
 
-    def _spawn(self, slot: _Slot) -> None:
+    def _spawn(self, slot: _Slot, envs: int) -> None:
+        """Start a worker process for ``slot`` (may raise CapacityError from a fleet's launcher)."""
         slot.generation += 1
-        slot.name = f"w{slot.index}.{slot.generation}"
+        slot.name = f"{self._prefix}w{slot.index}.{slot.generation}"
         slot.ready = False
         slot.outbox = []
-        self._by_name[slot.name.encode()] = slot
         assert self._router is not None
-        slot.proc = LocalProcess(slot.name, self._router.endpoint, self.private_dir, self.executor, self._on_exit)
+        spec = LaunchSpec(
+            slot.name, self.executor, envs, self._router.endpoint, self.private_dir, self._on_exit, self._on_message
+        )
+        slot.proc = self._launch(spec)
+        self._by_name[slot.name.encode()] = slot
 
     async def _make(self, slot: _Slot, env_ids: np.ndarray) -> dict[str, Any]:
         fut: asyncio.Future[dict[str, Any]] = self.loop.create_future()
@@ -225,8 +236,8 @@ class Coordinator:
         if not slot.ready:
             slot.outbox.append(frames)
             return
-        assert self._router is not None
-        if not self._router.send(slot.name.encode(), frames):
+        assert slot.proc is not None and self._router is not None
+        if not (slot.proc.port or self._router).send(slot.name.encode(), frames):
             slot.outbox.append(frames)  # reconnecting; flushed at its next HELLO
 
     # ------------------------------------------------------------ replies
@@ -385,12 +396,12 @@ class Coordinator:
             exitcode=code,
         )
 
-    def _on_exit(self, proc: LocalProcess) -> None:
+    def _on_exit(self, proc: WorkerProc) -> None:
         slot = next((s for s in self.slots if s.proc is proc), None)
         if slot is None or self.closing:
             return  # a retired process (already replaced), or shutdown
-        log.warning("worker %s (pid %d) %s", slot.name, proc.pid, describe_exit(proc.returncode))
-        self._restart(slot, describe_exit(proc.returncode))
+        log.warning("worker %s (pid %s) %s", slot.name, proc.pid, proc.describe())
+        self._restart(slot, proc.describe())
 
     def _restart(self, slot: _Slot, how: str, timed_out: list[Request] | None = None) -> None:
         """Fail the slot's in-flight requests with WorkerCrashed, start a fresh worker, re-make its envs.
@@ -400,7 +411,7 @@ class Coordinator:
         """
         proc = slot.proc
         name, pid, code = slot.name, proc.pid if proc else "?", proc.returncode if proc else None
-        if proc is not None and proc.returncode is None:
+        if proc is not None and not proc.exited.is_set():
             self._retired.append(proc)  # killed, not yet reaped: aclose waits for it
         self._by_name.pop(name.encode(), None)
         truncating = timed_out is not None and self.truncate
@@ -419,13 +430,15 @@ class Coordinator:
                     must_reset.append(req.env_ids)
                 self._deliver_part(req, Part.failed(req.env_ids, crashed))
         slot.restarts += 1
-        if slot.restarts > MAX_RESTARTS:
-            slot.dead_reason = f"died {slot.restarts} times; aioenv gave up restarting it"
-            slot.proc = None
-            log.error("worker slot %d %s", slot.index, slot.dead_reason)
-            return
-        self._spawn(slot)
         env_ids = self.sched.envs_of(slot.index)
+        if slot.restarts > MAX_RESTARTS:
+            self._give_up(slot, f"died {slot.restarts} times; aioenv gave up restarting it")
+            return
+        try:
+            self._spawn(slot, env_ids.size)
+        except AioEnvError as exc:  # no host has room for its envs now
+            self._give_up(slot, f"could not be restarted: {exc}")
+            return
         ended = None
         if truncating:
             keep = self._has_obs[env_ids]
@@ -439,6 +452,13 @@ class Coordinator:
             self._replaced_count = int(np.count_nonzero(self._replaced))
         self._send_make(slot, env_ids, None, ended)
         self.on_remade(env_ids)
+
+    def _give_up(self, slot: _Slot, reason: str) -> None:
+        """The slot's envs fail fast from now on (requests get ``WorkerCrashed`` saying why)."""
+        slot.dead_reason = reason
+        slot.proc = None
+        self._by_name.pop(slot.name.encode(), None)
+        log.error("worker slot %d %s", slot.index, reason)
 
     # ------------------------------------------------------------ deadlines
 
@@ -587,11 +607,8 @@ class Coordinator:
         for slot in self.slots:
             if slot.proc is None:
                 continue
-            asked = (
-                slot.ready
-                and self._router is not None
-                and self._router.send(slot.name.encode(), encode(Op.CLOSE, {"id": 0}))
-            )
+            port = slot.proc.port or self._router
+            asked = slot.ready and port is not None and port.send(slot.name.encode(), encode(Op.CLOSE, {"id": 0}))
             stops.append(slot.proc.stop(grace, ask_first=bool(asked)))
         await asyncio.gather(*stops)
         if self._router is not None:

@@ -5,6 +5,10 @@ the callback runs as soon as the process exits, whatever killed it. Stopping
 escalates: the coordinator first asks politely (CLOSE), then :meth:`LocalProcess.stop`
 sends SIGTERM, waits, and SIGKILLs. Workers also ask the kernel to kill them if
 the coordinator dies (``PR_SET_PDEATHSIG``), so none outlive it.
+
+A coordinator starts its workers through a *launch* function (:func:`launch_local` by default) that
+takes a :class:`LaunchSpec` and returns a :class:`WorkerProc`; a server with remote worker hosts
+passes its own (:mod:`aioenv.fleet`), which may start the process on another machine.
 """
 
 from __future__ import annotations
@@ -15,9 +19,78 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-__all__ = ["LocalProcess", "describe_exit"]
+__all__ = ["LaunchSpec", "LocalProcess", "WorkerProc", "describe_exit", "launch_local"]
+
+
+class Port(Protocol):
+    """Where a coordinator sends a worker's messages (a :class:`~aioenv.transport.Router`)."""
+
+    def send(self, identity: bytes, frames: Sequence[Any]) -> bool:
+        """Send ``frames`` to ``identity``; False when that peer is not connected."""
+        ...
+
+
+class WorkerProc(Protocol):
+    """A coordinator's handle on one worker process, wherever it runs."""
+
+    name: str
+    exited: asyncio.Event
+    #: The socket to reach it through (None: the coordinator's own).
+    port: Port | None
+
+    @property
+    def pid(self) -> int | str:
+        """Its process id (on its own host), or ``"?"`` before it is known."""
+        ...
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit code once exited (negative: the signal that killed it; None: unknown)."""
+        ...
+
+    def describe(self) -> str:
+        """How it ended, in words (``"was killed by SIGKILL"``)."""
+        ...
+
+    def kill(self) -> None:
+        """SIGKILL it now."""
+        ...
+
+    async def stop(self, grace: float, *, ask_first: bool = True) -> None:
+        """Wait for it to exit, escalating; returns once it has."""
+        ...
+
+
+@dataclass
+class LaunchSpec:
+    """What a coordinator asks for when it needs a worker process.
+
+    Attributes:
+        name: the worker's name (its ZeroMQ identity), unique per launcher.
+        executor: ``inline``, ``thread`` or ``async``.
+        envs: how many envs it will host (for placement).
+        endpoint: the coordinator's own endpoint (local workers connect there).
+        private_dir: the pool's private directory (pickled factories; local workers only).
+        on_exit: called once in the loop thread when the process has exited (or was lost).
+        on_message: the coordinator's handler, for workers that reach it through another socket.
+    """
+
+    name: str
+    executor: str
+    envs: int
+    endpoint: str
+    private_dir: str
+    on_exit: Callable[[Any], None]
+    on_message: Callable[[bytes, list[Any]], None]
+
+
+def launch_local(spec: LaunchSpec) -> LocalProcess:
+    """Start the worker as a child process of this one, connected to the coordinator's endpoint."""
+    return LocalProcess(spec.name, spec.endpoint, spec.private_dir, spec.executor, spec.on_exit)
 
 
 def describe_exit(code: int | None) -> str:
@@ -46,6 +119,7 @@ class LocalProcess:
         self, name: str, endpoint: str, trusted_dir: str, executor: str, on_exit: Callable[[LocalProcess], None]
     ) -> None:
         self.name = name
+        self.port: Port | None = None
         self._loop = asyncio.get_running_loop()
         self._on_exit = on_exit
         self.exited = asyncio.Event()
@@ -68,7 +142,7 @@ class LocalProcess:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
         self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, close_fds=True)
-        self.pid = self.proc.pid
+        self.pid: int = self.proc.pid
         self._pidfd = os.pidfd_open(self.pid)
         self._loop.add_reader(self._pidfd, self._reap)
 
@@ -76,6 +150,10 @@ class LocalProcess:
     def returncode(self) -> int | None:
         """The exit code once exited (negative: the signal that killed it)."""
         return self.proc.returncode
+
+    def describe(self) -> str:
+        """How it ended, in words."""
+        return describe_exit(self.proc.returncode)
 
     def _reap(self) -> None:
         self._loop.remove_reader(self._pidfd)

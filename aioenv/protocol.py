@@ -82,6 +82,13 @@ class Op:
     OPEN = "open"  # client -> server: {"env": name, "n": num_envs, "kw": env_kwargs, "opt": pool options, "client"}
     EVENT = "event"  # server -> client: {"ev": "remade", "env": [ids]} (envs re-made after a crash or deadline)
     STATUS = "status"  # anyone -> server: the server's state (sessions, envs, limits)
+    # worker host (aioenv worker) <-> server's worker port, see aioenv.fleet
+    JOIN = "join"  # host -> server: {"name", "host", "pid", "executor", "capacity"}
+    SPAWN = "spawn"  # server -> host: {"name", "executor"} start a worker process
+    STARTED = "started"  # host -> server: {"name", "pid"}
+    EXITED = "exited"  # host -> server: {"name", "code"} a worker process exited
+    KILL = "kill"  # server -> host: {"name", "sig"} signal a worker process
+    LEAVE = "leave"  # host -> server: the host is stopping
 
 
 # ---------------------------------------------------------------- msgpack values

@@ -13,6 +13,11 @@ Admission: env sources are names only (a gymnasium id or ``"pkg.module:factory"`
 ``max_envs`` (all sessions) and ``max_envs_per_client`` (the pools of one client process) bound
 what may be made; beyond them :class:`~aioenv.errors.CapacityError`.
 
+Worker hosts: with ``worker_bind``, ``aioenv worker --connect`` processes on any machine join the
+server's :class:`~aioenv.fleet.Fleet` and each pool's worker processes are placed on the least-loaded
+host with room (:mod:`aioenv.placement`); a host that dies or stops answering has its envs re-made
+elsewhere. Without it, every pool runs on local worker processes.
+
 Liveness: a session the server has not heard from for ``client_timeout`` seconds (clients PING
 every second) is closed and its envs released. Garbage on the port never stops the server: a
 malformed message is answered with a ``ProtocolError`` when its sender can be told, and dropped.
@@ -42,6 +47,7 @@ if TYPE_CHECKING:
     from aioenv.metrics import ServerMetrics
 from aioenv.coordinator import Coordinator
 from aioenv.errors import AioEnvError, CapacityError, PoolClosed, ProtocolError, UsageError, relay_wire
+from aioenv.fleet import Fleet
 from aioenv.partwire import encode_part
 from aioenv.protocol import Op, decode, encode, leaves_from_wire, leaves_to_wire
 from aioenv.protocol_version import PROTOCOL_VERSION
@@ -72,6 +78,9 @@ class ServerConfig:
     client_timeout: float = 10.0
     auth: str | None = None  # a key directory (see aioenv.auth); None: no authentication
     metrics_port: int | None = None  # serve Prometheus metrics on this port (see aioenv.metrics)
+    worker_bind: str | None = None  # the port worker hosts join (see aioenv.fleet); None: local workers only
+    local_capacity: int | None = None  # with worker_bind: envs the server hosts itself (None: as a last resort)
+    worker_timeout: float = 10.0  # with worker_bind: seconds of silence before a worker host is dropped
 
 
 @dataclass(eq=False)
@@ -121,6 +130,8 @@ class Server:
         self.closing = False
         self._auth: ServerAuth | None = None
         self.metrics: ServerMetrics | None = None
+        self.fleet: Fleet | None = None
+        self._pools = 0
 
     @property
     def endpoint(self) -> str:
@@ -143,6 +154,14 @@ class Server:
             self.metrics = ServerMetrics(self)
             self.metrics.serve(self.config.metrics_port)
         self._router.sock.setsockopt(zmq.MAXMSGSIZE, 1 << 30)  # a hostile peer cannot make us buffer more
+        if self.config.worker_bind is not None:
+            self.fleet = Fleet(
+                self.config.worker_bind,
+                configure=configure,
+                local_capacity=self.config.local_capacity,
+                worker_timeout=self.config.worker_timeout,
+            )
+            log.info("worker hosts join at %s", self.fleet.endpoint)
         self._reaper = asyncio.get_running_loop().call_later(1.0, self._reap)
         log.info("aioenv server listening on %s (protocol %d, aioenv %s)", self.endpoint, PROTOCOL_VERSION, __version__)
 
@@ -162,6 +181,8 @@ class Server:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._router is not None:
             self._router.close()
+        if self.fleet is not None:
+            self.fleet.close()
         if self._auth is not None:
             self._auth.stop()
         log.info("aioenv server stopped (%d sessions closed)", len(sessions))
@@ -279,6 +300,8 @@ class Server:
         sources, _ = parse_sources(env, n, kwargs, None)
         self._opening[identity] = (client, n)
         coord: Coordinator | None = None
+        self._pools += 1
+        placed = {"launch": self.fleet.launch, "name_prefix": f"p{self._pools}."} if self.fleet is not None else {}
         try:
             coord = Coordinator(
                 n,
@@ -289,6 +312,7 @@ class Server:
                 on_remade=lambda ids: self.send(identity, encode(Op.EVENT, {"ev": "remade", "env": ids.tolist()})),
                 max_concurrency=limit,
                 on_timeout=on_timeout,
+                **placed,  # type: ignore[arg-type]
             )
             described = await coord.start(workers)
         except BaseException:
@@ -355,8 +379,10 @@ class Server:
             "in_flight": sum(len(s.coord.sched.requests) for s in sessions),
             "max_envs": self.config.max_envs,
             "max_envs_per_client": self.config.max_envs_per_client,
-            "protocol_errors": self.protocol_errors,
+            "protocol_errors": self.protocol_errors + (self.fleet.protocol_errors if self.fleet else 0),
             "pools": [[s.client, s.env, s.num_envs] for s in sessions],
+            "worker_endpoint": self.fleet.endpoint if self.fleet else None,
+            "hosts": self.fleet.status() if self.fleet else [],
         }
 
 

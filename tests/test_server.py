@@ -30,62 +30,9 @@ from aioenv.protocol import Op, decode, encode, pack
 from aioenv.status import fetch_status
 from tests.conftest import HANG, process_gone
 from tests.scripts import ROOT
+from tests.servers import ServerProcess
 
 PROBE = "tests.envs.faulty:make_probe"
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as fh:
-                    stat = fh.read()
-            except OSError:
-                continue
-            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
-                out.append(int(entry))
-    return out
-
-
-class ServerProcess:
-    """``aioenv serve`` on a free local port; :meth:`stop` sends SIGTERM and checks a clean exit."""
-
-    def __init__(self, *args: str, bind: str = "tcp://127.0.0.1:0", prefix: tuple[str, ...] = ()) -> None:
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        cmd = [*prefix, sys.executable, "-m", "aioenv.cli", "serve", "--bind", bind, *args]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
-        self.log: list[str] = []
-        deadline = time.monotonic() + HANG
-        assert self.proc.stderr is not None
-        while True:
-            line = self.proc.stderr.readline()
-            self.log.append(line)
-            found = re.search(r"listening on (tcp://\S+)", line)
-            if found:
-                self.endpoint = found.group(1)
-                break
-            assert line and time.monotonic() < deadline, f"the server did not start: {''.join(self.log)}"
-
-    def workers(self) -> list[int]:
-        """Pids of the server's worker processes."""
-        return _children(self.proc.pid)
-
-    def stop(self) -> None:
-        workers = self.workers()
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(HANG)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-        rest = self.proc.stderr.read() if self.proc.stderr else ""
-        assert code == 0, f"the server exited with {code}:\n{''.join(self.log)}{rest}"
-        deadline = time.monotonic() + HANG
-        while not all(process_gone(pid) for pid in workers):
-            assert time.monotonic() < deadline, f"the server left workers behind: {workers}"
-            time.sleep(0.05)
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""``python -m workers --connect ENDPOINT [--name NAME] [--executor inline|thread|async] [--trusted-dir DIR]``."""
+"""``python -m workers --connect ENDPOINT [--name NAME] [--executor inline|thread|async] [--trusted-dir DIR]
+[--curve-secret FILE --server-key FILE]``."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
         "--trusted-dir", default=None, help="directory of pickled factories and payloads written by a local pool"
     )
     parser.add_argument("--parent-pid", type=int, default=None, help="exit at once if this process is gone")
+    parser.add_argument("--curve-secret", default=None, help="own .key_secret file (a server with --auth)")
+    parser.add_argument("--server-key", default=None, help="the server's .key file (a server with --auth)")
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -48,14 +51,23 @@ def main(argv: list[str] | None = None) -> int:
     else:
         os.environ.pop("AIOENV_TRUSTED_DIR", None)
 
+    configure = None
+    if args.curve_secret or args.server_key:
+        if not (args.curve_secret and args.server_key):
+            parser.error("--curve-secret and --server-key go together")
+        from aioenv.auth import client_configurer
+
+        configure = client_configurer((args.curve_secret, args.server_key))
     if args.executor == "inline":
         from workers.runtime import Worker
 
-        Worker(args.connect, args.name, trusted_dir=args.trusted_dir, executor=args.executor).run()
+        Worker(args.connect, args.name, trusted_dir=args.trusted_dir, executor=args.executor, configure=configure).run()
     else:
         from workers.concurrent import ConcurrentWorker
 
-        ConcurrentWorker(args.connect, args.name, trusted_dir=args.trusted_dir, executor=args.executor).run()
+        ConcurrentWorker(
+            args.connect, args.name, trusted_dir=args.trusted_dir, executor=args.executor, configure=configure
+        ).run()
     return 0
 
 

@@ -135,7 +135,16 @@ class _Rows:
 class ConcurrentWorker:
     """Hosts envs for one coordinator with the ``thread`` or ``async`` executor; see the module docstring."""
 
-    def __init__(self, endpoint: str, name: str, *, trusted_dir: str | None = None, executor: str = "async") -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        name: str,
+        *,
+        trusted_dir: str | None = None,
+        executor: str = "async",
+        configure: Callable[[zmq.Socket[Any]], None] | None = None,
+    ) -> None:
+        self.configure = configure  # socket options before connect (CURVE keys for a remote server)
         if executor not in ("thread", "async"):
             raise ValueError(f"ConcurrentWorker runs the 'thread' or 'async' executor, got {executor!r}")
         self.endpoint = endpoint
@@ -164,6 +173,8 @@ class ConcurrentWorker:
         sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
         sock.setsockopt(zmq.IDENTITY, self.name.encode())
         sock.setsockopt(zmq.LINGER, 2000)
+        if self.configure is not None:
+            self.configure(sock)
         sock.connect(self.endpoint)
         self.sock = sock
         fd = int(sock.getsockopt(zmq.FD))

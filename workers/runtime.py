@@ -60,7 +60,16 @@ def error_fields(exc: BaseException, env_id: int | None) -> dict[str, Any]:
 class Worker:
     """Hosts envs for one coordinator; see the module docstring."""
 
-    def __init__(self, endpoint: str, name: str, *, trusted_dir: str | None = None, executor: str = "inline") -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        name: str,
+        *,
+        trusted_dir: str | None = None,
+        executor: str = "inline",
+        configure: Callable[[zmq.Socket[Any]], None] | None = None,
+    ) -> None:
+        self.configure = configure  # socket options before connect (CURVE keys for a remote server)
         self.endpoint = endpoint
         self.name = name
         self.trusted_dir = trusted_dir
@@ -77,6 +86,8 @@ class Worker:
         sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
         sock.setsockopt(zmq.IDENTITY, self.name.encode())
         sock.setsockopt(zmq.LINGER, 2000)
+        if self.configure is not None:
+            self.configure(sock)
         sock.connect(self.endpoint)
         hello = {"name": self.name, "pid": os.getpid(), "executor": self.executor}
         sock.send_multipart(encode(Op.HELLO, hello))

@@ -1,0 +1,330 @@
+"""Remote worker hosts of a server: ``aioenv serve --worker-bind`` and ``aioenv worker --connect``.
+
+A *worker host* is an ``aioenv worker`` process (:mod:`workers.agent`) on any machine. It connects to
+the server's worker port, JOINs with its capacity (envs) and executor, and PINGs every second. When a
+pool needs a worker process, the server places it on the least-loaded host with room
+(:mod:`aioenv.placement`) and sends that host SPAWN; the host starts ``python -m workers`` connected to
+the same port, which says HELLO like any local worker and is then driven by its pool's coordinator
+exactly as a local one. The host reports each child's exit (EXITED), so a crash is noticed at once; a
+host that stops answering for ``worker_timeout`` seconds, or leaves, is dropped and each of its
+processes counts as crashed: in-flight requests fail with ``WorkerCrashed`` and the envs are re-made
+on another host. The server's own machine is the host ``"local"``: with unlimited capacity (the
+default) it is the last resort, used when no worker host has room; ``local_capacity`` K makes it one
+host among the others; 0 keeps every env off the server.
+
+Messages on the worker port (msgpack headers, :mod:`aioenv.protocol`)::
+
+    host -> server  JOIN {name, host, pid, executor, capacity}   reply RESULT, or ERROR (refused;
+                                                                  with "retry": its name is taken)
+                    PING                                          reply PONG, or ERROR {"rejoin": true}
+                    STARTED {name, pid} / EXITED {name, code}     a child process started / exited
+                    LEAVE                                         the host stops (its children are gone)
+    server -> host  SPAWN {name, executor} / KILL {name, sig}
+
+Only names cross: a host runs ``python -m workers`` with env sources that are names, never pickles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import zmq
+
+from aioenv.errors import AioEnvError, ProtocolError, UsageError, relay_wire
+from aioenv.launcher import LaunchSpec, LocalProcess, Port, WorkerProc, describe_exit, launch_local
+from aioenv.placement import LOCAL, Placement
+from aioenv.protocol import Op, decode, encode
+from aioenv.transport import Router
+
+__all__ = ["Fleet", "RemoteProcess"]
+
+log = logging.getLogger("aioenv.fleet")
+
+_EXECUTORS = ("inline", "thread", "async")
+_HOST_OPS = (Op.PING, Op.STARTED, Op.EXITED, Op.LEAVE)
+
+
+class _Agent:
+    """A joined worker host."""
+
+    def __init__(self, identity: bytes, name: str, host: str, pid: Any, executor: str, capacity: int) -> None:
+        self.identity = identity
+        self.name = name
+        self.host = host
+        self.pid = pid
+        self.executor = executor
+        self.capacity = capacity
+        self.last_seen = time.monotonic()
+        self.children: dict[str, RemoteProcess] = {}
+
+
+class RemoteProcess:
+    """A worker process that a worker host started for a coordinator (a :class:`~aioenv.launcher.WorkerProc`)."""
+
+    def __init__(self, fleet: Fleet, agent: _Agent, spec: LaunchSpec) -> None:
+        self.name = spec.name
+        self.spec = spec
+        self.agent = agent
+        self.fleet = fleet
+        self.port: Port | None = fleet.router
+        self.exited = asyncio.Event()
+        self._pid: int | str = "?"
+        self._code: int | None = None
+        self._how = ""
+
+    @property
+    def pid(self) -> int | str:
+        """Its pid on its host (``"?"`` until the host reports it)."""
+        return self._pid
+
+    @property
+    def returncode(self) -> int | None:
+        """Its exit code, once its host reported it (None if the host was lost)."""
+        return self._code
+
+    def describe(self) -> str:
+        """How it ended, in words (naming its host)."""
+        return self._how or f"is running on host {self.agent.name}"
+
+    def kill(self) -> None:
+        """Ask its host to SIGKILL it."""
+        self.fleet.signal(self, "SIGKILL")
+
+    async def stop(self, grace: float, *, ask_first: bool = True) -> None:
+        """Wait for its exit, asking its host for SIGTERM, then SIGKILL; if the host never confirms,
+        the process is written off (the host kills its children when it loses the server)."""
+        stages = (None, "SIGTERM", "SIGKILL") if ask_first else ("SIGTERM", "SIGKILL")
+        for sig in stages:
+            if self.exited.is_set():
+                return
+            if sig is not None:
+                self.fleet.signal(self, sig)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.exited.wait(), grace)
+        self.ended(None, f"did not confirm its exit on host {self.agent.name}")
+
+    def started(self, pid: Any) -> None:
+        """Its host started it."""
+        if isinstance(pid, int):
+            self._pid = pid
+
+    def ended(self, code: int | None, how: str) -> None:
+        """It exited or was lost: free its room and tell its coordinator (once)."""
+        if self.exited.is_set():
+            return
+        self._code = code
+        self._how = how
+        self.exited.set()
+        self.fleet.forget(self)
+        self.spec.on_exit(self)
+
+
+class Fleet:
+    """The server's worker hosts and their processes; see the module docstring.
+
+    Args:
+        bind: the worker port, e.g. ``"tcp://0.0.0.0:5556"``.
+        configure: socket options before bind (CURVE, see :mod:`aioenv.auth`).
+        local_capacity: envs the server may host itself (None: unlimited; 0: remote hosts only).
+        worker_timeout: seconds of silence after which a host is dropped.
+    """
+
+    def __init__(
+        self,
+        bind: str,
+        *,
+        configure: Callable[[zmq.Socket[bytes]], None] | None = None,
+        local_capacity: int | None = None,
+        worker_timeout: float = 10.0,
+    ) -> None:
+        self.placement = Placement()
+        if local_capacity != 0:
+            self.placement.add(LOCAL, local_capacity)
+        self.worker_timeout = worker_timeout
+        self.router = Router(bind, self._on_message, configure)
+        self.router.sock.setsockopt(zmq.MAXMSGSIZE, 1 << 30)
+        self.agents: dict[bytes, _Agent] = {}
+        self._children: dict[bytes, RemoteProcess] = {}
+        self.lost = 0  # hosts dropped for silence
+        self.protocol_errors = 0
+        self._reaper = asyncio.get_running_loop().call_later(1.0, self._reap)
+
+    @property
+    def endpoint(self) -> str:
+        """The worker port bound (with the port chosen, if it was 0)."""
+        return self.router.endpoint
+
+    # ------------------------------------------------------------ launching (a coordinator's launch function)
+
+    def launch(self, spec: LaunchSpec) -> WorkerProc:
+        """Place ``spec``'s worker on the least-loaded host with room and start it there.
+
+        Raises:
+            CapacityError: no host serving ``spec.executor`` has room for ``spec.envs`` envs.
+        """
+        host = self.placement.choose(spec.envs, spec.executor)
+        if host.name == LOCAL:
+            on_exit = spec.on_exit
+
+            def released(proc: Any) -> None:
+                self.placement.release(LOCAL, spec.envs)
+                on_exit(proc)
+
+            local: LocalProcess = launch_local(LaunchSpec(**{**vars(spec), "on_exit": released}))
+            return local
+        agent = next(a for a in self.agents.values() if a.name == host.name)
+        proc = RemoteProcess(self, agent, spec)
+        agent.children[spec.name] = proc
+        self._children[spec.name.encode()] = proc
+        self.router.send(agent.identity, encode(Op.SPAWN, {"name": spec.name, "executor": spec.executor}))
+        log.info("worker %s (%d %s envs) placed on host %s", spec.name, spec.envs, spec.executor, agent.name)
+        return proc
+
+    def signal(self, proc: RemoteProcess, sig: str) -> None:
+        """Ask ``proc``'s host to send it ``sig``."""
+        if not proc.exited.is_set():
+            self.router.send(proc.agent.identity, encode(Op.KILL, {"name": proc.name, "sig": sig}))
+
+    def forget(self, proc: RemoteProcess) -> None:
+        """``proc`` is gone: free its room."""
+        self._children.pop(proc.name.encode(), None)
+        if proc.agent.children.pop(proc.name, None) is not None:
+            self.placement.release(proc.agent.name, proc.spec.envs)
+
+    # ------------------------------------------------------------ messages
+
+    def _on_message(self, identity: bytes, frames: list[zmq.Frame]) -> None:
+        child = self._children.get(identity)
+        if child is not None:
+            child.spec.on_message(identity, frames)
+            return
+        req_id: Any = None
+        try:
+            header, _ = decode(frames)
+            req_id = header.get("id")
+            op = header["op"]
+            agent = self.agents.get(identity)
+            if op == Op.JOIN:
+                try:
+                    self._join(identity, header)
+                except _NameTaken as exc:
+                    self._refuse(identity, req_id, exc.error, retry=True)
+                    return
+                self.router.send(identity, encode(Op.RESULT, {"id": req_id}))
+                return
+            if agent is None:
+                if op == Op.HELLO:  # a worker whose pool is gone (e.g. from before a restart): let it go
+                    self.router.send(identity, encode(Op.CLOSE, {"id": 0}))
+                    return
+                if op not in _HOST_OPS:  # a late reply of a worker that was written off: never answer one
+                    return
+                err = UsageError("this worker host is not joined (it was dropped or the server restarted): join again")
+                self._refuse(identity, req_id, err, rejoin=True)
+                return
+            agent.last_seen = time.monotonic()
+            if op == Op.PING:
+                self.router.send(identity, encode(Op.PONG, {"id": req_id}))
+            elif op == Op.STARTED:
+                proc = agent.children.get(str(header["name"]))
+                if proc is not None:
+                    proc.started(header.get("pid"))
+            elif op == Op.EXITED:
+                proc = agent.children.get(str(header["name"]))
+                code = header.get("code")
+                code = code if isinstance(code, int) else None
+                if proc is not None:
+                    proc.ended(code, f"{describe_exit(code)} on host {agent.name}")
+            elif op == Op.LEAVE:
+                log.info("worker host %s left", agent.name)
+                self._drop(agent, f"was lost: its host {agent.name} stopped")
+            else:
+                raise ProtocolError(f"unknown op {op!r} on the worker port")
+        except (AioEnvError, KeyError, TypeError, ValueError) as exc:
+            self.protocol_errors += 1
+            error: AioEnvError = exc if isinstance(exc, AioEnvError) else ProtocolError(f"malformed message: {exc}")
+            log.warning("refused a message on the worker port from %r: %s", identity[:40], error)
+            self._refuse(identity, req_id, error)
+
+    def _refuse(self, identity: bytes, req_id: Any, err: AioEnvError, **flags: bool) -> None:
+        fields = {"id": req_id if isinstance(req_id, int) else None, "error": relay_wire(err), **flags}
+        self.router.send(identity, encode(Op.ERROR, fields))
+
+    def _join(self, identity: bytes, header: dict[str, Any]) -> None:
+        executor, capacity = header.get("executor"), header.get("capacity")
+        name = str(header.get("name") or identity.decode(errors="replace"))
+        if executor not in _EXECUTORS:
+            raise UsageError(f"a worker host's executor must be one of {list(_EXECUTORS)}, got {executor!r}")
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise UsageError(f"a worker host's capacity must be a positive number of envs, got {capacity!r}")
+        if name == LOCAL:
+            raise UsageError(f"{LOCAL!r} names the server's own machine: give the worker host another --name")
+        if any(a.name == name and a.identity != identity for a in self.agents.values()):
+            raise _NameTaken(
+                UsageError(
+                    f"a worker host named {name!r} is already joined (a previous run is dropped after "
+                    f"{self.worker_timeout:g} s of silence): give each host its own --name"
+                )
+            )
+        old = self.agents.get(identity)
+        if old is not None:  # it restarted or lost us: what it ran is gone
+            self._drop(old, f"was lost: its host {old.name} rejoined")
+        agent = _Agent(identity, name, str(header.get("host", "")), header.get("pid"), executor, capacity)
+        self.agents[identity] = agent
+        self.placement.add(name, capacity, executor)
+        log.info("worker host %s joined from %s (%d %s envs)", name, agent.host or "?", capacity, executor)
+
+    def _drop(self, agent: _Agent, how: str) -> None:
+        """Forget ``agent``; each of its processes counts as crashed (its pool re-makes the envs elsewhere)."""
+        self.agents.pop(agent.identity, None)
+        self.placement.remove(agent.name)
+        for proc in list(agent.children.values()):
+            # Its processes may still be alive and connected to this port: told both ways to stop.
+            self.router.send(agent.identity, encode(Op.KILL, {"name": proc.name, "sig": "SIGKILL"}))
+            self.router.send(proc.name.encode(), encode(Op.CLOSE, {"id": 0}))
+            proc.ended(None, how)
+
+    def _reap(self) -> None:
+        now = time.monotonic()
+        for agent in list(self.agents.values()):
+            if now - agent.last_seen > self.worker_timeout:
+                self.lost += 1
+                log.warning("worker host %s silent for %.0f s: dropping it", agent.name, now - agent.last_seen)
+                self._drop(agent, f"was lost: its host {agent.name} stopped answering heartbeats")
+        self._reaper = asyncio.get_running_loop().call_later(1.0, self._reap)
+
+    # ------------------------------------------------------------ state
+
+    def status(self) -> list[dict[str, Any]]:
+        """One row per host: name, address, executor, capacity, load, processes."""
+        rows = []
+        for host in self.placement.hosts.values():
+            agent = next((a for a in self.agents.values() if a.name == host.name), None)
+            rows.append(
+                {
+                    "name": host.name,
+                    "host": agent.host if agent else "",
+                    "executor": host.executor or "any",
+                    "capacity": host.capacity,
+                    "envs": host.load,
+                    "processes": len(agent.children) if agent else None,
+                }
+            )
+        return rows
+
+    def close(self) -> None:
+        """Stop listening (after the pools were closed); hosts notice and wait to rejoin."""
+        self._reaper.cancel()
+        self.router.close()
+
+
+class _NameTaken(Exception):
+    """A JOIN under a name another connection holds: refused for now (the host tries again)."""
+
+    def __init__(self, error: UsageError) -> None:
+        super().__init__(error.message)
+        self.error = error

@@ -1,0 +1,126 @@
+"""Server and worker-host processes for tests, started as users start them (``python -m aioenv.cli``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from tests.conftest import HANG, process_gone
+from tests.scripts import ROOT
+
+__all__ = ["ServerProcess", "WorkerHostProcess", "children"]
+
+
+def children(pid: int) -> list[int]:
+    """Pids of the direct children of ``pid``."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    stat = fh.read()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+class ServerProcess:
+    """``aioenv serve`` on a free local port; :meth:`stop` sends SIGTERM and checks a clean exit."""
+
+    def __init__(self, *args: str, bind: str = "tcp://127.0.0.1:0", prefix: tuple[str, ...] = ()) -> None:
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        cmd = [*prefix, sys.executable, "-m", "aioenv.cli", "serve", "--bind", bind, *args]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+        self.log: list[str] = []
+        deadline = time.monotonic() + HANG
+        assert self.proc.stderr is not None
+        while True:
+            line = self.proc.stderr.readline()
+            self.log.append(line)
+            hosts = re.search(r"worker hosts join at (tcp://\S+)", line)
+            if hosts:
+                self.worker_endpoint = hosts.group(1)
+            found = re.search(r"listening on (tcp://\S+)", line)
+            if found:
+                self.endpoint = found.group(1)
+                break
+            assert line and time.monotonic() < deadline, f"the server did not start: {''.join(self.log)}"
+
+    def workers(self) -> list[int]:
+        """Pids of the server's worker processes."""
+        return children(self.proc.pid)
+
+    def stop(self) -> None:
+        workers = self.workers()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(HANG)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+        rest = self.proc.stderr.read() if self.proc.stderr else ""
+        assert code == 0, f"the server exited with {code}:\n{''.join(self.log)}{rest}"
+        deadline = time.monotonic() + HANG
+        while not all(process_gone(pid) for pid in workers):
+            assert time.monotonic() < deadline, f"the server left workers behind: {workers}"
+            time.sleep(0.05)
+
+
+class WorkerHostProcess:
+    """``aioenv worker --connect ...``: a worker host; ``wait_joined`` waits for the server to admit it."""
+
+    def __init__(self, endpoint: str, *args: str, name: str, capacity: int = 8) -> None:
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        cmd = [sys.executable, "-m", "aioenv.cli", "worker", "--connect", endpoint, "--name", name]
+        cmd += ["--capacity", str(capacity), *args]
+        self.name = name
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+        self.log: list[str] = []
+
+    def wait_for(self, pattern: str) -> str:
+        """Read its log until a line matches ``pattern``; that line."""
+        assert self.proc.stderr is not None
+        deadline = time.monotonic() + HANG
+        while True:
+            line = self.proc.stderr.readline()
+            self.log.append(line)
+            if re.search(pattern, line):
+                return line
+            assert line and time.monotonic() < deadline, f"{pattern!r} never came: {''.join(self.log)}"
+
+    def wait_joined(self) -> WorkerHostProcess:
+        """Return once the server admitted it."""
+        self.wait_for("joined the server")
+        return self
+
+    def workers(self) -> list[int]:
+        """Pids of its worker processes."""
+        return children(self.proc.pid)
+
+    def stop(self) -> None:
+        """SIGTERM; it must exit 0 with none of its workers left."""
+        if self.proc.poll() is not None:
+            return
+        workers = self.workers()
+        os.kill(self.proc.pid, signal.SIGCONT)
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(HANG)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+        rest = self.proc.stderr.read() if self.proc.stderr else ""
+        self.log.append(rest)
+        assert code == 0, f"the worker host exited with {code}:\n{''.join(self.log)}{rest}"
+        deadline = time.monotonic() + HANG
+        while not all(process_gone(pid) for pid in workers):
+            assert time.monotonic() < deadline, f"the worker host left workers behind: {workers}"
+            time.sleep(0.05)

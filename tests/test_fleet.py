@@ -1,0 +1,299 @@
+"""Worker hosts (``aioenv worker --connect``) joining a server (``aioenv serve --worker-bind``).
+
+Everything runs as users run it: the server, each worker host and its worker processes are separate
+processes talking over real tcp; the pools are clients in this process. Each test stops its hosts
+and server with SIGTERM and checks they exit 0 and leave no worker process behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import zmq
+
+import aioenv
+from aioenv.errors import CapacityError, WorkerCrashed
+from aioenv.protocol import Op, decode, encode
+from aioenv.status import fetch_status
+from tests.conftest import HANG, process_gone
+from tests.scripts import ROOT
+from tests.servers import ServerProcess, WorkerHostProcess, children
+
+PROBE = "tests.envs.faulty:make_probe"
+SLOW = 2  # the probe's slow action: it waits ``slow_seconds``
+
+
+@pytest.fixture
+def hosts() -> Iterator[list[WorkerHostProcess]]:
+    """Worker hosts a test started (stopped, and checked, at its end)."""
+    started: list[WorkerHostProcess] = []
+    try:
+        yield started
+    finally:
+        for host in started:
+            host.stop()
+
+
+def _server(*args: str) -> ServerProcess:
+    allow = ("--allow-env", "tests.envs.*", "--allow-env", "aioenv.envs.*")
+    return ServerProcess("--worker-bind", "tcp://127.0.0.1:0", *allow, *args)
+
+
+def _loads(state: dict[str, Any]) -> dict[str, int]:
+    return {row["name"]: row["envs"] for row in state["hosts"]}
+
+
+def _host_of(pid: int, hosts: list[WorkerHostProcess]) -> str:
+    """The name of the host whose worker process ``pid`` is."""
+    return next(h.name for h in hosts if pid in children(h.proc.pid))
+
+
+async def _until(predicate: Any, what: str) -> None:
+    async with asyncio.timeout(HANG):
+        while not await predicate():
+            await asyncio.sleep(0.05)
+
+
+# ---------------------------------------------------------------- placement
+
+
+def test_pools_go_to_the_least_loaded_host_with_room(hosts: list[WorkerHostProcess]) -> None:
+    srv = _server("--local-capacity", "0")
+    try:
+        a = WorkerHostProcess(srv.worker_endpoint, name="host-a", capacity=8)
+        b = WorkerHostProcess(srv.worker_endpoint, name="host-b", capacity=8)
+        hosts += [a.wait_joined(), b.wait_joined()]
+
+        async def main() -> None:
+            opts: dict[str, Any] = {"endpoint": srv.endpoint, "num_workers": 1, "seed": 0}
+            async with aioenv.Pool(PROBE, 4, **opts) as p1, aioenv.Pool(PROBE, 4, **opts) as p2:
+                _, i1 = await p1.reset()
+                _, i2 = await p2.reset()
+                first, second = _host_of(int(i1["pid"][0]), hosts), _host_of(int(i2["pid"][0]), hosts)
+                assert {first, second} == {"host-a", "host-b"}  # the second pool went to the idle host
+                assert _loads(await fetch_status(srv.endpoint)) == {"host-a": 4, "host-b": 4}
+                obs, *_ = await p1.step(np.array([1, 1, 0, 1]))
+                assert obs[:, 0].tolist() == [0, 1, 2, 3] and obs[:, 1].tolist() == [1, 1, 1, 1]
+                with pytest.raises(CapacityError, match=r"no worker host has room for 6 .*host-a 4/8"):
+                    await aioenv.make(PROBE, 6, **opts)
+                async with aioenv.Pool(PROBE, 3, **opts) as p3:  # fits beside either pool
+                    await p3.reset()
+                    assert sorted(_loads(await fetch_status(srv.endpoint)).values()) == [4, 7]
+            assert _loads(await fetch_status(srv.endpoint)) == {"host-a": 0, "host-b": 0}
+
+        aioenv.run(main())
+    finally:
+        srv.stop()
+
+
+def test_hosts_serve_their_executor_and_the_server_is_the_last_resort(hosts: list[WorkerHostProcess]) -> None:
+    srv = _server()  # the server's own machine takes pools no worker host has room for
+    try:
+
+        async def main() -> None:
+            async with aioenv.Pool(PROBE, 2, endpoint=srv.endpoint, num_workers=1) as local:
+                _, info = await local.reset()
+                assert int(info["pid"][0]) in srv.workers()  # no host yet: on the server itself
+            hosts.append(WorkerHostProcess(srv.worker_endpoint, "--executor", "async", name="llm", capacity=64))
+            hosts[0].wait_joined()
+            sleepy = "aioenv.envs.latency:AsyncSleepEnv"
+            async with (
+                aioenv.Pool(sleepy, 8, endpoint=srv.endpoint, executor="async", num_workers=1) as remote,
+                aioenv.Pool(PROBE, 2, endpoint=srv.endpoint, num_workers=1) as inline,
+            ):
+                await remote.reset()
+                rows = await remote.step(np.zeros(8, dtype=np.int64))
+                assert rows[0].shape == (8, 4)
+                _, info = await inline.reset()
+                assert int(info["pid"][0]) in srv.workers()  # the async host does not take inline pools
+                state = await fetch_status(srv.endpoint)
+                assert _loads(state)["llm"] == 8 and state["worker_endpoint"] == srv.worker_endpoint
+
+        aioenv.run(main())
+    finally:
+        srv.stop()
+
+
+# ---------------------------------------------------------------- failures
+
+
+def test_a_worker_killed_on_its_host_fails_in_flight_requests_and_comes_back(
+    hosts: list[WorkerHostProcess], tmp_path: Path
+) -> None:
+    srv = _server("--local-capacity", "0")
+    try:
+        hosts.append(WorkerHostProcess(srv.worker_endpoint, name="host-a", capacity=4).wait_joined())
+
+        async def main() -> None:
+            kw = {"slow_seconds": HANG, "marker_dir": str(tmp_path)}
+            async with aioenv.Pool(PROBE, 2, endpoint=srv.endpoint, num_workers=1, env_kwargs=kw) as pool:
+                _, info = await pool.reset(seed=0)
+                pid = int(info["pid"][0])
+                assert pid in hosts[0].workers()
+                slow = pool.step_env(0, SLOW)
+                await _until(lambda: _started(tmp_path), "the slow step")
+                os.kill(pid, signal.SIGKILL)
+                with pytest.raises(WorkerCrashed, match=r"env 0: its worker p\d+\.w0\.1 .*killed by SIGKILL on host"):
+                    await slow
+                _, info = await pool.reset(seed=0)  # re-made on a fresh process of the same host
+                assert int(info["pid"][0]) != pid and int(info["pid"][0]) in hosts[0].workers()
+                obs, *_ = await pool.step(np.array([1, 1]))
+                assert obs[:, 1].tolist() == [1, 1]
+
+        aioenv.run(main())
+    finally:
+        srv.stop()
+
+
+async def _started(marker_dir: Path) -> bool:
+    return any(p.name.startswith("started-") for p in marker_dir.iterdir())
+
+
+def test_a_silent_host_is_dropped_and_its_envs_remade_on_another(
+    hosts: list[WorkerHostProcess], tmp_path: Path
+) -> None:
+    srv = _server("--local-capacity", "0", "--worker-timeout", "1")
+    try:
+        a = WorkerHostProcess(srv.worker_endpoint, name="host-a", capacity=4)
+        hosts.append(a.wait_joined())
+
+        async def main() -> None:
+            kw = {"slow_seconds": 5.0, "marker_dir": str(tmp_path)}
+            async with aioenv.Pool(PROBE, 2, endpoint=srv.endpoint, num_workers=1, env_kwargs=kw) as pool:
+                _, info = await pool.reset(seed=0)
+                assert _host_of(int(info["pid"][0]), hosts) == "host-a"
+                b = WorkerHostProcess(srv.worker_endpoint, name="host-b", capacity=4)
+                hosts.append(b.wait_joined())
+                slow = pool.step_env(1, SLOW)
+                await _until(lambda: _started(tmp_path), "the slow step")
+                os.kill(a.proc.pid, signal.SIGSTOP)  # the host stops answering heartbeats
+                with pytest.raises(WorkerCrashed, match="host-a stopped answering heartbeats"):
+                    await slow
+                _, info = await pool.reset(seed=0)
+                assert _host_of(int(info["pid"][0]), hosts) == "host-b"
+                obs, *_ = await pool.step(np.array([1, 0]))
+                assert obs[:, 1].tolist() == [1, 1]
+                assert _loads(await fetch_status(srv.endpoint)) == {"host-b": 2}
+                os.kill(a.proc.pid, signal.SIGCONT)  # it wakes up, learns it was dropped, rejoins clean
+                a.wait_for("joining again")
+                a.wait_for("joined the server")
+                assert _loads(await fetch_status(srv.endpoint)) == {"host-b": 2, "host-a": 0}
+                assert a.workers() == []  # it stopped the worker the server wrote off
+
+        aioenv.run(main())
+    finally:
+        srv.stop()
+
+
+def test_a_host_that_stops_hands_its_envs_over(hosts: list[WorkerHostProcess]) -> None:
+    srv = _server("--local-capacity", "0")
+    try:
+        a = WorkerHostProcess(srv.worker_endpoint, name="host-a", capacity=4)
+        hosts.append(a.wait_joined())
+
+        async def main() -> None:
+            async with aioenv.Pool(PROBE, 3, endpoint=srv.endpoint, num_workers=1) as pool:
+                _, info = await pool.reset(seed=0)
+                assert _host_of(int(info["pid"][0]), hosts) == "host-a"
+                hosts.append(WorkerHostProcess(srv.worker_endpoint, name="host-b", capacity=4).wait_joined())
+                workers = a.workers()
+                a.stop()  # SIGTERM: it stops its workers and leaves
+                assert all(process_gone(pid) for pid in workers)
+                await _until(lambda: _has(srv, "host-b", 3), "the envs on host-b")
+                _, info = await pool.reset(seed=0)
+                assert _host_of(int(info["pid"][0]), hosts) == "host-b"
+
+        aioenv.run(main())
+    finally:
+        srv.stop()
+
+
+async def _has(srv: ServerProcess, host: str, envs: int) -> bool:
+    return _loads(await fetch_status(srv.endpoint)).get(host) == envs
+
+
+# ---------------------------------------------------------------- the worker port's protocol
+
+
+def test_the_worker_port_refuses_bad_hosts_and_garbage(hosts: list[WorkerHostProcess]) -> None:
+    srv = _server("--local-capacity", "0")
+    try:
+        hosts.append(WorkerHostProcess(srv.worker_endpoint, name="twin", capacity=4).wait_joined())
+        clash = WorkerHostProcess(srv.worker_endpoint, name="twin", capacity=4)
+        hosts.append(clash)
+        clash.wait_for("refused this host for now: .*'twin' is already joined")
+        hosts[0].stop()  # the first twin leaves: the name is free, the second one gets in
+        clash.wait_joined()
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVTIMEO, int(HANG * 1000))
+        sock.connect(srv.worker_endpoint)
+        try:
+
+            def ask(frames: list[bytes]) -> dict[str, Any]:
+                sock.send_multipart(frames)
+                return decode(sock.recv_multipart())[0]
+
+            bad = {"id": 1, "name": "x", "executor": "inline", "capacity": 0}
+            assert "capacity must be a positive number" in ask(encode(Op.JOIN, bad))["error"]["message"]
+            bad = {"id": 1, "name": "x", "executor": "gpu", "capacity": 2}
+            assert "executor must be one of" in ask(encode(Op.JOIN, bad))["error"]["message"]
+            assert ask(encode(Op.PING, {"id": 3}))["rejoin"] is True  # not joined: told to join
+            assert ask([b"\x00garbage"])["error"]["kind"] == "ProtocolError"
+            assert ask(encode(Op.HELLO, {"id": 0, "name": "stray"}))["op"] == Op.CLOSE  # a worker of no pool
+            sock.send_multipart(encode(Op.RESULT, {"id": 9}))  # a late reply from nobody: never answered
+            assert ask(encode(Op.PING, {"id": 4}))["id"] == 4
+        finally:
+            sock.close()
+
+        async def main() -> None:
+            async with aioenv.Pool(PROBE, 2, endpoint=srv.endpoint, num_workers=1) as pool:
+                await pool.reset()  # the server and its host are unaffected
+            assert (await fetch_status(srv.endpoint))["protocol_errors"] >= 3
+
+        aioenv.run(main())
+    finally:
+        srv.stop()
+
+
+def test_curve_admits_only_known_worker_hosts(hosts: list[WorkerHostProcess], tmp_path: Path) -> None:
+    keys, strangers = tmp_path / "keys", tmp_path / "strangers"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for directory, name in ((keys, "server"), (keys, "alice"), (keys, "gpu1"), (strangers, "mallory")):
+        made = subprocess.run([sys.executable, "-m", "aioenv.cli", "keygen", str(directory), "--name", name], env=env)
+        assert made.returncode == 0
+    srv = _server("--auth", str(keys), "--local-capacity", "0")
+    try:
+        server_key = str(keys / "server.key")
+        mallory = WorkerHostProcess(
+            srv.worker_endpoint, "--key", str(strangers / "mallory.key_secret"), "--server-key", server_key, name="m"
+        )
+        hosts.append(mallory)
+        good = WorkerHostProcess(
+            srv.worker_endpoint, "--key", str(keys / "gpu1.key_secret"), "--server-key", server_key, name="gpu1"
+        )
+        hosts.append(good.wait_joined())
+        alice = (str(keys / "alice.key_secret"), server_key)
+
+        async def main() -> None:
+            async with aioenv.Pool(PROBE, 2, endpoint=srv.endpoint, num_workers=1, curve_keys=alice) as pool:
+                _, info = await pool.reset()  # its worker process authenticates with the host's keys
+                assert int(info["pid"][0]) in good.workers()
+            state = await fetch_status(srv.endpoint, curve_keys=alice)
+            assert [row["name"] for row in state["hosts"]] == ["gpu1"]  # mallory never got in
+
+        aioenv.run(main())
+        assert mallory.proc.poll() is None  # still knocking
+        mallory.stop()
+        assert "joining tcp://" in "".join(mallory.log) and "joined the server" not in "".join(mallory.log)
+    finally:
+        srv.stop()

@@ -1,0 +1,231 @@
+"""``aioenv worker --connect tcp://HOST:5556``: a worker host that runs worker processes for a server.
+
+The host connects a DEALER socket to the server's worker port, JOINs with its capacity and executor,
+and then does what the server asks: SPAWN starts ``python -m workers --connect <the same port>``
+(which hosts a pool's envs and talks to the server directly), KILL signals one of them. It reports
+every child's start and exit at once (each child's pidfd is polled next to the socket; nothing
+busy-waits) and PINGs every ``HEARTBEAT`` seconds. When the server has been silent for
+``server_timeout`` seconds, or says it does not know this host (it restarted), the host kills its
+children (their pools have written them off) and JOINs again until a server answers. A JOIN refused
+for a name still taken (a previous run of this host the server has not dropped yet) is retried; one
+refused for good (a protocol version mismatch) ends the host with exit code 2. SIGTERM or
+SIGINT: children get SIGTERM, then SIGKILL, the server gets LEAVE, and the host exits 0. Children
+also die with the host (``PR_SET_PDEATHSIG``), so none outlive it. See :mod:`aioenv.fleet`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import zmq
+
+from aioenv.errors import ProtocolError
+from aioenv.protocol import Op, decode, encode
+
+__all__ = ["HEARTBEAT", "WorkerHost"]
+
+log = logging.getLogger("aioenv.worker")
+
+#: Seconds between PINGs (and between JOINs while not joined).
+HEARTBEAT = 1.0
+_SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL, "SIGINT": signal.SIGINT}
+
+
+class _Child:
+    def __init__(self, name: str, proc: subprocess.Popen[bytes]) -> None:
+        self.name = name
+        self.proc = proc
+        self.pidfd = os.pidfd_open(proc.pid)
+
+
+class WorkerHost:
+    """Runs worker processes for one server; see the module docstring.
+
+    Args:
+        endpoint: the server's worker port, e.g. ``"tcp://10.0.0.5:5556"``.
+        capacity: envs this host may run at once (over all its worker processes).
+        executor: the executor its worker processes use (the server sends it only pools of that kind).
+        name: how the server names this host (unique per server; default: hostname-pid).
+        server_timeout: seconds of server silence after which the children are killed and it rejoins.
+        curve: ``(own .key_secret file, server .key file)`` for a server started with ``--auth``.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        capacity: int,
+        executor: str = "inline",
+        *,
+        name: str | None = None,
+        server_timeout: float = 10.0,
+        curve: tuple[str, str] | None = None,
+    ) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be a positive number of envs, got {capacity}")
+        if executor not in ("inline", "thread", "async"):
+            raise ValueError(f"executor must be inline, thread or async, got {executor!r}")
+        self.endpoint = endpoint
+        self.capacity = capacity
+        self.executor = executor
+        self.name = name or f"{socket.gethostname()}-{os.getpid()}"
+        self.server_timeout = server_timeout
+        self.curve = curve
+        self.children: dict[str, _Child] = {}
+        self.joined = False
+        self._stop = False
+
+    def run(self) -> int:
+        """Serve until SIGTERM/SIGINT (or a refusal: a wrong protocol version, a clashing name); exit code."""
+        configure: Callable[[zmq.Socket[Any]], None] | None = None
+        if self.curve is not None:
+            from aioenv.auth import client_configurer
+
+            configure = client_configurer(self.curve)
+        sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.IDENTITY, f"host:{self.name}:{os.getpid()}:{uuid.uuid4().hex[:8]}".encode())
+        sock.setsockopt(zmq.LINGER, 1000)
+        sock.setsockopt(zmq.IMMEDIATE, 1)  # no queueing for a server that is not there: JOIN is re-sent
+        if configure is not None:
+            configure(sock)
+        sock.connect(self.endpoint)
+        self.sock = sock
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+        log.info("worker host %s: %d %s envs, joining %s", self.name, self.capacity, self.executor, self.endpoint)
+        heard = time.monotonic()
+        next_beat = 0.0
+        code = 0
+        try:
+            while not self._stop:
+                now = time.monotonic()
+                if now >= next_beat:
+                    self._send(encode(Op.PING, {"id": 0}) if self.joined else self._join_message())
+                    next_beat = now + HEARTBEAT
+                if self.joined and now - heard > self.server_timeout:
+                    log.warning(
+                        "server silent for %.0f s: stopping %d workers, joining again", now - heard, len(self.children)
+                    )
+                    self._lose_server()
+                poller = zmq.Poller()
+                poller.register(sock, zmq.POLLIN)
+                for child in self.children.values():
+                    poller.register(child.pidfd, zmq.POLLIN)
+                ready = dict(poller.poll(int(max(0.0, next_beat - time.monotonic()) * 1000) + 1))
+                for child in list(self.children.values()):
+                    if child.pidfd in ready:
+                        self._reap(child)
+                while int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
+                    heard = time.monotonic()
+                    refused = self._on_message(sock.recv_multipart(zmq.NOBLOCK))
+                    if refused:
+                        code = 2
+                        self._stop = True
+                        break
+        finally:
+            self._stop_children()
+            if self.joined:
+                self._send(encode(Op.LEAVE, {"id": 0}))
+            sock.close(linger=1000)
+        log.info("worker host %s stopped", self.name)
+        return code
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._stop = True
+
+    def _join_message(self) -> list[bytes]:
+        fields = {
+            "id": 1,
+            "name": self.name,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "executor": self.executor,
+            "capacity": self.capacity,
+        }
+        return encode(Op.JOIN, fields)
+
+    def _send(self, frames: list[Any]) -> None:
+        with contextlib.suppress(zmq.Again):  # not connected: the next heartbeat tries again
+            self.sock.send_multipart(frames, zmq.NOBLOCK)
+
+    def _on_message(self, frames: list[bytes]) -> bool:
+        """Handle one message from the server; True when it refused this host for good."""
+        try:
+            header, _ = decode(frames)
+        except ProtocolError as exc:
+            log.error("cannot read the server's message: %s", exc)
+            return "version" in str(exc)
+        op = header.get("op")
+        if op == Op.RESULT and header.get("id") == 1 and not self.joined:
+            self.joined = True
+            log.info("joined the server at %s", self.endpoint)
+        elif op == Op.SPAWN:
+            self._spawn(str(header["name"]), str(header.get("executor") or self.executor))
+        elif op == Op.KILL:
+            child = self.children.get(str(header.get("name")))
+            if child is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    child.proc.send_signal(_SIGNALS.get(str(header.get("sig")), signal.SIGKILL))
+        elif op == Op.ERROR:
+            message = (header.get("error") or {}).get("message", "")
+            if header.get("rejoin"):
+                log.warning("the server does not know this host (%s): joining again", message)
+                self._lose_server()
+            elif header.get("retry"):  # e.g. its name is taken (by a host the server has not dropped yet)
+                log.error("the server refused this host for now: %s (trying again)", message)
+            else:
+                log.error("the server refused this host: %s", message)
+                return header.get("id") == 1  # a refused JOIN: wrong settings, say so and exit
+        return False
+
+    def _spawn(self, name: str, executor: str) -> None:
+        cmd = [sys.executable, "-m", "workers", "--connect", self.endpoint, "--name", name]
+        cmd += ["--executor", executor, "--parent-pid", str(os.getpid())]
+        if self.curve is not None:
+            cmd += ["--curve-secret", self.curve[0], "--server-key", self.curve[1]]
+        env = dict(os.environ)
+        env.pop("AIOENV_TRUSTED_DIR", None)
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, close_fds=True)
+        self.children[name] = _Child(name, proc)
+        self._send(encode(Op.STARTED, {"id": 0, "name": name, "pid": proc.pid}))
+        log.info("started worker %s (pid %d, %s)", name, proc.pid, executor)
+
+    def _reap(self, child: _Child) -> None:
+        code = child.proc.wait()
+        os.close(child.pidfd)
+        del self.children[child.name]
+        self._send(encode(Op.EXITED, {"id": 0, "name": child.name, "code": code}))
+        log.info("worker %s exited with %d", child.name, code)
+
+    def _lose_server(self) -> None:
+        self._stop_children(grace=0.0)
+        self.joined = False
+
+    def _stop_children(self, grace: float = 3.0) -> None:
+        """SIGTERM (when given grace), wait, SIGKILL, reap: no child outlives this call."""
+        children = list(self.children.values())
+        self.children.clear()
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+            if sig == signal.SIGTERM and grace <= 0:
+                continue
+            for child in children:
+                if child.proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        child.proc.send_signal(sig)
+            deadline = time.monotonic() + wait
+            for child in children:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    child.proc.wait(max(0.0, deadline - time.monotonic()))
+        for child in children:
+            os.close(child.pidfd)
