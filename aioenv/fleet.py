@@ -302,8 +302,9 @@ class Fleet:
     def status(self) -> list[dict[str, Any]]:
         """One row per host: name, address, executor, capacity, load, processes."""
         rows = []
-        for host in self.placement.hosts.values():
-            agent = next((a for a in self.agents.values() if a.name == host.name), None)
+        agents = list(self.agents.values())  # also read from the metrics thread: iterate copies
+        for host in list(self.placement.hosts.values()):
+            agent = next((a for a in agents if a.name == host.name), None)
             rows.append(
                 {
                     "name": host.name,

@@ -11,6 +11,8 @@ the server when Prometheus scrapes, so serving costs nothing for it.
 | ``aioenv_timeouts_total`` | counter | rows past their deadline (errors or truncated rows) |
 | ``aioenv_envs`` | gauge | ``state`` (made, busy) |
 | ``aioenv_requests_in_flight``, ``aioenv_clients``, ``aioenv_pools``, ``aioenv_workers`` | gauge | |
+| ``aioenv_worker_hosts``; ``aioenv_host_envs``, ``aioenv_host_capacity`` (with ``--worker-bind``) | gauge | host |
+| ``aioenv_worker_hosts_lost_total`` (with ``--worker-bind``) | counter | |
 | ``aioenv_worker_restarts_total``, ``aioenv_protocol_errors_total`` | counter | |
 """
 
@@ -97,4 +99,19 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily("aioenv_pools", "Open pools (sessions)", len(sessions))
         yield GaugeMetricFamily("aioenv_workers", "Worker processes", workers)
         yield CounterMetricFamily("aioenv_worker_restarts", "Workers restarted (crash or deadline)", restarts)
-        yield CounterMetricFamily("aioenv_protocol_errors", "Malformed messages received", self.server.protocol_errors)
+        fleet = self.server.fleet
+        errors = self.server.protocol_errors + (fleet.protocol_errors if fleet is not None else 0)
+        yield CounterMetricFamily("aioenv_protocol_errors", "Malformed messages received", errors)
+        if fleet is None:
+            return
+        rows = fleet.status()
+        yield GaugeMetricFamily("aioenv_worker_hosts", "Worker hosts joined (aioenv worker)", len(fleet.agents))
+        yield CounterMetricFamily("aioenv_worker_hosts_lost", "Worker hosts dropped for silence", fleet.lost)
+        load = GaugeMetricFamily("aioenv_host_envs", "Envs placed on each host", labels=["host"])
+        room = GaugeMetricFamily("aioenv_host_capacity", "Envs each bounded host may run", labels=["host"])
+        for row in rows:
+            load.add_metric([row["name"]], row["envs"])
+            if row["capacity"] is not None:
+                room.add_metric([row["name"]], row["capacity"])
+        yield load
+        yield room

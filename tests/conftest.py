@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -107,3 +108,29 @@ async def wait_new_worker(pool: Any, index: int, old_pid: int) -> int:
             if slot.proc is not None and slot.proc.pid != old_pid and slot.ready and not remaking:
                 return int(slot.proc.pid)
             await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+def other_host() -> Iterator[tuple[str, str, str]]:
+    """A network namespace joined to this one by a veth pair: ``(namespace, its address, this side's address)``."""
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")  # CI runs as root: this test runs there
+    tag = os.getpid() % 10_000
+    ns, host_if, ns_if = f"aioenv-t{tag}", f"aet{tag}h", f"aet{tag}n"
+    subnet = f"10.213.{os.getpid() % 250}"
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True, timeout=HANG)
+
+    ip("netns", "add", ns)
+    try:
+        ip("link", "add", host_if, "type", "veth", "peer", "name", ns_if)
+        ip("link", "set", ns_if, "netns", ns)
+        ip("addr", "add", f"{subnet}.1/30", "dev", host_if)
+        ip("link", "set", host_if, "up")
+        ip("netns", "exec", ns, "ip", "addr", "add", f"{subnet}.2/30", "dev", ns_if)
+        ip("netns", "exec", ns, "ip", "link", "set", ns_if, "up")
+        ip("netns", "exec", ns, "ip", "link", "set", "lo", "up")
+        yield ns, f"{subnet}.2", f"{subnet}.1"
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=HANG)  # takes the veth pair along

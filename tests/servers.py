@@ -76,9 +76,9 @@ class ServerProcess:
 class WorkerHostProcess:
     """``aioenv worker --connect ...``: a worker host; ``wait_joined`` waits for the server to admit it."""
 
-    def __init__(self, endpoint: str, *args: str, name: str, capacity: int = 8) -> None:
+    def __init__(self, endpoint: str, *args: str, name: str, capacity: int = 8, prefix: tuple[str, ...] = ()) -> None:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        cmd = [sys.executable, "-m", "aioenv.cli", "worker", "--connect", endpoint, "--name", name]
+        cmd = [*prefix, sys.executable, "-m", "aioenv.cli", "worker", "--connect", endpoint, "--name", name]
         cmd += ["--capacity", str(capacity), *args]
         self.name = name
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)

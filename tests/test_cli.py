@@ -59,3 +59,18 @@ def test_bench_reports_an_unknown_env_clearly() -> None:
     proc = run_python("-m", "aioenv.cli", "bench", "NoSuchEnv-v0", "--seconds", "0.3")
     assert proc.returncode == 1
     assert "NoSuchEnv" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_worker_and_serve_refuse_bad_arguments_clearly() -> None:
+    missing = run_python("-m", "aioenv.cli", "worker", "--connect", "tcp://127.0.0.1:1")
+    assert missing.returncode == 2 and "--capacity" in missing.stderr
+    zero = run_python("-m", "aioenv.cli", "worker", "--connect", "tcp://127.0.0.1:1", "--capacity", "0")
+    assert zero.returncode == 2 and "--capacity" in zero.stderr and "0" in zero.stderr
+    half = run_python(
+        "-m", "aioenv.cli", "worker", "--connect", "tcp://127.0.0.1:1", "--capacity", "4", "--key", __file__
+    )
+    assert half.returncode == 2 and "--key and --server-key go together" in half.stderr
+    bad = run_python("-m", "aioenv.cli", "worker", "--connect", "not-an-endpoint", "--capacity", "4")
+    assert bad.returncode == 1 and "cannot connect to not-an-endpoint" in bad.stderr
+    lonely = run_python("-m", "aioenv.cli", "serve", "--local-capacity", "4")
+    assert lonely.returncode == 2 and "--local-capacity needs --worker-bind" in lonely.stderr

@@ -303,6 +303,20 @@ def test_compose_command_is_accepted_by_aioenv_serve() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_compose_workers_join_the_servers_worker_port() -> None:
+    compose = yaml.safe_load(COMPOSE.read_text())
+    worker = compose["services"]["worker"]
+    command = worker["command"]
+    assert worker["image"] == compose_server()["image"] and worker["entrypoint"] == ["aioenv", "worker"]
+    connect = re.fullmatch(r"tcp://server:(\d+)", command[command.index("--connect") + 1])
+    server_command = compose_server()["command"]
+    worker_bind = re.fullmatch(r"tcp://0\.0\.0\.0:(\d+)", server_command[server_command.index("--worker-bind") + 1])
+    assert connect and worker_bind and connect[1] == worker_bind[1], "the workers would knock on another port"
+    argv = local([*worker["entrypoint"], *command, "--help"])  # click checks every option name
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=HANG, cwd=ROOT, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 # ---- the image's entrypoint, run here ------------------------------------------------------------------------
 
 

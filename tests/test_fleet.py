@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,9 +46,9 @@ def hosts() -> Iterator[list[WorkerHostProcess]]:
             host.stop()
 
 
-def _server(*args: str) -> ServerProcess:
-    allow = ("--allow-env", "tests.envs.*", "--allow-env", "aioenv.envs.*")
-    return ServerProcess("--worker-bind", "tcp://127.0.0.1:0", *allow, *args)
+def _server(*args: str, bind: str = "tcp://127.0.0.1:0", worker_bind: str = "tcp://127.0.0.1:0") -> ServerProcess:
+    allow = ("--allow-env", "tests.envs.*", "--allow-env", "aioenv.envs.*", "--allow-env", "CartPole-*")
+    return ServerProcess("--worker-bind", worker_bind, *allow, *args, bind=bind)
 
 
 def _loads(state: dict[str, Any]) -> dict[str, int]:
@@ -96,7 +99,10 @@ def test_pools_go_to_the_least_loaded_host_with_room(hosts: list[WorkerHostProce
 
 
 def test_hosts_serve_their_executor_and_the_server_is_the_last_resort(hosts: list[WorkerHostProcess]) -> None:
-    srv = _server()  # the server's own machine takes pools no worker host has room for
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = _server("--metrics-port", str(port))  # the server's own machine takes what no worker host can
     try:
 
         async def main() -> None:
@@ -117,6 +123,19 @@ def test_hosts_serve_their_executor_and_the_server_is_the_last_resort(hosts: lis
                 assert int(info["pid"][0]) in srv.workers()  # the async host does not take inline pools
                 state = await fetch_status(srv.endpoint)
                 assert _loads(state)["llm"] == 8 and state["worker_endpoint"] == srv.worker_endpoint
+                url = f"http://127.0.0.1:{port}/metrics"
+                text = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=HANG).read().decode())
+                assert 'aioenv_host_envs{host="llm"} 8.0' in text and "aioenv_worker_hosts 1.0" in text
+                assert 'aioenv_host_capacity{host="llm"} 64.0' in text
+                shown = await asyncio.to_thread(
+                    subprocess.run,
+                    [sys.executable, "-m", "aioenv.cli", "status", srv.endpoint],
+                    capture_output=True,
+                    text=True,
+                    env=dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="160"),
+                )
+                assert re.search(r"llm .*async .* 8 .* 64 .* 1", shown.stdout), shown.stdout
+                assert re.search(r"local .*any .* 2 .*unlimited", shown.stdout), shown.stdout
 
         aioenv.run(main())
     finally:
@@ -295,5 +314,29 @@ def test_curve_admits_only_known_worker_hosts(hosts: list[WorkerHostProcess], tm
         assert mallory.proc.poll() is None  # still knocking
         mallory.stop()
         assert "joining tcp://" in "".join(mallory.log) and "joined the server" not in "".join(mallory.log)
+    finally:
+        srv.stop()
+
+
+def test_a_worker_host_in_another_network_namespace(
+    hosts: list[WorkerHostProcess], other_host: tuple[str, str, str]
+) -> None:
+    ns, _, here = other_host
+    srv = _server("--local-capacity", "0", bind=f"tcp://{here}:0", worker_bind=f"tcp://{here}:0")
+    try:
+        # The host process runs inside the namespace: it reaches the server only over the veth pair.
+        remote = WorkerHostProcess(srv.worker_endpoint, name="far", capacity=4, prefix=("ip", "netns", "exec", ns))
+        hosts.append(remote.wait_joined())
+
+        async def main() -> None:
+            async with aioenv.Pool("CartPole-v1", 4, endpoint=srv.endpoint, num_workers=1, seed=0) as pool:
+                await pool.reset()
+                for _ in range(20):
+                    obs, *_ = await pool.step(np.array([0, 1, 0, 1]))
+                assert obs.shape == (4, 4)
+                state = await fetch_status(srv.endpoint)
+                assert _loads(state) == {"far": 4} and len(remote.workers()) == 1
+
+        aioenv.run(main())
     finally:
         srv.stop()

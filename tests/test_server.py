@@ -422,34 +422,8 @@ def test_metrics_and_json_logs(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- another "host": a network namespace
 
 
-@pytest.fixture
-def other_host() -> Iterator[tuple[str, str]]:
-    """A network namespace joined to this one by a veth pair: ``(namespace, its address)``."""
-    if os.geteuid() != 0:
-        pytest.skip("network namespaces need root")  # CI runs as root: this test runs there
-    tag = os.getpid() % 10_000
-    ns, host_if, ns_if = f"aioenv-t{tag}", f"aet{tag}h", f"aet{tag}n"
-    subnet = f"10.213.{os.getpid() % 250}"
-
-    def ip(*args: str) -> None:
-        subprocess.run(["ip", *args], check=True, capture_output=True, timeout=HANG)
-
-    ip("netns", "add", ns)
-    try:
-        ip("link", "add", host_if, "type", "veth", "peer", "name", ns_if)
-        ip("link", "set", ns_if, "netns", ns)
-        ip("addr", "add", f"{subnet}.1/30", "dev", host_if)
-        ip("link", "set", host_if, "up")
-        ip("netns", "exec", ns, "ip", "addr", "add", f"{subnet}.2/30", "dev", ns_if)
-        ip("netns", "exec", ns, "ip", "link", "set", ns_if, "up")
-        ip("netns", "exec", ns, "ip", "link", "set", "lo", "up")
-        yield ns, f"{subnet}.2"
-    finally:
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=HANG)  # takes the veth pair along
-
-
-def test_server_on_another_host_address(other_host: tuple[str, str]) -> None:
-    ns, address = other_host
+def test_server_on_another_host_address(other_host: tuple[str, str, str]) -> None:
+    ns, address, _ = other_host
     srv = ServerProcess(bind=f"tcp://{address}:0", prefix=("ip", "netns", "exec", ns))
     try:
         assert srv.endpoint.startswith(f"tcp://{address}:")
