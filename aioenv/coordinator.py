@@ -87,6 +87,9 @@ class Coordinator:
         launch: starts a worker process (default: a local child process); a server passes its fleet's,
             which may place it on another host and raises ``CapacityError`` when no host has room.
         name_prefix: prefixed to worker names (unique names across the pools sharing a launcher).
+        when_room: with a launcher that can run out of room: ``when_room(retry)`` calls ``retry()`` each
+            time room may have freed up, until it returns True (a worker that could not be restarted for
+            want of room is started then, and its envs re-made).
     """
 
     def __init__(
@@ -102,6 +105,7 @@ class Coordinator:
         on_timeout: str = "error",
         launch: Callable[[LaunchSpec], WorkerProc] = launch_local,
         name_prefix: str = "",
+        when_room: Callable[[Callable[[], bool]], None] | None = None,
     ) -> None:
         self.sched = Scheduler(num_envs, max_concurrency)
         self.truncate = on_timeout == "truncate"
@@ -123,6 +127,7 @@ class Coordinator:
         self._retired: list[WorkerProc] = []
         self._launch = launch
         self._prefix = name_prefix
+        self._when_room = when_room
         self.loop = asyncio.get_running_loop()
 
     @staticmethod
@@ -438,6 +443,8 @@ class Coordinator:
             self._spawn(slot, env_ids.size)
         except AioEnvError as exc:  # no host has room for its envs now
             self._give_up(slot, f"could not be restarted: {exc}")
+            if self._when_room is not None:
+                self._when_room(lambda: self._revive(slot))
             return
         ended = None
         if truncating:
@@ -459,6 +466,21 @@ class Coordinator:
         slot.proc = None
         self._by_name.pop(slot.name.encode(), None)
         log.error("worker slot %d %s", slot.index, reason)
+
+    def _revive(self, slot: _Slot) -> bool:
+        """Try again to start the worker of a slot given up for want of room; True when done (or moot)."""
+        if self.closing or not slot.dead_reason:
+            return True
+        env_ids = self.sched.envs_of(slot.index)
+        try:
+            self._spawn(slot, env_ids.size)
+        except AioEnvError:
+            return False
+        log.warning("worker slot %d started again on %s: re-making envs %s", slot.index, slot.name, env_ids.tolist())
+        slot.dead_reason = ""
+        self._send_make(slot, env_ids, None)
+        self.on_remade(env_ids)
+        return True
 
     # ------------------------------------------------------------ deadlines
 

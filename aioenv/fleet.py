@@ -151,6 +151,8 @@ class Fleet:
         self.agents: dict[bytes, _Agent] = {}
         self._children: dict[bytes, RemoteProcess] = {}
         self.lost = 0  # hosts dropped for silence
+        self._waiting: list[Callable[[], bool]] = []  # retries of workers that found no room
+        self._retry_soon = False
         self.protocol_errors = 0
         self._reaper = asyncio.get_running_loop().call_later(1.0, self._reap)
 
@@ -174,6 +176,7 @@ class Fleet:
             def released(proc: Any) -> None:
                 self.placement.release(LOCAL, spec.envs)
                 on_exit(proc)
+                self._room_freed()
 
             local: LocalProcess = launch_local(LaunchSpec(**{**vars(spec), "on_exit": released}))
             return local
@@ -185,6 +188,28 @@ class Fleet:
         log.info("worker %s (%d %s envs) placed on host %s", spec.name, spec.envs, spec.executor, agent.name)
         return proc
 
+    def when_room(self, retry: Callable[[], bool]) -> None:
+        """Call ``retry()`` whenever room may have freed up (a host joined, a worker ended) until it returns
+        True (a coordinator's worker that could not be restarted for want of room)."""
+        self._waiting.append(retry)
+
+    def _room_freed(self) -> None:
+        if self._waiting and not self._retry_soon:
+            self._retry_soon = True
+            asyncio.get_running_loop().call_soon(self._retry)
+
+    def _retry(self) -> None:
+        self._retry_soon = False
+        waiting, self._waiting = self._waiting, []
+        for retry in waiting:  # oldest first
+            try:
+                done = retry()
+            except Exception:  # a bug in one pool's retry must not starve the others
+                log.exception("retrying a worker start failed")
+                done = True
+            if not done:
+                self._waiting.append(retry)
+
     def signal(self, proc: RemoteProcess, sig: str) -> None:
         """Ask ``proc``'s host to send it ``sig``."""
         if not proc.exited.is_set():
@@ -195,6 +220,7 @@ class Fleet:
         self._children.pop(proc.name.encode(), None)
         if proc.agent.children.pop(proc.name, None) is not None:
             self.placement.release(proc.agent.name, proc.spec.envs)
+            self._room_freed()
 
     # ------------------------------------------------------------ messages
 
@@ -277,6 +303,7 @@ class Fleet:
         self.agents[identity] = agent
         self.placement.add(name, capacity, executor)
         log.info("worker host %s joined from %s (%d %s envs)", name, agent.host or "?", capacity, executor)
+        self._room_freed()
 
     def _drop(self, agent: _Agent, how: str) -> None:
         """Forget ``agent``; each of its processes counts as crashed (its pool re-makes the envs elsewhere)."""

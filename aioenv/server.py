@@ -301,7 +301,9 @@ class Server:
         self._opening[identity] = (client, n)
         coord: Coordinator | None = None
         self._pools += 1
-        placed = {"launch": self.fleet.launch, "name_prefix": f"p{self._pools}."} if self.fleet is not None else {}
+        placed: dict[str, Any] = {}
+        if self.fleet is not None:
+            placed = {"launch": self.fleet.launch, "name_prefix": f"p{self._pools}.", "when_room": self.fleet.when_room}
         try:
             coord = Coordinator(
                 n,
@@ -312,12 +314,17 @@ class Server:
                 on_remade=lambda ids: self.send(identity, encode(Op.EVENT, {"ev": "remade", "env": ids.tolist()})),
                 max_concurrency=limit,
                 on_timeout=on_timeout,
-                **placed,  # type: ignore[arg-type]
+                **placed,
             )
             described = await coord.start(workers)
-        except BaseException:
+        except BaseException as exc:
             if coord is not None:
                 await coord.aclose()
+            if isinstance(exc, CapacityError) and workers < n:
+                raise CapacityError(
+                    f"cannot place {n} envs in {workers} worker processes: {exc.message}; a larger num_workers "
+                    "splits the pool into smaller blocks"
+                ) from exc
             raise
         finally:
             self._opening.pop(identity, None)

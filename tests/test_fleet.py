@@ -213,6 +213,39 @@ def test_a_silent_host_is_dropped_and_its_envs_remade_on_another(
         srv.stop()
 
 
+def test_envs_with_no_room_left_wait_for_a_host_and_come_back(hosts: list[WorkerHostProcess]) -> None:
+    srv = _server("--local-capacity", "0", "--worker-timeout", "1")
+    try:
+        a = WorkerHostProcess(srv.worker_endpoint, name="host-a", capacity=4)
+        hosts.append(a.wait_joined())
+
+        async def main() -> None:
+            async with aioenv.Pool(PROBE, 3, endpoint=srv.endpoint, num_workers=1) as pool:
+                _, info = await pool.reset(seed=0)
+                worker = int(info["pid"][0])
+                a.proc.kill()  # SIGKILL: the host says nothing; its workers die with it
+                a.proc.wait()
+                await _until(lambda: _no_hosts(srv), "host-a dropped")
+                assert process_gone(worker)
+                with pytest.raises(WorkerCrashed, match=r"could not be restarted: .*no worker host"):
+                    await pool.reset(seed=0)
+                b = WorkerHostProcess(srv.worker_endpoint, name="host-b", capacity=4)
+                hosts.append(b.wait_joined())  # room again: the envs are re-made there
+                await _until(lambda: _has(srv, "host-b", 3), "the envs on host-b")
+                obs, info = await pool.reset(seed=0)
+                assert _host_of(int(info["pid"][0]), hosts) == "host-b" and obs[:, 0].tolist() == [0, 1, 2]
+                obs, *_ = await pool.step(np.array([1, 1, 1]))
+                assert obs[:, 1].tolist() == [1, 1, 1]
+
+        aioenv.run(main())
+    finally:
+        srv.stop()
+
+
+async def _no_hosts(srv: ServerProcess) -> bool:
+    return not (await fetch_status(srv.endpoint))["hosts"]
+
+
 def test_a_host_that_stops_hands_its_envs_over(hosts: list[WorkerHostProcess]) -> None:
     srv = _server("--local-capacity", "0")
     try:
