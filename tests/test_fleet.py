@@ -226,7 +226,7 @@ def test_envs_with_no_room_left_wait_for_a_host_and_come_back(hosts: list[Worker
                 a.proc.kill()  # SIGKILL: the host says nothing; its workers die with it
                 a.proc.wait()
                 await _until(lambda: _no_hosts(srv), "host-a dropped")
-                assert process_gone(worker)
+                await _until(lambda: _gone(worker), "its worker gone")  # PR_SET_PDEATHSIG, then reaped by init
                 with pytest.raises(WorkerCrashed, match=r"could not be restarted: .*no worker host"):
                     await pool.reset(seed=0)
                 b = WorkerHostProcess(srv.worker_endpoint, name="host-b", capacity=4)
@@ -240,6 +240,10 @@ def test_envs_with_no_room_left_wait_for_a_host_and_come_back(hosts: list[Worker
         aioenv.run(main())
     finally:
         srv.stop()
+
+
+async def _gone(pid: int) -> bool:
+    return process_gone(pid)
 
 
 async def _no_hosts(srv: ServerProcess) -> bool:
