@@ -224,7 +224,7 @@ class Coordinator:
             slot = self.slots[worker]
             if slot.dead_reason:
                 self.sched.finish(req.id)
-                dead = lambda e, s=slot: self._crashed(s.name, "-", None, s.dead_reason, e, kind)  # noqa: E731
+                dead = lambda e, s=slot: self._no_worker(s, e, kind)  # noqa: E731
                 sink.deliver(Part.failed(ids, dead), positions)
                 continue
             self._send(slot, encode(op, fields, arrays))
@@ -399,6 +399,18 @@ class Coordinator:
             env_id=env_id,
             worker=name,
             exitcode=code,
+        )
+
+    def _no_worker(self, slot: _Slot, env_id: int, kind: str) -> WorkerCrashed:
+        later = (
+            " (it is started as soon as a host has room)"
+            if self._when_room is not None and "room" in slot.dead_reason
+            else ""
+        )
+        return WorkerCrashed(
+            f"{kind} failed for env {env_id}: it has no worker: worker slot {slot.index} {slot.dead_reason}{later}",
+            env_id=env_id,
+            worker=slot.name,
         )
 
     def _on_exit(self, proc: WorkerProc) -> None:

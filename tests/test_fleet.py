@@ -28,7 +28,7 @@ from aioenv.errors import CapacityError, WorkerCrashed
 from aioenv.protocol import Op, decode, encode
 from aioenv.status import fetch_status
 from tests.conftest import HANG, process_gone
-from tests.scripts import ROOT
+from tests.scripts import ROOT, run_example
 from tests.servers import ServerProcess, WorkerHostProcess, children
 
 PROBE = "tests.envs.faulty:make_probe"
@@ -377,3 +377,16 @@ def test_a_worker_host_in_another_network_namespace(
         aioenv.run(main())
     finally:
         srv.stop()
+
+
+def test_worker_hosts_example_runs() -> None:
+    proc = run_example("worker_hosts.py", "--steps", "50", timeout=HANG * 3)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "two pools of 6 envs placed: host-a 6/12 envs, host-b 6/12 envs" in out
+    assert re.search(r"pool: WorkerCrashed: step failed for env 0: .*host-a stopped answering heartbeats", out), out
+    assert "pool: stepped as usual" in out
+    assert "both pools stepped 50 more times: host-b 12/12 envs" in out
+    assert "host-b and the server exited with 0 and 0" in out
+    bad = run_example("worker_hosts.py", "--steps", "0")
+    assert bad.returncode == 2 and "--steps must be at least 1, got 0" in bad.stderr
