@@ -222,6 +222,9 @@ class Server:
                 self._spawn(self._close(identity, req_id))
             elif op == Op.STATUS:
                 self.send(identity, encode(Op.RESULT, {"id": req_id, **self.status()}))
+            elif op == Op.JOIN:
+                where = f"at {self.fleet.endpoint}" if self.fleet is not None else "nowhere: it has no --worker-bind"
+                raise UsageError(f"this is the server's client port: worker hosts join {where}")
             else:
                 raise ProtocolError(f"unknown op {op!r} for an aioenv server")
         except AioEnvError as exc:

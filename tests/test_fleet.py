@@ -284,6 +284,10 @@ def test_the_worker_port_refuses_bad_hosts_and_garbage(hosts: list[WorkerHostPro
     srv = _server("--local-capacity", "0")
     try:
         hosts.append(WorkerHostProcess(srv.worker_endpoint, name="twin", capacity=4).wait_joined())
+        lost = WorkerHostProcess(srv.endpoint, name="lost", capacity=4)  # the client port, by mistake
+        told = "refused this host: this is the server's client port: worker hosts join at "
+        lost.wait_for(told + re.escape(srv.worker_endpoint))
+        assert lost.proc.wait(HANG) == 2
         clash = WorkerHostProcess(srv.worker_endpoint, name="twin", capacity=4)
         hosts.append(clash)
         clash.wait_for("refused this host for now: .*'twin' is already joined")

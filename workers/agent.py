@@ -102,7 +102,7 @@ class WorkerHost:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
         log.info("worker host %s: %d %s envs, joining %s", self.name, self.capacity, self.executor, self.endpoint)
-        heard = time.monotonic()
+        heard = hinted = time.monotonic()
         next_beat = 0.0
         code = 0
         try:
@@ -116,6 +116,14 @@ class WorkerHost:
                         "server silent for %.0f s: stopping %d workers, joining again", now - heard, len(self.children)
                     )
                     self._lose_server()
+                    hinted = now
+                if not self.joined and now - max(heard, hinted) > self.server_timeout:
+                    hinted = now
+                    log.warning(
+                        "no answer from %s yet: is `aioenv serve --worker-bind` listening there (with --auth: are "
+                        "this host's --key and --server-key admitted)? still trying",
+                        self.endpoint,
+                    )
                 poller = zmq.Poller()
                 poller.register(sock, zmq.POLLIN)
                 for child in self.children.values():
@@ -196,7 +204,12 @@ class WorkerHost:
         env.pop("AIOENV_TRUSTED_DIR", None)
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, close_fds=True)
+        try:
+            proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, close_fds=True)
+        except OSError as exc:  # e.g. out of processes or memory: the server re-places it or fails its envs
+            log.error("cannot start worker %s: %s", name, exc)
+            self._send(encode(Op.EXITED, {"id": 0, "name": name, "code": 127}))
+            return
         self.children[name] = _Child(name, proc)
         self._send(encode(Op.STARTED, {"id": 0, "name": name, "pid": proc.pid}))
         log.info("started worker %s (pid %d, %s)", name, proc.pid, executor)
