@@ -357,10 +357,17 @@ class Pool:
         Returns:
             ``(obs, info)``: obs batched with B = len(env_ids) rows; ``info["env_id"]`` (B,) int32.
         """
+        return await self._start_reset(env_ids, seed=seed, options=options)
+
+    def _start_reset(
+        self, env_ids: Any = None, *, seed: int | Sequence[int | None] | None = None, options: Any = None
+    ) -> asyncio.Future[tuple[Any, dict[str, Any]]]:
+        """:meth:`reset` without the coroutine: dispatch now, return the future of its result (for
+        :class:`aioenv.SyncPool`, which completes it from another thread without a task per call)."""
         ids = self._ids(env_ids)
         sink = Gather("reset", ids, self.single_observation_space)
         self._dispatch_reset(ids, seed, options, sink)
-        return await sink.future
+        return sink.future
 
     async def step(
         self, actions: Any, env_ids: Any = None
@@ -376,20 +383,24 @@ class Pool:
             EnvError: an env raised; ``err.partial`` holds the other rows, ``err.errors`` every failure.
             WorkerCrashed / StepTimeout: for the envs concerned, likewise.
         """
+        return await self._start_step(actions, env_ids)
+
+    def _start_step(self, actions: Any, env_ids: Any = None, *, info_list: bool = False) -> asyncio.Future[Any]:
+        """:meth:`step` (``info_list``: :meth:`_step_info_list`) without the coroutine: dispatch now, return
+        the future of its result (see :meth:`_start_reset`)."""
         ids = self._ids(env_ids)
-        sink = Gather("step", ids, self.single_observation_space)
-        self._dispatch_step(actions, ids, sink)
-        return await sink.future
+        sink = Gather("step", ids, self.single_observation_space, info_list=info_list)
+        self._dispatch_step(actions, ids, sink, info_list=info_list)
+        return sink.future
 
     async def _step_info_list(
         self, actions: Any, env_ids: Any = None
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
         """Like :meth:`step`, but ``info`` is a list with each env's own info dict (row order), as
         Stable-Baselines3 wants; still one message per worker. For the adapters in :mod:`aioenv.compat`."""
-        ids = self._ids(env_ids)
-        sink = Gather("step", ids, self.single_observation_space, info_list=True)
-        self._dispatch_step(actions, ids, sink, info_list=True)
-        return await sink.future
+        result: tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]
+        result = await self._start_step(actions, env_ids, info_list=True)
+        return result
 
     def send(self, actions: Any, env_ids: Any = None) -> None:
         """Dispatch steps for ``env_ids`` and return at once; results arrive through :meth:`recv`."""

@@ -15,9 +15,13 @@ Rules:
 - Exceptions from the async core propagate unchanged: same type, same attributes
   (``env_id``, ``partial``, ``remote_traceback``, ...); the exception object is the
   one raised on the loop thread, so its traceback starts with the loop-side frames.
+- A call is handed to the loop thread in one hop: ``step`` and ``reset`` dispatch
+  there at once and their result future completes the caller's
+  ``concurrent.futures.Future`` (no task per call); the other calls run as a
+  coroutine (``run_coroutine_threadsafe``).
 - Interrupting a blocked call (``KeyboardInterrupt``, or the ``timeout`` of
-  :meth:`SyncPool.wait`) never corrupts the pool. The call's asyncio task is
-  cancelled (``run_coroutine_threadsafe(...).cancel()``). For ``recv`` that is all:
+  :meth:`SyncPool.wait`) never corrupts the pool. The caller's future is
+  cancelled (and with it the call's task, if it has one). For ``recv`` that is all:
   rows not yet taken stay queued for the next ``recv``. Requests already sent to
   envs (``reset``, ``step``, ``call``, ``get_attr``, ``set_attr``, ``render``) cannot
   be taken back: they finish in the background, their results are discarded (the
@@ -55,6 +59,13 @@ log = logging.getLogger("aioenv.sync")
 
 T = TypeVar("T")
 
+#: Pool calls that dispatch synchronously and return a future (``Pool._start_*``): see ``_Runtime.start``.
+_STARTERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "step": ("_start_step", {}),
+    "reset": ("_start_reset", {}),
+    "_step_info_list": ("_start_step", {"info_list": True}),  # the SB3 adapter's step
+}
+
 #: Upper bound on waiting for ``Pool.aclose()`` (which escalates to SIGKILL by itself, so it never hangs).
 _CLOSE_BOUND = 120.0
 
@@ -65,6 +76,19 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     except ImportError:
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()
+
+
+def _settle(done: concurrent.futures.Future[Any], fut: asyncio.Future[Any]) -> None:
+    """Hand the loop-side ``fut``'s outcome to ``done`` (unless ``done`` was cancelled: then it is dropped)."""
+    if not done.set_running_or_notify_cancel():
+        _consume(fut)
+        return
+    if fut.cancelled():
+        done.set_exception(concurrent.futures.CancelledError())
+    elif (exc := fut.exception()) is not None:
+        done.set_exception(exc)
+    else:
+        done.set_result(fut.result())
 
 
 def _consume(fut: asyncio.Future[Any]) -> None:
@@ -132,9 +156,64 @@ class _Runtime:
                 inner.add_done_callback(_consume)
             raise
 
-    def submit(
-        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, shield: bool = True
+    def start(
+        self, starter: Callable[..., asyncio.Future[Any]], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> concurrent.futures.Future[Any]:
+        """Like :meth:`submit` with ``shield``, for a call that dispatches synchronously and returns the
+        future of its result (``Pool._start_step``): no coroutine and no task per call, one hop each way.
+
+        The returned future stays pending until the result is in, so it can be cancelled (an interrupted
+        wait): the call then becomes an orphan that the next call waits for, as with :meth:`submit`.
+        """
+        self._check_caller()
+        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        inner: list[asyncio.Future[Any]] = []  # the loop-side future, once dispatched (loop thread only)
+
+        def run() -> None:
+            if done.cancelled():
+                return  # interrupted before it was sent: nothing to do
+            try:
+                fut = (
+                    self.loop.create_task(self._after_orphans(done, starter, args, kwargs))
+                    if self.orphans
+                    else starter(*args, **kwargs)
+                )
+            except Exception as exc:  # noqa: BLE001 - any error of the call goes to its caller (InvalidAction, ...)
+                if done.set_running_or_notify_cancel():
+                    done.set_exception(exc)
+                return
+            inner.append(fut)
+            fut.add_done_callback(lambda f: _settle(done, f))
+
+        def interrupted(f: concurrent.futures.Future[Any]) -> None:
+            if f.cancelled():
+                self.loop.call_soon_threadsafe(self._adopt, inner)
+
+        done.add_done_callback(interrupted)
+        self.loop.call_soon_threadsafe(run)
+        return done
+
+    async def _after_orphans(
+        self,
+        done: concurrent.futures.Future[Any],
+        starter: Callable[..., asyncio.Future[Any]],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        await asyncio.gather(*list(self.orphans), return_exceptions=True)
+        if done.cancelled():
+            return None  # interrupted while it waited: nothing was sent
+        return await starter(*args, **kwargs)
+
+    def _adopt(self, inner: list[asyncio.Future[Any]]) -> None:
+        """An interrupted :meth:`start` call: its requests finish in the background; later calls wait for them."""
+        for fut in inner:
+            fut.add_done_callback(_consume)
+            if not fut.done():
+                self.orphans.add(fut)
+                fut.add_done_callback(self.orphans.discard)
+
+    def _check_caller(self) -> None:
         if self.in_loop_thread():
             raise UsageError(
                 "a SyncPool method was called from the SyncPool's own event-loop thread (e.g. from a future's "
@@ -143,6 +222,11 @@ class _Runtime:
             )
         if self.closed or self.loop.is_closed():
             raise PoolClosed("the SyncPool is closed")
+
+    def submit(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, shield: bool = True
+    ) -> concurrent.futures.Future[Any]:
+        self._check_caller()
         return asyncio.run_coroutine_threadsafe(self.invoke(fn, args, kwargs, shield), self.loop)
 
     @staticmethod
@@ -226,6 +310,10 @@ class SyncPool:
         with :meth:`wait`. A later call first waits for this one if it was interrupted. For the
         building of ``step_async``/``step_wait`` style adapters.
         """
+        starter = _STARTERS.get(name)
+        if starter is not None:  # the common calls take the lighter path (no task per call)
+            method, extra = starter
+            return self._rt.start(getattr(self._rt.pool, method), args, {**kwargs, **extra})
         fn = getattr(self._rt.pool, name)
         return self._rt.submit(fn, args, kwargs, shield=name != "recv")
 

@@ -2,7 +2,9 @@
 
 On the same workload (CartPole-v1, n envs, random actions pre-sampled), env-steps/s of:
 
-- ``aioenv.Pool.step`` (the async core, on uvloop) — the reference for the facade's cost;
+- ``aioenv.Pool.step`` (the async core, on uvloop) — the reference for the facade's cost; also with
+  ``autoreset_mode="same_step"``, the autoreset SB3 needs (an episode's end resets in the same step and
+  its last observation travels in the info), the reference for the SB3 adapter's own cost;
 - ``aioenv.SyncPool.step`` and ``aioenv.vector.AioVectorEnv.step`` (the sync facade and the
   gymnasium drop-in);
 - ``aioenv.compat.sb3.AioVecEnv.step`` (the Stable-Baselines3 drop-in), when SB3 is installed;
@@ -51,12 +53,12 @@ def _loop(step: Callable[[np.ndarray], Any], acts: list[np.ndarray], n: int, sec
     return k * n / (time.perf_counter() - start)
 
 
-def bench_pool(n: int, seconds: float) -> float:
+def bench_pool(n: int, seconds: float, autoreset_mode: str = "next_step") -> float:
     """The async core: ``await pool.step`` in a uvloop loop."""
     acts = _actions(n)
 
     async def main() -> float:
-        async with aioenv.Pool(ENV_ID, n) as pool:
+        async with aioenv.Pool(ENV_ID, n, autoreset_mode=autoreset_mode) as pool:
             await pool.reset(seed=0)
             for a in acts[:10]:
                 await pool.step(a)
@@ -125,6 +127,7 @@ def bench_subproc(n: int, seconds: float) -> float:
 
 CELLS: dict[str, Callable[[int, float], float]] = {
     "Pool.step (async core)": bench_pool,
+    "Pool.step (async core, same_step)": lambda n, seconds: bench_pool(n, seconds, "same_step"),
     "SyncPool.step": bench_syncpool,
     "AioVectorEnv.step": bench_aio_vector,
     "AsyncVectorEnv.step": bench_async_vector,
@@ -153,6 +156,9 @@ def run(n: int, seconds: float, repeats: int) -> dict[str, Any]:
     for facade in ("SyncPool.step", "AioVectorEnv.step", "AioVecEnv.step (SB3)"):
         if core and facade in medians:
             ratios[f"{facade} / Pool.step"] = medians[facade] / core
+    same_step = medians.get("Pool.step (async core, same_step)")
+    if same_step and "AioVecEnv.step (SB3)" in medians:  # the adapter's own cost, same autoreset as the core
+        ratios["AioVecEnv.step (SB3) / Pool.step same_step"] = medians["AioVecEnv.step (SB3)"] / same_step
     for ours, peer in (
         ("AioVectorEnv.step", "AsyncVectorEnv.step"),
         ("AioVecEnv.step (SB3)", "SubprocVecEnv.step (SB3)"),
@@ -170,7 +176,7 @@ def to_markdown(result: dict[str, Any], n: int, command: str) -> str:
         lines.append(f"| {name} | {value:,.0f} |" if value else f"| {name} | {result['errors'].get(name, '-')} |")
     lines += ["", "| ratio | value |", "| --- | --: |"]
     for name, value in result["ratios"].items():
-        note = f" (facade cost {1 - value:.0%})" if name.endswith("/ Pool.step") else ""
+        note = f" (facade cost {1 - value:.0%})" if "/ Pool.step" in name else ""
         lines.append(f"| {name} | {value:.2f}x{note} |")
     return "\n".join(lines) + "\n"
 

@@ -138,12 +138,7 @@ class AioVecEnv(VecEnv):
         check_actions(self.pool.single_action_space, actions, self._all_ids)
         batch = np.array(actions, copy=True) if isinstance(actions, np.ndarray) else actions  # caller may reuse it
         # Pool._step_info_list: one message per worker, each env's own info dict back (SB3's infos).
-        step = self.pool.pool._step_info_list(batch, self._all_ids)
-        try:
-            self._pending = asyncio.run_coroutine_threadsafe(step, self.pool.loop)
-        except BaseException:
-            step.close()  # the loop is gone: never scheduled
-            raise
+        self._pending = self.pool.submit("_step_info_list", batch, self._all_ids)
         self.waiting = True
 
     def step_wait(self) -> VecEnvStepReturn:
