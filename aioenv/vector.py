@@ -266,16 +266,21 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         fut = self._pending
         assert fut is not None
         try:
-            done, _ = concurrent.futures.wait([fut], timeout)
-        except BaseException:  # KeyboardInterrupt: cancel; the envs' requests finish in the background
-            fut.cancel()
-            self._state, self._pending = _State.DEFAULT, None
+            try:
+                return fut.result(timeout)
+            except TimeoutError:
+                if fut.done():
+                    raise  # the call's own error (StepTimeout is a TimeoutError too)
+                if fut.cancel():  # the envs' requests finish in the background
+                    message = f"The call to `{call}_wait` has timed out after {timeout} second(s)."
+                    raise multiprocessing.TimeoutError(message) from None
+                return fut.result()  # it finished just now
+        except BaseException:  # KeyboardInterrupt: cancel, as above
+            if not fut.done():
+                fut.cancel()
             raise
-        if not done and fut.cancel():
+        finally:
             self._state, self._pending = _State.DEFAULT, None
-            raise multiprocessing.TimeoutError(f"The call to `{call}_wait` has timed out after {timeout} second(s).")
-        self._state, self._pending = _State.DEFAULT, None
-        return fut.result()
 
     def _obs_out(self, obs: Any) -> Any:
         return _to_gymnasium(self._pool_obs_space, obs) if self._text else obs
