@@ -150,18 +150,19 @@ class AioVecEnv(VecEnv):
         assert pending is not None
         obs, reward, terminated, truncated, raw_infos = pending.result()
         dones = np.logical_or(terminated, truncated)
+        time_limit = (truncated & ~terminated).tolist()  # Python bools: cheaper per env than numpy scalars
         infos: list[dict[str, Any]] = []
-        for env_id, env_info in enumerate(raw_infos):
+        for env_id, (done, env_info) in enumerate(zip(dones.tolist(), raw_infos, strict=True)):
             raw = dict(env_info)
-            if dones[env_id]:  # same_step autoreset: {"final_obs", "final_info", **reset_info}
+            if done:  # same_step autoreset: {"final_obs", "final_info", **reset_info}
                 terminal_obs = raw.pop("final_obs")
                 info = dict(raw.pop("final_info") or {})
                 self.reset_infos[env_id] = raw
+                info["TimeLimit.truncated"] = time_limit[env_id]
+                info["terminal_observation"] = terminal_obs
             else:
                 info = raw
-            info["TimeLimit.truncated"] = bool(truncated[env_id] and not terminated[env_id])
-            if dones[env_id]:
-                info["terminal_observation"] = terminal_obs
+                info["TimeLimit.truncated"] = time_limit[env_id]
             infos.append(info)
         return _batched_obs(obs, self.observation_space), reward.astype(np.float32), dones, infos
 
