@@ -30,6 +30,23 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def terminate(proc: subprocess.Popen[str], workers: list[int], log: list[str], what: str) -> None:
+    """SIGTERM ``proc``: it must exit 0 (its remaining log goes to ``log``) and ``workers`` must be gone."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        code = proc.wait(HANG)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    log.append(proc.stderr.read() if proc.stderr else "")
+    assert code == 0, f"{what} exited with {code}:\n{''.join(log)}"
+    deadline = time.monotonic() + HANG
+    while not all(process_gone(pid) for pid in workers):
+        assert time.monotonic() < deadline, f"{what} left workers behind: {workers}"
+        time.sleep(0.05)
+
+
 class ServerProcess:
     """``aioenv serve`` on a free local port; :meth:`stop` sends SIGTERM and checks a clean exit."""
 
@@ -57,20 +74,8 @@ class ServerProcess:
         return children(self.proc.pid)
 
     def stop(self) -> None:
-        workers = self.workers()
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(HANG)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-        rest = self.proc.stderr.read() if self.proc.stderr else ""
-        assert code == 0, f"the server exited with {code}:\n{''.join(self.log)}{rest}"
-        deadline = time.monotonic() + HANG
-        while not all(process_gone(pid) for pid in workers):
-            assert time.monotonic() < deadline, f"the server left workers behind: {workers}"
-            time.sleep(0.05)
+        """SIGTERM; it must exit 0 with none of its workers left."""
+        terminate(self.proc, self.workers(), self.log, "the server")
 
 
 class WorkerHostProcess:
@@ -108,19 +113,5 @@ class WorkerHostProcess:
         """SIGTERM; it must exit 0 with none of its workers left."""
         if self.proc.poll() is not None:
             return
-        workers = self.workers()
-        os.kill(self.proc.pid, signal.SIGCONT)
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(HANG)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-        rest = self.proc.stderr.read() if self.proc.stderr else ""
-        self.log.append(rest)
-        assert code == 0, f"the worker host exited with {code}:\n{''.join(self.log)}{rest}"
-        deadline = time.monotonic() + HANG
-        while not all(process_gone(pid) for pid in workers):
-            assert time.monotonic() < deadline, f"the worker host left workers behind: {workers}"
-            time.sleep(0.05)
+        os.kill(self.proc.pid, signal.SIGCONT)  # a test may have stopped it
+        terminate(self.proc, self.workers(), self.log, "the worker host")
