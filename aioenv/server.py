@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import fnmatch
 import logging
+import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -132,6 +133,9 @@ class Server:
         self.metrics: ServerMetrics | None = None
         self.fleet: Fleet | None = None
         self._pools = 0
+        # Worker names are ZeroMQ identities on the worker port: unique across restarts of the server too, so a
+        # worker of a previous run still connected there (until its host notices) can never take a new one's.
+        self._instance = secrets.token_hex(3)
 
     @property
     def endpoint(self) -> str:
@@ -306,7 +310,11 @@ class Server:
         self._pools += 1
         placed: dict[str, Any] = {}
         if self.fleet is not None:
-            placed = {"launch": self.fleet.launch, "name_prefix": f"p{self._pools}.", "when_room": self.fleet.when_room}
+            placed = {
+                "launch": self.fleet.launch,
+                "name_prefix": f"{self._instance}.p{self._pools}.",
+                "when_room": self.fleet.when_room,
+            }
         try:
             coord = Coordinator(
                 n,

@@ -161,7 +161,8 @@ def test_a_worker_killed_on_its_host_fails_in_flight_requests_and_comes_back(
                 slow = pool.step_env(0, SLOW)
                 await _until(lambda: _started(tmp_path), "the slow step")
                 os.kill(pid, signal.SIGKILL)
-                with pytest.raises(WorkerCrashed, match=r"env 0: its worker p\d+\.w0\.1 .*killed by SIGKILL on host"):
+                killed = r"env 0: its worker [0-9a-f]{6}\.p\d+\.w0\.1 .*killed by SIGKILL on host"
+                with pytest.raises(WorkerCrashed, match=killed):
                     await slow
                 _, info = await pool.reset(seed=0)  # re-made on a fresh process of the same host
                 assert int(info["pid"][0]) != pid and int(info["pid"][0]) in hosts[0].workers()
