@@ -101,6 +101,11 @@ class WorkerHost:
         self.sock = sock
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
+        # A signal writes a byte here, which wakes the poll at once (pyzmq retries a poll that EINTR cut short).
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
         log.info("worker host %s: %d %s envs, joining %s", self.name, self.capacity, self.executor, self.endpoint)
         heard = hinted = time.monotonic()
         next_beat = 0.0
@@ -126,9 +131,13 @@ class WorkerHost:
                     )
                 poller = zmq.Poller()
                 poller.register(sock, zmq.POLLIN)
+                poller.register(wake_r, zmq.POLLIN)
                 for child in self.children.values():
                     poller.register(child.pidfd, zmq.POLLIN)
                 ready = dict(poller.poll(int(max(0.0, next_beat - time.monotonic()) * 1000) + 1))
+                if wake_r in ready:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(wake_r, 512)
                 for child in list(self.children.values()):
                     if child.pidfd in ready:
                         self._reap(child)
@@ -144,6 +153,9 @@ class WorkerHost:
             if self.joined:
                 self._send(encode(Op.LEAVE, {"id": 0}))
             sock.close(linger=1000)
+            signal.set_wakeup_fd(-1)
+            os.close(wake_r)
+            os.close(wake_w)
         log.info("worker host %s stopped", self.name)
         return code
 
