@@ -82,16 +82,26 @@ async def drive(endpoint: str, steps: int, victim: subprocess.Popen[str]) -> Non
         print(f"stepped both pools {steps} times")
         print("killing host-a (SIGKILL, as a machine dying would)")
         victim.kill()
-        outcomes = await asyncio.gather(
-            *(p.step(rng.integers(0, 2, 6)) for p in pools.values()), return_exceptions=True
-        )
-        for name, outcome in zip(pools, outcomes, strict=True):
-            if isinstance(outcome, BaseException):
-                print(f"  {name} pool: {type(outcome).__name__}: {outcome}")
-            else:
-                print(f"  {name} pool: stepped as usual")
+
+        dropped = asyncio.Event()
+
+        async def keep_stepping(name: str, pool: aioenv.Pool) -> str:
+            """Step until this pool's worker is found lost (the server drops host-a after its timeout)."""
+            steps = 0
+            while not dropped.is_set():
+                try:
+                    await pool.step(rng.integers(0, 2, 6))
+                except aioenv.WorkerCrashed as exc:  # its worker died with host-a: the step waits for the drop
+                    dropped.set()
+                    return f"  {name} pool: WorkerCrashed: {exc}"
+                steps += 1
+            return f"  {name} pool: stepped as usual ({steps} steps while host-a was being dropped)"
+
+        stepping = asyncio.gather(*(keep_stepping(name, pool) for name, pool in pools.items()))
+        for line in await asyncio.wait_for(stepping, 60):
+            print(line)
         while any(h["name"] == "host-a" for h in (await fetch_status(endpoint))["hosts"]):
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.05)
         await asyncio.gather(first.reset(), second.reset())  # re-made envs start with a reset
         for _ in range(steps):
             await asyncio.gather(*(p.step(rng.integers(0, 2, 6)) for p in pools.values()))
