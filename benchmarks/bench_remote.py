@@ -1,9 +1,9 @@
 """Remote pools: the same client loops over ``aioenv serve`` (tcp) and embedded, side by side in one run.
 
 The script starts ``aioenv serve --bind tcp://127.0.0.1:0`` as a subprocess (a free local port, read
-from its ``listening on`` log line), runs three cases against it, and stops it with SIGTERM at the end
+from its ``listening on`` log line), runs four cases against it, and stops it with SIGTERM at the end
 (it must exit 0 and leave no worker behind). Every cell warms up, then counts the rows received over a
-timed window. Three cases:
+timed window. Four cases:
 
 1. ``cartpole``: CartPole-v1, n=128, ``batch_size=64``, the EnvPool-style loop (``recv()``, then ``send``
    random actions for exactly the returned rows), embedded pool vs remote pool with the same
@@ -19,48 +19,55 @@ timed window. Three cases:
    own steps/s over the same wall-clock window. Reported: the total, per-client min / median / max,
    the spread (max / min and coefficient of variation), the server's state during the run
    (``aioenv status --json``), CPU of the server, its workers and the clients, and memory.
+4. ``hosts``: what running the workers on a worker host costs. The pool, loop and repeats of case 1 in
+   three interleaved cells: ``embedded``, ``remote`` (this server, its own workers) and ``remote via host``:
+   a second server, ``aioenv serve ... --worker-bind tcp://127.0.0.1:0 --local-capacity 0`` (it runs no
+   env itself), with one worker host, ``aioenv worker --connect WORKER_PORT --capacity 4096``, whose child
+   processes are the pool's workers; both started once for the case and stopped with SIGTERM at its end
+   (exit 0, nothing left behind). Reported: medians, via-host / embedded and via-host / remote. No bar
+   (the extra cost is the worker -> server hop, over tcp instead of ipc).
 
-CPU use over each window is recorded per part (this process, the server, the server's workers, local
-workers, other programs, time stolen by the host) to tell a saturated CPU from idle waiting.
+CPU use over each window is recorded per part (this process, the server, a worker host, the server's
+workers wherever they run, local workers, our idle processes, other programs, time stolen by the host) to
+tell a saturated CPU from idle waiting.
 
-Run (from the repo root; a full run takes about 4 minutes)::
+Run (from the repo root; a full run takes about 2.5 minutes on 2 cores)::
 
-    .venv/bin/python benchmarks/bench_remote.py                          # all three cases
+    .venv/bin/python benchmarks/bench_remote.py                          # all four cases
     .venv/bin/python benchmarks/bench_remote.py --only clients --clients 20
-    .venv/bin/python benchmarks/bench_remote.py --quick --out /tmp/remote   # smoke: small sizes, ~20 s
+    .venv/bin/python benchmarks/bench_remote.py --only hosts --repeats 5
+    .venv/bin/python benchmarks/bench_remote.py --quick --out /tmp/remote   # smoke: small sizes, ~15 s
 
-Options: ``--seconds`` (window of cases 1-2, default 5), ``--clients-seconds`` (default 10), ``--repeats``
-(case 1, default 3), ``--num-workers`` (cases 1-2, default 2), ``--clients`` / ``--client-envs`` (default
-50 x 64), ``--client-loop``. Writes ``remote.json`` (machine, parameters, every figure) and ``remote.md``
-(tables with the bars, met or missed) to ``benchmarks/results/`` or ``--out DIR``. Bars are informative:
-a missed bar never fails the run; a cell that raises is recorded as ``error: ...`` and the others go on.
+Options: ``--seconds`` (window of cases 1, 2 and 4, default 5), ``--clients-seconds`` (default 10),
+``--repeats`` (cases 1 and 4, default 3), ``--num-workers`` (cases 1, 2 and 4, default 2), ``--clients`` /
+``--client-envs`` (default 50 x 64), ``--client-loop``. Writes ``remote.json`` (machine, parameters, every
+figure) and ``remote.md`` (tables with the bars, met or missed) to ``benchmarks/results/`` or ``--out DIR``.
+Bars are informative: a missed bar never fails the run; a cell that raises is recorded as ``error: ...`` and
+the others go on.
 
-The code is in three files of ``benchmarks/``: this one (the entry point: cases 1-2, bars, the report and
-the command line), ``remote_clients.py`` (case 3 and the ``client`` sub-command) and ``benchutil.py`` (the
-server subprocess, pools, CPU and memory accounting, formatting helpers).
+The code is in four files of ``benchmarks/``: this one (the entry point: cases 1-2, bars, the report and
+the command line), ``remote_clients.py`` (case 3 and the ``client`` sub-command), ``remote_hosts.py`` (case 4)
+and ``benchutil.py`` (the server and worker-host subprocesses, one timed pool cell, CPU and memory
+accounting, formatting helpers).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import gc
 import json
 import os
 import signal
-import statistics
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import psutil
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-for _path in (ROOT, HERE):  # this checkout (aioenv), and benchmarks/ (benchutil, remote_clients)
+for _path in (ROOT, HERE):  # this checkout (aioenv), and benchmarks/ (benchutil, remote_clients, remote_hosts)
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
@@ -72,99 +79,25 @@ from benchutil import (  # noqa: E402
     Server,
     Spec,
     bar,
-    classify,
-    cpu_snapshot,
-    cpu_usage,
     describe,
     fmt,
-    local_leftovers,
-    make_pool,
     md_bars,
     md_table,
+    median_cell,
     parse_loop,
-    run_async,
+    run_cell,
     run_header,
     sig,
     window_columns,
-    window_figures,
     write_atomic,
 )
 from remote_clients import bench_clients, client_main, md_clients  # noqa: E402
+from remote_hosts import bench_hosts, hosts_notes, md_hosts  # noqa: E402
 
 DEFAULT_OUT = ROOT / "benchmarks" / "results"
-SECTIONS = ("cartpole", "async1k", "clients")
+SECTIONS = ("cartpole", "async1k", "clients", "hosts")
 BARS = {"cartpole_remote_vs_embedded": 0.7, "async1k_remote_fraction": 0.95}
 DISTURBED_PCT = 20.0  # CPU of other programs + steal during a window (% of a core) that makes a note
-
-
-# ------------------------------------------------------------------ one pool, one loop
-async def pool_cell(spec: Spec, endpoint: str | None, server_pid: int) -> dict[str, Any]:
-    """Make, reset, prime every env with a send, warm up, then count the rows received over the window."""
-    n = spec.num_envs
-    t0 = time.perf_counter()
-    pool = await make_pool(spec, endpoint)
-    try:
-        t1 = time.perf_counter()
-        await pool.reset(seed=0)
-        t2 = time.perf_counter()
-        actions = np.random.default_rng(0).integers(0, 2, size=(64, n), dtype=np.int64)  # pre-sampled, cycled
-        pool.send(actions[0], np.arange(n, dtype=np.int32))
-        k = 1
-        recv_kwargs = spec.recv_kwargs
-
-        async def once() -> int:
-            nonlocal k
-            *_, info = await pool.recv(**recv_kwargs)
-            ids = info["env_id"]
-            pool.send(actions[k % 64][ids], ids)  # exactly the rows that came back
-            k += 1
-            return int(ids.size)
-
-        end = time.perf_counter() + spec.warmup
-        while time.perf_counter() < end:
-            await once()
-        parts = classify(server_pid)
-        cpu0 = cpu_snapshot(parts)
-        steps = calls = 0
-        start = time.perf_counter()
-        while (now := time.perf_counter()) < start + spec.seconds:
-            steps += await once()
-            calls += 1
-        cpu1 = cpu_snapshot(parts)
-    finally:
-        await pool.aclose()
-    elapsed = now - start
-    cpu = cpu_usage(cpu0, cpu1, elapsed, steps)
-    return window_figures(steps, calls, elapsed, pool.num_workers, (t0, t1, t2), cpu)
-
-
-def run_cell(name: str, label: str, spec: Spec, server: Server, remote: bool) -> dict[str, Any]:
-    """:func:`pool_cell` on its own event loop with a timeout; records errors and processes left behind."""
-    where = "remote" if remote else "embedded"
-    print(f"[{name}] {where}, {label} ...", flush=True)
-    timeout = 120.0 + 3 * (spec.warmup + spec.seconds) + spec.num_envs / 50
-    try:
-        res = run_async(pool_cell(spec, server.endpoint if remote else None, server.pid), timeout) | {"status": "ok"}
-    except Exception as exc:  # noqa: BLE001 - report it, keep the other cells
-        traceback.print_exc()
-        res = {"status": f"error: {type(exc).__name__}: {exc}"}
-    gc.collect()
-    res["leftover_processes"] = local_leftovers(server.pid) + server.wait_no_workers()
-    res |= {"where": where, "loop": spec.label}
-    if res["status"] == "ok":
-        cpu = res["cpu"]
-        print(
-            f"[{name}] {where}, {label}: {res['steps_per_s']:,.0f} steps/s, {res['rows_per_recv']:.1f} rows/recv; "
-            f"startup {res['startup_s']['total']:.2f} s; CPU % client {cpu['client']:.0f} server {cpu['server']:.0f} "
-            f"server workers {cpu['server_workers']:.0f} local workers {cpu['local_workers']:.0f} outside "
-            f"{cpu['outside']:.0f} stolen {cpu['steal']:.0f}; {cpu['us_per_step']:.1f} µs CPU/step",
-            flush=True,
-        )
-    else:
-        print(f"[{name}] {where}, {label}: {res['status']}", flush=True)
-    if res["leftover_processes"]:
-        print(f"[{name}] {where}, {label}: LEFT BEHIND {res['leftover_processes']}", flush=True)
-    return res
 
 
 # ------------------------------------------------------------------ cases 1 and 2
@@ -178,16 +111,7 @@ def bench_cartpole(args: argparse.Namespace, server: Server) -> dict[str, Any]:
         order = ("embedded", "remote") if r % 2 == 0 else ("remote", "embedded")
         for where in order:
             runs[where].append(run_cell("cartpole", f"{label}, repeat {r + 1}", spec, server, where == "remote"))
-    cells = {}
-    for where, attempts in runs.items():
-        ok = sorted((a for a in attempts if a["status"] == "ok"), key=lambda a: a["steps_per_s"])
-        cell = dict(ok[(len(ok) - 1) // 2]) if ok else dict(attempts[0])  # the median run (lower of two)
-        cell["repeats_steps_per_s"] = [a.get("steps_per_s") for a in attempts]
-        cell["repeats_status"] = [a["status"] for a in attempts]
-        cell["leftover_processes"] = [p for a in attempts for p in a["leftover_processes"]]
-        if ok:
-            cell["steps_per_s"] = sig(statistics.median(a["steps_per_s"] for a in ok))
-        cells[where] = cell
+    cells = {where: median_cell(attempts) for where, attempts in runs.items()}
     emb, rem = (cells[w].get("steps_per_s") if cells[w]["status"] == "ok" else None for w in ("embedded", "remote"))
     params = dataclasses.asdict(spec) | {"batch_size": spec.batch_size, "repeats": args.repeats}
     return {
@@ -307,6 +231,8 @@ def render_markdown(res: dict[str, Any]) -> str:
         ]
     if sec := secs.get("clients"):
         lines += ["", *md_clients(sec)]
+    if sec := secs.get("hosts"):
+        lines += ["", *md_hosts(sec)]
     if res["bars"]:
         lines += ["", *md_bars(res["bars"])]
     notes = []
@@ -321,6 +247,8 @@ def render_markdown(res: dict[str, Any]) -> str:
                     f"- {name} {key}: disturbed: the rest of the machine used {cpu['outside']:.0f}% of a core and "
                     f"the host stole {cpu['steal']:.0f}% during the window"
                 )
+    if sec := secs.get("hosts"):
+        notes += hosts_notes(sec)
     srv = res["server"]
     if srv["exit_code"] != 0:
         notes.append(f"- the server exited with {srv['exit_code']} after SIGTERM (expected 0)")
@@ -341,10 +269,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smoke run: n=16, 128 async envs, 4 clients x 8 envs, short")
     p.add_argument("--only", action="append", choices=SECTIONS, metavar="NAME", help=f"repeatable: {SECTIONS}")
-    p.add_argument("--seconds", type=float, help="window of cases 1-2 (default 5, --quick 0.5)")
-    p.add_argument("--warmup", type=float, help="warm-up of cases 1-2 (default 1, --quick 0.2)")
-    p.add_argument("--repeats", type=int, help="case 1 repeats, median reported (default 3, --quick 1)")
-    p.add_argument("--num-workers", type=int, default=2, help="worker processes of every pool of cases 1-2")
+    p.add_argument("--seconds", type=float, help="window of cases 1, 2 and 4 (default 5, --quick 0.5)")
+    p.add_argument("--warmup", type=float, help="warm-up of cases 1, 2 and 4 (default 1, --quick 0.2)")
+    p.add_argument("--repeats", type=int, help="cases 1 and 4 repeats, median reported (default 3, --quick 1)")
+    p.add_argument("--num-workers", type=int, default=2, help="worker processes of every pool of cases 1, 2 and 4")
     p.add_argument(
         "--loops",
         type=lambda s: [parse_loop(x) for x in s.split(",")],
@@ -393,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     res["endpoint"] = server.endpoint
     print(f"server pid {server.pid} listening on {server.endpoint}", flush=True)
     try:
-        cases = {"cartpole": bench_cartpole, "async1k": bench_async, "clients": bench_clients}
+        cases = {"cartpole": bench_cartpole, "async1k": bench_async, "clients": bench_clients, "hosts": bench_hosts}
         for name in selected:
             res["sections"][name] = cases[name](args, server)
     finally:

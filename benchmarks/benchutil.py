@@ -1,13 +1,17 @@
-"""Shared pieces of ``bench_remote.py``, ``remote_clients.py`` and ``bench_latency.py``: the server, pools,
-CPU/memory, formatting.
+"""Shared pieces of ``bench_remote.py``, ``remote_clients.py``, ``remote_hosts.py`` and ``bench_latency.py``: the
+server, worker hosts, pools, CPU/memory, formatting.
 
-- the ``aioenv serve`` subprocess (:class:`Server`) and ``aioenv status --json`` (:func:`server_status`);
+- the ``aioenv serve`` subprocess (:class:`Server`, extra arguments allowed, e.g. ``--worker-bind``), an
+  ``aioenv worker`` subprocess (:class:`WorkerHost`), both :class:`Managed` (log drained, SIGTERM stop) and
+  ``aioenv status --json`` (:func:`server_status`);
 - one pool and its client loop (:class:`Spec`, :func:`parse_loop`, :func:`make_pool`);
 - process accounting: this process tree split into parts (:func:`classify`), CPU per part over a window
   (:func:`cpu_snapshot`, :func:`cpu_usage`), memory (:func:`read_memory`, :func:`memory_of`) and processes
   left behind;
 - one pool's timed window as figures (:func:`window_figures`) and as a table row's last columns
   (:data:`WINDOW_HEAD`, :func:`window_columns`);
+- one timed cell of ``bench_remote.py`` (:func:`pool_cell`, :func:`run_cell`: embedded, on a server, or on a
+  server whose workers run under worker hosts) and the median of its repeats (:func:`median_cell`);
 - reporting helpers: :func:`run_header`, :func:`machine_info`, :func:`fmt`, :func:`fmt_bytes`, :func:`md_table`,
   :func:`write_atomic`, and the informative bars (:func:`bar`, :func:`fmt_bar_value`, :func:`md_bars`).
 
@@ -21,6 +25,7 @@ import argparse
 import asyncio
 import dataclasses
 import datetime as dt
+import gc
 import json
 import math
 import os
@@ -29,11 +34,13 @@ import queue
 import re
 import shlex
 import signal
+import statistics
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Coroutine
+import traceback
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -55,9 +62,9 @@ KIB = 2**10
 EPISODE_STEPS = 10**9  # latency envs never autoreset inside a window (a reset step does not wait)
 ASYNC_ENV = "aioenv.envs.latency:AsyncSleepEnv"
 ALLOW = ("CartPole-v1", ASYNC_ENV)  # the env names the server may make (aioenv serve --allow-env)
-START_TIMEOUT = 30.0  # seconds for the server to print its address
-STOP_TIMEOUT = 30.0  # seconds for the server to exit after SIGTERM
-PIDS_SEEN: set[int] = set()  # every process this run started (server, workers, clients): recorded for checks
+START_TIMEOUT = 30.0  # seconds for the server to print its address (a worker host: to be admitted)
+STOP_TIMEOUT = 30.0  # seconds for the server (a worker host) to exit after SIGTERM
+PIDS_SEEN: set[int] = set()  # every process this run started (servers, hosts, workers, clients): for checks
 
 
 # ------------------------------------------------------------------ small helpers
@@ -99,57 +106,77 @@ def describe(procs: list[psutil.Process]) -> list[str]:
     return out
 
 
-# ------------------------------------------------------------------ the server
-class Server:
-    """``aioenv serve`` on a free local port, its log drained by a thread; :meth:`stop` sends SIGTERM."""
+# ------------------------------------------------------------------ the server and worker hosts
+class Managed:
+    """A long-lived subprocess of this run (:class:`Server`, :class:`WorkerHost`): its stderr drained by a thread
+    into :attr:`log`, the first match of each of ``patterns`` kept in :attr:`found`; :meth:`stop` sends SIGTERM."""
 
-    def __init__(self) -> None:
-        cmd = [sys.executable, "-m", "aioenv.cli", "serve", "--bind", "tcp://127.0.0.1:0"]
-        cmd += [arg for pattern in ALLOW for arg in ("--allow-env", pattern)]
+    what = "the process"  # for messages
+
+    def __init__(self, cmd: list[str], patterns: dict[str, str]) -> None:
         self.command = shlex.join(["python", *cmd[1:]])
         self.proc = subprocess.Popen(
             cmd, cwd=ROOT, env=child_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
+        PIDS_SEEN.add(self.proc.pid)
         self.log: list[str] = []
-        self._found: queue.Queue[str] = queue.Queue()
+        self.found: dict[str, str] = {}  # pattern key -> its first group (or the whole match)
+        self._patterns = patterns
+        self._events: queue.Queue[str] = queue.Queue()  # keys as they match; "" once stderr closed (it exited)
         self._reader = threading.Thread(target=self._drain, daemon=True)
         self._reader.start()
-        try:
-            self.endpoint = self._found.get(timeout=START_TIMEOUT)
-        except queue.Empty:
-            self.proc.kill()
-            self.proc.wait()
-            raise RuntimeError(f"the server did not start within {START_TIMEOUT:g} s: {''.join(self.log)}") from None
-        if not self.endpoint:
-            raise RuntimeError(f"the server exited at start (code {self.proc.wait()}): {''.join(self.log)}")
 
     def _drain(self) -> None:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self.log.append(line)
-            if found := re.search(r"listening on (tcp://\S+)", line):
-                self._found.put(found.group(1))
-        self._found.put("")  # the server's stderr closed: it exited
+            for key, pattern in self._patterns.items():
+                if key not in self.found and (found := re.search(pattern, line)):
+                    self.found[key] = found.group(1 if found.re.groups else 0)
+                    self._events.put(key)
+        self._events.put("")
+
+    def wait_for(self, key: str, timeout: float = START_TIMEOUT) -> str:
+        """The first match of pattern ``key``; RuntimeError (the process killed) when it exits or ``timeout``
+        seconds pass first."""
+        deadline = time.monotonic() + timeout
+        while key not in self.found:
+            try:
+                got = self._events.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                self._kill()
+                log = "".join(self.log)
+                raise RuntimeError(f"{self.what} did not log {key!r} within {timeout:g} s: {log}") from None
+            if got == "" and key not in self.found:
+                self._events.put("")  # for the next wait
+                code = self._kill()
+                raise RuntimeError(f"{self.what} exited (code {code}) before logging {key!r}: {''.join(self.log)}")
+        return self.found[key]
+
+    def _kill(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        return self.proc.wait()
 
     @property
     def pid(self) -> int:
-        """The server's process id."""
+        """Its process id."""
         return self.proc.pid
 
     def workers(self) -> list[psutil.Process]:
-        """The server's worker processes (all its descendants)."""
+        """Its worker processes (all its descendants)."""
         return descendants(self.proc.pid)
 
     def wait_no_workers(self, wait: float = 5.0) -> list[str]:
-        """Server workers still alive ``wait`` seconds from now (none once every session closed)."""
+        """Workers still alive ``wait`` seconds from now (none once every pool closed)."""
         deadline = time.monotonic() + wait
         while (left := self.workers()) and time.monotonic() < deadline:
             time.sleep(0.05)
         return describe(left)
 
     def problems(self) -> list[str]:
-        """Log lines at WARNING or above, and tracebacks (what went wrong on the server)."""
+        """Log lines at WARNING or above, and tracebacks (what went wrong)."""
         return [line.rstrip() for line in self.log if re.search(r"WARNING|ERROR|CRITICAL|Traceback", line)]
 
     def stop(self) -> dict[str, Any]:
@@ -161,8 +188,7 @@ class Server:
             code: int | None = self.proc.wait(STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
             code = None
-            self.proc.kill()
-            self.proc.wait()
+            self._kill()
         took = time.perf_counter() - t0
         self._reader.join(5.0)
         _, alive = psutil.wait_procs(workers, timeout=5.0)
@@ -173,6 +199,38 @@ class Server:
             "problems": self.problems()[-40:],
             "log_lines": len(self.log),
         }
+
+
+class Server(Managed):
+    """``aioenv serve`` on a free local port with ``extra`` arguments; :attr:`endpoint` is where clients connect,
+    :attr:`worker_endpoint` where worker hosts join (with ``--worker-bind`` in ``extra``; None without)."""
+
+    what = "the server"
+
+    def __init__(self, extra: Sequence[str] = ()) -> None:
+        cmd = [sys.executable, "-m", "aioenv.cli", "serve", "--bind", "tcp://127.0.0.1:0"]
+        cmd += [arg for pattern in ALLOW for arg in ("--allow-env", pattern)]
+        patterns = {"listening": r"listening on (tcp://\S+)", "workers": r"worker hosts join at (tcp://\S+)"}
+        super().__init__([*cmd, *extra], patterns)
+        self.endpoint = self.wait_for("listening")  # logged after the worker port's line
+        self.worker_endpoint = self.found.get("workers")
+        if "--worker-bind" in extra and self.worker_endpoint is None:
+            self._kill()
+            raise RuntimeError(f"the server did not say where worker hosts join: {''.join(self.log)}")
+
+
+class WorkerHost(Managed):
+    """``aioenv worker --connect WORKER_ENDPOINT --capacity K --name NAME``: a worker host on this machine, admitted
+    by the server once constructed (it logged ``joined the server``). Its workers are its child processes."""
+
+    what = "the worker host"
+
+    def __init__(self, worker_endpoint: str, capacity: int, name: str, extra: Sequence[str] = ()) -> None:
+        cmd = [sys.executable, "-m", "aioenv.cli", "worker", "--connect", worker_endpoint]
+        cmd += ["--capacity", str(capacity), "--name", name, *extra]
+        super().__init__(cmd, {"joined": r"joined the server at (\S+)"})
+        self.name, self.capacity = name, capacity
+        self.wait_for("joined")
 
 
 def server_status(endpoint: str) -> dict[str, Any]:
@@ -205,32 +263,52 @@ def cpu_seconds(proc: psutil.Process) -> float:
     return t.user + t.system
 
 
-def classify(server_pid: int | None, clients: frozenset[int] = frozenset()) -> dict[str, list[psutil.Process]]:
-    """This process tree split into parts: ``client`` (this process), ``server``, ``server_workers``,
-    ``clients`` (client processes, case 3) and ``local_workers`` (every other child: embedded pools)."""
+Parts = dict[str, list[psutil.Process]]  # a part's name -> its processes (see :func:`classify`)
+NOT_PER_STEP = ("idle",)  # parts left out of the CPU per env-step (not part of the measured pool)
+
+
+def classify(
+    server_pid: int | None,
+    clients: frozenset[int] = frozenset(),
+    hosts: frozenset[int] = frozenset(),
+    idle: frozenset[int] = frozenset(),
+) -> Parts:
+    """This process tree split into parts: ``client`` (this process), ``server``, ``host`` (the worker host
+    processes ``hosts``), ``server_workers`` (the server's descendants and the hosts' descendants: the server's
+    pools' workers wherever they run), ``clients`` (client processes, case 3), ``idle`` (the trees of ``idle``:
+    our processes not serving the measured pool, e.g. a second server) and ``local_workers`` (every other
+    child: embedded pools)."""
     me = psutil.Process()
-    parts: dict[str, list[psutil.Process]] = {
+    parts: Parts = {
         "client": [me],
         "server": [],
+        "host": [],
         "server_workers": [],
         "clients": [],
+        "idle": [],
         "local_workers": [],
     }
     in_server = {p.pid for p in descendants(server_pid)} if server_pid else set()
+    in_hosts = {p.pid for pid in hosts for p in descendants(pid)}
+    in_idle = set(idle) | {p.pid for pid in idle for p in descendants(pid)}
     for proc in me.children(recursive=True):
         if proc.pid == server_pid:
             parts["server"].append(proc)
-        elif proc.pid in in_server:
+        elif proc.pid in hosts:
+            parts["host"].append(proc)
+        elif proc.pid in in_server or proc.pid in in_hosts:
             parts["server_workers"].append(proc)
         elif proc.pid in clients:
             parts["clients"].append(proc)
+        elif proc.pid in in_idle:
+            parts["idle"].append(proc)
         else:
             parts["local_workers"].append(proc)
     PIDS_SEEN.update(p.pid for procs in parts.values() for p in procs if p.pid != me.pid)
     return parts
 
 
-def cpu_snapshot(parts: dict[str, list[psutil.Process]]) -> CpuSnapshot:
+def cpu_snapshot(parts: Parts) -> CpuSnapshot:
     """CPU seconds of every part, and of the machine."""
     m = psutil.cpu_times()
     busy = sum(getattr(m, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq"))
@@ -240,15 +318,17 @@ def cpu_snapshot(parts: dict[str, list[psutil.Process]]) -> CpuSnapshot:
 
 def cpu_usage(a: CpuSnapshot, b: CpuSnapshot, elapsed: float, steps: int) -> dict[str, Any]:
     """CPU over a window in % of one core, per part; ``outside`` = the rest of the machine (other programs,
-    the kernel), ``steal`` = taken by the host; ``us_per_step`` = CPU of all our parts per env-step (µs)."""
+    the kernel), ``steal`` = taken by the host; ``us_per_step`` = CPU of our parts (but :data:`NOT_PER_STEP`)
+    per env-step (µs)."""
     used = {name: b.parts[name] - a.parts.get(name, 0.0) for name in b.parts}
     ours = sum(used.values())
     outside = max(0.0, (b.machine_busy - a.machine_busy) - ours)
+    per_step = sum(sec for name, sec in used.items() if name not in NOT_PER_STEP)
     out = {name: sig(100 * sec / elapsed) for name, sec in used.items()}
     out |= {
         "outside": sig(100 * outside / elapsed),
         "steal": sig(100 * (b.machine_steal - a.machine_steal) / elapsed),
-        "us_per_step": sig(1e6 * ours / max(steps, 1)),
+        "us_per_step": sig(1e6 * per_step / max(steps, 1)),
     }
     return out
 
@@ -283,9 +363,11 @@ def memory_of(procs: list[psutil.Process]) -> dict[str, Any]:
     return out
 
 
-def local_leftovers(server_pid: int, wait: float = 5.0) -> list[str]:
-    """Children of this process (other than the server and its workers) alive ``wait`` s from now."""
-    keep = {server_pid, *(p.pid for p in descendants(server_pid))}
+def local_leftovers(server_pid: int, wait: float = 5.0, keep_trees: Iterable[int] = ()) -> list[str]:
+    """Children of this process (other than the server and its workers, and the trees of ``keep_trees``: other
+    servers, worker hosts) alive ``wait`` s from now."""
+    roots = {server_pid, *keep_trees}
+    keep = roots | {p.pid for pid in roots for p in descendants(pid)}
     kids = [p for p in psutil.Process().children(recursive=True) if p.pid not in keep]
     _, alive = psutil.wait_procs(kids, timeout=wait)
     return describe(alive)
@@ -359,6 +441,112 @@ def window_figures(
         "startup_s": {"make": sig(t1 - t0), "reset": sig(t2 - t1), "total": sig(t2 - t0)},
         "cpu": cpu,
     }
+
+
+# ------------------------------------------------------------------ one timed cell of bench_remote.py
+async def pool_cell(spec: Spec, endpoint: str | None, parts_of: Callable[[], Parts]) -> dict[str, Any]:
+    """Make, reset, prime every env with a send, warm up, then count the rows received over the window;
+    ``parts_of`` splits the process tree for the CPU accounting (called after the warm-up: every worker is up)."""
+    n = spec.num_envs
+    t0 = time.perf_counter()
+    pool = await make_pool(spec, endpoint)
+    try:
+        t1 = time.perf_counter()
+        await pool.reset(seed=0)
+        t2 = time.perf_counter()
+        actions = np.random.default_rng(0).integers(0, 2, size=(64, n), dtype=np.int64)  # pre-sampled, cycled
+        pool.send(actions[0], np.arange(n, dtype=np.int32))
+        k = 1
+        recv_kwargs = spec.recv_kwargs
+
+        async def once() -> int:
+            nonlocal k
+            *_, info = await pool.recv(**recv_kwargs)
+            ids = info["env_id"]
+            pool.send(actions[k % 64][ids], ids)  # exactly the rows that came back
+            k += 1
+            return int(ids.size)
+
+        end = time.perf_counter() + spec.warmup
+        while time.perf_counter() < end:
+            await once()
+        parts = parts_of()
+        cpu0 = cpu_snapshot(parts)
+        steps = calls = 0
+        start = time.perf_counter()
+        while (now := time.perf_counter()) < start + spec.seconds:
+            steps += await once()
+            calls += 1
+        cpu1 = cpu_snapshot(parts)
+    finally:
+        await pool.aclose()
+    elapsed = now - start
+    cpu = cpu_usage(cpu0, cpu1, elapsed, steps)
+    res = window_figures(steps, calls, elapsed, pool.num_workers, (t0, t1, t2), cpu)
+    return res | {"processes": {name: len(procs) for name, procs in parts.items()}}
+
+
+def run_cell(
+    name: str,
+    label: str,
+    spec: Spec,
+    server: Server,
+    remote: bool,
+    *,
+    where: str | None = None,
+    hosts: Sequence[WorkerHost] = (),
+    idle: Sequence[Managed] = (),
+) -> dict[str, Any]:
+    """:func:`pool_cell` on its own event loop with a timeout: on ``server`` (``remote``) or embedded; records errors
+    and processes left behind. ``hosts``: the worker hosts running ``server``'s workers (their processes count as
+    workers, each host process as part ``host``); ``idle``: our other servers and hosts, idle during the cell.
+    ``where`` names the cell (default ``remote`` / ``embedded``)."""
+    where = where or ("remote" if remote else "embedded")
+    print(f"[{name}] {where}, {label} ...", flush=True)
+    timeout = 120.0 + 3 * (spec.warmup + spec.seconds) + spec.num_envs / 50
+    host_pids, idle_pids = frozenset(h.pid for h in hosts), frozenset(m.pid for m in idle)
+
+    def parts_of() -> Parts:
+        return classify(server.pid, hosts=host_pids, idle=idle_pids)
+
+    try:
+        res = run_async(pool_cell(spec, server.endpoint if remote else None, parts_of), timeout) | {"status": "ok"}
+    except Exception as exc:  # noqa: BLE001 - report it, keep the other cells
+        traceback.print_exc()
+        res = {"status": f"error: {type(exc).__name__}: {exc}"}
+    gc.collect()
+    others = [*hosts, *idle]
+    left = local_leftovers(server.pid, keep_trees=[m.pid for m in others]) + server.wait_no_workers()
+    res["leftover_processes"] = left + [p for m in others for p in m.wait_no_workers()]
+    res |= {"where": where, "loop": spec.label}
+    if res["status"] == "ok":
+        cpu = res["cpu"]
+        host = f" host {cpu['host']:.0f}" if hosts else ""
+        print(
+            f"[{name}] {where}, {label}: {res['steps_per_s']:,.0f} steps/s, {res['rows_per_recv']:.1f} rows/recv; "
+            f"startup {res['startup_s']['total']:.2f} s; CPU % client {cpu['client']:.0f} server {cpu['server']:.0f}"
+            f"{host} server workers {cpu['server_workers']:.0f} local workers {cpu['local_workers']:.0f} outside "
+            f"{cpu['outside']:.0f} stolen {cpu['steal']:.0f}; {cpu['us_per_step']:.1f} µs CPU/step",
+            flush=True,
+        )
+    else:
+        print(f"[{name}] {where}, {label}: {res['status']}", flush=True)
+    if res["leftover_processes"]:
+        print(f"[{name}] {where}, {label}: LEFT BEHIND {res['leftover_processes']}", flush=True)
+    return res
+
+
+def median_cell(attempts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One cell from its repeats: the median run's figures (the lower of two), ``steps_per_s`` the median of the
+    runs that went well, every run's steps/s and status, and every process any of them left behind."""
+    ok = sorted((a for a in attempts if a["status"] == "ok"), key=lambda a: a["steps_per_s"])
+    cell = dict(ok[(len(ok) - 1) // 2]) if ok else dict(attempts[0])
+    cell["repeats_steps_per_s"] = [a.get("steps_per_s") for a in attempts]
+    cell["repeats_status"] = [a["status"] for a in attempts]
+    cell["leftover_processes"] = [p for a in attempts for p in a["leftover_processes"]]
+    if ok:
+        cell["steps_per_s"] = sig(statistics.median(a["steps_per_s"] for a in ok))
+    return cell
 
 
 # ------------------------------------------------------------------ reporting helpers

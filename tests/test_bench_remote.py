@@ -22,7 +22,7 @@ def test_remote_benchmark_smoke(tmp_path: Path) -> None:
     proc = run_python("benchmarks/bench_remote.py", "--quick", "--out", str(tmp_path), timeout=55)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads((tmp_path / "remote.json").read_text())
-    assert set(result["sections"]) == {"cartpole", "async1k", "clients"}
+    assert set(result["sections"]) == {"cartpole", "async1k", "clients", "hosts"}
     assert result["endpoint"].startswith("tcp://127.0.0.1:")
 
     cartpole = result["sections"]["cartpole"]
@@ -56,15 +56,36 @@ def test_remote_benchmark_smoke(tmp_path: Path) -> None:
     assert clients["client_exit_codes"] == ["0"]
     assert clients["leftover_processes"] == []
 
+    hosts = result["sections"]["hosts"]  # the same pool embedded, remote, and remote with its workers on a host
+    assert hosts["status"] == "ok", hosts["status"]
+    assert set(hosts["cells"]) == {"embedded", "remote", "remote via host"}
+    for where, cell in hosts["cells"].items():
+        assert cell["status"] == "ok", (where, cell["status"])
+        assert cell["steps_per_s"] > 0 and cell["num_workers"] == 2, where
+        assert cell["leftover_processes"] == [], where
+    assert hosts["ratio_host_embedded"] > 0 and hosts["ratio_host_remote"] > 0
+    via_host = hosts["cells"]["remote via host"]["processes"]
+    assert via_host["host"] == 1 and via_host["server_workers"] == 2  # the workers ran under the host
+    assert hosts["cells"]["remote"]["processes"]["host"] == 0
+    assert [(h["name"], h["capacity"]) for h in hosts["status_at_start"]["hosts"]] == [("bench-host", 4096)]
+    for name in ("worker_host", "host_server"):  # stopped cleanly with SIGTERM, nothing left
+        assert hosts[name]["exit_code"] == 0, (name, hosts[name])
+        assert hosts[name]["workers_left"] == [], name
+    assert hosts["leftover_processes"] == []
+
     assert result["server"]["exit_code"] == 0  # stopped cleanly with SIGTERM
     assert result["server"]["workers_left"] == []
     assert result["leftover_processes_at_exit"] == []
     assert [b["met"] in (True, False) for b in result["bars"]] == [True, True]
     markdown = (tmp_path / "remote.md").read_text()
     assert markdown.startswith("`") and "| bar |" in markdown
+    assert "remote via host / remote = " in markdown and "exit codes 0 / 0" in markdown
 
-    seen = result["pids_seen"]  # the server, its workers, the clients, the embedded pools' workers
-    assert len(seen) >= 1 + 4 + 4  # at least: the server, 4 clients and their 4 server workers
+    seen = result["pids_seen"]  # the servers, the host, their workers, the clients, the embedded pools' workers
+    assert (
+        len(seen) >= 1 + 4 + 4 + 1 + 1 + 2
+    )  # the server, 4 clients, their 4 workers, a second server, a host, 2 workers
+    assert {hosts["worker_host"]["pid"], hosts["host_server"]["pid"]} <= set(seen)
     deadline = time.monotonic() + 5  # nothing the benchmark started outlives it
     while (left := [pid for pid in seen if _alive(pid)]) and time.monotonic() < deadline:
         time.sleep(0.1)
