@@ -74,7 +74,7 @@ class Op:
     CANCEL = "cancel"  # coordinator -> worker: {"env": [ids], "ended": [ids]} give up their requests, replace them
     CLOSE = "close"  # coordinator -> worker: close all envs and exit (server: close the client's pool)
     RESULT = "result"  # reply to any request with the same "id"; rows of STEP/RESET may come in several:
-    # from a thread/async worker with "multi" ([[id, [rows]], ...]), from a server with "pos" (positions)
+    # from a thread/async worker with "multi" ([[id, [rows]], ...]), from a server with "parts" (aioenv.partwire)
     ERROR = "error"  # either way: the request failed as a whole ({"error": to_wire(...)})
     PING = "ping"
     PONG = "pong"

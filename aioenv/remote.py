@@ -200,11 +200,11 @@ class RemoteCoordinator:
                 err = from_wire(header.get("error"))
                 req.sink.deliver(Part.failed(req.env_ids, lambda e: _for_env(err, e)), req.positions)
             return
-        pos = np.asarray(header["pos"], dtype=np.int64).reshape(-1)
-        req = self.sched.finish_rows(req_id, pos)
-        if req is None:
-            return
-        req.sink.deliver(decode_part(header, arrays, req.env_ids[pos]), pos)
+        for segment in header["parts"]:  # rows of one or more requests (aioenv.partwire)
+            pos = np.asarray(segment["pos"], dtype=np.int64).reshape(-1)
+            req = self.sched.finish_rows(segment["id"], pos)
+            if req is not None:
+                req.sink.deliver(decode_part(segment, arrays, req.env_ids[pos]), pos)
 
     # ------------------------------------------------------------ liveness
 

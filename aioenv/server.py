@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 from aioenv.coordinator import Coordinator
 from aioenv.errors import AioEnvError, CapacityError, PoolClosed, ProtocolError, UsageError, relay_wire
 from aioenv.fleet import Fleet
-from aioenv.partwire import encode_part
+from aioenv.partwire import encode_parts
 from aioenv.protocol import Op, decode, encode, leaves_from_wire, leaves_to_wire
 from aioenv.protocol_version import PROTOCOL_VERSION
 from aioenv.results import Part
@@ -108,7 +108,7 @@ class _Relay:
         self.t0 = time.monotonic()
 
     def deliver(self, part: Part, positions: np.ndarray) -> None:
-        self.server.send(self.identity, encode_part(self.req_id, part, positions))
+        self.server.relay(self.identity, self.req_id, part, positions)
         if self.server.metrics is not None:
             self.server.metrics.rows(self.kind, time.monotonic() - self.t0, part)
 
@@ -136,6 +136,9 @@ class Server:
         # Worker names are ZeroMQ identities on the worker port: unique across restarts of the server too, so a
         # worker of a previous run still connected there (until its host notices) can never take a new one's.
         self._instance = secrets.token_hex(3)
+        # Rows ready for each client, sent together once per turn of the loop (see relay()).
+        self._outbox: dict[bytes, list[tuple[int, Part, np.ndarray]]] = {}
+        self._flush_soon = False
 
     @property
     def endpoint(self) -> str:
@@ -191,8 +194,34 @@ class Server:
             self._auth.stop()
         log.info("aioenv server stopped (%d sessions closed)", len(sessions))
 
+    def relay(self, identity: bytes, req_id: int, part: Part, positions: np.ndarray) -> None:
+        """Queue rows for a client: the parts that become ready in one turn of the loop (often of several
+        requests: a worker's reply carries rows of each request it served) leave in one message."""
+        queued = self._outbox.get(identity)
+        if queued is None:
+            self._outbox[identity] = [(req_id, part, positions)]
+        else:
+            queued.append((req_id, part, positions))
+        if not self._flush_soon:
+            self._flush_soon = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_soon = False
+        for identity in list(self._outbox):
+            self._send_queued(identity)
+
+    def _send_queued(self, identity: bytes) -> None:
+        parts = self._outbox.pop(identity, None)
+        if parts and self._router is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                self._router.send(identity, encode_parts(parts))
+
     def send(self, identity: bytes, frames: list[Any]) -> None:
-        """Send to a client; a client that is gone is dropped silently (its session will be reaped)."""
+        """Send to a client (after the rows queued for it: a request's error never overtakes its rows); a
+        client that is gone is dropped silently (its session will be reaped)."""
+        if identity in self._outbox:
+            self._send_queued(identity)
         if self._router is None:
             return
         with contextlib.suppress(zmq.ZMQError):  # the socket is closed (shutdown)
