@@ -77,6 +77,7 @@ from benchutil import (  # noqa: E402
     run_async,
     run_header,
     sig,
+    timed_window,
     window_columns,
     window_figures,
     write_atomic,
@@ -369,28 +370,18 @@ async def aioenv_cell(case: Case, loop: Loop, num_workers: int | None) -> dict[s
             pool.send(action[: ids.size], ids)
             return int(ids.size)
 
-        end = time.perf_counter() + case.warmup
-        while time.perf_counter() < end:
-            await once()
-        procs = tree()
-        cpu0 = cpu_snapshot(procs)
-        steps = calls = 0
-        start = time.perf_counter()
-        while (now := time.perf_counter()) < start + case.seconds:
-            steps += await once()
-            calls += 1
-        cpu1 = cpu_snapshot(procs)
+        window = await timed_window(once, case.warmup, case.seconds, tree, cpu_snapshot)
         memory = tree_memory()
     finally:
         await pool.aclose()
-    elapsed = now - start
+    steps, elapsed = window.steps, window.elapsed
     memory["before_make_rss_bytes"] = before["rss_bytes"]
     memory["per_env_rss_bytes"] = sig(memory["rss_bytes"] / n)
     memory["per_env_added_rss_bytes"] = sig((memory["rss_bytes"] - before["rss_bytes"]) / n)
     if "pss_bytes" in memory:
         memory["per_env_pss_bytes"] = sig(memory["pss_bytes"] / n)
-    cpu = cpu_usage(cpu0, cpu1, elapsed, steps)
-    return window_figures(steps, calls, elapsed, pool.num_workers, (t0, t1, t2), cpu) | {"memory": memory}
+    cpu = cpu_usage(window.cpu0, window.cpu1, elapsed, steps)
+    return window_figures(steps, window.calls, elapsed, pool.num_workers, (t0, t1, t2), cpu) | {"memory": memory}
 
 
 def run_pool_cell(case: Case, loop: Loop, num_workers: int | None, timeout: float) -> dict[str, Any]:

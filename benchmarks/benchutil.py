@@ -40,9 +40,9 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -443,6 +443,46 @@ def window_figures(
     }
 
 
+# ------------------------------------------------------------------ the timed window of a client loop
+P = TypeVar("P")
+S = TypeVar("S")
+
+
+@dataclasses.dataclass
+class Window(Generic[P, S]):
+    """What :func:`timed_window` counted: rows, calls, seconds, and CPU snapshots of ``parts`` around it."""
+
+    steps: int
+    calls: int
+    elapsed: float
+    parts: P
+    cpu0: S
+    cpu1: S
+
+
+async def timed_window(
+    once: Callable[[], Awaitable[int]],
+    warmup: float,
+    seconds: float,
+    parts_of: Callable[[], P],
+    snapshot: Callable[[P], S],
+) -> Window[P, S]:
+    """Call ``once()`` (one recv + send, returning the rows received) for ``warmup`` seconds, then count rows
+    and calls over ``seconds``; ``parts_of()`` (after the warm-up: every worker is up) names the processes
+    whose CPU ``snapshot(parts)`` records at both ends of the window."""
+    end = time.perf_counter() + warmup
+    while time.perf_counter() < end:
+        await once()
+    parts = parts_of()
+    cpu0 = snapshot(parts)
+    steps = calls = 0
+    start = time.perf_counter()
+    while (now := time.perf_counter()) < start + seconds:
+        steps += await once()
+        calls += 1
+    return Window(steps, calls, now - start, parts, cpu0, snapshot(parts))
+
+
 # ------------------------------------------------------------------ one timed cell of bench_remote.py
 async def pool_cell(spec: Spec, endpoint: str | None, parts_of: Callable[[], Parts]) -> dict[str, Any]:
     """Make, reset, prime every env with a send, warm up, then count the rows received over the window;
@@ -467,22 +507,12 @@ async def pool_cell(spec: Spec, endpoint: str | None, parts_of: Callable[[], Par
             k += 1
             return int(ids.size)
 
-        end = time.perf_counter() + spec.warmup
-        while time.perf_counter() < end:
-            await once()
-        parts = parts_of()
-        cpu0 = cpu_snapshot(parts)
-        steps = calls = 0
-        start = time.perf_counter()
-        while (now := time.perf_counter()) < start + spec.seconds:
-            steps += await once()
-            calls += 1
-        cpu1 = cpu_snapshot(parts)
+        window = await timed_window(once, spec.warmup, spec.seconds, parts_of, cpu_snapshot)
     finally:
         await pool.aclose()
-    elapsed = now - start
-    cpu = cpu_usage(cpu0, cpu1, elapsed, steps)
-    res = window_figures(steps, calls, elapsed, pool.num_workers, (t0, t1, t2), cpu)
+    parts, steps = window.parts, window.steps
+    cpu = cpu_usage(window.cpu0, window.cpu1, window.elapsed, steps)
+    res = window_figures(steps, window.calls, window.elapsed, pool.num_workers, (t0, t1, t2), cpu)
     return res | {"processes": {name: len(procs) for name, procs in parts.items()}}
 
 
