@@ -70,6 +70,7 @@ class _Slot:
         self.outbox: list[list[Any]] = []
         self.restarts = 0
         self.dead_reason = ""
+        self.waits_for_room = False  # given up for want of room: started again once a host has room
 
 
 class Coordinator:
@@ -402,11 +403,7 @@ class Coordinator:
         )
 
     def _no_worker(self, slot: _Slot, env_id: int, kind: str) -> WorkerCrashed:
-        later = (
-            " (it is started as soon as a host has room)"
-            if self._when_room is not None and "room" in slot.dead_reason
-            else ""
-        )
+        later = " (it is started as soon as a host has room)" if slot.waits_for_room else ""
         return WorkerCrashed(
             f"{kind} failed for env {env_id}: it has no worker: worker slot {slot.index} {slot.dead_reason}{later}",
             env_id=env_id,
@@ -456,6 +453,7 @@ class Coordinator:
         except AioEnvError as exc:  # no host has room for its envs now
             self._give_up(slot, f"could not be restarted: {exc}")
             if self._when_room is not None:
+                slot.waits_for_room = True
                 self._when_room(lambda: self._revive(slot))
             return
         ended = None
@@ -490,6 +488,7 @@ class Coordinator:
             return False
         log.warning("worker slot %d started again on %s: re-making envs %s", slot.index, slot.name, env_ids.tolist())
         slot.dead_reason = ""
+        slot.waits_for_room = False
         self._send_make(slot, env_ids, None)
         self.on_remade(env_ids)
         return True

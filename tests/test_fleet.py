@@ -228,7 +228,8 @@ def test_envs_with_no_room_left_wait_for_a_host_and_come_back(hosts: list[Worker
                 a.proc.wait()
                 await _until(lambda: _no_hosts(srv), "host-a dropped")
                 await _until(lambda: _gone(worker), "its worker gone")  # PR_SET_PDEATHSIG, then reaped by init
-                with pytest.raises(WorkerCrashed, match=r"could not be restarted: .*no worker host"):
+                waiting = r"could not be restarted: .*no worker host.*\(it is started as soon as a host has room\)"
+                with pytest.raises(WorkerCrashed, match=waiting):
                     await pool.reset(seed=0)
                 b = WorkerHostProcess(srv.worker_endpoint, name="host-b", capacity=4)
                 hosts.append(b.wait_joined())  # room again: the envs are re-made there
