@@ -197,11 +197,7 @@ class Server:
     def relay(self, identity: bytes, req_id: int, part: Part, positions: np.ndarray) -> None:
         """Queue rows for a client: the parts that become ready in one turn of the loop (often of several
         requests: a worker's reply carries rows of each request it served) leave in one message."""
-        queued = self._outbox.get(identity)
-        if queued is None:
-            self._outbox[identity] = [(req_id, part, positions)]
-        else:
-            queued.append((req_id, part, positions))
+        self._outbox.setdefault(identity, []).append((req_id, part, positions))
         if not self._flush_soon:
             self._flush_soon = True
             asyncio.get_running_loop().call_soon(self._flush)
