@@ -80,10 +80,16 @@ class Placement:
         frac = float("inf") if host.capacity is None else (host.load + envs) / max(host.capacity, 1)
         return (frac, 0 if host.name != LOCAL else 1, host.name)
 
+    def serves(self, executor: str) -> bool:
+        """Whether any host runs ``executor`` envs (whatever its load)."""
+        return any(h.executor in (None, executor) for h in self.hosts.values())
+
     def choose(self, envs: int, executor: str, *, exclude: Sequence[str] = ()) -> Host:
         """Reserve room for a block of ``envs`` on the least-loaded host that fits; CapacityError if none."""
         candidates = [h for h in self.hosts.values() if h.name not in exclude and h.fits(envs, executor)]
         if not candidates:
+            if self.hosts and not self.serves(executor):
+                raise CapacityError(f"no worker host runs {executor} envs: {self._hosts_text(executor)}")
             raise CapacityError(self._no_room(envs, executor))
         host = min(candidates, key=lambda h: self._score(h, envs))
         host.load += envs

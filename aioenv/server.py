@@ -356,7 +356,7 @@ class Server:
         except BaseException as exc:
             if coord is not None:
                 await coord.aclose()
-            if isinstance(exc, CapacityError) and workers < n:
+            if isinstance(exc, CapacityError) and workers < n and self.fleet and self.fleet.placement.serves(executor):
                 raise CapacityError(
                     f"cannot place {n} envs in {workers} worker processes: {exc.message}; a larger num_workers "
                     "splits the pool into smaller blocks"
