@@ -88,7 +88,7 @@ def test_pools_go_to_the_least_loaded_host_with_room(hosts: list[WorkerHostProce
                 assert obs[:, 0].tolist() == [0, 1, 2, 3] and obs[:, 1].tolist() == [1, 1, 1, 1]
                 with pytest.raises(CapacityError, match=r"no worker host has room for 6 .*host-a 4/8"):
                     await aioenv.make(PROBE, 6, **opts)
-                with pytest.raises(CapacityError, match=r"^no worker host runs thread envs: hosts: host-a") as caught:
+                with pytest.raises(CapacityError, match=r"^no worker host runs thread envs: hosts: .*host-a") as caught:
                     await aioenv.make(PROBE, 2, **opts, executor="thread")
                 assert "num_workers" not in caught.value.message  # more blocks would not help
                 async with aioenv.Pool(PROBE, 3, **opts) as p3:  # fits beside either pool
