@@ -312,6 +312,8 @@ def test_compose_workers_join_the_servers_worker_port() -> None:
     server_command = compose_server()["command"]
     worker_bind = re.fullmatch(r"tcp://0\.0\.0\.0:(\d+)", server_command[server_command.index("--worker-bind") + 1])
     assert connect and worker_bind and connect[1] == worker_bind[1], "the workers would knock on another port"
+    # the image's HEALTHCHECK asks a server: a worker container must not inherit it (it would never be healthy)
+    assert worker.get("healthcheck", {}).get("disable") is True
     argv = local([*worker["entrypoint"], *command, "--help"])  # click checks every option name
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=HANG, cwd=ROOT, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
