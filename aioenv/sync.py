@@ -150,10 +150,7 @@ class _Runtime:
         try:
             return await asyncio.shield(inner)
         except asyncio.CancelledError:
-            if not inner.done():
-                self.orphans.add(inner)
-                inner.add_done_callback(self.orphans.discard)
-                inner.add_done_callback(_consume)
+            self._adopt([inner])
             raise
 
     def start(
@@ -206,7 +203,8 @@ class _Runtime:
         return await starter(*args, **kwargs)
 
     def _adopt(self, inner: list[asyncio.Future[Any]]) -> None:
-        """An interrupted :meth:`start` call: its requests finish in the background; later calls wait for them."""
+        """The loop-side futures of an interrupted call: they finish in the background (their outcome is
+        discarded) and later calls wait for them first."""
         for fut in inner:
             fut.add_done_callback(_consume)
             if not fut.done():
