@@ -1,5 +1,6 @@
 """The ``aioenv`` command line: ``demo`` (a real pool, what it did), ``bench`` (env-steps/s of a pool),
-``serve`` (a server many clients share), ``status`` (the state of a server) and ``keygen`` (CURVE keys)."""
+``serve`` (a server many clients share), ``worker`` (a worker host for a server), ``status`` (the state of a
+server) and ``keygen`` (CURVE keys)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,20 @@ from rich.console import Console
 from rich.table import Table
 
 import aioenv
+
+# Options shared by several commands.
+LOG_LEVEL = click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    default="INFO",
+    show_default=True,
+)
+KEY = click.option(
+    "--key", type=click.Path(exists=True, dir_okay=False), default=None, help="your .key_secret (--auth)"
+)
+SERVER_KEY = click.option(
+    "--server-key", type=click.Path(exists=True, dir_okay=False), default=None, help="the server's .key"
+)
 
 
 @click.group()
@@ -118,12 +133,7 @@ def bench(env: str, num_envs: int, seconds: float, num_workers: int | None) -> N
     help="seconds a worker host may be silent before its envs are re-made elsewhere",
 )
 @click.option("--log-json", is_flag=True, help="one JSON object per log line")
-@click.option(
-    "--log-level",
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-    default="INFO",
-    show_default=True,
-)
+@LOG_LEVEL
 def serve(
     bind: str,
     executor: str,
@@ -191,14 +201,9 @@ def serve(
     show_default=True,
     help="seconds of server silence before this host stops its workers and joins again",
 )
-@click.option("--key", type=click.Path(exists=True, dir_okay=False), default=None, help="your .key_secret (--auth)")
-@click.option("--server-key", type=click.Path(exists=True, dir_okay=False), default=None, help="the server's .key")
-@click.option(
-    "--log-level",
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-    default="INFO",
-    show_default=True,
-)
+@KEY
+@SERVER_KEY
+@LOG_LEVEL
 def worker(
     connect: str,
     capacity: int,
@@ -254,8 +259,8 @@ def keygen(directory: str, name: str) -> None:
 @click.option("--timeout", type=click.FloatRange(0.1), default=3.0, show_default=True, help="seconds to wait")
 @click.option("--quiet", "-q", is_flag=True, help="print nothing: the exit code says whether the server answered")
 @click.option("--json", "as_json", is_flag=True, help="print the state as JSON")
-@click.option("--key", type=click.Path(exists=True, dir_okay=False), default=None, help="your .key_secret (--auth)")
-@click.option("--server-key", type=click.Path(exists=True, dir_okay=False), default=None, help="the server's .key")
+@KEY
+@SERVER_KEY
 def status(endpoint: str, timeout: float, quiet: bool, as_json: bool, key: str | None, server_key: str | None) -> None:
     """Print the state of the aioenv server at ENDPOINT (tcp://HOST:PORT); exit 1 when it does not answer."""
     import json
