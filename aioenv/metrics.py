@@ -100,7 +100,7 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily("aioenv_workers", "Worker processes", workers)
         yield CounterMetricFamily("aioenv_worker_restarts", "Workers restarted (crash or deadline)", restarts)
         fleet = self.server.fleet
-        errors = self.server.protocol_errors + (fleet.protocol_errors if fleet is not None else 0)
+        errors = self.server.all_protocol_errors
         yield CounterMetricFamily("aioenv_protocol_errors", "Malformed messages received", errors)
         if fleet is None:
             return

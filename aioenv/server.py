@@ -141,6 +141,11 @@ class Server:
         self._flush_soon = False
 
     @property
+    def all_protocol_errors(self) -> int:
+        """Malformed messages received on the client port and, with worker hosts, on the worker port."""
+        return self.protocol_errors + (self.fleet.protocol_errors if self.fleet is not None else 0)
+
+    @property
     def endpoint(self) -> str:
         """The address bound (with the port chosen, if it was 0)."""
         assert self._router is not None
@@ -422,7 +427,7 @@ class Server:
             "in_flight": sum(len(s.coord.sched.requests) for s in sessions),
             "max_envs": self.config.max_envs,
             "max_envs_per_client": self.config.max_envs_per_client,
-            "protocol_errors": self.protocol_errors + (self.fleet.protocol_errors if self.fleet else 0),
+            "protocol_errors": self.all_protocol_errors,
             "pools": [[s.client, s.env, s.num_envs] for s in sessions],
             "worker_endpoint": self.fleet.endpoint if self.fleet else None,
             "hosts": self.fleet.status() if self.fleet else [],
