@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -178,7 +179,7 @@ class Fleet:
                 on_exit(proc)
                 self._room_freed()
 
-            local: LocalProcess = launch_local(LaunchSpec(**{**vars(spec), "on_exit": released}))
+            local: LocalProcess = launch_local(dataclasses.replace(spec, on_exit=released))
             return local
         agent = next(a for a in self.agents.values() if a.name == host.name)
         proc = RemoteProcess(self, agent, spec)
