@@ -38,10 +38,10 @@ from aioenv.errors import (
     WorkerCrashed,
     from_wire,
 )
-from aioenv.infos import take_info
 from aioenv.launcher import LaunchSpec, WorkerProc, launch_local
 from aioenv.protocol import Op, decode, encode, leaves_from_wire
-from aioenv.results import Part, RecvQueue
+from aioenv.results import Part
+from aioenv.rows import Rows, Segment, route_rows
 from aioenv.scheduler import THROTTLED, Request, Scheduler
 from aioenv.sources import EnvSources
 from aioenv.transport import Router
@@ -289,46 +289,26 @@ class Coordinator:
 
     def _on_rows(self, slot: _Slot, op: str, header: dict[str, Any], arrays: list[np.ndarray], multi: Any) -> None:
         """A thread/async worker's RESULT with finished rows of several requests (``"multi"``, see
-        :mod:`workers.concurrent`): each request gets its slice."""
+        :mod:`workers.concurrent`): each request gets its slice (see :func:`aioenv.rows.route_rows`)."""
         try:
             if op != Op.RESULT:
                 raise ValueError(f"a {op!r} message cannot carry rows")
-            segments = [(req_id, np.asarray(rows, dtype=np.int64).reshape(-1)) for req_id, rows in multi]
-            obs = leaves_from_wire(header["obs"], arrays)
-            extras = [arrays[i] for i in header.get("x", [])]
+            segments: list[Segment] = []
+            start = 0
+            for req_id, rows in multi:
+                at = np.asarray(rows, dtype=np.int64).reshape(-1)
+                segments.append((req_id, at, start))
+                start += at.size
+            block = Rows.from_header(header, arrays)
         except (ValueError, TypeError, KeyError, ProtocolError) as exc:
             log.error("malformed reply from worker %s: %s", slot.name, exc)
             return
-        rows = _Rows(obs, extras, header.get("info"), header.get("binfo"), header.get("err"), str(header.get("k", "")))
-        # Consecutive segments bound for one RecvQueue (send/recv) are delivered as one part: recv() does
-        # not care which request a row came from, and fewer, larger parts are cheaper to assemble.
-        run_sink: Any = None
-        run_start = 0
-        run_ids: list[np.ndarray] = []
-        start = 0
-        for req_id, at in segments:
-            stop = start + at.size
-            try:
-                req = self.sched.finish_rows(req_id, at)
-            except ValueError as exc:
-                log.error("malformed reply from worker %s: %s", slot.name, exc)
-                req = None
-            if req is None or req.sink is not run_sink or not isinstance(req.sink, RecvQueue):
-                if run_ids:
-                    self._deliver_rows(run_sink, None, rows.part(np.concatenate(run_ids), run_start, start), None)
-                run_sink, run_ids = None, []
-            if req is not None:
-                env_ids = req.env_ids[at]
-                if isinstance(req.sink, RecvQueue):
-                    if not run_ids:
-                        run_sink, run_start = req.sink, start
-                    run_ids.append(env_ids)
-                else:
-                    positions = req.positions[at] if req.positions is not None else at
-                    self._deliver_rows(req.sink, req, rows.part(env_ids, start, stop), positions)
-            start = stop
-        if run_ids:
-            self._deliver_rows(run_sink, None, rows.part(np.concatenate(run_ids), run_start, start), None)
+
+        def bad(exc: ValueError) -> None:
+            log.error("malformed reply from worker %s: %s", slot.name, exc)
+
+        remember = self._remember_obs if self.truncate else None
+        route_rows(self.sched, block, segments, self._deliver_rows, bad, remember)
 
     def _deliver_rows(self, sink: Any, req: Request | None, part: Part, positions: np.ndarray | None) -> None:
         if self.truncate:
@@ -359,6 +339,14 @@ class Coordinator:
         else:
             extras = [arrays[i] for i in header.get("x", [])] or None
             obs = leaves_from_wire(header["obs"], arrays)
+            outlet = getattr(req.sink, "outlet", None)
+            if outlet is not None:  # a server's relay: the rows cross to the client as they came
+                block = Rows(obs, extras or [], header.get("info"), header.get("binfo"), header.get("err"), kind)
+                if self.truncate:
+                    self._remember_obs(block.part(env_ids, 0, env_ids.size))
+                at = positions if positions is not None else np.arange(env_ids.size)
+                outlet.forward(block, [(req.sink, at, 0, env_ids)])
+                return
             part = Part(env_ids, obs, extras, header.get("info"), errors, binfo=header.get("binfo"))
             if self.truncate:
                 self._remember_obs(part)
@@ -647,36 +635,6 @@ class Coordinator:
         if self._router is not None:
             self._router.close()
         shutil.rmtree(self.private_dir, ignore_errors=True)
-
-
-class _Rows:
-    """The decoded fields of a RESULT carrying rows of several requests; :meth:`part` slices them."""
-
-    __slots__ = ("binfo", "errors", "extras", "infos", "kind", "obs")
-
-    def __init__(
-        self, obs: list[np.ndarray], extras: list[np.ndarray], infos: Any, binfo: Any, errors: Any, kind: str
-    ) -> None:
-        self.obs = obs
-        self.extras = extras
-        self.infos = infos
-        self.binfo = binfo
-        self.errors = {int(row): d for row, d in (errors or {}).items()}
-        self.kind = kind or "step"
-
-    def part(self, env_ids: np.ndarray, start: int, stop: int) -> Part:
-        """Rows ``start:stop`` as a :class:`Part` for ``env_ids``."""
-        errors = self.errors
-        return Part(
-            env_ids,
-            [leaf[start:stop] for leaf in self.obs],
-            [x[start:stop] for x in self.extras] or None,
-            self.infos[start:stop] if self.infos is not None else None,
-            {r - start: from_wire(d, context=self.kind) for r, d in errors.items() if start <= r < stop}
-            if errors
-            else None,
-            binfo=take_info(self.binfo, slice(start, stop)) if self.binfo is not None else None,
-        )
 
 
 def _with_env(err: AioEnvError, env_id: int) -> AioEnvError:

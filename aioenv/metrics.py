@@ -19,7 +19,7 @@ the server when Prometheus scrapes, so serving costs nothing for it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from aioenv.results import Part
+    from aioenv.rows import Rows
     from aioenv.server import Server
 
 __all__ = ["ServerMetrics"]
@@ -56,18 +57,35 @@ class ServerMetrics:
 
     def rows(self, kind: str, seconds: float, part: Part) -> None:
         """Record ``part``'s rows, answered ``seconds`` after their request arrived."""
+        self._latency(kind, seconds, part.env_ids.size)
+        self._failed(type(err).__name__ for err in part.errors.values())
+        self._timeouts(part.binfo, part.infos)
+
+    def block(self, rows: Rows, spans: list[tuple[float, int]]) -> None:
+        """Record a block of rows relayed as it came: ``spans`` gives, per request, how long ago it arrived
+        and how many of the block's rows answer it."""
+        for seconds, count in spans:
+            self._latency(rows.kind, seconds, count)
+        self._failed(str(desc.get("kind", "EnvError")) for desc in rows.errors.values() if isinstance(desc, dict))
+        self._timeouts(rows.binfo, rows.infos)
+
+    def _latency(self, kind: str, seconds: float, count: int) -> None:
         observe = self.latency.labels(kind).observe
-        for _ in range(part.env_ids.size):
+        for _ in range(count):
             observe(seconds)
-        for err in part.errors.values():
-            name = type(err).__name__
+
+    def _failed(self, names: Iterable[str]) -> None:
+        for name in names:
             self.errors.labels(name).inc()
             if name == "StepTimeout":
                 self.timeouts.inc()
-        if part.binfo is not None and "timeout" in part.binfo:
-            self.timeouts.inc(int(np.count_nonzero(part.binfo.get("_timeout", part.binfo["timeout"]))))
-        elif part.infos is not None:
-            self.timeouts.inc(sum(1 for info in part.infos if info and info.get("timeout")))
+
+    def _timeouts(self, binfo: dict[str, Any] | None, infos: list[Any] | None) -> None:
+        """Rows whose info says ``timeout`` (truncated at their deadline)."""
+        if isinstance(binfo, dict) and "timeout" in binfo:
+            self.timeouts.inc(int(np.count_nonzero(binfo.get("_timeout", binfo["timeout"]))))
+        elif infos is not None:
+            self.timeouts.inc(sum(1 for info in infos if isinstance(info, dict) and info.get("timeout")))
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         """Serve ``/metrics`` over HTTP on ``addr:port`` (a daemon thread)."""

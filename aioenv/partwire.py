@@ -1,35 +1,58 @@
-"""Rows of a reply (a :class:`~aioenv.results.Part`) on the wire between a server and its client.
+"""Rows of replies on the wire between a server and its client.
 
-A server relays what its workers answered to the client that asked. ``encode_parts`` turns the parts
-that became ready for one client in one turn of the server's loop (rows at ``positions`` of the client's
-calls, possibly of several calls) into one RESULT message: ``{"parts": [segment, ...]}``, each segment
-``{"id", "pos", ...}`` with its arrays among the message's frames. ``decode_part`` rebuilds a segment's
-part on the client. Errors keep their type, message, remote type and traceback
-(:func:`aioenv.errors.relay_wire`).
+A server relays what its workers answered to the client that asked. ``encode_parts`` turns what became
+ready for one client in one turn of the server's loop into one RESULT message, ``{"parts": [entry, ...]}``,
+whose entries are of two kinds, each with its arrays among the message's frames:
+
+- a *segment* ``{"id", "pos", "obs", "x", ...}`` (:class:`PartEntry`): rows of one client call, at
+  positions ``pos`` of it: a whole-request reply cut by the server (failures, truncated rows);
+- a *block* ``{"blk": [[id, pos, start], ...], "obs", "x", "k", ...}`` (:class:`BlockEntry`): the rows of
+  one worker reply as the worker sent them (:class:`aioenv.rows.Rows`), with the client call and
+  positions each run of rows answers (rows ``start:start + len(pos)``); the client routes them with
+  :func:`aioenv.rows.route_rows`, as a coordinator routes its workers' replies.
+
+Errors keep their type, message, remote type and traceback (:func:`aioenv.errors.relay_wire`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from aioenv.errors import from_wire, relay_wire
 from aioenv.protocol import Op, encode, leaves_from_wire, leaves_to_wire
 from aioenv.results import Part
+from aioenv.rows import Rows, Segment
 
-__all__ = ["decode_part", "encode_parts"]
+__all__ = ["BlockEntry", "PartEntry", "decode_block", "decode_part", "encode_parts"]
 
 
-def encode_parts(parts: list[tuple[int, Part, np.ndarray]]) -> list[Any]:
-    """One RESULT carrying every ``(req_id, part, positions)``: the part's rows sit at ``positions`` (int64,
-    shape ``(k,)``) of the client's call ``req_id``."""
+class PartEntry(NamedTuple):
+    """Rows of the client's call ``req_id``: ``part``'s rows sit at ``positions`` (k,) of that call."""
+
+    req_id: int
+    part: Part
+    positions: np.ndarray
+
+
+class BlockEntry(NamedTuple):
+    """A block of rows as a worker sent them; ``segments``: ``(req_id, positions (k,), start)`` per run of
+    rows (``start:start + k``) that answers the client's call ``req_id``."""
+
+    rows: Rows
+    segments: list[tuple[int, np.ndarray, int]]
+
+
+def encode_parts(entries: list[PartEntry | BlockEntry]) -> list[Any]:
+    """One RESULT carrying every entry, in order."""
     arrays: list[np.ndarray] = []
-    segments = [_segment(req_id, part, positions, arrays) for req_id, part, positions in parts]
-    return encode(Op.RESULT, {"id": None, "parts": segments}, arrays)
+    out = [_block(e, arrays) if isinstance(e, BlockEntry) else _segment(e, arrays) for e in entries]
+    return encode(Op.RESULT, {"id": None, "parts": out}, arrays)
 
 
-def _segment(req_id: int, part: Part, positions: np.ndarray, arrays: list[np.ndarray]) -> dict[str, Any]:
+def _segment(entry: PartEntry, arrays: list[np.ndarray]) -> dict[str, Any]:
+    req_id, part, positions = entry
     fields: dict[str, Any] = {"id": req_id, "pos": positions.astype(np.int64, copy=False).tolist()}
     if part.obs is not None:
         fields["obs"] = leaves_to_wire(part.obs, arrays)
@@ -46,6 +69,26 @@ def _segment(req_id: int, part: Part, positions: np.ndarray, arrays: list[np.nda
     return fields
 
 
+def _block(entry: BlockEntry, arrays: list[np.ndarray]) -> dict[str, Any]:
+    rows, segments = entry
+    fields: dict[str, Any] = {
+        "blk": [
+            [req_id, positions.astype(np.int64, copy=False).tolist(), start] for req_id, positions, start in segments
+        ],
+        "obs": leaves_to_wire(rows.obs, arrays),
+        "x": list(range(len(arrays), len(arrays) + len(rows.extras))),
+        "k": rows.kind,
+    }
+    arrays.extend(rows.extras)
+    if rows.infos is not None:
+        fields["info"] = rows.infos
+    elif rows.binfo is not None:
+        fields["binfo"] = rows.binfo
+    if rows.errors:  # rebuilt here as the server's coordinator would, then relayed as such
+        fields["err"] = {row: relay_wire(from_wire(desc, context=rows.kind)) for row, desc in rows.errors.items()}
+    return fields
+
+
 def decode_part(header: dict[str, Any], arrays: list[np.ndarray], env_ids: np.ndarray) -> Part:
     """The :class:`Part` of one segment of a RESULT from :func:`encode_parts` (``arrays``: the message's),
     for ``env_ids`` (its rows' envs)."""
@@ -55,3 +98,16 @@ def decode_part(header: dict[str, Any], arrays: list[np.ndarray], env_ids: np.nd
     obs = leaves_from_wire(header["obs"], arrays)
     extras = [arrays[i] for i in header["x"]]
     return Part(env_ids, obs, extras, header.get("info"), errors, binfo=header.get("binfo"))
+
+
+def decode_block(header: dict[str, Any], arrays: list[np.ndarray]) -> tuple[Rows, list[Segment]]:
+    """The rows and segments (``(req_id, positions (k,) int64, start)``) of one block of a RESULT."""
+    rows = Rows.from_header(header, arrays)
+    n = rows.size
+    segments: list[Segment] = []
+    for req_id, pos, start in header["blk"]:
+        at = np.asarray(pos, dtype=np.int64).reshape(-1)
+        if type(start) is not int or start < 0 or start + at.size > n:
+            raise ValueError(f"a segment of {at.size} rows at {start!r} overruns a block of {n} rows")
+        segments.append((req_id, at, start))
+    return rows, segments

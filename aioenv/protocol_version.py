@@ -5,4 +5,4 @@ speaking another version is refused with a message naming both. Bump it on any
 change to the message layout in :mod:`aioenv.protocol`.
 """
 
-PROTOCOL_VERSION: int = 2  # 2: a server relays rows to a client as "parts" of one message
+PROTOCOL_VERSION: int = 3  # 3: a server forwards a worker's block of rows whole ("blk" entries)

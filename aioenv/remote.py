@@ -27,10 +27,11 @@ import zmq
 
 from aioenv.auth import client_configurer
 from aioenv.errors import AioEnvError, ConnectionLost, PoolClosed, ProtocolError, from_wire
-from aioenv.partwire import decode_part
+from aioenv.partwire import decode_block, decode_part
 from aioenv.protocol import Op, decode, encode
 from aioenv.results import Part
-from aioenv.scheduler import Scheduler
+from aioenv.rows import route_rows
+from aioenv.scheduler import Request, Scheduler
 from aioenv.transport import Dealer
 
 __all__ = ["CLIENT_ID", "HEARTBEAT", "SERVER_TIMEOUT", "RemoteCoordinator"]
@@ -200,11 +201,18 @@ class RemoteCoordinator:
                 err = from_wire(header.get("error"))
                 req.sink.deliver(Part.failed(req.env_ids, lambda e: _for_env(err, e)), req.positions)
             return
-        for segment in header["parts"]:  # rows of one or more requests (aioenv.partwire)
-            pos = np.asarray(segment["pos"], dtype=np.int64).reshape(-1)
-            req = self.sched.finish_rows(segment["id"], pos)
+        for entry in header["parts"]:  # rows of one or more requests (aioenv.partwire)
+            if "blk" in entry:  # a worker's block of rows, as it came
+                rows, segments = decode_block(entry, arrays)
+                route_rows(self.sched, rows, segments, _deliver, self._bad_rows)
+                continue
+            pos = np.asarray(entry["pos"], dtype=np.int64).reshape(-1)
+            req = self.sched.finish_rows(entry["id"], pos)
             if req is not None:
-                req.sink.deliver(decode_part(segment, arrays, req.env_ids[pos]), pos)
+                req.sink.deliver(decode_part(entry, arrays, req.env_ids[pos]), pos)
+
+    def _bad_rows(self, exc: ValueError) -> None:
+        log.error("malformed reply from the server at %s: %s", self.endpoint, exc)
 
     # ------------------------------------------------------------ liveness
 
@@ -233,6 +241,10 @@ class RemoteCoordinator:
             if req.sink is not None:
                 err = make_error()
                 req.sink.deliver(Part.failed(req.env_ids, lambda e, err=err: _for_env(err, e)), req.positions)
+
+
+def _deliver(sink: Any, _req: Request | None, part: Part, positions: np.ndarray | None) -> None:
+    sink.deliver(part, positions)
 
 
 def _for_env(err: AioEnvError, env_id: int) -> AioEnvError:

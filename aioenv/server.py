@@ -49,10 +49,11 @@ if TYPE_CHECKING:
 from aioenv.coordinator import Coordinator
 from aioenv.errors import AioEnvError, CapacityError, PoolClosed, ProtocolError, UsageError, relay_wire
 from aioenv.fleet import Fleet
-from aioenv.partwire import encode_parts
+from aioenv.partwire import BlockEntry, PartEntry, encode_parts
 from aioenv.protocol import Op, decode, encode, leaves_from_wire, leaves_to_wire
 from aioenv.protocol_version import PROTOCOL_VERSION
 from aioenv.results import Part
+from aioenv.rows import Rows
 from aioenv.scheduler import Request
 from aioenv.sources import parse_sources
 from aioenv.transport import Router
@@ -92,23 +93,42 @@ class _Session:
     num_envs: int
     coord: Coordinator
     last_seen: float
+    outlet: _Outlet
     opened: float = field(default_factory=time.time)
+
+
+class _Outlet:
+    """Where the relays of one client's session send blocks of rows (see :func:`aioenv.rows.route_rows`):
+    a worker's block is queued for the client whole, with the client call each run of rows answers."""
+
+    __slots__ = ("identity", "server")
+
+    def __init__(self, server: Server, identity: bytes) -> None:
+        self.server = server
+        self.identity = identity
+
+    def forward(self, rows: Rows, segments: list[tuple[Any, np.ndarray, int, np.ndarray]]) -> None:
+        self.server.queue(self.identity, BlockEntry(rows, [(s.req_id, pos, start) for s, pos, start, _ in segments]))
+        if self.server.metrics is not None:
+            now = time.monotonic()
+            self.server.metrics.block(rows, [(now - s.t0, pos.size) for s, pos, _, _ in segments])
 
 
 class _Relay:
     """A sink of the session's coordinator that sends rows to the client as they arrive."""
 
-    __slots__ = ("identity", "kind", "req_id", "server", "t0")
+    __slots__ = ("identity", "kind", "outlet", "req_id", "server", "t0")
 
-    def __init__(self, server: Server, identity: bytes, req_id: int, kind: str) -> None:
+    def __init__(self, server: Server, outlet: _Outlet, req_id: int, kind: str) -> None:
         self.server = server
-        self.identity = identity
+        self.outlet = outlet
+        self.identity = outlet.identity
         self.req_id = req_id
         self.kind = kind
         self.t0 = time.monotonic()
 
     def deliver(self, part: Part, positions: np.ndarray) -> None:
-        self.server.relay(self.identity, self.req_id, part, positions)
+        self.server.queue(self.identity, PartEntry(self.req_id, part, positions))
         if self.server.metrics is not None:
             self.server.metrics.rows(self.kind, time.monotonic() - self.t0, part)
 
@@ -136,8 +156,8 @@ class Server:
         # Worker names are ZeroMQ identities on the worker port: unique across restarts of the server too, so a
         # worker of a previous run still connected there (until its host notices) can never take a new one's.
         self._instance = secrets.token_hex(3)
-        # Rows ready for each client, sent together once per turn of the loop (see relay()).
-        self._outbox: dict[bytes, list[tuple[int, Part, np.ndarray]]] = {}
+        # Rows ready for each client, sent together once per turn of the loop (see queue()).
+        self._outbox: dict[bytes, list[PartEntry | BlockEntry]] = {}
         self._flush_soon = False
 
     @property
@@ -199,10 +219,10 @@ class Server:
             self._auth.stop()
         log.info("aioenv server stopped (%d sessions closed)", len(sessions))
 
-    def relay(self, identity: bytes, req_id: int, part: Part, positions: np.ndarray) -> None:
-        """Queue rows for a client: the parts that become ready in one turn of the loop (often of several
-        requests: a worker's reply carries rows of each request it served) leave in one message."""
-        self._outbox.setdefault(identity, []).append((req_id, part, positions))
+    def queue(self, identity: bytes, entry: PartEntry | BlockEntry) -> None:
+        """Queue rows for a client: what becomes ready in one turn of the loop (often rows of several
+        requests, from several workers) leaves in one message."""
+        self._outbox.setdefault(identity, []).append(entry)
         if not self._flush_soon:
             self._flush_soon = True
             asyncio.get_running_loop().call_soon(self._flush)
@@ -288,7 +308,7 @@ class Server:
             raise ProtocolError(f"'to' must be a positive number of seconds, got {timeout!r}")
         build = _builder(kind, header, arrays, ids.size)
         coord.sched.claim(ids)
-        coord.submit(kind, ids, _Relay(self, session.identity, req_id, kind), build, timeout=timeout)
+        coord.submit(kind, ids, _Relay(self, session.outlet, req_id, kind), build, timeout=timeout)
 
     # ------------------------------------------------------------ sessions
 
@@ -372,7 +392,7 @@ class Server:
         if self.closing:
             await coord.aclose()
             raise PoolClosed("the server is shutting down")
-        self.sessions[identity] = _Session(identity, client, env, n, coord, time.monotonic())
+        self.sessions[identity] = _Session(identity, client, env, n, coord, time.monotonic(), _Outlet(self, identity))
         log.info("client %s opened %d %s envs on %d %s workers", client or identity[:40], n, env, workers, executor)
         return {"spaces": {**described, "_server": {"num_workers": workers, "executor": executor}}}
 

@@ -394,9 +394,17 @@ def test_metrics_and_json_logs(tmp_path: Path) -> None:
                     await pool.step(acts(0, 0))
                 with pytest.raises(StepTimeout):
                     await pool.step(acts(2, 0))  # one row past its deadline: its worker is restarted
-                text = await asyncio.to_thread(
-                    lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=HANG).read().decode()
-                )
+                # a thread worker's rows cross to the client as a block: counted alike, its errors by type
+                async with aioenv.Pool(
+                    PROBE, 3, endpoint=srv.endpoint, executor="thread", env_kwargs={"fail_at": 2}
+                ) as threaded:
+                    await threaded.reset()
+                    await threaded.step(acts(0, 0, 0))
+                    with pytest.raises(EnvError):
+                        await threaded.step(acts(0, 0, 0))  # every env raises in its 2nd step
+                    text = await asyncio.to_thread(
+                        lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=HANG).read().decode()
+                    )
             return text
 
         text = aioenv.run(main())
@@ -408,12 +416,13 @@ def test_metrics_and_json_logs(tmp_path: Path) -> None:
         assert found is not None, f"{name} not in the metrics:\n{text}"
         return float(found.group(1))
 
-    assert value('aioenv_request_seconds_count{kind="step"}') == 12  # 6 steps x 2 envs, each row once
-    assert value('aioenv_request_seconds_count{kind="reset"}') == 2
+    assert value('aioenv_request_seconds_count{kind="step"}') == 12 + 6  # (6 steps x 2 envs) + (2 x 3), each row once
+    assert value('aioenv_request_seconds_count{kind="reset"}') == 2 + 3
     assert value('aioenv_errors_total{type="StepTimeout"}') == 1
+    assert value('aioenv_errors_total{type="EnvError"}') == 3
     assert value("aioenv_timeouts_total") == 1
-    assert value('aioenv_envs{state="made"}') == 2
-    assert value("aioenv_pools") == 1 and value("aioenv_clients") == 1
+    assert value('aioenv_envs{state="made"}') == 2 + 3
+    assert value("aioenv_pools") == 2 and value("aioenv_clients") == 1
     assert value("aioenv_worker_restarts_total") >= 1
     lines = [json.loads(line) for line in "".join(srv.log).splitlines() if line.strip()]
     assert any("listening on" in line["message"] and line["level"] == "INFO" for line in lines)

@@ -1,0 +1,145 @@
+"""Rows of several requests in one message, and their delivery to the requests' sinks.
+
+A thread or async worker answers rows as they finish: one RESULT carries a *block* of rows (obs
+leaves, reward, terminated, truncated, infos, errors, all with the block's rows) and *segments*
+saying which request each run of rows belongs to. A server forwards such a block to its client
+as it came (:mod:`aioenv.partwire`), with the segments translated to the client's requests, so
+the same routine delivers blocks in a coordinator and in a remote client:
+:func:`route_rows` closes each segment's rows in the scheduler and hands them to the request's
+sink, merging consecutive segments bound for one :class:`~aioenv.results.RecvQueue` (``recv``
+does not care which request a row came from) and giving every segment whose sink has an
+``outlet`` to that outlet in one call per block (a server's relays: the block crosses to the
+client without being cut into parts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+import numpy as np
+
+from aioenv.errors import from_wire
+from aioenv.infos import take_info
+from aioenv.protocol import leaves_from_wire
+from aioenv.results import Part, RecvQueue
+from aioenv.scheduler import Request, Scheduler
+
+__all__ = ["Outlet", "Rows", "Segment", "route_rows"]
+
+#: A segment of a block: ``(request id, rows of that request (k,) int64, first row in the block)``.
+Segment = tuple[Any, np.ndarray, int]
+
+
+class Rows:
+    """The decoded fields of a block of rows; :meth:`part` slices them.
+
+    ``obs``: leaves with B rows; ``extras``: ``[reward (B,), terminated (B,), truncated (B,)]``;
+    ``infos``: one dict per row or None; ``binfo``: the rows' infos batched column-wise or None;
+    ``errors``: block row -> error description (wire form); ``kind``: ``"step"`` or ``"reset"``.
+    """
+
+    __slots__ = ("binfo", "errors", "extras", "infos", "kind", "obs")
+
+    def __init__(
+        self, obs: list[np.ndarray], extras: list[np.ndarray], infos: Any, binfo: Any, errors: Any, kind: str
+    ) -> None:
+        self.obs = obs
+        self.extras = extras
+        self.infos = infos
+        self.binfo = binfo
+        self.errors = {int(row): d for row, d in (errors or {}).items()}
+        self.kind = kind or "step"
+
+    @classmethod
+    def from_header(cls, header: dict[str, Any], arrays: list[np.ndarray]) -> Rows:
+        """The block a message's fields describe (``obs``, ``x``, ``info``/``binfo``, ``err``, ``k``);
+        raises ``ProtocolError``/``ValueError``/``KeyError``/``TypeError`` when they are malformed."""
+        obs = leaves_from_wire(header["obs"], arrays)
+        extras = [arrays[i] for i in header.get("x", [])]
+        n = len(extras[0]) if extras else len(obs[0]) if obs else 0
+        if any(a.shape[:1] != (n,) for a in (*obs, *extras)):
+            shapes = [a.shape for a in (*obs, *extras)]
+            raise ValueError(f"the arrays of a block of rows disagree on its length: {shapes}")
+        return cls(obs, extras, header.get("info"), header.get("binfo"), header.get("err"), str(header.get("k", "")))
+
+    @property
+    def size(self) -> int:
+        """B, the block's number of rows."""
+        return len(self.extras[0]) if self.extras else len(self.obs[0]) if self.obs else 0
+
+    def part(self, env_ids: np.ndarray, start: int, stop: int) -> Part:
+        """Rows ``start:stop`` as a :class:`Part` for ``env_ids``."""
+        errors = self.errors
+        return Part(
+            env_ids,
+            [leaf[start:stop] for leaf in self.obs],
+            [x[start:stop] for x in self.extras] or None,
+            self.infos[start:stop] if self.infos is not None else None,
+            {r - start: from_wire(d, context=self.kind) for r, d in errors.items() if start <= r < stop}
+            if errors
+            else None,
+            binfo=take_info(self.binfo, slice(start, stop)) if self.binfo is not None else None,
+        )
+
+
+class Outlet(Protocol):
+    """Where a sink's rows go wholesale: ``forward(rows, segments)`` gets every segment of a block bound
+    for it as ``(sink, positions (k,), start, env_ids (k,))`` (rows ``start:start+k`` of the block,
+    at ``positions`` of the sink's call)."""
+
+    def forward(self, rows: Rows, segments: list[tuple[Any, np.ndarray, int, np.ndarray]]) -> None: ...
+
+
+def route_rows(
+    sched: Scheduler,
+    rows: Rows,
+    segments: Iterable[Segment],
+    deliver: Callable[[Any, Request | None, Part, np.ndarray | None], None],
+    on_bad: Callable[[ValueError], None],
+    remember: Callable[[Part], None] | None = None,
+) -> None:
+    """Close each segment's rows in ``sched`` and deliver them, in block order.
+
+    ``deliver(sink, req, part, positions)`` gets a part per segment (``req`` None and ``positions``
+    None for a merged run bound for a RecvQueue); rows of unknown or closed requests are dropped;
+    ``on_bad`` gets the ``ValueError`` of a segment whose rows are out of range or answered already
+    (that segment is dropped). Segments whose sink has an ``outlet`` go to it (see :class:`Outlet`),
+    after ``remember`` (if given) saw their rows as parts.
+    """
+    run_sink: Any = None
+    run_ids: list[np.ndarray] = []
+    run_start = run_stop = 0
+    outlets: dict[int, tuple[Outlet, list[tuple[Any, np.ndarray, int, np.ndarray]]]] = {}
+    for req_id, at, start in segments:
+        stop = start + at.size
+        try:
+            req = sched.finish_rows(req_id, at)
+        except ValueError as exc:
+            on_bad(exc)
+            req = None
+        sink = req.sink if req is not None else None
+        if run_ids and (sink is not run_sink or start != run_stop):
+            deliver(run_sink, None, rows.part(np.concatenate(run_ids), run_start, run_stop), None)
+            run_sink, run_ids = None, []
+        if req is None:
+            continue
+        env_ids = req.env_ids[at]
+        outlet = getattr(sink, "outlet", None)
+        if outlet is not None:
+            positions = req.positions[at] if req.positions is not None else at
+            outlets.setdefault(id(outlet), (outlet, []))[1].append((sink, positions, start, env_ids))
+            if remember is not None:
+                remember(rows.part(env_ids, start, stop))
+        elif isinstance(sink, RecvQueue):
+            if not run_ids:
+                run_sink, run_start = sink, start
+            run_ids.append(env_ids)
+            run_stop = stop
+        else:
+            positions = req.positions[at] if req.positions is not None else at
+            deliver(sink, req, rows.part(env_ids, start, stop), positions)
+    if run_ids:
+        deliver(run_sink, None, rows.part(np.concatenate(run_ids), run_start, run_stop), None)
+    for outlet, segs in outlets.values():
+        outlet.forward(rows, segs)
