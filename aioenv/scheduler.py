@@ -226,14 +226,19 @@ class Scheduler:
         if answered is None:
             answered = req.answered = np.zeros(n, dtype=np.bool_)
         k = rows.size
-        if k == 1:  # the common case under light load: plain Python is cheaper than numpy reductions
-            row = int(rows[0])
-            if not 0 <= row < n:
-                raise ValueError(f"reply row {row} out of range for a request of {n}")
-            if answered[row]:
-                raise ValueError(f"reply row {row} was answered already")
-            answered[row] = True
-            self.busy[req.env_ids[row]] = False
+        if k <= 4:  # the common case (rows finish one by one): plain Python is cheaper than numpy reductions
+            listed = rows.tolist()
+            for row in listed:
+                if not 0 <= row < n:
+                    raise ValueError(f"reply rows {listed} out of range for a request of {n}")
+                if answered[row]:
+                    raise ValueError(f"reply rows {listed} were answered already")
+            if k > 1 and len(set(listed)) != k:
+                raise ValueError(f"reply rows {listed} were answered already")
+            busy, env_ids = self.busy, req.env_ids
+            for row in listed:
+                answered[row] = True
+                busy[env_ids[row]] = False
         else:
             if k and (rows.min() < 0 or rows.max() >= n):
                 raise ValueError(f"reply rows {rows.tolist()[:8]} out of range for a request of {n}")

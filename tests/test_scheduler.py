@@ -580,6 +580,25 @@ def test_finish_rows_frees_rows_and_closes_with_the_last() -> None:
     assert sched.finish_rows(req.id, ids(0)) is None  # closed: a late reply is dropped
 
 
+@pytest.mark.parametrize("k", [2, 6], ids=["few rows (Python)", "many rows (numpy)"])
+def test_finish_rows_refuses_bad_rows_and_changes_nothing_then(k: int) -> None:
+    sched = placed(16, 1)
+    req = sched.open(0, "step", np.arange(16, dtype=np.int64))
+    sched.claim(np.arange(16, dtype=np.int64))
+    some = np.arange(k, dtype=np.int64)
+    for bad in (np.append(some[:-1], 16), np.append(some[:-1], -1)):
+        with pytest.raises(ValueError, match="out of range"):
+            sched.finish_rows(req.id, bad)
+    with pytest.raises(ValueError, match="answered already"):
+        sched.finish_rows(req.id, np.append(some[:-1], 0))  # row 0 twice
+    assert sched.busy.all() and req.left == 16 and req.answered is not None and not req.answered.any()
+    assert sched.finish_rows(req.id, some) is req
+    assert sched.busy.tolist() == [False] * k + [True] * (16 - k) and req.left == 16 - k
+    with pytest.raises(ValueError, match="answered already"):
+        sched.finish_rows(req.id, np.append(np.arange(15, 16 - k, -1), 0))  # fresh rows, then one answered
+    assert sched.busy.tolist() == [False] * k + [True] * (16 - k) and req.left == 16 - k
+
+
 def test_finish_rows_refuses_bad_rows() -> None:
     sched = placed(4, 1)
     req = sched.open(0, "step", ids(0, 1))
