@@ -289,10 +289,15 @@ class Pool:
         """``env_ids`` checked and normalised once per call (see ``Scheduler.resolve``)."""
         return self._core().sched.resolve(env_ids)
 
-    def _dispatch_step(self, actions: Any, ids: np.ndarray, sink: Any, *, info_list: bool = False) -> None:
-        """Check ``actions`` for ``ids`` (from :meth:`_ids`), claim the envs and send the steps."""
+    def _dispatch_step(
+        self, actions: Any, ids: np.ndarray, sink: Any, *, info_list: bool = False, checked: bool = False
+    ) -> None:
+        """Check ``actions`` for ``ids`` (from :meth:`_ids`), claim the envs and send the steps.
+
+        ``checked``: ``actions`` are the leaves :func:`aioenv.spaces.check_actions` returned for ``ids``
+        already (an adapter that checked them in its caller's thread), owned by this call."""
         coord = self._core()
-        leaves = spaces.check_actions(self.single_action_space, actions, ids)
+        leaves = actions if checked else spaces.check_actions(self.single_action_space, actions, ids)
         coord.sched.claim(ids)
 
         def build(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
@@ -385,12 +390,14 @@ class Pool:
         """
         return await self._start_step(actions, env_ids)
 
-    def _start_step(self, actions: Any, env_ids: Any = None, *, info_list: bool = False) -> asyncio.Future[Any]:
+    def _start_step(
+        self, actions: Any, env_ids: Any = None, *, info_list: bool = False, checked: bool = False
+    ) -> asyncio.Future[Any]:
         """:meth:`step` (``info_list``: :meth:`_step_info_list`) without the coroutine: dispatch now, return
-        the future of its result (see :meth:`_start_reset`)."""
+        the future of its result (see :meth:`_start_reset`; ``checked``: see :meth:`_dispatch_step`)."""
         ids = self._ids(env_ids)
         sink = Gather("step", ids, self.single_observation_space, info_list=info_list)
-        self._dispatch_step(actions, ids, sink, info_list=info_list)
+        self._dispatch_step(actions, ids, sink, info_list=info_list, checked=checked)
         return sink.future
 
     async def _step_info_list(

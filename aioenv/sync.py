@@ -64,6 +64,7 @@ _STARTERS: dict[str, tuple[str, dict[str, Any]]] = {
     "step": ("_start_step", {}),
     "reset": ("_start_reset", {}),
     "_step_info_list": ("_start_step", {"info_list": True}),  # the SB3 adapter's step
+    "_step_info_list_checked": ("_start_step", {"info_list": True, "checked": True}),  # ... its actions checked
 }
 
 #: Upper bound on waiting for ``Pool.aclose()`` (which escalates to SIGKILL by itself, so it never hangs).

@@ -134,11 +134,12 @@ class AioVecEnv(VecEnv):
             raise RuntimeError("step_async was already called: call step_wait() first")
         if len(actions) != self.num_envs:
             raise ValueError(f"expected {self.num_envs} actions, got {len(actions)}")
-        # The whole batch is checked before anything is sent (InvalidAction, a ValueError, names the env).
-        check_actions(self.pool.single_action_space, actions, self._all_ids)
-        batch = np.array(actions, copy=True) if isinstance(actions, np.ndarray) else actions  # caller may reuse it
+        # The whole batch is checked before anything is sent (InvalidAction, a ValueError, names the env),
+        # here and once: the pool takes the checked leaves as they are.
+        leaves = check_actions(self.pool.single_action_space, actions, self._all_ids)
+        owned = [np.array(leaf, copy=True) for leaf in leaves]  # a leaf may be the caller's array, reused later
         # Pool._step_info_list: one message per worker, each env's own info dict back (SB3's infos).
-        self._pending = self.pool.submit("_step_info_list", batch, self._all_ids)
+        self._pending = self.pool.submit("_step_info_list_checked", owned, self._all_ids)
         self.waiting = True
 
     def step_wait(self) -> VecEnvStepReturn:
