@@ -174,8 +174,23 @@ def _ext_hook(code: int, data: bytes) -> Any:
     raise ValueError(f"unknown msgpack extension type {code}")
 
 
+#: Idle packers, reused: ``msgpack.packb`` makes a Packer with a 256 KiB buffer per call, and a value
+#: with numpy arrays packs each one from ``_default``, so packers are alive at once and their buffers
+#: come from mmap: 20 us per array instead of 3. A list is a stack that needs no lock (``pop``/``append``
+#: are atomic), and a nested call takes another packer.
+_PACKERS: list[Any] = []
+_PACKER_KEEP_BYTES = 1 << 20  # a packer that produced more is dropped, not kept with its grown buffer
+
+
 def _PACK(obj: Any) -> bytes:
-    return msgpack.packb(obj, default=_default, strict_types=True, use_bin_type=True)
+    try:
+        packer = _PACKERS.pop()
+    except IndexError:
+        packer = msgpack.Packer(default=_default, strict_types=True, use_bin_type=True, autoreset=True)
+    data: bytes = packer.pack(obj)  # on an error the packer is dropped, never reused half-filled
+    if len(data) <= _PACKER_KEEP_BYTES and len(_PACKERS) < 16:
+        _PACKERS.append(packer)
+    return data
 
 
 def _UNPACK(data: bytes | memoryview) -> Any:

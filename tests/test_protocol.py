@@ -663,3 +663,28 @@ def structured_messages(draw: st.DrawFn) -> list[bytes]:
 @example(frames=[pack({"v": np.array([PROTOCOL_VERSION, PROTOCOL_VERSION]), "op": "step"})])
 def test_property_structured_garbage_only_raises_protocol_error(frames: list[bytes]) -> None:
     _decode_only_protocol_errors(frames)
+
+
+def test_packing_reuses_packers_safely_across_threads_nesting_and_errors() -> None:
+    """Packers are pooled (a fresh msgpack Packer per nested array is slow): values nested in object
+    arrays pack with several at once, threads never share one, and a failed pack leaves none half-filled."""
+    import concurrent.futures
+
+    def nested(i: int) -> dict[str, Any]:
+        inner = np.empty(3, dtype=object)
+        inner[:] = [np.arange(i % 5, dtype=np.int16), None, np.full(2, float(i))]
+        return {"i": i, "obj": inner, "t": (np.float32(i), [np.zeros((2, 2), np.uint8) + i % 256])}
+
+    def roundtrip(i: int) -> None:
+        value = nested(i)
+        if i % 7 == 0:
+            with pytest.raises(TypeError, match="cannot send"):
+                pack({"ok": np.arange(3), "bad": object()})  # fails midway through a nested value
+        back = unpack(pack(value))
+        assert back["i"] == i and back["t"][0] == np.float32(i)
+        np.testing.assert_array_equal(back["obj"][0], np.arange(i % 5, dtype=np.int16))
+        assert back["obj"][1] is None and back["obj"][2].tolist() == [float(i)] * 2
+        np.testing.assert_array_equal(back["t"][1][0], np.full((2, 2), i % 256, np.uint8))
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(roundtrip, range(400)))
