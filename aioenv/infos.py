@@ -70,28 +70,38 @@ def batch_infos(infos: list[dict[str, Any] | None], num_rows: int) -> dict[str, 
     Keys whose values share one plain type (or are ndarrays of one shape and dtype) become
     typed arrays; nested dicts recurse; anything else (mixed types, str, objects, ``final_obs``)
     becomes an object array of the raw values, so no value is cast before :func:`merge_infos`
-    knows which row comes first. Masks ``_key`` as in gymnasium.
+    knows which row comes first. Masks ``_key`` as in gymnasium, except that a key every row
+    has gets none (:func:`merge_infos` reads a missing mask as "every row"): the common case
+    of an env that returns the same keys each step costs one array per key, not two.
     """
-    columns: dict[str, list[tuple[int, Any]]] = {}
-    for row, info in enumerate(infos):
-        if info:
-            for key, value in info.items():
-                columns.setdefault(key, []).append((row, value))
+    columns = _full_columns(infos, num_rows)
+    if columns is None:
+        columns = {}
+        for row, info in enumerate(infos):
+            if info:
+                for key, value in info.items():
+                    columns.setdefault(key, ([], []))
+                    rows_of, values_of = columns[key]
+                    rows_of.append(row)
+                    values_of.append(value)
     out: dict[str, Any] = {}
-    for key, cells in columns.items():
-        rows = [r for r, _ in cells]
-        values = [v for _, v in cells]
+    for key, (rows, values) in columns.items():
         first = values[0]
+        full = len(rows) == num_rows
+        kind = type(first)
         if key != "final_obs" and all(isinstance(v, dict) for v in values):
             sub: list[dict[str, Any] | None] = [None] * num_rows
-            for r, v in cells:
+            for r, v in zip(rows, values, strict=True):
                 sub[r] = v
             out[key] = batch_infos(sub, num_rows)
-        elif key != "final_obs" and _plain(first) and all(type(v) is type(first) for v in values):
-            array = np.zeros(num_rows, dtype=type(first))
-            array[rows] = values
-            out[key] = array
-            if type(first) in (int, float, bool):
+        elif key != "final_obs" and _plain(first) and all(type(v) is kind for v in values):
+            if full:
+                out[key] = np.array(values, dtype=kind)
+            else:
+                array = np.zeros(num_rows, dtype=kind)
+                array[rows] = values
+                out[key] = array
+            if kind in (int, float, bool):
                 out.setdefault(_PY, []).append(key)  # rows were Python scalars, not numpy ones
         elif (
             key != "final_obs"
@@ -104,13 +114,31 @@ def batch_infos(infos: list[dict[str, Any] | None], num_rows: int) -> dict[str, 
             out[key] = array
         else:
             array = np.full(num_rows, fill_value=None, dtype=object)
-            for r, v in cells:
+            for r, v in zip(rows, values, strict=True):
                 array[r] = v
             out[key] = array
-        mask = np.zeros(num_rows, dtype=np.bool_)
-        mask[rows] = True
-        out[f"_{key}"] = mask
+        if not full:
+            mask = np.zeros(num_rows, dtype=np.bool_)
+            mask[rows] = True
+            out[f"_{key}"] = mask
     return out
+
+
+def _full_columns(infos: list[dict[str, Any] | None], num_rows: int) -> dict[str, tuple[Any, Any]] | None:
+    """``{key: (rows, values)}`` when every row has an info with the same keys in the same order (most
+    envs), read column-wise in one pass; None otherwise."""
+    if num_rows == 0 or len(infos) != num_rows:
+        return None
+    first = infos[0]
+    if not first:
+        return None
+    keys = tuple(first)
+    for info in infos:
+        if not info or tuple(info) != keys:
+            return None
+    rows = range(num_rows)
+    columns = zip(*(info.values() for info in infos if info), strict=True)  # every row has len(keys) values
+    return {key: (rows, values) for key, values in zip(keys, columns, strict=True)}
 
 
 def merge_infos(items: list[tuple[dict[str, Any], np.ndarray]], num_rows: int) -> dict[str, Any]:
@@ -129,6 +157,10 @@ def merge_infos(items: list[tuple[dict[str, Any], np.ndarray]], num_rows: int) -
                 keys.setdefault(key)
     for key in keys:
         present = [(info, pos) for info, pos in items if key in info]
+        full = _merge_full(key, present, num_rows)
+        if full is not None:
+            out[key], out[f"_{key}"] = full
+            continue
         mask = np.zeros(num_rows, dtype=np.bool_)
         for info, pos in present:
             part_mask = info.get(f"_{key}")
@@ -139,6 +171,35 @@ def merge_infos(items: list[tuple[dict[str, Any], np.ndarray]], num_rows: int) -
             out[key] = _merge_column(key, present, num_rows)
         out[f"_{key}"] = mask
     return out
+
+
+def _merge_full(
+    key: str, present: list[tuple[dict[str, Any], np.ndarray]], num_rows: int
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The common case in a few numpy assignments: every part has the key in all its rows (no mask), as
+    typed columns of one dtype and shape. ``(column, mask)``, or None for :func:`_merge_column`."""
+    if key == "final_obs":
+        return None
+    mask_key = f"_{key}"
+    first = present[0][0][key]
+    if not isinstance(first, np.ndarray) or first.dtype == object or first.ndim == 0:
+        return None
+    dtype, tail = first.dtype, first.shape[1:]
+    for info, pos in present:
+        column = info[key]
+        if (
+            mask_key in info
+            or not isinstance(column, np.ndarray)
+            or column.dtype != dtype
+            or column.shape != (pos.size, *tail)
+        ):
+            return None
+    array = np.zeros((num_rows, *tail), dtype=dtype)
+    mask = np.zeros(num_rows, dtype=np.bool_)
+    for info, pos in present:
+        array[pos] = info[key]
+        mask[pos] = True
+    return array, mask
 
 
 def _merge_column(key: str, present: list[tuple[dict[str, Any], np.ndarray]], num_rows: int) -> np.ndarray:
