@@ -203,6 +203,16 @@ def _merge_full(
 
 
 def _merge_column(key: str, present: list[tuple[dict[str, Any], np.ndarray]], num_rows: int) -> np.ndarray:
+    if key == "final_obs":  # always an object array of the rows' own observations: no dtype to decide
+        array = np.full(num_rows, fill_value=None, dtype=object)
+        for info, pos in present:
+            mask = info.get(f"_{key}")
+            column = info[key]
+            if mask is None:
+                array[pos] = column
+            else:
+                array[pos[mask]] = column[mask]
+        return array
     # The column and value at the lowest output row that has the key decide the dtype (gymnasium's rule).
     first_row, first_col, first_value = 1 << 62, present[0][0][key], None
     for info, pos in present:
@@ -212,9 +222,7 @@ def _merge_column(key: str, present: list[tuple[dict[str, Any], np.ndarray]], nu
             best = idx[int(np.argmin(pos[idx]))]
             if int(pos[best]) < first_row:
                 first_row, first_col, first_value = int(pos[best]), info[key], info[key][best]
-    if key == "final_obs":
-        array = np.full(num_rows, fill_value=None, dtype=object)
-    elif first_col.dtype != object:  # a typed column: its dtype is the one gymnasium would pick
+    if first_col.dtype != object:  # a typed column: its dtype is the one gymnasium would pick
         array = np.zeros((num_rows, *first_col.shape[1:]), dtype=first_col.dtype)
     elif _plain(first_value):
         array = np.zeros(num_rows, dtype=type(first_value))
