@@ -10,7 +10,8 @@ On the same workload (CartPole-v1, n envs, random actions pre-sampled), env-step
 - ``aioenv.compat.sb3.AioVecEnv.step`` (the Stable-Baselines3 drop-in), when SB3 is installed;
 - the peers they replace: ``gymnasium.vector.AsyncVectorEnv`` and SB3's ``SubprocVecEnv``.
 
-Run: ``python benchmarks/bench_adapters.py [--num-envs 32] [--seconds 3] [--repeats 3] [--quick]``.
+Run: ``python benchmarks/bench_adapters.py [--num-envs 32] [--seconds 2] [--repeats 5] [--quick]``.
+Ratios are medians over rounds of the ratio within a round (see :func:`run`).
 Writes ``benchmarks/results/adapters.json`` and ``adapters.md`` (or ``--out DIR``).
 """
 
@@ -136,35 +137,45 @@ CELLS: dict[str, Callable[[int, float], float]] = {
 }
 
 
+#: ratio name -> (numerator cell, denominator cell); "/ Pool.step" ratios are facade costs.
+RATIOS = {
+    "SyncPool.step / Pool.step": ("SyncPool.step", "Pool.step (async core)"),
+    "AioVectorEnv.step / Pool.step": ("AioVectorEnv.step", "Pool.step (async core)"),
+    "AioVecEnv.step (SB3) / Pool.step": ("AioVecEnv.step (SB3)", "Pool.step (async core)"),
+    # the adapter's own cost: the core with the autoreset SB3 needs (same_step)
+    "AioVecEnv.step (SB3) / Pool.step same_step": ("AioVecEnv.step (SB3)", "Pool.step (async core, same_step)"),
+    "AioVectorEnv.step / AsyncVectorEnv.step": ("AioVectorEnv.step", "AsyncVectorEnv.step"),
+    "AioVecEnv.step (SB3) / SubprocVecEnv.step (SB3)": ("AioVecEnv.step (SB3)", "SubprocVecEnv.step (SB3)"),
+}
+
+
 def run(n: int, seconds: float, repeats: int) -> dict[str, Any]:
-    """Interleave the cells ``repeats`` times; median env-steps/s per cell (or the error)."""
-    samples: dict[str, list[float]] = {name: [] for name in CELLS}
+    """Run every cell once per round, ``repeats`` rounds, starting each round at the next cell (so no cell
+    always runs first or after the same neighbour). Throughput: the median per cell. Ratios: the median
+    over rounds of the ratio within a round (both cells measured minutes apart at most, so a machine
+    that drifts, as shared ones do, moves both)."""
+    rounds: list[dict[str, float]] = []
     errors: dict[str, str] = {}
+    names = list(CELLS)
     for r in range(repeats):
-        for name, cell in CELLS.items():
+        this: dict[str, float] = {}
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             if name in errors:
                 continue
             try:
-                samples[name].append(cell(n, seconds))
-                print(f"[{r + 1}/{repeats}] {name}: {samples[name][-1]:,.0f} env-steps/s", flush=True)
+                this[name] = CELLS[name](n, seconds)
+                print(f"[{r + 1}/{repeats}] {name}: {this[name]:,.0f} env-steps/s", flush=True)
             except Exception as exc:  # noqa: BLE001 - a missing extra or a failure is reported, not fatal
                 errors[name] = f"{type(exc).__name__}: {exc}"
                 print(f"[{r + 1}/{repeats}] {name}: unavailable ({errors[name]})", flush=True)
+        rounds.append(this)
+    samples = {name: [rnd[name] for rnd in rounds if name in rnd] for name in CELLS}
     medians = {k: statistics.median(v) for k, v in samples.items() if v}
     ratios: dict[str, float] = {}
-    core = medians.get("Pool.step (async core)")
-    for facade in ("SyncPool.step", "AioVectorEnv.step", "AioVecEnv.step (SB3)"):
-        if core and facade in medians:
-            ratios[f"{facade} / Pool.step"] = medians[facade] / core
-    same_step = medians.get("Pool.step (async core, same_step)")
-    if same_step and "AioVecEnv.step (SB3)" in medians:  # the adapter's own cost, same autoreset as the core
-        ratios["AioVecEnv.step (SB3) / Pool.step same_step"] = medians["AioVecEnv.step (SB3)"] / same_step
-    for ours, peer in (
-        ("AioVectorEnv.step", "AsyncVectorEnv.step"),
-        ("AioVecEnv.step (SB3)", "SubprocVecEnv.step (SB3)"),
-    ):
-        if ours in medians and peer in medians:
-            ratios[f"{ours} / {peer}"] = medians[ours] / medians[peer]
+    for label, (num, den) in RATIOS.items():
+        paired = [rnd[num] / rnd[den] for rnd in rounds if num in rnd and rnd.get(den)]
+        if paired:
+            ratios[label] = statistics.median(paired)
     return {"steps_per_s": medians, "samples": samples, "errors": errors, "ratios": ratios}
 
 
@@ -185,8 +196,8 @@ def main() -> None:
     """Parse arguments, run the cells, write JSON and Markdown, print the tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-envs", type=int, default=32)
-    parser.add_argument("--seconds", type=float, default=3.0)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="1 repeat of 1 s per cell")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args()
