@@ -221,10 +221,8 @@ def worker(
     from aioenv.logs import configure_logging
     from workers.agent import WorkerHost
 
-    if (key is None) != (server_key is None):
-        raise click.UsageError("--key and --server-key go together (both are needed for a server with --auth)")
+    curve = _key_pair(key, server_key)
     configure_logging(log_level, json_lines=False)
-    curve = (key, server_key) if key is not None and server_key is not None else None
     try:
         host = WorkerHost(connect, capacity, executor, name=name, server_timeout=server_timeout, curve=curve)
         code = host.run()
@@ -254,6 +252,13 @@ def keygen(directory: str, name: str) -> None:
     click.echo(f"public key: {public}\nkey pair (keep private): {secret}")
 
 
+def _key_pair(key: str | None, server_key: str | None) -> tuple[str, str] | None:
+    """``--key`` and ``--server-key`` together, or neither: one alone is a mistake, not "no auth"."""
+    if (key is None) != (server_key is None):
+        raise click.UsageError("--key and --server-key go together (both are needed for a server with --auth)")
+    return (key, server_key) if key is not None and server_key is not None else None
+
+
 @main.command()
 @click.argument("endpoint")
 @click.option("--timeout", type=click.FloatRange(0.1), default=3.0, show_default=True, help="seconds to wait")
@@ -268,8 +273,7 @@ def status(endpoint: str, timeout: float, quiet: bool, as_json: bool, key: str |
     from aioenv.status import fetch_status
 
     try:
-        keys = (key, server_key) if key and server_key else None
-        state = aioenv.run(fetch_status(endpoint, timeout, keys))
+        state = aioenv.run(fetch_status(endpoint, timeout, _key_pair(key, server_key)))
     except (aioenv.AioEnvError, TimeoutError, OSError, zmq_error()) as exc:
         if quiet:
             sys.exit(1)

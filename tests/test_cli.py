@@ -70,6 +70,8 @@ def test_worker_and_serve_refuse_bad_arguments_clearly() -> None:
         "-m", "aioenv.cli", "worker", "--connect", "tcp://127.0.0.1:1", "--capacity", "4", "--key", __file__
     )
     assert half.returncode == 2 and "--key and --server-key go together" in half.stderr
+    half_status = run_python("-m", "aioenv.cli", "status", "tcp://127.0.0.1:1", "--server-key", __file__)
+    assert half_status.returncode == 2 and "--key and --server-key go together" in half_status.stderr
     bad = run_python("-m", "aioenv.cli", "worker", "--connect", "not-an-endpoint", "--capacity", "4")
     assert bad.returncode == 1 and "cannot connect to not-an-endpoint" in bad.stderr
     lonely = run_python("-m", "aioenv.cli", "serve", "--local-capacity", "4")
