@@ -230,12 +230,15 @@ def bench_clients(args: argparse.Namespace, server: Server) -> dict[str, Any]:
                 f"({out['server_worker_processes']} server workers); go",
                 flush=True,
             )
+            # Every client has its pool open and waits for the go: `aioenv status --json`, run as a user runs
+            # it, sees all of them whatever its own start-up takes.
+            out["status_all_ready"] = server_status(server.endpoint)
             start = time.time() + 0.5
             for c in clients:
                 c.go({"start": start, "warmup": warmup, "seconds": seconds})
             pids = frozenset(c.proc.pid for c in clients)
             time.sleep(max(0.0, start + warmup / 2 - time.time()))
-            out["status_during_warmup"] = server_status(server.endpoint)
+            out["status_during_warmup"] = status_now(server.endpoint)  # in-process: no interpreter start-up
             time.sleep(max(0.0, start + warmup - time.time()))
             parts = classify(server.pid, pids)
             cpu0, w0 = cpu_snapshot(parts), time.perf_counter()
@@ -292,6 +295,16 @@ def bench_clients(args: argparse.Namespace, server: Server) -> dict[str, Any]:
     return out
 
 
+def status_now(endpoint: str) -> dict[str, Any]:
+    """The server's state at once (:func:`aioenv.status.fetch_status`), or the error."""
+    from aioenv.status import fetch_status
+
+    try:
+        return aioenv.run(fetch_status(endpoint, 10.0))
+    except Exception as exc:  # noqa: BLE001 - reported in the results, not fatal
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 def md_clients(sec: dict[str, Any]) -> list[str]:
     """Case 3: totals, spread, server state, CPU and memory."""
     if sec.get("status") != "ok":
@@ -314,8 +327,9 @@ def md_clients(sec: dict[str, Any]) -> list[str]:
         ["window start skew between clients", f"{sec['window_start_skew_s'] * 1e3:.0f} ms", ""],
         ["startup: all clients ready", f"{sec['startup_s']['all_ready']:.1f} s",
          f"slowest client {sec['startup_s']['per_client_max']:.1f} s"],
-        ["server state (`aioenv status --json`, during warm-up)", state, f"{sec['server_worker_processes']} "
-         "server worker processes"],
+        ["server state during warm-up (`aioenv.status.fetch_status`)", state, f"{sec['server_worker_processes']} "
+         "server worker processes; `aioenv status --json` with every client ready: "
+         f"{sec.get('status_all_ready', {}).get('sessions', 'n/a')} sessions"],
         ["CPU: server / server workers / clients", f"{cpu['server']:.0f}% / {cpu['server_workers']:.0f}% / "
          f"{cpu['clients']:.0f}%", f"outside {cpu['outside']:.0f}%, stolen {cpu['steal']:.0f}%; "
          f"{cpu['us_per_step']:.1f} µs CPU/step"],

@@ -51,8 +51,9 @@ def test_remote_benchmark_smoke(tmp_path: Path) -> None:
     spread = clients["per_client"]
     assert 0 < spread["min"] <= spread["median"] <= spread["max"]
     assert spread["max_over_min"] >= 1 and spread["cv"] >= 0
-    assert clients["status_during_warmup"]["sessions"] == 4  # `aioenv status --json` saw every client
-    assert clients["status_during_warmup"]["envs"] == 32
+    assert clients["status_all_ready"]["sessions"] == 4  # `aioenv status --json` saw every client
+    assert clients["status_all_ready"]["envs"] == 32
+    assert "sessions" in clients["status_during_warmup"] or "error" in clients["status_during_warmup"]
     assert clients["client_exit_codes"] == ["0"]
     assert clients["leftover_processes"] == []
 
