@@ -55,13 +55,8 @@ def _segment(entry: PartEntry, arrays: list[np.ndarray]) -> dict[str, Any]:
     req_id, part, positions = entry
     fields: dict[str, Any] = {"id": req_id, "pos": positions.astype(np.int64, copy=False).tolist()}
     if part.obs is not None:
-        fields["obs"] = leaves_to_wire(part.obs, arrays)
-        fields["x"] = list(range(len(arrays), len(arrays) + 3))
-        arrays.extend([part.reward, part.terminated, part.truncated])
-        if part.infos is not None:
-            fields["info"] = part.infos  # each env's own dict (one-env requests, SB3-style info lists)
-        elif part.binfo is not None:
-            fields["binfo"] = part.binfo
+        extras = [part.reward, part.terminated, part.truncated]
+        _put_rows(fields, part.obs, extras, part.infos, part.binfo, arrays)
     if part.values is not None:
         fields["values"] = part.values
     if part.errors:
@@ -75,18 +70,26 @@ def _block(entry: BlockEntry, arrays: list[np.ndarray]) -> dict[str, Any]:
         "blk": [
             [req_id, positions.astype(np.int64, copy=False).tolist(), start] for req_id, positions, start in segments
         ],
-        "obs": leaves_to_wire(rows.obs, arrays),
-        "x": list(range(len(arrays), len(arrays) + len(rows.extras))),
         "k": rows.kind,
     }
-    arrays.extend(rows.extras)
-    if rows.infos is not None:
-        fields["info"] = rows.infos
-    elif rows.binfo is not None:
-        fields["binfo"] = rows.binfo
+    _put_rows(fields, rows.obs, rows.extras, rows.infos, rows.binfo, arrays)
     if rows.errors:  # rebuilt here as the server's coordinator would, then relayed as such
         fields["err"] = {row: relay_wire(from_wire(desc, context=rows.kind)) for row, desc in rows.errors.items()}
     return fields
+
+
+def _put_rows(
+    fields: dict[str, Any], obs: list[np.ndarray], extras: list[np.ndarray], infos: Any, binfo: Any, arrays: list[Any]
+) -> None:
+    """Describe rows in ``fields``: obs leaves and ``x`` (reward, terminated, truncated) among ``arrays``, and
+    ``info`` (each env's own dict: one-env requests, SB3-style info lists) or else ``binfo``."""
+    fields["obs"] = leaves_to_wire(obs, arrays)
+    fields["x"] = list(range(len(arrays), len(arrays) + len(extras)))
+    arrays.extend(extras)
+    if infos is not None:
+        fields["info"] = infos
+    elif binfo is not None:
+        fields["binfo"] = binfo
 
 
 def decode_part(header: dict[str, Any], arrays: list[np.ndarray], env_ids: np.ndarray) -> Part:

@@ -117,24 +117,23 @@ class _Outlet:
 class _Relay:
     """A sink of the session's coordinator that sends rows to the client as they arrive."""
 
-    __slots__ = ("identity", "kind", "outlet", "req_id", "server", "t0")
+    __slots__ = ("kind", "outlet", "req_id", "t0")
 
-    def __init__(self, server: Server, outlet: _Outlet, req_id: int, kind: str) -> None:
-        self.server = server
+    def __init__(self, outlet: _Outlet, req_id: int, kind: str) -> None:
         self.outlet = outlet
-        self.identity = outlet.identity
         self.req_id = req_id
         self.kind = kind
         self.t0 = time.monotonic()
 
     def deliver(self, part: Part, positions: np.ndarray) -> None:
-        self.server.queue(self.identity, PartEntry(self.req_id, part, positions))
-        if self.server.metrics is not None:
-            self.server.metrics.rows(self.kind, time.monotonic() - self.t0, part)
+        server = self.outlet.server
+        server.queue(self.outlet.identity, PartEntry(self.req_id, part, positions))
+        if server.metrics is not None:
+            server.metrics.rows(self.kind, time.monotonic() - self.t0, part)
 
     def fail(self, exc: BaseException) -> None:
         err = exc if isinstance(exc, AioEnvError) else PoolClosed(str(exc))
-        self.server.send(self.identity, encode(Op.ERROR, {"id": self.req_id, "error": relay_wire(err)}))
+        self.outlet.server.send(self.outlet.identity, encode(Op.ERROR, {"id": self.req_id, "error": relay_wire(err)}))
 
 
 class Server:
@@ -308,7 +307,7 @@ class Server:
             raise ProtocolError(f"'to' must be a positive number of seconds, got {timeout!r}")
         build = _builder(kind, header, arrays, ids.size)
         coord.sched.claim(ids)
-        coord.submit(kind, ids, _Relay(self, session.outlet, req_id, kind), build, timeout=timeout)
+        coord.submit(kind, ids, _Relay(session.outlet, req_id, kind), build, timeout=timeout)
 
     # ------------------------------------------------------------ sessions
 
