@@ -156,6 +156,21 @@ def _check_shape(shape: Any) -> tuple[int, ...]:
     raise ValueError(f"shape must be a list of non-negative ints, got {shape!r}")
 
 
+#: Checked array specs by ``(dtype code, shape)``: ``(dtype, shape or None when 1-D, count, nbytes)``.
+_SPECS: dict[tuple[Any, ...], tuple[np.dtype[Any], tuple[int, ...] | None, int, int]] = {}
+
+
+def _array_spec(code: Any, shape: Any) -> tuple[np.dtype[Any], tuple[int, ...] | None, int, int]:
+    """Check an array spec's dtype code and shape (``ValueError``); remember a valid one."""
+    dtype = _check_dtype(code)
+    shape_t = _check_shape(shape)
+    count = math.prod(shape_t)
+    spec = (dtype, None if shape_t == (count,) else shape_t, count, count * dtype.itemsize)
+    if len(_SPECS) < 1024:  # specs come from peers: bound the cache
+        _SPECS[(code, shape_t)] = spec
+    return spec
+
+
 def _ext_hook(code: int, data: bytes) -> Any:
     if code == _EXT_NDARRAY:
         dtype_code, shape, payload = _UNPACK(data)
@@ -230,30 +245,47 @@ def encode(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray] = ()) -
     header = dict(fields)
     header["v"] = PROTOCOL_VERSION
     header["op"] = op
+    if not arrays:
+        return [_PACK(header)]
     frames: list[Any] = [b""]
-    if arrays:
-        specs: list[list[Any]] = []
-        blob: list[bytes] = []
-        offset = 0
-        for arr in arrays:
-            if arr.dtype.kind not in _NUMERIC_KINDS:
-                raise TypeError(f"cannot send a numpy array of dtype {arr.dtype} as a raw frame (numeric only)")
+    specs: list[list[Any]] = []
+    blob: list[bytes] = []
+    offset = 0
+    for arr in arrays:
+        code = _DTYPE_CODES.get(arr.dtype)
+        if code is None:
+            code = _dtype_code(arr.dtype)
+        nbytes = arr.nbytes
+        if nbytes < BLOB_LIMIT:
+            specs.append([code, list(arr.shape), 0, offset])
+            blob.append(arr.tobytes())  # C order whatever the layout
+            pad = -nbytes % 8  # keep every array 8-byte aligned in the blob
+            if pad:
+                blob.append(_PADDING[pad])
+            offset += nbytes + pad
+        else:
             if not arr.flags.c_contiguous:
                 arr = np.ascontiguousarray(arr).reshape(arr.shape)  # keep 0-d arrays 0-d
-            if arr.nbytes < BLOB_LIMIT:
-                specs.append([arr.dtype.str, list(arr.shape), 0, offset])
-                data = arr.tobytes()
-                pad = -len(data) % 8  # keep every array 8-byte aligned in the blob
-                blob.append(data + b"\0" * pad if pad else data)
-                offset += len(data) + pad
-            else:
-                specs.append([arr.dtype.str, list(arr.shape), len(frames), 0])
-                frames.append(arr)
-        if blob:
-            header["b"] = b"".join(blob)
-        header["a"] = specs
+            specs.append([code, list(arr.shape), len(frames), 0])
+            frames.append(arr)
+    if blob:
+        header["b"] = b"".join(blob)
+    header["a"] = specs
     frames[0] = _PACK(header)
     return frames
+
+
+#: Wire codes of the numeric dtypes sent so far (``dtype.str`` builds a new string each time).
+_DTYPE_CODES: dict[np.dtype[Any], str] = {}
+_PADDING = [b"\0" * k for k in range(8)]
+
+
+def _dtype_code(dtype: np.dtype[Any]) -> str:
+    if dtype.kind not in _NUMERIC_KINDS:
+        raise TypeError(f"cannot send a numpy array of dtype {dtype} as a raw frame (numeric only)")
+    if len(_DTYPE_CODES) < 256:
+        _DTYPE_CODES[dtype] = dtype.str
+    return dtype.str
 
 
 def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
@@ -283,37 +315,54 @@ def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
         )
     if not isinstance(header.get("op"), str):
         raise ProtocolError(f"malformed header: 'op' must be a string, got {header.get('op')!r}")
-    specs = header.get("a", [])
-    if not isinstance(specs, list):
+    specs = header.get("a")
+    if specs is None:  # no arrays: the common case of control messages
+        if len(frames) > 1:
+            raise ProtocolError(
+                f"malformed message: {len(frames) - 1} frames follow the header but it describes no arrays"
+            )
+        return header, []
+    if type(specs) is not list:
         raise ProtocolError(f"malformed header: 'a' must be a list of array specs, got {type(specs).__name__}")
     blob = header.get("b", b"")
-    if not isinstance(blob, bytes):
+    if type(blob) is not bytes:
         raise ProtocolError(f"malformed header: 'b' must be bytes, got {type(blob).__name__}")
-    buffers = [memoryview(blob)] + [_buffer(f) for f in frames[1:]]
-    described: set[int] = set()
-    arrays = []
-    for i, spec in enumerate(specs):
-        try:
+    nframes = len(frames)
+    buffers: list[Any] = [blob] if nframes == 1 else [blob, *(_buffer(f) for f in frames[1:])]
+    arrays: list[np.ndarray] = []
+    frombuffer = np.frombuffer
+    cached = _SPECS.get
+    described = 0  # bit i: frame i holds an array
+    i = 0
+    try:
+        for i, spec in enumerate(specs):  # noqa: B007 - i names the bad spec below
             dtype_code, shape, frame, offset = spec
-            dtype = _check_dtype(dtype_code)
-            shape_t = _check_shape(shape)
-            if not (isinstance(frame, int) and 0 <= frame < len(buffers)):
-                raise ValueError(
-                    f"frame index {frame!r} is not the header blob (0) or one of {len(buffers) - 1} frames"
-                )
+            try:
+                hit = cached((dtype_code, tuple(shape))) if type(shape) is list else None
+            except TypeError:  # unhashable parts: the full check below says what is wrong
+                hit = None
+            if hit is not None:
+                for d in shape:  # 1.0 and True hash like 1: only ints may hit
+                    if type(d) is not int:
+                        hit = None
+            dtype, shape_t, count, nbytes = hit if hit is not None else _array_spec(dtype_code, shape)
+            if type(frame) is not int or not 0 <= frame < nframes:
+                raise ValueError(f"frame index {frame!r} is not the header blob (0) or one of {nframes - 1} frames")
             buf = buffers[frame]
             if frame:
-                described.add(frame)
-            count = math.prod(shape_t)
-            if not isinstance(offset, int) or offset < 0 or offset + count * dtype.itemsize > len(buf):
-                raise ValueError(f"{dtype} {shape_t} at offset {offset!r} overruns a frame of {len(buf)} bytes")
-            arrays.append(np.frombuffer(buf, dtype=dtype, count=count, offset=offset).reshape(shape_t))
-        except (ValueError, TypeError) as exc:
-            raise ProtocolError(f"malformed array spec {i}: {exc}") from exc
-    stray = set(range(1, len(buffers))) - described if len(buffers) > 1 else ()
-    if stray:
+                described |= 1 << frame
+            if type(offset) is not int or offset < 0 or offset + nbytes > len(buf):
+                raise ValueError(
+                    f"{dtype} {shape_t or (count,)} at offset {offset!r} overruns a frame of {len(buf)} bytes"
+                )
+            arr = frombuffer(buf, dtype, count, offset)
+            arrays.append(arr if shape_t is None else arr.reshape(shape_t))
+    except (ValueError, TypeError) as exc:
+        raise ProtocolError(f"malformed array spec {i}: {exc}") from exc
+    if nframes > 1 and described != (1 << nframes) - 2:
+        stray = [f for f in range(1, nframes) if not described >> f & 1]
         raise ProtocolError(
-            f"malformed message: {len(buffers) - 1} frames follow the header but frame(s) {sorted(stray)} "
+            f"malformed message: {nframes - 1} frames follow the header but frame(s) {stray} "
             "are described by no array spec"
         )
     return header, arrays

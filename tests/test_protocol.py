@@ -491,9 +491,11 @@ def test_non_numeric_dtype(code: Any) -> None:
         assert "numeric" in str(err)
 
 
-@pytest.mark.parametrize("shape", [[-1], [BIG, -1], "20000", [2.5], None])
+@pytest.mark.parametrize("shape", [[-1], [BIG, -1], "20000", [2.5], None, [float(BIG)], [[BIG]], [{}]])
 def test_negative_or_malformed_shapes(shape: Any) -> None:
-    frames, _ = _message_with_big_array()
+    """Refused whatever was decoded before: ``[float(BIG)]`` hashes like the valid ``[BIG]``."""
+    frames, big = _message_with_big_array()
+    assert np.array_equal(decode(to_wire(frames))[1][0], big)  # the valid spec is known now
 
     def set_shape(header: dict[str, Any]) -> None:
         header["a"][0][1] = shape
@@ -501,6 +503,17 @@ def test_negative_or_malformed_shapes(shape: Any) -> None:
     err = expect_protocol_error(reencode_header(frames, set_shape), "shape")
     if isinstance(shape, list) and -1 in shape:
         assert "non-negative" in str(err)
+
+
+def test_array_specs_decode_alike_first_and_again() -> None:
+    """Checked specs are remembered; a repeat decodes to the same arrays (0-d, 1-d, n-d, empty)."""
+    arrays = [np.array(3.5), np.arange(4, dtype=np.int16), np.ones((2, 3), np.float32), np.zeros((0, 2), np.uint8)]
+    wire = to_wire(encode(Op.RESULT, {"id": 1}, arrays))
+    for _ in range(2):
+        _, got = decode(wire)
+        for a, b in zip(arrays, got, strict=True):
+            assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+            assert not b.flags.writeable
 
 
 def test_protocol_error_is_an_aioenv_error() -> None:
