@@ -302,7 +302,8 @@ class Pool:
 
         def build(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
             arrays: list[np.ndarray] = []
-            part = spaces.take_rows(leaves, req.positions) if req.positions is not None else leaves
+            at = req.positions  # increasing row indices: all of them means every row, in order
+            part = leaves if at is None or at.size == ids.size else spaces.take_rows(leaves, at)
             fields: dict[str, Any] = {"act": leaves_to_wire(part, arrays)}
             if info_list:
                 fields["ilist"] = True
@@ -476,7 +477,7 @@ class Pool:
         """Step one env; the returned future gets its :class:`StepResult` (not ``recv``)."""
         fut: asyncio.Future[StepResult] = asyncio.get_running_loop().create_future()
         batched = _batch_one(self.single_action_space, action)
-        self._dispatch_step(batched, self._ids([env_id]), Single("step", fut, self.single_observation_space))
+        self._dispatch_step(batched, self._core().sched.one(env_id), Single("step", fut, self.single_observation_space))
         return fut
 
     def reset_env(
@@ -485,7 +486,9 @@ class Pool:
         """Reset one env; the returned future gets its :class:`ResetResult`. An int seed is used as is."""
         fut: asyncio.Future[ResetResult] = asyncio.get_running_loop().create_future()
         seeds = None if seed is None else [int(seed)]
-        self._dispatch_reset(self._ids([env_id]), seeds, options, Single("reset", fut, self.single_observation_space))
+        self._dispatch_reset(
+            self._core().sched.one(env_id), seeds, options, Single("reset", fut, self.single_observation_space)
+        )
         return fut
 
     # ------------------------------------------------------------ methods and attributes

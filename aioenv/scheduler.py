@@ -35,6 +35,9 @@ __all__ = ["Held", "Request", "Scheduler"]
 #: Request kinds counted against the concurrency limit.
 THROTTLED = frozenset(("step", "reset"))
 
+_FIRST = np.zeros(1, dtype=np.int64)  # the positions of a one-env call
+_FIRST.flags.writeable = False
+
 
 @dataclass(slots=True, eq=False)
 class Request:
@@ -89,6 +92,7 @@ class Scheduler:
         self.all_ids.flags.writeable = False
         self._seen = np.zeros(num_envs, dtype=np.bool_)
         self._split_all: list[tuple[int, np.ndarray]] | None = None
+        self._ones: dict[int, np.ndarray] = {}  # env id -> its read-only one-element id array
 
     # ------------------------------------------------------------ placement
 
@@ -138,8 +142,20 @@ class Scheduler:
                 raise UsageError(f"env id {int(values[counts > 1][0])} appears more than once in env_ids")
         return ids
 
+    def one(self, env_id: Any) -> np.ndarray:
+        """``resolve([env_id])`` for one env, cheaper: a cached read-only one-element array."""
+        ids = self._ones.get(env_id) if type(env_id) is int else None
+        if ids is None:
+            ids = self.resolve([env_id])
+            ids.flags.writeable = False
+            self._ones[int(ids[0])] = ids
+        return ids
+
     def claim(self, env_ids: np.ndarray) -> None:
         """Mark ``env_ids`` busy, or raise ``UsageError`` naming an env that already is."""
+        if env_ids.size == 1 and not self.busy[env_ids[0]]:  # one env: no fancy indexing
+            self.busy[env_ids[0]] = True
+            return
         if self.busy[env_ids].any():
             env = int(env_ids[self.busy[env_ids]][0])
             raise UsageError(
@@ -165,6 +181,8 @@ class Scheduler:
         return self._split(env_ids)
 
     def _split(self, env_ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        if env_ids.size == 1:
+            return [(int(self.worker_of[env_ids[0]]), _FIRST)]
         owners = self.worker_of[env_ids]
         first = owners[0]
         if (owners == first).all():

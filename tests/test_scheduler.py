@@ -100,6 +100,26 @@ def test_resolve_single_int(env_id: Any) -> None:
     assert placed(5, 2).resolve(env_id).tolist() == [3]
 
 
+@pytest.mark.parametrize("env_id", [3, np.int64(3), np.uint8(3)])
+def test_one_is_resolve_of_one_env_cached_and_read_only(env_id: Any) -> None:
+    sched = placed(5, 2)
+    first = sched.one(env_id)
+    assert first.tolist() == [3] and first.dtype == np.int64
+    assert not first.flags.writeable
+    assert sched.one(3) is sched.one(3)
+    assert sched.one(3).tolist() == first.tolist()
+
+
+@pytest.mark.parametrize(
+    ("env_id", "words"), [(5, "unknown env id 5"), (-1, "unknown env id -1"), (True, "1-D"), ("0", "1-D"), (1.0, "1-D")]
+)
+def test_one_refuses_what_resolve_refuses(env_id: Any, words: str) -> None:
+    sched = placed(5, 2)
+    sched.one(1)  # a cached id must not let 1.0 or True through
+    with pytest.raises(UsageError, match=words):
+        sched.one(env_id)
+
+
 @pytest.mark.parametrize(("env_ids", "bad"), [([0, 5], 5), ([7], 7), ([-1, 0], -1), (99, 99), ([1, 2, 1000], 1000)])
 def test_resolve_unknown_id_names_it(env_ids: Any, bad: int) -> None:
     with pytest.raises(UsageError) as excinfo:
@@ -177,6 +197,10 @@ def test_claim_single_busy_env() -> None:
     sched.claim(ids(0))
     with pytest.raises(UsageError, match="env 0"):
         sched.claim(ids(0))
+    sched.claim(sched.one(2))
+    with pytest.raises(UsageError, match="env 2"):
+        sched.claim(sched.one(2))
+    assert sched.busy.tolist() == [True, False, True]
 
 
 # ---------------------------------------------------------------- split
