@@ -49,7 +49,7 @@ from aioenv import spaces
 from aioenv.errors import ProtocolError
 from aioenv.protocol import Op, decode, encode, leaves_from_wire
 from aioenv.runner import run as run_loop
-from aioenv.zmqio import has_input, recv_frames, send_frames
+from aioenv.zmqio import defer_io_threads, has_input, recv_frames, send_frames
 from workers.hosted import AsyncHostedEnv, HostedEnv, check_executor
 from workers.runtime import CallSpec, Group, batch_reply, checked_value, describe_env, encode_reply, error_fields
 from workers.sources import resolve
@@ -171,6 +171,7 @@ class ConcurrentWorker:
         self.loop = asyncio.get_running_loop()
         self._stopped = self.loop.create_future()
         sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
+        defer_io_threads(sock.context)
         sock.setsockopt(zmq.IDENTITY, self.name.encode())
         sock.setsockopt(zmq.LINGER, 2000)
         if self.configure is not None:

@@ -21,7 +21,7 @@ from aioenv import spaces
 from aioenv.errors import AioEnvError, ProtocolError, to_wire
 from aioenv.infos import batch_infos
 from aioenv.protocol import Op, decode, encode, leaves_from_wire, leaves_to_wire, pack
-from aioenv.zmqio import recv_frames, send_frames
+from aioenv.zmqio import defer_io_threads, recv_frames, send_frames
 from workers.hosted import HostedEnv, check_executor
 from workers.sources import resolve
 
@@ -84,6 +84,7 @@ class Worker:
     def run(self) -> None:
         """Connect, say HELLO, serve until CLOSE (or the context is terminated)."""
         sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
+        defer_io_threads(sock.context)
         sock.setsockopt(zmq.IDENTITY, self.name.encode())
         sock.setsockopt(zmq.LINGER, 2000)
         if self.configure is not None:
