@@ -268,6 +268,8 @@ def test_property_split_partitions_by_worker(num_envs: int, data: st.DataObject)
     for env in env_ids.tolist():
         expected.setdefault(int(sched.worker_of[env]), []).append(env)
     assert groups == expected
+    for _, positions in sched.split(env_ids):  # increasing: a group of every row is every row in order
+        assert np.all(np.diff(positions) > 0)
 
 
 # ---------------------------------------------------------------- requests
