@@ -476,8 +476,13 @@ class Pool:
     def step_env(self, env_id: int, action: Any) -> asyncio.Future[StepResult]:
         """Step one env; the returned future gets its :class:`StepResult` (not ``recv``)."""
         fut: asyncio.Future[StepResult] = asyncio.get_running_loop().create_future()
-        batched = _batch_one(self.single_action_space, action)
-        self._dispatch_step(batched, self._core().sched.one(env_id), Single("step", fut, self.single_observation_space))
+        ids = self._core().sched.one(env_id)
+        sink = Single("step", fut, self.single_observation_space)
+        leaves = _one_discrete(self.single_action_space, action)
+        if leaves is not None:
+            self._dispatch_step(leaves, ids, sink, checked=True)
+        else:
+            self._dispatch_step(_batch_one(self.single_action_space, action), ids, sink)
         return fut
 
     def reset_env(
@@ -586,6 +591,20 @@ _SIMPLE = (
     gymnasium.spaces.MultiDiscrete,
     gymnasium.spaces.MultiBinary,
 )
+
+
+def _one_discrete(space: gymnasium.Space[Any], action: Any) -> list[np.ndarray] | None:
+    """A valid integer action of a ``Discrete`` space as checked leaves (one array of shape (1,)),
+    without the batch checks; None for anything else, which the general path checks (and explains)."""
+    if type(space) is not gymnasium.spaces.Discrete or not isinstance(action, (int, np.integer)):
+        return None
+    if isinstance(action, bool):
+        return None
+    a = int(action)
+    start = int(space.start)
+    if not start <= a < start + int(space.n):
+        return None
+    return [np.array([a], dtype=space.dtype)]
 
 
 def _batch_one(space: gymnasium.Space[Any], action: Any) -> Any:

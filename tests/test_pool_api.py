@@ -613,6 +613,9 @@ async def test_invalid_discrete_actions_raise_and_send_nothing() -> None:
             pool.step_env(3, 7)
         with pytest.raises(InvalidAction):
             pool.step_env(3, 1.0)
+        for bad in (True, np.bool_(False), -1, np.uint64(2**63 + 1)):
+            with pytest.raises(InvalidAction, match=r"envs? \[?2\b"):  # "env 2", or "envs [2]" for a dtype
+                pool.step_env(2, bad)
         with pytest.raises(InvalidAction, match="env 0"):
             pool.send([9, 0], env_ids=[0, 1])
         # nothing was sent: no env is busy, none was stepped, recv has nothing to wait for
@@ -622,6 +625,28 @@ async def test_invalid_discrete_actions_raise_and_send_nothing() -> None:
         assert obs[:, 1].tolist() == [1, 1, 1, 1]
         res = await guard(pool.step_env(3, 0))
         assert res.obs[1] == 2
+
+
+@pytest.mark.parametrize(
+    "space", [gym.spaces.Discrete(3), gym.spaces.Discrete(4, start=-2), gym.spaces.Discrete(5, dtype=np.int32)]
+)
+def test_one_discrete_fast_path_agrees_with_check_actions(space: gym.spaces.Discrete) -> None:
+    """``step_env``'s shortcut for one Discrete action takes exactly what the batch check accepts, as
+    the same leaves; anything else goes the general way (which raises the explained error)."""
+    from aioenv import spaces
+    from aioenv.pool import _batch_one, _one_discrete
+
+    ids = np.array([0])
+    candidates = [*range(-4, 7), True, False, np.int8(1), np.uint64(2**64 - 1), np.int64(-2), 1.0, "1", None]
+    for action in candidates:
+        fast = _one_discrete(space, action)
+        try:
+            general = spaces.check_actions(space, _batch_one(space, action), ids)
+        except InvalidAction:
+            assert fast is None, action
+            continue
+        assert fast is not None, action
+        assert fast[0].dtype == general[0].dtype and fast[0].tolist() == general[0].tolist(), action
 
 
 async def test_invalid_box_actions_raise_and_send_nothing() -> None:
