@@ -172,10 +172,8 @@ class Scheduler:
     def split(self, env_ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
         """Group ``env_ids`` by worker: ``[(worker, positions)]`` where positions index into ``env_ids``.
 
-        Positions are increasing within each group (callers rely on it: a group of every row is
-        every row in order).
-
-        Positions keep the caller's order within each worker.
+        Positions keep the caller's order within each worker, so they are increasing (callers rely
+        on it: a group of every row is every row in order).
         """
         if env_ids is self.all_ids:
             if self._split_all is None:
