@@ -28,7 +28,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import zmq
 
 from aioenv.errors import (
     AioEnvError,
@@ -44,7 +43,6 @@ from aioenv.results import Part
 from aioenv.rows import Rows, Segment, route_rows
 from aioenv.scheduler import THROTTLED, Request, Scheduler
 from aioenv.sources import EnvSources
-from aioenv.transport import Router
 
 log = logging.getLogger("aioenv.coordinator")
 
@@ -121,7 +119,6 @@ class Coordinator:
         self.on_remade = on_remade
         self.slots: list[_Slot] = []
         self._by_name: dict[bytes, _Slot] = {}
-        self._router: Router | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self.closing = False
@@ -140,7 +137,6 @@ class Coordinator:
 
     async def start(self, num_workers: int) -> dict[str, Any]:
         """Start workers, make every env; returns the env description ({"obs", "act", "metadata", ...})."""
-        self._router = Router(f"ipc://{self.private_dir}/coord.sock", self._on_message)
         blocks = self.sched.place(num_workers)
         for index, ids in enumerate(blocks):
             slot = _Slot(index)
@@ -159,10 +155,7 @@ class Coordinator:
         slot.name = f"{self._prefix}w{slot.index}.{slot.generation}"
         slot.ready = False
         slot.outbox = []
-        assert self._router is not None
-        spec = LaunchSpec(
-            slot.name, self.executor, envs, self._router.endpoint, self.private_dir, self._on_exit, self._on_message
-        )
+        spec = LaunchSpec(slot.name, self.executor, envs, self.private_dir, self._on_exit, self._on_message)
         slot.proc = self._launch(spec)
         self._by_name[slot.name.encode()] = slot
 
@@ -242,13 +235,13 @@ class Coordinator:
         if not slot.ready:
             slot.outbox.append(frames)
             return
-        assert slot.proc is not None and self._router is not None
-        if not (slot.proc.port or self._router).send(slot.name.encode(), frames):
+        assert slot.proc is not None
+        if not slot.proc.port.send(slot.name.encode(), frames):
             slot.outbox.append(frames)  # reconnecting; flushed at its next HELLO
 
     # ------------------------------------------------------------ replies
 
-    def _on_message(self, identity: bytes, frames: list[zmq.Frame]) -> None:
+    def _on_message(self, identity: bytes, frames: list[Any]) -> None:
         slot = self._by_name.get(identity)
         if slot is None:
             log.warning("dropping a message from unknown peer %r", identity)
@@ -628,12 +621,9 @@ class Coordinator:
         for slot in self.slots:
             if slot.proc is None:
                 continue
-            port = slot.proc.port or self._router
-            asked = slot.ready and port is not None and port.send(slot.name.encode(), encode(Op.CLOSE, {"id": 0}))
+            asked = slot.ready and slot.proc.port.send(slot.name.encode(), encode(Op.CLOSE, {"id": 0}))
             stops.append(slot.proc.stop(grace, ask_first=bool(asked)))
         await asyncio.gather(*stops)
-        if self._router is not None:
-            self._router.close()
         shutil.rmtree(self.private_dir, ignore_errors=True)
 
 

@@ -72,7 +72,7 @@ class RemoteProcess:
         self.spec = spec
         self.agent = agent
         self.fleet = fleet
-        self.port: Port | None = fleet.router
+        self.port: Port = fleet.router
         self.exited = asyncio.Event()
         self._pid: int | str = "?"
         self._code: int | None = None

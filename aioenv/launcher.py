@@ -17,17 +17,21 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from aioenv.pipe import PipePort
+
 __all__ = ["LaunchSpec", "LocalProcess", "WorkerProc", "describe_exit", "launch_local"]
 
 
 class Port(Protocol):
-    """Where a coordinator sends a worker's messages (a :class:`~aioenv.transport.Router`)."""
+    """Where a coordinator sends a worker's messages: its pipe (:class:`~aioenv.pipe.PipePort`) or a
+    server's worker port (:class:`~aioenv.transport.Router`)."""
 
     def send(self, identity: bytes, frames: Sequence[Any]) -> bool:
         """Send ``frames`` to ``identity``; False when that peer is not connected."""
@@ -39,8 +43,8 @@ class WorkerProc(Protocol):
 
     name: str
     exited: asyncio.Event
-    #: The socket to reach it through (None: the coordinator's own).
-    port: Port | None
+    #: The socket to reach it through.
+    port: Port
 
     @property
     def pid(self) -> int | str:
@@ -70,27 +74,25 @@ class LaunchSpec:
     """What a coordinator asks for when it needs a worker process.
 
     Attributes:
-        name: the worker's name (its ZeroMQ identity), unique per launcher.
+        name: the worker's name (the identity its messages come with), unique per launcher.
         executor: ``inline``, ``thread`` or ``async``.
         envs: how many envs it will host (for placement).
-        endpoint: the coordinator's own endpoint (local workers connect there).
         private_dir: the pool's private directory (pickled factories; local workers only).
         on_exit: called once in the loop thread when the process has exited (or was lost).
-        on_message: the coordinator's handler, for workers that reach it through another socket.
+        on_message: the coordinator's handler for the worker's messages (``identity``: its name).
     """
 
     name: str
     executor: str
     envs: int
-    endpoint: str
     private_dir: str
     on_exit: Callable[[Any], None]
     on_message: Callable[[bytes, list[Any]], None]
 
 
 def launch_local(spec: LaunchSpec) -> LocalProcess:
-    """Start the worker as a child process of this one, connected to the coordinator's endpoint."""
-    return LocalProcess(spec.name, spec.endpoint, spec.private_dir, spec.executor, spec.on_exit)
+    """Start the worker as a child process of this one, talking to the coordinator over a pipe of its own."""
+    return LocalProcess(spec.name, spec.private_dir, spec.executor, spec.on_exit, spec.on_message)
 
 
 def describe_exit(code: int | None) -> str:
@@ -108,27 +110,34 @@ def describe_exit(code: int | None) -> str:
 class LocalProcess:
     """One worker process on this machine.
 
+    Messages go both ways over a ``socketpair`` made here (:mod:`aioenv.pipe`): the child inherits one
+    end, :attr:`port` (a :class:`~aioenv.pipe.PipePort`) is the other.
+
     Args:
-        name: the worker's name (its ZeroMQ identity).
-        endpoint: the coordinator endpoint it connects to.
+        name: the worker's name (the identity its messages are delivered with).
         trusted_dir: the pool's private directory (pickled factories).
         on_exit: called in the loop thread once, when the process has exited.
     """
 
     def __init__(
-        self, name: str, endpoint: str, trusted_dir: str, executor: str, on_exit: Callable[[LocalProcess], None]
+        self,
+        name: str,
+        trusted_dir: str,
+        executor: str,
+        on_exit: Callable[[LocalProcess], None],
+        on_message: Callable[[bytes, list[Any]], None],
     ) -> None:
         self.name = name
-        self.port: Port | None = None
         self._loop = asyncio.get_running_loop()
         self._on_exit = on_exit
         self.exited = asyncio.Event()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         cmd = [
             sys.executable,
             "-m",
             "workers",
-            "--connect",
-            endpoint,
+            "--fd",
+            str(theirs.fileno()),
             "--name",
             name,
             "--executor",
@@ -141,7 +150,17 @@ class LocalProcess:
         env = dict(os.environ)
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-        self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, close_fds=True)
+        try:
+            self.proc = subprocess.Popen(
+                cmd, env=env, stdin=subprocess.DEVNULL, close_fds=True, pass_fds=(theirs.fileno(),)
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self._pipe = PipePort(ours, name.encode(), on_message)
+        self.port: Port = self._pipe
         self.pid: int = self.proc.pid
         self._pidfd = os.pidfd_open(self.pid)
         self._loop.add_reader(self._pidfd, self._reap)
@@ -159,6 +178,9 @@ class LocalProcess:
         self._loop.remove_reader(self._pidfd)
         os.close(self._pidfd)
         self.proc.wait()
+        with contextlib.suppress(Exception):  # what it sent before it exited is still handled
+            self._pipe.drain()
+        self._pipe.close()
         self.exited.set()
         self._on_exit(self)
 

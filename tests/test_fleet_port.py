@@ -58,7 +58,7 @@ class Pool:
         self.messages: list[bytes] = []
 
     def spec(self, name: str, envs: int, executor: str = "inline") -> LaunchSpec:
-        return LaunchSpec(name, executor, envs, "ipc:///nowhere", "/nowhere", self.exits.append, self.on_message)
+        return LaunchSpec(name, executor, envs, "/nowhere", self.exits.append, self.on_message)
 
     def on_message(self, identity: bytes, frames: list[Any]) -> None:
         self.messages.append(identity)

@@ -1,5 +1,8 @@
-"""``python -m workers --connect ENDPOINT [--name NAME] [--executor inline|thread|async] [--trusted-dir DIR]
-[--curve-secret FILE --server-key FILE]``."""
+"""``python -m workers (--connect ENDPOINT | --fd N) [--name NAME] [--executor inline|thread|async]
+[--trusted-dir DIR] [--curve-secret FILE --server-key FILE]``.
+
+``--connect``: a ZeroMQ endpoint (a server's worker port). ``--fd``: the descriptor of a pipe inherited
+from the pool that started this process (see :mod:`aioenv.pipe`)."""
 
 from __future__ import annotations
 
@@ -25,9 +28,9 @@ def _die_with_parent() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and run a worker until the coordinator closes it."""
     parser = argparse.ArgumentParser(prog="python -m workers", description="Host aioenv envs for a coordinator.")
-    parser.add_argument(
-        "--connect", required=True, help="coordinator endpoint, e.g. ipc:///tmp/x/w.sock or tcp://host:5556"
-    )
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--connect", help="coordinator endpoint, e.g. tcp://host:5556")
+    where.add_argument("--fd", type=int, help="descriptor of a pipe to the coordinator, inherited from it")
     parser.add_argument("--name", default=f"worker-{os.getpid()}", help="worker name (its ZeroMQ identity)")
     parser.add_argument("--executor", default="inline", choices=["inline", "thread", "async"], help="how envs are run")
     parser.add_argument(
@@ -52,7 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.pop("AIOENV_TRUSTED_DIR", None)
 
     configure = None
+    link: str | int = args.connect if args.fd is None else args.fd
     if args.curve_secret or args.server_key:
+        if args.fd is not None:
+            parser.error("--curve-secret and --server-key are for --connect")
         if not (args.curve_secret and args.server_key):
             parser.error("--curve-secret and --server-key go together")
         from aioenv.auth import client_configurer
@@ -61,12 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.executor == "inline":
         from workers.runtime import Worker
 
-        Worker(args.connect, args.name, trusted_dir=args.trusted_dir, executor=args.executor, configure=configure).run()
+        Worker(link, args.name, trusted_dir=args.trusted_dir, executor=args.executor, configure=configure).run()
     else:
         from workers.concurrent import ConcurrentWorker
 
         ConcurrentWorker(
-            args.connect, args.name, trusted_dir=args.trusted_dir, executor=args.executor, configure=configure
+            link, args.name, trusted_dir=args.trusted_dir, executor=args.executor, configure=configure
         ).run()
     return 0
 

@@ -1,8 +1,9 @@
 """The ``thread`` and ``async`` executors: a worker whose envs' steps overlap.
 
-The worker runs an asyncio loop (uvloop when installed). Its DEALER socket is read
-through ``loop.add_reader`` and drained without blocking, so the loop stays free
-for the envs.
+The worker runs an asyncio loop (uvloop when installed). Its link to the coordinator
+(:mod:`workers.link`: an inherited pipe, or a ZeroMQ DEALER socket for a remote server)
+is read through ``loop.add_reader`` and drained without blocking, so the loop stays
+free for the envs.
 
 - ``thread``: each env lives on its own long-lived daemon thread (:class:`EnvThread`);
   everything done to that env (make, reset, step, call, close) runs on that thread,
@@ -47,10 +48,11 @@ import zmq
 
 from aioenv import spaces
 from aioenv.errors import ProtocolError
+from aioenv.pipe import LinkClosed
 from aioenv.protocol import Op, decode, encode, leaves_from_wire
 from aioenv.runner import run as run_loop
-from aioenv.zmqio import defer_io_threads, has_input, recv_frames, send_frames
 from workers.hosted import AsyncHostedEnv, HostedEnv, check_executor
+from workers.link import Link, open_link
 from workers.runtime import CallSpec, Group, batch_reply, checked_value, describe_env, encode_reply, error_fields
 from workers.sources import resolve
 
@@ -137,7 +139,7 @@ class ConcurrentWorker:
 
     def __init__(
         self,
-        endpoint: str,
+        endpoint: str | int,
         name: str,
         *,
         trusted_dir: str | None = None,
@@ -147,7 +149,7 @@ class ConcurrentWorker:
         self.configure = configure  # socket options before connect (CURVE keys for a remote server)
         if executor not in ("thread", "async"):
             raise ValueError(f"ConcurrentWorker runs the 'thread' or 'async' executor, got {executor!r}")
-        self.endpoint = endpoint
+        self.endpoint = endpoint  # a ZeroMQ endpoint, or the descriptor of an inherited pipe
         self.name = name
         self.trusted_dir = trusted_dir
         self.executor = executor
@@ -170,15 +172,9 @@ class ConcurrentWorker:
     async def _main(self) -> None:
         self.loop = asyncio.get_running_loop()
         self._stopped = self.loop.create_future()
-        sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
-        defer_io_threads(sock.context)
-        sock.setsockopt(zmq.IDENTITY, self.name.encode())
-        sock.setsockopt(zmq.LINGER, 2000)
-        if self.configure is not None:
-            self.configure(sock)
-        sock.connect(self.endpoint)
-        self.sock = sock
-        fd = int(sock.getsockopt(zmq.FD))
+        link = open_link(self.endpoint, self.name, self.configure)
+        self.link: Link = link
+        fd = link.fileno()
         self.loop.add_reader(fd, self._drain)
         try:
             self._send(encode(Op.HELLO, {"name": self.name, "pid": os.getpid(), "executor": self.executor}))
@@ -186,20 +182,27 @@ class ConcurrentWorker:
         finally:
             self.loop.remove_reader(fd)
             await self._close_all()
-            sock.close(linger=500)
+            link.close()
 
     def _send(self, frames: list[Any]) -> None:
-        send_frames(self.sock, frames)
+        self.link.send(frames)
         if not self._drain_scheduled:  # a send may consume the descriptor's edge: look once after the burst
             self._drain_scheduled = True
             self.loop.call_soon(self._drain)
 
     def _drain(self) -> None:
         self._drain_scheduled = False
-        for _ in range(_DRAIN_BATCH):
-            if self._stopped.done() or not has_input(self.sock):
-                return
-            self._handle(recv_frames(self.sock, zmq.NOBLOCK))
+        link = self.link
+        try:
+            for _ in range(_DRAIN_BATCH):
+                if self._stopped.done() or not link.has_input():
+                    return
+                self._handle(link.recv())
+        except LinkClosed:  # the coordinator is gone: stop serving
+            log.debug("worker %s: the coordinator closed the pipe", self.name)
+            if not self._stopped.done():
+                self._stopped.set_result(None)
+            return
         self._drain_scheduled = True
         self.loop.call_soon(self._drain)
 
@@ -371,7 +374,7 @@ class ConcurrentWorker:
                 self._open.pop(rows.id, None)
             batches.setdefault((rows.kind, rows.ilist), []).append((rows, done))
         for (kind, ilist), items in batches.items():
-            with contextlib.suppress(zmq.ZMQError):  # the socket is closing: nobody waits for this
+            with contextlib.suppress(zmq.ZMQError, OSError):  # the link is closing: nobody waits for this
                 self._send(self._encode_rows(kind, ilist, items))
 
     def _encode_rows(self, kind: str, ilist: bool, items: list[tuple[_Rows, list[tuple[int, bool, Any]]]]) -> list[Any]:

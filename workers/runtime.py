@@ -1,4 +1,4 @@
-"""The worker process: a DEALER socket, HELLO, then one request at a time.
+"""The worker process: a link to the coordinator (:mod:`workers.link`), HELLO, then one request at a time.
 
 The loop blocks in ``recv`` (no busy-waiting) and answers every request with
 exactly one RESULT or ERROR carrying the request's id. A batch request (step,
@@ -20,9 +20,10 @@ import zmq
 from aioenv import spaces
 from aioenv.errors import AioEnvError, ProtocolError, to_wire
 from aioenv.infos import batch_infos
+from aioenv.pipe import LinkClosed
 from aioenv.protocol import Op, decode, encode, leaves_from_wire, leaves_to_wire, pack
-from aioenv.zmqio import defer_io_threads, recv_frames, send_frames
 from workers.hosted import HostedEnv, check_executor
+from workers.link import open_link
 from workers.sources import resolve
 
 log = logging.getLogger("aioenv.worker")
@@ -62,7 +63,7 @@ class Worker:
 
     def __init__(
         self,
-        endpoint: str,
+        endpoint: str | int,
         name: str,
         *,
         trusted_dir: str | None = None,
@@ -70,7 +71,7 @@ class Worker:
         configure: Callable[[zmq.Socket[Any]], None] | None = None,
     ) -> None:
         self.configure = configure  # socket options before connect (CURVE keys for a remote server)
-        self.endpoint = endpoint
+        self.endpoint = endpoint  # a ZeroMQ endpoint, or the descriptor of an inherited pipe
         self.name = name
         self.trusted_dir = trusted_dir
         self.executor = executor
@@ -82,16 +83,10 @@ class Worker:
     # ------------------------------------------------------------------ loop
 
     def run(self) -> None:
-        """Connect, say HELLO, serve until CLOSE (or the context is terminated)."""
-        sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
-        defer_io_threads(sock.context)
-        sock.setsockopt(zmq.IDENTITY, self.name.encode())
-        sock.setsockopt(zmq.LINGER, 2000)
-        if self.configure is not None:
-            self.configure(sock)
-        sock.connect(self.endpoint)
+        """Connect, say HELLO, serve until CLOSE (or until the coordinator's end is gone)."""
+        link = open_link(self.endpoint, self.name, self.configure)
         hello = {"name": self.name, "pid": os.getpid(), "executor": self.executor}
-        sock.send_multipart(encode(Op.HELLO, hello))
+        link.send(encode(Op.HELLO, hello))
         handlers: dict[str, Callable[[dict[str, Any], list[np.ndarray]], Reply]] = {
             Op.MAKE: self.on_make,
             Op.STEP: self.on_step,
@@ -101,7 +96,7 @@ class Worker:
         }
         try:
             while True:
-                frames = recv_frames(sock)
+                frames = link.recv()
                 req_id: Any = None
                 try:
                     header, arrays = decode(frames)
@@ -109,23 +104,27 @@ class Worker:
                     op = header["op"]
                     if op == Op.CLOSE:
                         self.close_all()
-                        sock.send_multipart(encode(Op.RESULT, {"id": req_id}))
+                        link.send(encode(Op.RESULT, {"id": req_id}))
                         return
                     if op == Op.PING:
-                        sock.send_multipart(encode(Op.PONG, {"id": req_id}))
+                        link.send(encode(Op.PONG, {"id": req_id}))
                         continue
                     handler = handlers.get(op)
                     if handler is None:
                         raise ProtocolError(f"worker {self.name} got unknown op {op!r}")
                     fields, out = handler(header, arrays)
                     fields["id"] = req_id
-                    send_frames(sock, encode_reply(fields, out, header.get("env") or [], bool(header.get("ilist"))))
+                    link.send(encode_reply(fields, out, header.get("env") or [], bool(header.get("ilist"))))
+                except LinkClosed:
+                    raise
                 except Exception as exc:
                     log.debug("request %s failed", req_id, exc_info=True)
-                    sock.send_multipart(encode(Op.ERROR, {"id": req_id, "error": error_fields(exc, None)}))
+                    link.send(encode(Op.ERROR, {"id": req_id, "error": error_fields(exc, None)}))
+        except LinkClosed:
+            log.debug("worker %s: the coordinator closed the pipe", self.name)
         finally:
             self.close_all()
-            sock.close(linger=500)
+            link.close()
 
     # ------------------------------------------------------------------ ops
 

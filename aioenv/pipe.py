@@ -1,0 +1,345 @@
+"""Multipart messages over a local stream socket: how a pool talks to the worker processes it started.
+
+A pool's own workers are its child processes, so the coordinator makes a ``socketpair`` for each one
+at launch and the child inherits its end (``python -m workers --fd N``). Over ZeroMQ every one-way
+message wakes an I/O thread on both sides (four thread wake-ups, on a machine where each costs tens of
+microseconds); here the sender's ``sendmsg`` writes straight into the receiver's socket: one wake-up,
+no extra threads. Remote workers (``aioenv worker``, the server's worker port) keep ZeroMQ; the
+messages are the same :mod:`aioenv.protocol` frames either way.
+
+Framing: ``<u32 n><u64 size_1>...<u64 size_n>`` followed by the n frames' bytes, back to back.
+
+- :class:`FrameReader` splits a byte stream into messages, each a list of read-only memoryviews.
+  A small message is copied once into its own ``bytes`` (so a frame never pins a shared buffer); a
+  message of :data:`BIG_MESSAGE` bytes or more is received in place into its own buffer (no copy).
+- :class:`PipePort` is the coordinator's end, driven by the event loop: non-blocking reads on
+  readiness, non-blocking writes with a backlog flushed when the socket is writable again.
+- :class:`PipeLink` is the worker's end: blocking receive and send, plus a non-blocking
+  :meth:`PipeLink.has_input` for an event loop that drains it on readiness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import socket
+import struct
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from aioenv.errors import ProtocolError
+
+__all__ = ["BIG_MESSAGE", "FrameReader", "LinkClosed", "PipeLink", "PipePort", "framed"]
+
+_COUNT = struct.Struct("<I")
+#: Most frames one message may have (a guard against a corrupt stream, far above any real message).
+MAX_FRAMES = 1 << 13
+#: Messages at least this large are received in place into a buffer of their own.
+BIG_MESSAGE = 1 << 16
+#: Size of the reader's buffer for small messages (one ``recv_into`` fills it with many of them).
+_CHUNK = 1 << 18
+#: Buffers per ``sendmsg`` call (Linux's IOV_MAX is 1024).
+_IOV_MAX = 1024
+
+
+class LinkClosed(ConnectionError):
+    """The other end of a pipe closed it (the process exited or closed its end)."""
+
+
+def _size(frame: Any) -> int:
+    if type(frame) is bytes:
+        return len(frame)
+    size = getattr(frame, "nbytes", None)  # numpy arrays, memoryviews
+    return size if type(size) is int else memoryview(frame).nbytes
+
+
+def framed(frames: Sequence[Any]) -> tuple[list[Any], int]:
+    """``frames`` (contiguous buffers: bytes, numpy arrays, memoryviews) preceded by their prefix,
+    and the number of bytes in all."""
+    sizes = [_size(f) for f in frames]
+    prefix = struct.pack(f"<I{len(sizes)}Q", len(sizes), *sizes)
+    return [prefix, *frames], len(prefix) + sum(sizes)
+
+
+class FrameReader:
+    """Splits a byte stream into messages; fill it through :meth:`buffer` and :meth:`advance`.
+
+    ``reader.buffer()`` is where the next bytes go (e.g. ``sock.recv_into(reader.buffer())``);
+    ``reader.advance(n)`` says ``n`` bytes arrived there and returns the messages now complete, each a
+    list of read-only memoryviews (one per frame).
+
+    Raises:
+        ProtocolError: from :meth:`advance`, when the stream is not framed as this module frames it.
+    """
+
+    def __init__(self) -> None:
+        self._buf = bytearray(_CHUNK)
+        self._start = 0  # first byte not yet parsed
+        self._end = 0  # first free byte
+        self._big: bytearray | None = None  # a big message being received in place
+        self._big_fill = 0
+        self._big_sizes: tuple[int, ...] = ()
+        self._big_head = 0
+
+    def buffer(self) -> memoryview:
+        """Writable free space for the next bytes of the stream (do not keep it)."""
+        if self._big is not None:
+            return memoryview(self._big)[self._big_fill :]
+        if self._end == len(self._buf):
+            self._compact()
+        return memoryview(self._buf)[self._end :]
+
+    @property
+    def pending(self) -> int:
+        """Bytes received that are not yet part of a whole message."""
+        if self._big is not None:
+            return self._big_fill
+        return self._end - self._start
+
+    def advance(self, n: int) -> list[list[memoryview]]:
+        """``n`` bytes were written into the last :meth:`buffer`; returns the messages now complete."""
+        if self._big is not None:
+            self._big_fill += n
+            if self._big_fill < len(self._big):
+                return []
+            view = memoryview(self._big).toreadonly()
+            off = self._big_head
+            frames = []
+            for size in self._big_sizes:
+                frames.append(view[off : off + size])
+                off += size
+            self._big = None
+            return [frames]
+        self._end += n
+        return self._parse()
+
+    def _parse(self) -> list[list[memoryview]]:
+        buf = self._buf
+        pos, end = self._start, self._end
+        out: list[list[memoryview]] = []
+        while end - pos >= 4:
+            (count,) = _COUNT.unpack_from(buf, pos)
+            if not 0 < count <= MAX_FRAMES:
+                raise ProtocolError(f"malformed pipe stream: a message of {count} frames (expected 1 to {MAX_FRAMES})")
+            head = 4 + 8 * count
+            if end - pos < head:
+                break
+            sizes = struct.unpack_from(f"<{count}Q", buf, pos + 4)
+            total = head + sum(sizes)
+            if end - pos < total:
+                if total >= BIG_MESSAGE:  # receive the rest in place, into a buffer of its own
+                    big = bytearray(total)
+                    have = end - pos
+                    big[:have] = buf[pos:end]
+                    self._big, self._big_fill, self._big_sizes, self._big_head = big, have, sizes, head
+                    pos = end
+                break
+            blob = bytes(buf[pos + head : pos + total])
+            view = memoryview(blob)
+            if count == 1:
+                out.append([view])
+            else:
+                frames = []
+                off = 0
+                for size in sizes:
+                    frames.append(view[off : off + size])
+                    off += size
+                out.append(frames)
+            pos += total
+        if pos == end:
+            pos = end = 0
+        self._start, self._end = pos, end
+        return out
+
+    def _compact(self) -> None:
+        """Move the unparsed tail to the front (nothing else refers to this buffer: messages are copies)."""
+        have = self._end - self._start
+        self._buf[:have] = self._buf[self._start : self._end]
+        self._start, self._end = 0, have
+
+
+def _sent(bufs: collections.deque[memoryview], n: int) -> None:
+    """Drop the first ``n`` bytes of ``bufs``."""
+    while n:
+        first = bufs[0]
+        size = first.nbytes
+        if n >= size:
+            bufs.popleft()
+            n -= size
+        else:
+            bufs[0] = first[n:]
+            return
+
+
+def _views(frames: Sequence[Any]) -> list[memoryview]:
+    return [memoryview(f).cast("B") if not isinstance(f, bytes) else memoryview(f) for f in frames]
+
+
+class PipePort:
+    """The coordinator's end of a worker's pipe: messages in through ``on_message(identity, frames)``
+    in the loop thread, :meth:`send` never blocks (what the socket cannot take now waits in a backlog).
+
+    Args:
+        sock: the parent's end of a ``socketpair(AF_UNIX, SOCK_STREAM)``; this port owns it.
+        identity: the worker's name, passed to ``on_message`` with every message.
+        on_message: the coordinator's handler; must not raise.
+    """
+
+    def __init__(self, sock: socket.socket, identity: bytes, on_message: Callable[[bytes, list[Any]], None]) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._sock = sock
+        sock.setblocking(False)
+        self._fd = sock.fileno()
+        self._identity = identity
+        self._on_message = on_message
+        self._reader = FrameReader()
+        self._backlog: collections.deque[memoryview] = collections.deque()
+        self.closed = False
+        self._loop.add_reader(self._fd, self._readable)
+
+    def send(self, identity: bytes, frames: Sequence[Any]) -> bool:
+        """Send one message (``identity`` must be this port's worker); False once the pipe is closed."""
+        if self.closed:
+            return False
+        bufs, total = framed(frames)
+        if self._backlog:
+            self._backlog.extend(_views(bufs))
+            return True
+        try:
+            n = self._sock.sendmsg(bufs) if len(bufs) <= _IOV_MAX else 0
+        except BlockingIOError:
+            n = 0
+        except OSError:  # the worker is gone: its exit is reported through its pidfd
+            self.close()
+            return False
+        if n != total:
+            backlog = collections.deque(_views(bufs))
+            _sent(backlog, n)
+            self._backlog = backlog
+            self._loop.add_writer(self._fd, self._writable)
+        return True
+
+    def _writable(self) -> None:
+        backlog = self._backlog
+        try:
+            while backlog:
+                chunk = [backlog[i] for i in range(min(len(backlog), _IOV_MAX))]
+                n = self._sock.sendmsg(chunk)
+                _sent(backlog, n)
+        except BlockingIOError:
+            return
+        except OSError:
+            self.close()
+            return
+        self._loop.remove_writer(self._fd)
+
+    def _readable(self) -> None:
+        self.drain()
+
+    def drain(self) -> None:
+        """Read and handle every message that has arrived (also called before the worker's exit is reported)."""
+        reader = self._reader
+        for _ in range(64):  # then let other callbacks run; the loop calls again while input is waiting
+            if self.closed:
+                return
+            space = reader.buffer()
+            try:
+                n = self._sock.recv_into(space)
+            except BlockingIOError:
+                return
+            except OSError:
+                self.close()
+                return
+            wanted = space.nbytes
+            del space
+            if n == 0:
+                self.close()
+                return
+            try:
+                messages = reader.advance(n)
+            except ProtocolError:
+                self.close()  # a corrupt stream cannot be resynchronised; the worker will be replaced
+                raise
+            for frames in messages:
+                self._on_message(self._identity, frames)
+            if n < wanted:
+                return
+
+    def close(self) -> None:
+        """Stop reading and writing and close the socket (idempotent)."""
+        if self.closed:
+            return
+        self.closed = True
+        with contextlib.suppress(Exception):  # the loop may already be closed
+            self._loop.remove_reader(self._fd)
+            self._loop.remove_writer(self._fd)
+        self._backlog.clear()
+        self._sock.close()
+
+
+class PipeLink:
+    """The worker's end of its pipe (the descriptor it inherited): blocking :meth:`recv` and
+    :meth:`send`, and :meth:`has_input` that never blocks.
+
+    Raises:
+        LinkClosed: from :meth:`recv` and :meth:`has_input` once the coordinator's end is closed.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=fd)
+        self.sock.setblocking(True)
+        self._reader = FrameReader()
+        self._ready: collections.deque[list[memoryview]] = collections.deque()
+
+    def fileno(self) -> int:
+        """The descriptor to watch for input (level-triggered)."""
+        return self.sock.fileno()
+
+    def _fill(self, flags: int) -> None:
+        space = self._reader.buffer()
+        try:
+            n = self.sock.recv_into(space, 0, flags)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            raise LinkClosed(f"the coordinator's end of the pipe failed: {exc}") from exc
+        del space
+        if n == 0:
+            raise LinkClosed("the coordinator closed its end of the pipe")
+        self._ready.extend(self._reader.advance(n))
+
+    def has_input(self) -> bool:
+        """True when a whole message can be received without blocking."""
+        if not self._ready:
+            self._fill(socket.MSG_DONTWAIT)
+        return bool(self._ready)
+
+    def recv(self) -> list[memoryview]:
+        """The next message (blocks until it has arrived)."""
+        while not self._ready:
+            self._fill(0)
+        return self._ready.popleft()
+
+    def send(self, frames: Sequence[Any]) -> None:
+        """Send one message (blocks until the socket has taken it all).
+
+        Raises:
+            LinkClosed: the coordinator's end is closed.
+        """
+        bufs, total = framed(frames)
+        try:
+            n = self.sock.sendmsg(bufs) if len(bufs) <= _IOV_MAX else 0
+            if n == total:
+                return
+            rest = collections.deque(_views(bufs))
+            _sent(rest, n)
+            while rest:
+                n = self.sock.sendmsg([rest[i] for i in range(min(len(rest), _IOV_MAX))])
+                _sent(rest, n)
+        except OSError as exc:
+            raise LinkClosed(f"the coordinator's end of the pipe is closed: {exc}") from exc
+
+    def close(self) -> None:
+        """Close this end (the coordinator sees end of stream)."""
+        self.sock.close()

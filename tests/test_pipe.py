@@ -1,0 +1,168 @@
+"""The pipe between a pool and its own workers (``aioenv.pipe``): framing, back-pressure, end of stream.
+
+The reader is pure logic and is checked with hypothesis against streams cut at arbitrary points;
+the two ends are then run over a real ``socketpair``, with messages large enough that the
+coordinator's end must hold a backlog and the reader must receive in place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aioenv.errors import ProtocolError
+from aioenv.pipe import BIG_MESSAGE, MAX_FRAMES, FrameReader, LinkClosed, PipeLink, PipePort, framed
+from tests.conftest import HANG
+
+
+def stream_of(messages: list[list[bytes]]) -> bytes:
+    out = bytearray()
+    for frames in messages:
+        bufs, total = framed(frames)
+        chunk = b"".join(bytes(b) for b in bufs)
+        assert len(chunk) == total
+        out += chunk
+    return bytes(out)
+
+
+def feed(reader: FrameReader, data: bytes, cuts: list[int]) -> list[list[bytes]]:
+    """Feed ``data`` through ``reader`` in pieces no larger than the cuts (and its buffer) allow."""
+    got: list[list[bytes]] = []
+    pos, i = 0, 0
+    while pos < len(data):
+        space = reader.buffer()
+        n = min(space.nbytes, len(data) - pos, cuts[i % len(cuts)])
+        space[:n] = data[pos : pos + n]
+        del space
+        pos += n
+        i += 1
+        got.extend([bytes(f) for f in msg] for msg in reader.advance(n))
+    return got
+
+
+frame_sizes = st.one_of(st.integers(0, 300), st.integers(BIG_MESSAGE - 10, BIG_MESSAGE + 3000))
+messages_st = st.lists(
+    st.lists(frame_sizes.map(lambda n: bytes(range(256)) * (n // 256) + bytes(n % 256)), min_size=1, max_size=4),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(messages=messages_st, cuts=st.lists(st.integers(1, 70_000), min_size=1, max_size=8))
+def test_reader_gives_back_every_message_whatever_the_cuts(messages: list[list[bytes]], cuts: list[int]) -> None:
+    reader = FrameReader()
+    assert feed(reader, stream_of(messages), cuts) == messages
+    assert reader.pending == 0
+
+
+def test_frames_are_read_only_views_and_big_messages_are_not_copied_twice() -> None:
+    big = np.arange(BIG_MESSAGE, dtype=np.uint8)
+    small = b"header"
+    reader = FrameReader()
+    got = feed(reader, stream_of([[small, big.tobytes()]]), [1000])
+    assert got == [[small, big.tobytes()]]
+    # a whole message delivered at once: frames are read-only memoryviews
+    reader = FrameReader()
+    data = stream_of([[small, b"x" * 10]])
+    space = reader.buffer()
+    space[: len(data)] = data
+    del space
+    (frames,) = reader.advance(len(data))
+    assert all(isinstance(f, memoryview) and f.readonly for f in frames)
+
+
+def test_small_messages_do_not_pin_the_reader_buffer() -> None:
+    """Each small message is its own copy: a frame kept by the caller survives later reads."""
+    reader = FrameReader()
+    first = feed(reader, stream_of([[b"A" * 100]]), [100_000])
+    keep = reader.advance(0)  # nothing new
+    assert keep == []
+    # overwrite the reader's buffer with many later messages
+    feed(reader, stream_of([[b"B" * 200]] * 3000), [65_536])
+    assert first == [[b"A" * 100]]
+
+
+@pytest.mark.parametrize("count", [0, MAX_FRAMES + 1])
+def test_a_corrupt_stream_is_a_protocol_error(count: int) -> None:
+    reader = FrameReader()
+    space = reader.buffer()
+    space[:4] = struct.pack("<I", count)
+    del space
+    with pytest.raises(ProtocolError, match="malformed pipe stream"):
+        reader.advance(4)
+
+
+def test_framed_counts_numpy_and_memoryview_frames() -> None:
+    arr = np.zeros((3, 4), dtype=np.float32)
+    bufs, total = framed([b"h", arr, memoryview(b"abc")])
+    assert total == 4 + 3 * 8 + 1 + arr.nbytes + 3
+    assert struct.unpack("<I3Q", bufs[0]) == (3, 1, arr.nbytes, 3)
+
+
+def _echo(link: PipeLink, stop_after: int) -> None:
+    for _ in range(stop_after):
+        frames = link.recv()
+        link.send(frames)
+    link.close()
+
+
+@pytest.mark.timeout(HANG)
+async def test_port_and_link_carry_messages_both_ways_in_order_with_backlog() -> None:
+    """A PipePort (event loop) talks to a PipeLink (a thread echoing): 8 MiB messages overflow the socket
+    buffer, so the port's sends go through its backlog; order and bytes are kept."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    received: list[tuple[bytes, list[bytes]]] = []
+    done = asyncio.Event()
+    n = 40
+
+    def on_message(identity: bytes, frames: list[Any]) -> None:
+        received.append((identity, [bytes(f) for f in frames]))
+        if len(received) == n:
+            done.set()
+
+    port = PipePort(ours, b"w0", on_message)
+    link = PipeLink(theirs.detach())
+    echo = threading.Thread(target=_echo, args=(link, n))
+    echo.start()
+    big = np.random.default_rng(0).integers(0, 255, 8 << 20, dtype=np.uint8)
+    sent = []
+    for i in range(n):
+        frames: list[Any] = [f"header {i}".encode()] + ([big] if i % 10 == 0 else [bytes([i]) * i])
+        sent.append([bytes(f) if isinstance(f, bytes) else f.tobytes() for f in frames])
+        assert port.send(b"w0", frames)
+    await asyncio.wait_for(done.wait(), HANG)
+    assert [ident for ident, _ in received] == [b"w0"] * n
+    assert [frames for _, frames in received] == sent
+    await asyncio.to_thread(echo.join)
+    # the thread closed its end: the port sees end of stream and refuses further sends
+    for _ in range(200):
+        if port.closed:
+            break
+        await asyncio.sleep(0.01)
+    assert port.closed
+    assert not port.send(b"w0", [b"late"])
+
+
+@pytest.mark.timeout(HANG)
+async def test_link_raises_link_closed_when_the_port_closes() -> None:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    port = PipePort(ours, b"w0", lambda identity, frames: None)
+    link = PipeLink(theirs.detach())
+    assert not link.has_input()
+    port.send(b"w0", [b"one"])
+    port.close()
+    assert [bytes(f) for f in link.recv()] == [b"one"]  # sent before the close: still delivered
+    with pytest.raises(LinkClosed):
+        link.recv()
+    with pytest.raises(LinkClosed):
+        link.send([b"nobody listens"])
+    link.close()
