@@ -129,8 +129,8 @@ class Scheduler:
         ids = ids.astype(np.int64, copy=False)
         if ids.size == 0:
             raise UsageError("env_ids is empty: name at least one env")
-        bad = (ids < 0) | (ids >= self.num_envs)
-        if bad.any():
+        if ids.view(np.uint64).max() >= self.num_envs:  # one reduction: negative ids wrap to huge values
+            bad = (ids < 0) | (ids >= self.num_envs)
             raise UsageError(f"unknown env id {int(ids[bad][0])}: this pool has env ids 0..{self.num_envs - 1}")
         if ids.size > 1:
             seen = self._seen
