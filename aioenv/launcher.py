@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -27,6 +28,11 @@ from typing import Any, Protocol
 from aioenv.pipe import PipePort
 
 __all__ = ["LaunchSpec", "LocalProcess", "WorkerProc", "describe_exit", "launch_local"]
+
+log = logging.getLogger("aioenv.launcher")
+
+#: Seconds a worker that closed its end of the pipe has to exit before it is killed.
+EOF_GRACE = 2.0
 
 
 class Port(Protocol):
@@ -159,7 +165,8 @@ class LocalProcess:
             raise
         finally:
             theirs.close()
-        self._pipe = PipePort(ours, name.encode(), on_message)
+        self._broken = ""  # why the pipe broke while the process ran, if it did
+        self._pipe = PipePort(ours, name.encode(), on_message, self._pipe_lost)
         self.port: Port = self._pipe
         self.pid: int = self.proc.pid
         self._pidfd = os.pidfd_open(self.pid)
@@ -172,7 +179,24 @@ class LocalProcess:
 
     def describe(self) -> str:
         """How it ended, in words."""
+        if self._broken:
+            return f"{self._broken}, so it was stopped ({describe_exit(self.proc.returncode)})"
         return describe_exit(self.proc.returncode)
+
+    def _pipe_lost(self, reason: str, eof: bool) -> None:
+        """Its pipe ended or broke. An exiting worker closes its end first, so an end of stream gets
+        :data:`EOF_GRACE` seconds for the exit to follow; garbage on the pipe stops the worker at once.
+        Either way its exit (and a restart) follows."""
+        if eof:
+            self._loop.call_later(EOF_GRACE, self._stop_broken, reason)
+        else:
+            self._stop_broken(reason)
+
+    def _stop_broken(self, reason: str) -> None:
+        if self.proc.returncode is None and not self.exited.is_set():
+            self._broken = reason
+            log.error("worker %s %s; stopping it", self.name, reason)
+            self.kill()
 
     def _reap(self) -> None:
         self._loop.remove_reader(self._pidfd)

@@ -184,15 +184,25 @@ class PipePort:
         sock: the parent's end of a ``socketpair(AF_UNIX, SOCK_STREAM)``; this port owns it.
         identity: the worker's name, passed to ``on_message`` with every message.
         on_message: the coordinator's handler; must not raise.
+        on_lost: called once as ``on_lost(reason, eof)`` when the pipe ends or breaks from the worker's
+            side (the port is closed by then). ``eof``: the worker closed its end, as it does when it
+            exits; otherwise it sent bytes that are no message (the stream cannot be resynchronised).
     """
 
-    def __init__(self, sock: socket.socket, identity: bytes, on_message: Callable[[bytes, list[Any]], None]) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        identity: bytes,
+        on_message: Callable[[bytes, list[Any]], None],
+        on_lost: Callable[[str, bool], None] | None = None,
+    ) -> None:
         self._loop = asyncio.get_running_loop()
         self._sock = sock
         sock.setblocking(False)
         self._fd = sock.fileno()
         self._identity = identity
         self._on_message = on_message
+        self._on_lost = on_lost
         self._reader = FrameReader()
         self._backlog: collections.deque[memoryview] = collections.deque()
         self.closed = False
@@ -210,8 +220,8 @@ class PipePort:
             n = self._sock.sendmsg(bufs) if len(bufs) <= _IOV_MAX else 0
         except BlockingIOError:
             n = 0
-        except OSError:  # the worker is gone: its exit is reported through its pidfd
-            self.close()
+        except OSError as exc:  # the worker is gone (its exit is reported through its pidfd)
+            self._lost(f"closed its end of the pipe ({exc})", True)
             return False
         if n != total:
             backlog = collections.deque(_views(bufs))
@@ -229,18 +239,21 @@ class PipePort:
                 _sent(backlog, n)
         except BlockingIOError:
             return
-        except OSError:
-            self.close()
+        except OSError as exc:
+            self._lost(f"closed its end of the pipe ({exc})", True)
             return
         self._loop.remove_writer(self._fd)
 
     def _readable(self) -> None:
-        self.drain()
+        self.drain(64)  # then let other callbacks run; the loop calls again while input is waiting
 
-    def drain(self) -> None:
-        """Read and handle every message that has arrived (also called before the worker's exit is reported)."""
+    def drain(self, reads: int | None = None) -> None:
+        """Read and handle the messages that have arrived: all of them, or what ``reads`` reads bring
+        (the coordinator drains all before it reports the worker's exit)."""
         reader = self._reader
-        for _ in range(64):  # then let other callbacks run; the loop calls again while input is waiting
+        while reads is None or reads > 0:
+            if reads is not None:
+                reads -= 1
             if self.closed:
                 return
             space = reader.buffer()
@@ -248,23 +261,30 @@ class PipePort:
                 n = self._sock.recv_into(space)
             except BlockingIOError:
                 return
-            except OSError:
-                self.close()
+            except OSError as exc:
+                self._lost(f"closed its end of the pipe ({exc})", True)
                 return
             wanted = space.nbytes
             del space
             if n == 0:
-                self.close()
+                self._lost("closed its end of the pipe", True)
                 return
             try:
                 messages = reader.advance(n)
-            except ProtocolError:
-                self.close()  # a corrupt stream cannot be resynchronised; the worker will be replaced
-                raise
+            except ProtocolError as exc:  # a corrupt stream cannot be resynchronised
+                self._lost(f"sent bytes that are no message ({exc})", False)
+                return
             for frames in messages:
                 self._on_message(self._identity, frames)
             if n < wanted:
                 return
+
+    def _lost(self, reason: str, eof: bool) -> None:
+        if self.closed:
+            return
+        self.close()
+        if self._on_lost is not None:
+            self._on_lost(reason, eof)
 
     def close(self) -> None:
         """Stop reading and writing and close the socket (idempotent)."""

@@ -236,6 +236,42 @@ async def test_worker_killed_mid_step_fails_in_flight_with_worker_crashed(gate: 
         gate.open()
 
 
+async def test_worker_that_corrupts_its_pipe_is_stopped_and_replaced(caplog: pytest.LogCaptureFixture) -> None:
+    """Bytes that are no message on a worker's pipe: the pool logs it, stops that worker (its
+    in-flight request fails with WorkerCrashed saying why) and starts a fresh one; the other
+    worker's envs never notice."""
+    async with aioenv.Pool("tests.envs.faulty:PipeVandalEnv", 4, num_workers=2) as pool:
+        await guard(pool.reset())
+        old, other = worker_pid(pool, 0), worker_pid(pool, 1)
+        with pytest.raises(WorkerCrashed, match="bytes that are no message") as info:
+            await guard(pool.step_env(0, 1))
+        assert info.value.env_id == 0 and info.value.exitcode == -signal.SIGKILL
+        assert any("malformed pipe stream" in r.getMessage() for r in caplog.records)
+        obs, *_ = await guard(pool.step(np.zeros(2, dtype=np.int64), env_ids=[2, 3]))
+        assert obs[:, 0].tolist() == [1, 1]
+        assert worker_pid(pool, 1) == other
+        await wait_new_worker(pool, 0, old)
+        obs, _ = await guard(pool.reset(env_ids=[0, 1]))
+        obs, *_ = await guard(pool.step(np.zeros(4, dtype=np.int64)))
+        assert obs[:, 0].tolist() == [1, 1, 2, 2]
+        assert process_gone(old)
+
+
+async def test_worker_alive_after_its_pipe_ended_is_stopped_after_the_grace() -> None:
+    """A worker whose pipe ends while it keeps running (here an env shut it down, then hangs) gets
+    ``EOF_GRACE`` seconds to exit, then is killed: its request fails with WorkerCrashed, not a hang."""
+    async with aioenv.Pool("tests.envs.faulty:PipeVandalEnv", 2, num_workers=1) as pool:
+        await guard(pool.reset())
+        old = worker_pid(pool, 0)
+        with pytest.raises(WorkerCrashed, match="closed its end of the pipe, so it was stopped") as info:
+            await guard(pool.step_env(0, 2))
+        assert info.value.exitcode == -signal.SIGKILL
+        await wait_new_worker(pool, 0, old)
+        await guard(pool.reset())
+        obs, *_ = await guard(pool.step(np.zeros(2, dtype=np.int64)))
+        assert obs[:, 0].tolist() == [1, 1]
+
+
 async def test_worker_crash_in_batched_step_keeps_other_rows_in_partial(gate: Any) -> None:
     """Pool.step's contract: ``WorkerCrashed`` fails only the envs concerned; like EnvError,
     ``err.partial`` holds the rows of the envs whose worker is alive."""

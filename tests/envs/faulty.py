@@ -12,6 +12,8 @@ cloudpickle (which pickles this module's functions by reference).
 - :class:`DictObsEnv`: ``Dict`` observations.
 - :class:`TextEnv`: ``Text`` observations and actions.
 - :class:`InfoEnv`: an info dict with values of many types.
+- :class:`PipeVandalEnv`: action 1 writes bytes that are no message into its worker's pipe to the pool;
+  action 2 shuts the pipe down and then hangs.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from gymnasium import spaces
 __all__ = [
     "DictObsEnv",
     "InfoEnv",
+    "PipeVandalEnv",
     "ProbeEnv",
     "TextEnv",
     "make_dict",
@@ -246,3 +249,32 @@ def make_text() -> TextEnv:
 
 def make_info() -> InfoEnv:
     return InfoEnv()
+
+
+class PipeVandalEnv(gym.Env):
+    """Obs ``[t]``; action 1 writes garbage into the worker's pipe (``python -m workers --fd N``) first,
+    action 2 shuts the pipe down and hangs (a worker alive but deaf)."""
+
+    observation_space = spaces.Box(-np.inf, np.inf, (1,), np.float32)
+    action_space = spaces.Discrete(3)
+
+    def __init__(self) -> None:
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([self.t], dtype=np.float32), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        import socket
+        import sys
+
+        fd = int(sys.argv[sys.argv.index("--fd") + 1])
+        if int(action) == 1:
+            os.write(fd, b"\xff" * 16)  # a "message" of 4,294,967,295 frames
+        elif int(action) == 2:
+            socket.socket(fileno=os.dup(fd)).shutdown(socket.SHUT_RDWR)
+            time.sleep(120)
+        self.t += 1
+        return np.array([self.t], dtype=np.float32), 0.0, False, False, {}
