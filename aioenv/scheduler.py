@@ -259,7 +259,8 @@ class Scheduler:
                 answered[row] = True
                 busy[env_ids[row]] = False
         else:
-            if k and (rows.min() < 0 or rows.max() >= n):
+            wide = rows.view(np.uint64) if rows.dtype == np.int64 else rows.astype(np.uint64)  # negatives: huge
+            if k and wide.max() >= n:
                 raise ValueError(f"reply rows {rows.tolist()[:8]} out of range for a request of {n}")
             if answered[rows].any():
                 raise ValueError(f"reply rows {rows.tolist()[:8]} were answered already")
