@@ -159,6 +159,7 @@ def serve(
     from aioenv.server import serve as run_server
 
     configure_logging(log_level, json_lines=log_json)
+    _check_worker_sched()
     if local_capacity is not None and worker_bind is None:
         raise click.UsageError("--local-capacity needs --worker-bind (without worker hosts every env is local)")
     config = ServerConfig(
@@ -181,6 +182,17 @@ def serve(
         raise click.ClickException(f"cannot serve on {bind}: {exc}") from exc
     except ValueError as exc:  # e.g. an --auth directory without the server's key
         raise click.ClickException(str(exc)) from exc
+
+
+def _check_worker_sched() -> None:
+    """Refuse a bad AIOENV_WORKER_SCHED before any worker process starts."""
+    from aioenv.errors import UsageError
+    from aioenv.launcher import worker_sched_policy
+
+    try:
+        worker_sched_policy()
+    except UsageError as exc:
+        raise click.UsageError(str(exc)) from exc
 
 
 @main.command()
@@ -223,6 +235,7 @@ def worker(
 
     curve = _key_pair(key, server_key)
     configure_logging(log_level, json_lines=False)
+    _check_worker_sched()
     try:
         host = WorkerHost(connect, capacity, executor, name=name, server_timeout=server_timeout, curve=curve)
         code = host.run()

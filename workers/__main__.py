@@ -7,6 +7,7 @@ from the pool that started this process (see :mod:`aioenv.pipe`)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import logging
 import os
@@ -23,6 +24,23 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+def _take_sched_policy() -> None:
+    """Run this process under ``SCHED_BATCH`` unless told otherwise (see
+    :func:`aioenv.launcher.worker_sched_policy`): every thread it has now (numpy's BLAS threads start
+    at import), and those started later (env threads, ZeroMQ's I/O threads) inherit it."""
+    from aioenv.launcher import worker_sched_policy
+
+    if worker_sched_policy() != "batch" or not hasattr(os, "sched_setscheduler"):
+        return
+    try:
+        tids = [int(tid) for tid in os.listdir("/proc/self/task")]
+    except OSError:
+        tids = [0]
+    for tid in tids:
+        with contextlib.suppress(OSError):  # refused, or the thread is gone: keep the default policy
+            os.sched_setscheduler(tid, os.SCHED_BATCH, os.sched_param(0))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,6 +64,12 @@ def main(argv: list[str] | None = None) -> int:
         _die_with_parent()
         if os.getppid() != args.parent_pid:
             return 1  # the parent died before we could ask to follow it
+    from aioenv.errors import UsageError
+
+    try:
+        _take_sched_policy()
+    except UsageError as exc:  # a bad AIOENV_WORKER_SCHED
+        parser.error(str(exc))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
     # In-worker code (aioenv.compat's helper) loads pickled payloads from this directory only;
     # a worker started without one must not trust a directory inherited through the environment.

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import zmq
 
 from aioenv.pipe import PipeLink
-from aioenv.zmqio import defer_io_threads, has_input, recv_frames, send_frames
+from aioenv.zmqio import has_input, recv_frames, send_frames
 
 __all__ = ["Link", "ZmqLink", "open_link"]
 
@@ -55,7 +55,6 @@ class ZmqLink:
 
     def __init__(self, endpoint: str, name: str, configure: Callable[[zmq.Socket[Any]], None] | None = None) -> None:
         sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
-        defer_io_threads(sock.context)
         sock.setsockopt(zmq.IDENTITY, name.encode())
         sock.setsockopt(zmq.LINGER, 2000)
         if configure is not None:
