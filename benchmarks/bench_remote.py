@@ -25,7 +25,7 @@ timed window. Four cases:
    env itself), with one worker host, ``aioenv worker --connect WORKER_PORT --capacity 4096``, whose child
    processes are the pool's workers; both started once for the case and stopped with SIGTERM at its end
    (exit 0, nothing left behind). Reported: medians, via-host / embedded and via-host / remote. No bar
-   (the extra cost is the worker -> server hop, over tcp instead of ipc).
+   (the extra cost is the worker -> server hop, over tcp instead of the pipe of a local worker).
 
 CPU use over each window is recorded per part (this process, the server, a worker host, the server's
 workers wherever they run, local workers, our idle processes, other programs, time stolen by the host) to

@@ -8,7 +8,7 @@ client loop of the ``cartpole`` case in three cells per repeat, interleaved (the
 repeat):
 
 - ``embedded``: a local pool;
-- ``remote``: the run's main server, whose workers are its own children and reach it over ipc;
+- ``remote``: the run's main server, whose workers are its own children and reach it over a pipe each;
 - ``remote via host``: the second server, whose workers run under the host and reach it over tcp (its worker
   port): the one difference with ``remote``.
 
@@ -187,7 +187,7 @@ def md_hosts(sec: dict[str, Any]) -> list[str]:
         f"server (`{srv.get('command', 'n/a')}`) that runs no env itself, its pools' worker processes started by "
         f"one worker host on this machine (`{host.get('command', 'n/a')}`). The client -> server hop is tcp in "
         "both remote cells; the extra cost of the host is the worker -> server hop, over tcp (the server's worker "
-        "port) instead of ipc (a local worker and its coordinator). CPU host: the `aioenv worker` process; "
+        "port) instead of a pipe (a local worker and its coordinator). CPU host: the `aioenv worker` process; "
         "workers: the pool's worker processes (the host's children in the via-host cell); the server not "
         "serving a cell is left out.",
     ]
