@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import select
 import socket
 import struct
 from collections.abc import Callable, Sequence
@@ -300,7 +301,8 @@ class PipePort:
 
 class PipeLink:
     """The worker's end of its pipe (the descriptor it inherited): blocking :meth:`recv` and
-    :meth:`send`, and :meth:`has_input` that never blocks.
+    :meth:`send`, and :meth:`has_input` that never blocks. Blocking holds even when an event loop
+    watching the descriptor made it non-blocking (uvloop does): a message is always sent whole.
 
     Raises:
         LinkClosed: from :meth:`recv` and :meth:`has_input` once the coordinator's end is closed.
@@ -320,7 +322,10 @@ class PipeLink:
         space = self._reader.buffer()
         try:
             n = self.sock.recv_into(space, 0, flags)
-        except BlockingIOError:
+        except BlockingIOError:  # nothing yet (an event loop that watches the fd made it non-blocking)
+            if flags & socket.MSG_DONTWAIT:
+                return
+            self._wait(select.POLLIN)
             return
         except OSError as exc:
             raise LinkClosed(f"the coordinator's end of the pipe failed: {exc}") from exc
@@ -349,16 +354,29 @@ class PipeLink:
         """
         bufs, total = framed(frames)
         try:
-            n = self.sock.sendmsg(bufs) if len(bufs) <= _IOV_MAX else 0
+            try:
+                n = self.sock.sendmsg(bufs) if len(bufs) <= _IOV_MAX else 0
+            except BlockingIOError:
+                n = 0
             if n == total:
                 return
             rest = collections.deque(_views(bufs))
             _sent(rest, n)
-            while rest:
-                n = self.sock.sendmsg([rest[i] for i in range(min(len(rest), _IOV_MAX))])
+            while rest:  # the rest of this message, whatever it takes: a message is never cut short
+                try:
+                    n = self.sock.sendmsg([rest[i] for i in range(min(len(rest), _IOV_MAX))])
+                except BlockingIOError:  # the socket is full (and non-blocking): wait for room
+                    self._wait(select.POLLOUT)
+                    continue
                 _sent(rest, n)
         except OSError as exc:
             raise LinkClosed(f"the coordinator's end of the pipe is closed: {exc}") from exc
+
+    def _wait(self, event: int) -> None:
+        """Block until the socket is ready for ``event`` (or hung up: the next call says how)."""
+        poller = select.poll()
+        poller.register(self.sock.fileno(), event)
+        poller.poll()
 
     def close(self) -> None:
         """Close this end (the coordinator sees end of stream)."""

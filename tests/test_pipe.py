@@ -11,6 +11,7 @@ import asyncio
 import socket
 import struct
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -153,6 +154,35 @@ async def test_port_and_link_carry_messages_both_ways_in_order_with_backlog() ->
 
 
 @pytest.mark.timeout(HANG)
+def test_link_sends_whole_messages_on_a_non_blocking_descriptor() -> None:
+    """uvloop makes a descriptor it watches non-blocking: a send that fills the socket must wait for
+    room, not give up half-way (which would corrupt the stream for every later message)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    link = PipeLink(theirs.detach())
+    link.sock.setblocking(False)
+    big = np.random.default_rng(2).integers(0, 255, 4 << 20, dtype=np.uint8)
+    got: list[list[bytes]] = []
+
+    def read_slowly() -> None:
+        reader = FrameReader()
+        while len(got) < 2:
+            time.sleep(0.001)  # slower than the sender: the socket fills up
+            space = reader.buffer()
+            n = ours.recv_into(space, min(space.nbytes, 50_000))
+            del space
+            got.extend([bytes(f) for f in msg] for msg in reader.advance(n))
+
+    thread = threading.Thread(target=read_slowly)
+    thread.start()
+    link.send([b"first", big])
+    link.send([b"second"])
+    thread.join(HANG)
+    assert got == [[b"first", big.tobytes()], [b"second"]]
+    link.close()
+    ours.close()
+
+
+@pytest.mark.timeout(HANG)
 async def test_link_raises_link_closed_when_the_port_closes() -> None:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     port = PipePort(ours, b"w0", lambda identity, frames: None)
@@ -166,3 +196,30 @@ async def test_link_raises_link_closed_when_the_port_closes() -> None:
     with pytest.raises(LinkClosed):
         link.send([b"nobody listens"])
     link.close()
+
+
+@pytest.mark.timeout(HANG)
+@pytest.mark.parametrize("executor", ["inline", "thread"])
+async def test_a_pool_moves_large_observations_and_actions_intact(executor: str) -> None:
+    """Real workers over their pipes: 512 KiB of actions per worker (more than a socket buffer holds,
+    so the pool's end keeps a backlog) and 216 KiB of observations per reply (received in place);
+    the trajectories equal SyncVectorEnv's byte for byte."""
+    import gymnasium as gym
+
+    import aioenv
+    from tests.envs.bigenv import ACT_SHAPE, make_big
+
+    n = 16
+    rng = np.random.default_rng(1)
+    actions = [rng.uniform(-1, 1, (n, *ACT_SHAPE)).astype(np.float32) for _ in range(3)]
+    ref = gym.vector.SyncVectorEnv([make_big] * n)
+    ref_obs, _ = ref.reset(seed=list(range(n)))
+    async with aioenv.Pool("tests.envs.bigenv:make_big", n, num_workers=2, executor=executor) as pool:
+        obs, _ = await asyncio.wait_for(pool.reset(seed=list(range(n))), HANG)
+        np.testing.assert_array_equal(obs, ref_obs)
+        for act in actions:
+            obs, rew, *_ = await asyncio.wait_for(pool.step(act), HANG)
+            ref_obs, ref_rew, *_ = ref.step(act)
+            np.testing.assert_array_equal(obs, ref_obs)
+            np.testing.assert_array_equal(rew, ref_rew)
+    ref.close()
