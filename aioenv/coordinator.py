@@ -130,7 +130,7 @@ class Coordinator:
 
     @staticmethod
     def private_directory() -> str:
-        """A fresh 0700 directory for the socket and pickled factories."""
+        """A fresh 0700 directory for pickled factories."""
         return tempfile.mkdtemp(prefix="aioenv-")
 
     # ------------------------------------------------------------ start

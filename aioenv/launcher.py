@@ -152,7 +152,12 @@ class LocalProcess:
     Args:
         name: the worker's name (the identity its messages are delivered with).
         trusted_dir: the pool's private directory (pickled factories).
+        executor: ``inline``, ``thread`` or ``async``.
         on_exit: called in the loop thread once, when the process has exited.
+        on_message: called in the loop thread with each message the worker sends.
+
+    Raises:
+        UsageError: ``AIOENV_WORKER_SCHED`` holds a value other than ``batch`` or ``default``.
     """
 
     def __init__(
