@@ -31,11 +31,13 @@ from typing import Any
 
 from aioenv.errors import ProtocolError
 
-__all__ = ["BIG_MESSAGE", "FrameReader", "LinkClosed", "PipeLink", "PipePort", "framed"]
+__all__ = ["BIG_MESSAGE", "MAX_FRAMES", "MAX_MESSAGE", "FrameReader", "LinkClosed", "PipeLink", "PipePort", "framed"]
 
 _COUNT = struct.Struct("<I")
 #: Most frames one message may have (a guard against a corrupt stream, far above any real message).
 MAX_FRAMES = 1 << 13
+#: Largest message accepted (a guard against a corrupt stream: 16 GiB).
+MAX_MESSAGE = 1 << 34
 #: Messages at least this large are received in place into a buffer of their own.
 BIG_MESSAGE = 1 << 16
 #: Size of the reader's buffer for small messages (one ``recv_into`` fills it with many of them).
@@ -128,15 +130,17 @@ class FrameReader:
                 break
             sizes = struct.unpack_from(f"<{count}Q", buf, pos + 4)
             total = head + sum(sizes)
+            if total > MAX_MESSAGE:
+                raise ProtocolError(f"malformed pipe stream: a message of {total} bytes (the limit is {MAX_MESSAGE})")
             if end - pos < total:
                 if total >= BIG_MESSAGE:  # receive the rest in place, into a buffer of its own
                     big = bytearray(total)
                     have = end - pos
-                    big[:have] = buf[pos:end]
+                    big[:have] = memoryview(buf)[pos:end]
                     self._big, self._big_fill, self._big_sizes, self._big_head = big, have, sizes, head
                     pos = end
                 break
-            blob = bytes(buf[pos + head : pos + total])
+            blob = bytes(memoryview(buf)[pos + head : pos + total])  # one copy: this message's own
             view = memoryview(blob)
             if count == 1:
                 out.append([view])
@@ -272,8 +276,8 @@ class PipePort:
                 return
             try:
                 messages = reader.advance(n)
-            except ProtocolError as exc:  # a corrupt stream cannot be resynchronised
-                self._lost(f"sent bytes that are no message ({exc})", False)
+            except (ProtocolError, MemoryError) as exc:  # a corrupt stream cannot be resynchronised
+                self._lost(f"sent bytes that are no message ({exc or type(exc).__name__})", False)
                 return
             for frames in messages:
                 self._on_message(self._identity, frames)

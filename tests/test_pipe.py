@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aioenv.errors import ProtocolError
-from aioenv.pipe import BIG_MESSAGE, MAX_FRAMES, FrameReader, LinkClosed, PipeLink, PipePort, framed
+from aioenv.pipe import BIG_MESSAGE, MAX_FRAMES, MAX_MESSAGE, FrameReader, LinkClosed, PipeLink, PipePort, framed
 from tests.conftest import HANG
 
 
@@ -100,6 +100,16 @@ def test_a_corrupt_stream_is_a_protocol_error(count: int) -> None:
     del space
     with pytest.raises(ProtocolError, match="malformed pipe stream"):
         reader.advance(4)
+
+
+def test_a_message_beyond_the_size_limit_is_a_protocol_error() -> None:
+    reader = FrameReader()
+    space = reader.buffer()
+    head = struct.pack("<IQ", 1, MAX_MESSAGE)
+    space[: len(head)] = head
+    del space
+    with pytest.raises(ProtocolError, match="the limit is"):
+        reader.advance(len(head))
 
 
 def test_framed_counts_numpy_and_memoryview_frames() -> None:
