@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--connect", help="coordinator endpoint, e.g. tcp://host:5556")
     where.add_argument("--fd", type=int, help="descriptor of a pipe to the coordinator, inherited from it")
-    parser.add_argument("--name", default=f"worker-{os.getpid()}", help="worker name (its ZeroMQ identity)")
+    parser.add_argument("--name", default=f"worker-{os.getpid()}", help="worker name (the identity its messages carry)")
     parser.add_argument("--executor", default="inline", choices=["inline", "thread", "async"], help="how envs are run")
     parser.add_argument(
         "--trusted-dir", default=None, help="directory of pickled factories and payloads written by a local pool"
@@ -80,6 +80,15 @@ def main(argv: list[str] | None = None) -> int:
 
     configure = None
     link: str | int = args.connect if args.fd is None else args.fd
+    if args.fd is not None:
+        import stat
+
+        try:
+            is_socket = stat.S_ISSOCK(os.fstat(args.fd).st_mode)
+        except OSError as exc:
+            parser.error(f"--fd {args.fd}: not an open descriptor ({exc.strerror})")
+        if not is_socket:
+            parser.error(f"--fd {args.fd}: not a socket (expected the pipe a pool passes to its workers)")
     if args.curve_secret or args.server_key:
         if args.fd is not None:
             parser.error("--curve-secret and --server-key are for --connect")
