@@ -117,7 +117,7 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
     Args:
         env_fns: one callable per env, each returning a ``gymnasium.Env`` (shipped to the workers
             with cloudpickle; every env must have the same spaces).
-        shared_memory: accepted and ignored: observations travel as raw ZeroMQ frames.
+        shared_memory: accepted and ignored: observations travel as raw array frames (over a pipe, or ZeroMQ).
         copy: accepted and ignored: every call returns fresh arrays (as ``copy=True``).
         context: accepted and ignored: workers are started with ``python -m workers``, never forked.
         daemon: accepted and ignored: workers always die with the pool (and with this process).
