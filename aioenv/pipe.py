@@ -317,6 +317,10 @@ class PipeLink:
         self.sock.setblocking(True)
         self._reader = FrameReader()
         self._ready: collections.deque[list[memoryview]] = collections.deque()
+        self._drained = False  # the last read left the socket empty: has_input need not ask again
+
+    #: Its descriptor stays readable while input waits (an event loop need not look again after a send).
+    edge_triggered = False
 
     def fileno(self) -> int:
         """The descriptor to watch for input (level-triggered)."""
@@ -333,14 +337,22 @@ class PipeLink:
             return
         except OSError as exc:
             raise LinkClosed(f"the coordinator's end of the pipe failed: {exc}") from exc
+        self._drained = n < space.nbytes
         del space
         if n == 0:
             raise LinkClosed("the coordinator closed its end of the pipe")
         self._ready.extend(self._reader.advance(n))
 
     def has_input(self) -> bool:
-        """True when a whole message can be received without blocking."""
+        """True when a whole message can be received without blocking.
+
+        After a read that emptied the socket, the next call answers False without asking the socket
+        again (the one after asks): a loop draining on readiness stops there, and the descriptor,
+        level-triggered, calls it back if more arrived meanwhile."""
         if not self._ready:
+            if self._drained:
+                self._drained = False
+                return False
             self._fill(socket.MSG_DONTWAIT)
         return bool(self._ready)
 

@@ -192,6 +192,25 @@ def test_link_sends_whole_messages_on_a_non_blocking_descriptor() -> None:
     ours.close()
 
 
+def test_has_input_does_not_ask_an_emptied_socket_twice() -> None:
+    """After a read that emptied the socket, has_input answers False once without a syscall (a
+    drain on readiness stops there; the level-triggered descriptor calls it back), then asks again."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    link = PipeLink(theirs.detach())
+    assert not link.edge_triggered
+    bufs, _ = framed([b"one"])
+    ours.sendall(b"".join(bufs))
+    assert link.has_input()
+    assert [bytes(f) for f in link.recv()] == [b"one"]
+    bufs, _ = framed([b"two"])
+    ours.sendall(b"".join(bufs))
+    assert not link.has_input()  # the read that brought "one" emptied the socket: not asked again
+    assert link.has_input()  # asked now
+    assert [bytes(f) for f in link.recv()] == [b"two"]
+    link.close()
+    ours.close()
+
+
 @pytest.mark.timeout(HANG)
 async def test_link_raises_link_closed_when_the_port_closes() -> None:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -186,7 +186,8 @@ class ConcurrentWorker:
 
     def _send(self, frames: list[Any]) -> None:
         self.link.send(frames)
-        if not self._drain_scheduled:  # a send may consume the descriptor's edge: look once after the burst
+        if self.link.edge_triggered and not self._drain_scheduled:
+            # a send may consume the descriptor's edge: look once after the burst
             self._drain_scheduled = True
             self.loop.call_soon(self._drain)
 

@@ -41,6 +41,12 @@ class Link(Protocol):
         """A descriptor that becomes readable when input may be waiting."""
         ...
 
+    @property
+    def edge_triggered(self) -> bool:
+        """True when the descriptor signals only new input: a reader must drain until
+        :meth:`has_input` is False, and look again after sending (a send may consume the edge)."""
+        ...
+
     def close(self) -> None:
         """Close the connection (messages already sent are still delivered)."""
         ...
@@ -61,6 +67,9 @@ class ZmqLink:
             configure(sock)
         sock.connect(endpoint)
         self.sock = sock
+
+    #: ZeroMQ's descriptor signals only new input (and a send may consume the signal).
+    edge_triggered = True
 
     def send(self, frames: Sequence[Any]) -> None:
         """Send one message (queued by ZeroMQ; never blocks)."""
