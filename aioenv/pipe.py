@@ -181,6 +181,27 @@ def _views(frames: Sequence[Any]) -> list[memoryview]:
     return [memoryview(f).cast("B") if not isinstance(f, bytes) else memoryview(f) for f in frames]
 
 
+def _send_whole(sock: socket.socket, frames: Sequence[Any]) -> collections.deque[memoryview] | None:
+    """Send one message at once if the socket takes it all (the common case: one syscall); else the
+    bytes still to send, for :func:`_send_more`. ``OSError`` (not ``BlockingIOError``) propagates."""
+    bufs, total = framed(frames)
+    try:
+        n = sock.sendmsg(bufs) if len(bufs) <= _IOV_MAX else 0
+    except BlockingIOError:
+        n = 0
+    if n == total:
+        return None
+    rest = collections.deque(_views(bufs))
+    _sent(rest, n)
+    return rest
+
+
+def _send_more(sock: socket.socket, rest: collections.deque[memoryview]) -> None:
+    """Send what the socket takes of ``rest`` now, dropping it from ``rest``.
+    ``BlockingIOError``: nothing fits now; other ``OSError``: the peer is gone."""
+    _sent(rest, sock.sendmsg([rest[i] for i in range(min(len(rest), _IOV_MAX))]))
+
+
 class PipePort:
     """The coordinator's end of a worker's pipe: messages in through ``on_message(identity, frames)``
     in the loop thread, :meth:`send` never blocks (what the socket cannot take now waits in a backlog).
@@ -217,21 +238,16 @@ class PipePort:
         """Send one message (``identity`` must be this port's worker); False once the pipe is closed."""
         if self.closed:
             return False
-        bufs, total = framed(frames)
         if self._backlog:
-            self._backlog.extend(_views(bufs))
+            self._backlog.extend(_views(framed(frames)[0]))
             return True
         try:
-            n = self._sock.sendmsg(bufs) if len(bufs) <= _IOV_MAX else 0
-        except BlockingIOError:
-            n = 0
+            rest = _send_whole(self._sock, frames)
         except OSError as exc:  # the worker is gone (its exit is reported through its pidfd)
             self._lost(f"closed its end of the pipe ({exc})", True)
             return False
-        if n != total:
-            backlog = collections.deque(_views(bufs))
-            _sent(backlog, n)
-            self._backlog = backlog
+        if rest is not None:
+            self._backlog = rest
             self._loop.add_writer(self._fd, self._writable)
         return True
 
@@ -239,9 +255,7 @@ class PipePort:
         backlog = self._backlog
         try:
             while backlog:
-                chunk = [backlog[i] for i in range(min(len(backlog), _IOV_MAX))]
-                n = self._sock.sendmsg(chunk)
-                _sent(backlog, n)
+                _send_more(self._sock, backlog)
         except BlockingIOError:
             return
         except OSError as exc:
@@ -277,7 +291,7 @@ class PipePort:
             try:
                 messages = reader.advance(n)
             except (ProtocolError, MemoryError) as exc:  # a corrupt stream cannot be resynchronised
-                self._lost(f"sent bytes that are no message ({exc or type(exc).__name__})", False)
+                self._lost(f"sent bytes that are no message ({str(exc) or type(exc).__name__})", False)
                 return
             for frames in messages:
                 self._on_message(self._identity, frames)
@@ -368,23 +382,13 @@ class PipeLink:
         Raises:
             LinkClosed: the coordinator's end is closed.
         """
-        bufs, total = framed(frames)
         try:
-            try:
-                n = self.sock.sendmsg(bufs) if len(bufs) <= _IOV_MAX else 0
-            except BlockingIOError:
-                n = 0
-            if n == total:
-                return
-            rest = collections.deque(_views(bufs))
-            _sent(rest, n)
+            rest = _send_whole(self.sock, frames)
             while rest:  # the rest of this message, whatever it takes: a message is never cut short
                 try:
-                    n = self.sock.sendmsg([rest[i] for i in range(min(len(rest), _IOV_MAX))])
+                    _send_more(self.sock, rest)
                 except BlockingIOError:  # the socket is full (and non-blocking): wait for room
                     self._wait(select.POLLOUT)
-                    continue
-                _sent(rest, n)
         except OSError as exc:
             raise LinkClosed(f"the coordinator's end of the pipe is closed: {exc}") from exc
 
