@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["add_info", "batch_infos", "merge_infos", "take_info"]
+__all__ = ["add_info", "batch_infos", "concat_infos", "merge_infos", "take_info"]
 
 
 def add_info(vector_infos: dict[str, Any], env_info: dict[str, Any], row: int, num_rows: int) -> dict[str, Any]:
@@ -44,9 +44,20 @@ def add_info(vector_infos: dict[str, Any], env_info: dict[str, Any], row: int, n
 
 
 def take_info(info: dict[str, Any], index: np.ndarray | slice) -> dict[str, Any]:
-    """Select rows ``index`` (bool mask, int array or slice) of every array in a batched info dict."""
+    """Select rows ``index`` (bool mask, int array or slice) of every array in a batched info dict.
+
+    A key that none of the selected rows has (its ``_key`` mask selects no True) is left out with its
+    mask, as gymnasium would never have added it for those rows.
+    """
     out: dict[str, Any] = {}
+    absent: set[str] = set()
+    for key in info:
+        mask = info.get(f"_{key}")
+        if isinstance(mask, np.ndarray) and mask.dtype == np.bool_ and mask.ndim == 1 and not mask[index].any():
+            absent.update((key, f"_{key}"))
     for key, value in info.items():
+        if key in absent:
+            continue
         if isinstance(value, dict):
             out[key] = take_info(value, index)
         elif isinstance(value, np.ndarray) and value.ndim >= 1:
@@ -171,6 +182,59 @@ def merge_infos(items: list[tuple[dict[str, Any], np.ndarray]], num_rows: int) -
             out[key] = _merge_column(key, present, num_rows)
         out[f"_{key}"] = mask
     return out
+
+
+def concat_infos(infos: list[dict[str, Any] | None], sizes: list[int]) -> dict[str, Any]:
+    """:func:`merge_infos` for parts whose rows follow each other: part i (batched info or None) holds the
+    next ``sizes[i]`` rows of the batch.
+
+    When every part has every key as a typed column over all its rows (an env returning the same keys each
+    step, the common case), each key is one ``np.concatenate`` and its mask all True, whatever the number
+    of parts; otherwise the parts go through :func:`merge_infos`, with the same result.
+    """
+    num_rows = sum(sizes)
+    every = [info for info in infos if info is not None]
+    if every and len(every) == len(infos) and all(len(info) == len(every[0]) for info in every):
+        out: dict[str, Any] = {}
+        for key in every[0]:
+            if key == _PY or (key.startswith("_") and key[1:] in every[0]):
+                continue
+            column = _concat_full(key, every, sizes)
+            if column is None:
+                break
+            out[key] = column
+            out[f"_{key}"] = np.ones(num_rows, dtype=np.bool_)
+        else:  # every key of the first part concatenated, and no part has more keys
+            return out
+    items = []
+    row = 0
+    for info, size in zip(infos, sizes, strict=True):
+        if info:
+            items.append((info, np.arange(row, row + size)))
+        row += size
+    return merge_infos(items, num_rows) if items else {}
+
+
+def _concat_full(key: str, infos: list[dict[str, Any]], sizes: list[int]) -> np.ndarray | None:
+    """The parts' typed columns of ``key`` concatenated, or None unless every part has it over all its rows
+    (no mask) with one dtype and row shape (as :func:`_merge_full` requires)."""
+    first = infos[0].get(key)
+    if key == "final_obs" or not isinstance(first, np.ndarray) or first.dtype == object or first.ndim == 0:
+        return None
+    dtype, tail = first.dtype, first.shape[1:]
+    mask_key = f"_{key}"
+    columns = []
+    for info, size in zip(infos, sizes, strict=True):
+        column = info.get(key)
+        if (
+            mask_key in info
+            or not isinstance(column, np.ndarray)
+            or column.dtype != dtype
+            or column.shape != (size, *tail)
+        ):
+            return None
+        columns.append(column)
+    return np.concatenate(columns)
 
 
 def _merge_full(

@@ -24,7 +24,7 @@ import numpy as np
 
 from aioenv import spaces
 from aioenv.errors import AioEnvError
-from aioenv.infos import batch_infos, merge_infos, take_info
+from aioenv.infos import batch_infos, concat_infos, merge_infos, take_info
 
 __all__ = ["Gather", "Part", "RecvQueue", "ResetResult", "Single", "StepResult"]
 
@@ -231,6 +231,10 @@ class Single:
             self.future.set_exception(exc)
 
 
+def _cut(leaves: list[np.ndarray], cut: slice | None) -> list[np.ndarray]:
+    return leaves if cut is None else [leaf[cut] for leaf in leaves]
+
+
 class _Segment(NamedTuple):
     part: Part
     start: int
@@ -336,19 +340,26 @@ class RecvQueue:
             empty_f, empty_b = np.zeros(0, np.float64), np.zeros(0, np.bool_)
             info: dict[str, Any] = {"env_id": np.zeros(0, np.int32)}
             return spaces.from_leaves(self._obs_space, leaves), empty_f, empty_b, empty_b.copy(), info
-        parts = [[leaf[s.start : s.stop] for leaf in s.part.obs or []] for s in segments]
-        leaves = spaces.concat_leaves(parts) if len(parts) > 1 else [np.array(x) for x in parts[0]]
-        rew = np.concatenate([s.part.reward[s.start : s.stop] for s in segments])
-        term = np.concatenate([s.part.terminated[s.start : s.stop] for s in segments])
-        trunc = np.concatenate([s.part.truncated[s.start : s.stop] for s in segments])
-        ids = np.concatenate([s.part.env_ids[s.start : s.stop] for s in segments]).astype(np.int32)
-        items = []
-        row = 0
-        for s in segments:
+        # A segment that is a whole part (rows usually arrive a reply at a time) is used as it is, not sliced.
+        cuts = [None if s.start == 0 and s.stop == s.part.env_ids.size else slice(s.start, s.stop) for s in segments]
+        if len(segments) == 1:
+            (seg,), (cut,) = segments, cuts
+            whole = slice(None) if cut is None else cut
+            leaves = [np.array(leaf[whole]) for leaf in seg.part.obs or []]
+            rew, term, trunc = (np.array(x[whole]) for x in (seg.part.reward, seg.part.terminated, seg.part.truncated))
+            ids = seg.part.env_ids[whole].astype(np.int32)
+        else:
+            pairs = list(zip(segments, cuts, strict=True))
+            leaves = spaces.concat_leaves([_cut(s.part.obs or [], c) for s, c in pairs])
+            rew = np.concatenate([s.part.reward if c is None else s.part.reward[c] for s, c in pairs])
+            term = np.concatenate([s.part.terminated if c is None else s.part.terminated[c] for s, c in pairs])
+            trunc = np.concatenate([s.part.truncated if c is None else s.part.truncated[c] for s, c in pairs])
+            ids = np.concatenate([s.part.env_ids if c is None else s.part.env_ids[c] for s, c in pairs])
+            ids = ids.astype(np.int32)
+        infos: list[dict[str, Any] | None] = []
+        for s, c in zip(segments, cuts, strict=True):
             binfo = s.part.batched_info()
-            if binfo is not None:
-                items.append((take_info(binfo, slice(s.start, s.stop)), np.arange(row, row + s.stop - s.start)))
-            row += s.stop - s.start
-        info = merge_infos(items, n) if items else {}
+            infos.append(binfo if binfo is None or c is None else take_info(binfo, c))
+        info = concat_infos(infos, [s.stop - s.start for s in segments]) if any(infos) else {}
         info["env_id"] = ids
         return spaces.from_leaves(self._obs_space, leaves), rew, term, trunc, info

@@ -3,6 +3,7 @@ take_info selects rows of a batched info recursively."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import gymnasium as gym
@@ -225,23 +226,26 @@ def test_property_add_info_matches_gymnasium(num_rows: int, data: st.DataObject)
 # ---------------------------------------------------------------- take_info
 
 
-def _expected_rows(value: Any, index: np.ndarray) -> Any:
-    if isinstance(value, dict):
-        return {k: _expected_rows(v, index) for k, v in value.items()}
-    if isinstance(value, np.ndarray) and value.ndim >= 1:
-        return value[index]
-    return value
+_ROWS: dict[int, dict[str, Any]] = {  # row 2 has no info
+    0: {"a": 1, "vec": np.arange(2.0), "final_obs": np.zeros(3), "n": {"x": np.float32(1), "deep": {"y": "s"}}},
+    1: {"a": 2, "vec": np.arange(2.0) + 10},
+    3: {"a": 4, "final_obs": {"k": np.ones(1)}, "n": {"x": np.float32(4)}, "o": Opaque(3)},
+}
+_ENV_IDS = np.array([5, 6, 7, 8], dtype=np.int32)
 
 
 def _batched_info() -> dict[str, Any]:
-    rows = [
-        (0, {"a": 1, "vec": np.arange(2.0), "final_obs": np.zeros(3), "n": {"x": np.float32(1), "deep": {"y": "s"}}}),
-        (1, {"a": 2, "vec": np.arange(2.0) + 10}),
-        (3, {"a": 4, "final_obs": {"k": np.ones(1)}, "n": {"x": np.float32(4)}, "o": Opaque(3)}),
-    ]
-    info = ours(rows, 4)
-    info["env_id"] = np.array([5, 6, 7, 8], dtype=np.int32)
+    info = ours(list(_ROWS.items()), 4)
+    info["env_id"] = _ENV_IDS.copy()
     return info
+
+
+def _expected_rows(index: np.ndarray) -> dict[str, Any]:
+    """What gymnasium batches from the selected rows alone (a key none of them has is absent)."""
+    picked = np.arange(4)[index].tolist()
+    expected = reference([(i, _ROWS[row]) for i, row in enumerate(picked) if row in _ROWS], len(picked))
+    expected["env_id"] = _ENV_IDS[index]
+    return expected
 
 
 @pytest.mark.parametrize(
@@ -253,19 +257,24 @@ def _batched_info() -> dict[str, Any]:
         np.array([True, False, True, True]),
         np.array([False, False, False, False]),
         np.array([0, 1, 2, 3]),
+        np.array([1, 2]),
     ],
-    ids=["ints", "one", "none_int", "mask", "empty_mask", "all"],
+    ids=["ints", "one", "none_int", "mask", "empty_mask", "all", "some_keys_absent"],
 )
 def test_take_info_selects_rows_recursively(index: np.ndarray) -> None:
     info = _batched_info()
     before = {k: v for k, v in info.items()}
     out = take_info(info, index)
-    assert_same(out, _expected_rows(info, index), "take_info")
+    assert_same(out, _expected_rows(index), "take_info")
     n = int(index.sum()) if index.dtype == np.bool_ else index.size
     assert out["env_id"].shape == (n,)
-    assert out["n"]["deep"]["_y"].shape == (n,)
-    assert out["vec"].shape == (n, 2)
     assert set(info) == set(before) and all(info[k] is before[k] for k in info), "take_info must not modify its input"
+
+
+def test_take_info_slices_too() -> None:
+    out = take_info(_batched_info(), slice(1, 3))
+    assert_same(out, _expected_rows(np.array([1, 2])), "take_info")
+    assert "final_obs" not in out and "n" not in out, "keys rows 1 and 2 lack are left out"
 
 
 def test_take_info_passes_non_arrays_through() -> None:
@@ -355,3 +364,48 @@ def test_batch_then_merge_equals_gymnasium_row_by_row(seed: int, kind: str) -> N
             if info:
                 expected = ref_env._add_info(expected, info, row)
         assert_same(merge_infos(items, n), expected)
+
+
+def _uniform_infos(rng: np.random.Generator, n: int) -> list[dict[str, Any] | None]:
+    """Every row with the same typed keys (a latency env's timings, a MuJoCo env's rewards): the case
+    ``concat_infos`` serves with one concatenation per key."""
+    return [
+        {
+            "t": float(rng.random()),
+            "steps": int(rng.integers(9)),
+            "v": rng.random(2),
+            "ok": np.bool_(rng.random() < 0.4),
+        }
+        for _ in range(n)
+    ]
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("kind", ["random keys", "steady keys", "uniform keys"])
+def test_concat_of_consecutive_parts_equals_gymnasium_row_by_row(seed: int, kind: str) -> None:
+    """``recv`` joins the parts it takes, one after another; ``concat_infos`` must give what gymnasium's
+    _add_info gives row by row, whether every part has every key (concatenation) or not (the general
+    merge), including parts of one row and parts without any info."""
+    from aioenv.infos import batch_infos, concat_infos
+
+    make = {"random keys": _random_infos, "steady keys": _steady_infos, "uniform keys": _uniform_infos}[kind]
+    rng = np.random.default_rng(seed)
+    ref_env = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])
+    for _ in range(200):
+        n = int(rng.integers(1, 9))
+        rows = make(rng, n)
+        cuts = sorted(set(rng.integers(1, n, size=int(rng.integers(0, n))).tolist())) if n > 1 else []
+        bounds = [0, *cuts, n]
+        sizes = [b - a for a, b in itertools.pairwise(bounds)]
+        infos: list[dict[str, Any] | None] = []
+        for a, b in itertools.pairwise(bounds):
+            part = rows[a:b]
+            infos.append(batch_infos(part, b - a) if any(part) else None)
+        ref_env.num_envs = n
+        expected: dict[str, Any] = {}
+        for row, info in enumerate(rows):
+            if info:
+                expected = ref_env._add_info(expected, info, row)
+        got = concat_infos(infos, sizes)
+        assert_same(got, expected)
+        assert list(got) == list(expected), "keys (and their masks) in gymnasium's order"
