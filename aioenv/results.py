@@ -340,22 +340,15 @@ class RecvQueue:
             empty_f, empty_b = np.zeros(0, np.float64), np.zeros(0, np.bool_)
             info: dict[str, Any] = {"env_id": np.zeros(0, np.int32)}
             return spaces.from_leaves(self._obs_space, leaves), empty_f, empty_b, empty_b.copy(), info
-        # A segment that is a whole part (rows usually arrive a reply at a time) is used as it is, not sliced.
+        # A segment that is a whole part (rows usually arrive a reply at a time) is used as it is, not sliced;
+        # concatenating copies, so the batch never shares memory with a reply still queued.
         cuts = [None if s.start == 0 and s.stop == s.part.env_ids.size else slice(s.start, s.stop) for s in segments]
-        if len(segments) == 1:
-            (seg,), (cut,) = segments, cuts
-            whole = slice(None) if cut is None else cut
-            leaves = [np.array(leaf[whole]) for leaf in seg.part.obs or []]
-            rew, term, trunc = (np.array(x[whole]) for x in (seg.part.reward, seg.part.terminated, seg.part.truncated))
-            ids = seg.part.env_ids[whole].astype(np.int32)
-        else:
-            pairs = list(zip(segments, cuts, strict=True))
-            leaves = spaces.concat_leaves([_cut(s.part.obs or [], c) for s, c in pairs])
-            rew = np.concatenate([s.part.reward if c is None else s.part.reward[c] for s, c in pairs])
-            term = np.concatenate([s.part.terminated if c is None else s.part.terminated[c] for s, c in pairs])
-            trunc = np.concatenate([s.part.truncated if c is None else s.part.truncated[c] for s, c in pairs])
-            ids = np.concatenate([s.part.env_ids if c is None else s.part.env_ids[c] for s, c in pairs])
-            ids = ids.astype(np.int32)
+        columns = [
+            _cut([*(s.part.obs or []), s.part.reward, s.part.terminated, s.part.truncated, s.part.env_ids], c)
+            for s, c in zip(segments, cuts, strict=True)
+        ]
+        *leaves, rew, term, trunc, ids = [np.concatenate(column) for column in zip(*columns, strict=True)]
+        ids = ids.astype(np.int32)
         infos: list[dict[str, Any] | None] = []
         for s, c in zip(segments, cuts, strict=True):
             binfo = s.part.batched_info()
