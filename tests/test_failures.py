@@ -329,6 +329,37 @@ async def test_idle_worker_killed_then_reset_works() -> None:
         assert obs[:, 1].tolist() == [1, 1, 1, 1]
 
 
+async def test_a_worker_that_keeps_dying_is_given_up_and_its_envs_fail_fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past MAX_RESTARTS deaths a slot is not started again: its envs' requests fail at once with
+    WorkerCrashed saying so (no hang, no spawn loop), the other worker's envs go on, close is clean."""
+    import aioenv.coordinator
+
+    monkeypatch.setattr(aioenv.coordinator, "MAX_RESTARTS", 2)
+    async with aioenv.Pool(PROBE, 4, num_workers=2) as pool:
+        await guard(pool.reset(seed=0))
+        pid = worker_pid(pool, 0)
+        for _ in range(2):  # two restarts are allowed
+            os.kill(pid, signal.SIGKILL)
+            pid = await wait_new_worker(pool, 0, pid)
+        os.kill(pid, signal.SIGKILL)  # the third death: given up
+        async with asyncio.timeout(HANG):
+            while not pool._coord.slots[0].dead_reason:
+                await asyncio.sleep(0.01)
+        assert process_gone(pid)
+        for env_id in (0, 1):
+            with pytest.raises(WorkerCrashed) as info:
+                await guard(pool.step_env(env_id, 0))
+            assert info.value.env_id == env_id
+            assert "died 3 times; aioenv gave up restarting it" in str(info.value)
+        with pytest.raises(WorkerCrashed) as info:
+            await guard(pool.step(np.zeros(4, dtype=np.int64)))
+        assert set(info.value.errors) == {0, 1}
+        assert info.value.partial[-1]["env_id"].tolist() == [2, 3]
+        obs, *_ = await guard(pool.step(np.zeros(2, dtype=np.int64), env_ids=[2, 3]))
+        assert obs[:, 1].tolist() == [2, 2]  # their first step was in the failed batch's partial rows
+        assert pool._coord.slots[0].proc is None, "no worker was started again"
+
+
 async def test_reset_after_crash_uses_recorded_seed() -> None:
     refs = [gym.make("CartPole-v1") for _ in range(4)]
     async with aioenv.Pool("CartPole-v1", 4, num_workers=2, seed=100) as pool:
