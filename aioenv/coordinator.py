@@ -40,7 +40,7 @@ from aioenv.errors import (
 from aioenv.launcher import LaunchSpec, WorkerProc, launch_local
 from aioenv.protocol import Op, decode, encode, leaves_from_wire
 from aioenv.results import Part
-from aioenv.rows import Rows, Segment, route_rows
+from aioenv.rows import Rows, Segment, int_lists, route_rows
 from aioenv.scheduler import THROTTLED, Request, Scheduler
 from aioenv.sources import EnvSources
 
@@ -288,8 +288,7 @@ class Coordinator:
                 raise ValueError(f"a {op!r} message cannot carry rows")
             segments: list[Segment] = []
             start = 0
-            for req_id, rows in multi:
-                at = np.asarray(rows, dtype=np.int64).reshape(-1)
+            for (req_id, _), at in zip(multi, int_lists([rows for _, rows in multi]), strict=True):
                 segments.append((req_id, at, start))
                 start += at.size
             block = Rows.from_header(header, arrays)

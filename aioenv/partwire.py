@@ -23,7 +23,7 @@ import numpy as np
 from aioenv.errors import from_wire, relay_wire
 from aioenv.protocol import Op, encode, leaves_from_wire, leaves_to_wire
 from aioenv.results import Part
-from aioenv.rows import Rows, Segment
+from aioenv.rows import Rows, Segment, int_lists
 
 __all__ = ["BlockEntry", "PartEntry", "decode_block", "decode_part", "encode_parts"]
 
@@ -108,8 +108,8 @@ def decode_block(header: dict[str, Any], arrays: list[np.ndarray]) -> tuple[Rows
     rows = Rows.from_header(header, arrays)
     n = rows.size
     segments: list[Segment] = []
-    for req_id, pos, start in header["blk"]:
-        at = np.asarray(pos, dtype=np.int64).reshape(-1)
+    blk = header["blk"]
+    for (req_id, _, start), at in zip(blk, int_lists([pos for _, pos, _ in blk]), strict=True):
         if type(start) is not int or start < 0 or start + at.size > n:
             raise ValueError(f"a segment of {at.size} rows at {start!r} overruns a block of {n} rows")
         segments.append((req_id, at, start))

@@ -14,6 +14,7 @@ client without being cut into parts).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
@@ -25,10 +26,31 @@ from aioenv.protocol import leaves_from_wire
 from aioenv.results import Part, RecvQueue
 from aioenv.scheduler import Request, Scheduler
 
-__all__ = ["Outlet", "Rows", "Segment", "route_rows"]
+__all__ = ["Outlet", "Rows", "Segment", "int_lists", "route_rows"]
 
 #: A segment of a block: ``(request id, rows of that request (k,) int64, first row in the block)``.
 Segment = tuple[Any, np.ndarray, int]
+
+
+def int_lists(lists: list[Any]) -> list[np.ndarray]:
+    """Each of ``lists`` (lists of ints, as a message's segments carry them) as an int64 array ``(k,)``.
+
+    The arrays are views of one array filled in one pass, which for the many short lists of a block
+    (one per request with rows in it) costs half of one ``np.asarray`` each. Raises ``TypeError`` or
+    ``ValueError`` for anything but lists of ints (a malformed message).
+    """
+    sizes = []
+    for item in lists:
+        if type(item) is not list:
+            raise TypeError(f"expected a list of row numbers, got {type(item).__name__}")
+        sizes.append(len(item))
+    flat = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=sum(sizes))
+    out = []
+    start = 0
+    for k in sizes:
+        out.append(flat[start : start + k])
+        start += k
+    return out
 
 
 class Rows:

@@ -15,7 +15,7 @@ from aioenv.errors import EnvError, StepTimeout
 from aioenv.partwire import BlockEntry, PartEntry, decode_block, decode_part, encode_parts
 from aioenv.protocol import Op, decode, encode
 from aioenv.results import Part, RecvQueue
-from aioenv.rows import Rows, route_rows
+from aioenv.rows import Rows, int_lists, route_rows
 from aioenv.scheduler import Scheduler
 from aioenv.server import Server, ServerConfig
 from tests.conftest import HANG
@@ -113,6 +113,31 @@ def test_a_malformed_block_is_refused_with_what_is_wrong() -> None:
     header, arrays = decode(encode_parts([BlockEntry(short, [(1, np.array([0]), 0)])]))
     with pytest.raises(ValueError, match="disagree on its length"):
         decode_block(header["parts"][0], arrays)
+
+
+@pytest.mark.parametrize(
+    "lists",
+    [[[0], [2, 1], [], [5, 3, 4]], [[7]], [], [[], []], [[True, 2]]],
+    ids=["mixed", "one", "none", "empty", "bool"],
+)
+def test_int_lists_gives_each_list_as_int64(lists: list[list[int]]) -> None:
+    got = int_lists(lists)
+    assert [a.tolist() for a in got] == [[int(x) for x in row] for row in lists]
+    assert all(a.dtype == np.int64 and a.ndim == 1 for a in got)
+
+
+@pytest.mark.parametrize("bad", [[3], ["ab"], [b"\x01"], [[1, [2]]], [[1.5, "x"]], [(1, 2)]])
+def test_int_lists_refuses_what_is_not_a_list_of_ints(bad: list[Any]) -> None:
+    with pytest.raises((TypeError, ValueError)):
+        int_lists(bad)
+
+
+def test_a_block_whose_segments_are_not_lists_is_refused() -> None:
+    header, arrays = decode(encode_parts([BlockEntry(_block(3), [(1, np.array([0, 1]), 0)])]))
+    entry = header["parts"][0]
+    entry["blk"][0][1] = "01"
+    with pytest.raises(TypeError, match="list of row numbers"):
+        decode_block(entry, arrays)
 
 
 class _Sink:
