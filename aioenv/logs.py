@@ -26,10 +26,16 @@ class JsonFormatter(logging.Formatter):
         }
         for key, value in record.__dict__.items():
             if key not in self._STANDARD and not key.startswith("_"):
-                out[key] = value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
+                out[key] = value if _plain(value) else repr(value)
         if record.exc_info:
             out["exception"] = self.formatException(record.exc_info)
         return json.dumps(out)
+
+
+def _plain(value: Any) -> bool:
+    """A value JSON carries as it is: a scalar, or a list of scalars (env ids)."""
+    scalar = (str, int, float, bool, type(None))
+    return isinstance(value, scalar) or (isinstance(value, list) and all(isinstance(v, scalar) for v in value))
 
 
 def configure_logging(level: str = "INFO", *, json_lines: bool = False) -> None:

@@ -23,6 +23,10 @@ every second) is closed and its envs released. Garbage on the port never stops t
 malformed message is answered with a ``ProtocolError`` when its sender can be told, and dropped.
 Shutdown (SIGTERM/SIGINT on ``aioenv serve``): every session is closed (requests in flight are
 answered with ``PoolClosed``), every worker stopped.
+
+Logs: a line per pool opened, closed or dropped, and per client request with failed rows (client,
+request id, envs, error type: a warning for deadlines and crashes, information for an env's error);
+at DEBUG, a line per request as it arrives. The ids are also ``extra`` fields (``--log-json``).
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ log = logging.getLogger("aioenv.server")
 _EXECUTORS = ("inline", "thread", "async")
 _MODES = ("next_step", "same_step", "disabled")
 _KINDS = {Op.STEP: "step", Op.RESET: "reset", Op.CALL: "call"}
+_OPERATIONAL = frozenset(("StepTimeout", "WorkerCrashed", "ProtocolError", "CapacityError"))  # logged as warnings
 
 
 @dataclass
@@ -101,17 +106,50 @@ class _Outlet:
     """Where the relays of one client's session send blocks of rows (see :func:`aioenv.rows.route_rows`):
     a worker's block is queued for the client whole, with the client call each run of rows answers."""
 
-    __slots__ = ("identity", "server")
+    __slots__ = ("client", "identity", "server")
 
-    def __init__(self, server: Server, identity: bytes) -> None:
+    def __init__(self, server: Server, identity: bytes, client: str) -> None:
         self.server = server
         self.identity = identity
+        self.client = client
 
     def forward(self, rows: Rows, segments: list[tuple[Any, np.ndarray, int, np.ndarray]]) -> None:
         self.server.queue(self.identity, BlockEntry(rows, [(s.req_id, pos, start) for s, pos, start, _ in segments]))
         if self.server.metrics is not None:
             now = time.monotonic()
             self.server.metrics.block(rows, [(now - s.t0, pos.size) for s, pos, _, _ in segments])
+        if rows.errors:
+            for sink, _, start, env_ids in segments:
+                failed: dict[int, str] = {}
+                for row, desc in rows.errors.items():
+                    if start <= row < start + env_ids.size:
+                        kind = desc.get("kind") if isinstance(desc, dict) else None
+                        failed[int(env_ids[row - start])] = str(kind or "EnvError")
+                if failed:
+                    _log_failed(self.client, sink.req_id, sink.kind, failed)
+
+
+def _log_failed(client: str, req_id: int, kind: str, failed: dict[int, str]) -> None:
+    """One log line per error type among a client request's failed rows (``failed``: env id -> error type),
+    with ``client``, ``request_id``, ``kind``, ``env_ids`` and ``error`` as fields (``--log-json``). Deadlines
+    and crashes are warnings; an env's own error is information (it is the client's to handle)."""
+    by_type: dict[str, list[int]] = {}
+    for env_id, error in failed.items():
+        by_type.setdefault(error, []).append(env_id)
+    for error, env_ids in by_type.items():
+        level = logging.WARNING if error in _OPERATIONAL else logging.INFO
+        if log.isEnabledFor(level):
+            fields = {"client": client, "request_id": req_id, "kind": kind, "env_ids": env_ids, "error": error}
+            log.log(
+                level,
+                "client %s request %s: %s failed for envs %s: %s",
+                client,
+                req_id,
+                kind,
+                env_ids,
+                error,
+                extra=fields,
+            )
 
 
 class _Relay:
@@ -130,6 +168,10 @@ class _Relay:
         server.queue(self.outlet.identity, PartEntry(self.req_id, part, positions))
         if server.metrics is not None:
             server.metrics.rows(self.kind, time.monotonic() - self.t0, part)
+        if part.errors:
+            ids = part.env_ids
+            failed = {int(ids[row]): type(err).__name__ for row, err in part.errors.items()}
+            _log_failed(self.outlet.client, self.req_id, self.kind, failed)
 
     def fail(self, exc: BaseException) -> None:
         err = exc if isinstance(exc, AioEnvError) else PoolClosed(str(exc))
@@ -307,6 +349,15 @@ class Server:
             raise ProtocolError(f"'to' must be a positive number of seconds, got {timeout!r}")
         build = _builder(kind, header, arrays, ids.size)
         coord.sched.claim(ids)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "client %s request %s: %s for envs %s",
+                session.outlet.client,
+                req_id,
+                kind,
+                ids.tolist(),
+                extra={"client": session.outlet.client, "request_id": req_id, "kind": kind, "env_ids": ids.tolist()},
+            )
         coord.submit(kind, ids, _Relay(session.outlet, req_id, kind), build, timeout=timeout)
 
     # ------------------------------------------------------------ sessions
@@ -391,7 +442,9 @@ class Server:
         if self.closing:
             await coord.aclose()
             raise PoolClosed("the server is shutting down")
-        self.sessions[identity] = _Session(identity, client, env, n, coord, time.monotonic(), _Outlet(self, identity))
+        self.sessions[identity] = _Session(
+            identity, client, env, n, coord, time.monotonic(), _Outlet(self, identity, client or repr(identity[:40]))
+        )
         log.info("client %s opened %d %s envs on %d %s workers", client or identity[:40], n, env, workers, executor)
         return {"spaces": {**described, "_server": {"num_workers": workers, "executor": executor}}}
 

@@ -382,7 +382,9 @@ def test_metrics_and_json_logs(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    srv = ServerProcess("--metrics-port", str(port), "--log-json", "--allow-env", "tests.envs.*")
+    srv = ServerProcess(
+        "--metrics-port", str(port), "--log-json", "--log-level", "DEBUG", "--allow-env", "tests.envs.*"
+    )
     try:
 
         async def main() -> str:
@@ -426,6 +428,27 @@ def test_metrics_and_json_logs(tmp_path: Path) -> None:
     assert value("aioenv_worker_restarts_total") >= 1
     lines = [json.loads(line) for line in "".join(srv.log).splitlines() if line.strip()]
     assert any("listening on" in line["message"] and line["level"] == "INFO" for line in lines)
+    failed = [line for line in lines if "error" in line and "request_id" in line]
+    timeouts = [line for line in failed if line["error"] == "StepTimeout"]
+    assert len(timeouts) == 1, failed
+    late = timeouts[0]
+    assert late["level"] == "WARNING" and late["kind"] == "step" and late["env_ids"] == [0]
+    assert isinstance(late["request_id"], int) and late["client"] == remote.CLIENT_ID
+    assert f"request {late['request_id']}: step failed for envs [0]: StepTimeout" in late["message"]
+    # the thread pool's rows come back in blocks as they finish: a line per block, one request id
+    raised = [line for line in failed if line["error"] == "EnvError"]
+    assert sorted(e for line in raised for e in line["env_ids"]) == [0, 1, 2], failed
+    assert len({line["request_id"] for line in raised}) == 1, raised
+    assert all(line["level"] == "INFO" and line["kind"] == "step" for line in raised)
+    # at DEBUG every request is logged as it arrives, with the same ids
+    arrived = [line for line in lines if line["level"] == "DEBUG" and "request_id" in line]
+    assert len(arrived) == (1 + 5 + 1) + (1 + 2)  # a reset and 6 steps, then a reset and 2 steps
+    (arrival,) = [
+        line
+        for line in arrived
+        if line["request_id"] == late["request_id"] and line["client"] == late["client"] and line["env_ids"] == [0, 1]
+    ]
+    assert arrival["kind"] == "step"
 
 
 # ---------------------------------------------------------------- another "host": a network namespace
