@@ -61,12 +61,13 @@ class ServerMetrics:
         self._failed(type(err).__name__ for err in part.errors.values())
         self._timeouts(part.binfo, part.infos)
 
-    def block(self, rows: Rows, spans: list[tuple[float, int]]) -> None:
+    def block(self, rows: Rows, spans: list[tuple[float, int]], errors: dict[int, str]) -> None:
         """Record a block of rows relayed as it came: ``spans`` gives, per request, how long ago it arrived
-        and how many of the block's rows answer it."""
+        and how many of the block's rows answer it; ``errors``: its failed rows' error types
+        (:meth:`aioenv.rows.Rows.error_types`)."""
         for seconds, count in spans:
             self._latency(rows.kind, seconds, count)
-        self._failed(str(desc.get("kind", "EnvError")) for desc in rows.errors.values() if isinstance(desc, dict))
+        self._failed(errors.values())
         self._timeouts(rows.binfo, rows.infos)
 
     def _latency(self, kind: str, seconds: float, count: int) -> None:

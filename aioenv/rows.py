@@ -90,6 +90,11 @@ class Rows:
         """B, the block's number of rows."""
         return len(self.extras[0]) if self.extras else len(self.obs[0]) if self.obs else 0
 
+    def error_types(self) -> dict[int, str]:
+        """Block row -> the name of the error its description rebuilds to (``EnvError``, ``StepTimeout``, ...),
+        for each failed row: what the caller will get, counted and logged by a server."""
+        return {row: type(from_wire(desc)).__name__ for row, desc in self.errors.items()}
+
     def part(self, env_ids: np.ndarray, start: int, stop: int) -> Part:
         """Rows ``start:stop`` as a :class:`Part` for ``env_ids``."""
         errors = self.errors

@@ -115,18 +115,15 @@ class _Outlet:
 
     def forward(self, rows: Rows, segments: list[tuple[Any, np.ndarray, int, np.ndarray]]) -> None:
         self.server.queue(self.identity, BlockEntry(rows, [(s.req_id, pos, start) for s, pos, start, _ in segments]))
+        errors = rows.error_types() if rows.errors else {}
         if self.server.metrics is not None:
             now = time.monotonic()
-            self.server.metrics.block(rows, [(now - s.t0, pos.size) for s, pos, _, _ in segments])
-        if rows.errors:
-            for sink, _, start, env_ids in segments:
-                failed: dict[int, str] = {}
-                for row, desc in rows.errors.items():
-                    if start <= row < start + env_ids.size:
-                        kind = desc.get("kind") if isinstance(desc, dict) else None
-                        failed[int(env_ids[row - start])] = str(kind or "EnvError")
-                if failed:
-                    _log_failed(self.client, sink.req_id, sink.kind, failed)
+            self.server.metrics.block(rows, [(now - s.t0, pos.size) for s, pos, _, _ in segments], errors)
+        for sink, _, start, env_ids in segments if errors else ():
+            stop = start + env_ids.size
+            failed = {int(env_ids[row - start]): name for row, name in errors.items() if start <= row < stop}
+            if failed:
+                _log_failed(self.client, sink.req_id, sink.kind, failed)
 
 
 def _log_failed(client: str, req_id: int, kind: str, failed: dict[int, str]) -> None:
