@@ -216,15 +216,21 @@ def concat_infos(infos: list[dict[str, Any] | None], sizes: list[int]) -> dict[s
 
 
 def _concat_full(key: str, infos: list[dict[str, Any]], sizes: list[int]) -> np.ndarray | None:
-    """The parts' typed columns of ``key`` concatenated, or None unless every part has it over all its rows
-    (no mask) with one dtype and row shape (as :func:`_merge_full` requires)."""
-    first = infos[0].get(key)
+    """The parts' typed columns of ``key`` concatenated, or None (see :func:`_typed_columns`)."""
+    columns = _typed_columns(key, list(zip(infos, sizes, strict=True)))
+    return None if columns is None else np.concatenate(columns)
+
+
+def _typed_columns(key: str, parts: list[tuple[dict[str, Any], int]]) -> list[np.ndarray] | None:
+    """The columns of ``key`` of ``parts`` (``(batched info, its rows)``), or None unless every part has it
+    as a typed column over all its rows (no mask), all of one dtype and row shape."""
+    first = parts[0][0].get(key)
     if key == "final_obs" or not isinstance(first, np.ndarray) or first.dtype == object or first.ndim == 0:
         return None
     dtype, tail = first.dtype, first.shape[1:]
     mask_key = f"_{key}"
     columns = []
-    for info, size in zip(infos, sizes, strict=True):
+    for info, size in parts:
         column = info.get(key)
         if (
             mask_key in info
@@ -234,7 +240,7 @@ def _concat_full(key: str, infos: list[dict[str, Any]], sizes: list[int]) -> np.
         ):
             return None
         columns.append(column)
-    return np.concatenate(columns)
+    return columns
 
 
 def _merge_full(
@@ -242,26 +248,13 @@ def _merge_full(
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """The common case in a few numpy assignments: every part has the key in all its rows (no mask), as
     typed columns of one dtype and shape. ``(column, mask)``, or None for :func:`_merge_column`."""
-    if key == "final_obs":
+    columns = _typed_columns(key, [(info, pos.size) for info, pos in present])
+    if columns is None:
         return None
-    mask_key = f"_{key}"
-    first = present[0][0][key]
-    if not isinstance(first, np.ndarray) or first.dtype == object or first.ndim == 0:
-        return None
-    dtype, tail = first.dtype, first.shape[1:]
-    for info, pos in present:
-        column = info[key]
-        if (
-            mask_key in info
-            or not isinstance(column, np.ndarray)
-            or column.dtype != dtype
-            or column.shape != (pos.size, *tail)
-        ):
-            return None
-    array = np.zeros((num_rows, *tail), dtype=dtype)
+    array = np.zeros((num_rows, *columns[0].shape[1:]), dtype=columns[0].dtype)
     mask = np.zeros(num_rows, dtype=np.bool_)
-    for info, pos in present:
-        array[pos] = info[key]
+    for column, (_, pos) in zip(columns, present, strict=True):
+        array[pos] = column
         mask[pos] = True
     return array, mask
 
