@@ -1,4 +1,8 @@
-"""Core benchmark: aioenv against gymnasium's SyncVectorEnv / AsyncVectorEnv.
+"""Core benchmark: aioenv against gymnasium's SyncVectorEnv / AsyncVectorEnv, and the floor.
+
+The floor (``floor.py``) is the leanest lock-step pool of Python envs in worker processes that can be
+written (shared memory, one byte each way, nothing checked): ``step/floor`` says how much of the cost
+of a step is aioenv's own and how much the machine's.
 
 Every cell is measured in the same run, interleaved round by round (rotating
 order), so the ratios stay meaningful on a small, noisy machine.  Results go to
@@ -49,11 +53,12 @@ DEFAULT_OUT = ROOT / "benchmarks" / "results" / "core.json"
 ACTION_BATCHES = 64  # pre-sampled action batches, cycled through
 STARTUP_ENVS = 32
 RT_COUNT, RT_WARMUP = 2000, 200
-IMPLS = ("sync", "async", "aioenv_step", "aioenv_sendrecv")
+IMPLS = ("sync", "async", "floor", "aioenv_step", "aioenv_sendrecv")
 RATIOS = {
     "aioenv_step/sync": ("aioenv_step", "sync"),
     "aioenv_step/async": ("aioenv_step", "async"),
     "aioenv_sendrecv/sync": ("aioenv_sendrecv", "sync"),
+    "aioenv_step/floor": ("aioenv_step", "floor"),
 }
 WORKLOADS = {  # name -> (env id, number of envs)
     "cartpole-32": ("CartPole-v1", 32),
@@ -71,9 +76,10 @@ RT_LABELS = {"aioenv": "aioenv step_env", "raw_zmq": "raw pyzmq DEALER/ROUTER"}
 
 # ------------------------------------------------------------------ helpers
 def try_import(name: str) -> ModuleType | str:
-    """Import ``name`` (from the working tree first) or say why it failed."""
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
+    """Import ``name`` (from the working tree first, then ``benchmarks/``) or say why it failed."""
+    for path in (ROOT / "benchmarks", ROOT):
+        if str(path) not in sys.path:
+            sys.path.insert(0, str(path))
     try:
         return importlib.import_module(name)
     except Exception as exc:  # noqa: BLE001 - any failure only disables cells
@@ -213,6 +219,25 @@ def gym_throughput(kind: str, env_id: str, n: int, warm: float, secs: float) -> 
         env.close()
 
 
+def floor_cell(env_id: str, n: int, warm: float, secs: float) -> Cell:
+    """The floor's cell, or why ``floor.py`` cannot be imported."""
+    floor = try_import("floor")
+    return floor if isinstance(floor, str) else functools.partial(floor_throughput, floor, env_id, n, warm, secs)
+
+
+def floor_throughput(floor: ModuleType, env_id: str, n: int, warm: float, secs: float) -> float:
+    """Env-steps/s of the floor (``floor.py``) with as many workers as aioenv's default."""
+    with floor.FloorVectorEnv(env_id, n, min(n, os.cpu_count() or 1)) as env:
+        env.reset(seed=0)
+        acts = presample(env.single_action_space, n)
+
+        def step(k: int) -> int:
+            env.step(acts[k % ACTION_BATCHES])
+            return n
+
+        return timed_steps(step, warm, secs)
+
+
 async def aioenv_throughput(aio: ModuleType, env_id: str, n: int, sendrecv: bool, warm: float, secs: float) -> float:
     """Env-steps/s of ``await pool.step`` or of the send/recv loop (batch n/2)."""
     pool = await aio.make(env_id, n, batch_size=n // 2 if sendrecv else None, seed=0)
@@ -245,6 +270,7 @@ def bench_workload(name: str, args: argparse.Namespace, aio: Aio) -> dict[str, A
     cells: dict[str, Cell] = {
         "sync": functools.partial(gym_throughput, "sync", *a, *t),
         "async": functools.partial(gym_throughput, "async", *a, *t),
+        "floor": floor_cell(*a, *t),
         "aioenv_step": aio_cell(aio, args.timeout, aioenv_throughput, *a, False, *t),
         "aioenv_sendrecv": aio_cell(aio, args.timeout, aioenv_throughput, *a, True, *t),
     }
@@ -404,8 +430,8 @@ def md_table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 def md_workloads(workloads: dict[str, Any]) -> list[str]:
     """Throughput table: env-steps/s per implementation, ratios, targets."""
-    head = ["workload", "Sync", "Async", "aioenv step", "aioenv send/recv"]
-    head += ["step/Sync", "step/Async", "send-recv/Sync", "targets"]
+    head = ["workload", "Sync", "Async", "floor", "aioenv step", "aioenv send/recv"]
+    head += ["step/Sync", "step/Async", "send-recv/Sync", "step/floor", "targets"]
     rows = []
     for wl in workloads.values():
         row = [f"{wl['env_id']} n={wl['num_envs']}"] + [fmt(wl[i]["steps_per_s"]) for i in IMPLS]

@@ -34,22 +34,61 @@ def test_core_benchmark_smoke(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
     cells = result["workloads"]["cartpole-32"]
-    for impl in ("sync", "async", "aioenv_step", "aioenv_sendrecv"):
+    for impl in ("sync", "async", "floor", "aioenv_step", "aioenv_sendrecv"):
         assert cells[impl]["status"] == "ok" and cells[impl]["steps_per_s"] > 0, (impl, cells[impl])
-    assert set(cells["ratios"]) == {"aioenv_step/sync", "aioenv_step/async", "aioenv_sendrecv/sync"}
+    ratios = {"aioenv_step/sync", "aioenv_step/async", "aioenv_sendrecv/sync", "aioenv_step/floor"}
+    assert set(cells["ratios"]) == ratios and all(v is not None for v in cells["ratios"].values())
     assert result["startup"]["aioenv"]["status"] == "ok" and result["startup"]["aioenv"]["seconds"] > 0
     assert (tmp_path / "core.md").read_text().startswith("`")
+
+
+def _bench_module(name: str) -> Any:
+    """A module of ``benchmarks/`` (not a package), loaded from its file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_floor_steps_the_trajectories_of_sync_vector_env() -> None:
+    """The floor does all the work a vector env does (same seeds and actions, same obs, rewards, terminations,
+    truncations, next-step autoresets), so the time it takes is a fair lower bound; its processes and shared
+    file are gone after close."""
+    import gymnasium as gym
+    import numpy as np
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+    floor = _bench_module("floor")
+    n = 5
+    ref = SyncVectorEnv([lambda: gym.make("CartPole-v1")] * n, autoreset_mode=AutoresetMode.NEXT_STEP)
+    env = floor.FloorVectorEnv("CartPole-v1", n, 2)
+    shared = env._dir.name
+    procs = list(env._procs)
+    try:
+        assert np.array_equal(env.reset(seed=7), ref.reset(seed=7)[0])
+        rng = np.random.default_rng(0)
+        ended = 0
+        for t in range(300):
+            actions = rng.integers(0, 2, n)
+            got, want = env.step(actions), ref.step(actions)[:4]
+            for name, a, b in zip(("obs", "reward", "terminated", "truncated"), got, want, strict=True):
+                assert a.dtype == b.dtype and np.array_equal(a, b), (t, name, a, b)
+            ended += int(got[2].sum() + got[3].sum())
+        assert ended > 5  # episodes ended and were reset along the way
+    finally:
+        env.close()
+        ref.close()
+    assert all(p.poll() is not None for p in procs)
+    assert not Path(shared).exists()
 
 
 def test_adapter_benchmark_pairs_ratios_within_rounds_and_rotates_cells(monkeypatch: Any) -> None:
     """Pure bookkeeping of bench_adapters.run (fake cells): each round starts at the next cell, and a ratio
     is the median of within-round ratios, so a machine that slows down for a while does not skew it."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_adapters", ROOT / "benchmarks" / "bench_adapters.py")
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench_module("bench_adapters")
     base = {"Pool.step (async core)": 100.0, "SyncPool.step": 90.0, "AioVectorEnv.step": 80.0}
     names = list(base)
     order: list[str] = []
