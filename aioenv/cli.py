@@ -4,6 +4,7 @@ server) and ``keygen`` (CURVE keys)."""
 
 from __future__ import annotations
 
+import re
 import sys
 
 import click
@@ -81,17 +82,29 @@ def bench(env: str, num_envs: int, seconds: float, num_workers: int | None) -> N
         except aioenv.AioEnvError as exc:
             raise click.ClickException(exc.message) from exc
     table = Table(title=f"aioenv bench: {result.env}, {result.num_envs} envs, {result.num_workers} workers")
-    table.add_column("mode")
-    table.add_column("env-steps / s", justify="right")
+    table.add_column("measured")
+    table.add_column("figure", justify="right")
     table.add_row("startup (make + reset)", f"{result.startup_s * 1000:.0f} ms")
-    table.add_row("await pool.step (all envs)", f"{result.step_per_s:,.0f}")
-    table.add_row(f"send / recv (batches of {max(1, num_envs // 2)})", f"{result.sendrecv_per_s:,.0f}")
+    table.add_row("await pool.step (all envs)", f"{result.step_per_s:,.0f} env-steps/s")
+    table.add_row(f"send / recv (batches of {max(1, num_envs // 2)})", f"{result.sendrecv_per_s:,.0f} env-steps/s")
     console.print(table)
     console.print("peers side by side: python benchmarks/bench_core.py")
 
 
+_ENDPOINT = re.compile(r"(tcp://[^/\s]+:(\d+|\*)|ipc://\S+)")
+
+
+def _endpoint(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Refuse an address ZeroMQ cannot use, saying what one looks like."""
+    if value is None or _ENDPOINT.fullmatch(value):
+        return value
+    raise click.BadParameter(f"expected an address such as tcp://HOST:PORT (e.g. tcp://0.0.0.0:5555), got {value!r}")
+
+
 @main.command()
-@click.option("--bind", default="tcp://0.0.0.0:5555", show_default=True, help="where clients connect")
+@click.option(
+    "--bind", default="tcp://0.0.0.0:5555", show_default=True, callback=_endpoint, help="where clients connect"
+)
 @click.option(
     "--executor",
     type=click.Choice(["inline", "thread", "async"]),
@@ -117,7 +130,10 @@ def bench(env: str, num_envs: int, seconds: float, num_workers: int | None) -> N
 )
 @click.option("--metrics-port", type=click.IntRange(1, 65535), default=None, help="serve Prometheus /metrics")
 @click.option(
-    "--worker-bind", default=None, help="where worker hosts join (aioenv worker --connect), e.g. tcp://0.0.0.0:5556"
+    "--worker-bind",
+    default=None,
+    callback=_endpoint,
+    help="where worker hosts join (aioenv worker --connect), e.g. tcp://0.0.0.0:5556",
 )
 @click.option(
     "--local-capacity",
@@ -196,7 +212,12 @@ def _check_worker_sched() -> None:
 
 
 @main.command()
-@click.option("--connect", required=True, help="the server's worker port (its --worker-bind), e.g. tcp://HOST:5556")
+@click.option(
+    "--connect",
+    required=True,
+    callback=_endpoint,
+    help="the server's worker port (its --worker-bind), e.g. tcp://HOST:5556",
+)
 @click.option("--capacity", type=click.IntRange(1), required=True, help="envs this host may run at once")
 @click.option(
     "--executor",
@@ -273,7 +294,7 @@ def _key_pair(key: str | None, server_key: str | None) -> tuple[str, str] | None
 
 
 @main.command()
-@click.argument("endpoint")
+@click.argument("endpoint", callback=_endpoint)
 @click.option("--timeout", type=click.FloatRange(0.1), default=3.0, show_default=True, help="seconds to wait")
 @click.option("--quiet", "-q", is_flag=True, help="print nothing: the exit code says whether the server answered")
 @click.option("--json", "as_json", is_flag=True, help="print the state as JSON")
@@ -290,8 +311,11 @@ def status(endpoint: str, timeout: float, quiet: bool, as_json: bool, key: str |
     except (aioenv.AioEnvError, TimeoutError, OSError, zmq_error()) as exc:
         if quiet:
             sys.exit(1)
-        why = f"no answer within {timeout:g} s" if isinstance(exc, TimeoutError) else str(exc)
-        raise click.ClickException(f"no answer from {endpoint}: {why}") from exc
+        if isinstance(exc, TimeoutError):
+            raise click.ClickException(f"no answer from {endpoint} within {timeout:g} s") from exc
+        if isinstance(exc, aioenv.AioEnvError):  # it answered, with a refusal
+            raise click.ClickException(f"{endpoint} refused the status request: {exc}") from exc
+        raise click.ClickException(f"cannot reach {endpoint}: {exc}") from exc
     if quiet:
         return
     if as_json:

@@ -48,6 +48,7 @@ log = logging.getLogger("aioenv.fleet")
 
 _EXECUTORS = ("inline", "thread", "async")
 _HOST_OPS = (Op.PING, Op.STARTED, Op.EXITED, Op.LEAVE)
+_CLIENT_OPS = (Op.OPEN, Op.STATUS, Op.STEP, Op.RESET, Op.CALL, Op.CLOSE)  # what a client sends a server
 
 
 class _Agent:
@@ -125,6 +126,16 @@ class RemoteProcess:
         self.spec.on_exit(self)
 
 
+def _port_of(endpoint: str | None) -> str:
+    """How to name the server's client port to a peer: its address, or its port when bound to all addresses."""
+    if endpoint is None:
+        return "its --bind address"
+    host, _, port = endpoint.rpartition(":")
+    if host.split("//")[-1] in ("0.0.0.0", "*", "[::]", "::"):
+        return f"port {port} of this host"
+    return endpoint
+
+
 class Fleet:
     """The server's worker hosts and their processes; see the module docstring.
 
@@ -133,6 +144,7 @@ class Fleet:
         configure: socket options before bind (CURVE, see :mod:`aioenv.auth`).
         local_capacity: envs the server may host itself (None: unlimited; 0: remote hosts only).
         worker_timeout: seconds of silence after which a host is dropped.
+        client_endpoint: the server's client port, named to a client that knocks here by mistake.
     """
 
     def __init__(
@@ -142,7 +154,9 @@ class Fleet:
         configure: Callable[[zmq.Socket[bytes]], None] | None = None,
         local_capacity: int | None = None,
         worker_timeout: float = 10.0,
+        client_endpoint: str | None = None,
     ) -> None:
+        self.client_endpoint = client_endpoint
         self.placement = Placement()
         if local_capacity != 0:
             self.placement.add(LOCAL, local_capacity)
@@ -247,6 +261,13 @@ class Fleet:
             if agent is None:
                 if op == Op.HELLO:  # a worker whose pool is gone (e.g. from before a restart): let it go
                     self.router.send(identity, encode(Op.CLOSE, {"id": 0}))
+                    return
+                if op in _CLIENT_OPS:  # a client given the worker port instead of the client port
+                    err = UsageError(
+                        "this is an aioenv server's worker port (for `aioenv worker --connect`): clients "
+                        f"connect to its client port, {_port_of(self.client_endpoint)}"
+                    )
+                    self._refuse(identity, req_id, err)
                     return
                 if op not in _HOST_OPS:  # a late reply of a worker that was written off: never answer one
                     return

@@ -230,6 +230,7 @@ class Server:
                 configure=configure,
                 local_capacity=self.config.local_capacity,
                 worker_timeout=self.config.worker_timeout,
+                client_endpoint=self.endpoint,
             )
             log.info("worker hosts join at %s", self.fleet.endpoint)
         self._reaper = asyncio.get_running_loop().call_later(1.0, self._reap)

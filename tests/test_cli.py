@@ -50,9 +50,10 @@ def test_readme_tour_is_the_example() -> None:
 def test_bench_measures_a_pool() -> None:
     proc = run_python("-m", "aioenv.cli", "bench", "CartPole-v1", "-n", "4", "--seconds", "0.3")
     assert proc.returncode == 0, proc.stderr
-    rates = re.findall(r"│\s+([\d,]+)\s+│", proc.stdout)
+    rates = re.findall(r"│\s+([\d,]+) env-steps/s\s+│", proc.stdout)
     assert len(rates) == 2 and all(int(r.replace(",", "")) > 0 for r in rates), proc.stdout
     assert "send / recv (batches of 2)" in proc.stdout
+    assert re.search(r"startup \(make \+ reset\)\s+│\s+\d+ ms\s+│", proc.stdout), proc.stdout
 
 
 def test_bench_reports_an_unknown_env_clearly() -> None:
@@ -73,6 +74,11 @@ def test_worker_and_serve_refuse_bad_arguments_clearly() -> None:
     half_status = run_python("-m", "aioenv.cli", "status", "tcp://127.0.0.1:1", "--server-key", __file__)
     assert half_status.returncode == 2 and "--key and --server-key go together" in half_status.stderr
     bad = run_python("-m", "aioenv.cli", "worker", "--connect", "not-an-endpoint", "--capacity", "4")
-    assert bad.returncode == 1 and "cannot connect to not-an-endpoint" in bad.stderr
+    assert bad.returncode == 2 and "expected an address such as tcp://HOST:PORT" in bad.stderr
+    assert "'not-an-endpoint'" in bad.stderr
+    for command in (["serve", "--bind", "nonsense"], ["serve", "--worker-bind", "5556"]):
+        wrong = run_python("-m", "aioenv.cli", *command)
+        assert wrong.returncode == 2 and f"Invalid value for '{command[1]}'" in wrong.stderr, wrong.stderr
+        assert f"got '{command[2]}'" in wrong.stderr
     lonely = run_python("-m", "aioenv.cli", "serve", "--local-capacity", "4")
     assert lonely.returncode == 2 and "--local-capacity needs --worker-bind" in lonely.stderr

@@ -321,6 +321,15 @@ def test_the_worker_port_refuses_bad_hosts_and_garbage(hosts: list[WorkerHostPro
             sock.close()
 
         async def main() -> None:
+            # The reverse mistake: a client (or `aioenv status`) given the worker port is told where to go,
+            # at once, instead of waiting forever on a port that answers its pings.
+            with pytest.raises(
+                aioenv.UsageError, match=f"worker port .* clients connect to its client port, {re.escape(srv.endpoint)}"
+            ):
+                async with asyncio.timeout(HANG):
+                    await aioenv.make(PROBE, 2, endpoint=srv.worker_endpoint)
+            with pytest.raises(aioenv.UsageError, match="this is an aioenv server's worker port"):
+                await fetch_status(srv.worker_endpoint)
             async with aioenv.Pool(PROBE, 2, endpoint=srv.endpoint, num_workers=1) as pool:
                 await pool.reset()  # the server and its host are unaffected
             assert (await fetch_status(srv.endpoint))["protocol_errors"] >= 3

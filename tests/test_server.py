@@ -320,7 +320,7 @@ def test_status_command(server: ServerProcess) -> None:
     gone = subprocess.run([*aioenv_cli, "status", dead, "--quiet", "--timeout", "0.5"], capture_output=True, env=env)
     assert gone.returncode == 1
     bad = subprocess.run([*aioenv_cli, "status", "not-an-endpoint"], capture_output=True, text=True, env=env)
-    assert bad.returncode == 1 and "Traceback" not in bad.stderr and "not-an-endpoint" in bad.stderr
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "got 'not-an-endpoint'" in bad.stderr
 
 
 # ---------------------------------------------------------------- CURVE authentication
