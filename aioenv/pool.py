@@ -233,7 +233,8 @@ class Pool:
         self.metadata = dict(first.get("metadata") or {})
         self.metadata["autoreset_mode"] = self.autoreset_mode
         self.render_mode = first.get("render_mode")
-        self._recv = RecvQueue(self.single_observation_space)
+        assert self._coord is not None
+        self._recv = RecvQueue(self.single_observation_space, self._coord.sched)
 
     @property
     def autoreset_mode(self) -> AutoresetMode:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -242,15 +242,28 @@ class _Segment(NamedTuple):
     error: AioEnvError | None
 
 
+class Unread(Protocol):
+    """Where a :class:`RecvQueue` records which envs have results waiting (:class:`aioenv.scheduler.Scheduler`)."""
+
+    def mark_unread(self, env_ids: np.ndarray) -> None:
+        """Results of ``env_ids`` were queued."""
+
+    def mark_read(self, env_ids: np.ndarray) -> None:
+        """Results of ``env_ids`` were taken."""
+
+
 class RecvQueue:
     """Rows from ``send``/``send_reset`` in the order they finished, waiting for ``recv``.
 
     ``in_flight`` counts rows dispatched but not yet arrived; ``ready`` counts rows
-    (and errors) waiting to be taken.
+    (and errors) waiting to be taken. ``unread`` (optional) is told which envs' results
+    are queued and which were taken, so that no new request is accepted for an env whose
+    result has not been read.
     """
 
-    def __init__(self, obs_space: Any) -> None:
+    def __init__(self, obs_space: Any, unread: Unread | None = None) -> None:
         self._obs_space = obs_space
+        self._unread = unread
         self._items: deque[_Segment] = deque()
         self.ready = 0
         self.in_flight = 0
@@ -273,6 +286,8 @@ class RecvQueue:
         if start < n:
             self._items.append(_Segment(part, start, n, None))
         self.ready += n
+        if self._unread is not None:
+            self._unread.mark_unread(part.env_ids)
         self._wake()
 
     def _wake(self) -> None:
@@ -322,6 +337,8 @@ class RecvQueue:
                     break
                 self._items.popleft()
                 self.ready -= 1
+                if self._unread is not None:
+                    self._unread.mark_read(seg.part.env_ids[seg.start : seg.stop])
                 raise seg.error
             room = max_rows - taken
             if seg.stop - seg.start > room:
@@ -332,7 +349,10 @@ class RecvQueue:
             segments.append(seg)
             taken += seg.stop - seg.start
         self.ready -= taken
-        return self._assemble(segments, taken)
+        batch = self._assemble(segments, taken)
+        if self._unread is not None and taken:
+            self._unread.mark_read(batch[4]["env_id"])
+        return batch
 
     def _assemble(self, segments: list[_Segment], n: int) -> tuple[Any, ...]:
         if not segments:

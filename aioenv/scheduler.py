@@ -7,7 +7,9 @@ questions ("split these env ids by worker", "a reply with this id arrived",
 imply. That keeps every rule testable without sockets.
 
 Invariants:
-- an env has at most one request in flight (``busy``); a second one is a ``UsageError``;
+- an env has at most one request in flight (``busy``); a second one is a ``UsageError``, and so
+  is a request for an env whose last result waits, unread, for ``recv()`` (``unread``): whether
+  its reply had arrived yet never decides whether a call is accepted;
 - every row of an opened request is answered exactly once: by a reply (:meth:`finish`,
   or :meth:`finish_rows` for the replies of thread/async workers that carry some rows
   each), by its worker's death (:meth:`lose_worker`), by its deadline (:meth:`expire`)
@@ -85,6 +87,8 @@ class Scheduler:
         self.held: deque[Held] = deque()
         self.worker_of = np.full(num_envs, -1, dtype=np.int64)
         self.busy = np.zeros(num_envs, dtype=np.bool_)
+        self.unread = np.zeros(num_envs, dtype=np.bool_)  # a result of send()/send_reset() waits for recv()
+        self.unread_count = 0
         self.requests: dict[int, Request] = {}
         self._next_id = 1
         self._deadlines: list[tuple[float, int]] = []
@@ -152,18 +156,34 @@ class Scheduler:
         return ids
 
     def claim(self, env_ids: np.ndarray) -> None:
-        """Mark ``env_ids`` busy, or raise ``UsageError`` naming an env that already is."""
-        if env_ids.size == 1 and not self.busy[env_ids[0]]:  # one env: no fancy indexing
-            self.busy[env_ids[0]] = True
+        """Mark ``env_ids`` busy, or raise ``UsageError`` naming an env that already is, or whose last
+        result waits for ``recv()``."""
+        busy = self.busy
+        if env_ids.size == 1 and not busy[env_ids[0]] and not self.unread_count:  # no fancy indexing
+            busy[env_ids[0]] = True
             return
-        if self.busy[env_ids].any():
-            env = int(env_ids[self.busy[env_ids]][0])
-            raise UsageError(
-                f"env {env} already has a request in flight: an env takes one request at a time "
-                "(await its result, or recv() it, before sending another)",
-                env_id=env,
-            )
-        self.busy[env_ids] = True
+        taken = busy[env_ids]
+        if self.unread_count:
+            taken |= self.unread[env_ids]
+        if taken.any():
+            env = int(env_ids[taken][0])
+            if busy[env]:
+                why = f"env {env} already has a request in flight: an env takes one request at a time"
+            else:
+                why = f"env {env}'s last result has arrived but recv() has not returned it yet"
+            raise UsageError(f"{why} (await its result, or recv() it, before sending another)", env_id=env)
+        busy[env_ids] = True
+
+    def mark_unread(self, env_ids: np.ndarray) -> None:
+        """The results of ``env_ids`` wait in ``recv()``'s queue: no new request for them until read."""
+        self.unread[env_ids] = True
+        self.unread_count = int(np.count_nonzero(self.unread))
+
+    def mark_read(self, env_ids: np.ndarray) -> None:
+        """``recv()`` returned (or raised) the results of ``env_ids``."""
+        if self.unread_count:
+            self.unread[env_ids] = False
+            self.unread_count = int(np.count_nonzero(self.unread))
 
     def release(self, env_ids: np.ndarray) -> None:
         """Mark ``env_ids`` idle (used when a request could not be sent)."""

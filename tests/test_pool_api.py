@@ -454,6 +454,48 @@ async def test_second_request_for_busy_env_raises_usage_error(gate: Any) -> None
         assert res.obs[1] == 2
 
 
+async def _until_ready(pool: aioenv.Pool, rows: int) -> None:
+    """Wait until ``rows`` results of send() have arrived (without taking them)."""
+    async with asyncio.timeout(HANG):
+        while pool._recv.ready < rows:
+            await asyncio.sleep(0.005)
+
+
+async def test_an_env_whose_result_waits_for_recv_takes_no_new_request() -> None:
+    """Whether a result had arrived yet never decides whether the next call is accepted: until recv()
+    returns (or raises) an env's result, every new request for it is refused, naming the env."""
+    async with aioenv.Pool(PROBE, 4, num_workers=2, env_kwargs={"fail_at": 2}) as pool:
+        await guard(pool.reset(seed=0))
+        pool.send(np.zeros(2, dtype=np.int64), env_ids=[1, 3])
+        await _until_ready(pool, 2)  # both results are in recv()'s queue, unread
+        refused = [
+            lambda: pool.send([0], env_ids=[3]),
+            lambda: pool.send_reset(env_ids=[0, 1]),
+            lambda: pool.step_env(1, 0),
+            lambda: pool.reset_env(3),
+        ]
+        for call in refused:
+            with pytest.raises(UsageError, match=r"env (1|3)'s last result has arrived but recv\(\) has not"):
+                call()
+        with pytest.raises(UsageError, match="env 1's last result"):
+            await guard(pool.step(np.zeros(4, dtype=np.int64)))
+        res = await guard(pool.step_env(0, 0))  # envs with no unread result are free
+        assert res.obs[1] == 1
+        *_, info = await guard(pool.recv(min_results=2))
+        assert sorted(info["env_id"].tolist()) == [1, 3]
+        # read: free again. A failed row is read when recv() raises it.
+        pool.send(np.zeros(2, dtype=np.int64), env_ids=[1, 3])  # their second step: fail_at=2 fails both
+        await _until_ready(pool, 2)
+        with pytest.raises(UsageError, match="last result has arrived"):
+            pool.send([0], env_ids=[1])
+        for _ in range(2):
+            with pytest.raises(aioenv.EnvError, match="RuntimeError"):
+                await guard(pool.recv(min_results=1, max_results=1))
+        await guard(pool.reset(env_ids=[1, 3]))
+        obs, *_ = await guard(pool.step(np.zeros(3, dtype=np.int64), env_ids=[1, 2, 3]))
+        assert obs[:, 0].tolist() == [1, 2, 3] and obs[:, 1].tolist() == [1, 1, 1]  # 1 and 3 were reset
+
+
 # ------------------------------------------------------------------ call / attributes / render
 
 

@@ -203,6 +203,28 @@ def test_claim_single_busy_env() -> None:
     assert sched.busy.tolist() == [True, False, True]
 
 
+def test_unread_results_refuse_claims_until_read() -> None:
+    sched = placed(4, 2)
+    sched.claim(ids(0, 1, 2))
+    assert sched.finish(sched.open(0, "step", ids(0, 1)).id) is not None  # replies arrived: not busy...
+    sched.mark_unread(ids(0, 1))  # ...but their results wait for recv()
+    assert sched.unread_count == 2 and not sched.busy[:2].any()
+    for claim in (ids(1), sched.one(0), ids(3, 0)):
+        with pytest.raises(UsageError, match=r"last result has arrived but recv\(\) has not returned it") as exc:
+            sched.claim(claim)
+        assert exc.value.env_id in (0, 1)
+    with pytest.raises(UsageError, match="env 2 already has a request in flight"):  # in flight: said so
+        sched.claim(ids(2, 0))
+    assert not sched.busy[3], "a refused claim must not claim any of its envs"
+    sched.claim(ids(3))
+    sched.mark_read(ids(1))
+    sched.claim(ids(1))
+    sched.mark_read(ids(0))
+    assert sched.unread_count == 0
+    sched.claim(sched.one(0))
+    assert sched.busy.tolist() == [True, True, True, True]
+
+
 # ---------------------------------------------------------------- split
 
 
