@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: demo test lint typecheck bench bench-quick clean
+.PHONY: demo test extras lint typecheck bench bench-quick clean
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ $(VENV)/.installed-test: $(VENV)/.created pyproject.toml
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/aioenv demo
+
+# what the examples need beyond aioenv: aiohttp (web_env.py, llm_agent.py), stable-baselines3 (sb3_ppo.py)
+extras: $(VENV)/.installed
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e ".[examples,sb3]"
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check aioenv workers tests benchmarks examples

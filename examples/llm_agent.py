@@ -1,5 +1,7 @@
 """An LLM-style agent on text envs, acting on whichever env is ready first: `python examples/llm_agent.py`.
 
+Needs aiohttp: ``make extras`` (or ``.venv/bin/pip install -e ".[examples]"``).
+
 The script starts a toy "model" service in this process (aiohttp, on 127.0.0.1 and an ephemeral
 port): ``POST /generate`` with ``{"prompt": ...}`` streams a reply as server-sent events, one token
 per event, each after a small random delay, as an LLM server streams tokens. The model answers
@@ -32,9 +34,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import gymnasium as gym
-from aiohttp import web
+
+try:
+    import aiohttp
+    from aiohttp import web
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise SystemExit(f"{__file__} needs aiohttp: run `make extras` (or pip install -e '.[examples]')") from exc
 
 import aioenv
 

@@ -1,7 +1,7 @@
 """PPO (Stable-Baselines3) on CartPole, with its envs in aioenv workers: `python examples/sb3_ppo.py`.
 
 The only change from SB3's own example is the VecEnv class: ``AioVecEnv`` instead of
-``SubprocVecEnv``. Needs the ``sb3`` extra (``pip install "aioenv[sb3]"``). The default
+``SubprocVecEnv``. Needs the ``sb3`` extra (``make extras``). The default
 budget trains in about a minute on a laptop CPU; ``--timesteps`` sets another.
 """
 

@@ -1,5 +1,7 @@
 """Envs that wait on a web service, hosted by the async executor: `python examples/web_env.py`.
 
+Needs aiohttp: ``make extras`` (or ``.venv/bin/pip install -e ".[examples]"``).
+
 The script starts a real HTTP service in this process (aiohttp, on 127.0.0.1 and an ephemeral
 port): a toy website of numbered pages. ``GET /page?id=P&action=A`` follows link ``A`` of page
 ``P`` and answers, after a lognormal latency (tens of ms), with JSON: the new page id, four
@@ -32,10 +34,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import gymnasium as gym
 import numpy as np
-from aiohttp import web
+
+try:
+    import aiohttp
+    from aiohttp import web
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise SystemExit(f"{__file__} needs aiohttp: run `make extras` (or pip install -e '.[examples]')") from exc
 
 import aioenv
 
