@@ -31,6 +31,7 @@ import numpy as np
 
 from aioenv.errors import (
     AioEnvError,
+    EnvError,
     PoolClosed,
     ProtocolError,
     StepTimeout,
@@ -143,9 +144,13 @@ class Coordinator:
             self.slots.append(slot)
             self._spawn(slot, ids.size)
         makes = [self._make(slot, ids) for slot, ids in zip(self.slots, blocks, strict=True)]
-        replies = await asyncio.gather(*makes)
+        replies = await asyncio.gather(*makes, return_exceptions=True)
+        failed = [r for r in replies if isinstance(r, BaseException)]
+        if failed:
+            raise _start_failure(failed, self.sched.num_envs)
         described: dict[str, Any] = {}
         for reply in replies:
+            assert isinstance(reply, dict)
             described.update(reply)
         return described
 
@@ -345,8 +350,8 @@ class Coordinator:
         self._deliver_part(req, part, positions)
 
     def _deliver_part(self, req: Request, part: Part, positions: np.ndarray | None = None) -> None:
-        if req.kind == "make":
-            self._fail_make(req, part.errors[min(part.errors)])
+        if req.kind == "make":  # the whole MAKE failed (e.g. its env source cannot be imported)
+            self._made(req, {}, part.errors)
             return
         if req.kind == "cancel":
             return
@@ -354,7 +359,9 @@ class Coordinator:
 
     def _made(self, req: Request, header: dict[str, Any], errors: dict[int, AioEnvError]) -> None:
         if errors:
-            self._fail_make(req, errors[min(errors)], more=len(errors) - 1)
+            first = errors[min(errors)]
+            first.errors = {int(req.env_ids[row]): err for row, err in errors.items()}  # see _start_failure
+            self._fail_make(req, first, more=len(errors) - 1)
         elif req.sink is not None and not req.sink.done():
             req.sink.set_result(dict(header.get("spaces") or {}))
 
@@ -628,3 +635,47 @@ class Coordinator:
 
 def _with_env(err: AioEnvError, env_id: int) -> AioEnvError:
     return type(err)(err.message, env_id=env_id)
+
+
+def _start_failure(failed: list[BaseException], num_envs: int) -> BaseException:
+    """The one error ``start()`` raises when making envs failed on one or more workers.
+
+    When every env that failed failed the same way (a wrong gymnasium id, a bad ``env_kwargs``), the
+    error says so for all of them at once instead of naming whichever env a worker reported first;
+    otherwise it is the lowest env's error, which says how many more failed. ``errors`` holds every
+    env's error either way.
+    """
+    if not all(isinstance(e, AioEnvError) for e in failed):
+        return next(e for e in failed if not isinstance(e, AioEnvError))
+    errs = [e for e in failed if isinstance(e, AioEnvError)]
+    by_env: dict[int, AioEnvError] = {}
+    for err in errs:
+        by_env.update(err.errors or ({err.env_id: err} if err.env_id is not None else {}))
+    if not by_env:
+        return errs[0]
+    ids = sorted(by_env)
+    first = by_env[ids[0]]
+    if all(isinstance(e, EnvError) for e in by_env.values()):
+        kinds = {(e.remote_type, e.remote_message) for e in by_env.values() if isinstance(e, EnvError)}
+        if len(kinds) == 1 and isinstance(first, EnvError):
+            which = (
+                f"all {num_envs} envs" if len(ids) == num_envs else f"{len(ids)} of {num_envs} envs ({_ids_text(ids)})"
+            )
+            merged = EnvError(
+                f"make failed for {which}: {first.remote_message}",
+                remote_type=first.remote_type,
+                remote_message=first.remote_message,
+                remote_traceback=first.remote_traceback,
+            )
+            merged.errors = by_env
+            return merged
+    if len(ids) > 1:
+        first.message = f"{first.message} (and {len(ids) - 1} more envs failed to make: see err.errors)"
+        first.args = (first.message,)
+    first.errors = by_env
+    return first
+
+
+def _ids_text(ids: list[int]) -> str:
+    shown = ", ".join(map(str, ids[:8]))
+    return f"envs {shown}, ..." if len(ids) > 8 else f"envs {shown}"

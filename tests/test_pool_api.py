@@ -627,10 +627,33 @@ async def test_bad_make_arguments_leave_no_temp_dir(
     ],
 )
 async def test_unknown_env_fails_make_clearly(env: str, words: list[str]) -> None:
+    """A mistake every env shares is reported once, for all of them (not as whichever env a worker
+    reported first), with every env's own error in ``errors``."""
     with pytest.raises(AioEnvError) as info:
-        await guard(aioenv.make(env, 2, num_workers=1))
+        await guard(aioenv.make(env, 3, num_workers=2))
+    assert info.value.message.startswith("make failed for all 3 envs: ")
+    assert info.value.env_id is None and sorted(info.value.errors) == [0, 1, 2]
     for word in words:
         assert word in str(info.value)
+
+
+def _fails_in_make(tag: str) -> gym.Env:
+    raise ValueError(f"cannot make {tag}")
+
+
+async def test_envs_that_fail_to_make_are_all_named() -> None:
+    ok = functools.partial(gym.make, "CartPole-v1")
+    same = [ok, functools.partial(_fails_in_make, "x"), ok, functools.partial(_fails_in_make, "x")]
+    with pytest.raises(aioenv.EnvError) as info:
+        await guard(aioenv.make(same, num_workers=2))
+    assert info.value.message == "make failed for 2 of 4 envs (envs 1, 3): ValueError: cannot make x"
+    assert sorted(info.value.errors) == [1, 3] and info.value.remote_type == "ValueError"
+    differ = [ok, functools.partial(_fails_in_make, "a"), ok, functools.partial(_fails_in_make, "b")]
+    with pytest.raises(aioenv.EnvError) as info:
+        await guard(aioenv.make(differ, num_workers=2))
+    assert info.value.env_id == 1 and "cannot make a" in info.value.message
+    assert info.value.message.endswith("(and 1 more envs failed to make: see err.errors)")
+    assert "cannot make b" in info.value.errors[3].message
 
 
 # ------------------------------------------------------------------ invalid actions
