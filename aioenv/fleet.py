@@ -38,6 +38,7 @@ import zmq
 
 from aioenv.errors import AioEnvError, ProtocolError, UsageError, relay_wire
 from aioenv.launcher import LaunchSpec, LocalProcess, Port, WorkerProc, describe_exit, launch_local
+from aioenv.logs import peer_name
 from aioenv.placement import LOCAL, Placement
 from aioenv.protocol import Op, decode, encode
 from aioenv.transport import Router
@@ -295,7 +296,7 @@ class Fleet:
         except (AioEnvError, KeyError, TypeError, ValueError) as exc:
             self.protocol_errors += 1
             error: AioEnvError = exc if isinstance(exc, AioEnvError) else ProtocolError(f"malformed message: {exc}")
-            log.warning("refused a message on the worker port from %r: %s", identity[:40], error)
+            log.warning("refused a message on the worker port from %s: %s", peer_name(identity), error)
             self._refuse(identity, req_id, error)
 
     def _refuse(self, identity: bytes, req_id: Any, err: AioEnvError, **flags: bool) -> None:

@@ -48,3 +48,8 @@ def configure_logging(level: str = "INFO", *, json_lines: bool = False) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+def peer_name(identity: bytes) -> str:
+    """A ZeroMQ peer identity as log text: decoded (undecodable bytes escaped), at most 40 characters."""
+    return identity[:40].decode("utf-8", errors="backslashreplace")

@@ -463,10 +463,11 @@ class Pool:
             raise UsageError(f"recv needs 0 <= min_results <= max_results and max_results >= 1, got {need} and {most}")
         queue = self._recv
         if timeout is None and queue.ready + queue.in_flight < need:
-            raise UsageError(
-                f"recv(min_results={need}) can never be satisfied: {queue.ready} results are ready and "
-                f"{queue.in_flight} in flight; send() more steps first, or pass a timeout"
-            )
+            if need > self.num_envs:
+                why = f"the pool has {self.num_envs} envs, so at most {self.num_envs} results are ever ready at once"
+            else:
+                why = f"{queue.ready} results are ready and {queue.in_flight} in flight; send() more steps first"
+            raise UsageError(f"recv(min_results={need}) can never be satisfied: {why}, or pass a timeout")
         await queue.wait(need, timeout)
         if self.closed:
             raise PoolClosed("the pool was closed")

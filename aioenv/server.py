@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 from aioenv.coordinator import Coordinator
 from aioenv.errors import AioEnvError, CapacityError, PoolClosed, ProtocolError, UsageError, relay_wire
 from aioenv.fleet import Fleet
+from aioenv.logs import peer_name
 from aioenv.partwire import BlockEntry, PartEntry, encode_parts
 from aioenv.protocol import Op, decode, encode, leaves_from_wire, leaves_to_wire
 from aioenv.protocol_version import PROTOCOL_VERSION
@@ -323,12 +324,12 @@ class Server:
         except AioEnvError as exc:
             if isinstance(exc, ProtocolError):
                 self.protocol_errors += 1
-                log.warning("protocol error from client %r: %s", identity[:40], exc)
+                log.warning("protocol error from client %s: %s", peer_name(identity), exc)
             self._refuse(identity, req_id, exc)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             self.protocol_errors += 1
             err = ProtocolError(f"malformed request: {type(exc).__name__}: {exc}")
-            log.warning("protocol error from client %r: %s", identity[:40], err)
+            log.warning("protocol error from client %s: %s", peer_name(identity), err)
             self._refuse(identity, req_id, err)
 
     def _refuse(self, identity: bytes, req_id: Any, err: AioEnvError) -> None:
@@ -364,11 +365,11 @@ class Server:
         try:
             reply = await self._make_session(identity, header)
         except AioEnvError as exc:
-            log.info("refused a pool for client %r: %s", identity[:40], exc.message)
+            log.info("refused a pool for client %s: %s", peer_name(identity), exc.message)
             self.send(identity, encode(Op.ERROR, {"id": req_id, "error": relay_wire(exc)}))
         except (KeyError, TypeError, ValueError) as exc:
             err = UsageError(f"cannot open the pool: {exc}")
-            log.info("refused a pool for client %r: %s", identity[:40], err.message)
+            log.info("refused a pool for client %s: %s", peer_name(identity), err.message)
             self.send(identity, encode(Op.ERROR, {"id": req_id, "error": relay_wire(err)}))
         else:
             self.send(identity, encode(Op.RESULT, {"id": req_id, **reply}))
@@ -440,10 +441,10 @@ class Server:
         if self.closing:
             await coord.aclose()
             raise PoolClosed("the server is shutting down")
-        self.sessions[identity] = _Session(
-            identity, client, env, n, coord, time.monotonic(), _Outlet(self, identity, client or repr(identity[:40]))
-        )
-        log.info("client %s opened %d %s envs on %d %s workers", client or identity[:40], n, env, workers, executor)
+        name = client or peer_name(identity)
+        outlet = _Outlet(self, identity, name)
+        self.sessions[identity] = _Session(identity, client, env, n, coord, time.monotonic(), outlet)
+        log.info("client %s opened %d %s envs on %d %s workers", name, n, env, workers, executor)
         return {"spaces": {**described, "_server": {"num_workers": workers, "executor": executor}}}
 
     def _admit(self, client: str, n: int) -> None:

@@ -367,6 +367,8 @@ async def test_recv_that_can_never_be_satisfied_raises_at_once() -> None:
         pool.send([0, 0], env_ids=[1, 2])
         with pytest.raises(UsageError, match="in flight"):
             await guard(pool.recv(min_results=3))
+        with pytest.raises(UsageError, match="the pool has 4 envs, so at most 4 results are ever ready at once"):
+            await guard(pool.recv(min_results=5, max_results=8))
         *_, info = await guard(pool.recv(min_results=2))
         assert sorted(info["env_id"].tolist()) == [1, 2]
 

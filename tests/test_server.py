@@ -167,6 +167,10 @@ def test_allow_env_and_names_only() -> None:
             aioenv.Pool(lambda: None, 2, endpoint=srv.endpoint)
     finally:
         srv.stop()
+    from aioenv.remote import CLIENT_ID
+
+    refused = [line for line in srv.log if "refused a pool for client" in line]  # named as in other lines
+    assert len(refused) == 1 and f"client {CLIENT_ID}-" in refused[0] and "b'" not in refused[0], refused
 
 
 def test_capacity_limits_name_the_counts() -> None:
