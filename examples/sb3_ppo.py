@@ -33,6 +33,7 @@ def main() -> None:
     venv.seed(args.seed)
     try:
         model = PPO("MlpPolicy", venv, n_steps=256, batch_size=256, n_epochs=4, seed=args.seed, device="cpu")
+        print(f"training PPO on {args.num_envs} CartPole envs in aioenv workers for {args.timesteps:,} steps...")
         model.learn(total_timesteps=args.timesteps)
         mean, std = evaluate_policy(model, venv, n_eval_episodes=args.eval_episodes)
         print(f"trained {model.num_timesteps} steps; mean episode return {mean:.1f} +/- {std:.1f}")

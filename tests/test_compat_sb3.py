@@ -258,6 +258,7 @@ def test_example_sb3_ppo_runs() -> None:
     args = ["--timesteps", "512", "--num-envs", "2", "--eval-episodes", "1"]
     proc = run_example("sb3_ppo.py", *args, timeout=100)
     assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("training PPO on 2 CartPole envs in aioenv workers for 512 steps")
     assert "mean episode return" in proc.stdout
 
 
