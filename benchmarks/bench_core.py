@@ -205,7 +205,22 @@ def run_rounds(label: str, cells: dict[str, Cell], repeats: int, metrics: tuple[
 # --------------------------------------------------------------- throughput
 def gym_throughput(kind: str, env_id: str, n: int, warm: float, secs: float) -> float:
     """Env-steps/s of a gymnasium vector env stepping pre-sampled actions."""
-    env = make_vec(kind, env_id, n)
+    return lockstep_throughput(make_vec(kind, env_id, n), n, warm, secs)
+
+
+def floor_cell(env_id: str, n: int, warm: float, secs: float) -> Cell:
+    """The floor's cell, or why ``floor.py`` cannot be imported."""
+    floor = try_import("floor")
+    return floor if isinstance(floor, str) else functools.partial(floor_throughput, floor, env_id, n, warm, secs)
+
+
+def floor_throughput(floor: ModuleType, env_id: str, n: int, warm: float, secs: float) -> float:
+    """Env-steps/s of the floor (``floor.py``) with as many workers as aioenv's default."""
+    return lockstep_throughput(floor.FloorVectorEnv(env_id, n, min(n, os.cpu_count() or 1)), n, warm, secs)
+
+
+def lockstep_throughput(env: Any, n: int, warm: float, secs: float) -> float:
+    """Env-steps/s of ``env.step`` (a vector env of ``n`` envs) on pre-sampled actions; closes ``env``."""
     try:
         env.reset(seed=0)
         acts = presample(env.single_action_space, n)
@@ -217,25 +232,6 @@ def gym_throughput(kind: str, env_id: str, n: int, warm: float, secs: float) -> 
         return timed_steps(step, warm, secs)
     finally:
         env.close()
-
-
-def floor_cell(env_id: str, n: int, warm: float, secs: float) -> Cell:
-    """The floor's cell, or why ``floor.py`` cannot be imported."""
-    floor = try_import("floor")
-    return floor if isinstance(floor, str) else functools.partial(floor_throughput, floor, env_id, n, warm, secs)
-
-
-def floor_throughput(floor: ModuleType, env_id: str, n: int, warm: float, secs: float) -> float:
-    """Env-steps/s of the floor (``floor.py``) with as many workers as aioenv's default."""
-    with floor.FloorVectorEnv(env_id, n, min(n, os.cpu_count() or 1)) as env:
-        env.reset(seed=0)
-        acts = presample(env.single_action_space, n)
-
-        def step(k: int) -> int:
-            env.step(acts[k % ACTION_BATCHES])
-            return n
-
-        return timed_steps(step, warm, secs)
 
 
 async def aioenv_throughput(aio: ModuleType, env_id: str, n: int, sendrecv: bool, warm: float, secs: float) -> float:
