@@ -462,16 +462,24 @@ class Pool:
         if need < 0 or most < 1 or need > most:
             raise UsageError(f"recv needs 0 <= min_results <= max_results and max_results >= 1, got {need} and {most}")
         queue = self._recv
-        if timeout is None and queue.ready + queue.in_flight < need:
-            if need > self.num_envs:
-                why = f"the pool has {self.num_envs} envs, so at most {self.num_envs} results are ever ready at once"
-            else:
-                why = f"{queue.ready} results are ready and {queue.in_flight} in flight; send() more steps first"
-            raise UsageError(f"recv(min_results={need}) can never be satisfied: {why}, or pass a timeout")
-        await queue.wait(need, timeout)
-        if self.closed:
-            raise PoolClosed("the pool was closed")
-        return queue.take(most)
+        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+        while True:
+            if timeout is None and queue.ready + queue.in_flight < need:
+                if need > self.num_envs:
+                    n = self.num_envs
+                    why = f"the pool has {n} envs, so at most {n} results are ever ready at once"
+                else:
+                    why = f"{queue.ready} results are ready and {queue.in_flight} in flight; send() more steps first"
+                raise UsageError(f"recv(min_results={need}) can never be satisfied: {why}, or pass a timeout")
+            left = None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
+            await queue.wait(need, left)
+            if self.closed:
+                raise PoolClosed("the pool was closed")
+            # Another recv waiting at the same time may have taken the rows this one was woken for: wait again.
+            if queue.ready >= need or (
+                deadline is not None and (queue.in_flight == 0 or asyncio.get_running_loop().time() >= deadline)
+            ):
+                return queue.take(most)
 
     # ------------------------------------------------------------ per-env futures
 

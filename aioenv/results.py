@@ -267,7 +267,7 @@ class RecvQueue:
         self._items: deque[_Segment] = deque()
         self.ready = 0
         self.in_flight = 0
-        self._waiter: tuple[int, asyncio.Future[None]] | None = None
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []  # concurrent recv calls, oldest first
 
     def expect(self, rows: int) -> None:
         """Rows were dispatched and will arrive through :meth:`deliver`."""
@@ -291,17 +291,19 @@ class RecvQueue:
         self._wake()
 
     def _wake(self) -> None:
-        if self._waiter is not None:
-            need, fut = self._waiter
+        for need, fut in self._waiters:  # oldest first: its task resumes, and takes, first
             if (self.ready >= need or self.in_flight == 0) and not fut.done():
                 fut.set_result(None)
 
     async def wait(self, need: int, timeout: float | None) -> None:
-        """Wait until ``need`` rows are ready (or nothing more can come, or the timeout)."""
+        """Wait until ``need`` rows are ready (or nothing more can come, or the timeout). Several calls may
+        wait at once: each is woken when its own ``need`` is met, the oldest first; a caller whose rows
+        another took meanwhile waits again (see ``Pool.recv``)."""
         if self.ready >= need or self.in_flight == 0:
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiter = (need, fut)
+        waiter = (need, fut)
+        self._waiters.append(waiter)
         try:
             if timeout is None:
                 await fut
@@ -310,7 +312,7 @@ class RecvQueue:
         except TimeoutError:
             pass
         finally:
-            self._waiter = None
+            self._waiters.remove(waiter)
 
     def fail(self, exc: BaseException) -> None:
         """Shutdown: rows in flight will never arrive."""
@@ -318,9 +320,10 @@ class RecvQueue:
         self.fail_waiter(exc)
 
     def fail_waiter(self, exc: BaseException) -> None:
-        """Wake a waiting ``recv`` with ``exc`` (shutdown)."""
-        if self._waiter is not None and not self._waiter[1].done():
-            self._waiter[1].set_exception(exc)
+        """Wake every waiting ``recv`` with ``exc`` (shutdown)."""
+        for _, fut in self._waiters:
+            if not fut.done():
+                fut.set_exception(exc)
 
     def take(self, max_rows: int) -> tuple[Any, ...]:
         """Take up to ``max_rows`` rows as a batched step tuple (B <= max_rows rows).

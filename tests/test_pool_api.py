@@ -339,6 +339,37 @@ async def test_recv_min_and_max_results() -> None:
             await guard(pool.recv(min_results=0, max_results=0))
 
 
+async def test_concurrent_recvs_each_get_their_own_rows(gate: Any) -> None:
+    """recv() calls waiting at once are all served (the oldest first), none twice, none forever; one that
+    can no longer be satisfied says so; closing the pool fails every one still waiting."""
+    async with aioenv.Pool(PROBE, 4, num_workers=2, env_kwargs=gate.kwargs()) as pool:
+        await guard(pool.reset(seed=0))
+        pool.send([SLOW, SLOW], env_ids=[0, 2])
+        first = asyncio.create_task(pool.recv(min_results=1, max_results=1))
+        await asyncio.sleep(0)  # the first one waits...
+        second = asyncio.create_task(pool.recv(min_results=1, max_results=1))
+        third = asyncio.create_task(pool.recv(min_results=1, max_results=1))
+        await asyncio.sleep(0.05)
+        assert not any(t.done() for t in (first, second, third))  # ...and all wait for the gated steps
+        gate.open()
+        got = [ids_of(await guard(t)) for t in (first, second)]
+        assert sorted(got) == [[0], [2]]
+        with pytest.raises(UsageError, match="can never be satisfied"):  # both rows went to the others
+            await guard(third)
+        pool.send([SLOW, SLOW], env_ids=[1, 3])  # the gate is open: quick
+        both = await guard(asyncio.gather(pool.recv(min_results=1), pool.recv(min_results=1, timeout=HANG)))
+        assert sorted(i for b in both for i in ids_of(b)) == [1, 3]
+    async with aioenv.Pool(PROBE, 2, num_workers=1, env_kwargs={"slow_seconds": HANG}) as pool:
+        await guard(pool.reset(seed=0))
+        pool.send([SLOW, SLOW])
+        waiting = [asyncio.create_task(pool.recv(min_results=2)) for _ in range(2)]
+        await asyncio.sleep(0.05)
+        await guard(pool.aclose())
+        for task in waiting:
+            with pytest.raises(aioenv.PoolClosed):
+                await guard(task)
+
+
 async def test_recv_timeout_returns_what_is_ready_and_keeps_the_rest(gate: Any) -> None:
     async with aioenv.Pool(PROBE, 4, num_workers=2, env_kwargs=gate.kwargs()) as pool:
         await guard(pool.reset(seed=0))
