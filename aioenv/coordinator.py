@@ -15,13 +15,17 @@ It never runs env code. Failures it handles:
   out, in order, as others finish;
 - shutdown: CLOSE, wait, SIGTERM, wait, SIGKILL; never hangs.
 
-Messages to a worker that has not said HELLO yet wait in its outbox.
+Messages to a worker that has not said HELLO yet wait in its outbox. A pool's own inline workers
+exchange step and reset rows through shared memory (:mod:`aioenv.slab`), their messages carrying
+only what is not an array.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -43,7 +47,9 @@ from aioenv.protocol import Op, decode, encode, leaves_from_wire
 from aioenv.results import Part
 from aioenv.rows import Rows, Segment, int_lists, route_rows
 from aioenv.scheduler import THROTTLED, Request, Scheduler
+from aioenv.slab import Slab, slab_enabled
 from aioenv.sources import EnvSources
+from aioenv.spaces import space_from_description
 
 log = logging.getLogger("aioenv.coordinator")
 
@@ -51,6 +57,8 @@ log = logging.getLogger("aioenv.coordinator")
 MAX_RESTARTS = 20
 
 _OPS = {"step": Op.STEP, "reset": Op.RESET, "call": Op.CALL}
+#: Requests that set a worker up (their sink is a future, or None for a re-made worker).
+_SETUP = frozenset(("make", "slab"))
 #: Seconds an ``async`` worker gets to cancel and replace envs after a deadline before it is restarted.
 CANCEL_GRACE = 5.0
 
@@ -128,6 +136,12 @@ class Coordinator:
         self._prefix = name_prefix
         self._when_room = when_room
         self.loop = asyncio.get_running_loop()
+        #: The shared rows of this pool's local inline workers (None: arrays travel in the messages).
+        self.slab: Slab | None = None
+        self._slab_fd: int | None = None
+        if launch is launch_local and executor == "inline" and slab_enabled():
+            with contextlib.suppress(OSError):  # no memfd here (a sandbox may refuse it): messages it is
+                self._slab_fd = Slab.new_fd()
 
     @staticmethod
     def private_directory() -> str:
@@ -152,7 +166,28 @@ class Coordinator:
         for reply in replies:
             assert isinstance(reply, dict)
             described.update(reply)
+        await self._share_rows(described)
         return described
+
+    async def _share_rows(self, described: dict[str, Any]) -> None:
+        """Size the slab for the envs' spaces and have every worker map it (see :mod:`aioenv.slab`); pools
+        whose envs disagree on their spaces (refused by the pool) or have text leaves keep messages."""
+        if self._slab_fd is None:
+            return
+        found = [(space_from_description(d["obs"]), space_from_description(d["act"])) for d in described.values()]
+        layout = Slab.plan(self.sched.num_envs, *found[0]) if all(f == found[0] for f in found[1:]) else None
+        if layout is None:
+            os.close(self._slab_fd)
+            self._slab_fd = None
+            return
+        self.slab = Slab.create(self._slab_fd, layout)
+        mapped = []
+        for slot in self.slots:
+            fut: asyncio.Future[Any] = self.loop.create_future()
+            req = self.sched.open(slot.index, "slab", self.sched.all_ids[:0], sink=fut)
+            self._send(slot, encode(Op.SLAB, {"id": req.id, "slab": layout}))
+            mapped.append(fut)
+        await asyncio.gather(*mapped)
 
     def _spawn(self, slot: _Slot, envs: int) -> None:
         """Start a worker process for ``slot`` (may raise CapacityError from a fleet's launcher)."""
@@ -160,7 +195,9 @@ class Coordinator:
         slot.name = f"{self._prefix}w{slot.index}.{slot.generation}"
         slot.ready = False
         slot.outbox = []
-        spec = LaunchSpec(slot.name, self.executor, envs, self.private_dir, self._on_exit, self._on_message)
+        spec = LaunchSpec(
+            slot.name, self.executor, envs, self.private_dir, self._on_exit, self._on_message, self._slab_fd
+        )
         slot.proc = self._launch(spec)
         self._by_name[slot.name.encode()] = slot
 
@@ -179,6 +216,8 @@ class Coordinator:
         fields = {"id": req.id, "envs": pairs, "sources": sources, "autoreset": self.autoreset_mode}
         if ended is not None and ended.size:
             fields["ended"] = ended.tolist()
+        if self.slab is not None:  # a re-made worker maps the pool's rows before it makes its envs
+            fields["slab"] = self.slab.layout
         self._send(slot, encode(Op.MAKE, fields))
 
     # ------------------------------------------------------------ requests
@@ -324,7 +363,7 @@ class Coordinator:
             self._deliver_part(req, part, positions)
             return
         errors = {int(row): from_wire(d, context=kind) for row, d in (header.get("err") or {}).items()}
-        if kind == "make":
+        if kind in _SETUP:
             self._made(req, header, errors)
             return
         if kind == "cancel":
@@ -334,8 +373,12 @@ class Coordinator:
         if kind == "call":
             part = Part(env_ids, errors=errors, values=header["values"])
         else:
-            extras = [arrays[i] for i in header.get("x", [])] or None
-            obs = leaves_from_wire(header["obs"], arrays)
+            if header.get("sh"):  # the rows are in the slab
+                assert self.slab is not None, "a worker answered in shared rows this pool does not have"
+                obs, extras = self.slab.results(env_ids, kind == "step")
+            else:
+                extras = [arrays[i] for i in header.get("x", [])] or None
+                obs = leaves_from_wire(header["obs"], arrays)
             outlet = getattr(req.sink, "outlet", None)
             if outlet is not None:  # a server's relay: the rows cross to the client as they came
                 block = Rows(obs, extras or [], header.get("info"), header.get("binfo"), header.get("err"), kind)
@@ -350,7 +393,7 @@ class Coordinator:
         self._deliver_part(req, part, positions)
 
     def _deliver_part(self, req: Request, part: Part, positions: np.ndarray | None = None) -> None:
-        if req.kind == "make":  # the whole MAKE failed (e.g. its env source cannot be imported)
+        if req.kind in _SETUP:  # the whole MAKE failed (e.g. its env source cannot be imported)
             self._made(req, {}, part.errors)
             return
         if req.kind == "cancel":
@@ -419,7 +462,7 @@ class Coordinator:
         must_reset: list[np.ndarray] = [r.env_ids for r in timed_out or () if r.kind == "reset"]
         answered: list[np.ndarray] = [r.env_ids for r in timed_out or () if r.kind == "step"]
         for req in self.sched.lose_worker(slot.index):
-            if req.kind == "make":
+            if req.kind in _SETUP:
                 self._fail_make(req, WorkerCrashed(f"worker {name} {how} while making its envs", worker=name))
                 continue
             crashed = lambda e, k=req.kind: self._crashed(name, pid, code, how, e, k)  # noqa: E731
@@ -616,10 +659,10 @@ class Coordinator:
         for req in self.sched.drain():
             if req.kind == "cancel":
                 continue
-            err = PoolClosed(f"the pool was closed while env {int(req.env_ids[0])}'s {req.kind} was in flight")
-            if req.kind == "make":
-                self._fail_make(req, err)
+            if req.kind in _SETUP:
+                self._fail_make(req, PoolClosed(f"the pool was closed while its workers were set up ({req.kind})"))
             else:
+                err = PoolClosed(f"the pool was closed while env {int(req.env_ids[0])}'s {req.kind} was in flight")
                 req.sink.fail(err)
         for held in self.sched.drop_held():
             held.item[1].fail(PoolClosed(f"the pool was closed while env {int(held.env_ids[0])} waited to run"))
@@ -631,6 +674,11 @@ class Coordinator:
             stops.append(slot.proc.stop(grace, ask_first=bool(asked)))
         await asyncio.gather(*stops)
         shutil.rmtree(self.private_dir, ignore_errors=True)
+        if self.slab is not None:
+            self.slab.close()
+        if self._slab_fd is not None:
+            os.close(self._slab_fd)
+            self._slab_fd = None
 
 
 def _with_env(err: AioEnvError, env_id: int) -> AioEnvError:

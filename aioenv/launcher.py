@@ -116,6 +116,7 @@ class LaunchSpec:
         private_dir: the pool's private directory (pickled factories; local workers only).
         on_exit: called once in the loop thread when the process has exited (or was lost).
         on_message: the coordinator's handler for the worker's messages (``identity``: its name).
+        slab_fd: the pool's shared-memory rows (:mod:`aioenv.slab`), inherited by a local worker; None: none.
     """
 
     name: str
@@ -124,11 +125,12 @@ class LaunchSpec:
     private_dir: str
     on_exit: Callable[[Any], None]
     on_message: Callable[[bytes, list[Any]], None]
+    slab_fd: int | None = None
 
 
 def launch_local(spec: LaunchSpec) -> LocalProcess:
     """Start the worker as a child process of this one, talking to the coordinator over a pipe of its own."""
-    return LocalProcess(spec.name, spec.private_dir, spec.executor, spec.on_exit, spec.on_message)
+    return LocalProcess(spec.name, spec.private_dir, spec.executor, spec.on_exit, spec.on_message, slab_fd=spec.slab_fd)
 
 
 def describe_exit(code: int | None) -> str:
@@ -155,6 +157,7 @@ class LocalProcess:
         executor: ``inline``, ``thread`` or ``async``.
         on_exit: called in the loop thread once, when the process has exited.
         on_message: called in the loop thread with each message the worker sends.
+        slab_fd: the pool's shared-memory rows (:mod:`aioenv.slab`), passed on as ``--slab``; None: none.
 
     Raises:
         UsageError: ``AIOENV_WORKER_SCHED`` holds a value other than ``batch`` or ``default``.
@@ -167,6 +170,8 @@ class LocalProcess:
         executor: str,
         on_exit: Callable[[LocalProcess], None],
         on_message: Callable[[bytes, list[Any]], None],
+        *,
+        slab_fd: int | None = None,
     ) -> None:
         worker_sched_policy()  # a bad setting fails here, not in the child
         self.name = name
@@ -189,13 +194,15 @@ class LocalProcess:
             "--parent-pid",
             str(os.getpid()),
         ]
+        inherit = [theirs.fileno()]
+        if slab_fd is not None:
+            cmd += ["--slab", str(slab_fd)]
+            inherit.append(slab_fd)
         env = dict(os.environ)
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
         try:
-            self.proc = subprocess.Popen(
-                cmd, env=env, stdin=subprocess.DEVNULL, close_fds=True, pass_fds=(theirs.fileno(),)
-            )
+            self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, close_fds=True, pass_fds=inherit)
         except BaseException:
             ours.close()
             raise

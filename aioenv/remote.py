@@ -76,6 +76,7 @@ class RemoteCoordinator:
         self.curve_keys = curve_keys
         self.sched = Scheduler(num_envs)
         self.sched.place(1)
+        self.slab: None = None  # rows cross the network in the messages (see aioenv.slab)
         self.env = env
         self.env_kwargs = dict(env_kwargs or {})
         self.options = options

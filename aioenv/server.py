@@ -60,6 +60,7 @@ from aioenv.protocol_version import PROTOCOL_VERSION
 from aioenv.results import Part
 from aioenv.rows import Rows
 from aioenv.scheduler import Request
+from aioenv.slab import Slab
 from aioenv.sources import parse_sources
 from aioenv.transport import Router
 
@@ -346,8 +347,10 @@ class Server:
         timeout = header.get("to")
         if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
             raise ProtocolError(f"'to' must be a positive number of seconds, got {timeout!r}")
-        build = _builder(kind, header, arrays, ids.size)
+        build, shared_actions = _builder(kind, header, arrays, ids.size, coord.slab)
         coord.sched.claim(ids)
+        if shared_actions is not None and coord.slab is not None:  # after the claim: none of these rows is in use
+            coord.slab.put_actions(ids, shared_actions, ids is coord.sched.all_ids)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "client %s request %s: %s for envs %s",
@@ -525,13 +528,23 @@ async def serve(config: ServerConfig, ready: Any = None) -> None:
         await server.aclose()
 
 
-def _builder(kind: str, header: dict[str, Any], arrays: list[np.ndarray], n: int) -> Any:
-    """How to build each worker's share of a client's request (``req.positions`` index the client's rows)."""
+def _builder(
+    kind: str, header: dict[str, Any], arrays: list[np.ndarray], n: int, slab: Slab | None
+) -> tuple[Any, list[np.ndarray] | None]:
+    """How to build each worker's share of a client's request (``req.positions`` index the client's rows).
+    With a ``slab`` a step's actions go to the envs' shared rows: they are returned for the caller to write
+    there once the envs are claimed, and the step carries none (else None)."""
     if kind == "step":
         leaves = leaves_from_wire(header["act"], arrays)
         if any(leaf.shape[:1] != (n,) for leaf in leaves):
             raise ProtocolError(f"a step for {n} envs carries actions of other lengths")
         ilist = bool(header.get("ilist"))
+        if slab is not None:
+            want = [store.shape[1:] for store in slab.act]
+            if [leaf.shape[1:] for leaf in leaves] != want:
+                raise ProtocolError(f"a step carries actions of shapes {[leaf.shape for leaf in leaves]}")
+            shared = {"sh": 1, "ilist": True} if ilist else {"sh": 1}
+            return (lambda req: (dict(shared), [])), leaves
 
         def build_step(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
             out: list[np.ndarray] = []
@@ -541,7 +554,7 @@ def _builder(kind: str, header: dict[str, Any], arrays: list[np.ndarray], n: int
                 fields["ilist"] = True
             return fields, out
 
-        return build_step
+        return build_step, None
     if kind == "reset":
         seeds = header.get("seed") or [None] * n
         if len(seeds) != n:
@@ -553,9 +566,11 @@ def _builder(kind: str, header: dict[str, Any], arrays: list[np.ndarray], n: int
             fields: dict[str, Any] = {"seed": [seeds[int(p)] for p in pos]}
             if options is not None:
                 fields["opt"] = options
+            if slab is not None:
+                fields["sh"] = 1
             return fields, []
 
-        return build_reset
+        return build_reset, None
     fixed: dict[str, Any] = {k: header[k] for k in ("kind", "name", "args", "kw") if k in header}
     values = header.get("values")
 
@@ -565,7 +580,7 @@ def _builder(kind: str, header: dict[str, Any], arrays: list[np.ndarray], n: int
             fields["values"] = [values[int(p)] for p in (req.positions if req.positions is not None else range(n))]
         return fields, []
 
-    return build_call
+    return build_call, None
 
 
 def _choice(name: str, value: Any, allowed: Sequence[str]) -> str:

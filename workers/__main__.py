@@ -1,8 +1,9 @@
-"""``python -m workers (--connect ENDPOINT | --fd N) [--name NAME] [--executor inline|thread|async]
+"""``python -m workers (--connect ENDPOINT | --fd N [--slab M]) [--name NAME] [--executor inline|thread|async]
 [--trusted-dir DIR] [--curve-secret FILE --server-key FILE]``.
 
 ``--connect``: a ZeroMQ endpoint (a server's worker port). ``--fd``: the descriptor of a pipe inherited
-from the pool that started this process (see :mod:`aioenv.pipe`)."""
+from the pool that started this process (see :mod:`aioenv.pipe`); ``--slab``: the descriptor of its shared
+rows (see :mod:`aioenv.slab`)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         "--trusted-dir", default=None, help="directory of pickled factories and payloads written by a local pool"
     )
     parser.add_argument("--parent-pid", type=int, default=None, help="exit at once if this process is gone")
+    parser.add_argument(
+        "--slab", type=int, default=None, help="descriptor of the pool's shared rows (an inline worker of --fd)"
+    )
     parser.add_argument("--curve-secret", default=None, help="own .key_secret file (a server with --auth)")
     parser.add_argument("--server-key", default=None, help="the server's .key file (a server with --auth)")
     parser.add_argument("--log-level", default="WARNING")
@@ -89,6 +93,13 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--fd {args.fd}: not an open descriptor ({exc.strerror})")
         if not is_socket:
             parser.error(f"--fd {args.fd}: not a socket (expected the pipe a pool passes to its workers)")
+    if args.slab is not None:
+        if args.fd is None or args.executor != "inline":
+            parser.error("--slab is for an inline worker of a local pool (--fd)")
+        try:
+            os.fstat(args.slab)
+        except OSError as exc:
+            parser.error(f"--slab {args.slab}: not an open descriptor ({exc.strerror})")
     if args.curve_secret or args.server_key:
         if args.fd is not None:
             parser.error("--curve-secret and --server-key are for --connect")
@@ -100,7 +111,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.executor == "inline":
         from workers.runtime import Worker
 
-        Worker(link, args.name, trusted_dir=args.trusted_dir, executor=args.executor, configure=configure).run()
+        Worker(
+            link,
+            args.name,
+            trusted_dir=args.trusted_dir,
+            executor=args.executor,
+            configure=configure,
+            slab_fd=args.slab,
+        ).run()
     else:
         from workers.concurrent import ConcurrentWorker
 

@@ -3,7 +3,10 @@
 The loop blocks in ``recv`` (no busy-waiting) and answers every request with
 exactly one RESULT or ERROR carrying the request's id. A batch request (step,
 reset, call) for k envs is answered by one message holding all k rows; an env
-that raises fails only its own row (``"err"``: row -> error description).
+that raises fails only its own row (``"err"``: row -> error description). A pool's
+own worker may share rows with it (``--slab``, :mod:`aioenv.slab`): a step or reset
+marked ``"sh"`` reads its actions from, and writes its results to, the envs' rows,
+and the reply carries only infos and errors.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from aioenv.errors import AioEnvError, ProtocolError, to_wire
 from aioenv.infos import batch_infos
 from aioenv.pipe import LinkClosed
 from aioenv.protocol import Op, decode, encode, leaves_from_wire, leaves_to_wire, pack
+from aioenv.slab import Slab
 from workers.hosted import HostedEnv, check_executor
 from workers.link import open_link
 from workers.sources import resolve
@@ -69,8 +73,11 @@ class Worker:
         trusted_dir: str | None = None,
         executor: str = "inline",
         configure: Callable[[zmq.Socket[Any]], None] | None = None,
+        slab_fd: int | None = None,
     ) -> None:
         self.configure = configure  # socket options before connect (CURVE keys for a remote server)
+        self.slab_fd = slab_fd  # the pool's shared rows (aioenv.slab), mapped when it says how they lie
+        self.slab: Slab | None = None
         self.endpoint = endpoint  # a ZeroMQ endpoint, or the descriptor of an inherited pipe
         self.name = name
         self.trusted_dir = trusted_dir
@@ -93,6 +100,7 @@ class Worker:
             Op.RESET: self.on_reset,
             Op.CALL: self.on_call,
             Op.DROP: self.on_drop,
+            Op.SLAB: self.on_slab,
         }
         try:
             while True:
@@ -132,6 +140,8 @@ class Worker:
         """Make envs: ``{"envs": [[env_id, source_key], ...], "sources": {key: source}, "autoreset": mode}``;
         env ids in ``"ended"`` start as if their episode had just been truncated (see ``mark_ended``)."""
         self.mode = str(header.get("autoreset", self.mode))
+        if "slab" in header:  # a re-made worker: the pool's rows exist already
+            self.on_slab(header, _arrays)
         for key, source in dict(header.get("sources", {})).items():
             if key not in self.groups:
                 self.groups[key] = Group(resolve(source, self.trusted_dir))
@@ -157,9 +167,25 @@ class Worker:
                 errors[row] = error_fields(exc, env_id)
         return {"spaces": described, "err": errors}, []
 
+    def on_slab(self, header: dict[str, Any], _arrays: list[np.ndarray]) -> Reply:
+        """Map the pool's shared rows as ``header["slab"]`` lays them out (see :mod:`aioenv.slab`)."""
+        if self.slab_fd is None:
+            raise ProtocolError(f"worker {self.name} was started without shared rows (--slab)")
+        if self.slab is None or self.slab.layout != header["slab"]:
+            self.slab = Slab.attach(self.slab_fd, header["slab"])
+        return {}, []
+
+    def _shared(self) -> Slab:
+        if self.slab is None:
+            raise ProtocolError(f"worker {self.name} got a request for shared rows before their layout")
+        return self.slab
+
     def on_step(self, header: dict[str, Any], arrays: list[np.ndarray]) -> Reply:
-        """Step ``header["env"]`` with the batched action leaves; one row per env."""
+        """Step ``header["env"]`` with the batched action leaves (or, ``"sh"``, the actions in the envs'
+        shared rows); one row per env."""
         env_ids: list[int] = header["env"]
+        if header.get("sh"):
+            return self._step_shared(env_ids, self._shared())
         n = len(env_ids)
         acts = leaves_from_wire(header["act"], arrays)
         group = self._group(env_ids)
@@ -184,25 +210,50 @@ class Worker:
                 errors[i] = error_fields(exc, env_id)
         return batch_reply(obs, infos, errors, [rew, term, trunc])
 
+    def _step_shared(self, env_ids: list[int], slab: Slab) -> Reply:
+        """:meth:`on_step` through the slab: env ``e``'s action is row ``e`` of the action leaves, its
+        results go to row ``e`` of the observation leaves, reward, terminated and truncated."""
+        infos: list[Any] | None = None
+        errors: dict[int, Any] = {}
+        hosted = self.hosted
+        group = self._group(env_ids)
+        write_obs, read_action = group.write_obs, group.read_action
+        acts, obs, rew, term, trunc = slab.act, slab.obs, slab.reward, slab.terminated, slab.truncated
+        for i, env_id in enumerate(env_ids):
+            try:
+                o, rew[env_id], term[env_id], trunc[env_id], info = hosted(env_id).step(read_action(acts, env_id))
+                write_obs(obs, env_id, o)
+                if info:
+                    if infos is None:
+                        infos = [None] * len(env_ids)
+                    infos[i] = info
+            except Exception as exc:  # noqa: BLE001 - one env's failure is its row's alone
+                errors[i] = error_fields(exc, env_id)
+        return shared_reply(infos, errors)
+
     def on_reset(self, header: dict[str, Any], _arrays: list[np.ndarray]) -> Reply:
-        """Reset ``header["env"]`` with per-env seeds (``"seed"``) and shared options (``"opt"``)."""
+        """Reset ``header["env"]`` with per-env seeds (``"seed"``) and shared options (``"opt"``); with
+        ``"sh"`` the observations go to the envs' shared rows."""
         env_ids: list[int] = header["env"]
         seeds = header.get("seed") or [None] * len(env_ids)
         options = header.get("opt")
         group = self._group(env_ids)
-        obs = spaces.empty_batch(group.obs_space, len(env_ids))
+        slab = self._shared() if header.get("sh") else None
+        obs = slab.obs if slab is not None else spaces.empty_batch(group.obs_space, len(env_ids))
         infos: list[Any] | None = None
         errors: dict[int, Any] = {}
         for i, env_id in enumerate(env_ids):
             try:
                 o, info = self.hosted(env_id).reset(seeds[i], options)
-                group.write_obs(obs, i, o)
+                group.write_obs(obs, env_id if slab is not None else i, o)
                 if info:
                     if infos is None:
                         infos = [None] * len(env_ids)
                     infos[i] = info
             except Exception as exc:  # noqa: BLE001
                 errors[i] = error_fields(exc, env_id)
+        if slab is not None:
+            return shared_reply(infos, errors)
         return batch_reply(obs, infos, errors, [])
 
     def on_call(self, header: dict[str, Any], _arrays: list[np.ndarray]) -> Reply:
@@ -312,6 +363,16 @@ def batch_reply(
     if errors:
         fields["err"] = errors
     return fields, arrays
+
+
+def shared_reply(infos: list[Any] | None, errors: dict[int, Any]) -> Reply:
+    """A step or reset reply whose rows are in the slab: only infos and errors travel."""
+    fields: dict[str, Any] = {"sh": 1}
+    if infos is not None:
+        fields["info"] = infos
+    if errors:
+        fields["err"] = errors
+    return fields, []
 
 
 def encode_reply(

@@ -1,0 +1,163 @@
+"""Shared-memory rows between a pool and its own inline workers: actions in, results out.
+
+A pool whose workers are its own child processes (the ``inline`` executor) keeps one *slab*: an
+anonymous shared-memory file (``memfd_create``) holding, for every env of the pool, a row of each
+action leaf, each observation leaf, and the reward, terminated and truncated of its last step:
+
+    act leaves   (num_envs, *shape)  written by the pool before a STEP is sent
+    obs leaves   (num_envs, *shape)  written by the worker before it replies
+    reward (num_envs,) float64, terminated (num_envs,) bool, truncated (num_envs,) bool
+
+Rows are indexed by env id. A STEP or RESET that says ``"sh": 1`` carries no arrays: the worker reads
+the actions of its envs from their rows and writes their results into them, and its RESULT, also
+``"sh": 1``, carries only what is not an array (infos, errors). This saves serialising arrays on
+both sides of the pipe and copying them through it, one copy of every row each way.
+
+Why rows cannot be overwritten while someone still reads them: an env has at most one request in
+flight, and a reply's rows are copied out by whoever takes them (a batched call's gather, a per-env
+future) before the env can be given another request; rows of ``send`` results wait, unread, in
+``recv()``'s queue, and the scheduler refuses new requests for such envs until ``recv()`` took them.
+A worker killed for a deadline dies long before its replacement (a fresh process) can write anything.
+
+The descriptor is created before the workers start (it is inherited, ``--slab FD``) and sized once
+the envs' spaces are known; a restarted worker maps it again. Observation or action spaces with a
+``Text`` leaf (object arrays) cannot live in shared memory: such pools, and workers reached over
+ZeroMQ, exchange arrays inside the messages as before. ``AIOENV_SLAB=off`` turns slabs off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from aioenv import spaces
+from aioenv.errors import UsageError
+
+__all__ = ["SLAB_ENV", "Slab", "slab_enabled"]
+
+#: Environment variable: ``off`` makes pools exchange arrays in their messages instead of a slab.
+SLAB_ENV = "AIOENV_SLAB"
+
+_ALIGN = 64
+#: One array of a slab: ``[dtype str, shape of one row, byte offset]``.
+Entry = list[Any]
+
+
+def slab_enabled() -> bool:
+    """Whether new pools may use a slab: on Linux (``memfd_create``) unless ``AIOENV_SLAB=off``.
+
+    Raises:
+        UsageError: ``AIOENV_SLAB`` holds something other than ``on`` or ``off``.
+    """
+    value = os.environ.get(SLAB_ENV, "on").strip().lower() or "on"
+    if value not in ("on", "off"):
+        raise UsageError(f"{SLAB_ENV} must be 'on' or 'off', got {os.environ[SLAB_ENV]!r}")
+    return value == "on" and sys.platform.startswith("linux") and hasattr(os, "memfd_create")
+
+
+class Slab:
+    """The shared rows of one pool (see the module docstring).
+
+    Attributes:
+        num_envs: rows in every array.
+        layout: ``{"n": num_envs, "act": [Entry], "obs": [Entry], "size": bytes}`` (msgpack-able: it
+            travels to the workers, who map the same file with :meth:`attach`).
+        act: action leaves, each ``(num_envs, *shape)``.
+        obs: observation leaves, each ``(num_envs, *shape)``.
+        reward: ``(num_envs,)`` float64; terminated, truncated: ``(num_envs,)`` bool.
+    """
+
+    def __init__(self, fd: int, layout: dict[str, Any]) -> None:
+        self.layout = layout
+        self.num_envs = n = int(layout["n"])
+        size = int(layout["size"])
+        have = os.fstat(fd).st_size
+        if have < size:
+            raise ValueError(f"the slab file has {have} bytes, its layout needs {size}")
+        self._map = mmap.mmap(fd, size) if size else None
+        self.act = [self._view(entry, n) for entry in layout["act"]]
+        self.obs = [self._view(entry, n) for entry in layout["obs"]]
+        self.reward, self.terminated, self.truncated = (self._view(e, n) for e in layout["x"])
+
+    def _view(self, entry: Entry, n: int) -> np.ndarray:
+        dtype, shape, offset = entry
+        shape = (n, *shape)
+        count = int(np.prod(shape))
+        return np.frombuffer(self._map, np.dtype(dtype), count, int(offset)).reshape(shape)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------ making one
+
+    @staticmethod
+    def new_fd() -> int:
+        """A fresh, empty shared-memory file (close-on-exec: pass it on explicitly)."""
+        return os.memfd_create("aioenv-slab", os.MFD_CLOEXEC)
+
+    @staticmethod
+    def plan(num_envs: int, obs_space: Any, act_space: Any) -> dict[str, Any] | None:
+        """The layout for these spaces, or None when a leaf cannot live in shared memory (``Text``)."""
+        obs_specs, act_specs = spaces.leaf_specs(obs_space), spaces.leaf_specs(act_space)
+        if any(dtype == "text" for dtype, _ in (*obs_specs, *act_specs)):
+            return None
+        offset = 0
+
+        def place(dtype: str, shape: Sequence[int]) -> Entry:
+            nonlocal offset
+            entry: Entry = [dtype, list(shape), offset]
+            nbytes = num_envs * int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            offset += -(-nbytes // _ALIGN) * _ALIGN
+            return entry
+
+        act = [place(d, s) for d, s in act_specs]
+        obs = [place(d, s) for d, s in obs_specs]
+        x = [place("<f8", ()), place("|b1", ()), place("|b1", ())]
+        return {"n": num_envs, "act": act, "obs": obs, "x": x, "size": offset}
+
+    @classmethod
+    def create(cls, fd: int, layout: dict[str, Any]) -> Slab:
+        """Size the file ``fd`` for ``layout`` and map it (the pool's side)."""
+        os.ftruncate(fd, max(int(layout["size"]), 1))
+        return cls(fd, layout)
+
+    @classmethod
+    def attach(cls, fd: int, layout: Any) -> Slab:
+        """Map the file a pool made (a worker's side); ``ValueError`` when ``layout`` is malformed or
+        does not fit the file."""
+        try:
+            return cls(fd, layout)
+        except (KeyError, TypeError, ValueError, OSError) as exc:
+            raise ValueError(f"cannot map the pool's shared rows: {exc}") from exc
+
+    # ------------------------------------------------------------ the pool's side
+
+    def put_actions(self, env_ids: np.ndarray, leaves: Sequence[np.ndarray], every: bool = False) -> None:
+        """Write checked action leaves (``len(env_ids)`` rows each) into the rows of ``env_ids``
+        (``every``: ``env_ids`` is every env in order, written as one block)."""
+        for store, leaf in zip(self.act, leaves, strict=True):
+            if every:
+                store[...] = leaf
+            else:
+                store[env_ids] = leaf
+
+    def results(self, env_ids: np.ndarray, step: bool) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+        """Copies of the rows of ``env_ids``: observation leaves and, for a step, ``[reward, terminated,
+        truncated]`` (None for a reset)."""
+        obs = [leaf[env_ids] for leaf in self.obs]
+        if not step:
+            return obs, None
+        return obs, [self.reward[env_ids], self.terminated[env_ids], self.truncated[env_ids]]
+
+    def close(self) -> None:
+        """Drop this object's views and unmap (a view someone else still holds keeps the mapping
+        alive until it goes)."""
+        self.act = self.obs = []
+        self.reward = self.terminated = self.truncated = np.empty(0)
+        if self._map is not None:
+            with contextlib.suppress(BufferError):  # a caller holds a view: the mapping goes with the last one
+                self._map.close()
+            self._map = None

@@ -1,0 +1,277 @@
+"""Shared-memory rows between a pool and its inline workers (``aioenv.slab``).
+
+Unit tests of the layout and of two mappings of one file, then real pools: an inline pool uses a slab
+and gives exactly what the same pool gives with arrays in its messages (``AIOENV_SLAB=off``) over a
+mixed sequence of calls (subsets in any order, per-env futures, send/recv, partial resets, a failing
+env); a worker re-made after SIGKILL maps the rows again; pools that cannot share rows (text spaces,
+thread workers) go on with messages; nothing is left open after ``aclose``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import signal
+import socket
+import subprocess
+import sys
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import aioenv
+from aioenv import spaces
+from aioenv.errors import EnvError, UsageError
+from aioenv.slab import SLAB_ENV, Slab, slab_enabled
+from tests.compare import assert_same
+from tests.conftest import HANG
+from tests.scripts import ROOT
+
+DICT_OBS = gym.spaces.Dict(
+    {
+        "pos": gym.spaces.Box(-1, 1, (3,), np.float32),
+        "count": gym.spaces.Discrete(10),
+        "flag": gym.spaces.MultiBinary(5),
+    }
+)
+
+
+def slab_fds() -> list[str]:
+    """This process's open descriptors that are slabs."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if "aioenv-slab" in target:
+            found.append(target)
+    return found
+
+
+# ---------------------------------------------------------------- layout and mappings
+
+
+def test_plan_lays_out_every_leaf_aligned_and_apart() -> None:
+    layout = Slab.plan(7, DICT_OBS, gym.spaces.Box(-1, 1, (2, 3), np.float64))
+    assert layout is not None and layout["n"] == 7
+    entries = layout["act"] + layout["obs"] + layout["x"]
+    assert [e[0] for e in layout["act"]] == ["<f8"]
+    assert [e[1] for e in layout["act"]] == [[2, 3]]
+    assert len(layout["obs"]) == 3  # one per leaf of the Dict
+    assert [(e[0], e[1]) for e in layout["x"]] == [("<f8", []), ("|b1", []), ("|b1", [])]
+    spans = []
+    for dtype, shape, offset in entries:
+        assert offset % 64 == 0
+        spans.append((offset, offset + 7 * int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize))
+    spans.sort()
+    assert all(end <= nxt for (_, end), (nxt, _) in itertools.pairwise(spans)), spans
+    assert spans[-1][1] <= layout["size"]
+
+
+def test_plan_refuses_text_leaves() -> None:
+    assert Slab.plan(4, gym.spaces.Text(8), gym.spaces.Discrete(2)) is None
+    assert Slab.plan(4, gym.spaces.Box(0, 1, (2,)), gym.spaces.Tuple((gym.spaces.Text(3),))) is None
+
+
+def test_two_mappings_of_one_file_share_rows_and_results_are_copies() -> None:
+    layout = Slab.plan(6, DICT_OBS, gym.spaces.Discrete(4))
+    assert layout is not None
+    fd = Slab.new_fd()
+    try:
+        pool_side = Slab.create(fd, layout)
+        worker_side = Slab.attach(fd, layout)
+        ids = np.array([4, 1], dtype=np.int64)
+        pool_side.put_actions(ids, [np.array([3, 2], dtype=np.int64)])
+        assert worker_side.act[0][4] == 3 and worker_side.act[0][1] == 2
+        pool_side.put_actions(np.arange(6), [np.arange(6, dtype=np.int64)], every=True)
+        np.testing.assert_array_equal(worker_side.act[0], np.arange(6))
+        row = {"pos": np.array([0.5, -0.5, 0.25], np.float32), "count": 7, "flag": np.array([1, 0, 1, 1, 0], np.int8)}
+        spaces.write_row(DICT_OBS, worker_side.obs, 1, row)
+        worker_side.reward[1], worker_side.terminated[1], worker_side.truncated[1] = 1.5, True, False
+        obs, extras = pool_side.results(np.array([1]), step=True)
+        assert extras is not None
+        assert_same(spaces.from_leaves(DICT_OBS, obs), {k: np.asarray(v)[None] for k, v in row.items()}, "row 1")
+        assert extras[0].tolist() == [1.5] and extras[1].tolist() == [True] and extras[2].tolist() == [False]
+        spaces.write_row(DICT_OBS, worker_side.obs, 1, {**row, "count": 9})  # the next step overwrites the row...
+        assert spaces.from_leaves(DICT_OBS, obs)["count"].tolist() == [7]  # ...what was taken stays as it was
+        reset_obs, none = pool_side.results(np.array([1]), step=False)
+        assert none is None and spaces.from_leaves(DICT_OBS, reset_obs)["count"].tolist() == [9]
+        worker_side.close()
+        pool_side.close()
+    finally:
+        os.close(fd)
+
+
+def test_attach_refuses_a_layout_that_does_not_fit_the_file() -> None:
+    layout = Slab.plan(4, gym.spaces.Box(0, 1, (1000,)), gym.spaces.Discrete(2))
+    assert layout is not None
+    fd = Slab.new_fd()
+    try:
+        os.ftruncate(fd, 100)
+        with pytest.raises(ValueError, match=r"cannot map the pool's shared rows: the slab file has 100 bytes"):
+            Slab.attach(fd, layout)
+        with pytest.raises(ValueError, match="cannot map the pool's shared rows"):
+            Slab.attach(fd, {"n": 4})
+    finally:
+        os.close(fd)
+
+
+def test_aioenv_slab_switches_slabs_off_and_refuses_other_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SLAB_ENV, "off")
+    assert not slab_enabled()
+    monkeypatch.setenv(SLAB_ENV, "ON")
+    assert slab_enabled() == sys.platform.startswith("linux")
+    monkeypatch.setenv(SLAB_ENV, "maybe")
+    with pytest.raises(UsageError, match=r"AIOENV_SLAB must be 'on' or 'off', got 'maybe'"):
+        slab_enabled()
+
+
+# ---------------------------------------------------------------- pools
+
+N = 6
+
+
+async def drive(pool: aioenv.Pool) -> list[Any]:
+    """A mixed sequence of calls; returns everything the pool answered, in order."""
+    out: list[Any] = []
+    rng = np.random.default_rng(5)
+    out.append(await pool.reset(seed=11))
+    for t in range(40):
+        actions = rng.integers(0, 3, N)
+        if t % 5 == 0:  # a subset, in a shuffled order, across both workers
+            ids = rng.permutation(N)[:4]
+            out.append(await pool.step(actions[:4], env_ids=ids))
+        elif t % 5 == 1:
+            futures = [pool.step_env(i, int(actions[i])) for i in (5, 0, 3)]
+            out.append(await asyncio.gather(*futures))
+        elif t % 5 == 2:  # rows come in the order they finished: compare them in env order
+            pool.send(actions)
+            got = await pool.recv(min_results=N, max_results=N)
+            out.append(reorder(got, np.argsort(got[-1]["env_id"], kind="stable")))
+        elif t % 5 == 3:
+            out.append(await pool.reset(env_ids=[4, 1], seed=[t, t + 1]))
+        else:
+            out.append(await pool.step(actions))
+    return out
+
+
+def reorder(value: Any, order: np.ndarray) -> Any:
+    """Rows of a batched value (arrays, dicts and tuples of them) in ``order``."""
+    if isinstance(value, dict):
+        return {key: reorder(v, order) for key, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(reorder(v, order) for v in value)
+    return np.asarray(value)[order]
+
+
+async def run_dict(slab: str, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], bool]:
+    monkeypatch.setenv(SLAB_ENV, slab)
+    async with aioenv.Pool("tests.envs.dictenv:make_dict_env", N, num_workers=2, autoreset_mode="same_step") as pool:
+        assert pool._coord is not None
+        return await asyncio.wait_for(drive(pool), HANG), pool._coord.slab is not None
+
+
+async def test_an_inline_pool_shares_rows_and_answers_exactly_as_with_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    shared, used = await run_dict("on", monkeypatch)
+    assert used, "an inline pool of Dict observations should use a slab"
+    plain, used = await run_dict("off", monkeypatch)
+    assert not used
+    assert_same(shared, plain, "slab vs messages")
+
+
+async def test_a_failing_env_fails_its_own_row_through_the_slab() -> None:
+    async with aioenv.Pool("tests.envs.faulty:make_probe", 4, num_workers=2, env_kwargs={"fail_at": 3}) as pool:
+        assert pool._coord is not None and pool._coord.slab is not None
+        await asyncio.wait_for(pool.reset(seed=0), HANG)
+        await asyncio.wait_for(pool.step(np.zeros(4, dtype=np.int64)), HANG)
+        await asyncio.wait_for(pool.step(np.zeros(4, dtype=np.int64)), HANG)
+        with pytest.raises(EnvError) as caught:
+            await asyncio.wait_for(pool.step(np.zeros(4, dtype=np.int64)), HANG)
+        assert sorted(caught.value.errors) == [0, 1, 2, 3]
+        obs, _ = await asyncio.wait_for(pool.reset(env_ids=[2], seed=9), HANG)
+        assert obs.shape == (1, 4)
+
+
+async def test_a_re_made_worker_maps_the_rows_again() -> None:
+    ref = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
+    ref.reset(seed=3)
+    async with aioenv.Pool("CartPole-v1", 4, num_workers=2) as pool:
+        assert pool._coord is not None and pool._coord.slab is not None
+        await asyncio.wait_for(pool.reset(seed=3), HANG)
+        old = pool._coord.slots[0].proc
+        assert old is not None
+        os.kill(int(old.pid), signal.SIGKILL)
+        for _ in range(int(HANG / 0.01)):  # until its death is noticed and a fresh worker takes its envs
+            if pool._coord.slots[0].proc is not old:
+                break
+            await asyncio.sleep(0.01)
+        assert pool._coord.slots[0].proc is not old
+        obs, _ = await asyncio.wait_for(pool.reset(seed=3), HANG)
+        ref_obs, _ = ref.reset(seed=3)
+        np.testing.assert_array_equal(obs, ref_obs)
+        for t in range(30):
+            actions = np.array([t % 2, 1, 0, (t // 3) % 2], dtype=np.int64)
+            got = await asyncio.wait_for(pool.step(actions), HANG)
+            want = ref.step(actions)
+            for g, w in zip(got[:4], want[:4], strict=True):
+                np.testing.assert_array_equal(g, w)
+    ref.close()
+
+
+@pytest.mark.parametrize(
+    ("env", "options"), [("tests.envs.faulty:make_text", {}), ("CartPole-v1", {"executor": "thread"})]
+)
+async def test_pools_that_cannot_share_rows_keep_their_messages(env: str, options: dict[str, Any]) -> None:
+    async with aioenv.Pool(env, 2, num_workers=2, **options) as pool:
+        assert pool._coord is not None and pool._coord.slab is None
+        await asyncio.wait_for(pool.reset(seed=0), HANG)
+        action = ["ab", "cd"] if env.endswith("make_text") else np.zeros(2, dtype=np.int64)
+        obs, *_ = await asyncio.wait_for(pool.step(action), HANG)
+        assert len(obs) == 2
+    assert not slab_fds()
+
+
+async def test_close_leaves_no_slab_open() -> None:
+    before = slab_fds()
+    pool = await aioenv.make("CartPole-v1", 4, num_workers=2)
+    assert len(slab_fds()) > len(before)  # the file, and the mapping's own descriptor
+    await asyncio.wait_for(pool.reset(), HANG)
+    await pool.aclose()
+    assert slab_fds() == before
+
+
+def test_a_worker_refuses_slab_where_it_cannot_be() -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        for extra, words in [
+            (["--executor", "thread", "--slab", "0"], "--slab is for an inline worker of a local pool"),
+            (["--slab", "99"], "--slab 99: not an open descriptor"),
+        ]:
+            done = subprocess.run(
+                [sys.executable, "-m", "workers", "--fd", str(theirs.fileno()), *extra],
+                cwd=ROOT,
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=HANG,
+                check=False,
+            )
+            assert done.returncode == 2 and words in done.stderr, done.stderr
+        done = subprocess.run(
+            [sys.executable, "-m", "workers", "--connect", "tcp://127.0.0.1:9", "--slab", "0"],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=HANG,
+            check=False,
+        )
+        assert done.returncode == 2 and "--slab is for an inline worker of a local pool" in done.stderr
+    finally:
+        ours.close()
+        theirs.close()
