@@ -35,6 +35,7 @@ __all__ = [
     "WorkerProc",
     "describe_exit",
     "launch_local",
+    "worker_command",
     "worker_sched_policy",
 ]
 
@@ -63,6 +64,23 @@ def worker_sched_policy() -> str:
     if value not in ("batch", "default"):
         raise UsageError(f"{WORKER_SCHED_ENV} must be 'batch' or 'default', got {os.environ[WORKER_SCHED_ENV]!r}")
     return value
+
+
+def worker_command(args: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment that start ``python -m workers ARGS`` in a child process.
+
+    The child runs with ``-P``, so the working directory is not put first on its ``sys.path`` (a
+    ``workers`` package of the user's own there must not stand in for aioenv's); its ``PYTHONPATH``
+    names aioenv's own root first, then the directory this process's main code came from (its
+    script's) and the working directory, so an env named ``"pkg.module:factory"`` that is found here,
+    or in the working directory, is found in the worker too.
+    """
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    main_dir = os.path.abspath(sys.path[0]) if sys.path and sys.path[0] else ""
+    env = dict(os.environ)
+    paths = [root, main_dir, os.getcwd(), *env.get("PYTHONPATH", "").split(os.pathsep)]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
+    return [sys.executable, "-P", "-m", "workers", *args], env
 
 
 class Port(Protocol):
@@ -179,28 +197,13 @@ class LocalProcess:
         self._on_exit = on_exit
         self.exited = asyncio.Event()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        cmd = [
-            sys.executable,
-            "-m",
-            "workers",
-            "--fd",
-            str(theirs.fileno()),
-            "--name",
-            name,
-            "--executor",
-            executor,
-            "--trusted-dir",
-            trusted_dir,
-            "--parent-pid",
-            str(os.getpid()),
-        ]
+        args = ["--fd", str(theirs.fileno()), "--name", name, "--executor", executor]
+        args += ["--trusted-dir", trusted_dir, "--parent-pid", str(os.getpid())]
         inherit = [theirs.fileno()]
         if slab_fd is not None:
-            cmd += ["--slab", str(slab_fd)]
+            args += ["--slab", str(slab_fd)]
             inherit.append(slab_fd)
-        env = dict(os.environ)
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        cmd, env = worker_command(args)
         try:
             self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, close_fds=True, pass_fds=inherit)
         except BaseException:

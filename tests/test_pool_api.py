@@ -96,6 +96,35 @@ async def test_make_with_entry_point_string_and_env_kwargs() -> None:
         assert info["env_id"].tolist() == [0, 1]
 
 
+async def test_a_workers_package_in_the_working_directory_does_not_stand_in_for_aioenvs(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A package of the user's own named ``workers`` (a common name) in the working directory is not run as
+    aioenv's worker runtime, and a module of theirs there is still found as an env source."""
+    own = tmp_path / "workers"
+    own.mkdir()
+    (own / "__init__.py").write_text("")
+    (own / "__main__.py").write_text("raise SystemExit('this is the project\\'s own workers package')\n")
+    factory = "import gymnasium\n\n\ndef make():\n    return gymnasium.make('CartPole-v1')\n"
+    (tmp_path / "project_envs.py").write_text(factory)
+    monkeypatch.chdir(tmp_path)
+    async with aioenv.Pool("project_envs:make", 2, num_workers=1) as pool:
+        obs, _ = await guard(pool.reset(seed=0))
+        assert obs.shape == (2, 4)
+
+
+def test_worker_command_puts_aioenv_first_and_keeps_the_working_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aioenv.launcher import worker_command
+
+    monkeypatch.setenv("PYTHONPATH", "/somewhere/else")
+    cmd, env = worker_command(["--fd", "3"])
+    assert cmd[1:5] == ["-P", "-m", "workers", "--fd"]
+    paths = env["PYTHONPATH"].split(os.pathsep)
+    assert paths[0] == os.path.dirname(os.path.dirname(os.path.abspath(aioenv.__file__)))
+    assert os.getcwd() in paths and paths[-1] == "/somewhere/else"
+    assert len(paths) == len(set(paths))
+
+
 async def test_make_with_lambda_ships_closure_by_value() -> None:
     tag = 42  # captured by the lambda: must travel with it (cloudpickle)
     async with aioenv.Pool(lambda: ProbeEnv(tag=tag), 3, num_workers=2) as pool:

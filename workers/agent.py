@@ -21,7 +21,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from typing import Any
 import zmq
 
 from aioenv.errors import ProtocolError
+from aioenv.launcher import worker_command
 from aioenv.protocol import Op, decode, encode
 
 __all__ = ["HEARTBEAT", "WorkerHost"]
@@ -208,14 +208,11 @@ class WorkerHost:
         return False
 
     def _spawn(self, name: str, executor: str) -> None:
-        cmd = [sys.executable, "-m", "workers", "--connect", self.endpoint, "--name", name]
-        cmd += ["--executor", executor, "--parent-pid", str(os.getpid())]
+        args = ["--connect", self.endpoint, "--name", name, "--executor", executor, "--parent-pid", str(os.getpid())]
         if self.curve is not None:
-            cmd += ["--curve-secret", self.curve[0], "--server-key", self.curve[1]]
-        env = dict(os.environ)
+            args += ["--curve-secret", self.curve[0], "--server-key", self.curve[1]]
+        cmd, env = worker_command(args)
         env.pop("AIOENV_TRUSTED_DIR", None)
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
         try:
             proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, close_fds=True)
         except OSError as exc:  # e.g. out of processes or memory: the server re-places it or fails its envs
