@@ -256,18 +256,7 @@ async def test_a_pool_moves_large_observations_and_actions_intact(executor: str)
 
 @pytest.mark.parametrize(("fd", "words"), [(99, "not an open descriptor"), (0, "not a socket")])
 def test_a_worker_refuses_an_fd_that_is_no_pipe(fd: int, words: str) -> None:
-    import subprocess
-    import sys
+    from tests.scripts import run_python
 
-    from tests.scripts import ROOT
-
-    done = subprocess.run(
-        [sys.executable, "-m", "workers", "--fd", str(fd)],
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=HANG,
-        check=False,
-    )
+    done = run_python("-m", "workers", "--fd", str(fd), timeout=HANG)
     assert done.returncode == 2 and f"--fd {fd}: {words}" in done.stderr, done.stderr

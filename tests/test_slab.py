@@ -14,7 +14,6 @@ import itertools
 import os
 import signal
 import socket
-import subprocess
 import sys
 from typing import Any
 
@@ -28,7 +27,7 @@ from aioenv.errors import EnvError, UsageError
 from aioenv.slab import SLAB_ENV, Slab, slab_enabled
 from tests.compare import assert_same
 from tests.conftest import HANG
-from tests.scripts import ROOT
+from tests.scripts import run_python
 
 DICT_OBS = gym.spaces.Dict(
     {
@@ -246,32 +245,15 @@ async def test_close_leaves_no_slab_open() -> None:
 
 def test_a_worker_refuses_slab_where_it_cannot_be() -> None:
     ours, theirs = socket.socketpair()
+    fd = str(theirs.fileno())
     try:
-        for extra, words in [
-            (["--executor", "thread", "--slab", "0"], "--slab is for an inline worker of a local pool"),
-            (["--slab", "99"], "--slab 99: not an open descriptor"),
+        for args, words in [
+            (["--fd", fd, "--executor", "thread", "--slab", "0"], "--slab is for an inline worker of a local pool"),
+            (["--fd", fd, "--slab", "99"], "--slab 99: not an open descriptor"),
+            (["--connect", "tcp://127.0.0.1:9", "--slab", "0"], "--slab is for an inline worker of a local pool"),
         ]:
-            done = subprocess.run(
-                [sys.executable, "-m", "workers", "--fd", str(theirs.fileno()), *extra],
-                cwd=ROOT,
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=HANG,
-                check=False,
-            )
+            done = run_python("-m", "workers", *args, timeout=HANG, pass_fds=(theirs.fileno(),))
             assert done.returncode == 2 and words in done.stderr, done.stderr
-        done = subprocess.run(
-            [sys.executable, "-m", "workers", "--connect", "tcp://127.0.0.1:9", "--slab", "0"],
-            cwd=ROOT,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=HANG,
-            check=False,
-        )
-        assert done.returncode == 2 and "--slab is for an inline worker of a local pool" in done.stderr
     finally:
         ours.close()
         theirs.close()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -181,55 +181,42 @@ class Worker:
         return self.slab
 
     def on_step(self, header: dict[str, Any], arrays: list[np.ndarray]) -> Reply:
-        """Step ``header["env"]`` with the batched action leaves (or, ``"sh"``, the actions in the envs'
-        shared rows); one row per env."""
+        """Step ``header["env"]`` with the batched action leaves, one row per env; or, with ``"sh"``, through
+        the slab: env ``e``'s action is row ``e`` of its action leaves, its results go to row ``e`` of the
+        observation leaves, reward, terminated and truncated."""
         env_ids: list[int] = header["env"]
-        if header.get("sh"):
-            return self._step_shared(env_ids, self._shared())
         n = len(env_ids)
-        acts = leaves_from_wire(header["act"], arrays)
         group = self._group(env_ids)
-        obs = spaces.empty_batch(group.obs_space, n)
-        rew = np.zeros(n, dtype=np.float64)
-        term = np.zeros(n, dtype=np.bool_)
-        trunc = np.zeros(n, dtype=np.bool_)
+        slab = self._shared() if header.get("sh") else None
+        rows: Sequence[int]
+        if slab is not None:
+            acts, obs, rew, term, trunc = slab.act, slab.obs, slab.reward, slab.terminated, slab.truncated
+            rows = env_ids
+        else:
+            acts = leaves_from_wire(header["act"], arrays)
+            obs = spaces.empty_batch(group.obs_space, n)
+            rew = np.zeros(n, dtype=np.float64)
+            term = np.zeros(n, dtype=np.bool_)
+            trunc = np.zeros(n, dtype=np.bool_)
+            rows = range(n)
         infos: list[Any] | None = None
         errors: dict[int, Any] = {}
         hosted = self.hosted
         write_obs = group.write_obs
         read_action = group.read_action
-        for i, env_id in enumerate(env_ids):
+        for i, (env_id, row) in enumerate(zip(env_ids, rows, strict=True)):
             try:
-                o, rew[i], term[i], trunc[i], info = hosted(env_id).step(read_action(acts, i))
-                write_obs(obs, i, o)
+                o, rew[row], term[row], trunc[row], info = hosted(env_id).step(read_action(acts, row))
+                write_obs(obs, row, o)
                 if info:
                     if infos is None:
                         infos = [None] * n
                     infos[i] = info
             except Exception as exc:  # noqa: BLE001 - one env's failure is its row's alone
                 errors[i] = error_fields(exc, env_id)
+        if slab is not None:
+            return shared_reply(infos, errors)
         return batch_reply(obs, infos, errors, [rew, term, trunc])
-
-    def _step_shared(self, env_ids: list[int], slab: Slab) -> Reply:
-        """:meth:`on_step` through the slab: env ``e``'s action is row ``e`` of the action leaves, its
-        results go to row ``e`` of the observation leaves, reward, terminated and truncated."""
-        infos: list[Any] | None = None
-        errors: dict[int, Any] = {}
-        hosted = self.hosted
-        group = self._group(env_ids)
-        write_obs, read_action = group.write_obs, group.read_action
-        acts, obs, rew, term, trunc = slab.act, slab.obs, slab.reward, slab.terminated, slab.truncated
-        for i, env_id in enumerate(env_ids):
-            try:
-                o, rew[env_id], term[env_id], trunc[env_id], info = hosted(env_id).step(read_action(acts, env_id))
-                write_obs(obs, env_id, o)
-                if info:
-                    if infos is None:
-                        infos = [None] * len(env_ids)
-                    infos[i] = info
-            except Exception as exc:  # noqa: BLE001 - one env's failure is its row's alone
-                errors[i] = error_fields(exc, env_id)
-        return shared_reply(infos, errors)
 
     def on_reset(self, header: dict[str, Any], _arrays: list[np.ndarray]) -> Reply:
         """Reset ``header["env"]`` with per-env seeds (``"seed"``) and shared options (``"opt"``); with
