@@ -25,6 +25,7 @@ from aioenv.protocol import leaves_to_wire
 from aioenv.remote import RemoteCoordinator
 from aioenv.results import Gather, RecvQueue, ResetResult, Single, StepResult
 from aioenv.scheduler import Request
+from aioenv.slab import shared_step
 from aioenv.sources import parse_sources
 
 __all__ = ["Pool", "make"]
@@ -302,7 +303,7 @@ class Pool:
         coord.sched.claim(ids)
         if coord.slab is not None:  # the actions go into the envs' shared rows (after the claim: none is in use)
             coord.slab.put_actions(ids, leaves, ids is coord.sched.all_ids)
-            build = _shared_step(info_list)
+            build = shared_step(info_list)
         else:
             build = _step_message(leaves, ids.size, info_list)
         coord.submit("step", ids, sink, build, timeout=self.step_timeout)
@@ -599,19 +600,6 @@ _SIMPLE = (
     gymnasium.spaces.MultiDiscrete,
     gymnasium.spaces.MultiBinary,
 )
-
-
-def _shared_step(info_list: bool) -> Callable[[Request], tuple[dict[str, Any], list[np.ndarray]]]:
-    """How to build a worker's STEP whose actions wait in the slab (see :mod:`aioenv.slab`)."""
-    return _shared_step_infos if info_list else _shared_step_plain
-
-
-def _shared_step_plain(_req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
-    return {"sh": 1}, []
-
-
-def _shared_step_infos(_req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
-    return {"sh": 1, "ilist": True}, []
 
 
 def _step_message(

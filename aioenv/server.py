@@ -60,7 +60,7 @@ from aioenv.protocol_version import PROTOCOL_VERSION
 from aioenv.results import Part
 from aioenv.rows import Rows
 from aioenv.scheduler import Request
-from aioenv.slab import Slab
+from aioenv.slab import Slab, shared_step
 from aioenv.sources import parse_sources
 from aioenv.transport import Router
 
@@ -543,8 +543,7 @@ def _builder(
             want = [store.shape[1:] for store in slab.act]
             if [leaf.shape[1:] for leaf in leaves] != want:
                 raise ProtocolError(f"a step carries actions of shapes {[leaf.shape for leaf in leaves]}")
-            shared = {"sh": 1, "ilist": True} if ilist else {"sh": 1}
-            return (lambda req: (dict(shared), [])), leaves
+            return shared_step(ilist), leaves
 
         def build_step(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
             out: list[np.ndarray] = []
