@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from aioenv import spaces
 from aioenv.errors import (
     AioEnvError,
     EnvError,
@@ -43,7 +44,7 @@ from aioenv.errors import (
     from_wire,
 )
 from aioenv.launcher import LaunchSpec, WorkerProc, launch_local
-from aioenv.protocol import Op, decode, encode, leaves_from_wire
+from aioenv.protocol import Op, decode, encode, leaves_from_wire, leaves_to_wire
 from aioenv.results import Part
 from aioenv.rows import Rows, Segment, int_lists, route_rows
 from aioenv.scheduler import THROTTLED, Request, Scheduler
@@ -679,6 +680,46 @@ class Coordinator:
         if self._slab_fd is not None:
             os.close(self._slab_fd)
             self._slab_fd = None
+
+
+def step_builder(slab: Slab | None, ids: np.ndarray, leaves: list[np.ndarray], info_list: bool, every: bool) -> Build:
+    """How to build each worker's STEP for ``ids`` (claimed already) with the checked action ``leaves``
+    (``len(ids)`` rows each; ``every``: ``ids`` is every env, in order). With a ``slab`` the actions go
+    into the envs' shared rows now and a STEP carries none; else each STEP carries its rows as arrays.
+    ``info_list``: the caller wants each env's own info dict (``"ilist"``)."""
+    flags: dict[str, Any] = {"ilist": True} if info_list else {}
+    if slab is not None:
+        slab.put_actions(ids, leaves, every)
+
+        def shared(_req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
+            return {"sh": 1, **flags}, []
+
+        return shared
+    n = ids.size
+
+    def carried(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
+        arrays: list[np.ndarray] = []
+        at = req.positions  # increasing row indices: all of them means every row, in order
+        part = leaves if at is None or at.size == n else spaces.take_rows(leaves, at)
+        return {"act": leaves_to_wire(part, arrays), **flags}, arrays
+
+    return carried
+
+
+def reset_builder(seeds: list[int | None], options: dict[str, Any] | None, shared: bool) -> Build:
+    """How to build each worker's RESET: its rows' ``seeds`` (one per row of the call), the call's
+    ``options``; ``shared``: the observations go to the envs' shared rows (a slab)."""
+
+    def build(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
+        pos = req.positions if req.positions is not None else range(len(seeds))
+        fields: dict[str, Any] = {"seed": [seeds[int(p)] for p in pos]}
+        if options is not None:
+            fields["opt"] = options
+        if shared:
+            fields["sh"] = 1
+        return fields, []
+
+    return build
 
 
 def _with_env(err: AioEnvError, env_id: int) -> AioEnvError:

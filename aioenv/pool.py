@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium
@@ -19,13 +19,11 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
 from aioenv import spaces
-from aioenv.coordinator import Coordinator
+from aioenv.coordinator import Coordinator, reset_builder, step_builder
 from aioenv.errors import InvalidAction, PoolClosed, UsageError
-from aioenv.protocol import leaves_to_wire
 from aioenv.remote import RemoteCoordinator
 from aioenv.results import Gather, RecvQueue, ResetResult, Single, StepResult
 from aioenv.scheduler import Request
-from aioenv.slab import shared_step
 from aioenv.sources import parse_sources
 
 __all__ = ["Pool", "make"]
@@ -301,11 +299,8 @@ class Pool:
         coord = self._core()
         leaves = actions if checked else spaces.check_actions(self.single_action_space, actions, ids)
         coord.sched.claim(ids)
-        if coord.slab is not None:  # the actions go into the envs' shared rows (after the claim: none is in use)
-            coord.slab.put_actions(ids, leaves, ids is coord.sched.all_ids)
-            build = shared_step(info_list)
-        else:
-            build = _step_message(leaves, ids.size, info_list)
+        # after the claim: none of these envs' shared rows is in use
+        build = step_builder(coord.slab, ids, leaves, info_list, ids is coord.sched.all_ids)
         coord.submit("step", ids, sink, build, timeout=self.step_timeout)
 
     def _seeds_for(self, ids: np.ndarray, seed: Any) -> list[int | None]:
@@ -333,17 +328,7 @@ class Pool:
         seeds = self._seeds_for(ids, seed)
         coord.sched.claim(ids)
         self._record_seeds(ids, seeds)
-        shared = coord.slab is not None
-
-        def build(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
-            pos = req.positions if req.positions is not None else range(len(seeds))
-            fields: dict[str, Any] = {"seed": [seeds[int(p)] for p in pos]}
-            if options is not None:
-                fields["opt"] = options
-            if shared:
-                fields["sh"] = 1
-            return fields, []
-
+        build = reset_builder(seeds, options, coord.slab is not None)
         coord.submit("reset", ids, sink, build, timeout=self.reset_timeout)
 
     # ------------------------------------------------------------ batched API
@@ -600,23 +585,6 @@ _SIMPLE = (
     gymnasium.spaces.MultiDiscrete,
     gymnasium.spaces.MultiBinary,
 )
-
-
-def _step_message(
-    leaves: list[np.ndarray], n: int, info_list: bool
-) -> Callable[[Request], tuple[dict[str, Any], list[np.ndarray]]]:
-    """How to build a worker's STEP carrying its rows of ``leaves`` (``n`` rows) as arrays."""
-
-    def build(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
-        arrays: list[np.ndarray] = []
-        at = req.positions  # increasing row indices: all of them means every row, in order
-        part = leaves if at is None or at.size == n else spaces.take_rows(leaves, at)
-        fields: dict[str, Any] = {"act": leaves_to_wire(part, arrays)}
-        if info_list:
-            fields["ilist"] = True
-        return fields, arrays
-
-    return build
 
 
 def _one_discrete(space: gymnasium.Space[Any], action: Any) -> list[np.ndarray] | None:

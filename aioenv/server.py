@@ -44,23 +44,22 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zmq
 
-from aioenv import spaces
 from aioenv._version import __version__
 from aioenv.auth import ServerAuth
 
 if TYPE_CHECKING:
     from aioenv.metrics import ServerMetrics
-from aioenv.coordinator import Coordinator
+from aioenv.coordinator import Coordinator, reset_builder, step_builder
 from aioenv.errors import AioEnvError, CapacityError, PoolClosed, ProtocolError, UsageError, relay_wire
 from aioenv.fleet import Fleet
 from aioenv.logs import peer_name
 from aioenv.partwire import BlockEntry, PartEntry, encode_parts
-from aioenv.protocol import Op, decode, encode, leaves_from_wire, leaves_to_wire
+from aioenv.protocol import Op, decode, encode, leaves_from_wire
 from aioenv.protocol_version import PROTOCOL_VERSION
 from aioenv.results import Part
 from aioenv.rows import Rows
 from aioenv.scheduler import Request
-from aioenv.slab import Slab, shared_step
+from aioenv.slab import Slab
 from aioenv.sources import parse_sources
 from aioenv.transport import Router
 
@@ -347,10 +346,13 @@ class Server:
         timeout = header.get("to")
         if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
             raise ProtocolError(f"'to' must be a positive number of seconds, got {timeout!r}")
-        build, shared_actions = _builder(kind, header, arrays, ids.size, coord.slab)
-        coord.sched.claim(ids)
-        if shared_actions is not None and coord.slab is not None:  # after the claim: none of these rows is in use
-            coord.slab.put_actions(ids, shared_actions, ids is coord.sched.all_ids)
+        if kind == "step":
+            leaves = _step_actions(header, arrays, ids.size, coord.slab)
+            coord.sched.claim(ids)  # first: none of these envs' shared rows is in use once they are claimed
+            build = step_builder(coord.slab, ids, leaves, bool(header.get("ilist")), ids is coord.sched.all_ids)
+        else:
+            build = _builder(kind, header, arrays, ids.size, coord.slab is not None)
+            coord.sched.claim(ids)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "client %s request %s: %s for envs %s",
@@ -528,48 +530,25 @@ async def serve(config: ServerConfig, ready: Any = None) -> None:
         await server.aclose()
 
 
-def _builder(
-    kind: str, header: dict[str, Any], arrays: list[np.ndarray], n: int, slab: Slab | None
-) -> tuple[Any, list[np.ndarray] | None]:
-    """How to build each worker's share of a client's request (``req.positions`` index the client's rows).
-    With a ``slab`` a step's actions go to the envs' shared rows: they are returned for the caller to write
-    there once the envs are claimed, and the step carries none (else None)."""
-    if kind == "step":
-        leaves = leaves_from_wire(header["act"], arrays)
-        if any(leaf.shape[:1] != (n,) for leaf in leaves):
-            raise ProtocolError(f"a step for {n} envs carries actions of other lengths")
-        ilist = bool(header.get("ilist"))
-        if slab is not None:
-            want = [store.shape[1:] for store in slab.act]
-            if [leaf.shape[1:] for leaf in leaves] != want:
-                raise ProtocolError(f"a step carries actions of shapes {[leaf.shape for leaf in leaves]}")
-            return shared_step(ilist), leaves
+def _step_actions(header: dict[str, Any], arrays: list[np.ndarray], n: int, slab: Slab | None) -> list[np.ndarray]:
+    """A client's step's action leaves for ``n`` envs, checked as far as the server can (row counts, and
+    row shapes when they go into a slab's rows)."""
+    leaves = leaves_from_wire(header["act"], arrays)
+    if any(leaf.shape[:1] != (n,) for leaf in leaves):
+        raise ProtocolError(f"a step for {n} envs carries actions of other lengths")
+    if slab is not None and [leaf.shape[1:] for leaf in leaves] != [store.shape[1:] for store in slab.act]:
+        raise ProtocolError(f"a step carries actions of shapes {[leaf.shape for leaf in leaves]}")
+    return leaves
 
-        def build_step(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
-            out: list[np.ndarray] = []
-            rows = spaces.take_rows(leaves, req.positions) if req.positions is not None else leaves
-            fields: dict[str, Any] = {"act": leaves_to_wire(rows, out)}
-            if ilist:
-                fields["ilist"] = True
-            return fields, out
 
-        return build_step, None
+def _builder(kind: str, header: dict[str, Any], arrays: list[np.ndarray], n: int, shared: bool) -> Any:
+    """How to build each worker's share of a client's reset or call (``req.positions`` index the client's
+    rows); ``shared``: a reset's observations go to the envs' shared rows."""
     if kind == "reset":
         seeds = header.get("seed") or [None] * n
         if len(seeds) != n:
             raise ProtocolError(f"a reset of {n} envs carries {len(seeds)} seeds")
-        options = header.get("opt")
-
-        def build_reset(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
-            pos = req.positions if req.positions is not None else range(n)
-            fields: dict[str, Any] = {"seed": [seeds[int(p)] for p in pos]}
-            if options is not None:
-                fields["opt"] = options
-            if slab is not None:
-                fields["sh"] = 1
-            return fields, []
-
-        return build_reset, None
+        return reset_builder(seeds, header.get("opt"), shared)
     fixed: dict[str, Any] = {k: header[k] for k in ("kind", "name", "args", "kw") if k in header}
     values = header.get("values")
 
@@ -579,7 +558,7 @@ def _builder(
             fields["values"] = [values[int(p)] for p in (req.positions if req.positions is not None else range(n))]
         return fields, []
 
-    return build_call, None
+    return build_call
 
 
 def _choice(name: str, value: Any, allowed: Sequence[str]) -> str:

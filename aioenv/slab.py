@@ -31,7 +31,7 @@ import contextlib
 import mmap
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -39,7 +39,7 @@ import numpy as np
 from aioenv import spaces
 from aioenv.errors import UsageError
 
-__all__ = ["SLAB_ENV", "Slab", "shared_step", "slab_enabled"]
+__all__ = ["SLAB_ENV", "Slab", "slab_enabled"]
 
 #: Environment variable: ``off`` makes pools exchange arrays in their messages instead of a slab.
 SLAB_ENV = "AIOENV_SLAB"
@@ -59,20 +59,6 @@ def slab_enabled() -> bool:
     if value not in ("on", "off"):
         raise UsageError(f"{SLAB_ENV} must be 'on' or 'off', got {os.environ[SLAB_ENV]!r}")
     return value == "on" and sys.platform.startswith("linux") and hasattr(os, "memfd_create")
-
-
-def shared_step(info_list: bool) -> Callable[[Any], tuple[dict[str, Any], list[np.ndarray]]]:
-    """How to build each worker's STEP whose actions wait in the slab (for ``Coordinator.submit``): no
-    arrays, ``"sh"`` (and ``"ilist"`` when the caller wants each env's own info dict)."""
-    return _shared_step_infos if info_list else _shared_step_plain
-
-
-def _shared_step_plain(_req: Any) -> tuple[dict[str, Any], list[np.ndarray]]:
-    return {"sh": 1}, []
-
-
-def _shared_step_infos(_req: Any) -> tuple[dict[str, Any], list[np.ndarray]]:
-    return {"sh": 1, "ilist": True}, []
 
 
 class Slab:
