@@ -7,7 +7,9 @@ EnvPool-style ``send``/``recv`` with first-finished batches, and per-env futures
 """
 
 from aioenv import vector
+from aioenv._loop import run
 from aioenv._version import __version__
+from aioenv.core.sinks import ResetResult, StepResult
 from aioenv.env import AsyncEnv
 from aioenv.errors import (
     AioEnvError,
@@ -23,10 +25,8 @@ from aioenv.errors import (
     WorkerCrashed,
 )
 from aioenv.pool import Pool, make
-from aioenv.protocol_version import PROTOCOL_VERSION
-from aioenv.results import ResetResult, StepResult
-from aioenv.runner import run
 from aioenv.sync import SyncPool, make_sync
+from aioenv.wire.version import PROTOCOL_VERSION
 
 __all__ = [
     "PROTOCOL_VERSION",

@@ -1,3 +1,3 @@
-"""The package version (the wire protocol has its own: :mod:`aioenv.protocol_version`)."""
+"""The package version (the wire protocol has its own: :mod:`aioenv.wire.version`)."""
 
 __version__ = "0.1.0"

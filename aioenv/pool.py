@@ -18,13 +18,14 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
-from aioenv import spaces
-from aioenv.coordinator import Coordinator, reset_builder, step_builder
+from aioenv.core.coordinator import Coordinator, reset_builder, step_builder
+from aioenv.core.remote import RemoteCoordinator
+from aioenv.core.scheduler import Request
+from aioenv.core.sinks import Gather, RecvQueue, ResetResult, Single, StepResult
+from aioenv.core.sources import parse_sources
 from aioenv.errors import InvalidAction, PoolClosed, UsageError
-from aioenv.remote import RemoteCoordinator
-from aioenv.results import Gather, RecvQueue, ResetResult, Single, StepResult
-from aioenv.scheduler import Request
-from aioenv.sources import parse_sources
+from aioenv.wire import spaces
+from aioenv.wire.options import EXECUTORS, ON_TIMEOUT, choice, positive_int, positive_seconds
 
 __all__ = ["Pool", "make"]
 
@@ -33,8 +34,6 @@ _MODES = {
     "same_step": AutoresetMode.SAME_STEP,
     "disabled": AutoresetMode.DISABLED,
 }
-_EXECUTORS = ("inline", "thread", "async")
-_ON_TIMEOUT = ("error", "truncate")
 
 
 def _mode_name(mode: Any) -> str:
@@ -43,22 +42,6 @@ def _mode_name(mode: Any) -> str:
     if isinstance(mode, str) and mode.lower() in _MODES:
         return mode.lower()
     raise ValueError(f"autoreset_mode must be one of {sorted(_MODES)} or a gymnasium AutoresetMode, got {mode!r}")
-
-
-def _seconds(name: str, value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{name} must be a positive number of seconds or None, got {value!r}")
-    return float(value)
-
-
-def _positive(name: str, value: Any, *, allow_none: bool = True) -> int | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return int(value)
 
 
 class Pool:
@@ -105,20 +88,19 @@ class Pool:
                     f"curve_keys must be (your .key_secret file, the server's .key file), got {curve_keys!r}"
                 )
         self._curve_keys = (str(curve_keys[0]), str(curve_keys[1])) if curve_keys is not None else None
-        if executor is not None and executor not in _EXECUTORS:
-            raise ValueError(f"executor must be one of {_EXECUTORS}, got {executor!r}")
+        if executor is not None:
+            choice("executor", executor, EXECUTORS)
         self._mode = _mode_name(autoreset_mode)
-        self.step_timeout = _seconds("step_timeout", step_timeout)
-        self.reset_timeout = _seconds("reset_timeout", reset_timeout)
-        if on_timeout not in _ON_TIMEOUT:
-            raise ValueError(f"on_timeout must be one of {_ON_TIMEOUT}, got {on_timeout!r}")
+        self.step_timeout = positive_seconds("step_timeout", step_timeout)
+        self.reset_timeout = positive_seconds("reset_timeout", reset_timeout)
+        choice("on_timeout", on_timeout, ON_TIMEOUT)
         if on_timeout == "truncate" and self._mode == "same_step":
             raise ValueError(
                 "on_timeout='truncate' needs autoreset_mode 'next_step' or 'disabled': in 'same_step' a truncated "
                 "row must carry the next episode's first observation, which a replaced env cannot give in time"
             )
         self.on_timeout = on_timeout
-        self.max_concurrency = _positive("max_concurrency", max_concurrency)
+        self.max_concurrency = positive_int("max_concurrency", max_concurrency, allow_none=True)
         self.endpoint = endpoint
         self._env_name = env if isinstance(env, str) else ""
         self._env_kwargs = env_kwargs
@@ -126,10 +108,10 @@ class Pool:
         self._private_dir = Coordinator.private_directory() if endpoint is None else None
         try:  # a refused argument must not leave the private directory behind
             self._sources, self.num_envs = parse_sources(env, num_envs, env_kwargs, self._private_dir)
-            self.batch_size = _positive("batch_size", batch_size) or self.num_envs
+            self.batch_size = positive_int("batch_size", batch_size, allow_none=True) or self.num_envs
             if self.batch_size > self.num_envs:
                 raise ValueError(f"batch_size={self.batch_size} exceeds num_envs={self.num_envs}")
-            self._asked_workers = _positive("num_workers", num_workers)
+            self._asked_workers = positive_int("num_workers", num_workers, allow_none=True)
             workers = self._asked_workers or min(self.num_envs, os.cpu_count() or 1)
             self.num_workers = min(workers, self.num_envs)
             self._seeds = self._initial_seeds(seed)
@@ -294,7 +276,7 @@ class Pool:
     ) -> None:
         """Check ``actions`` for ``ids`` (from :meth:`_ids`), claim the envs and send the steps.
 
-        ``checked``: ``actions`` are the leaves :func:`aioenv.spaces.check_actions` returned for ``ids``
+        ``checked``: ``actions`` are the leaves :func:`aioenv.wire.spaces.check_actions` returned for ``ids``
         already (an adapter that checked them in its caller's thread), owned by this call."""
         coord = self._core()
         leaves = actions if checked else spaces.check_actions(self.single_action_space, actions, ids)

@@ -49,9 +49,10 @@ from typing import Any, TypeVar
 
 from gymnasium.vector import AutoresetMode
 
+from aioenv._loop import new_event_loop
+from aioenv.core.sinks import ResetResult, StepResult
 from aioenv.errors import PoolClosed, UsageError
 from aioenv.pool import Pool
-from aioenv.results import ResetResult, StepResult
 
 __all__ = ["SyncPool", "make_sync"]
 
@@ -69,14 +70,6 @@ _STARTERS: dict[str, tuple[str, dict[str, Any]]] = {
 
 #: Upper bound on waiting for ``Pool.aclose()`` (which escalates to SIGKILL by itself, so it never hangs).
 _CLOSE_BOUND = 120.0
-
-
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
 
 
 def _settle(done: concurrent.futures.Future[Any], fut: asyncio.Future[Any]) -> None:
@@ -104,7 +97,7 @@ class _Runtime:
 
     def __init__(self, pool: Pool, name: str) -> None:
         self.pool = pool
-        self.loop = _new_loop()
+        self.loop = new_event_loop()
         self.closed = False
         self._close_lock = threading.Lock()
         #: Tasks of interrupted calls whose requests are still in flight (loop thread only).

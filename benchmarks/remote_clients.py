@@ -296,8 +296,8 @@ def bench_clients(args: argparse.Namespace, server: Server) -> dict[str, Any]:
 
 
 def status_now(endpoint: str) -> dict[str, Any]:
-    """The server's state at once (:func:`aioenv.status.fetch_status`), or the error."""
-    from aioenv.status import fetch_status
+    """The server's state at once (:func:`aioenv.server.status.fetch_status`), or the error."""
+    from aioenv.server.status import fetch_status
 
     try:
         return aioenv.run(fetch_status(endpoint, 10.0))
@@ -327,8 +327,8 @@ def md_clients(sec: dict[str, Any]) -> list[str]:
         ["window start skew between clients", f"{sec['window_start_skew_s'] * 1e3:.0f} ms", ""],
         ["startup: all clients ready", f"{sec['startup_s']['all_ready']:.1f} s",
          f"slowest client {sec['startup_s']['per_client_max']:.1f} s"],
-        ["server state during warm-up (`aioenv.status.fetch_status`)", state, f"{sec['server_worker_processes']} "
-         "server worker processes; `aioenv status --json` with every client ready: "
+        ["server state during warm-up (`aioenv.server.status.fetch_status`)", state,
+         f"{sec['server_worker_processes']} server worker processes; `aioenv status --json` with every client ready: "
          f"{sec.get('status_all_ready', {}).get('sessions', 'n/a')} sessions"],
         ["CPU: server / server workers / clients", f"{cpu['server']:.0f}% / {cpu['server_workers']:.0f}% / "
          f"{cpu['clients']:.0f}%", f"outside {cpu['outside']:.0f}%, stolen {cpu['steal']:.0f}%; "

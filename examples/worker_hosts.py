@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 import aioenv
-from aioenv.status import fetch_status
+from aioenv.server.status import fetch_status
 
 CLI = [sys.executable, "-m", "aioenv.cli"]
 

@@ -327,7 +327,7 @@ def test_non_msgpack_values_and_exception_types_round_trip_through_files(venv: A
 
 
 def test_plain_values_travel_inline_and_no_file_is_left(venv: AioVecEnv, monkeypatch: pytest.MonkeyPatch) -> None:
-    from aioenv import compat
+    from aioenv.compat import payloads as compat
 
     written: list[str] = []
     real_write = compat._write
@@ -354,7 +354,7 @@ def test_plain_values_travel_inline_and_no_file_is_left(venv: AioVecEnv, monkeyp
 def test_worker_helper_refuses_payloads_outside_its_trusted_dir(tmp_path: Path) -> None:
     import cloudpickle
 
-    from aioenv.compat import PayloadError, _helper
+    from aioenv.compat.payloads import PayloadError, _helper
 
     trusted, outside = tmp_path / "trusted", tmp_path / "outside"
     trusted.mkdir()
@@ -388,7 +388,7 @@ def test_worker_helper_refuses_payloads_outside_its_trusted_dir(tmp_path: Path) 
 
 
 def test_worker_without_trusted_dir_accepts_and_returns_msgpack_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    from aioenv.compat import TRUSTED_DIR_ENV, PayloadError, Transfer, _helper
+    from aioenv.compat.payloads import TRUSTED_DIR_ENV, PayloadError, Transfer, _helper
 
     monkeypatch.delenv(TRUSTED_DIR_ENV, raising=False)
     env = gym.make("CartPole-v1")
@@ -407,7 +407,7 @@ def test_worker_without_trusted_dir_accepts_and_returns_msgpack_only(monkeypatch
 
 
 def test_coordinator_refuses_result_files_it_did_not_ask_for(tmp_path: Path) -> None:
-    from aioenv.compat import PayloadError, Transfer
+    from aioenv.compat.payloads import PayloadError, Transfer
 
     with Transfer(str(tmp_path)) as transfer:
         for name in ("../x.pkl", "/etc/passwd", "compat-res-0000000000000000-x.pkl", 3):

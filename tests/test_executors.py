@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import aioenv
-from aioenv import coordinator
+from aioenv.core import coordinator
 from aioenv.errors import EnvError, StepTimeout, UsageError
 from tests.conftest import HANG, wait_new_worker, worker_pid
 from tests.envs.waiting import HANG as HANG_ACTION

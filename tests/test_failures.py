@@ -332,9 +332,9 @@ async def test_idle_worker_killed_then_reset_works() -> None:
 async def test_a_worker_that_keeps_dying_is_given_up_and_its_envs_fail_fast(monkeypatch: pytest.MonkeyPatch) -> None:
     """Past MAX_RESTARTS deaths a slot is not started again: its envs' requests fail at once with
     WorkerCrashed saying so (no hang, no spawn loop), the other worker's envs go on, close is clean."""
-    import aioenv.coordinator
+    import aioenv.core.coordinator
 
-    monkeypatch.setattr(aioenv.coordinator, "MAX_RESTARTS", 2)
+    monkeypatch.setattr(aioenv.core.coordinator, "MAX_RESTARTS", 2)
     async with aioenv.Pool(PROBE, 4, num_workers=2) as pool:
         await guard(pool.reset(seed=0))
         pid = worker_pid(pool, 0)

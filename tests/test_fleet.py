@@ -25,8 +25,8 @@ import zmq
 
 import aioenv
 from aioenv.errors import CapacityError, WorkerCrashed
-from aioenv.protocol import Op, decode, encode
-from aioenv.status import fetch_status
+from aioenv.server.status import fetch_status
+from aioenv.wire.protocol import Op, decode, encode
 from tests.conftest import HANG, process_gone
 from tests.scripts import ROOT, run_example
 from tests.servers import ServerProcess, WorkerHostProcess, children

@@ -1,4 +1,4 @@
-"""The server's worker port (:class:`aioenv.fleet.Fleet`) against a scripted worker host.
+"""The server's worker port (:class:`aioenv.server.fleet.Fleet`) against a scripted worker host.
 
 The fleet runs in this event loop on a real tcp socket; the "host" is a raw DEALER socket that this
 test drives message by message, so each rule of the protocol is checked on its own: JOIN, SPAWN,
@@ -16,10 +16,10 @@ import pytest_asyncio
 import zmq
 import zmq.asyncio
 
+from aioenv.core.launcher import LaunchSpec, WorkerProc
 from aioenv.errors import CapacityError
-from aioenv.fleet import Fleet, RemoteProcess
-from aioenv.launcher import LaunchSpec, WorkerProc
-from aioenv.protocol import Op, decode, encode
+from aioenv.server.fleet import Fleet, RemoteProcess
+from aioenv.wire.protocol import Op, decode, encode
 from tests.conftest import HANG
 
 

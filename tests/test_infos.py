@@ -1,4 +1,4 @@
-"""aioenv.infos.add_info must batch per-env infos exactly as gymnasium's ``VectorEnv._add_info``;
+"""aioenv.wire.infos.add_info must batch per-env infos exactly as gymnasium's ``VectorEnv._add_info``;
 take_info selects rows of a batched info recursively."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from gymnasium.vector import VectorEnv
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aioenv.infos import add_info, take_info
+from aioenv.wire.infos import add_info, take_info
 from tests.compare import assert_same
 
 
@@ -342,7 +342,7 @@ def test_batch_then_merge_equals_gymnasium_row_by_row(seed: int, kind: str) -> N
     _add_info applied row by row in output order (dtype from the first row that has a key,
     even when one part mixes ints and floats).
     """
-    from aioenv.infos import batch_infos, merge_infos
+    from aioenv.wire.infos import batch_infos, merge_infos
 
     rng = np.random.default_rng(seed)
     ref_env = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])
@@ -386,7 +386,7 @@ def test_concat_of_consecutive_parts_equals_gymnasium_row_by_row(seed: int, kind
     """``recv`` joins the parts it takes, one after another; ``concat_infos`` must give what gymnasium's
     _add_info gives row by row, whether every part has every key (concatenation) or not (the general
     merge), including parts of one row and parts without any info."""
-    from aioenv.infos import batch_infos, concat_infos
+    from aioenv.wire.infos import batch_infos, concat_infos
 
     make = {"random keys": _random_infos, "steady keys": _steady_infos, "uniform keys": _uniform_infos}[kind]
     rng = np.random.default_rng(seed)

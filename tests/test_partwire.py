@@ -1,4 +1,4 @@
-"""Rows relayed by a server to its client (:mod:`aioenv.partwire`): several requests' parts and workers'
+"""Rows relayed by a server to its client (:mod:`aioenv.core.relay`): several requests' parts and workers'
 blocks of rows in one message, routed on the client as a coordinator routes its workers' replies."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import pytest
 import zmq
 import zmq.asyncio
 
+from aioenv.core.relay import BlockEntry, PartEntry, decode_block, decode_part, encode_parts
+from aioenv.core.replies import Rows, int_lists, route_rows
+from aioenv.core.scheduler import Scheduler
+from aioenv.core.sinks import Part, RecvQueue
 from aioenv.errors import EnvError, StepTimeout
-from aioenv.partwire import BlockEntry, PartEntry, decode_block, decode_part, encode_parts
-from aioenv.protocol import Op, decode, encode
-from aioenv.results import Part, RecvQueue
-from aioenv.rows import Rows, int_lists, route_rows
-from aioenv.scheduler import Scheduler
-from aioenv.server import Server, ServerConfig
+from aioenv.server.server import Server, ServerConfig
+from aioenv.wire.protocol import Op, decode, encode
 from tests.conftest import HANG
 
 

@@ -1,4 +1,4 @@
-"""The pipe between a pool and its own workers (``aioenv.pipe``): framing, back-pressure, end of stream.
+"""The pipe between a pool and its own workers (``aioenv.transport.pipe``): framing, back-pressure, end of stream.
 
 The reader is pure logic and is checked with hypothesis against streams cut at arbitrary points;
 the two ends are then run over a real ``socketpair``, with messages large enough that the
@@ -20,7 +20,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aioenv.errors import ProtocolError
-from aioenv.pipe import BIG_MESSAGE, MAX_FRAMES, MAX_MESSAGE, FrameReader, LinkClosed, PipeLink, PipePort, framed
+from aioenv.transport.pipe import (
+    BIG_MESSAGE,
+    MAX_FRAMES,
+    MAX_MESSAGE,
+    FrameReader,
+    LinkClosed,
+    PipeLink,
+    PipePort,
+    framed,
+)
 from tests.conftest import HANG
 
 

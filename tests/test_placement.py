@@ -1,4 +1,4 @@
-"""Placement of worker processes on hosts: pure bookkeeping, no sockets (:mod:`aioenv.placement`)."""
+"""Placement of worker processes on hosts: pure bookkeeping, no sockets (:mod:`aioenv.core.placement`)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from aioenv.core.placement import LOCAL, Placement
 from aioenv.errors import CapacityError
-from aioenv.placement import LOCAL, Placement
 
 
 def test_least_loaded_host_with_room_wins() -> None:

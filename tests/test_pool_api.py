@@ -114,7 +114,7 @@ async def test_a_workers_package_in_the_working_directory_does_not_stand_in_for_
 
 
 def test_worker_command_puts_aioenv_first_and_keeps_the_working_directory(monkeypatch: pytest.MonkeyPatch) -> None:
-    from aioenv.launcher import worker_command
+    from aioenv.transport.spawn import worker_command
 
     monkeypatch.setenv("PYTHONPATH", "/somewhere/else")
     cmd, env = worker_command(["--fd", "3"])
@@ -760,8 +760,8 @@ async def test_invalid_discrete_actions_raise_and_send_nothing() -> None:
 def test_one_discrete_fast_path_agrees_with_check_actions(space: gym.spaces.Discrete) -> None:
     """``step_env``'s shortcut for one Discrete action takes exactly what the batch check accepts, as
     the same leaves; anything else goes the general way (which raises the explained error)."""
-    from aioenv import spaces
     from aioenv.pool import _batch_one, _one_discrete
+    from aioenv.wire import spaces
 
     ids = np.array([0])
     candidates = [*range(-4, 7), True, False, np.int8(1), np.uint64(2**64 - 1), np.int64(-2), 1.0, "1", None]
@@ -924,7 +924,7 @@ async def test_refused_reset_seed_leaves_the_envs_free() -> None:
 async def test_step_info_list_gives_each_envs_own_info_in_one_batch() -> None:
     """The adapters' step variant returns each env's own info dict; batched the gymnasium way,
     they equal what step() returns for the same trajectory."""
-    from aioenv.infos import add_info
+    from aioenv.wire.infos import add_info
     from tests.compare import assert_same
 
     kwargs: dict[str, Any] = {"num_workers": 2, "seed": 5, "autoreset_mode": "same_step"}

@@ -1,4 +1,4 @@
-"""Tests for aioenv.protocol: messages (encode/decode), values (pack/unpack), leaves, malformed input.
+"""Tests for aioenv.wire.protocol: messages (encode/decode), values (pack/unpack), leaves, malformed input.
 
 Contract (design.md section 2): a message is ``[header, *buffers]``, the header is msgpack with
 ``"v"`` (PROTOCOL_VERSION) and ``"op"``; numpy arrays travel raw and are decoded as read-only,
@@ -21,7 +21,7 @@ from hypothesis.extra import numpy as hnp
 
 from aioenv import PROTOCOL_VERSION
 from aioenv.errors import AioEnvError, ProtocolError
-from aioenv.protocol import Op, decode, encode, leaves_from_wire, leaves_to_wire, pack, unpack
+from aioenv.wire.protocol import Op, decode, encode, leaves_from_wire, leaves_to_wire, pack, unpack
 
 NUMERIC_DTYPES = [
     np.bool_,

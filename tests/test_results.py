@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aioenv.core.sinks import Part, RecvQueue
 from aioenv.errors import EnvError
-from aioenv.infos import batch_infos
-from aioenv.results import Part, RecvQueue
+from aioenv.wire.infos import batch_infos
 from tests.compare import assert_same
 
 SPACE = gym.spaces.Dict(

@@ -1,4 +1,4 @@
-"""Tests for aioenv.scheduler.Scheduler: pure bookkeeping, no sockets, no event loop."""
+"""Tests for aioenv.core.scheduler.Scheduler: pure bookkeeping, no sockets, no event loop."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
+from aioenv.core.scheduler import Request, Scheduler
 from aioenv.errors import AioEnvError, UsageError
-from aioenv.scheduler import Request, Scheduler
 
 
 def ids(*values: int) -> np.ndarray:

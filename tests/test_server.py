@@ -24,10 +24,10 @@ import pytest
 import zmq
 
 import aioenv
-from aioenv import remote
+from aioenv.core import remote
 from aioenv.errors import CapacityError, ConnectionLost, EnvError, PoolClosed, StepTimeout, UsageError, WorkerCrashed
-from aioenv.protocol import Op, decode, encode, pack
-from aioenv.status import fetch_status
+from aioenv.server.status import fetch_status
+from aioenv.wire.protocol import Op, decode, encode, pack
 from tests.conftest import HANG, process_gone
 from tests.scripts import ROOT
 from tests.servers import ServerProcess
@@ -167,7 +167,7 @@ def test_allow_env_and_names_only() -> None:
             aioenv.Pool(lambda: None, 2, endpoint=srv.endpoint)
     finally:
         srv.stop()
-    from aioenv.remote import CLIENT_ID
+    from aioenv.core.remote import CLIENT_ID
 
     refused = [line for line in srv.log if "refused a pool for client" in line]  # named as in other lines
     assert len(refused) == 1 and f"client {CLIENT_ID}-" in refused[0] and "b'" not in refused[0], refused

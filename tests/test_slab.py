@@ -1,4 +1,4 @@
-"""Shared-memory rows between a pool and its inline workers (``aioenv.slab``).
+"""Shared-memory rows between a pool and its inline workers (``aioenv.transport.slab``).
 
 Unit tests of the layout and of two mappings of one file, then real pools: an inline pool uses a slab
 and gives exactly what the same pool gives with arrays in its messages (``AIOENV_SLAB=off``) over a
@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 
 import aioenv
-from aioenv import spaces
 from aioenv.errors import EnvError, UsageError
-from aioenv.slab import SLAB_ENV, Slab, slab_enabled
+from aioenv.transport.slab import SLAB_ENV, Slab, slab_enabled
+from aioenv.wire import spaces
 from tests.compare import assert_same
 from tests.conftest import HANG
 from tests.scripts import run_python

@@ -1,4 +1,4 @@
-"""Tests for aioenv.spaces: descriptions, leaves, row access and action checks."""
+"""Tests for aioenv.wire.spaces: descriptions, leaves, row access and action checks."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aioenv.errors import InvalidAction
-from aioenv.spaces import (
+from aioenv.wire.spaces import (
     check_actions,
     concat_leaves,
     describe_space,

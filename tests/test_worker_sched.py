@@ -1,4 +1,4 @@
-"""Worker processes run under SCHED_BATCH (``aioenv.launcher.worker_sched_policy``), every thread of
+"""Worker processes run under SCHED_BATCH (``aioenv.transport.spawn.worker_sched_policy``), every thread of
 them; a pool's own workers have no ZeroMQ threads (they use their pipe). ``AIOENV_WORKER_SCHED=default``
 leaves them alone, and a bad value is refused before any worker starts.
 
@@ -18,8 +18,8 @@ import zmq
 
 import aioenv
 from aioenv.errors import UsageError
-from aioenv.launcher import WORKER_SCHED_ENV
-from aioenv.protocol import Op, decode, encode
+from aioenv.transport.spawn import WORKER_SCHED_ENV
+from aioenv.wire.protocol import Op, decode, encode
 from tests.conftest import HANG, child_processes, worker_pid
 from tests.envs.waiting import AsyncWaitEnv
 from tests.scripts import ROOT

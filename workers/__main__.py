@@ -2,8 +2,8 @@
 [--trusted-dir DIR] [--curve-secret FILE --server-key FILE]``.
 
 ``--connect``: a ZeroMQ endpoint (a server's worker port). ``--fd``: the descriptor of a pipe inherited
-from the pool that started this process (see :mod:`aioenv.pipe`); ``--slab``: the descriptor of its shared
-rows (see :mod:`aioenv.slab`)."""
+from the pool that started this process (see :mod:`aioenv.transport.pipe`); ``--slab``: the descriptor of its shared
+rows (see :mod:`aioenv.transport.slab`)."""
 
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ def _die_with_parent() -> None:
 
 def _take_sched_policy() -> None:
     """Run this process under ``SCHED_BATCH`` unless told otherwise (see
-    :func:`aioenv.launcher.worker_sched_policy`): every thread it has now (numpy's BLAS threads start
+    :func:`aioenv.transport.spawn.worker_sched_policy`): every thread it has now (numpy's BLAS threads start
     at import), and those started later (env threads, ZeroMQ's I/O threads) inherit it."""
-    from aioenv.launcher import worker_sched_policy
+    from aioenv.transport.spawn import worker_sched_policy
 
     if worker_sched_policy() != "batch" or not hasattr(os, "sched_setscheduler"):
         return
@@ -46,12 +46,14 @@ def _take_sched_policy() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and run a worker until the coordinator closes it."""
+    from aioenv.wire.options import EXECUTORS
+
     parser = argparse.ArgumentParser(prog="python -m workers", description="Host aioenv envs for a coordinator.")
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--connect", help="coordinator endpoint, e.g. tcp://host:5556")
     where.add_argument("--fd", type=int, help="descriptor of a pipe to the coordinator, inherited from it")
     parser.add_argument("--name", default=f"worker-{os.getpid()}", help="worker name (the identity its messages carry)")
-    parser.add_argument("--executor", default="inline", choices=["inline", "thread", "async"], help="how envs are run")
+    parser.add_argument("--executor", default="inline", choices=EXECUTORS, help="how envs are run")
     parser.add_argument(
         "--trusted-dir", default=None, help="directory of pickled factories and payloads written by a local pool"
     )
@@ -105,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--curve-secret and --server-key are for --connect")
         if not (args.curve_secret and args.server_key):
             parser.error("--curve-secret and --server-key go together")
-        from aioenv.auth import client_configurer
+        from aioenv.transport.auth import client_configurer
 
         configure = client_configurer((args.curve_secret, args.server_key))
     if args.executor == "inline":

@@ -10,7 +10,7 @@ children (their pools have written them off) and JOINs again until a server answ
 for a name still taken (a previous run of this host the server has not dropped yet) is retried; one
 refused for good (a protocol version mismatch) ends the host with exit code 2. SIGTERM or
 SIGINT: children get SIGTERM, then SIGKILL, the server gets LEAVE, and the host exits 0. Children
-also die with the host (``PR_SET_PDEATHSIG``), so none outlive it. See :mod:`aioenv.fleet`.
+also die with the host (``PR_SET_PDEATHSIG``), so none outlive it. See :mod:`aioenv.server.fleet`.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from typing import Any
 import zmq
 
 from aioenv.errors import ProtocolError
-from aioenv.launcher import worker_command
-from aioenv.protocol import Op, decode, encode
+from aioenv.transport.spawn import worker_command
+from aioenv.wire.options import EXECUTORS, choice
+from aioenv.wire.protocol import Op, decode, encode
 
 __all__ = ["HEARTBEAT", "WorkerHost"]
 
@@ -72,8 +73,7 @@ class WorkerHost:
     ) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be a positive number of envs, got {capacity}")
-        if executor not in ("inline", "thread", "async"):
-            raise ValueError(f"executor must be inline, thread or async, got {executor!r}")
+        choice("executor", executor, EXECUTORS)
         self.endpoint = endpoint
         self.capacity = capacity
         self.executor = executor
@@ -88,7 +88,7 @@ class WorkerHost:
         """Serve until SIGTERM/SIGINT (or a refusal: a wrong protocol version, a clashing name); exit code."""
         configure: Callable[[zmq.Socket[Any]], None] | None = None
         if self.curve is not None:
-            from aioenv.auth import client_configurer
+            from aioenv.transport.auth import client_configurer
 
             configure = client_configurer(self.curve)
         sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)

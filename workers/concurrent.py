@@ -46,11 +46,11 @@ from typing import Any
 import numpy as np
 import zmq
 
-from aioenv import spaces
+from aioenv._loop import run as run_loop
 from aioenv.errors import ProtocolError
-from aioenv.pipe import LinkClosed
-from aioenv.protocol import Op, decode, encode, leaves_from_wire
-from aioenv.runner import run as run_loop
+from aioenv.transport.pipe import LinkClosed
+from aioenv.wire import spaces
+from aioenv.wire.protocol import Op, decode, encode, leaves_from_wire
 from workers.hosted import AsyncHostedEnv, HostedEnv, check_executor
 from workers.link import Link, open_link
 from workers.runtime import CallSpec, Group, batch_reply, checked_value, describe_env, encode_reply, error_fields

@@ -1,10 +1,10 @@
 """How a worker reaches its coordinator: an inherited pipe (a pool's own workers) or ZeroMQ (remote).
 
-Both carry the same :mod:`aioenv.protocol` messages and offer the same four calls, so the worker
+Both carry the same :mod:`aioenv.wire.protocol` messages and offer the same four calls, so the worker
 loops (:mod:`workers.runtime`, :mod:`workers.concurrent`) do not care which one they have:
 
-- :class:`aioenv.pipe.PipeLink`: the end of a ``socketpair`` the coordinator made when it started
-  this process (``--fd N``); see :mod:`aioenv.pipe` for why local workers use it.
+- :class:`aioenv.transport.pipe.PipeLink`: the end of a ``socketpair`` the coordinator made when it started
+  this process (``--fd N``); see :mod:`aioenv.transport.pipe` for why local workers use it.
 - :class:`ZmqLink`: a DEALER socket connected to a coordinator's or server's endpoint
   (``--connect tcp://...``), with CURVE keys when the server asks for them.
 """
@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 import zmq
 
-from aioenv.pipe import PipeLink
-from aioenv.zmqio import has_input, recv_frames, send_frames
+from aioenv.transport.pipe import PipeLink
+from aioenv.transport.zmqio import has_input, recv_frames, send_frames
 
 __all__ = ["Link", "ZmqLink", "open_link"]
 
@@ -93,7 +93,8 @@ class ZmqLink:
 
 
 def open_link(where: str | int, name: str, configure: Callable[[zmq.Socket[Any]], None] | None = None) -> Link:
-    """A :class:`~aioenv.pipe.PipeLink` on descriptor ``where`` (int) or a :class:`ZmqLink` to endpoint ``where``."""
+    """A :class:`~aioenv.transport.pipe.PipeLink` on descriptor ``where`` (int) or a :class:`ZmqLink` to
+    endpoint ``where``."""
     if isinstance(where, int):
         return PipeLink(where)
     return ZmqLink(where, name, configure)

@@ -4,7 +4,7 @@ The loop blocks in ``recv`` (no busy-waiting) and answers every request with
 exactly one RESULT or ERROR carrying the request's id. A batch request (step,
 reset, call) for k envs is answered by one message holding all k rows; an env
 that raises fails only its own row (``"err"``: row -> error description). A pool's
-own worker may share rows with it (``--slab``, :mod:`aioenv.slab`): a step or reset
+own worker may share rows with it (``--slab``, :mod:`aioenv.transport.slab`): a step or reset
 marked ``"sh"`` reads its actions from, and writes its results to, the envs' rows,
 and the reply carries only infos and errors.
 """
@@ -20,12 +20,13 @@ from typing import Any
 import numpy as np
 import zmq
 
-from aioenv import spaces
-from aioenv.errors import AioEnvError, ProtocolError, to_wire
-from aioenv.infos import batch_infos
-from aioenv.pipe import LinkClosed
-from aioenv.protocol import Op, decode, encode, leaves_from_wire, leaves_to_wire, pack
-from aioenv.slab import Slab
+from aioenv.errors import AioEnvError, ProtocolError
+from aioenv.transport.pipe import LinkClosed
+from aioenv.transport.slab import Slab
+from aioenv.wire import spaces
+from aioenv.wire.errors import to_wire
+from aioenv.wire.infos import batch_infos
+from aioenv.wire.protocol import Op, decode, encode, leaves_from_wire, leaves_to_wire, pack
 from workers.hosted import HostedEnv, check_executor
 from workers.link import open_link
 from workers.sources import resolve
@@ -76,7 +77,7 @@ class Worker:
         slab_fd: int | None = None,
     ) -> None:
         self.configure = configure  # socket options before connect (CURVE keys for a remote server)
-        self.slab_fd = slab_fd  # the pool's shared rows (aioenv.slab), mapped when it says how they lie
+        self.slab_fd = slab_fd  # the pool's shared rows (aioenv.transport.slab), mapped when it says how they lie
         self.slab: Slab | None = None
         self.endpoint = endpoint  # a ZeroMQ endpoint, or the descriptor of an inherited pipe
         self.name = name
@@ -168,7 +169,7 @@ class Worker:
         return {"spaces": described, "err": errors}, []
 
     def on_slab(self, header: dict[str, Any], _arrays: list[np.ndarray]) -> Reply:
-        """Map the pool's shared rows as ``header["slab"]`` lays them out (see :mod:`aioenv.slab`)."""
+        """Map the pool's shared rows as ``header["slab"]`` lays them out (see :mod:`aioenv.transport.slab`)."""
         if self.slab_fd is None:
             raise ProtocolError(f"worker {self.name} was started without shared rows (--slab)")
         if self.slab is None or self.slab.layout != header["slab"]:
@@ -366,7 +367,7 @@ def encode_reply(
     fields: dict[str, Any], arrays: list[np.ndarray], env_ids: list[int], info_list: bool = False
 ) -> list[Any]:
     """Encode a reply. A batch's infos travel column-batched (``"binfo"``, see
-    :func:`aioenv.infos.batch_infos`); a single env's, or every env's when the request asked for
+    :func:`aioenv.wire.infos.batch_infos`); a single env's, or every env's when the request asked for
     ``"ilist"``, as raw dicts (``"info"``)."""
     infos = fields.pop("info", None)
     try:

@@ -45,9 +45,9 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
-from aioenv.compat import HELPER_NAME, CompatFactory, Transfer, class_key, is_plain
-from aioenv.spaces import check_actions
+from aioenv.compat.payloads import HELPER_NAME, CompatFactory, Transfer, class_key, is_plain
 from aioenv.sync import SyncPool
+from aioenv.wire.spaces import check_actions
 
 __all__ = ["AioVecEnv"]
 
@@ -228,7 +228,7 @@ class AioVecEnv(VecEnv):
         """Run the compat helper on each env in ``indices``: one value per env, the envs' own exceptions.
 
         The request carries ``inline`` when ``plain``, else ``pickled`` goes through a file of the pool's
-        private directory (see :class:`aioenv.compat.Transfer`; every file is gone when this returns)."""
+        private directory (see :class:`aioenv.compat.payloads.Transfer`; every file is gone when this returns)."""
         ids = [int(i) for i in self._get_indices(indices)]
         private_dir = self.pool.pool._private_dir
         assert private_dir is not None, "AioVecEnv takes env factories: its pool is always local"

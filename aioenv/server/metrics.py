@@ -19,7 +19,8 @@ the server when Prometheus scrapes, so serving costs nothing for it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,21 +29,44 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from aioenv.results import Part
-    from aioenv.rows import Rows
-    from aioenv.server import Server
+    from aioenv.core.replies import Rows
+    from aioenv.core.sinks import Part
 
-__all__ = ["ServerMetrics"]
+__all__ = ["ServerGauges", "ServerMetrics"]
 
 log = logging.getLogger("aioenv.metrics")
 
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
-class ServerMetrics:
-    """The server's metrics in a registry of their own (several servers in one process stay apart)."""
+@dataclass(frozen=True)
+class ServerGauges:
+    """A read-only snapshot of a server's state, taken when Prometheus scrapes.
 
-    def __init__(self, server: Server) -> None:
+    The server builds it (``Server.gauges``); this module never reads the server's own objects, so
+    metrics depend on the server's state, not on its code.
+    """
+
+    made: int = 0  # envs of all pools
+    busy: int = 0  # envs with a request in flight
+    in_flight: int = 0  # requests sent to workers, not answered
+    clients: int = 0  # client processes with an open pool
+    pools: int = 0  # open sessions
+    workers: int = 0  # worker processes
+    restarts: int = 0  # workers restarted (crash or deadline)
+    protocol_errors: int = 0  # malformed messages received
+    hosts: list[dict[str, Any]] | None = None  # one row per placed host (fleet status); None: no worker port
+    hosts_joined: int = 0  # worker hosts connected now
+    hosts_lost: int = 0  # worker hosts dropped for silence
+
+
+class ServerMetrics:
+    """The server's metrics in a registry of their own (several servers in one process stay apart).
+
+    ``gauges`` is called from the HTTP thread at each scrape: it must copy what it reads.
+    """
+
+    def __init__(self, gauges: Callable[[], ServerGauges]) -> None:
         self.registry = CollectorRegistry()
         self.latency = Histogram(
             "aioenv_request_seconds",
@@ -53,7 +77,7 @@ class ServerMetrics:
         )
         self.errors = Counter("aioenv_errors", "Rows answered with an error", ["type"], registry=self.registry)
         self.timeouts = Counter("aioenv_timeouts", "Rows past their deadline", registry=self.registry)
-        self.registry.register(_StateCollector(server))
+        self.registry.register(_StateCollector(gauges))
 
     def rows(self, kind: str, seconds: float, part: Part) -> None:
         """Record ``part``'s rows, answered ``seconds`` after their request arrived."""
@@ -64,7 +88,7 @@ class ServerMetrics:
     def block(self, rows: Rows, spans: list[tuple[float, int]], errors: dict[int, str]) -> None:
         """Record a block of rows relayed as it came: ``spans`` gives, per request, how long ago it arrived
         and how many of the block's rows answer it; ``errors``: its failed rows' error types
-        (:meth:`aioenv.rows.Rows.error_types`)."""
+        (:meth:`aioenv.core.replies.Rows.error_types`)."""
         for seconds, count in spans:
             self._latency(rows.kind, seconds, count)
         self._failed(errors.values())
@@ -95,40 +119,28 @@ class ServerMetrics:
 
 
 class _StateCollector(Collector):
-    def __init__(self, server: Server) -> None:
-        self.server = server
+    def __init__(self, gauges: Callable[[], ServerGauges]) -> None:
+        self.gauges = gauges
 
     def collect(self) -> Iterator[Any]:
-        sessions = list(self.server.sessions.values())  # read from the HTTP thread: copy first
-        made = busy = in_flight = workers = restarts = 0
-        for s in sessions:
-            sched = s.coord.sched
-            made += s.num_envs
-            busy += int(np.count_nonzero(sched.busy))
-            in_flight += len(sched.requests)
-            workers += sum(1 for slot in s.coord.slots if slot.proc is not None)
-            restarts += sum(slot.restarts for slot in s.coord.slots)
+        g = self.gauges()
         envs = GaugeMetricFamily("aioenv_envs", "Envs of all pools, by state", labels=["state"])
-        envs.add_metric(["made"], made)
-        envs.add_metric(["busy"], busy)
+        envs.add_metric(["made"], g.made)
+        envs.add_metric(["busy"], g.busy)
         yield envs
-        yield GaugeMetricFamily("aioenv_requests_in_flight", "Requests sent to workers, not answered", in_flight)
-        clients = len({s.client for s in sessions})
-        yield GaugeMetricFamily("aioenv_clients", "Client processes with an open pool", clients)
-        yield GaugeMetricFamily("aioenv_pools", "Open pools (sessions)", len(sessions))
-        yield GaugeMetricFamily("aioenv_workers", "Worker processes", workers)
-        yield CounterMetricFamily("aioenv_worker_restarts", "Workers restarted (crash or deadline)", restarts)
-        fleet = self.server.fleet
-        errors = self.server.all_protocol_errors
-        yield CounterMetricFamily("aioenv_protocol_errors", "Malformed messages received", errors)
-        if fleet is None:
+        yield GaugeMetricFamily("aioenv_requests_in_flight", "Requests sent to workers, not answered", g.in_flight)
+        yield GaugeMetricFamily("aioenv_clients", "Client processes with an open pool", g.clients)
+        yield GaugeMetricFamily("aioenv_pools", "Open pools (sessions)", g.pools)
+        yield GaugeMetricFamily("aioenv_workers", "Worker processes", g.workers)
+        yield CounterMetricFamily("aioenv_worker_restarts", "Workers restarted (crash or deadline)", g.restarts)
+        yield CounterMetricFamily("aioenv_protocol_errors", "Malformed messages received", g.protocol_errors)
+        if g.hosts is None:
             return
-        rows = fleet.status()
-        yield GaugeMetricFamily("aioenv_worker_hosts", "Worker hosts joined (aioenv worker)", len(fleet.agents))
-        yield CounterMetricFamily("aioenv_worker_hosts_lost", "Worker hosts dropped for silence", fleet.lost)
+        yield GaugeMetricFamily("aioenv_worker_hosts", "Worker hosts joined (aioenv worker)", g.hosts_joined)
+        yield CounterMetricFamily("aioenv_worker_hosts_lost", "Worker hosts dropped for silence", g.hosts_lost)
         load = GaugeMetricFamily("aioenv_host_envs", "Envs placed on each host", labels=["host"])
         room = GaugeMetricFamily("aioenv_host_capacity", "Envs each bounded host may run", labels=["host"])
-        for row in rows:
+        for row in g.hosts:
             load.add_metric([row["name"]], row["envs"])
             if row["capacity"] is not None:
                 room.add_metric([row["name"]], row["capacity"])

@@ -17,7 +17,7 @@ items), ``2`` tuple, ``3`` numpy scalar (``[dtype, bytes]``). Nothing is ever
 pickled: a value msgpack cannot describe is refused with a ``TypeError`` that
 names its type.
 
-Batched observations/actions travel as "leaves" (see :mod:`aioenv.spaces`): a
+Batched observations/actions travel as "leaves" (see :mod:`aioenv.wire.spaces`): a
 numeric leaf is an array frame (its header entry is the frame index), a text
 leaf is a list of str inside the header.
 
@@ -35,7 +35,7 @@ import msgpack
 import numpy as np
 
 from aioenv.errors import ProtocolError
-from aioenv.protocol_version import PROTOCOL_VERSION
+from aioenv.wire.version import PROTOCOL_VERSION
 
 __all__ = [
     "BLOB_LIMIT",
@@ -71,11 +71,11 @@ class Op:
     RESET = "reset"  # coordinator -> worker: {"env": [ids], "seed": [..], "opt": dict|None}
     CALL = "call"  # coordinator -> worker: {"env": [ids], "kind": call|get|set, "name", "args", "kw", "values"}
     DROP = "drop"  # coordinator -> worker: {"env": [ids]} close and forget these envs
-    SLAB = "slab"  # coordinator -> local inline worker: {"slab": layout} map the pool's shared rows (aioenv.slab)
+    SLAB = "slab"  # coordinator -> local inline worker: {"slab": layout} map the pool's shared rows (transport.slab)
     CANCEL = "cancel"  # coordinator -> worker: {"env": [ids], "ended": [ids]} give up their requests, replace them
     CLOSE = "close"  # coordinator -> worker: close all envs and exit (server: close the client's pool)
     RESULT = "result"  # reply to any request with the same "id"; rows of STEP/RESET may come in several:
-    # from a thread/async worker with "multi" ([[id, [rows]], ...]), from a server with "parts" (aioenv.partwire)
+    # from a thread/async worker with "multi" ([[id, [rows]], ...]), from a server with "parts" (aioenv.core.relay)
     ERROR = "error"  # either way: the request failed as a whole ({"error": to_wire(...)})
     PING = "ping"
     PONG = "pong"
@@ -83,7 +83,7 @@ class Op:
     OPEN = "open"  # client -> server: {"env": name, "n": num_envs, "kw": env_kwargs, "opt": pool options, "client"}
     EVENT = "event"  # server -> client: {"ev": "remade", "env": [ids]} (envs re-made after a crash or deadline)
     STATUS = "status"  # anyone -> server: the server's state (sessions, envs, limits)
-    # worker host (aioenv worker) <-> server's worker port, see aioenv.fleet
+    # worker host (aioenv worker) <-> server's worker port, see aioenv.server.fleet
     JOIN = "join"  # host -> server: {"name", "host", "pid", "executor", "capacity"}
     SPAWN = "spawn"  # server -> host: {"name", "executor"} start a worker process
     STARTED = "started"  # host -> server: {"name", "pid"}

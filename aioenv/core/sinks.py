@@ -22,9 +22,9 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from aioenv import spaces
 from aioenv.errors import AioEnvError
-from aioenv.infos import batch_infos, concat_infos, merge_infos, take_info
+from aioenv.wire import spaces
+from aioenv.wire.infos import batch_infos, concat_infos, merge_infos, take_info
 
 __all__ = ["Gather", "Part", "RecvQueue", "ResetResult", "Single", "StepResult"]
 
@@ -243,7 +243,7 @@ class _Segment(NamedTuple):
 
 
 class Unread(Protocol):
-    """Where a :class:`RecvQueue` records which envs have results waiting (:class:`aioenv.scheduler.Scheduler`)."""
+    """Where a :class:`RecvQueue` records which envs have results waiting (:class:`aioenv.core.scheduler.Scheduler`)."""
 
     def mark_unread(self, env_ids: np.ndarray) -> None:
         """Results of ``env_ids`` were queued."""

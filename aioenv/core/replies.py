@@ -3,10 +3,10 @@
 A thread or async worker answers rows as they finish: one RESULT carries a *block* of rows (obs
 leaves, reward, terminated, truncated, infos, errors, all with the block's rows) and *segments*
 saying which request each run of rows belongs to. A server forwards such a block to its client
-as it came (:mod:`aioenv.partwire`), with the segments translated to the client's requests, so
+as it came (:mod:`aioenv.core.relay`), with the segments translated to the client's requests, so
 the same routine delivers blocks in a coordinator and in a remote client:
 :func:`route_rows` closes each segment's rows in the scheduler and hands them to the request's
-sink, merging consecutive segments bound for one :class:`~aioenv.results.RecvQueue` (``recv``
+sink, merging consecutive segments bound for one :class:`~aioenv.core.sinks.RecvQueue` (``recv``
 does not care which request a row came from) and giving every segment whose sink has an
 ``outlet`` to that outlet in one call per block (a server's relays: the block crosses to the
 client without being cut into parts).
@@ -20,11 +20,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from aioenv.errors import from_wire
-from aioenv.infos import take_info
-from aioenv.protocol import leaves_from_wire
-from aioenv.results import Part, RecvQueue
-from aioenv.scheduler import Request, Scheduler
+from aioenv.core.scheduler import Request, Scheduler
+from aioenv.core.sinks import Part, RecvQueue
+from aioenv.wire.errors import from_wire
+from aioenv.wire.infos import take_info
+from aioenv.wire.protocol import leaves_from_wire
 
 __all__ = ["Outlet", "Rows", "Segment", "int_lists", "route_rows"]
 

@@ -1,11 +1,11 @@
 """``aioenv serve``: a standalone coordinator that many clients share over tcp.
 
-Each client pool (``aioenv.make(..., endpoint="tcp://host:5555")``, see :mod:`aioenv.remote`) is a
-*session*: the server makes its envs with a :class:`~aioenv.coordinator.Coordinator` of its own
+Each client pool (``aioenv.make(..., endpoint="tcp://host:5555")``, see :mod:`aioenv.core.remote`) is a
+*session*: the server makes its envs with a :class:`~aioenv.core.coordinator.Coordinator` of its own
 (local worker processes), so sessions are isolated from each other (a crash, a deadline or a flood
 in one never touches another) and a session has exactly the semantics of an embedded pool. The
 server relays each request to the session's coordinator and the rows back as they finish
-(:mod:`aioenv.partwire`).
+(:mod:`aioenv.core.relay`).
 
 Admission: env sources are names only (a gymnasium id or ``"pkg.module:factory"``), checked against
 ``allow`` patterns (``fnmatch``); without patterns only gymnasium ids are served, since a
@@ -14,8 +14,8 @@ Admission: env sources are names only (a gymnasium id or ``"pkg.module:factory"`
 what may be made; beyond them :class:`~aioenv.errors.CapacityError`.
 
 Worker hosts: with ``worker_bind``, ``aioenv worker --connect`` processes on any machine join the
-server's :class:`~aioenv.fleet.Fleet` and each pool's worker processes are placed on the least-loaded
-host with room (:mod:`aioenv.placement`); a host that dies or stops answering has its envs re-made
+server's :class:`~aioenv.server.fleet.Fleet` and each pool's worker processes are placed on the least-loaded
+host with room (:mod:`aioenv.core.placement`); a host that dies or stops answering has its envs re-made
 elsewhere. Without it, every pool runs on local worker processes.
 
 Liveness: a session the server has not heard from for ``client_timeout`` seconds (clients PING
@@ -45,30 +45,30 @@ import numpy as np
 import zmq
 
 from aioenv._version import __version__
-from aioenv.auth import ServerAuth
+from aioenv.transport.auth import ServerAuth
 
 if TYPE_CHECKING:
-    from aioenv.metrics import ServerMetrics
-from aioenv.coordinator import Coordinator, reset_builder, step_builder
-from aioenv.errors import AioEnvError, CapacityError, PoolClosed, ProtocolError, UsageError, relay_wire
-from aioenv.fleet import Fleet
+    from aioenv.server.metrics import ServerGauges, ServerMetrics
+from aioenv.core.coordinator import Coordinator, reset_builder, step_builder
+from aioenv.core.relay import BlockEntry, PartEntry, encode_parts
+from aioenv.core.replies import Rows
+from aioenv.core.scheduler import Request
+from aioenv.core.sinks import Part
+from aioenv.core.sources import parse_sources
+from aioenv.errors import AioEnvError, CapacityError, PoolClosed, ProtocolError, UsageError
 from aioenv.logs import peer_name
-from aioenv.partwire import BlockEntry, PartEntry, encode_parts
-from aioenv.protocol import Op, decode, encode, leaves_from_wire
-from aioenv.protocol_version import PROTOCOL_VERSION
-from aioenv.results import Part
-from aioenv.rows import Rows
-from aioenv.scheduler import Request
-from aioenv.slab import Slab
-from aioenv.sources import parse_sources
-from aioenv.transport import Router
+from aioenv.server.fleet import Fleet
+from aioenv.transport.router import Router
+from aioenv.transport.slab import Slab
+from aioenv.wire.errors import relay_wire
+from aioenv.wire.options import AUTORESET_MODES, EXECUTORS, ON_TIMEOUT, choice, positive_int
+from aioenv.wire.protocol import Op, decode, encode, leaves_from_wire
+from aioenv.wire.version import PROTOCOL_VERSION
 
 __all__ = ["Server", "ServerConfig"]
 
 log = logging.getLogger("aioenv.server")
 
-_EXECUTORS = ("inline", "thread", "async")
-_MODES = ("next_step", "same_step", "disabled")
 _KINDS = {Op.STEP: "step", Op.RESET: "reset", Op.CALL: "call"}
 _OPERATIONAL = frozenset(("StepTimeout", "WorkerCrashed", "ProtocolError", "CapacityError"))  # logged as warnings
 
@@ -84,9 +84,9 @@ class ServerConfig:
     max_envs_per_client: int | None = None
     allow: Sequence[str] = ()
     client_timeout: float = 10.0
-    auth: str | None = None  # a key directory (see aioenv.auth); None: no authentication
-    metrics_port: int | None = None  # serve Prometheus metrics on this port (see aioenv.metrics)
-    worker_bind: str | None = None  # the port worker hosts join (see aioenv.fleet); None: local workers only
+    auth: str | None = None  # a key directory (see aioenv.transport.auth); None: no authentication
+    metrics_port: int | None = None  # serve Prometheus metrics on this port (see aioenv.server.metrics)
+    worker_bind: str | None = None  # the port worker hosts join (see aioenv.server.fleet); None: local workers only
     local_capacity: int | None = None  # with worker_bind: envs the server hosts itself (None: as a last resort)
     worker_timeout: float = 10.0  # with worker_bind: seconds of silence before a worker host is dropped
 
@@ -104,7 +104,7 @@ class _Session:
 
 
 class _Outlet:
-    """Where the relays of one client's session send blocks of rows (see :func:`aioenv.rows.route_rows`):
+    """Where the relays of one client's session send blocks of rows (see :func:`aioenv.core.replies.route_rows`):
     a worker's block is queued for the client whole, with the client call each run of rows answers."""
 
     __slots__ = ("client", "identity", "server")
@@ -220,9 +220,9 @@ class Server:
             log.info("CURVE authentication: admitting %d keys from %s", len(self._auth.admitted), self.config.auth)
         self._router = Router(self.config.bind, self._on_message, configure)
         if self.config.metrics_port is not None:
-            from aioenv.metrics import ServerMetrics
+            from aioenv.server.metrics import ServerMetrics
 
-            self.metrics = ServerMetrics(self)
+            self.metrics = ServerMetrics(self.gauges)
             self.metrics.serve(self.config.metrics_port)
         self._router.sock.setsockopt(zmq.MAXMSGSIZE, 1 << 30)  # a hostile peer cannot make us buffer more
         if self.config.worker_bind is not None:
@@ -402,12 +402,16 @@ class Server:
         kwargs = header.get("kw") or {}
         if not isinstance(kwargs, dict):
             raise UsageError(f"env_kwargs must be a map, got {type(kwargs).__name__}")
-        mode = _choice("autoreset_mode", opt.get("autoreset", "next_step"), _MODES)
-        executor = _choice("executor", opt.get("executor") or self.config.executor, _EXECUTORS)
-        on_timeout = _choice("on_timeout", opt.get("on_timeout", "error"), ("error", "truncate"))
-        workers = _count("num_workers", opt.get("num_workers")) or self.config.workers or min(n, _cpus())
+        mode = choice("autoreset_mode", opt.get("autoreset", "next_step"), AUTORESET_MODES, error=UsageError)
+        executor = choice("executor", opt.get("executor") or self.config.executor, EXECUTORS, error=UsageError)
+        on_timeout = choice("on_timeout", opt.get("on_timeout", "error"), ON_TIMEOUT, error=UsageError)
+        workers = (
+            positive_int("num_workers", opt.get("num_workers"), allow_none=True, error=UsageError)
+            or self.config.workers
+            or min(n, _cpus())
+        )
         workers = min(workers, n)
-        limit = _count("max_concurrency", opt.get("max_concurrency"))
+        limit = positive_int("max_concurrency", opt.get("max_concurrency"), allow_none=True, error=UsageError)
         sources, _ = parse_sources(env, n, kwargs, None)
         self._opening[identity] = (client, n)
         coord: Coordinator | None = None
@@ -489,6 +493,26 @@ class Server:
         if not self.closing:
             self._reaper = asyncio.get_running_loop().call_later(1.0, self._reap)
 
+    def gauges(self) -> ServerGauges:
+        """A snapshot of the state Prometheus reads (:mod:`aioenv.server.metrics`); safe from another thread."""
+        from aioenv.server.metrics import ServerGauges  # prometheus-client is imported only with metrics on
+
+        sessions = list(self.sessions.values())  # read from the HTTP thread: copy first
+        slots = [slot for s in sessions for slot in s.coord.slots]
+        return ServerGauges(
+            made=sum(s.num_envs for s in sessions),
+            busy=sum(int(np.count_nonzero(s.coord.sched.busy)) for s in sessions),
+            in_flight=sum(len(s.coord.sched.requests) for s in sessions),
+            clients=len({s.client for s in sessions}),
+            pools=len(sessions),
+            workers=sum(1 for slot in slots if slot.proc is not None),
+            restarts=sum(slot.restarts for slot in slots),
+            protocol_errors=self.all_protocol_errors,
+            hosts=self.fleet.status() if self.fleet is not None else None,
+            hosts_joined=len(self.fleet.agents) if self.fleet is not None else 0,
+            hosts_lost=self.fleet.lost if self.fleet is not None else 0,
+        )
+
     def status(self) -> dict[str, Any]:
         """The server's state: sessions, clients, envs, limits."""
         sessions = list(self.sessions.values())
@@ -559,20 +583,6 @@ def _builder(kind: str, header: dict[str, Any], arrays: list[np.ndarray], n: int
         return fields, []
 
     return build_call
-
-
-def _choice(name: str, value: Any, allowed: Sequence[str]) -> str:
-    if value not in allowed:
-        raise UsageError(f"{name} must be one of {list(allowed)}, got {value!r}")
-    return str(value)
-
-
-def _count(name: str, value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UsageError(f"{name} must be a positive int, got {value!r}")
-    return value
 
 
 def _cpus() -> int:

@@ -5,7 +5,7 @@ at launch and the child inherits its end (``python -m workers --fd N``). Over Ze
 message wakes an I/O thread on both sides (four thread wake-ups, on a machine where each costs tens of
 microseconds); here the sender's ``sendmsg`` writes straight into the receiver's socket: one wake-up,
 no extra threads. Remote workers (``aioenv worker``, the server's worker port) keep ZeroMQ; the
-messages are the same :mod:`aioenv.protocol` frames either way.
+messages are the same :mod:`aioenv.wire.protocol` frames either way.
 
 Framing: ``<u32 n><u64 size_1>...<u64 size_n>`` followed by the n frames' bytes, back to back.
 

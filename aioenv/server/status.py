@@ -8,10 +8,11 @@ from typing import Any
 
 import zmq
 
-from aioenv.auth import client_configurer
-from aioenv.errors import ProtocolError, from_wire
-from aioenv.protocol import Op, decode, encode
-from aioenv.transport import Dealer
+from aioenv.errors import ProtocolError
+from aioenv.transport.auth import client_configurer
+from aioenv.transport.router import Dealer
+from aioenv.wire.errors import from_wire
+from aioenv.wire.protocol import Op, decode, encode
 
 __all__ = ["fetch_status"]
 
@@ -19,7 +20,7 @@ __all__ = ["fetch_status"]
 async def fetch_status(
     endpoint: str, timeout: float = 3.0, curve_keys: tuple[str, str] | None = None
 ) -> dict[str, Any]:
-    """The state of the server at ``endpoint`` (see :meth:`aioenv.server.Server.status`).
+    """The state of the server at ``endpoint`` (see :meth:`aioenv.server.server.Server.status`).
 
     Raises:
         TimeoutError: no answer within ``timeout`` seconds.

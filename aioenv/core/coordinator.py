@@ -1,7 +1,7 @@
 """The coordinator: routes requests to worker processes and replies back to sinks.
 
-It owns the ROUTER socket (:mod:`aioenv.transport`), the local worker processes
-(:mod:`aioenv.launcher`) and the env/request tables (:mod:`aioenv.scheduler`).
+It owns the ROUTER socket (:mod:`aioenv.transport.router`), the local worker processes
+(:mod:`aioenv.core.launcher`) and the env/request tables (:mod:`aioenv.core.scheduler`).
 It never runs env code. Failures it handles:
 
 - a worker process that exits (any signal) is noticed at once through its pidfd:
@@ -16,7 +16,7 @@ It never runs env code. Failures it handles:
 - shutdown: CLOSE, wait, SIGTERM, wait, SIGKILL; never hangs.
 
 Messages to a worker that has not said HELLO yet wait in its outbox. A pool's own inline workers
-exchange step and reset rows through shared memory (:mod:`aioenv.slab`), their messages carrying
+exchange step and reset rows through shared memory (:mod:`aioenv.transport.slab`), their messages carrying
 only what is not an array.
 """
 
@@ -33,7 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from aioenv import spaces
+from aioenv.core.launcher import LaunchSpec, WorkerProc, launch_local
+from aioenv.core.replies import Rows, Segment, int_lists, route_rows
+from aioenv.core.scheduler import THROTTLED, Request, Scheduler
+from aioenv.core.sinks import Part
+from aioenv.core.sources import EnvSources
 from aioenv.errors import (
     AioEnvError,
     EnvError,
@@ -41,16 +45,12 @@ from aioenv.errors import (
     ProtocolError,
     StepTimeout,
     WorkerCrashed,
-    from_wire,
 )
-from aioenv.launcher import LaunchSpec, WorkerProc, launch_local
-from aioenv.protocol import Op, decode, encode, leaves_from_wire, leaves_to_wire
-from aioenv.results import Part
-from aioenv.rows import Rows, Segment, int_lists, route_rows
-from aioenv.scheduler import THROTTLED, Request, Scheduler
-from aioenv.slab import Slab, slab_enabled
-from aioenv.sources import EnvSources
-from aioenv.spaces import space_from_description
+from aioenv.transport.slab import Slab, slab_enabled
+from aioenv.wire import spaces
+from aioenv.wire.errors import from_wire
+from aioenv.wire.protocol import Op, decode, encode, leaves_from_wire, leaves_to_wire
+from aioenv.wire.spaces import space_from_description
 
 log = logging.getLogger("aioenv.coordinator")
 
@@ -171,7 +171,7 @@ class Coordinator:
         return described
 
     async def _share_rows(self, described: dict[str, Any]) -> None:
-        """Size the slab for the envs' spaces and have every worker map it (see :mod:`aioenv.slab`); pools
+        """Size the slab for the envs' spaces and have every worker map it (see :mod:`aioenv.transport.slab`); pools
         whose envs disagree on their spaces (refused by the pool) or have text leaves keep messages."""
         if self._slab_fd is None:
             return
@@ -327,7 +327,7 @@ class Coordinator:
 
     def _on_rows(self, slot: _Slot, op: str, header: dict[str, Any], arrays: list[np.ndarray], multi: Any) -> None:
         """A thread/async worker's RESULT with finished rows of several requests (``"multi"``, see
-        :mod:`workers.concurrent`): each request gets its slice (see :func:`aioenv.rows.route_rows`)."""
+        :mod:`workers.concurrent`): each request gets its slice (see :func:`aioenv.core.replies.route_rows`)."""
         try:
             if op != Op.RESULT:
                 raise ValueError(f"a {op!r} message cannot carry rows")

@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from aioenv import spaces
 from aioenv.errors import UsageError
+from aioenv.wire import spaces
 
 __all__ = ["SLAB_ENV", "Slab", "slab_enabled"]
 

@@ -2,7 +2,7 @@
 
 It is carried in every message header (``"v"``) and checked at HELLO: a peer
 speaking another version is refused with a message naming both. Bump it on any
-change to the message layout in :mod:`aioenv.protocol`.
+change to the message layout in :mod:`aioenv.wire.protocol`.
 """
 
 PROTOCOL_VERSION: int = 3  # 3: a server forwards a worker's block of rows whole ("blk" entries)

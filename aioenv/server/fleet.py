@@ -3,7 +3,7 @@
 A *worker host* is an ``aioenv worker`` process (:mod:`workers.agent`) on any machine. It connects to
 the server's worker port, JOINs with its capacity (envs) and executor, and PINGs every second. When a
 pool needs a worker process, the server places it on the least-loaded host with room
-(:mod:`aioenv.placement`) and sends that host SPAWN; the host starts ``python -m workers`` connected to
+(:mod:`aioenv.core.placement`) and sends that host SPAWN; the host starts ``python -m workers`` connected to
 the same port, which says HELLO like any local worker and is then driven by its pool's coordinator
 exactly as a local one. The host reports each child's exit (EXITED), so a crash is noticed at once; a
 host that stops answering for ``worker_timeout`` seconds, or leaves, is dropped and each of its
@@ -12,7 +12,7 @@ on another host. The server's own machine is the host ``"local"``: with unlimite
 default) it is the last resort, used when no worker host has room; ``local_capacity`` K makes it one
 host among the others; 0 keeps every env off the server.
 
-Messages on the worker port (msgpack headers, :mod:`aioenv.protocol`)::
+Messages on the worker port (msgpack headers, :mod:`aioenv.wire.protocol`)::
 
     host -> server  JOIN {name, host, pid, executor, capacity}   reply RESULT, or ERROR (refused;
                                                                   with "retry": its name is taken)
@@ -36,18 +36,19 @@ from typing import Any
 
 import zmq
 
-from aioenv.errors import AioEnvError, ProtocolError, UsageError, relay_wire
-from aioenv.launcher import LaunchSpec, LocalProcess, Port, WorkerProc, describe_exit, launch_local
+from aioenv.core.launcher import LaunchSpec, LocalProcess, Port, WorkerProc, describe_exit, launch_local
+from aioenv.core.placement import LOCAL, Placement
+from aioenv.errors import AioEnvError, ProtocolError, UsageError
 from aioenv.logs import peer_name
-from aioenv.placement import LOCAL, Placement
-from aioenv.protocol import Op, decode, encode
-from aioenv.transport import Router
+from aioenv.transport.router import Router
+from aioenv.wire.errors import relay_wire
+from aioenv.wire.options import EXECUTORS, choice
+from aioenv.wire.protocol import Op, decode, encode
 
 __all__ = ["Fleet", "RemoteProcess"]
 
 log = logging.getLogger("aioenv.fleet")
 
-_EXECUTORS = ("inline", "thread", "async")
 _HOST_OPS = (Op.PING, Op.STARTED, Op.EXITED, Op.LEAVE)
 _CLIENT_OPS = (Op.OPEN, Op.STATUS, Op.STEP, Op.RESET, Op.CALL, Op.CLOSE)  # what a client sends a server
 
@@ -67,7 +68,7 @@ class _Agent:
 
 
 class RemoteProcess:
-    """A worker process that a worker host started for a coordinator (a :class:`~aioenv.launcher.WorkerProc`)."""
+    """A worker process that a worker host started for a coordinator (a :class:`~aioenv.core.launcher.WorkerProc`)."""
 
     def __init__(self, fleet: Fleet, agent: _Agent, spec: LaunchSpec) -> None:
         self.name = spec.name
@@ -142,7 +143,7 @@ class Fleet:
 
     Args:
         bind: the worker port, e.g. ``"tcp://0.0.0.0:5556"``.
-        configure: socket options before bind (CURVE, see :mod:`aioenv.auth`).
+        configure: socket options before bind (CURVE, see :mod:`aioenv.transport.auth`).
         local_capacity: envs the server may host itself (None: unlimited; 0: remote hosts only).
         worker_timeout: seconds of silence after which a host is dropped.
         client_endpoint: the server's client port, named to a client that knocks here by mistake.
@@ -304,10 +305,9 @@ class Fleet:
         self.router.send(identity, encode(Op.ERROR, fields))
 
     def _join(self, identity: bytes, header: dict[str, Any]) -> None:
-        executor, capacity = header.get("executor"), header.get("capacity")
+        capacity = header.get("capacity")
         name = str(header.get("name") or identity.decode(errors="replace"))
-        if executor not in _EXECUTORS:
-            raise UsageError(f"a worker host's executor must be one of {list(_EXECUTORS)}, got {executor!r}")
+        executor = choice("a worker host's executor", header.get("executor"), EXECUTORS, error=UsageError)
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise UsageError(f"a worker host's capacity must be a positive number of envs, got {capacity!r}")
         if name == LOCAL:

@@ -7,11 +7,11 @@ whose entries are of two kinds, each with its arrays among the message's frames:
 - a *segment* ``{"id", "pos", "obs", "x", ...}`` (:class:`PartEntry`): rows of one client call, at
   positions ``pos`` of it: a whole-request reply cut by the server (failures, truncated rows);
 - a *block* ``{"blk": [[id, pos, start], ...], "obs", "x", "k", ...}`` (:class:`BlockEntry`): the rows of
-  one worker reply as the worker sent them (:class:`aioenv.rows.Rows`), with the client call and
+  one worker reply as the worker sent them (:class:`aioenv.core.replies.Rows`), with the client call and
   positions each run of rows answers (rows ``start:start + len(pos)``); the client routes them with
-  :func:`aioenv.rows.route_rows`, as a coordinator routes its workers' replies.
+  :func:`aioenv.core.replies.route_rows`, as a coordinator routes its workers' replies.
 
-Errors keep their type, message, remote type and traceback (:func:`aioenv.errors.relay_wire`).
+Errors keep their type, message, remote type and traceback (:func:`aioenv.wire.errors.relay_wire`).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from aioenv.errors import from_wire, relay_wire
-from aioenv.protocol import Op, encode, leaves_from_wire, leaves_to_wire
-from aioenv.results import Part
-from aioenv.rows import Rows, Segment, int_lists
+from aioenv.core.replies import Rows, Segment, int_lists
+from aioenv.core.sinks import Part
+from aioenv.wire.errors import from_wire, relay_wire
+from aioenv.wire.protocol import Op, encode, leaves_from_wire, leaves_to_wire
 
 __all__ = ["BlockEntry", "PartEntry", "decode_block", "decode_part", "encode_parts"]
 

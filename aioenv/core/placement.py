@@ -1,4 +1,4 @@
-"""Where a server's worker processes run: pure bookkeeping, no sockets (see :mod:`aioenv.fleet`).
+"""Where a server's worker processes run: pure bookkeeping, no sockets (see :mod:`aioenv.server.fleet`).
 
 A *host* is a place that can run worker processes: the server's own machine (``"local"``) and each
 ``aioenv worker --connect ...`` agent that joined. A host has a capacity (envs it may host; None:

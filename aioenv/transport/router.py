@@ -18,7 +18,7 @@ from typing import Any
 
 import zmq
 
-from aioenv.zmqio import has_input, recv_frames, send_frames
+from aioenv.transport.zmqio import has_input, recv_frames, send_frames
 
 __all__ = ["Dealer", "Router"]
 

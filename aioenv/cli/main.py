@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 import aioenv
+from aioenv.wire.options import EXECUTORS
 
 # Options shared by several commands.
 LOG_LEVEL = click.option(
@@ -41,7 +42,7 @@ def main() -> None:
 @click.option("--seed", default=0, show_default=True, type=int)
 def demo(num_envs: int, steps: int, num_workers: int | None, seed: int) -> None:
     """Run a real pool of CartPole envs with send/recv and print what it did."""
-    from aioenv.demo import run_demo
+    from aioenv.cli.demo import run_demo
 
     console = Console()
     console.print(f"[bold]aioenv demo[/]: {num_envs} CartPole-v1 envs, send/recv with batches of half the pool")
@@ -70,7 +71,7 @@ def bench(env: str, num_envs: int, seconds: float, num_workers: int | None) -> N
     """Measure env-steps/s of a pool on ENV (a gymnasium id or pkg.module:factory)."""
     from rich.progress import Progress
 
-    from aioenv.quickbench import run_bench
+    from aioenv.cli.quickbench import run_bench
 
     console = Console()
     with Progress(console=console, transient=True) as progress:
@@ -107,7 +108,7 @@ def _endpoint(_ctx: click.Context, param: click.Parameter, value: str | None) ->
 )
 @click.option(
     "--executor",
-    type=click.Choice(["inline", "thread", "async"]),
+    type=click.Choice(EXECUTORS),
     default="inline",
     show_default=True,
     help="executor of pools whose client does not choose one",
@@ -171,8 +172,8 @@ def serve(
     Runs until SIGTERM or SIGINT, then closes every pool and stops every worker.
     """
     from aioenv.logs import configure_logging
-    from aioenv.server import ServerConfig
-    from aioenv.server import serve as run_server
+    from aioenv.server.server import ServerConfig
+    from aioenv.server.server import serve as run_server
 
     configure_logging(log_level, json_lines=log_json)
     _check_worker_sched()
@@ -203,7 +204,7 @@ def serve(
 def _check_worker_sched() -> None:
     """Refuse a bad AIOENV_WORKER_SCHED before any worker process starts."""
     from aioenv.errors import UsageError
-    from aioenv.launcher import worker_sched_policy
+    from aioenv.transport.spawn import worker_sched_policy
 
     try:
         worker_sched_policy()
@@ -221,7 +222,7 @@ def _check_worker_sched() -> None:
 @click.option("--capacity", type=click.IntRange(1), required=True, help="envs this host may run at once")
 @click.option(
     "--executor",
-    type=click.Choice(["inline", "thread", "async"]),
+    type=click.Choice(EXECUTORS),
     default="inline",
     show_default=True,
     help="executor of the worker processes (the server sends only pools of this kind)",
@@ -277,7 +278,7 @@ def keygen(directory: str, name: str) -> None:
     The server uses DIRECTORY/server.key_secret and admits every DIRECTORY/*.key; a client passes
     curve_keys=("NAME.key_secret", "server.key").
     """
-    from aioenv.auth import create_keys
+    from aioenv.transport.auth import create_keys
 
     try:
         public, secret = create_keys(directory, name)
@@ -304,7 +305,7 @@ def status(endpoint: str, timeout: float, quiet: bool, as_json: bool, key: str |
     """Print the state of the aioenv server at ENDPOINT (tcp://HOST:PORT); exit 1 when it does not answer."""
     import json
 
-    from aioenv.status import fetch_status
+    from aioenv.server.status import fetch_status
 
     try:
         state = aioenv.run(fetch_status(endpoint, timeout, _key_pair(key, server_key)))
@@ -363,7 +364,3 @@ def zmq_error() -> type[Exception]:
     import zmq
 
     return zmq.ZMQError
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,10 +1,10 @@
 """The client side of a remote pool: ``await aioenv.make("CartPole-v1", 8, endpoint="tcp://host:5555")``.
 
-A :class:`RemoteCoordinator` stands where a :class:`~aioenv.coordinator.Coordinator` stands for a
+A :class:`RemoteCoordinator` stands where a :class:`~aioenv.core.coordinator.Coordinator` stands for a
 local pool, so :class:`~aioenv.pool.Pool` keeps every check, sink and result assembly and behaves
-the same. Each call is one message to the server (``aioenv serve``, :mod:`aioenv.server`), whose own
+the same. Each call is one message to the server (``aioenv serve``, :mod:`aioenv.server.server`), whose own
 coordinator runs it on its workers (deadlines, crash recovery and the concurrency limit happen
-there) and relays rows back as they finish, at their positions in the call (:mod:`aioenv.partwire`).
+there) and relays rows back as they finish, at their positions in the call (:mod:`aioenv.core.relay`).
 
 Liveness: the client sends PING every ``HEARTBEAT`` seconds; a server that says nothing for
 ``SERVER_TIMEOUT`` seconds (wrong address, down, unreachable) is given up: requests in flight fail
@@ -25,14 +25,15 @@ from typing import Any
 import numpy as np
 import zmq
 
-from aioenv.auth import client_configurer
-from aioenv.errors import AioEnvError, ConnectionLost, PoolClosed, ProtocolError, from_wire
-from aioenv.partwire import decode_block, decode_part
-from aioenv.protocol import Op, decode, encode
-from aioenv.results import Part
-from aioenv.rows import route_rows
-from aioenv.scheduler import Request, Scheduler
-from aioenv.transport import Dealer
+from aioenv.core.relay import decode_block, decode_part
+from aioenv.core.replies import route_rows
+from aioenv.core.scheduler import Request, Scheduler
+from aioenv.core.sinks import Part
+from aioenv.errors import AioEnvError, ConnectionLost, PoolClosed, ProtocolError
+from aioenv.transport.auth import client_configurer
+from aioenv.transport.router import Dealer
+from aioenv.wire.errors import from_wire
+from aioenv.wire.protocol import Op, decode, encode
 
 __all__ = ["CLIENT_ID", "HEARTBEAT", "SERVER_TIMEOUT", "RemoteCoordinator"]
 
@@ -76,7 +77,7 @@ class RemoteCoordinator:
         self.curve_keys = curve_keys
         self.sched = Scheduler(num_envs)
         self.sched.place(1)
-        self.slab: None = None  # rows cross the network in the messages (see aioenv.slab)
+        self.slab: None = None  # rows cross the network in the messages (see aioenv.transport.slab)
         self.env = env
         self.env_kwargs = dict(env_kwargs or {})
         self.options = options
@@ -202,7 +203,7 @@ class RemoteCoordinator:
                 err = from_wire(header.get("error"))
                 req.sink.deliver(Part.failed(req.env_ids, lambda e: _for_env(err, e)), req.positions)
             return
-        for entry in header["parts"]:  # rows of one or more requests (aioenv.partwire)
+        for entry in header["parts"]:  # rows of one or more requests (aioenv.core.relay)
             if "blk" in entry:  # a worker's block of rows, as it came
                 rows, segments = decode_block(entry, arrays)
                 route_rows(self.sched, rows, segments, _deliver, self._bad_rows)

@@ -8,7 +8,7 @@ the coordinator dies (``PR_SET_PDEATHSIG``), so none outlive it.
 
 A coordinator starts its workers through a *launch* function (:func:`launch_local` by default) that
 takes a :class:`LaunchSpec` and returns a :class:`WorkerProc`; a server with remote worker hosts
-passes its own (:mod:`aioenv.fleet`), which may start the process on another machine.
+passes its own (:mod:`aioenv.server.fleet`), which may start the process on another machine.
 """
 
 from __future__ import annotations
@@ -20,23 +20,19 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from aioenv.errors import UsageError
-from aioenv.pipe import PipePort
+from aioenv.transport.pipe import PipePort
+from aioenv.transport.spawn import worker_command, worker_sched_policy
 
 __all__ = [
-    "WORKER_SCHED_ENV",
     "LaunchSpec",
     "LocalProcess",
     "WorkerProc",
     "describe_exit",
     "launch_local",
-    "worker_command",
-    "worker_sched_policy",
 ]
 
 log = logging.getLogger("aioenv.launcher")
@@ -44,48 +40,10 @@ log = logging.getLogger("aioenv.launcher")
 #: Seconds a worker that closed its end of the pipe has to exit before it is killed.
 EOF_GRACE = 2.0
 
-#: Environment variable naming the scheduling policy of worker processes: ``batch`` (the default) or ``default``.
-WORKER_SCHED_ENV = "AIOENV_WORKER_SCHED"
-
-
-def worker_sched_policy() -> str:
-    """The scheduling policy worker processes take, from :data:`WORKER_SCHED_ENV`.
-
-    ``"batch"`` (the default): a worker runs under Linux's ``SCHED_BATCH`` (same nice level and CPU
-    share, no privilege needed), so a worker woken by a request does not preempt the process that sent
-    it: a coordinator sending a batch to several workers is not stopped after the first send while the
-    other workers wait (lock-step Ant-v5 lost 3-8% of its calls to multi-millisecond stalls that way).
-    ``"default"``: leave workers under the normal policy. Nothing happens off Linux.
-
-    Raises:
-        UsageError: any other value.
-    """
-    value = os.environ.get(WORKER_SCHED_ENV, "batch").strip().lower() or "batch"
-    if value not in ("batch", "default"):
-        raise UsageError(f"{WORKER_SCHED_ENV} must be 'batch' or 'default', got {os.environ[WORKER_SCHED_ENV]!r}")
-    return value
-
-
-def worker_command(args: Sequence[str]) -> tuple[list[str], dict[str, str]]:
-    """The command line and environment that start ``python -m workers ARGS`` in a child process.
-
-    The child runs with ``-P``, so the working directory is not put first on its ``sys.path`` (a
-    ``workers`` package of the user's own there must not stand in for aioenv's); its ``PYTHONPATH``
-    names aioenv's own root first, then the directory this process's main code came from (its
-    script's) and the working directory, so an env named ``"pkg.module:factory"`` that is found here,
-    or in the working directory, is found in the worker too.
-    """
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    main_dir = os.path.abspath(sys.path[0]) if sys.path and sys.path[0] else ""
-    env = dict(os.environ)
-    paths = [root, main_dir, os.getcwd(), *env.get("PYTHONPATH", "").split(os.pathsep)]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
-    return [sys.executable, "-P", "-m", "workers", *args], env
-
 
 class Port(Protocol):
-    """Where a coordinator sends a worker's messages: its pipe (:class:`~aioenv.pipe.PipePort`) or a
-    server's worker port (:class:`~aioenv.transport.Router`)."""
+    """Where a coordinator sends a worker's messages: its pipe (:class:`~aioenv.transport.pipe.PipePort`) or a
+    server's worker port (:class:`~aioenv.transport.router.Router`)."""
 
     def send(self, identity: bytes, frames: Sequence[Any]) -> bool:
         """Send ``frames`` to ``identity``; False when that peer is not connected."""
@@ -134,7 +92,7 @@ class LaunchSpec:
         private_dir: the pool's private directory (pickled factories; local workers only).
         on_exit: called once in the loop thread when the process has exited (or was lost).
         on_message: the coordinator's handler for the worker's messages (``identity``: its name).
-        slab_fd: the pool's shared-memory rows (:mod:`aioenv.slab`), inherited by a local worker; None: none.
+        slab_fd: the pool's shared-memory rows (:mod:`aioenv.transport.slab`), inherited by a local worker; None: none.
     """
 
     name: str
@@ -166,8 +124,8 @@ def describe_exit(code: int | None) -> str:
 class LocalProcess:
     """One worker process on this machine.
 
-    Messages go both ways over a ``socketpair`` made here (:mod:`aioenv.pipe`): the child inherits one
-    end, :attr:`port` (a :class:`~aioenv.pipe.PipePort`) is the other.
+    Messages go both ways over a ``socketpair`` made here (:mod:`aioenv.transport.pipe`): the child inherits one
+    end, :attr:`port` (a :class:`~aioenv.transport.pipe.PipePort`) is the other.
 
     Args:
         name: the worker's name (the identity its messages are delivered with).
@@ -175,7 +133,7 @@ class LocalProcess:
         executor: ``inline``, ``thread`` or ``async``.
         on_exit: called in the loop thread once, when the process has exited.
         on_message: called in the loop thread with each message the worker sends.
-        slab_fd: the pool's shared-memory rows (:mod:`aioenv.slab`), passed on as ``--slab``; None: none.
+        slab_fd: the pool's shared-memory rows (:mod:`aioenv.transport.slab`), passed on as ``--slab``; None: none.
 
     Raises:
         UsageError: ``AIOENV_WORKER_SCHED`` holds a value other than ``batch`` or ``default``.

@@ -1,0 +1,64 @@
+"""The names a pool's options take on the wire, and the checks every entry point applies to them.
+
+A pool's ``executor``, ``autoreset_mode`` and ``on_timeout`` travel in MAKE (local workers, a server's
+sessions, worker hosts), so their allowed values are defined here once, as ``Literal`` types with the
+tuple of their values beside them. :func:`positive_int` and :func:`positive_seconds` are the one
+check of a count and of a duration: a pool raises ``ValueError``, a server ``UsageError`` (pass
+``error=``), with the same message.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args
+
+import numpy as np
+
+__all__ = [
+    "AUTORESET_MODES",
+    "EXECUTORS",
+    "ON_TIMEOUT",
+    "AutoresetName",
+    "Executor",
+    "OnTimeout",
+    "choice",
+    "positive_int",
+    "positive_seconds",
+]
+
+#: How a worker runs its envs: one after another (``inline``), one thread each (``thread``), or as
+#: coroutines of one event loop (``async``).
+Executor = Literal["inline", "thread", "async"]
+EXECUTORS: tuple[Executor, ...] = get_args(Executor)
+
+#: gymnasium's autoreset modes by name (``gymnasium.vector.AutoresetMode`` values).
+AutoresetName = Literal["next_step", "same_step", "disabled"]
+AUTORESET_MODES: tuple[AutoresetName, ...] = get_args(AutoresetName)
+
+#: What a step past its deadline becomes: a ``StepTimeout`` error, or a truncated row.
+OnTimeout = Literal["error", "truncate"]
+ON_TIMEOUT: tuple[OnTimeout, ...] = get_args(OnTimeout)
+
+
+def choice(name: str, value: Any, allowed: tuple[str, ...], *, error: type[Exception] = ValueError) -> str:
+    """``value`` if it is one of ``allowed``; else ``error`` naming the option, the choices and the value."""
+    if not isinstance(value, str) or value not in allowed:
+        raise error(f"{name} must be one of {list(allowed)}, got {value!r}")
+    return value
+
+
+def positive_int(name: str, value: Any, *, allow_none: bool = False, error: type[Exception] = ValueError) -> int | None:
+    """``value`` as an int >= 1 (a numpy integer is accepted; a bool is not); None passes when ``allow_none``."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise error(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def positive_seconds(name: str, value: Any, *, error: type[Exception] = ValueError) -> float | None:
+    """``value`` as a float > 0, or None (no limit)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise error(f"{name} must be a positive number of seconds or None, got {value!r}")
+    return float(value)

@@ -1,0 +1,90 @@
+"""The public surface, pinned: what ``aioenv`` and its public modules export, and that each export is
+documented. A name added to or dropped from a public ``__all__`` must be added to or dropped from here."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import types
+
+import pytest
+
+PUBLIC = {
+    "aioenv": {
+        "PROTOCOL_VERSION",
+        "AioEnvError",
+        "AsyncEnv",
+        "CapacityError",
+        "ConnectionLost",
+        "EnvError",
+        "EpisodeEnded",
+        "InvalidAction",
+        "Pool",
+        "PoolClosed",
+        "ProtocolError",
+        "ResetResult",
+        "StepResult",
+        "StepTimeout",
+        "SyncPool",
+        "UsageError",
+        "WorkerCrashed",
+        "__version__",
+        "make",
+        "make_sync",
+        "run",
+        "vector",
+    },
+    "aioenv.vector": {"AioVectorEnv"},
+    "aioenv.errors": {
+        "AioEnvError",
+        "CapacityError",
+        "ConnectionLost",
+        "EnvError",
+        "EpisodeEnded",
+        "InvalidAction",
+        "PoolClosed",
+        "ProtocolError",
+        "StepTimeout",
+        "UsageError",
+        "WorkerCrashed",
+    },
+    "aioenv.compat.envpool": {"EnvPool", "EnvSpec", "make", "make_gymnasium", "make_spec"},
+    "aioenv.compat.sb3": {"AioVecEnv"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC))
+def test_all_is_exactly_the_public_surface(name: str) -> None:
+    module = importlib.import_module(name)
+    assert set(module.__all__) == PUBLIC[name]
+    assert len(module.__all__) == len(set(module.__all__)), "a name is exported twice"
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC))
+def test_every_export_exists_is_documented_and_public(name: str) -> None:
+    module = importlib.import_module(name)
+    assert inspect.getdoc(module), f"{name} has no docstring"
+    for member in module.__all__:
+        assert not member.startswith("_") or member == "__version__", f"{name} exports private {member}"
+        value = getattr(module, member)  # AttributeError: exported but missing
+        if isinstance(value, types.ModuleType | type) or callable(value):
+            assert inspect.getdoc(value), f"{name}.{member} has no docstring"
+
+
+def test_public_names_not_in_all_are_modules_only() -> None:
+    """Whatever else ``import aioenv`` shows without an underscore is a subpackage, not an API."""
+    import aioenv
+
+    extra = {n for n in dir(aioenv) if not n.startswith("_") and n not in aioenv.__all__}
+    assert all(isinstance(getattr(aioenv, n), types.ModuleType) for n in extra), sorted(extra)
+
+
+def test_documented_public_imports_keep_working() -> None:
+    from aioenv import AsyncEnv, Pool, SyncPool, make, run
+    from aioenv.compat.envpool import make as envpool_make
+    from aioenv.compat.sb3 import AioVecEnv
+    from aioenv.compat.vector import AioVectorEnv as Moved
+    from aioenv.vector import AioVectorEnv
+
+    assert AioVectorEnv is Moved
+    assert all(callable(x) for x in (AsyncEnv, Pool, SyncPool, make, run, envpool_make, AioVecEnv))

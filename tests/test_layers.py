@@ -1,0 +1,100 @@
+"""The package's layers, pinned: no lower layer imports a higher one and no module imports itself back.
+
+Layers, from the bottom (docs/architecture.md): the ground (errors, env, logs, the loop, the version),
+``aioenv.wire``, ``aioenv.transport``, ``aioenv.core``, the public face (``aioenv.pool``,
+``aioenv.sync``), ``aioenv.server``, ``aioenv.compat`` and ``aioenv.cli``. The worker runtime
+(``workers``) stands beside the coordinator and may use the ground, wire and transport only.
+Imports are read from the source (every ``import`` statement, also those inside functions or under
+``TYPE_CHECKING``), so a lazy import cannot hide a wrong edge.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+GROUND = {"aioenv.errors", "aioenv.env", "aioenv.logs", "aioenv._loop", "aioenv._version"}
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {_module_name(p): p for top in ("aioenv", "workers") for p in sorted((ROOT / top).rglob("*.py"))}
+
+
+def _imports(module: str) -> set[str]:
+    """The project modules ``module`` imports (a package's ``__init__`` counts as the package)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        found.update(name for name in names if name in MODULES and name != module)
+    return found
+
+
+def _layer(module: str) -> str:
+    if module in GROUND or module == "aioenv.envs" or module.startswith("aioenv.envs."):
+        return "ground"
+    parts = module.split(".")
+    if parts[0] == "workers":
+        return "workers"
+    if len(parts) == 1:
+        return "face"
+    return {"pool": "face", "sync": "face", "vector": "compat"}.get(parts[1], parts[1])
+
+
+# What each layer may import, besides itself.
+ALLOWED = {
+    "ground": {"ground"},
+    "wire": {"ground"},
+    "transport": {"ground", "wire"},
+    "core": {"ground", "wire", "transport"},
+    "face": {"ground", "wire", "transport", "core", "compat"},
+    "server": {"ground", "wire", "transport", "core"},
+    "compat": {"ground", "wire", "transport", "core", "face"},
+    "cli": {"ground", "wire", "transport", "core", "face", "server", "compat", "workers"},
+    "workers": {"ground", "wire", "transport"},
+}
+
+
+def test_every_module_has_a_known_layer() -> None:
+    assert {_layer(m) for m in MODULES} <= set(ALLOWED)
+    assert {"aioenv.wire.protocol", "aioenv.transport.pipe", "aioenv.core.scheduler"} <= set(MODULES)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_imports_a_higher_layer(module: str) -> None:
+    layer = _layer(module)
+    wrong = sorted(t for t in _imports(module) if _layer(t) not in ALLOWED[layer] | {layer})
+    assert not wrong, f"{module} ({layer}) imports {wrong}; {layer} may import only {sorted(ALLOWED[layer])}"
+
+
+def test_no_import_circles() -> None:
+    """Module-to-module edges (the package ``aioenv`` itself aside: every module's parent runs it) form no
+    circle."""
+    graph = {m: _imports(m) - {"aioenv"} for m in MODULES if m != "aioenv"}
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            circle = [*path[path.index(module) :], module]
+            pytest.fail("import circle: " + " -> ".join(circle))
+        if module in done:
+            return
+        for target in sorted(graph.get(module, ())):
+            visit(target, [*path, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
