@@ -12,7 +12,7 @@ import zmq
 import zmq.asyncio
 
 from aioenv.core.relay import BlockEntry, PartEntry, decode_block, decode_part, encode_parts
-from aioenv.core.replies import Rows, int_lists, route_rows
+from aioenv.core.replies import Block, int_lists, route_block
 from aioenv.core.scheduler import Scheduler
 from aioenv.core.sinks import Part, RecvQueue
 from aioenv.errors import EnvError, StepTimeout
@@ -77,14 +77,14 @@ async def test_a_servers_queued_rows_leave_before_anything_else_it_sends_that_cl
         await server.aclose()
 
 
-def _block(n: int) -> Rows:
+def _block(n: int) -> Block:
     """A block of ``n`` rows: a Box leaf and a Text leaf, rewards 0..n-1, row 1 failed."""
     text = np.empty(n, dtype=object)
     text[:] = [f"row {i}" for i in range(n)]
     obs = [np.arange(n * 2, dtype=np.float32).reshape(n, 2), text]
     extras = [np.arange(n, dtype=np.float64), np.zeros(n, np.bool_), np.arange(n) % 2 == 0]
     err = {"kind": "EnvError", "env_id": 3, "type": "KeyError", "message": "KeyError: 'x'", "traceback": "Tb..."}
-    return Rows(obs, extras, None, {"v": np.arange(n), "_v": np.ones(n, np.bool_)}, {1: err}, "step")
+    return Block(obs, extras, None, {"v": np.arange(n), "_v": np.ones(n, np.bool_)}, {1: err}, "step")
 
 
 def test_a_block_crosses_whole_with_its_segments_and_its_errors_rebuilt_once() -> None:
@@ -149,7 +149,7 @@ class _Outlet:
     def __init__(self) -> None:
         self.calls: list[list[tuple[Any, list[int], int, list[int]]]] = []
 
-    def forward(self, rows: Rows, segments: list[tuple[Any, np.ndarray, int, np.ndarray]]) -> None:
+    def forward(self, rows: Block, segments: list[tuple[Any, np.ndarray, int, np.ndarray]]) -> None:
         self.calls.append([(sink, pos.tolist(), start, ids.tolist()) for sink, pos, start, ids in segments])
 
 
@@ -183,7 +183,7 @@ async def test_route_rows_merges_recv_runs_groups_outlets_and_drops_what_it_cann
         (rb.id, np.array([0]), 7),
         (pl.id, np.array([1]), 8),
     ]
-    route_rows(sched, _block(9), segments, deliver, bad.append, lambda p: remembered.append(p.env_ids.tolist()))
+    route_block(sched, _block(9), segments, deliver, bad.append, lambda p: remembered.append(p.env_ids.tolist()))
     assert delivered == [(queue, None, [1, 0, 2], None), (plain, pl, [7], [0])]
     assert outlet.calls == [[(relay_a, [5, 6], 4, [3, 4]), (relay_b, [0], 7, [5])]]  # one call for the block
     assert remembered == [[3, 4], [5]] and len(bad) == 1 and "answered already" in str(bad[0])

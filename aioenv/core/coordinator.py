@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from aioenv.core.launcher import LaunchSpec, WorkerProc, launch_local
-from aioenv.core.replies import Rows, Segment, int_lists, route_rows
+from aioenv.core.replies import Block, Segment, int_lists, route_block
 from aioenv.core.scheduler import THROTTLED, Request, Scheduler
 from aioenv.core.sinks import Part
 from aioenv.core.sources import EnvSources
@@ -327,7 +327,7 @@ class Coordinator:
 
     def _on_rows(self, slot: _Slot, op: str, header: dict[str, Any], arrays: list[np.ndarray], multi: Any) -> None:
         """A thread/async worker's RESULT with finished rows of several requests (``"multi"``, see
-        :mod:`workers.concurrent`): each request gets its slice (see :func:`aioenv.core.replies.route_rows`)."""
+        :mod:`workers.concurrent`): each request gets its slice (see :func:`aioenv.core.replies.route_block`)."""
         try:
             if op != Op.RESULT:
                 raise ValueError(f"a {op!r} message cannot carry rows")
@@ -336,7 +336,7 @@ class Coordinator:
             for (req_id, _), at in zip(multi, int_lists([rows for _, rows in multi]), strict=True):
                 segments.append((req_id, at, start))
                 start += at.size
-            block = Rows.from_header(header, arrays)
+            block = Block.from_header(header, arrays)
         except (ValueError, TypeError, KeyError, ProtocolError) as exc:
             log.error("malformed reply from worker %s: %s", slot.name, exc)
             return
@@ -345,7 +345,7 @@ class Coordinator:
             log.error("malformed reply from worker %s: %s", slot.name, exc)
 
         remember = self._remember_obs if self.truncate else None
-        route_rows(self.sched, block, segments, self._deliver_rows, bad, remember)
+        route_block(self.sched, block, segments, self._deliver_rows, bad, remember)
 
     def _deliver_rows(self, sink: Any, req: Request | None, part: Part, positions: np.ndarray | None) -> None:
         if self.truncate:
@@ -382,7 +382,7 @@ class Coordinator:
                 obs = leaves_from_wire(header["obs"], arrays)
             outlet = getattr(req.sink, "outlet", None)
             if outlet is not None:  # a server's relay: the rows cross to the client as they came
-                block = Rows(obs, extras or [], header.get("info"), header.get("binfo"), header.get("err"), kind)
+                block = Block(obs, extras or [], header.get("info"), header.get("binfo"), header.get("err"), kind)
                 if self.truncate:
                     self._remember_obs(block.part(env_ids, 0, env_ids.size))
                 at = positions if positions is not None else np.arange(env_ids.size)

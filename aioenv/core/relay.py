@@ -7,9 +7,9 @@ whose entries are of two kinds, each with its arrays among the message's frames:
 - a *segment* ``{"id", "pos", "obs", "x", ...}`` (:class:`PartEntry`): rows of one client call, at
   positions ``pos`` of it: a whole-request reply cut by the server (failures, truncated rows);
 - a *block* ``{"blk": [[id, pos, start], ...], "obs", "x", "k", ...}`` (:class:`BlockEntry`): the rows of
-  one worker reply as the worker sent them (:class:`aioenv.core.replies.Rows`), with the client call and
+  one worker reply as the worker sent them (:class:`aioenv.core.replies.Block`), with the client call and
   positions each run of rows answers (rows ``start:start + len(pos)``); the client routes them with
-  :func:`aioenv.core.replies.route_rows`, as a coordinator routes its workers' replies.
+  :func:`aioenv.core.replies.route_block`, as a coordinator routes its workers' replies.
 
 Errors keep their type, message, remote type and traceback (:func:`aioenv.wire.errors.relay_wire`).
 """
@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from aioenv.core.replies import Rows, Segment, int_lists
+from aioenv.core.replies import Block, Segment, int_lists
 from aioenv.core.sinks import Part
 from aioenv.wire.errors import from_wire, relay_wire
 from aioenv.wire.protocol import Op, encode, leaves_from_wire, leaves_to_wire
@@ -40,7 +40,7 @@ class BlockEntry(NamedTuple):
     """A block of rows as a worker sent them; ``segments``: ``(req_id, positions (k,), start)`` per run of
     rows (``start:start + k``) that answers the client's call ``req_id``."""
 
-    rows: Rows
+    rows: Block
     segments: list[tuple[int, np.ndarray, int]]
 
 
@@ -103,9 +103,9 @@ def decode_part(header: dict[str, Any], arrays: list[np.ndarray], env_ids: np.nd
     return Part(env_ids, obs, extras, header.get("info"), errors, binfo=header.get("binfo"))
 
 
-def decode_block(header: dict[str, Any], arrays: list[np.ndarray]) -> tuple[Rows, list[Segment]]:
+def decode_block(header: dict[str, Any], arrays: list[np.ndarray]) -> tuple[Block, list[Segment]]:
     """The rows and segments (``(req_id, positions (k,) int64, start)``) of one block of a RESULT."""
-    rows = Rows.from_header(header, arrays)
+    rows = Block.from_header(header, arrays)
     n = rows.size
     segments: list[Segment] = []
     blk = header["blk"]

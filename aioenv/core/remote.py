@@ -26,7 +26,7 @@ import numpy as np
 import zmq
 
 from aioenv.core.relay import decode_block, decode_part
-from aioenv.core.replies import route_rows
+from aioenv.core.replies import route_block
 from aioenv.core.scheduler import Request, Scheduler
 from aioenv.core.sinks import Part
 from aioenv.errors import AioEnvError, ConnectionLost, PoolClosed, ProtocolError
@@ -206,7 +206,7 @@ class RemoteCoordinator:
         for entry in header["parts"]:  # rows of one or more requests (aioenv.core.relay)
             if "blk" in entry:  # a worker's block of rows, as it came
                 rows, segments = decode_block(entry, arrays)
-                route_rows(self.sched, rows, segments, _deliver, self._bad_rows)
+                route_block(self.sched, rows, segments, _deliver, self._bad_rows)
                 continue
             pos = np.asarray(entry["pos"], dtype=np.int64).reshape(-1)
             req = self.sched.finish_rows(entry["id"], pos)

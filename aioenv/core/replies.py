@@ -5,7 +5,7 @@ leaves, reward, terminated, truncated, infos, errors, all with the block's rows)
 saying which request each run of rows belongs to. A server forwards such a block to its client
 as it came (:mod:`aioenv.core.relay`), with the segments translated to the client's requests, so
 the same routine delivers blocks in a coordinator and in a remote client:
-:func:`route_rows` closes each segment's rows in the scheduler and hands them to the request's
+:func:`route_block` closes each segment's rows in the scheduler and hands them to the request's
 sink, merging consecutive segments bound for one :class:`~aioenv.core.sinks.RecvQueue` (``recv``
 does not care which request a row came from) and giving every segment whose sink has an
 ``outlet`` to that outlet in one call per block (a server's relays: the block crosses to the
@@ -26,7 +26,7 @@ from aioenv.wire.errors import from_wire
 from aioenv.wire.infos import take_info
 from aioenv.wire.protocol import leaves_from_wire
 
-__all__ = ["Outlet", "Rows", "Segment", "int_lists", "route_rows"]
+__all__ = ["Outlet", "Block", "Segment", "int_lists", "route_block"]
 
 #: A segment of a block: ``(request id, rows of that request (k,) int64, first row in the block)``.
 Segment = tuple[Any, np.ndarray, int]
@@ -53,7 +53,7 @@ def int_lists(lists: list[Any]) -> list[np.ndarray]:
     return out
 
 
-class Rows:
+class Block:
     """The decoded fields of a block of rows; :meth:`part` slices them.
 
     ``obs``: leaves with B rows; ``extras``: ``[reward (B,), terminated (B,), truncated (B,)]``;
@@ -74,7 +74,7 @@ class Rows:
         self.kind = kind or "step"
 
     @classmethod
-    def from_header(cls, header: dict[str, Any], arrays: list[np.ndarray]) -> Rows:
+    def from_header(cls, header: dict[str, Any], arrays: list[np.ndarray]) -> Block:
         """The block a message's fields describe (``obs``, ``x``, ``info``/``binfo``, ``err``, ``k``);
         raises ``ProtocolError``/``ValueError``/``KeyError``/``TypeError`` when they are malformed."""
         obs = leaves_from_wire(header["obs"], arrays)
@@ -115,12 +115,12 @@ class Outlet(Protocol):
     for it as ``(sink, positions (k,), start, env_ids (k,))`` (rows ``start:start+k`` of the block,
     at ``positions`` of the sink's call)."""
 
-    def forward(self, rows: Rows, segments: list[tuple[Any, np.ndarray, int, np.ndarray]]) -> None: ...
+    def forward(self, rows: Block, segments: list[tuple[Any, np.ndarray, int, np.ndarray]]) -> None: ...
 
 
-def route_rows(
+def route_block(
     sched: Scheduler,
-    rows: Rows,
+    rows: Block,
     segments: Iterable[Segment],
     deliver: Callable[[Any, Request | None, Part, np.ndarray | None], None],
     on_bad: Callable[[ValueError], None],

@@ -1,7 +1,7 @@
 """Turning worker replies into what callers get: batched tuples, per-env results, errors.
 
 A worker's reply to one request is decoded into a :class:`Part` (its rows, in the
-request's env order). Three kinds of *sink* consume parts:
+request's env order). Three kinds of :class:`Sink` consume parts:
 
 - :class:`Gather` waits for every row of a batched call (``step``, ``reset``,
   ``call``) and assembles rows in the caller's env order;
@@ -26,7 +26,7 @@ from aioenv.errors import AioEnvError
 from aioenv.wire import spaces
 from aioenv.wire.infos import batch_infos, concat_infos, merge_infos, take_info
 
-__all__ = ["Gather", "Part", "RecvQueue", "ResetResult", "Single", "StepResult"]
+__all__ = ["Gather", "Part", "RecvQueue", "ResetResult", "Single", "Sink", "StepResult"]
 
 
 class StepResult(NamedTuple):
@@ -93,6 +93,23 @@ class Part:
     def failed(cls, env_ids: np.ndarray, make_error: Any) -> Part:
         """A part whose every row failed with ``make_error(env_id)``."""
         return cls(env_ids, errors={i: make_error(int(e)) for i, e in enumerate(env_ids)})
+
+
+class Sink(Protocol):
+    """What a request's rows are delivered to: :class:`Gather`, :class:`Single`, :class:`RecvQueue`, or a
+    server's relay of a client's request.
+
+    ``deliver(part, positions)`` gets rows of the request as they are answered: ``part`` holds k rows,
+    ``positions`` (k,) int64 says where they stand in the caller's call. ``fail(exc)`` fails whatever
+    the sink still waits for (the pool closed, the request could not be sent). Every row of a request
+    reaches its sink exactly once, as a row or as an error in ``part.errors``.
+    """
+
+    def deliver(self, part: Part, positions: np.ndarray, /) -> None:
+        """Take ``part``'s rows, which stand at ``positions`` of the caller's call."""
+
+    def fail(self, exc: BaseException, /) -> None:
+        """Fail every row this sink still waits for with ``exc``."""
 
 
 def _raise_first(errors: dict[int, AioEnvError], partial: Any) -> None:

@@ -29,7 +29,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from aioenv.core.replies import Rows
+    from aioenv.core.replies import Block
     from aioenv.core.sinks import Part
 
 __all__ = ["ServerGauges", "ServerMetrics"]
@@ -85,10 +85,10 @@ class ServerMetrics:
         self._failed(type(err).__name__ for err in part.errors.values())
         self._timeouts(part.binfo, part.infos)
 
-    def block(self, rows: Rows, spans: list[tuple[float, int]], errors: dict[int, str]) -> None:
+    def block(self, rows: Block, spans: list[tuple[float, int]], errors: dict[int, str]) -> None:
         """Record a block of rows relayed as it came: ``spans`` gives, per request, how long ago it arrived
         and how many of the block's rows answer it; ``errors``: its failed rows' error types
-        (:meth:`aioenv.core.replies.Rows.error_types`)."""
+        (:meth:`aioenv.core.replies.Block.error_types`)."""
         for seconds, count in spans:
             self._latency(rows.kind, seconds, count)
         self._failed(errors.values())

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from aioenv.server.metrics import ServerGauges, ServerMetrics
 from aioenv.core.coordinator import Coordinator, reset_builder, step_builder
 from aioenv.core.relay import BlockEntry, PartEntry, encode_parts
-from aioenv.core.replies import Rows
+from aioenv.core.replies import Block
 from aioenv.core.scheduler import Request
 from aioenv.core.sinks import Part
 from aioenv.core.sources import parse_sources
@@ -104,7 +104,7 @@ class _Session:
 
 
 class _Outlet:
-    """Where the relays of one client's session send blocks of rows (see :func:`aioenv.core.replies.route_rows`):
+    """Where the relays of one client's session send blocks of rows (see :func:`aioenv.core.replies.route_block`):
     a worker's block is queued for the client whole, with the client call each run of rows answers."""
 
     __slots__ = ("client", "identity", "server")
@@ -114,7 +114,7 @@ class _Outlet:
         self.identity = identity
         self.client = client
 
-    def forward(self, rows: Rows, segments: list[tuple[Any, np.ndarray, int, np.ndarray]]) -> None:
+    def forward(self, rows: Block, segments: list[tuple[Any, np.ndarray, int, np.ndarray]]) -> None:
         self.server.queue(self.identity, BlockEntry(rows, [(s.req_id, pos, start) for s, pos, start, _ in segments]))
         errors = rows.error_types() if rows.errors else {}
         if self.server.metrics is not None:
