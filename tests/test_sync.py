@@ -143,7 +143,7 @@ def test_exceptions_propagate_unchanged() -> None:
         assert set(err.errors) == {0, 1}
         # the traceback of the exception object starts on the loop thread, inside the async core
         files = [frame.filename for frame in traceback.extract_tb(err.__traceback__)]
-        core = (os.path.join("aioenv", "pool.py"), os.path.join("aioenv", "results.py"))
+        core = (os.path.join("aioenv", "pool.py"), os.path.join("aioenv", "core", "sinks.py"))
         assert any(f.endswith(core) for f in files), files
 
         with pytest.raises(InvalidAction):
