@@ -82,7 +82,9 @@ class SleepEnv(gym.Env[np.ndarray, np.int64]):
         self.observation_space = self._counter.observation_space
         self.action_space = self._counter.action_space
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         """Start an episode (no wait)."""
         super().reset(seed=seed)
         self._counter.t = 0
@@ -112,7 +114,9 @@ class AsyncSleepEnv(AsyncEnv[np.ndarray, np.int64]):
         self.observation_space = self._counter.observation_space
         self.action_space = self._counter.action_space
 
-    async def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+    async def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         """Start an episode (no wait)."""
         self._counter.t = 0
         return self._counter.obs(), {}
