@@ -110,7 +110,7 @@ class _Env:
 
     __slots__ = ("env_id", "group", "hosted", "inbox", "task", "thread")
 
-    def __init__(self, env_id: int, group: Group, hosted: HostedEnv, thread: EnvThread | None) -> None:
+    def __init__(self, env_id: int, group: Group, hosted: HostedEnv | AsyncHostedEnv, thread: EnvThread | None) -> None:
         self.env_id = env_id
         self.group = group
         self.hosted = hosted
@@ -226,8 +226,6 @@ class ConcurrentWorker:
                 self._reply_when(req_id, self._on_make(header), barrier=True)
             elif op == Op.CALL:
                 self._reply_when(req_id, self._on_call(header))
-            elif op == Op.DROP:
-                self._reply_when(req_id, self._on_drop(header))
             elif op == Op.CLOSE:
                 self._reply_when(req_id, self._on_close())
             else:
@@ -315,6 +313,7 @@ class ConcurrentWorker:
     def _start_on_thread(env: _Env, thread: EnvThread, step: bool, arg: Any, options: Any) -> asyncio.Future[Any]:
         """Start one env's step (``arg``: its action) or reset (``arg``: its seed) on its thread."""
         hosted = env.hosted
+        assert isinstance(hosted, HostedEnv)  # an env with a thread is a sync one
         if step:
             return thread.run(lambda: hosted.step(arg))
         return thread.run(lambda: hosted.reset(arg, options))
@@ -434,7 +433,7 @@ class ConcurrentWorker:
             except BaseException:
                 thread.stop()
                 raise
-            hosted: HostedEnv = HostedEnv(env_id, obj, self.mode)
+            hosted: HostedEnv | AsyncHostedEnv = HostedEnv(env_id, obj, self.mode)
         else:
             thread = None
             obj = group.factory()
@@ -497,10 +496,6 @@ class ConcurrentWorker:
                 values.append(out)
         return {"values": values, "err": errors}
 
-    async def _on_drop(self, header: dict[str, Any]) -> dict[str, Any]:
-        await asyncio.gather(*(self._close_env(self.envs.pop(e, None)) for e in header["env"]))
-        return {}
-
     async def _on_cancel(self, header: dict[str, Any]) -> dict[str, Any]:
         """Give up the envs' running requests and replace each env with a fresh one (see the module)."""
         errors: dict[int, Any] = {}
@@ -538,11 +533,10 @@ class ConcurrentWorker:
             env.task.cancel()
         hosted = env.hosted
         try:
-            if env.thread is not None:
-                await asyncio.wait_for(env.thread.run(hosted.close), CLOSE_GRACE)
-            else:
-                assert isinstance(hosted, AsyncHostedEnv)
+            if isinstance(hosted, AsyncHostedEnv):
                 await asyncio.wait_for(hosted.aclose(), CLOSE_GRACE)
+            elif env.thread is not None:
+                await asyncio.wait_for(env.thread.run(hosted.close), CLOSE_GRACE)
         except (TimeoutError, asyncio.CancelledError):
             log.warning("env %d did not close within %.0f s; abandoned", env.env_id, CLOSE_GRACE)
         finally:

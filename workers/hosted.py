@@ -12,9 +12,11 @@ same seeds and actions give the same trajectories:
 An env that raised is *broken* until it is reset; an env that was (re)made has
 never been reset. Stepping either is refused with a clear error.
 
-:class:`HostedEnv` drives a ``gymnasium.Env`` (``inline`` and ``thread`` executors);
-:class:`AsyncHostedEnv` the same state machine over an ``aioenv.AsyncEnv`` whose
-``reset``/``step``/``close`` are coroutines (``async`` executor).
+:class:`EpisodeState` holds that bookkeeping. :class:`HostedEnv` drives a ``gymnasium.Env``
+with it (``inline`` and ``thread`` executors: ``reset``, ``step``, ``close``);
+:class:`AsyncHostedEnv` drives an ``aioenv.AsyncEnv`` whose ``reset``/``step``/``close`` are
+coroutines (``async`` executor: ``areset``, ``astep``, ``aclose``). The two are siblings, not parent
+and child: neither can stand where the other's calls are expected.
 """
 
 from __future__ import annotations
@@ -53,12 +55,13 @@ def check_executor(env: Any, executor: str) -> None:
         )
 
 
-class HostedEnv:
-    """An env plus its autoreset state.
+class EpisodeState:
+    """An env plus its autoreset state: whether it may be stepped, and whether its next step resets it.
 
     Attributes:
         env_id: the pool-wide id of this env.
-        env: the gymnasium-style env object (sync ``reset``/``step``).
+        env: the env object.
+        mode: the autoreset mode (``next_step``, ``same_step`` or ``disabled``).
     """
 
     __slots__ = ("_blocked", "_pending_reset", "env", "env_id", "mode")
@@ -70,13 +73,24 @@ class HostedEnv:
         self._pending_reset = False  # the last step ended an episode
         self._blocked: str | None = "it has not been reset since it was made"
 
-    def reset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[Any, dict[str, Any]]:
-        """Reset the env; clears any broken/ended state."""
+    def before_reset(self) -> None:
+        """A reset starts: until it returns, the env counts as broken (a reset that raises leaves it so)."""
         self._blocked = "its last reset raised"
-        obs, info = self.env.reset(seed=seed, options=options)
+
+    def after_reset(self) -> None:
+        """A reset returned: the env may be stepped again."""
         self._blocked = None
         self._pending_reset = False
-        return obs, info
+
+    def failed_step(self, exc: BaseException) -> None:
+        """A step raised (or was cancelled): refuse steps until the next reset."""
+        self._blocked = f"its last step raised {type(exc).__name__}: {exc}"
+
+    def mark_ended(self) -> None:
+        """The env was replaced after its episode was cut short (``on_timeout="truncate"``): the
+        caller saw a truncated row, so the next step starts a new episode as after any truncation."""
+        self._blocked = None
+        self._pending_reset = True
 
     def before_step(self) -> None:
         """Raise if the env may not be stepped now."""
@@ -91,13 +105,26 @@ class HostedEnv:
                 remote_type="EpisodeEnded",
             )
 
+
+class HostedEnv(EpisodeState):
+    """:class:`EpisodeState` over a gymnasium-style env (sync ``reset``/``step``/``close``)."""
+
+    __slots__ = ()
+
+    def reset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[Any, dict[str, Any]]:
+        """Reset the env; clears any broken/ended state."""
+        self.before_reset()
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.after_reset()
+        return obs, info
+
     def step(self, action: Any) -> StepOut:
         """One step with the autoreset rules of the mode. Any exception marks the env broken."""
         self.before_step()
         try:
             return self._step(action)
         except BaseException as exc:
-            self._blocked = f"its last step raised {type(exc).__name__}: {exc}"
+            self.failed_step(exc)
             raise
 
     def _step(self, action: Any) -> StepOut:
@@ -118,34 +145,22 @@ class HostedEnv:
             self._pending_reset = ended
         return obs, reward, terminated, truncated, info
 
-    def mark_ended(self) -> None:
-        """The env was replaced after its episode was cut short (``on_timeout="truncate"``): the
-        caller saw a truncated row, so the next step starts a new episode as after any truncation."""
-        self._blocked = None
-        self._pending_reset = True
-
-    def mark_broken(self, why: str) -> None:
-        """Refuse steps until the next reset (used by executors for failures outside ``step``)."""
-        self._blocked = why
-
     def close(self) -> None:
         """Close the env, ignoring its errors (it is going away)."""
         with contextlib.suppress(Exception):  # a failing close must not stop the others
             self.env.close()
 
 
-class AsyncHostedEnv(HostedEnv):
-    """:class:`HostedEnv`'s state machine for envs with coroutine ``reset``/``step`` (``close`` may be
-    a coroutine too)."""
+class AsyncHostedEnv(EpisodeState):
+    """:class:`EpisodeState` over an env with coroutine ``reset``/``step`` (``close`` may be a coroutine too)."""
 
     __slots__ = ()
 
     async def areset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[Any, dict[str, Any]]:
         """Reset the env; clears any broken/ended state."""
-        self._blocked = "its last reset raised"
+        self.before_reset()
         obs, info = await self.env.reset(seed=seed, options=options)
-        self._blocked = None
-        self._pending_reset = False
+        self.after_reset()
         return obs, info
 
     async def astep(self, action: Any) -> StepOut:
@@ -154,7 +169,7 @@ class AsyncHostedEnv(HostedEnv):
         try:
             return await self._astep(action)
         except BaseException as exc:
-            self._blocked = f"its last step raised {type(exc).__name__}: {exc}"
+            self.failed_step(exc)
             raise
 
     async def _astep(self, action: Any) -> StepOut:
@@ -181,7 +196,3 @@ class AsyncHostedEnv(HostedEnv):
             result = self.env.close()
             if inspect.isawaitable(result):
                 await result
-
-    def close(self) -> None:
-        """Synchronous close is not available for async envs: use :meth:`aclose`."""
-        raise TypeError("an async env is closed with `await hosted.aclose()`")

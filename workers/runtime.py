@@ -100,7 +100,6 @@ class Worker:
             Op.STEP: self.on_step,
             Op.RESET: self.on_reset,
             Op.CALL: self.on_call,
-            Op.DROP: self.on_drop,
             Op.SLAB: self.on_slab,
         }
         try:
@@ -256,15 +255,6 @@ class Worker:
                 results.append(None)
                 errors[i] = error_fields(exc, env_id)
         return {"values": results, "err": errors}, []
-
-    def on_drop(self, header: dict[str, Any], _arrays: list[np.ndarray]) -> Reply:
-        """Close and forget the given envs."""
-        for env_id in header["env"]:
-            hosted = self.envs.pop(env_id, None)
-            self.group_of.pop(env_id, None)
-            if hosted is not None:
-                hosted.close()
-        return {}, []
 
     def close_all(self) -> None:
         """Close every hosted env."""

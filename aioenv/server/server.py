@@ -196,6 +196,7 @@ class Server:
         # worker of a previous run still connected there (until its host notices) can never take a new one's.
         self._instance = secrets.token_hex(3)
         # Rows ready for each client, sent together once per turn of the loop (see queue()).
+        self._reaper: asyncio.TimerHandle | None = None  # the idle-client sweep, once started
         self._outbox: dict[bytes, list[PartEntry | BlockEntry]] = {}
         self._flush_soon = False
 
@@ -242,7 +243,8 @@ class Server:
         if self.closing:
             return
         self.closing = True
-        self._reaper.cancel()
+        if self._reaper is not None:  # None: never started
+            self._reaper.cancel()
         sessions = list(self.sessions.values())
         for session in sessions:  # idle clients learn at once, not at their heartbeat timeout
             self.send(session.identity, encode(Op.EVENT, {"ev": "closing"}))

@@ -65,12 +65,10 @@ class Op:
     """Message operation names (the header's ``"op"``)."""
 
     HELLO = "hello"  # worker -> coordinator: {"name", "pid", "executor", "capacity"}
-    WELCOME = "welcome"  # coordinator -> worker
     MAKE = "make"  # coordinator -> worker: {"envs": [[env_id, source_key]], "sources": {...}, "autoreset"}
     STEP = "step"  # coordinator -> worker: {"env": [ids], "act": leaves}
     RESET = "reset"  # coordinator -> worker: {"env": [ids], "seed": [..], "opt": dict|None}
     CALL = "call"  # coordinator -> worker: {"env": [ids], "kind": call|get|set, "name", "args", "kw", "values"}
-    DROP = "drop"  # coordinator -> worker: {"env": [ids]} close and forget these envs
     SLAB = "slab"  # coordinator -> local inline worker: {"slab": layout} map the pool's shared rows (transport.slab)
     CANCEL = "cancel"  # coordinator -> worker: {"env": [ids], "ended": [ids]} give up their requests, replace them
     CLOSE = "close"  # coordinator -> worker: close all envs and exit (server: close the client's pool)
