@@ -100,7 +100,7 @@ async def drive(endpoint: str, steps: int, victim: subprocess.Popen[str]) -> Non
         stepping = asyncio.gather(*(keep_stepping(name, pool) for name, pool in pools.items()))
         for line in await asyncio.wait_for(stepping, 60):
             print(line)
-        while any(h["name"] == "host-a" for h in (await fetch_status(endpoint))["hosts"]):
+        while any(h["name"] == "host-a" for h in (await fetch_status(endpoint))["hosts"]):  # noqa: ASYNC110 - polls a server
             await asyncio.sleep(0.05)
         await asyncio.gather(first.reset(), second.reset())  # re-made envs start with a reset
         for _ in range(steps):

@@ -67,7 +67,8 @@ class ServerProcess:
             if found:
                 self.endpoint = found.group(1)
                 break
-            assert line and time.monotonic() < deadline, f"the server did not start: {''.join(self.log)}"
+            assert line, f"the server did not start: {''.join(self.log)}"
+            assert time.monotonic() < deadline, f"the server did not start: {''.join(self.log)}"
 
     def workers(self) -> list[int]:
         """Pids of the server's worker processes."""
@@ -98,7 +99,8 @@ class WorkerHostProcess:
             self.log.append(line)
             if re.search(pattern, line):
                 return line
-            assert line and time.monotonic() < deadline, f"{pattern!r} never came: {''.join(self.log)}"
+            assert line, f"{pattern!r} never came: {''.join(self.log)}"
+            assert time.monotonic() < deadline, f"{pattern!r} never came: {''.join(self.log)}"
 
     def wait_joined(self) -> WorkerHostProcess:
         """Return once the server admitted it."""

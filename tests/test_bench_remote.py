@@ -29,7 +29,8 @@ def test_remote_benchmark_smoke(tmp_path: Path) -> None:
     assert set(cartpole["cells"]) == {"embedded", "remote"}
     for where, cell in cartpole["cells"].items():
         assert cell["status"] == "ok", (where, cell["status"])
-        assert cell["steps_per_s"] > 0 and cell["num_workers"] == 2, where
+        assert cell["steps_per_s"] > 0, where
+        assert cell["num_workers"] == 2, where
         assert cell["leftover_processes"] == [], where
     assert cartpole["ratio_remote_embedded"] > 0
 
@@ -47,10 +48,12 @@ def test_remote_benchmark_smoke(tmp_path: Path) -> None:
     per_client = clients["per_client_steps_per_s"]
     assert len(per_client) == clients["params"]["clients"] == 4
     assert all(v > 0 for v in per_client)
-    assert clients["total_steps_per_s"] > 0 and 0 < clients["fraction_of_ideal"] <= 1.2
+    assert clients["total_steps_per_s"] > 0
+    assert 0 < clients["fraction_of_ideal"] <= 1.2
     spread = clients["per_client"]
     assert 0 < spread["min"] <= spread["median"] <= spread["max"]
-    assert spread["max_over_min"] >= 1 and spread["cv"] >= 0
+    assert spread["max_over_min"] >= 1
+    assert spread["cv"] >= 0
     assert clients["status_all_ready"]["sessions"] == 4  # `aioenv status --json` saw every client
     assert clients["status_all_ready"]["envs"] == 32
     assert "sessions" in clients["status_during_warmup"] or "error" in clients["status_during_warmup"]
@@ -62,11 +65,14 @@ def test_remote_benchmark_smoke(tmp_path: Path) -> None:
     assert set(hosts["cells"]) == {"embedded", "remote", "remote via host"}
     for where, cell in hosts["cells"].items():
         assert cell["status"] == "ok", (where, cell["status"])
-        assert cell["steps_per_s"] > 0 and cell["num_workers"] == 2, where
+        assert cell["steps_per_s"] > 0, where
+        assert cell["num_workers"] == 2, where
         assert cell["leftover_processes"] == [], where
-    assert hosts["ratio_host_embedded"] > 0 and hosts["ratio_host_remote"] > 0
+    assert hosts["ratio_host_embedded"] > 0
+    assert hosts["ratio_host_remote"] > 0
     via_host = hosts["cells"]["remote via host"]["processes"]
-    assert via_host["host"] == 1 and via_host["server_workers"] == 2  # the workers ran under the host
+    assert via_host["host"] == 1
+    assert via_host["server_workers"] == 2
     assert hosts["cells"]["remote"]["processes"]["host"] == 0
     assert [(h["name"], h["capacity"]) for h in hosts["status_at_start"]["hosts"]] == [("bench-host", 4096)]
     for name in ("worker_host", "host_server"):  # stopped cleanly with SIGTERM, nothing left
@@ -79,8 +85,10 @@ def test_remote_benchmark_smoke(tmp_path: Path) -> None:
     assert result["leftover_processes_at_exit"] == []
     assert [b["met"] in (True, False) for b in result["bars"]] == [True, True]
     markdown = (tmp_path / "remote.md").read_text()
-    assert markdown.startswith("`") and "| bar |" in markdown
-    assert "remote via host / remote = " in markdown and "exit codes 0 / 0" in markdown
+    assert markdown.startswith("`")
+    assert "| bar |" in markdown
+    assert "remote via host / remote = " in markdown
+    assert "exit codes 0 / 0" in markdown
 
     seen = result["pids_seen"]  # the servers, the host, their workers, the clients, the embedded pools' workers
     assert (

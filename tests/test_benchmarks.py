@@ -35,10 +35,13 @@ def test_core_benchmark_smoke(tmp_path: Path) -> None:
     result = json.loads(out.read_text())
     cells = result["workloads"]["cartpole-32"]
     for impl in ("sync", "async", "floor", "aioenv_step", "aioenv_sendrecv"):
-        assert cells[impl]["status"] == "ok" and cells[impl]["steps_per_s"] > 0, (impl, cells[impl])
+        assert cells[impl]["status"] == "ok", (impl, cells[impl])
+        assert cells[impl]["steps_per_s"] > 0, (impl, cells[impl])
     ratios = {"aioenv_step/sync", "aioenv_step/async", "aioenv_sendrecv/sync", "aioenv_step/floor"}
-    assert set(cells["ratios"]) == ratios and all(v is not None for v in cells["ratios"].values())
-    assert result["startup"]["aioenv"]["status"] == "ok" and result["startup"]["aioenv"]["seconds"] > 0
+    assert set(cells["ratios"]) == ratios
+    assert all(v is not None for v in cells["ratios"].values())
+    assert result["startup"]["aioenv"]["status"] == "ok"
+    assert result["startup"]["aioenv"]["seconds"] > 0
     assert (tmp_path / "core.md").read_text().startswith("`")
 
 
@@ -47,7 +50,8 @@ def _bench_module(name: str) -> Any:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -75,7 +79,8 @@ def test_the_floor_steps_the_trajectories_of_sync_vector_env() -> None:
             actions = rng.integers(0, 2, n)
             got, want = env.step(actions), ref.step(actions)[:4]
             for name, a, b in zip(("obs", "reward", "terminated", "truncated"), got, want, strict=True):
-                assert a.dtype == b.dtype and np.array_equal(a, b), (t, name, a, b)
+                assert a.dtype == b.dtype, (t, name, a, b)
+                assert np.array_equal(a, b), (t, name, a, b)
             ended += int(got[2].sum() + got[3].sum())
         assert ended > 5  # episodes ended and were reset along the way
     finally:

@@ -14,16 +14,19 @@ def test_demo_runs_a_real_pool_and_reports_it() -> None:
     assert "CartPole-v1" in out
     assert re.search(r"envs / workers\s+│\s+4 / 2", out), out
     steps = re.search(r"env-steps\s+│\s+([\d,]+)", out)
-    assert steps is not None and int(steps.group(1).replace(",", "")) >= 2000
+    assert steps is not None
+    assert int(steps.group(1).replace(",", "")) >= 2000
     episodes = re.search(r"episodes finished\s+│\s+([\d,]+)", out)
-    assert episodes is not None and int(episodes.group(1).replace(",", "")) > 0, out
+    assert episodes is not None, out
+    assert int(episodes.group(1).replace(",", "")) > 0, out
     assert "workers are gone" in out
 
 
 def test_demo_refuses_a_bad_argument_clearly() -> None:
     proc = run_python("-m", "aioenv.cli", "demo", "--num-envs", "0")
     assert proc.returncode == 2
-    assert "--num-envs" in proc.stderr and "0" in proc.stderr
+    assert "--num-envs" in proc.stderr
+    assert "0" in proc.stderr
 
 
 def test_version_option() -> None:
@@ -51,7 +54,8 @@ def test_bench_measures_a_pool() -> None:
     proc = run_python("-m", "aioenv.cli", "bench", "CartPole-v1", "-n", "4", "--seconds", "0.3")
     assert proc.returncode == 0, proc.stderr
     rates = re.findall(r"│\s+([\d,]+) env-steps/s\s+│", proc.stdout)
-    assert len(rates) == 2 and all(int(r.replace(",", "")) > 0 for r in rates), proc.stdout
+    assert len(rates) == 2, proc.stdout
+    assert all(int(r.replace(",", "")) > 0 for r in rates), proc.stdout
     assert "send / recv (batches of 2)" in proc.stdout
     assert re.search(r"startup \(make \+ reset\)\s+│\s+\d+ ms\s+│", proc.stdout), proc.stdout
 
@@ -59,26 +63,35 @@ def test_bench_measures_a_pool() -> None:
 def test_bench_reports_an_unknown_env_clearly() -> None:
     proc = run_python("-m", "aioenv.cli", "bench", "NoSuchEnv-v0", "--seconds", "0.3")
     assert proc.returncode == 1
-    assert "NoSuchEnv" in proc.stderr and "Traceback" not in proc.stderr
+    assert "NoSuchEnv" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_worker_and_serve_refuse_bad_arguments_clearly() -> None:
     missing = run_python("-m", "aioenv.cli", "worker", "--connect", "tcp://127.0.0.1:1")
-    assert missing.returncode == 2 and "--capacity" in missing.stderr
+    assert missing.returncode == 2
+    assert "--capacity" in missing.stderr
     zero = run_python("-m", "aioenv.cli", "worker", "--connect", "tcp://127.0.0.1:1", "--capacity", "0")
-    assert zero.returncode == 2 and "--capacity" in zero.stderr and "0" in zero.stderr
+    assert zero.returncode == 2
+    assert "--capacity" in zero.stderr
+    assert "0" in zero.stderr
     half = run_python(
         "-m", "aioenv.cli", "worker", "--connect", "tcp://127.0.0.1:1", "--capacity", "4", "--key", __file__
     )
-    assert half.returncode == 2 and "--key and --server-key go together" in half.stderr
+    assert half.returncode == 2
+    assert "--key and --server-key go together" in half.stderr
     half_status = run_python("-m", "aioenv.cli", "status", "tcp://127.0.0.1:1", "--server-key", __file__)
-    assert half_status.returncode == 2 and "--key and --server-key go together" in half_status.stderr
+    assert half_status.returncode == 2
+    assert "--key and --server-key go together" in half_status.stderr
     bad = run_python("-m", "aioenv.cli", "worker", "--connect", "not-an-endpoint", "--capacity", "4")
-    assert bad.returncode == 2 and "expected an address such as tcp://HOST:PORT" in bad.stderr
+    assert bad.returncode == 2
+    assert "expected an address such as tcp://HOST:PORT" in bad.stderr
     assert "'not-an-endpoint'" in bad.stderr
     for command in (["serve", "--bind", "nonsense"], ["serve", "--worker-bind", "5556"]):
         wrong = run_python("-m", "aioenv.cli", *command)
-        assert wrong.returncode == 2 and f"Invalid value for '{command[1]}'" in wrong.stderr, wrong.stderr
+        assert wrong.returncode == 2, wrong.stderr
+        assert f"Invalid value for '{command[1]}'" in wrong.stderr, wrong.stderr
         assert f"got '{command[2]}'" in wrong.stderr
     lonely = run_python("-m", "aioenv.cli", "serve", "--local-capacity", "4")
-    assert lonely.returncode == 2 and "--local-capacity needs --worker-bind" in lonely.stderr
+    assert lonely.returncode == 2
+    assert "--local-capacity needs --worker-bind" in lonely.stderr

@@ -61,7 +61,8 @@ def assert_same(a: Any, b: Any, where: str = "") -> None:
         for k in a:
             assert_same(a[k], b[k], f"{where}[{k!r}]")
     elif isinstance(a, (list, tuple)):
-        assert isinstance(b, (list, tuple)) and len(a) == len(b), where
+        assert isinstance(b, (list, tuple)), where
+        assert len(a) == len(b), where
         for i, (x, y) in enumerate(zip(a, b, strict=True)):
             assert_same(x, y, f"{where}[{i}]")
     elif isinstance(a, np.ndarray):
@@ -92,7 +93,8 @@ def run_both(fns: list[Callable[[], Any]], steps: int, seed: int, **options: Any
             assert_same(o1, o2, f"step {t} obs")
             assert_same(r1, r2, f"step {t} rewards")
             assert_same(d1, d2, f"step {t} dones")
-            assert isinstance(i1, list) and all(isinstance(i, dict) for i in i1)
+            assert isinstance(i1, list)
+            assert all(isinstance(i, dict) for i in i1)
             assert_same(i1, i2, f"step {t} infos")
             assert_same(list(ours.reset_infos), list(ref.reset_infos), f"step {t} reset_infos")
             ended += int(d2.sum())
@@ -116,18 +118,22 @@ def test_step_api_shapes_and_autoreset(venv: AioVecEnv) -> None:
     assert isinstance(venv, VecEnv)
     venv.seed(0)
     obs = venv.reset()
-    assert obs.shape == (3, 4) and obs.dtype == np.float32
+    assert obs.shape == (3, 4)
+    assert obs.dtype == np.float32
     assert len(venv.reset_infos) == 3
     ended = 0
     for _ in range(13):  # max_episode_steps=12: every env's first episode ends
         venv.step_async(np.zeros(3, dtype=np.int64))
         obs, rewards, dones, infos = venv.step_wait()
-        assert rewards.dtype == np.float32 and dones.dtype == np.bool_ and obs.shape == (3, 4)
+        assert rewards.dtype == np.float32
+        assert dones.dtype == np.bool_
+        assert obs.shape == (3, 4)
         for i in range(3):
             assert "TimeLimit.truncated" in infos[i]
             if dones[i]:
                 term_obs = infos[i]["terminal_observation"]
-                assert term_obs.shape == (4,) and not np.array_equal(term_obs, obs[i])
+                assert term_obs.shape == (4,)
+                assert not np.array_equal(term_obs, obs[i])
                 assert isinstance(infos[i]["TimeLimit.truncated"], bool)
                 ended += 1
             else:
@@ -151,7 +157,8 @@ def test_seed_and_options_apply_at_next_reset_only(venv: AioVecEnv) -> None:
     assert np.abs(wide).max() > 0.001
     venv.set_options([{"low": -0.001, "high": 0.001}, {}, {"low": 0.3, "high": 0.31}])
     mixed = venv.reset()
-    assert np.abs(mixed[0]).max() <= 0.001 and mixed[2].min() >= 0.3
+    assert np.abs(mixed[0]).max() <= 0.001
+    assert mixed[2].min() >= 0.3
 
 
 def test_attributes_methods_and_wrappers(venv: AioVecEnv) -> None:
@@ -164,11 +171,14 @@ def test_attributes_methods_and_wrappers(venv: AioVecEnv) -> None:
     assert venv.get_attr("custom", indices=[0, 2]) == [{"k": (1, 2)}] * 2
     with pytest.raises(AttributeError):
         venv.get_attr("custom", indices=1)
-    assert venv.has_attr("gravity") and not venv.has_attr("custom") and not venv.has_attr("nope")
+    assert venv.has_attr("gravity")
+    assert not venv.has_attr("custom")
+    assert not venv.has_attr("nope")
     spaces = venv.env_method("get_wrapper_attr", "observation_space", indices=[1])
     assert spaces == [venv.observation_space]
     obs_info = venv.env_method("reset", seed=9, indices=0)
-    assert obs_info[0][0].shape == (4,) and obs_info[0][1] == {}
+    assert obs_info[0][0].shape == (4,)
+    assert obs_info[0][1] == {}
     with pytest.raises(AttributeError):
         venv.env_method("no_such_method")
     assert venv.env_is_wrapped(gym.wrappers.TimeLimit) == [True, True, True]
@@ -184,9 +194,12 @@ def test_render_and_get_images() -> None:
         assert env.render_mode == "rgb_array"
         env.reset()
         images = env.get_images()
-        assert len(images) == 2 and all(isinstance(im, np.ndarray) and im.shape == (5, 6, 3) for im in images)
+        assert len(images) == 2
+        assert all(isinstance(im, np.ndarray) and im.shape == (5, 6, 3) for im in images)
         big = env.render()
-        assert big is not None and big.ndim == 3 and big.shape[2] == 3
+        assert big is not None
+        assert big.ndim == 3
+        assert big.shape[2] == 3
     finally:
         env.close()
 
@@ -214,7 +227,8 @@ def test_vec_wrappers_match_dummy_vec_env() -> None:
             for a, b in zip(i1, i2, strict=True):
                 assert ("episode" in a) == ("episode" in b)
                 if "episode" in a:
-                    assert a["episode"]["r"] == b["episode"]["r"] and a["episode"]["l"] == b["episode"]["l"]
+                    assert a["episode"]["r"] == b["episode"]["r"]
+                    assert a["episode"]["l"] == b["episode"]["l"]
                     np.testing.assert_allclose(a["terminal_observation"], b["terminal_observation"], rtol=1e-5)
                     episodes += 1
         assert episodes > 0
@@ -233,7 +247,8 @@ def test_ppo_learns_and_evaluates_on_aiovecenv() -> None:
         model.learn(total_timesteps=256)
         assert model.num_timesteps >= 256
         mean, std = evaluate_policy(model, env, n_eval_episodes=2, warn=False)
-        assert mean > 0 and std >= 0
+        assert mean > 0
+        assert std >= 0
         assert len(env.get_attr("episode_returns")[0]) >= 1  # Monitor's own bookkeeping, read through get_attr
     finally:
         env.close()
@@ -277,11 +292,13 @@ def test_env_errors_surface_in_step_wait_and_reset_recovers() -> None:
         assert not env.waiting
         env.reset()  # a reset makes the failed env usable again
         obs, rewards, _, _ = env.step(np.array([1, 1]))
-        assert obs.shape == (2, 4) and rewards.tolist() == [1.5, 1.5]
+        assert obs.shape == (2, 4)
+        assert rewards.tolist() == [1.5, 1.5]
         assert obs[:, 1].tolist() == [1, 1]  # each env took exactly one step since the reset
         # reset() while a step is pending waits it out first
         env.step_async(np.array([1, 1]))
-        assert env.reset().shape == (2, 4) and not env.waiting
+        assert env.reset().shape == (2, 4)
+        assert not env.waiting
     finally:
         env.close()
 
@@ -305,10 +322,12 @@ def test_non_msgpack_values_and_exception_types_round_trip_through_files(venv: A
         raise Boom(message)
 
     spec = venv.env_method("get_wrapper_attr", "spec", indices=[0])[0]
-    assert isinstance(spec, gym.envs.registration.EnvSpec) and spec.id == "CartPole-v1"
+    assert isinstance(spec, gym.envs.registration.EnvSpec)
+    assert spec.id == "CartPole-v1"
     venv.set_attr("ordered", OrderedDict(b=1, a=(2, 3)), indices=[1])
     (ordered,) = venv.get_attr("ordered", indices=[1])
-    assert type(ordered) is OrderedDict and list(ordered.items()) == [("b", 1), ("a", (2, 3))]
+    assert type(ordered) is OrderedDict
+    assert list(ordered.items()) == [("b", 1), ("a", (2, 3))]
     venv.set_attr("local", Local({1, 2}))
     got = venv.get_attr("local")
     assert all(type(v).__name__ == "Local" and v.items == {1, 2} for v in got)
@@ -345,7 +364,8 @@ def test_plain_values_travel_inline_and_no_file_is_left(venv: AioVecEnv, monkeyp
     venv.env_method("get_wrapper_attr", "plain", indices=[0])
     assert written == []
     venv.set_attr("rich", Fraction(1, 3))
-    assert len(written) == 1 and _leftovers(venv) == []
+    assert len(written) == 1
+    assert _leftovers(venv) == []
     with pytest.raises(AttributeError):
         venv.get_attr("missing")
     assert _leftovers(venv) == []
@@ -380,9 +400,11 @@ def test_worker_helper_refuses_payloads_outside_its_trusted_dir(tmp_path: Path) 
             trusted_dir=str(trusted),
         )
         name = reply["file"]  # an EnvSpec is not: pickled into a file of the trusted directory
-        assert name.startswith("compat-res-0123456789abcdef-") and (trusted / name).is_file()
+        assert name.startswith("compat-res-0123456789abcdef-")
+        assert (trusted / name).is_file()
         ok, spec = cloudpickle.loads((trusted / name).read_bytes())
-        assert ok and spec.id == "CartPole-v1"
+        assert ok
+        assert spec.id == "CartPole-v1"
     finally:
         env.close()
 
@@ -397,7 +419,8 @@ def test_worker_without_trusted_dir_accepts_and_returns_msgpack_only(monkeypatch
             _helper(env, "call", "reset", {"file": "args.pkl"})
         assert _helper(env, "get", "gravity", {}) == {"ok": 9.8}
         reply = _helper(env, "get", "spec", {})
-        assert reply["exc"][:2] == ["builtins", "TypeError"] and "only msgpack values" in reply["exc"][2]
+        assert reply["exc"][:2] == ["builtins", "TypeError"]
+        assert "only msgpack values" in reply["exc"][2]
         missing = _helper(env, "get", "nope", {})
         assert missing["exc"][:2] == ["builtins", "AttributeError"]
         with pytest.raises(AttributeError), Transfer(str(Path.cwd())) as transfer:
@@ -422,4 +445,6 @@ def test_step_is_one_batched_call_not_one_per_env(venv: AioVecEnv, monkeypatch: 
     monkeypatch.setattr(venv.pool.pool, "step_env", per_env)
     venv.reset()
     obs, rewards, _, infos = venv.step(np.array([0, 1, 0]))
-    assert obs.shape == (3, 4) and rewards.tolist() == [1.0] * 3 and len(infos) == 3
+    assert obs.shape == (3, 4)
+    assert rewards.tolist() == [1.0] * 3
+    assert len(infos) == 3

@@ -91,7 +91,8 @@ def exec_form(args: str, what: str) -> list[str]:
         value = json.loads(args)
     except json.JSONDecodeError as exc:
         raise AssertionError(f"{what} is not in JSON (exec) form: {args!r}") from exc
-    assert isinstance(value, list) and all(isinstance(v, str) for v in value), f"{what}: {args!r}"
+    assert isinstance(value, list), f"{what}: {args!r}"
+    assert all(isinstance(v, str) for v in value), f"{what}: {args!r}"
     return value
 
 
@@ -127,7 +128,8 @@ def seconds(duration: str) -> float:
     """A Docker duration such as ``10s``, ``1m30s`` or ``500ms`` in seconds."""
     units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
     parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", duration)
-    assert parts and "".join(n + u for n, u in parts) == duration, f"not a duration: {duration!r}"
+    assert parts, f"not a duration: {duration!r}"
+    assert "".join(n + u for n, u in parts) == duration, f"not a duration: {duration!r}"
     return sum(float(n) * units[u] for n, u in parts)
 
 
@@ -227,12 +229,15 @@ def hadolint(dockerfile: Path, home: Path) -> subprocess.CompletedProcess[str]:
 
 def test_hadolint_finds_nothing_in_the_dockerfile(tmp_path: Path) -> None:
     proc = hadolint(DOCKERFILE, tmp_path)
-    assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not proc.stdout.strip(), proc.stdout + proc.stderr
     # and it really lints: the same run flags an unpinned base image and an unpinned pip install
     bad = tmp_path / "Dockerfile"
     bad.write_text("FROM python\nRUN pip install requests\n")
     proc = hadolint(bad, tmp_path)
-    assert proc.returncode != 0 and "DL3006" in proc.stdout and "DL3013" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "DL3006" in proc.stdout, proc.stdout + proc.stderr
+    assert "DL3013" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_dockerfile_runs_the_server_as_a_non_root_user_from_a_pinned_slim_base() -> None:
@@ -247,7 +252,8 @@ def test_dockerfile_runs_the_server_as_a_non_root_user_from_a_pinned_slim_base()
     assert img.health_cmd == ["aioenv", "status", IMAGE_HEALTH, "--quiet"]
     assert img.user.split(":")[0] not in ("root", "0"), f"the server runs as root: USER {img.user}"
     installs = [args for stage in stages for args in stage.all("RUN") if "pip install" in args]
-    assert installs and all("--no-cache-dir" in args for args in installs), installs
+    assert installs, installs
+    assert all("--no-cache-dir" in args for args in installs), installs
     assert not any("[" in args for args in installs), f"an extra is installed into the image: {installs}"
 
 
@@ -274,7 +280,8 @@ def test_dockerfile_copies_what_the_package_build_needs_and_dockerignore_lets_it
 
 def compose_server() -> dict[str, Any]:
     compose = yaml.safe_load(COMPOSE.read_text())
-    assert isinstance(compose, dict) and "server" in compose.get("services", {}), "compose.yaml has no server"
+    assert isinstance(compose, dict), "compose.yaml has no server"
+    assert "server" in compose.get("services", {}), "compose.yaml has no server"
     server = compose["services"]["server"]
     assert isinstance(server, dict)
     return server
@@ -293,7 +300,8 @@ def test_compose_server_builds_this_dockerfile_and_agrees_with_its_port_and_comm
     container_ports = [int(str(mapping).split(":")[-1].split("/")[0]) for mapping in server["ports"]]
     assert container_ports == img.exposed == [bind_port(command)] == [bind_port(img.cmd)]
     health = re.fullmatch(r"tcp://127\.0\.0\.1:(\d+)", img.health_cmd[2])
-    assert health and int(health[1]) == bind_port(command), "the image's health check would ask another port"
+    assert health, "the image's health check would ask another port"
+    assert int(health[1]) == bind_port(command), "the image's health check would ask another port"
 
 
 def test_compose_command_is_accepted_by_aioenv_serve() -> None:
@@ -307,11 +315,14 @@ def test_compose_workers_join_the_servers_worker_port() -> None:
     compose = yaml.safe_load(COMPOSE.read_text())
     worker = compose["services"]["worker"]
     command = worker["command"]
-    assert worker["image"] == compose_server()["image"] and worker["entrypoint"] == ["aioenv", "worker"]
+    assert worker["image"] == compose_server()["image"]
+    assert worker["entrypoint"] == ["aioenv", "worker"]
     connect = re.fullmatch(r"tcp://server:(\d+)", command[command.index("--connect") + 1])
     server_command = compose_server()["command"]
     worker_bind = re.fullmatch(r"tcp://0\.0\.0\.0:(\d+)", server_command[server_command.index("--worker-bind") + 1])
-    assert connect and worker_bind and connect[1] == worker_bind[1], "the workers would knock on another port"
+    assert connect, "the workers would knock on another port"
+    assert worker_bind, "the workers would knock on another port"
+    assert connect[1] == worker_bind[1], "the workers would knock on another port"
     # the image's HEALTHCHECK asks a server: a worker container must not inherit it (it would never be healthy)
     assert worker.get("healthcheck", {}).get("disable") is True
     argv = local([*worker["entrypoint"], *command, "--help"])  # click checks every option name

@@ -90,7 +90,8 @@ def assert_obs_equal(actual: Any, expected: Any, path: str) -> None:
         for key in expected:
             assert_obs_equal(actual[key], expected[key], f"{path}[{key!r}]")
     elif isinstance(expected, tuple):
-        assert isinstance(actual, tuple) and len(actual) == len(expected), path
+        assert isinstance(actual, tuple), path
+        assert len(actual) == len(expected), path
         for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
             assert_obs_equal(a, e, f"{path}[{i}]")
     else:

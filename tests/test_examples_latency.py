@@ -82,12 +82,14 @@ def test_llm_agent_acts_on_first_finished_envs_with_a_streaming_model() -> None:
     assert number(out, "mean reward") == 2.0, out  # a model that is never wrong answers every question
     in_flight = value(out, "in flight (mean)")
     env_calls, model_calls = (float(x) for x in re.findall(r"\d+\.\d+", in_flight))
-    assert env_calls > 0 and model_calls > 0, out
+    assert env_calls > 0, out
+    assert model_calls > 0, out
     assert value(out, "model").startswith("24 replies, 240 tokens streamed"), out  # 10 tokens per reply
     samples = re.findall(r"^  env \d+: '(.+?)' -> model '(.+?)' -> action '(-?\d+)' => 1$", out, re.MULTILINE)
     assert len(samples) == 3, out
     for question, reply, action in samples:
-        assert "What is" in question and reply.endswith(f"= {action}."), out
+        assert "What is" in question, out
+        assert reply.endswith(f"= {action}."), out
 
 
 def test_llm_agent_wrong_answers_score_zero() -> None:

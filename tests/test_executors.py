@@ -85,7 +85,8 @@ async def test_step_env_futures_resolve_independently(executor: str) -> None:
         fast = pool.step_env(1, INSTANT)
         done, _ = await asyncio.wait([slow, fast], timeout=HANG, return_when=asyncio.FIRST_COMPLETED)
         assert done == {fast}
-        assert fast.result().env_id == 1 and not slow.done()
+        assert fast.result().env_id == 1
+        assert not slow.done()
         assert (await slow).obs[1] == 1
 
 
@@ -109,9 +110,11 @@ async def test_async_step_timeout_cancels_and_replaces_only_that_env() -> None:
         with pytest.raises(StepTimeout) as caught:
             await pool.step(acts(HANG_ACTION, INSTANT, INSTANT, INSTANT))
         err = caught.value
-        assert isinstance(err, TimeoutError) and err.env_id == 0
+        assert isinstance(err, TimeoutError)
+        assert err.env_id == 0
         assert "reset it" in str(err)
-        assert err.partial is not None and err.partial[4]["env_id"].tolist() == [1, 2, 3]
+        assert err.partial is not None
+        assert err.partial[4]["env_id"].tolist() == [1, 2, 3]
         # the other envs keep their state; the late one is a fresh env that needs a reset
         obs, *_ = await pool.step(acts(INSTANT, INSTANT, INSTANT), env_ids=[1, 2, 3])
         np.testing.assert_array_equal(obs[:, 1], [2, 2, 2])
@@ -204,8 +207,11 @@ async def test_thread_truncate_ends_every_replaced_envs_episode() -> None:
         await asyncio.sleep(0.3)
         caught_up = pool.step_env(1, HANG_ACTION)  # its own deadline is later: the restart ends it first
         first, second = await asyncio.gather(late, caught_up)
-        assert first.truncated and first.info == {"timeout": True} and first.reward == 0.0
-        assert second.truncated and second.info == {"env_replaced": True}
+        assert first.truncated
+        assert first.info == {"timeout": True}
+        assert first.reward == 0.0
+        assert second.truncated
+        assert second.info == {"env_replaced": True}
         np.testing.assert_array_equal(first.obs, [0, 1])
         await wait_new_worker(pool, 0, pid)
         obs, rew, _, trunc, info = await pool.step(acts(*[INSTANT] * 6))
@@ -238,7 +244,8 @@ async def test_max_concurrency_bounds_running_steps(executor: str) -> None:
         _, _, _, _, info = await pool.recv()
         assert info["running"].max() <= 3
         assert sorted(info["env_id"].tolist()) == list(range(8))
-        assert pool._coord.sched.running == 0 and not pool._coord.sched.held
+        assert pool._coord.sched.running == 0
+        assert not pool._coord.sched.held
 
 
 async def test_max_concurrency_with_deadlines_counts_from_dispatch() -> None:
@@ -286,7 +293,8 @@ async def test_async_env_under_a_sync_executor_is_refused_clearly(executor: str)
 async def test_text_observations_and_actions_under_async_executor() -> None:
     async with aioenv.Pool(TextEchoEnv, 3, executor="async", batch_size=2) as pool:
         obs, _ = await pool.reset()
-        assert obs.dtype == object and obs.tolist() == ["q:", "q:", "q:"]
+        assert obs.dtype == object
+        assert obs.tolist() == ["q:", "q:", "q:"]
         actions = np.array(["abc", "xy", "stop"], dtype=object)
         obs, rew, term, _, info = await pool.step(actions)
         assert obs.tolist() == ["q:cba", "q:yx", "q:pots"]
@@ -294,7 +302,8 @@ async def test_text_observations_and_actions_under_async_executor() -> None:
         np.testing.assert_array_equal(term, [False, False, True])
         assert info["echo"].tolist() == ["abc", "xy", "stop"]
         result = await pool.step_env(0, "hello")
-        assert result.obs == "q:olleh" and result.info == {"echo": "hello"}
+        assert result.obs == "q:olleh"
+        assert result.info == {"echo": "hello"}
         pool.send(["a", "b"], env_ids=[0, 1])
         obs, *_ = await pool.recv()
         assert sorted(obs.tolist()) == ["q:a", "q:b"]
@@ -358,7 +367,9 @@ async def test_random_timeouts_keep_every_invariant(executor: str, on_timeout: s
         async with asyncio.timeout(HANG):  # a CANCEL or a re-make may still be finishing
             while sched.requests:
                 await asyncio.sleep(0.02)
-        assert not sched.busy.any() and not sched.held and sched.running == 0
+        assert not sched.busy.any()
+        assert not sched.held
+        assert sched.running == 0
 
 
 async def test_step_env_futures_keep_their_info_when_replies_share_a_message() -> None:

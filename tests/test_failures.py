@@ -46,13 +46,15 @@ async def drain_recv(pool: aioenv.Pool, expected: int) -> tuple[dict[int, np.nda
     while len(rows) + len(errors) < expected:
         try:
             obs, *_, info = await guard(pool.recv(min_results=1, max_results=expected))
-        except AioEnvError as err:
-            assert err.env_id is not None, f"a recv error names no env: {err!r}"
-            assert err.env_id not in rows and err.env_id not in errors, f"env {err.env_id} came back twice"
+        except AioEnvError as err:  # an env's error is one of the rows recv returns, checked like the others
+            assert err.env_id is not None, f"a recv error names no env: {err!r}"  # noqa: PT017
+            assert err.env_id not in rows, f"env {err.env_id} came back twice"  # noqa: PT017
+            assert err.env_id not in errors, f"env {err.env_id} came back twice"  # noqa: PT017
             errors[err.env_id] = err
             continue
         for env_id, row in zip(info["env_id"].tolist(), obs, strict=True):
-            assert env_id not in rows and env_id not in errors, f"env {env_id} came back twice"
+            assert env_id not in rows, f"env {env_id} came back twice"
+            assert env_id not in errors, f"env {env_id} came back twice"
             rows[env_id] = row
     return rows, errors
 
@@ -79,10 +81,12 @@ async def test_env_error_in_step_fails_only_its_row() -> None:
         assert "explode_on_purpose" in err.remote_traceback
         assert "explode_on_purpose" in str(err)
         assert "env 1" in err.message
-        assert set(err.errors) == {1} and err.errors[1] is err
+        assert set(err.errors) == {1}
+        assert err.errors[1] is err
         obs, rew, term, trunc, pinfo = err.partial
         assert pinfo["env_id"].tolist() == [0, 2, 3]
-        assert obs[:, 0].tolist() == [10, 12, 13] and obs[:, 1].tolist() == [2, 2, 2]
+        assert obs[:, 0].tolist() == [10, 12, 13]
+        assert obs[:, 1].tolist() == [2, 2, 2]
         assert obs[:, 2].tolist() == [1, 1, 0]
         assert rew.tolist() == [1.5, 1.5, 0.5]
         assert term.shape == trunc.shape == (3,)
@@ -105,7 +109,8 @@ async def test_env_error_in_reset_fails_only_its_row() -> None:
         with pytest.raises(EnvError) as info:
             await guard(pool.reset(seed=[0, 666, 2]))
         err = info.value
-        assert err.env_id == 1 and err.remote_type == "ValueError"
+        assert err.env_id == 1
+        assert err.remote_type == "ValueError"
         assert "reset refused for seed 666" in str(err)
         assert "refuse_reset_on_purpose" in err.remote_traceback
         obs, pinfo = err.partial
@@ -132,18 +137,21 @@ async def test_env_error_in_step_env_future() -> None:
         with pytest.raises(EnvError) as info:
             await guard(fut)
         err = info.value
-        assert err.env_id == 0 and err.remote_type == "RuntimeError"
+        assert err.env_id == 0
+        assert err.remote_type == "RuntimeError"
         assert "explode_on_purpose" in err.remote_traceback
         assert "boom at step 2 of env 3" in str(err)
         res = await guard(other)
-        assert res.env_id == 1 and res.obs[1] == 1
+        assert res.env_id == 1
+        assert res.obs[1] == 1
         with pytest.raises(AioEnvError, match="reset") as info:
             await guard(pool.step_env(0, 0))
         assert info.value.env_id == 0
         res = await guard(pool.reset_env(0, seed=8))
         assert res.obs[0] == 8
         res = await guard(pool.step_env(0, 0))
-        assert res.obs[0] == 8 and res.obs[1] == 1
+        assert res.obs[0] == 8
+        assert res.obs[1] == 1
         res = await guard(pool.step_env(1, 0))
         assert res.obs[1] == 2
 
@@ -156,14 +164,16 @@ async def test_env_error_through_send_recv() -> None:
         assert sorted(rows) == [0, 1, 3]
         assert list(errors) == [2]
         err = errors[2]
-        assert isinstance(err, EnvError) and err.remote_type == "RuntimeError"
+        assert isinstance(err, EnvError)
+        assert err.remote_type == "RuntimeError"
         assert "explode_on_purpose" in err.remote_traceback
         assert [rows[e][1] for e in (0, 1, 3)] == [1, 1, 1]
         with pytest.raises(UsageError):  # the error was handed out once, nothing else is queued
             await guard(pool.recv(min_results=1))
         pool.send(np.zeros(3, dtype=np.int64), env_ids=[0, 1, 3])
         rows, errors = await drain_recv(pool, 3)
-        assert sorted(rows) == [0, 1, 3] and not errors
+        assert sorted(rows) == [0, 1, 3]
+        assert not errors
 
 
 async def test_info_that_cannot_cross_the_wire_fails_only_its_row() -> None:
@@ -186,7 +196,8 @@ async def test_disabled_autoreset_raises_episode_ended_until_reset() -> None:
         assert trunc.tolist() == [True, True]
         with pytest.raises(EpisodeEnded) as info:
             await guard(pool.step(np.zeros(2, dtype=np.int64)))
-        assert isinstance(info.value, EnvError) and info.value.env_id == 0
+        assert isinstance(info.value, EnvError)
+        assert info.value.env_id == 0
         assert set(info.value.errors) == {0, 1}
         await guard(pool.reset(env_ids=[1]))
         *_, trunc, _ = await guard(pool.step(np.zeros(1, dtype=np.int64), env_ids=[1]))
@@ -214,7 +225,9 @@ async def test_worker_killed_mid_step_fails_in_flight_with_worker_crashed(gate: 
             assert err.env_id == env_id
             assert err.worker == old_name
             assert err.exitcode == -signal.SIGKILL
-            assert f"env {env_id}" in str(err) and old_name in str(err) and "SIGKILL" in str(err)
+            assert f"env {env_id}" in str(err)
+            assert old_name in str(err)
+            assert "SIGKILL" in str(err)
 
         # the other worker was never affected
         obs, *_ = await guard(pool.step(np.zeros(2, dtype=np.int64), env_ids=[2, 3]))
@@ -245,7 +258,8 @@ async def test_worker_that_corrupts_its_pipe_is_stopped_and_replaced(caplog: pyt
         old, other = worker_pid(pool, 0), worker_pid(pool, 1)
         with pytest.raises(WorkerCrashed, match="bytes that are no message") as info:
             await guard(pool.step_env(0, 1))
-        assert info.value.env_id == 0 and info.value.exitcode == -signal.SIGKILL
+        assert info.value.env_id == 0
+        assert info.value.exitcode == -signal.SIGKILL
         assert any("malformed pipe stream" in r.getMessage() for r in caplog.records)
         obs, *_ = await guard(pool.step(np.zeros(2, dtype=np.int64), env_ids=[2, 3]))
         assert obs[:, 0].tolist() == [1, 1]
@@ -289,7 +303,8 @@ async def test_worker_crash_in_batched_step_keeps_other_rows_in_partial(gate: An
         assert getattr(err, "partial", None) is not None, "the rows of envs 2 and 3 were lost"
         obs, rew, term, trunc, pinfo = err.partial
         assert pinfo["env_id"].tolist() == [2, 3]
-        assert obs[:, 1].tolist() == [1, 1] and rew.tolist() == [1.5, 1.5]
+        assert obs[:, 1].tolist() == [1, 1]
+        assert rew.tolist() == [1.5, 1.5]
         assert term.tolist() == trunc.tolist() == [False, False]
         assert set(getattr(err, "errors", {})) == {0, 1}
 
@@ -310,7 +325,10 @@ async def test_worker_crash_through_send_recv_loses_nothing(gate: Any) -> None:
         pool.send(np.zeros(2, dtype=np.int64), env_ids=[2, 3])
         rows, errors = await drain_recv(pool, 4)
         assert not errors
-        assert rows[0][0] == 30 and rows[1][0] == 31 and rows[2][1] == 2 and rows[3][1] == 2
+        assert rows[0][0] == 30
+        assert rows[1][0] == 31
+        assert rows[2][1] == 2
+        assert rows[3][1] == 2
 
 
 async def test_idle_worker_killed_then_reset_works() -> None:
@@ -319,7 +337,8 @@ async def test_idle_worker_killed_then_reset_works() -> None:
         old = worker_pid(pool, 1)
         os.kill(old, signal.SIGKILL)
         new = await wait_new_worker(pool, 1, old)
-        assert new != old and process_gone(old)
+        assert new != old
+        assert process_gone(old)
         obs, *_ = await guard(pool.step(np.zeros(2, dtype=np.int64), env_ids=[0, 1]))  # unaffected
         assert obs[:, 1].tolist() == [1, 1]
         obs, info = await guard(pool.reset(seed=5))
@@ -407,13 +426,15 @@ async def test_step_timeout_fails_the_env_and_the_pool_keeps_working(gate: Any) 
             await guard(fut)
         err = info.value
         assert isinstance(err, TimeoutError)
-        assert err.env_id == 0 and "env 0" in str(err)
+        assert err.env_id == 0
+        assert "env 0" in str(err)
         obs, *_ = await guard(pool.step(np.zeros(2, dtype=np.int64), env_ids=[2, 3]))
         assert obs[:, 1].tolist() == [2, 2]
         assert worker_pid(pool, 1) == other
 
         new = await wait_new_worker(pool, 0, old)  # the hung worker was replaced
-        assert new != old and process_gone(old)
+        assert new != old
+        assert process_gone(old)
         obs, info2 = await guard(pool.reset(seed=[20, 21, 22, 23]))
         assert obs[:, 0].tolist() == [20, 21, 22, 23]
         assert info2["pid"].tolist() == [new, new, other, other]
@@ -470,7 +491,7 @@ async def test_aclose_leaves_no_process_and_no_temp_dir() -> None:
 
 
 async def test_async_with_body_error_still_closes() -> None:
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError):  # noqa: PT012 - the body of `async with` raising is the point
         async with aioenv.Pool(PROBE, 2, num_workers=2) as pool:
             pids = [worker_pid(pool, 0), worker_pid(pool, 1)]
             private = pool._private_dir

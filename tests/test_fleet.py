@@ -85,7 +85,8 @@ def test_pools_go_to_the_least_loaded_host_with_room(hosts: list[WorkerHostProce
                 assert {first, second} == {"host-a", "host-b"}  # the second pool went to the idle host
                 assert _loads(await fetch_status(srv.endpoint)) == {"host-a": 4, "host-b": 4}
                 obs, *_ = await p1.step(np.array([1, 1, 0, 1]))
-                assert obs[:, 0].tolist() == [0, 1, 2, 3] and obs[:, 1].tolist() == [1, 1, 1, 1]
+                assert obs[:, 0].tolist() == [0, 1, 2, 3]
+                assert obs[:, 1].tolist() == [1, 1, 1, 1]
                 with pytest.raises(CapacityError, match=r"no worker host has room for 6 .*host-a 4/8"):
                     await aioenv.make(PROBE, 6, **opts)
                 with pytest.raises(CapacityError, match=r"^no worker host runs thread envs: hosts: .*host-a") as caught:
@@ -125,10 +126,12 @@ def test_hosts_serve_their_executor_and_the_server_is_the_last_resort(hosts: lis
                 _, info = await inline.reset()
                 assert int(info["pid"][0]) in srv.workers()  # the async host does not take inline pools
                 state = await fetch_status(srv.endpoint)
-                assert _loads(state)["llm"] == 8 and state["worker_endpoint"] == srv.worker_endpoint
+                assert _loads(state)["llm"] == 8
+                assert state["worker_endpoint"] == srv.worker_endpoint
                 url = f"http://127.0.0.1:{port}/metrics"
                 text = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=HANG).read().decode())
-                assert 'aioenv_host_envs{host="llm"} 8.0' in text and "aioenv_worker_hosts 1.0" in text
+                assert 'aioenv_host_envs{host="llm"} 8.0' in text
+                assert "aioenv_worker_hosts 1.0" in text
                 assert 'aioenv_host_capacity{host="llm"} 64.0' in text
                 shown = await asyncio.to_thread(
                     subprocess.run,
@@ -168,7 +171,8 @@ def test_a_worker_killed_on_its_host_fails_in_flight_requests_and_comes_back(
                 with pytest.raises(WorkerCrashed, match=killed):
                     await slow
                 _, info = await pool.reset(seed=0)  # re-made on a fresh process of the same host
-                assert int(info["pid"][0]) != pid and int(info["pid"][0]) in hosts[0].workers()
+                assert int(info["pid"][0]) != pid
+                assert int(info["pid"][0]) in hosts[0].workers()
                 obs, *_ = await pool.step(np.array([1, 1]))
                 assert obs[:, 1].tolist() == [1, 1]
 
@@ -238,7 +242,8 @@ def test_envs_with_no_room_left_wait_for_a_host_and_come_back(hosts: list[Worker
                 hosts.append(b.wait_joined())  # room again: the envs are re-made there
                 await _until(lambda: _has(srv, "host-b", 3), "the envs on host-b")
                 obs, info = await pool.reset(seed=0)
-                assert _host_of(int(info["pid"][0]), hosts) == "host-b" and obs[:, 0].tolist() == [0, 1, 2]
+                assert _host_of(int(info["pid"][0]), hosts) == "host-b"
+                assert obs[:, 0].tolist() == [0, 1, 2]
                 obs, *_ = await pool.step(np.array([1, 1, 1]))
                 assert obs[:, 1].tolist() == [1, 1, 1]
 
@@ -368,7 +373,8 @@ def test_curve_admits_only_known_worker_hosts(hosts: list[WorkerHostProcess], tm
         aioenv.run(main())
         assert mallory.proc.poll() is None  # still knocking
         mallory.stop()
-        assert "joining tcp://" in "".join(mallory.log) and "joined the server" not in "".join(mallory.log)
+        assert "joining tcp://" in "".join(mallory.log)
+        assert "joined the server" not in "".join(mallory.log)
     finally:
         srv.stop()
 
@@ -390,7 +396,8 @@ def test_a_worker_host_in_another_network_namespace(
                     obs, *_ = await pool.step(np.array([0, 1, 0, 1]))
                 assert obs.shape == (4, 4)
                 state = await fetch_status(srv.endpoint)
-                assert _loads(state) == {"far": 4} and len(remote.workers()) == 1
+                assert _loads(state) == {"far": 4}
+                assert len(remote.workers()) == 1
 
         aioenv.run(main())
     finally:
@@ -407,4 +414,5 @@ def test_worker_hosts_example_runs() -> None:
     assert "both pools stepped 50 more times: host-b 12/12 envs" in out
     assert "host-b and the server exited with 0 and 0" in out
     bad = run_example("worker_hosts.py", "--steps", "0")
-    assert bad.returncode == 2 and "--steps must be at least 1, got 0" in bad.stderr
+    assert bad.returncode == 2
+    assert "--steps must be at least 1, got 0" in bad.stderr

@@ -85,7 +85,8 @@ async def test_spawn_started_exited(fleet: Fleet) -> None:
     try:
         assert (await host.join(capacity=10))["op"] == Op.RESULT
         proc = fleet.launch(pool.spec("p1.w0.1", 6))
-        assert isinstance(proc, RemoteProcess) and proc.pid == "?"
+        assert isinstance(proc, RemoteProcess)
+        assert proc.pid == "?"
         spawn = await host.recv()
         assert (spawn["op"], spawn["name"], spawn["executor"]) == (Op.SPAWN, "p1.w0.1", "inline")
         assert fleet.status()[0]["envs"] == 6
@@ -95,7 +96,8 @@ async def test_spawn_started_exited(fleet: Fleet) -> None:
         await until(lambda: proc.pid == 4242)
         await host.send(Op.EXITED, name="p1.w0.1", code=-9)
         await until(lambda: pool.exits == [proc])
-        assert proc.returncode == -9 and proc.describe() == "was killed by SIGKILL on host h1"
+        assert proc.returncode == -9
+        assert proc.describe() == "was killed by SIGKILL on host h1"
         assert fleet.status()[0]["envs"] == 0  # its room is free again
     finally:
         host.close()
@@ -112,8 +114,10 @@ async def test_stop_escalates_then_writes_the_process_off(fleet: Fleet) -> None:
         kills = [await host.recv(), await host.recv()]  # the host never confirms an exit
         assert [(k["op"], k["sig"]) for k in kills] == [(Op.KILL, "SIGTERM"), (Op.KILL, "SIGKILL")]
         await asyncio.wait_for(stopping, HANG)
-        assert proc.exited.is_set() and "did not confirm its exit on host h1" in proc.describe()
-        assert pool.exits == [proc] and fleet.status()[0]["envs"] == 0
+        assert proc.exited.is_set()
+        assert "did not confirm its exit on host h1" in proc.describe()
+        assert pool.exits == [proc]
+        assert fleet.status()[0]["envs"] == 0
     finally:
         host.close()
 
@@ -138,7 +142,8 @@ async def test_a_silent_host_is_dropped_and_a_waiting_pool_retried(fleet: Fleet)
 
         fleet.when_room(retry)
         await until(lambda: pool.exits == [proc])  # a never pings: dropped after worker_timeout
-        assert "host a stopped answering heartbeats" in proc.describe() and fleet.lost == 1
+        assert "host a stopped answering heartbeats" in proc.describe()
+        assert fleet.lost == 1
         assert fleet.status() == []
         await until(lambda: retries == [False])  # room was freed, but no host is left: still waiting
         told = await a.recv()

@@ -79,7 +79,9 @@ def test_python_scalars() -> None:
         (3, {"i": 3}),
     ]
     info = check_same_as_gymnasium(rows, 4)
-    assert info["i"].dtype == np.int64 and info["f"].dtype == np.float64 and info["b"].dtype == np.bool_
+    assert info["i"].dtype == np.int64
+    assert info["f"].dtype == np.float64
+    assert info["b"].dtype == np.bool_
     assert info["_i"].tolist() == [True, False, True, True]
     assert info["_f"].tolist() == [True, False, True, False]
 
@@ -91,7 +93,9 @@ def test_numpy_scalars_keep_their_dtype() -> None:
         (2, {"c": np.complex64(1 + 1j), "npbool": np.bool_(True)}),  # np.bool_ is not an np.number
     ]
     info = check_same_as_gymnasium(rows, 3)
-    assert info["f32"].dtype == np.float32 and info["i8"].dtype == np.int8 and info["u64"].dtype == np.uint64
+    assert info["f32"].dtype == np.float32
+    assert info["i8"].dtype == np.int8
+    assert info["u64"].dtype == np.uint64
 
 
 def test_ndarrays() -> None:
@@ -268,13 +272,15 @@ def test_take_info_selects_rows_recursively(index: np.ndarray) -> None:
     assert_same(out, _expected_rows(index), "take_info")
     n = int(index.sum()) if index.dtype == np.bool_ else index.size
     assert out["env_id"].shape == (n,)
-    assert set(info) == set(before) and all(info[k] is before[k] for k in info), "take_info must not modify its input"
+    assert set(info) == set(before), "take_info must not modify its input"
+    assert all(info[k] is before[k] for k in info), "take_info must not modify its input"
 
 
 def test_take_info_slices_too() -> None:
     out = take_info(_batched_info(), slice(1, 3))
     assert_same(out, _expected_rows(np.array([1, 2])), "take_info")
-    assert "final_obs" not in out and "n" not in out, "keys rows 1 and 2 lack are left out"
+    assert "final_obs" not in out, "keys rows 1 and 2 lack are left out"
+    assert "n" not in out, "keys rows 1 and 2 lack are left out"
 
 
 def test_take_info_passes_non_arrays_through() -> None:

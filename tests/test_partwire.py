@@ -39,15 +39,19 @@ def test_parts_of_several_requests_travel_in_one_message() -> None:
     np.testing.assert_array_equal(got_a.obs[0], obs_a[0])
     np.testing.assert_array_equal(got_a.reward, [1.0, 2.0])
     np.testing.assert_array_equal(got_a.terminated, [False, True])
-    assert got_a.binfo["k"].tolist() == [5, 6] and not got_a.errors
+    assert got_a.binfo["k"].tolist() == [5, 6]
+    assert not got_a.errors
 
     got_b = decode_part(segments[1], arrays, np.array([9, 2]))
     np.testing.assert_array_equal(got_b.obs[0], np.ones((2, 3), np.float32))
     assert got_b.infos == [{"x": 1}, {"y": "z"}]
-    assert type(got_b.errors[0]) is EnvError and got_b.errors[0].remote_traceback == "Traceback ..."
+    assert type(got_b.errors[0]) is EnvError
+    assert got_b.errors[0].remote_traceback == "Traceback ..."
 
     got_c = decode_part(segments[2], arrays, np.array([3]))
-    assert got_c.obs is None and type(got_c.errors[0]) is StepTimeout and got_c.errors[0].env_id == 3
+    assert got_c.obs is None
+    assert type(got_c.errors[0]) is StepTimeout
+    assert got_c.errors[0].env_id == 3
 
 
 async def test_a_servers_queued_rows_leave_before_anything_else_it_sends_that_client() -> None:
@@ -69,7 +73,8 @@ async def test_a_servers_queued_rows_leave_before_anything_else_it_sends_that_cl
         server.queue(b"c1", PartEntry(6, rows, np.array([0])))
         server.send(b"c1", encode(Op.ERROR, {"id": 5, "error": None}))  # sent at once, after the queued rows
         first, second = await receive(), await receive()
-        assert [s["id"] for s in first["parts"]] == [5, 6] and (second["op"], second["id"]) == (Op.ERROR, 5)
+        assert [s["id"] for s in first["parts"]] == [5, 6]
+        assert (second["op"], second["id"]) == (Op.ERROR, 5)
         server.queue(b"c1", PartEntry(7, rows, np.array([0])))  # alone: sent at the end of this loop turn
         assert [s["id"] for s in (await receive())["parts"]] == [7]
     finally:
@@ -99,9 +104,13 @@ def test_a_block_crosses_whole_with_its_segments_and_its_errors_rebuilt_once() -
     np.testing.assert_array_equal(rows.extras[0], [0.0, 1.0, 2.0, 3.0])
     part = rows.part(np.array([7, 8]), 0, 2)  # the client's view of segment 21
     err = part.errors[1]
-    assert type(err) is EnvError and err.remote_type == "KeyError" and err.remote_traceback == "Tb..."
-    assert str(err).startswith("step") and err.env_id == 3  # the context the server's coordinator gives it
-    assert part.binfo is not None and part.binfo["v"].tolist() == [0, 1]
+    assert type(err) is EnvError
+    assert err.remote_type == "KeyError"
+    assert err.remote_traceback == "Tb..."
+    assert str(err).startswith("step")
+    assert err.env_id == 3
+    assert part.binfo is not None
+    assert part.binfo["v"].tolist() == [0, 1]
 
 
 def test_a_malformed_block_is_refused_with_what_is_wrong() -> None:
@@ -186,6 +195,8 @@ async def test_route_rows_merges_recv_runs_groups_outlets_and_drops_what_it_cann
     route_block(sched, _block(9), segments, deliver, bad.append, lambda p: remembered.append(p.env_ids.tolist()))
     assert delivered == [(queue, None, [1, 0, 2], None), (plain, pl, [7], [0])]
     assert outlet.calls == [[(relay_a, [5, 6], 4, [3, 4]), (relay_b, [0], 7, [5])]]  # one call for the block
-    assert remembered == [[3, 4], [5]] and len(bad) == 1 and "answered already" in str(bad[0])
+    assert remembered == [[3, 4], [5]]
+    assert len(bad) == 1
+    assert "answered already" in str(bad[0])
     assert sched.busy.tolist() == [False] * 6 + [True, False]  # env 6 (pl row 0) is still out
     assert set(sched.requests) == {pl.id}

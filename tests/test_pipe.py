@@ -268,4 +268,5 @@ def test_a_worker_refuses_an_fd_that_is_no_pipe(fd: int, words: str) -> None:
     from tests.scripts import run_python
 
     done = run_python("-m", "workers", "--fd", str(fd), timeout=HANG)
-    assert done.returncode == 2 and f"--fd {fd}: {words}" in done.stderr, done.stderr
+    assert done.returncode == 2, done.stderr
+    assert f"--fd {fd}: {words}" in done.stderr, done.stderr

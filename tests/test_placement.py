@@ -34,7 +34,8 @@ def test_executors_must_match_and_unlimited_local_is_the_last_resort() -> None:
     assert p.choose(60, "async").name == LOCAL
     assert p.choose(3, "thread").name == LOCAL  # no host serves thread
     p.remove(LOCAL)
-    assert p.serves("async") and not p.serves("thread")
+    assert p.serves("async")
+    assert not p.serves("thread")
     with pytest.raises(CapacityError, match="no worker host runs thread envs: hosts: llm 50/100"):
         p.choose(3, "thread")
     with pytest.raises(CapacityError, match="no worker host has room for 51 more async envs"):

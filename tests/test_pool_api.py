@@ -91,7 +91,8 @@ async def test_make_with_entry_point_string_and_env_kwargs() -> None:
         assert pool.single_action_space == gym.spaces.Discrete(3)
         assert await guard(pool.get_attr("tag")) == [7, 7]
         obs, info = await guard(pool.reset(seed=3))
-        assert obs.shape == (2, 4) and obs.dtype == np.float64
+        assert obs.shape == (2, 4)
+        assert obs.dtype == np.float64
         assert obs[:, 0].tolist() == [3, 4]
         assert info["env_id"].tolist() == [0, 1]
 
@@ -121,7 +122,8 @@ def test_worker_command_puts_aioenv_first_and_keeps_the_working_directory(monkey
     assert cmd[1:5] == ["-P", "-m", "workers", "--fd"]
     paths = env["PYTHONPATH"].split(os.pathsep)
     assert paths[0] == os.path.dirname(os.path.dirname(os.path.abspath(aioenv.__file__)))
-    assert os.getcwd() in paths and paths[-1] == "/somewhere/else"
+    assert os.getcwd() in paths
+    assert paths[-1] == "/somewhere/else"
     assert len(paths) == len(set(paths))
 
 
@@ -132,7 +134,8 @@ async def test_make_with_lambda_ships_closure_by_value() -> None:
         assert await guard(pool.get_attr("tag")) == [42, 42, 42]
     async with aioenv.Pool(lambda: gym.make("CartPole-v1"), 2, num_workers=1) as pool:
         obs, _ = await guard(pool.reset(seed=0))
-        assert obs.shape == (2, 4) and obs.dtype == np.float32
+        assert obs.shape == (2, 4)
+        assert obs.dtype == np.float32
 
 
 async def test_make_with_list_of_callables_one_per_env() -> None:
@@ -172,7 +175,9 @@ async def test_env_kwargs_truncation_and_autoreset_match_sync_vector_env() -> No
             if t in (5, 11):
                 assert trunc.all(), f"step {t} should truncate (max_episode_steps=5), got {trunc}"
             if t in (6, 12):  # the autoreset step
-                assert (rew == 0).all() and not term.any() and not trunc.any()
+                assert (rew == 0).all()
+                assert not term.any()
+                assert not trunc.any()
             if t not in (5, 11):
                 assert not trunc.any(), f"step {t} truncated too early: {trunc}"
             assert info["env_id"].tolist() == [0, 1, 2]
@@ -202,7 +207,8 @@ async def test_reset_all_subset_order_and_int_seed_per_env_id() -> None:
     async with aioenv.Pool(PROBE, 4, num_workers=2) as pool:
         obs, info = await guard(pool.reset(seed=10))
         assert obs[:, 0].tolist() == [10, 11, 12, 13]  # env i gets seed + i
-        assert info["env_id"].dtype == np.int32 and info["env_id"].tolist() == [0, 1, 2, 3]
+        assert info["env_id"].dtype == np.int32
+        assert info["env_id"].tolist() == [0, 1, 2, 3]
 
         obs, info = await guard(pool.reset(env_ids=[3, 1], seed=[7, 5]))
         assert obs.shape == (2, 4)
@@ -215,7 +221,8 @@ async def test_reset_all_subset_order_and_int_seed_per_env_id() -> None:
         assert info["env_id"].tolist() == [2, 0]
 
         obs, info = await guard(pool.reset(env_ids=[1]))
-        assert obs.shape == (1, 4) and info["env_id"].tolist() == [1]
+        assert obs.shape == (1, 4)
+        assert info["env_id"].tolist() == [1]
 
 
 async def test_reset_seeds_match_gymnasium() -> None:
@@ -278,12 +285,16 @@ async def test_step_all_and_subset_in_given_order() -> None:
         assert obs[:, 0].tolist() == [10, 11, 12, 13]
         assert obs[:, 1].tolist() == [1, 1, 1, 1]  # t
         assert obs[:, 2].tolist() == [0, 1, 0, 1]  # the action each env got
-        assert rew.dtype == np.float64 and rew.shape == (4,)
+        assert rew.dtype == np.float64
+        assert rew.shape == (4,)
         assert rew.tolist() == [0.5, 1.5, 0.5, 1.5]
-        assert term.dtype == np.bool_ and trunc.dtype == np.bool_
+        assert term.dtype == np.bool_
+        assert trunc.dtype == np.bool_
         assert term.shape == trunc.shape == (4,)
-        assert not term.any() and not trunc.any()
-        assert info["env_id"].dtype == np.int32 and info["env_id"].tolist() == [0, 1, 2, 3]
+        assert not term.any()
+        assert not trunc.any()
+        assert info["env_id"].dtype == np.int32
+        assert info["env_id"].tolist() == [0, 1, 2, 3]
         assert info["t"].tolist() == [1, 1, 1, 1]
 
         obs, rew, term, trunc, info = await guard(pool.step([1, 0], env_ids=[3, 1]))
@@ -310,7 +321,8 @@ async def test_recv_returns_first_finished(gate: Any) -> None:
         pool.send(np.array([SLOW] * 4 + [0] * 4))
         obs, rew, term, trunc, info = await guard(pool.recv())
         assert sorted(info["env_id"].tolist()) == [4, 5, 6, 7]
-        assert obs.shape == (4, 4) and rew.shape == term.shape == trunc.shape == (4,)
+        assert obs.shape == (4, 4)
+        assert rew.shape == term.shape == trunc.shape == (4,)
         assert (obs[:, 0] == info["env_id"]).all()  # rows and env ids agree
         gate.open()
         obs, *_, info = await guard(pool.recv())
@@ -333,7 +345,8 @@ async def test_send_recv_every_result_exactly_once() -> None:
         for _ in range(20):
             obs, rew, _, _, info = await guard(pool.recv())
             ids = info["env_id"]
-            assert len(ids) == 3 and len(set(ids.tolist())) == 3
+            assert len(ids) == 3
+            assert len(set(ids.tolist())) == 3
             assert (obs[:, 0] == ids).all()
             steps[ids] += 1
             assert (obs[:, 1] == steps[ids]).all(), "an env's result was lost or duplicated"
@@ -404,10 +417,14 @@ async def test_recv_timeout_returns_what_is_ready_and_keeps_the_rest(gate: Any) 
         await guard(pool.reset(seed=0))
         pool.send([SLOW, SLOW], env_ids=[0, 1])  # worker 0, held by the gate
         obs, rew, term, trunc, info = await guard(pool.recv(timeout=0.1))
-        assert obs.shape == (0, 4) and obs.dtype == np.float64
-        assert rew.shape == (0,) and rew.dtype == np.float64
-        assert term.shape == trunc.shape == (0,) and term.dtype == trunc.dtype == np.bool_
-        assert info["env_id"].shape == (0,) and info["env_id"].dtype == np.int32
+        assert obs.shape == (0, 4)
+        assert obs.dtype == np.float64
+        assert rew.shape == (0,)
+        assert rew.dtype == np.float64
+        assert term.shape == trunc.shape == (0,)
+        assert term.dtype == trunc.dtype == np.bool_
+        assert info["env_id"].shape == (0,)
+        assert info["env_id"].dtype == np.int32
 
         pool.send([0, 0], env_ids=[2, 3])  # worker 1, free to finish
         partial = await guard(pool.recv(min_results=4, timeout=0.3))
@@ -441,15 +458,19 @@ async def test_send_reset_rows_come_through_recv() -> None:
         assert info["env_id"][order].tolist() == [0, 1, 2, 3]
         assert obs[order, 0].tolist() == [30, 31, 32, 33]
         assert (obs[:, 1] == 0).all()
-        assert rew.dtype == np.float64 and (rew == 0).all()
-        assert not term.any() and not trunc.any()
+        assert rew.dtype == np.float64
+        assert (rew == 0).all()
+        assert not term.any()
+        assert not trunc.any()
         pool.send_reset(env_ids=[3], seed=50)
         pool.send([1], env_ids=[0])
         obs, rew, *_, info = await guard(pool.recv(min_results=2))
         by_env = {int(e): (o, r) for e, o, r in zip(info["env_id"], obs, rew, strict=True)}
         assert sorted(by_env) == [0, 3]
-        assert by_env[3][0][0] == 53 and by_env[3][1] == 0.0  # seed + env id
-        assert by_env[0][0][1] == 1 and by_env[0][1] == 1.5
+        assert by_env[3][0][0] == 53
+        assert by_env[3][1] == 0.0
+        assert by_env[0][0][1] == 1
+        assert by_env[0][1] == 1.5
 
 
 # ------------------------------------------------------------------ per-env futures
@@ -462,19 +483,28 @@ async def test_step_env_and_reset_env_results() -> None:
         res = await guard(fut)
         assert isinstance(res, ResetResult)
         obs, info, env_id = res
-        assert env_id == 2 and res.env_id == 2
-        assert isinstance(obs, np.ndarray) and obs.shape == (4,) and obs[0] == 5
-        assert isinstance(info, dict) and info["pid"] > 0
+        assert env_id == 2
+        assert res.env_id == 2
+        assert isinstance(obs, np.ndarray)
+        assert obs.shape == (4,)
+        assert obs[0] == 5
+        assert isinstance(info, dict)
+        assert info["pid"] > 0
 
         res = await guard(pool.step_env(2, 1))
         assert isinstance(res, StepResult)
         assert res.env_id == 2
-        assert res.obs.shape == (4,) and res.obs[1] == 1 and res.obs[2] == 1
-        assert isinstance(res.reward, float) and res.reward == 1.5
-        assert res.terminated is False and res.truncated is False
+        assert res.obs.shape == (4,)
+        assert res.obs[1] == 1
+        assert res.obs[2] == 1
+        assert isinstance(res.reward, float)
+        assert res.reward == 1.5
+        assert res.terminated is False
+        assert res.truncated is False
         assert res.info == {"t": 1}
         res = await guard(pool.step_env(2, np.int64(0)))
-        assert res.obs[1] == 2 and res.reward == 0.5
+        assert res.obs[1] == 2
+        assert res.reward == 0.5
 
 
 async def test_step_env_results_do_not_appear_in_recv() -> None:
@@ -485,7 +515,8 @@ async def test_step_env_results_do_not_appear_in_recv() -> None:
         *_, info = await guard(pool.recv(min_results=3))
         assert sorted(info["env_id"].tolist()) == [1, 2, 3]
         res = await guard(fut)
-        assert res.env_id == 0 and res.obs[1] == 1
+        assert res.env_id == 0
+        assert res.obs[1] == 1
         *_, info = await guard(pool.recv(min_results=0, timeout=0.05))
         assert info["env_id"].size == 0, "a step_env result leaked into recv()"
         with pytest.raises(UsageError):
@@ -511,7 +542,8 @@ async def test_second_request_for_busy_env_raises_usage_error(gate: Any) -> None
         assert res.obs[1] == 1
         gate.open()
         res = await guard(first)
-        assert res.obs[1] == 1 and res.obs[2] == SLOW  # only the first request reached env 0
+        assert res.obs[1] == 1
+        assert res.obs[2] == SLOW
         res = await guard(pool.step_env(0, 1))
         assert res.obs[1] == 2
 
@@ -555,7 +587,8 @@ async def test_an_env_whose_result_waits_for_recv_takes_no_new_request() -> None
                 await guard(pool.recv(min_results=1, max_results=1))
         await guard(pool.reset(env_ids=[1, 3]))
         obs, *_ = await guard(pool.step(np.zeros(3, dtype=np.int64), env_ids=[1, 2, 3]))
-        assert obs[:, 0].tolist() == [1, 2, 3] and obs[:, 1].tolist() == [1, 1, 1]  # 1 and 3 were reset
+        assert obs[:, 0].tolist() == [1, 2, 3]
+        assert obs[:, 1].tolist() == [1, 1, 1]
 
 
 # ------------------------------------------------------------------ call / attributes / render
@@ -593,7 +626,8 @@ async def test_render_rgb_array() -> None:
         await guard(pool.reset(seed=[10, 20, 30]))
         frames = await guard(pool.render())
         assert isinstance(frames, np.ndarray)
-        assert frames.shape == (3, 5, 6, 3) and frames.dtype == np.uint8
+        assert frames.shape == (3, 5, 6, 3)
+        assert frames.dtype == np.uint8
         assert frames[:, 0, 0, 0].tolist() == [10, 20, 30]
         frames = await guard(pool.render(env_ids=[2, 0]))
         assert frames.shape == (2, 5, 6, 3)
@@ -636,7 +670,8 @@ async def test_env_id_usage_errors() -> None:
             await guard(pool.reset(seed=[1]))
         # none of the refused calls left an env busy or half-reset
         obs, *_ = await guard(pool.step(np.zeros(4, dtype=np.int64)))
-        assert obs[:, 0].tolist() == [0, 1, 2, 3] and obs[:, 1].tolist() == [1, 1, 1, 1]
+        assert obs[:, 0].tolist() == [0, 1, 2, 3]
+        assert obs[:, 1].tolist() == [1, 1, 1, 1]
 
 
 BAD_ARGUMENTS = [
@@ -694,7 +729,8 @@ async def test_unknown_env_fails_make_clearly(env: str, words: list[str]) -> Non
     with pytest.raises(AioEnvError) as info:
         await guard(aioenv.make(env, 3, num_workers=2))
     assert info.value.message.startswith("make failed for all 3 envs: ")
-    assert info.value.env_id is None and sorted(info.value.errors) == [0, 1, 2]
+    assert info.value.env_id is None
+    assert sorted(info.value.errors) == [0, 1, 2]
     for word in words:
         assert word in str(info.value)
 
@@ -709,11 +745,13 @@ async def test_envs_that_fail_to_make_are_all_named() -> None:
     with pytest.raises(aioenv.EnvError) as info:
         await guard(aioenv.make(same, num_workers=2))
     assert info.value.message == "make failed for 2 of 4 envs (envs 1, 3): ValueError: cannot make x"
-    assert sorted(info.value.errors) == [1, 3] and info.value.remote_type == "ValueError"
+    assert sorted(info.value.errors) == [1, 3]
+    assert info.value.remote_type == "ValueError"
     differ = [ok, functools.partial(_fails_in_make, "a"), ok, functools.partial(_fails_in_make, "b")]
     with pytest.raises(aioenv.EnvError) as info:
         await guard(aioenv.make(differ, num_workers=2))
-    assert info.value.env_id == 1 and "cannot make a" in info.value.message
+    assert info.value.env_id == 1
+    assert "cannot make a" in info.value.message
     assert info.value.message.endswith("(and 1 more envs failed to make: see err.errors)")
     assert "cannot make b" in info.value.errors[3].message
 
@@ -732,7 +770,8 @@ async def test_invalid_discrete_actions_raise_and_send_nothing() -> None:
             await guard(pool.step(np.zeros(4, dtype=np.float32)))
         with pytest.raises(InvalidAction, match="env 1") as info:
             await guard(pool.step(np.array([0, 5, 0, 0])))
-        assert info.value.env_id == 1 and isinstance(info.value, ValueError)
+        assert info.value.env_id == 1
+        assert isinstance(info.value, ValueError)
         with pytest.raises(InvalidAction, match="env 2") as info:
             await guard(pool.step([0, -1], env_ids=[3, 2]))
         assert info.value.env_id == 2
@@ -773,7 +812,8 @@ def test_one_discrete_fast_path_agrees_with_check_actions(space: gym.spaces.Disc
             assert fast is None, action
             continue
         assert fast is not None, action
-        assert fast[0].dtype == general[0].dtype and fast[0].tolist() == general[0].tolist(), action
+        assert fast[0].dtype == general[0].dtype, action
+        assert fast[0].tolist() == general[0].tolist(), action
 
 
 async def test_invalid_box_actions_raise_and_send_nothing() -> None:
@@ -781,7 +821,8 @@ async def test_invalid_box_actions_raise_and_send_nothing() -> None:
         await guard(pool.reset(seed=0))
         with pytest.raises(InvalidAction, match="env 0") as info:
             await guard(pool.step(np.array([[3.0], [0.0]], dtype=np.float32)))
-        assert info.value.env_id == 0 and isinstance(info.value, ValueError)
+        assert info.value.env_id == 0
+        assert isinstance(info.value, ValueError)
         with pytest.raises(InvalidAction, match="env 1"):
             await guard(pool.step(np.array([[0.0], [-2.5]])))
         with pytest.raises(InvalidAction, match="env 1"):
@@ -791,7 +832,8 @@ async def test_invalid_box_actions_raise_and_send_nothing() -> None:
         with pytest.raises(InvalidAction, match="env 1"):
             pool.step_env(1, np.array([2.01], dtype=np.float32))
         obs, rew, *_ = await guard(pool.step(np.array([[2.0], [-2.0]], dtype=np.float32)))
-        assert obs.shape == (2, 3) and rew.shape == (2,)
+        assert obs.shape == (2, 3)
+        assert rew.shape == (2,)
 
 
 # ------------------------------------------------------------------ structured spaces
@@ -815,11 +857,15 @@ async def test_dict_observations_batch_like_gymnasium() -> None:
             np.testing.assert_array_equal(trunc, r_trunc)
         obs, *_, info = await guard(pool.step([0, 0], env_ids=[2, 0]))
         assert list(obs) == list(pool.single_observation_space.spaces)
-        assert obs["pos"].shape == (2, 2) and obs["pos"].dtype == np.float32
-        assert obs["count"].tolist() == [4, 5] and info["env_id"].tolist() == [2, 0]
+        assert obs["pos"].shape == (2, 2)
+        assert obs["pos"].dtype == np.float32
+        assert obs["count"].tolist() == [4, 5]
+        assert info["env_id"].tolist() == [2, 0]
 
         res = await guard(pool.step_env(1, 1))
-        assert isinstance(res.obs, dict) and res.obs["count"] == 8 and res.obs["pos"].shape == (2,)
+        assert isinstance(res.obs, dict)
+        assert res.obs["count"] == 8
+        assert res.obs["pos"].shape == (2,)
 
         pool.send(np.zeros(3, dtype=np.int64))
         obs, *_, info = await guard(pool.recv())
@@ -834,22 +880,27 @@ async def test_text_observations_and_actions() -> None:
         assert isinstance(pool.single_observation_space, gym.spaces.Text)
         assert isinstance(pool.single_action_space, gym.spaces.Text)
         obs, info = await guard(pool.reset(seed=[1, 2, 3]))
-        assert isinstance(obs, np.ndarray) and obs.dtype == object and obs.shape == (3,)
+        assert isinstance(obs, np.ndarray)
+        assert obs.dtype == object
+        assert obs.shape == (3,)
         assert obs.tolist() == ["start-1", "start-2", "start-3"]
         assert all(type(o) is str for o in obs)
 
         obs, rew, *_ = await guard(pool.step(["ab", "c", "xyz"]))
-        assert obs.dtype == object and obs.tolist() == ["ab-1", "c-1", "xyz-1"]
+        assert obs.dtype == object
+        assert obs.tolist() == ["ab-1", "c-1", "xyz-1"]
         assert all(type(o) is str for o in obs)
         assert rew.tolist() == [2.0, 1.0, 3.0]
 
         actions = np.empty(2, dtype=object)
         actions[:] = ["q", "rs"]
         obs, *_, info = await guard(pool.step(actions, env_ids=[2, 0]))
-        assert obs.tolist() == ["q-2", "rs-2"] and info["env_id"].tolist() == [2, 0]
+        assert obs.tolist() == ["q-2", "rs-2"]
+        assert info["env_id"].tolist() == [2, 0]
 
         res = await guard(pool.step_env(1, "hello"))
-        assert res.obs == "hello-2" and type(res.obs) is str
+        assert res.obs == "hello-2"
+        assert type(res.obs) is str
 
         with pytest.raises(InvalidAction, match="env 1"):
             await guard(pool.step(["ok", "NO", "ok"]))
@@ -887,11 +938,15 @@ async def test_info_values_batch_like_gymnasium() -> None:
         sub.close()
 
         res = await guard(pool.step_env(1, 0))
-        assert res.info["tup"] == (1, 2) and type(res.info["tup"]) is tuple
-        assert res.info["f32"] == np.float32(0.25) and res.info["f32"].dtype == np.float32
-        assert res.info["arr"].dtype == np.int16 and res.info["arr"].tolist() == [1, 2, 3]
+        assert res.info["tup"] == (1, 2)
+        assert type(res.info["tup"]) is tuple
+        assert res.info["f32"] == np.float32(0.25)
+        assert res.info["f32"].dtype == np.float32
+        assert res.info["arr"].dtype == np.int16
+        assert res.info["arr"].tolist() == [1, 2, 3]
         assert res.info["nested"] == {"x": 1, "y": {"z": 2.0}}
-        assert res.info["none"] is None and res.info["s"] == "env1"
+        assert res.info["none"] is None
+        assert res.info["s"] == "env1"
     ref.close()
 
 
@@ -939,7 +994,9 @@ async def test_step_info_list_gives_each_envs_own_info_in_one_batch() -> None:
             actions = rng.integers(0, 3, size=4)
             _, rew_a, term_a, trunc_a, info_a = await guard(batched.step(actions, [3, 0, 1, 2]))
             _, rew_b, term_b, trunc_b, infos = await guard(listed._step_info_list(actions, [3, 0, 1, 2]))
-            assert isinstance(infos, list) and len(infos) == 4 and all(isinstance(d, dict) for d in infos)
+            assert isinstance(infos, list)
+            assert len(infos) == 4
+            assert all(isinstance(d, dict) for d in infos)
             np.testing.assert_array_equal(rew_a, rew_b)
             np.testing.assert_array_equal(term_a | trunc_a, term_b | trunc_b)
             rebuilt: dict[str, Any] = {}

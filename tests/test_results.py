@@ -105,7 +105,8 @@ def test_takes_return_every_row_in_order_with_gymnasium_infos(
             rows.append(row)
         got = queue.take(most)
         assert_same(got, _expected(rows))
-    assert queue.ready == 0 and queue.in_flight == 0
+    assert queue.ready == 0
+    assert queue.in_flight == 0
 
 
 def test_taken_rows_do_not_share_memory_with_the_reply() -> None:
@@ -118,5 +119,7 @@ def test_taken_rows_do_not_share_memory_with_the_reply() -> None:
     obs["pos"][:] = 99
     reward[:] = 99
     rest_obs, rest_reward, *_ = queue.take(2)
-    assert rest_obs["pos"].tolist() == [[2, -2]] and rest_reward.tolist() == [0.2]
-    assert not np.shares_memory(obs["pos"], part.obs[1]) and not np.shares_memory(reward, part.reward)
+    assert rest_obs["pos"].tolist() == [[2, -2]]
+    assert rest_reward.tolist() == [0.2]
+    assert not np.shares_memory(obs["pos"], part.obs[1])
+    assert not np.shares_memory(reward, part.reward)

@@ -30,7 +30,8 @@ def groups_by_worker(sched: Scheduler, env_ids: np.ndarray) -> dict[int, list[in
     seen: list[int] = []
     for worker, positions in sched.split(env_ids):
         positions = np.asarray(positions)
-        assert positions.ndim == 1 and positions.size > 0
+        assert positions.ndim == 1
+        assert positions.size > 0
         assert worker not in out, f"worker {worker} appears in two groups"
         assert np.all(np.diff(positions) > 0), f"positions {positions} do not keep the caller's order"
         members = env_ids[positions]
@@ -97,7 +98,8 @@ def test_resolve_single_int(env_id: Any) -> None:
 def test_one_is_resolve_of_one_env_cached_and_read_only(env_id: Any) -> None:
     sched = placed(5, 2)
     first = sched.one(env_id)
-    assert first.tolist() == [3] and first.dtype == np.int64
+    assert first.tolist() == [3]
+    assert first.dtype == np.int64
     assert not first.flags.writeable
     assert sched.one(3) is sched.one(3)
     assert sched.one(3).tolist() == first.tolist()
@@ -144,7 +146,8 @@ def test_resolve_rejects_malformed(env_ids: Any) -> None:
     with pytest.raises(UsageError) as excinfo:
         placed(5, 2).resolve(env_ids)
     assert str(excinfo.value)
-    assert isinstance(excinfo.value, RuntimeError) and isinstance(excinfo.value, AioEnvError)
+    assert isinstance(excinfo.value, RuntimeError)
+    assert isinstance(excinfo.value, AioEnvError)
 
 
 def test_resolve_empty_message() -> None:
@@ -201,7 +204,8 @@ def test_unread_results_refuse_claims_until_read() -> None:
     sched.claim(ids(0, 1, 2))
     assert sched.finish(sched.open(0, "step", ids(0, 1)).id) is not None  # replies arrived: not busy...
     sched.mark_unread(ids(0, 1))  # ...but their results wait for recv()
-    assert sched.unread_count == 2 and not sched.busy[:2].any()
+    assert sched.unread_count == 2
+    assert not sched.busy[:2].any()
     for claim in (ids(1), sched.one(0), ids(3, 0)):
         with pytest.raises(UsageError, match=r"last result has arrived but recv\(\) has not returned it") as exc:
             sched.claim(claim)
@@ -291,7 +295,9 @@ def test_open_and_finish() -> None:
     sink = object()
     req = sched.open(0, "step", ids(0, 1), sink=sink, positions=np.arange(2))
     assert isinstance(req, Request)
-    assert req.worker == 0 and req.kind == "step" and req.sink is sink
+    assert req.worker == 0
+    assert req.kind == "step"
+    assert req.sink is sink
     assert req.env_ids.tolist() == [0, 1]
     assert sched.requests[req.id] is req
     sched.claim(ids(3))
@@ -396,7 +402,8 @@ def test_finished_and_lost_requests_are_not_expired() -> None:
     sched.lose_worker(1)
     assert sched.next_deadline() is None
     assert sched.expire(100.0) == []
-    assert b.id not in sched.requests and c.id not in sched.requests
+    assert b.id not in sched.requests
+    assert c.id not in sched.requests
 
 
 # ---------------------------------------------------------------- drain
@@ -475,7 +482,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         for worker, positions in self.sched.split(env_ids):
             part = env_ids[positions]
             req = self.sched.open(worker, kind, part, positions=positions, deadline=deadline)
-            assert req.id not in self.model and req.id not in self.closed, "request id reused"
+            assert req.id not in self.model, "request id reused"
+            assert req.id not in self.closed, "request id reused"
             self.model[req.id] = (worker, frozenset(part.tolist()), deadline)
             self.kinds[req.id] = kind
             self.order[req.id] = part.tolist()
@@ -493,7 +501,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         rows = [i for i, e in enumerate(self.order[req_id]) if e in envs]
         some = data.draw(st.lists(st.sampled_from(rows), min_size=1, unique=True))
         req = self.sched.finish_rows(req_id, np.array(some, dtype=np.int64))
-        assert req is not None and req.id == req_id
+        assert req is not None
+        assert req.id == req_id
         left = envs - {self.order[req_id][i] for i in some}
         again = np.array(some, dtype=np.int64)
         if left:
@@ -513,7 +522,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         for req_id in opened:
             req = self.sched.finish(req_id)
             if req_id in self.model:
-                assert req is not None and req.id == req_id
+                assert req is not None
+                assert req.id == req_id
                 self._close([req])
             else:
                 assert req is None, f"request {req_id} was closed already but finish() returned it"
@@ -596,9 +606,13 @@ def test_finish_rows_frees_rows_and_closes_with_the_last() -> None:
     assert sched.running == 3
     assert sched.finish_rows(req.id, ids(1)) is req
     assert sched.busy.tolist() == [True, False, True, False]
-    assert req.id in sched.requests and req.left == 2 and sched.running == 2
+    assert req.id in sched.requests
+    assert req.left == 2
+    assert sched.running == 2
     assert sched.finish_rows(req.id, ids(2, 0)) is req
-    assert req.id not in sched.requests and not sched.busy.any() and sched.running == 0
+    assert req.id not in sched.requests
+    assert not sched.busy.any()
+    assert sched.running == 0
     assert sched.finish_rows(req.id, ids(0)) is None  # closed: a late reply is dropped
 
 
@@ -613,12 +627,17 @@ def test_finish_rows_refuses_bad_rows_and_changes_nothing_then(k: int) -> None:
             sched.finish_rows(req.id, bad)
     with pytest.raises(ValueError, match="answered already"):
         sched.finish_rows(req.id, np.append(some[:-1], 0))  # row 0 twice
-    assert sched.busy.all() and req.left == 16 and req.answered is not None and not req.answered.any()
+    assert sched.busy.all()
+    assert req.left == 16
+    assert req.answered is not None
+    assert not req.answered.any()
     assert sched.finish_rows(req.id, some) is req
-    assert sched.busy.tolist() == [False] * k + [True] * (16 - k) and req.left == 16 - k
+    assert sched.busy.tolist() == [False] * k + [True] * (16 - k)
+    assert req.left == 16 - k
     with pytest.raises(ValueError, match="answered already"):
         sched.finish_rows(req.id, np.append(np.arange(15, 16 - k, -1), 0))  # fresh rows, then one answered
-    assert sched.busy.tolist() == [False] * k + [True] * (16 - k) and req.left == 16 - k
+    assert sched.busy.tolist() == [False] * k + [True] * (16 - k)
+    assert req.left == 16 - k
 
 
 def test_finish_rows_refuses_bad_rows() -> None:
@@ -648,7 +667,9 @@ def test_closing_a_partly_answered_request_keeps_only_unanswered_rows(closing: s
         "finish": lambda: [sched.finish(req.id)],
     }[closing]()
     assert closed == [req]
-    assert req.env_ids.tolist() == [3, 2] and req.positions is not None and req.positions.tolist() == [0, 2]
+    assert req.env_ids.tolist() == [3, 2]
+    assert req.positions is not None
+    assert req.positions.tolist() == [0, 2]
     assert sched.busy.tolist() == [False, True, False, False]  # env 1's new request is untouched
     assert sched.running == 0
 
@@ -674,7 +695,8 @@ def test_room_hold_unhold_keeps_order_and_limit() -> None:
     assert [(h.item, h.env_ids.tolist(), h.positions.tolist()) for h in out] == [("a", [3, 4], [2, 3])]
     for h in out:
         sched.open(0, "step", h.env_ids)
-    assert sched.running == 3 and sched.unhold() == []
+    assert sched.running == 3
+    assert sched.unhold() == []
     assert [(h.item, h.env_ids.tolist()) for h in sched.held] == [("a", [5]), ("b", [6])]
 
 
@@ -682,7 +704,8 @@ def test_calls_do_not_count_against_the_limit() -> None:
     sched = Scheduler(4, limit=1)
     sched.place(1)
     sched.open(0, "call", ids(0, 1, 2))
-    assert sched.running == 0 and sched.room(1) == 1
+    assert sched.running == 0
+    assert sched.room(1) == 1
 
 
 def test_drop_held_frees_envs() -> None:
@@ -691,9 +714,11 @@ def test_drop_held_frees_envs() -> None:
     sched.claim(ids(0, 1))
     sched.hold("x", ids(0, 1), ids(0, 1))
     assert [h.item for h in sched.drop_held()] == ["x"]
-    assert not sched.busy.any() and not sched.held
+    assert not sched.busy.any()
+    assert not sched.held
 
 
 def test_no_limit_means_all_rows_go() -> None:
     sched = placed(4, 1)
-    assert sched.room(4) == 4 and sched.unhold() == []
+    assert sched.room(4) == 4
+    assert sched.unhold() == []

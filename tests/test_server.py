@@ -80,23 +80,27 @@ def _same(a: Any, b: Any) -> None:
 
 async def test_remote_pool_api(server: ServerProcess) -> None:
     async with aioenv.Pool(PROBE, 4, endpoint=server.endpoint, batch_size=2, seed=10) as pool:
-        assert pool.num_workers == 2 and pool.executor == "inline"
+        assert pool.num_workers == 2
+        assert pool.executor == "inline"
         obs, info = await pool.reset()
-        assert info["env_id"].tolist() == [0, 1, 2, 3] and obs[:, 0].tolist() == [10, 11, 12, 13]
+        assert info["env_id"].tolist() == [0, 1, 2, 3]
+        assert obs[:, 0].tolist() == [10, 11, 12, 13]
         pool.send(acts(0, 1, 0, 1))
         _, _, _, _, first = await pool.recv()
         _, _, _, _, second = await pool.recv()
         assert sorted([*first["env_id"].tolist(), *second["env_id"].tolist()]) == [0, 1, 2, 3]
         result = await pool.step_env(2, 1)
-        assert result.env_id == 2 and result.obs[1] == 2
+        assert result.env_id == 2
+        assert result.obs[1] == 2
         reset = await pool.reset_env(3, seed=99)
-        assert reset.obs[0] == 99 and reset.info["pid"] > 0
+        assert reset.obs[0] == 99
+        assert reset.info["pid"] > 0
         assert await pool.get_attr("tag") == [0, 0, 0, 0]
         await pool.set_attr("tag", [1, 2, 3, 4])
         assert await pool.get_attr("tag", env_ids=[3, 0]) == [4, 1]
         assert await pool.call("get_wrapper_attr", "tag", env_ids=[1]) == [2]
+        pool.step_env(0, 0)
         with pytest.raises(UsageError, match="already has a request in flight"):
-            pool.step_env(0, 0)
             pool.step_env(0, 0)
         await asyncio.sleep(0.2)
 
@@ -122,7 +126,8 @@ async def test_env_errors_timeouts_and_crashes_reach_the_client(server: ServerPr
         with pytest.raises(EnvError) as caught:
             await pool.step(acts(0, 0))
         err = caught.value
-        assert err.remote_type == "RuntimeError" and "boom" in err.remote_message
+        assert err.remote_type == "RuntimeError"
+        assert "boom" in err.remote_message
         assert "explode_on_purpose" in err.remote_traceback  # the worker's traceback, through the server
         assert err.partial is None or err.errors.keys() == {0, 1}
         await pool.reset(seed=0)
@@ -131,8 +136,7 @@ async def test_env_errors_timeouts_and_crashes_reach_the_client(server: ServerPr
         _, info = await pool.reset()
         os.kill(int(info["pid"][1]), signal.SIGKILL)  # the server's worker hosting env 1
         with pytest.raises((WorkerCrashed, UsageError)):
-            await pool.step(acts(0), env_ids=[1])
-            await asyncio.sleep(HANG)
+            await asyncio.wait_for(pool.step(acts(0), env_ids=[1]), HANG)
 
 
 # ---------------------------------------------------------------- sessions, admission, liveness
@@ -145,7 +149,8 @@ async def test_two_clients_are_isolated(server: ServerProcess) -> None:
         obs_b, _ = await b.reset()
         assert obs_b[:, 0].tolist() == [100, 101, 102]
         state = await fetch_status(server.endpoint)
-        assert state["sessions"] == 2 and state["envs"] == 5
+        assert state["sessions"] == 2
+        assert state["envs"] == 5
         await b.aclose()
         obs, *_ = await a.step(acts(1, 1))
         assert obs[:, 1].tolist() == [1, 1]
@@ -170,7 +175,9 @@ def test_allow_env_and_names_only() -> None:
     from aioenv.core.remote import CLIENT_ID
 
     refused = [line for line in srv.log if "refused a pool for client" in line]  # named as in other lines
-    assert len(refused) == 1 and f"client {CLIENT_ID}-" in refused[0] and "b'" not in refused[0], refused
+    assert len(refused) == 1, refused
+    assert f"client {CLIENT_ID}-" in refused[0], refused
+    assert "b'" not in refused[0], refused
 
 
 def test_capacity_limits_name_the_counts() -> None:
@@ -184,7 +191,8 @@ def test_capacity_limits_name_the_counts() -> None:
             async with aioenv.Pool("CartPole-v1", 4, endpoint=srv.endpoint):
                 other = _client_process(srv.endpoint, 3)  # another client: the total limit applies
                 out, _ = other.communicate(timeout=HANG)
-                assert "CapacityError" in out and "4 are active and the server allows 6" in out
+                assert "CapacityError" in out
+                assert "4 are active and the server allows 6" in out
 
         aioenv.run(main())
     finally:
@@ -212,7 +220,8 @@ def test_a_client_that_dies_has_its_envs_released() -> None:
     srv = ServerProcess("--client-timeout", "1")
     try:
         client = _client_process(srv.endpoint, 3, hold=True)
-        assert client.stdout is not None and client.stdout.readline().strip() == "ready"
+        assert client.stdout is not None
+        assert client.stdout.readline().strip() == "ready"
         workers = srv.workers()
         assert len(workers) == 2
         client.kill()  # no goodbye: only the missing heartbeats tell
@@ -297,8 +306,10 @@ async def test_garbage_never_stops_the_server(server: ServerProcess) -> None:
             replies.append(header)
         assert [r["op"] for r in replies] == [Op.ERROR] * 6
         assert "exceeds the limit" in replies[5]["error"]["message"]
-        assert "version" in replies[1]["error"]["message"] and "999" in replies[1]["error"]["message"]
-        assert replies[2]["id"] == 7 and "no open pool" in replies[2]["error"]["message"]
+        assert "version" in replies[1]["error"]["message"]
+        assert "999" in replies[1]["error"]["message"]
+        assert replies[2]["id"] == 7
+        assert "no open pool" in replies[2]["error"]["message"]
         assert replies[3]["error"]["kind"] == "ProtocolError"
     finally:
         peer.close()
@@ -315,16 +326,20 @@ def test_status_command(server: ServerProcess) -> None:
     aioenv_cli = [sys.executable, "-m", "aioenv.cli"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     shown = subprocess.run([*aioenv_cli, "status", server.endpoint], capture_output=True, text=True, env=env)
-    assert shown.returncode == 0 and "clients / pools" in shown.stdout
+    assert shown.returncode == 0
+    assert "clients / pools" in shown.stdout
     quiet = subprocess.run([*aioenv_cli, "status", server.endpoint, "--quiet"], capture_output=True, env=env)
-    assert quiet.returncode == 0 and quiet.stdout == b""
+    assert quiet.returncode == 0
+    assert quiet.stdout == b""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = f"tcp://127.0.0.1:{s.getsockname()[1]}"
     gone = subprocess.run([*aioenv_cli, "status", dead, "--quiet", "--timeout", "0.5"], capture_output=True, env=env)
     assert gone.returncode == 1
     bad = subprocess.run([*aioenv_cli, "status", "not-an-endpoint"], capture_output=True, text=True, env=env)
-    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "got 'not-an-endpoint'" in bad.stderr
+    assert bad.returncode == 2
+    assert "Traceback" not in bad.stderr
+    assert "got 'not-an-endpoint'" in bad.stderr
 
 
 # ---------------------------------------------------------------- CURVE authentication
@@ -343,7 +358,8 @@ def test_curve_auth_admits_only_known_keys(tmp_path: Path, monkeypatch: pytest.M
             env=env,
         )
         assert made.returncode == 0, made.stderr
-    assert (keys / "alice.key").exists() and oct((keys / "alice.key_secret").stat().st_mode)[-3:] == "600"
+    assert (keys / "alice.key").exists()
+    assert oct((keys / "alice.key_secret").stat().st_mode)[-3:] == "600"
     srv = ServerProcess("--auth", str(keys))
     try:
 
@@ -371,7 +387,8 @@ def test_curve_auth_admits_only_known_keys(tmp_path: Path, monkeypatch: pytest.M
         text=True,
         env=env,
     )
-    assert refused.returncode != 0 and "exists" in refused.stderr
+    assert refused.returncode != 0
+    assert "exists" in refused.stderr
     with pytest.raises(ValueError, match="endpoint"):
         aioenv.Pool("CartPole-v1", 2, curve_keys=("a", "b"))
 
@@ -428,7 +445,8 @@ def test_metrics_and_json_logs(tmp_path: Path) -> None:
     assert value('aioenv_errors_total{type="EnvError"}') == 3
     assert value("aioenv_timeouts_total") == 1
     assert value('aioenv_envs{state="made"}') == 2 + 3
-    assert value("aioenv_pools") == 2 and value("aioenv_clients") == 1
+    assert value("aioenv_pools") == 2
+    assert value("aioenv_clients") == 1
     assert value("aioenv_worker_restarts_total") >= 1
     lines = [json.loads(line) for line in "".join(srv.log).splitlines() if line.strip()]
     assert any("listening on" in line["message"] and line["level"] == "INFO" for line in lines)
@@ -436,8 +454,11 @@ def test_metrics_and_json_logs(tmp_path: Path) -> None:
     timeouts = [line for line in failed if line["error"] == "StepTimeout"]
     assert len(timeouts) == 1, failed
     late = timeouts[0]
-    assert late["level"] == "WARNING" and late["kind"] == "step" and late["env_ids"] == [0]
-    assert isinstance(late["request_id"], int) and late["client"] == remote.CLIENT_ID
+    assert late["level"] == "WARNING"
+    assert late["kind"] == "step"
+    assert late["env_ids"] == [0]
+    assert isinstance(late["request_id"], int)
+    assert late["client"] == remote.CLIENT_ID
     assert f"request {late['request_id']}: step failed for envs [0]: StepTimeout" in late["message"]
     # the thread pool's rows come back in blocks as they finish: a line per block, one request id
     raised = [line for line in failed if line["error"] == "EnvError"]
@@ -471,7 +492,8 @@ def test_server_on_another_host_address(other_host: tuple[str, str, str]) -> Non
                     obs, *_ = await pool.step(acts(0, 1, 0, 1))
                 assert obs.shape == (4, 4)
                 state = await fetch_status(srv.endpoint)
-                assert state["envs"] == 4 and state["endpoint"] == srv.endpoint
+                assert state["envs"] == 4
+                assert state["endpoint"] == srv.endpoint
 
         aioenv.run(main())
         with socket.socket() as s:  # and the address is not this host's: nothing listens here on it

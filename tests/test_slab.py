@@ -56,7 +56,8 @@ def slab_fds() -> list[str]:
 
 def test_plan_lays_out_every_leaf_aligned_and_apart() -> None:
     layout = Slab.plan(7, DICT_OBS, gym.spaces.Box(-1, 1, (2, 3), np.float64))
-    assert layout is not None and layout["n"] == 7
+    assert layout is not None
+    assert layout["n"] == 7
     entries = layout["act"] + layout["obs"] + layout["x"]
     assert [e[0] for e in layout["act"]] == ["<f8"]
     assert [e[1] for e in layout["act"]] == [[2, 3]]
@@ -85,7 +86,8 @@ def test_two_mappings_of_one_file_share_rows_and_results_are_copies() -> None:
         worker_side = Slab.attach(fd, layout)
         ids = np.array([4, 1], dtype=np.int64)
         pool_side.put_actions(ids, [np.array([3, 2], dtype=np.int64)])
-        assert worker_side.act[0][4] == 3 and worker_side.act[0][1] == 2
+        assert worker_side.act[0][4] == 3
+        assert worker_side.act[0][1] == 2
         pool_side.put_actions(np.arange(6), [np.arange(6, dtype=np.int64)], every=True)
         np.testing.assert_array_equal(worker_side.act[0], np.arange(6))
         row = {"pos": np.array([0.5, -0.5, 0.25], np.float32), "count": 7, "flag": np.array([1, 0, 1, 1, 0], np.int8)}
@@ -94,11 +96,14 @@ def test_two_mappings_of_one_file_share_rows_and_results_are_copies() -> None:
         obs, extras = pool_side.results(np.array([1]), step=True)
         assert extras is not None
         assert_same(spaces.from_leaves(DICT_OBS, obs), {k: np.asarray(v)[None] for k, v in row.items()}, "row 1")
-        assert extras[0].tolist() == [1.5] and extras[1].tolist() == [True] and extras[2].tolist() == [False]
+        assert extras[0].tolist() == [1.5]
+        assert extras[1].tolist() == [True]
+        assert extras[2].tolist() == [False]
         spaces.write_row(DICT_OBS, worker_side.obs, 1, {**row, "count": 9})  # the next step overwrites the row...
         assert spaces.from_leaves(DICT_OBS, obs)["count"].tolist() == [7]  # ...what was taken stays as it was
         reset_obs, none = pool_side.results(np.array([1]), step=False)
-        assert none is None and spaces.from_leaves(DICT_OBS, reset_obs)["count"].tolist() == [9]
+        assert none is None
+        assert spaces.from_leaves(DICT_OBS, reset_obs)["count"].tolist() == [9]
         worker_side.close()
         pool_side.close()
     finally:
@@ -184,7 +189,8 @@ async def test_an_inline_pool_shares_rows_and_answers_exactly_as_with_messages(m
 
 async def test_a_failing_env_fails_its_own_row_through_the_slab() -> None:
     async with aioenv.Pool("tests.envs.faulty:make_probe", 4, num_workers=2, env_kwargs={"fail_at": 3}) as pool:
-        assert pool._coord is not None and pool._coord.slab is not None
+        assert pool._coord is not None
+        assert pool._coord.slab is not None
         await asyncio.wait_for(pool.reset(seed=0), HANG)
         await asyncio.wait_for(pool.step(np.zeros(4, dtype=np.int64)), HANG)
         await asyncio.wait_for(pool.step(np.zeros(4, dtype=np.int64)), HANG)
@@ -199,7 +205,8 @@ async def test_a_re_made_worker_maps_the_rows_again() -> None:
     ref = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
     ref.reset(seed=3)
     async with aioenv.Pool("CartPole-v1", 4, num_workers=2) as pool:
-        assert pool._coord is not None and pool._coord.slab is not None
+        assert pool._coord is not None
+        assert pool._coord.slab is not None
         await asyncio.wait_for(pool.reset(seed=3), HANG)
         old = pool._coord.slots[0].proc
         assert old is not None
@@ -226,7 +233,8 @@ async def test_a_re_made_worker_maps_the_rows_again() -> None:
 )
 async def test_pools_that_cannot_share_rows_keep_their_messages(env: str, options: dict[str, Any]) -> None:
     async with aioenv.Pool(env, 2, num_workers=2, **options) as pool:
-        assert pool._coord is not None and pool._coord.slab is None
+        assert pool._coord is not None
+        assert pool._coord.slab is None
         await asyncio.wait_for(pool.reset(seed=0), HANG)
         action = ["ab", "cd"] if env.endswith("make_text") else np.zeros(2, dtype=np.int64)
         obs, *_ = await asyncio.wait_for(pool.step(action), HANG)
@@ -253,7 +261,8 @@ def test_a_worker_refuses_slab_where_it_cannot_be() -> None:
             (["--connect", "tcp://127.0.0.1:9", "--slab", "0"], "--slab is for an inline worker of a local pool"),
         ]:
             done = run_python("-m", "workers", *args, timeout=HANG, pass_fds=(theirs.fileno(),))
-            assert done.returncode == 2 and words in done.stderr, done.stderr
+            assert done.returncode == 2, done.stderr
+            assert words in done.stderr, done.stderr
     finally:
         ours.close()
         theirs.close()

@@ -96,15 +96,18 @@ def _assert_same(ours: Any, theirs: Any) -> None:
         for key in theirs:
             _assert_same(ours[key], theirs[key])
     elif isinstance(theirs, tuple) and isinstance(ours, np.ndarray):
-        assert ours.dtype == object and ours.shape == (len(theirs),)
+        assert ours.dtype == object
+        assert ours.shape == (len(theirs),)
         assert all(type(a) is str and a == b for a, b in zip(ours, theirs, strict=True))
     elif isinstance(theirs, tuple):
-        assert type(ours) is tuple and len(ours) == len(theirs)
+        assert type(ours) is tuple
+        assert len(ours) == len(theirs)
         for a, b in zip(ours, theirs, strict=True):
             _assert_same(a, b)
     elif isinstance(theirs, np.ndarray):
         assert type(ours) is np.ndarray
-        assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+        assert ours.dtype == theirs.dtype
+        assert ours.shape == theirs.shape
         np.testing.assert_array_equal(ours, theirs)
     else:
         assert type(ours) is type(theirs), (type(ours), type(theirs))
@@ -144,20 +147,26 @@ def test_describe_roundtrip(name: str) -> None:
 def test_describe_exact_values() -> None:
     box = SPACES["box_perdim_inf"]
     desc = describe_space(box)
-    assert desc["dtype"] == "<f8" and desc["shape"] == [3]
+    assert desc["dtype"] == "<f8"
+    assert desc["shape"] == [3]
     rebuilt = space_from_description(_msgpack_roundtrip(desc))
     assert isinstance(rebuilt, gs.Box)
     np.testing.assert_array_equal(rebuilt.low, box.low)
     np.testing.assert_array_equal(rebuilt.high, box.high)
     assert rebuilt.dtype == box.dtype
     d = space_from_description(describe_space(SPACES["discrete_int32"]))
-    assert isinstance(d, gs.Discrete) and d.start == 7 and d.dtype == np.int32
+    assert isinstance(d, gs.Discrete)
+    assert d.start == 7
+    assert d.dtype == np.int32
     mb = space_from_description(_msgpack_roundtrip(describe_space(SPACES["multibinary_list1"])))
-    assert isinstance(mb, gs.MultiBinary) and mb.n == (3,)
+    assert isinstance(mb, gs.MultiBinary)
+    assert mb.n == (3,)
     text = space_from_description(describe_space(SPACES["text_charset"]))
-    assert isinstance(text, gs.Text) and text.character_list == ("z", "a", "b")
+    assert isinstance(text, gs.Text)
+    assert text.character_list == ("z", "a", "b")
     unsorted = space_from_description(describe_space(SPACES["dict_unsorted"]))
-    assert isinstance(unsorted, gs.Dict) and list(unsorted.spaces) == ["z", "a"]
+    assert isinstance(unsorted, gs.Dict)
+    assert list(unsorted.spaces) == ["z", "a"]
     assert "seed" not in str(describe_space(SPACES["nested"]))
 
 
@@ -307,9 +316,9 @@ def test_take_and_concat() -> None:
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(a, b)
     assert concat_leaves([leaves])[0] is leaves[0]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="one or more leaf lists of equal length"):
         concat_leaves([])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="one or more leaf lists of equal length"):
         concat_leaves([leaves, leaves[:1]])
 
 
@@ -335,9 +344,11 @@ def test_check_actions_accepts_samples(name: str) -> None:
     for leaf, (dt, shape) in zip(out, specs, strict=True):
         assert leaf.flags.c_contiguous
         if dt == "text":
-            assert leaf.dtype == object and leaf.shape == (B,)
+            assert leaf.dtype == object
+            assert leaf.shape == (B,)
         else:
-            assert leaf.dtype == np.dtype(dt) and leaf.shape == (B, *shape)
+            assert leaf.dtype == np.dtype(dt)
+            assert leaf.shape == (B, *shape)
     read = row_reader(space)
     for i in range(B):
         assert _contains(space, read(out, i))
@@ -350,7 +361,8 @@ def test_check_discrete() -> None:
     out = check_actions(space, [3, 2, 1, 0, 0], ENV_IDS)[0]
     assert out.dtype == np.int64
     out = check_actions(space, acts.astype(np.uint8), ENV_IDS)[0]
-    assert out.dtype == np.int64 and out.tolist() == acts.tolist()
+    assert out.dtype == np.int64
+    assert out.tolist() == acts.tolist()
     err = _rejects(space, np.array([0, 1, 7, 3, 0]), 12, "env 12", "Discrete(4)", "(5,)", "integer dtype", "got 7")
     assert str(err).startswith("invalid action for env 12: expected an action in Discrete(4)")
     _rejects(space, np.array([0, 1, 2, -1, 0]), 13, "got -1")
@@ -386,7 +398,8 @@ def test_check_box() -> None:
     space = gs.Box(-1.0, 1.0, (2,), np.float32)
     acts = np.zeros((B, 2), dtype=np.float64)
     out = check_actions(space, acts, ENV_IDS)[0]
-    assert out.dtype == np.float32 and out.flags.c_contiguous
+    assert out.dtype == np.float32
+    assert out.flags.c_contiguous
     strided = np.zeros((B, 4), np.float32)[:, ::2]
     assert check_actions(space, strided, ENV_IDS)[0].flags.c_contiguous
     assert check_actions(space, np.ones((B, 2), np.int64), ENV_IDS)[0].dtype == np.float32
@@ -405,7 +418,8 @@ def test_check_box() -> None:
     ints = gs.Box(0, 255, (2,), np.uint8)
     _rejects(ints, np.zeros((B, 2), np.float32), None, "float32")
     out = check_actions(ints, np.full((B, 2), 255, np.int64), ENV_IDS)[0]
-    assert out.dtype == np.uint8 and out.max() == 255
+    assert out.dtype == np.uint8
+    assert out.max() == 255
     _rejects(ints, np.array([[0, 0]] * 4 + [[0, 256]]), 14, "256")
     f64 = gs.Box(-1.0, 1.0, (1,), np.float64)
     assert check_actions(f64, np.zeros((B, 1), np.float32), ENV_IDS)[0].dtype == np.float64
@@ -428,7 +442,9 @@ def test_check_box_perdim_and_unbounded() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # float64 1e300 -> float32 inf: valid, and no overflow warning
         out = check_actions(free, np.array([1e300, 0.0, 0.0, 0.0, -1e300]), ENV_IDS)[0]
-    assert out.dtype == np.float32 and out[0] == np.inf and out[4] == -np.inf
+    assert out.dtype == np.float32
+    assert out[0] == np.inf
+    assert out[4] == -np.inf
 
 
 def test_check_multidiscrete_and_multibinary() -> None:
@@ -444,7 +460,8 @@ def test_check_multidiscrete_and_multibinary() -> None:
     _rejects(md, ok.astype(np.float32), None, "integer dtype")
     mb = gs.MultiBinary(3)
     out = check_actions(mb, np.ones((B, 3), bool), ENV_IDS)[0]
-    assert out.dtype == np.int8 and out.sum() == 3 * B
+    assert out.dtype == np.int8
+    assert out.sum() == 3 * B
     assert check_actions(mb, np.ones((B, 3), np.int64), ENV_IDS)[0].dtype == np.int8
     bad = np.zeros((B, 3), np.int8)
     bad[2, 2] = 2
@@ -457,7 +474,8 @@ def test_check_multidiscrete_and_multibinary() -> None:
 def test_check_text() -> None:
     space = gs.Text(4, min_length=1, charset="ab")
     out = check_actions(space, ["a", "ab", "bbbb", "b", "a"], ENV_IDS)[0]
-    assert out.dtype == object and out.tolist() == ["a", "ab", "bbbb", "b", "a"]
+    assert out.dtype == object
+    assert out.tolist() == ["a", "ab", "bbbb", "b", "a"]
     out = check_actions(space, np.array(["a", "b", "ab", "ba", "aa"]), ENV_IDS)[0]
     assert all(type(s) is str for s in out)
     _rejects(space, ["a", "ab", "abc", "b", "a"], 12, "'abc'", "'c' not in charset")
@@ -511,7 +529,8 @@ def test_box_property(case: tuple[gs.Box, int], seed: int, data: st.DataObject) 
     env_ids = np.arange(n) * 7 + 100
     acts = np.stack(_sample(space, n, seed)).astype(np.float64)
     out = check_actions(space, acts, env_ids)[0]
-    assert out.dtype == space.dtype and out.shape == (n, *space.shape)
+    assert out.dtype == space.dtype
+    assert out.shape == (n, *space.shape)
 
     row = data.draw(st.integers(0, n - 1))
     elem = data.draw(st.integers(0, max(space.low.size - 1, 0)))

@@ -86,7 +86,8 @@ def test_attributes_mirror_the_pool() -> None:
         assert sp.observation_space == pool.observation_space
         assert sp.action_space == pool.action_space
         assert sp.autoreset_mode is AutoresetMode.SAME_STEP
-        assert sp.metadata == pool.metadata and sp.metadata["render_fps"] == 7
+        assert sp.metadata == pool.metadata
+        assert sp.metadata["render_fps"] == 7
         assert sp.render_mode is None
         assert not sp.closed
     assert sp.closed
@@ -98,7 +99,8 @@ def test_send_recv_and_per_env_futures() -> None:
         seen: list[int] = []
         for _ in range(2):
             obs, reward, _terminated, _truncated, info = sp.recv()
-            assert obs.shape == (2, 4) and reward.dtype == np.float64
+            assert obs.shape == (2, 4)
+            assert reward.dtype == np.float64
             seen += info["env_id"].tolist()
         assert sorted(seen) == [0, 1, 2, 3]
         sp.send(np.zeros(2, np.int64), [1, 3])
@@ -109,10 +111,14 @@ def test_send_recv_and_per_env_futures() -> None:
         assert isinstance(fut, concurrent.futures.Future)
         result = fut.result(HANG)
         assert isinstance(result, aioenv.StepResult)
-        assert result.env_id == 2 and result.reward == 1.5 and result.obs[0] == 2
+        assert result.env_id == 2
+        assert result.reward == 1.5
+        assert result.obs[0] == 2
         rfut = sp.reset_env(0, seed=42)
         reset = rfut.result(HANG)
-        assert isinstance(reset, aioenv.ResetResult) and reset.env_id == 0 and reset.obs[0] == 42
+        assert isinstance(reset, aioenv.ResetResult)
+        assert reset.env_id == 0
+        assert reset.obs[0] == 42
 
 
 def test_call_get_set_attr_and_render() -> None:
@@ -124,7 +130,8 @@ def test_call_get_set_attr_and_render() -> None:
         sp.set_attr("tag", 9, env_ids=[1])
         assert sp.get_attr("tag", env_ids=[1, 0]) == [9, 5]
         frames = sp.render()
-        assert frames.shape == (3, 5, 6, 3) and frames.dtype == np.uint8
+        assert frames.shape == (3, 5, 6, 3)
+        assert frames.dtype == np.uint8
         assert frames[:, 0, 0, 0].tolist() == [10, 11, 12]
 
 
@@ -138,7 +145,8 @@ def test_exceptions_propagate_unchanged() -> None:
             sp.step(np.array([0, 0]))
         err = caught.value
         assert type(err) is EnvError
-        assert err.env_id == 0 and err.remote_type == "RuntimeError"
+        assert err.env_id == 0
+        assert err.remote_type == "RuntimeError"
         assert "explode_on_purpose" in err.remote_traceback
         assert set(err.errors) == {0, 1}
         # the traceback of the exception object starts on the loop thread, inside the async core
@@ -184,7 +192,8 @@ def test_call_from_the_loop_thread_is_refused(gate: Any) -> None:
         assert not fut.done()
         gate.open()
         assert done.wait(HANG)
-        assert len(caught) == 1 and isinstance(caught[0], UsageError)
+        assert len(caught) == 1
+        assert isinstance(caught[0], UsageError)
         assert "deadlock" in str(caught[0])
         sp.step(np.array([0, 0]))  # the pool is unharmed
 
@@ -269,7 +278,8 @@ def test_close_is_idempotent_and_stops_everything() -> None:
     thread = sp._rt.thread
     sp.close()
     sp.close()
-    assert sp.closed and not thread.is_alive()
+    assert sp.closed
+    assert not thread.is_alive()
     wait_gone(pids)
     with pytest.raises(PoolClosed):
         sp.reset()
@@ -286,7 +296,8 @@ def test_close_fails_a_blocked_call_with_pool_closed(gate: Any) -> None:
         fut.result(HANG)  # failed as soon as close begins, while the env is still inside its step
     gate.open()  # lets the worker answer CLOSE promptly
     closer.join(HANG)
-    assert not closer.is_alive() and sp.closed
+    assert not closer.is_alive()
+    assert sp.closed
 
 
 def test_garbage_collected_pool_is_closed() -> None:

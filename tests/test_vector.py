@@ -119,7 +119,8 @@ def test_same_results_as_sync_vector_env(case: str, mode: AutoresetMode) -> None
         assert aio.single_action_space == ref.single_action_space
         assert aio.action_space == ref.action_space
         assert aio.metadata["autoreset_mode"] is mode
-        assert aio.num_envs == ref.num_envs and aio.render_mode == ref.render_mode
+        assert aio.num_envs == ref.num_envs
+        assert aio.render_mode == ref.render_mode
         ended = drive(aio, ref, mode)
         if case != "text":
             assert ended > 0, "the case should end some episodes"
@@ -301,7 +302,8 @@ def test_constructor_arguments() -> None:
     batched = gym.spaces.Box(-np.inf, np.inf, (3, 4), np.float32)
     custom = AioVectorEnv(fns, observation_mode=(batched, single))
     try:
-        assert custom.single_observation_space is single and custom.observation_space is batched
+        assert custom.single_observation_space is single
+        assert custom.observation_space is batched
         assert custom.reset(seed=0)[0].shape == (3, 4)
     finally:
         custom.close()

@@ -108,4 +108,5 @@ def test_a_bad_worker_sched_stops_a_worker_started_by_hand() -> None:
         timeout=HANG,
         check=False,
     )
-    assert done.returncode == 2 and "AIOENV_WORKER_SCHED must be 'batch' or 'default'" in done.stderr
+    assert done.returncode == 2
+    assert "AIOENV_WORKER_SCHED must be 'batch' or 'default'" in done.stderr

@@ -321,7 +321,8 @@ class ConcurrentWorker:
     async def _actor(self, env: _Env) -> None:
         """Run an async env's steps and resets, one job from its inbox at a time, until cancelled."""
         hosted = env.hosted
-        assert isinstance(hosted, AsyncHostedEnv) and env.inbox is not None
+        assert isinstance(hosted, AsyncHostedEnv)
+        assert env.inbox is not None
         while True:
             rows, row, step, arg, options = await env.inbox
             env.inbox = self.loop.create_future()

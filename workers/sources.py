@@ -88,7 +88,7 @@ def _pickled(path: str, kwargs: dict[str, Any], trusted_dir: str | None) -> Fact
     import cloudpickle
 
     with open(real, "rb") as fh:
-        factory = cloudpickle.load(fh)
+        factory: Callable[..., Any] = cloudpickle.load(fh)
     if kwargs:
         return lambda: factory(**kwargs)
     return factory

@@ -8,7 +8,8 @@ from aioenv.server.server import Server, ServerConfig
 async def test_aclose_before_start_is_a_no_op_that_leaves_it_closed() -> None:
     server = Server(ServerConfig(bind="tcp://127.0.0.1:0"))
     await server.aclose()  # raised AttributeError: the idle-client sweep is set up only by start()
-    assert server.closing and not server.sessions
+    assert server.closing
+    assert not server.sessions
     await server.aclose()  # and again
 
 

@@ -40,7 +40,8 @@ class _Closing(AsyncEnv[np.ndarray, int]):
 def test_async_and_sync_hosts_are_siblings_not_substitutes() -> None:
     """Code that takes a HostedEnv calls sync reset/step/close: an async host must not pass for one."""
     assert not issubclass(AsyncHostedEnv, HostedEnv)
-    assert issubclass(AsyncHostedEnv, EpisodeState) and issubclass(HostedEnv, EpisodeState)
+    assert issubclass(AsyncHostedEnv, EpisodeState)
+    assert issubclass(HostedEnv, EpisodeState)
     for name in ("reset", "step", "close"):
         assert not hasattr(AsyncHostedEnv, name), f"AsyncHostedEnv.{name} would be a sync call on an async env"
 
@@ -55,7 +56,11 @@ async def test_async_host_follows_next_step_autoreset_and_closes_its_env() -> No
     _, _, terminated, _, _ = await hosted.astep(0)
     assert terminated
     obs, reward, terminated, truncated, info = await hosted.astep(1)  # the autoreset step
-    assert obs.tolist() == [0.0] and reward == 0.0 and not terminated and not truncated and info == {"r": 1}
+    assert obs.tolist() == [0.0]
+    assert reward == 0.0
+    assert not terminated
+    assert not truncated
+    assert info == {"r": 1}
     await hosted.aclose()
     assert env.closed
 
