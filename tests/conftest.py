@@ -1,4 +1,6 @@
-"""Shared fixtures and helpers for the pool tests (real worker processes, real sockets)."""
+"""Fixtures shared by every test directory: no test leaves a worker process behind; the gate of the probe
+env's slow steps; a second network namespace. Plain helpers that tests call with arguments live in
+:mod:`tests.support`."""
 
 from __future__ import annotations
 
@@ -11,47 +13,7 @@ from typing import Any
 
 import pytest
 
-#: Upper bound for anything that should finish promptly: a hang guard, never a speed check.
-HANG = 30.0
-
-
-def child_processes() -> list[tuple[int, str, str]]:
-    """``(pid, state, cmdline)`` of this process's children (from /proc)."""
-    me = os.getpid()
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                stat = fh.read()
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[1]) == me:
-            out.append((int(entry), fields[0], cmdline))
-    return out
-
-
-def process_gone(pid: int, marker: str = "workers") -> bool:
-    """True when ``pid`` is gone: no such process, or the pid now runs something unrelated.
-    A zombie (exited, not reaped) is *not* gone."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            stat = fh.read()
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            cmdline = fh.read()
-    except OSError:
-        return True
-    if stat[stat.rindex(")") + 2] == "Z":
-        return False  # exited but not reaped: still a leak
-    return marker.encode() not in cmdline  # the pid was reused by an unrelated process
+from tests.support.procs import HANG, child_processes
 
 
 @pytest.fixture(autouse=True)
@@ -91,23 +53,6 @@ def gate(tmp_path: Path) -> Any:
 
     os.makedirs(Gate.markers)
     return Gate()
-
-
-def worker_pid(pool: Any, index: int) -> int:
-    """The pid of the process in worker slot ``index``."""
-    return int(pool._coord.slots[index].proc.pid)
-
-
-async def wait_new_worker(pool: Any, index: int, old_pid: int) -> int:
-    """Wait until slot ``index`` runs a new process that said HELLO and re-made its envs; returns its pid."""
-    coord = pool._coord
-    async with asyncio.timeout(HANG):
-        while True:
-            slot = coord.slots[index]
-            remaking = any(r.kind == "make" for r in coord.sched.requests.values() if r.worker == index)
-            if slot.proc is not None and slot.proc.pid != old_pid and slot.ready and not remaking:
-                return int(slot.proc.pid)
-            await asyncio.sleep(0.01)
 
 
 @pytest.fixture

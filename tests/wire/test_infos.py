@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aioenv.wire.infos import add_info, take_info
-from tests.compare import assert_same
+from tests.support.compare import assert_same
 
 
 class _RefVectorEnv(VectorEnv):  # type: ignore[misc]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import aioenv.compat.envpool as envpool
-from tests.scripts import run_example
+from tests.support.scripts import run_example
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -20,7 +20,7 @@ from aioenv.core.launcher import LaunchSpec, WorkerProc
 from aioenv.errors import CapacityError
 from aioenv.server.fleet import Fleet, RemoteProcess
 from aioenv.wire.protocol import Op, decode, encode
-from tests.conftest import HANG
+from tests.support.procs import HANG
 
 
 class ScriptedHost:

@@ -25,9 +25,9 @@ import aioenv
 from aioenv.errors import EnvError, UsageError
 from aioenv.transport.slab import SLAB_ENV, Slab, slab_enabled
 from aioenv.wire import spaces
-from tests.compare import assert_same
-from tests.conftest import HANG
-from tests.scripts import run_python
+from tests.support.compare import assert_same
+from tests.support.procs import HANG
+from tests.support.scripts import run_python
 
 DICT_OBS = gym.spaces.Dict(
     {

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_python(*args: str, timeout: float = 120, pass_fds: Sequence[int] = ()) -> subprocess.CompletedProcess[str]:

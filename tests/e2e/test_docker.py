@@ -30,9 +30,9 @@ import pytest
 import yaml
 
 import aioenv
-from tests.conftest import HANG
+from tests.support.procs import HANG
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
 COMPOSE = ROOT / "docker" / "compose.yaml"
 DOCKERIGNORE = ROOT / ".dockerignore"

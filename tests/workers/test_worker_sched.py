@@ -20,9 +20,9 @@ import aioenv
 from aioenv.errors import UsageError
 from aioenv.transport.spawn import WORKER_SCHED_ENV
 from aioenv.wire.protocol import Op, decode, encode
-from tests.conftest import HANG, child_processes, worker_pid
 from tests.envs.waiting import AsyncWaitEnv
-from tests.scripts import ROOT
+from tests.support.procs import HANG, child_processes, worker_pid
+from tests.support.scripts import ROOT
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_BATCH and /proc are Linux's")
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from aioenv.core.sinks import Part, RecvQueue
 from aioenv.errors import EnvError
 from aioenv.wire.infos import batch_infos
-from tests.compare import assert_same
+from tests.support.compare import assert_same
 
 SPACE = gym.spaces.Dict(
     {"pos": gym.spaces.Box(-10, 10, (2,), np.float32), "k": gym.spaces.Discrete(5)},

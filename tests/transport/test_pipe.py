@@ -30,7 +30,7 @@ from aioenv.transport.pipe import (
     PipePort,
     framed,
 )
-from tests.conftest import HANG
+from tests.support.procs import HANG
 
 
 def stream_of(messages: list[list[bytes]]) -> bytes:
@@ -265,7 +265,7 @@ async def test_a_pool_moves_large_observations_and_actions_intact(executor: str)
 
 @pytest.mark.parametrize(("fd", "words"), [(99, "not an open descriptor"), (0, "not a socket")])
 def test_a_worker_refuses_an_fd_that_is_no_pipe(fd: int, words: str) -> None:
-    from tests.scripts import run_python
+    from tests.support.scripts import run_python
 
     done = run_python("-m", "workers", "--fd", str(fd), timeout=HANG)
     assert done.returncode == 2, done.stderr

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from tests.scripts import run_example
+from tests.support.scripts import run_example
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -29,9 +29,9 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import batch_space
 
 import aioenv
-from tests.compare import assert_same
 from tests.envs.asyncwrap import wrapped
 from tests.envs.dictenv import make_dict_env
+from tests.support.compare import assert_same
 
 N = 4
 WORKERS = 2

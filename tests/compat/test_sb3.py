@@ -37,7 +37,7 @@ from stable_baselines3.common.vec_env import (
 from aioenv.compat.sb3 import AioVecEnv
 from tests.envs.dictenv import make_dict_env
 from tests.envs.faulty import make_probe
-from tests.scripts import run_example
+from tests.support.scripts import run_example
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -18,7 +18,7 @@ from aioenv.core.sinks import Part, RecvQueue
 from aioenv.errors import EnvError, StepTimeout
 from aioenv.server.server import Server, ServerConfig
 from aioenv.wire.protocol import Op, decode, encode
-from tests.conftest import HANG
+from tests.support.procs import HANG
 
 
 def test_parts_of_several_requests_travel_in_one_message() -> None:

@@ -28,9 +28,9 @@ from aioenv.core import remote
 from aioenv.errors import CapacityError, ConnectionLost, EnvError, PoolClosed, StepTimeout, UsageError, WorkerCrashed
 from aioenv.server.status import fetch_status
 from aioenv.wire.protocol import Op, decode, encode, pack
-from tests.conftest import HANG, process_gone
-from tests.scripts import ROOT
-from tests.servers import ServerProcess
+from tests.support.procs import HANG, process_gone
+from tests.support.scripts import ROOT
+from tests.support.servers import ServerProcess
 
 PROBE = "tests.envs.faulty:make_probe"
 

@@ -28,11 +28,11 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import aioenv
 from aioenv import EnvError, InvalidAction, PoolClosed, SyncPool, UsageError
-from tests.conftest import HANG, process_gone
 from tests.envs.faulty import SLOW
+from tests.support.procs import HANG, process_gone
 
 PROBE = "tests.envs.faulty:make_probe"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def worker_pids(sp: SyncPool) -> list[int]:

@@ -26,14 +26,14 @@ from gymnasium.wrappers.vector import NormalizeObservation, RecordEpisodeStatist
 
 import aioenv
 from aioenv.vector import AioVectorEnv
-from tests.compare import assert_same
-from tests.conftest import HANG, process_gone
 from tests.envs.dictenv import make_dict_env
 from tests.envs.faulty import SLOW, make_probe, make_text
 from tests.envs.waiting import MEET, WaitEnv
-from tests.scripts import run_example
+from tests.support.compare import assert_same
+from tests.support.procs import HANG, process_gone
+from tests.support.scripts import run_example
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 N = 4
 STEPS = 50
 MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from tests.scripts import ROOT, run_example, run_python
+from tests.support.scripts import ROOT, run_example, run_python
 
 
 def test_demo_runs_a_real_pool_and_reports_it() -> None:

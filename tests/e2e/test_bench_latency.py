@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.scripts import run_python
+from tests.support.scripts import run_python
 
 SECTIONS = {"thread64", "async1k", "async10k"}
 

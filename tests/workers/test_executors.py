@@ -18,9 +18,9 @@ import pytest
 import aioenv
 from aioenv.core import coordinator
 from aioenv.errors import EnvError, StepTimeout, UsageError
-from tests.conftest import HANG, wait_new_worker, worker_pid
 from tests.envs.waiting import HANG as HANG_ACTION
 from tests.envs.waiting import INSTANT, MEET, SHORT, AsyncWaitEnv, TextEchoEnv, WaitEnv
+from tests.support.procs import HANG, wait_new_worker, worker_pid
 
 EXECUTORS = ["thread", "async"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.scripts import run_python
+from tests.support.scripts import run_python
 
 
 def _alive(pid: int) -> bool:

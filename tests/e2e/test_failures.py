@@ -27,8 +27,8 @@ from aioenv import (
     UsageError,
     WorkerCrashed,
 )
-from tests.conftest import HANG, process_gone, wait_new_worker, worker_pid
 from tests.envs.faulty import SLOW, make_probe
+from tests.support.procs import HANG, process_gone, wait_new_worker, worker_pid
 
 PROBE = "tests.envs.faulty:make_probe"
 

@@ -20,8 +20,8 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import aioenv
 from aioenv import AioEnvError, InvalidAction, ResetResult, StepResult, UsageError
-from tests.conftest import HANG
 from tests.envs.faulty import SLOW, DictObsEnv, InfoEnv, ProbeEnv, make_probe
+from tests.support.procs import HANG
 
 PROBE = "tests.envs.faulty:make_probe"
 
@@ -980,7 +980,7 @@ async def test_step_info_list_gives_each_envs_own_info_in_one_batch() -> None:
     """The adapters' step variant returns each env's own info dict; batched the gymnasium way,
     they equal what step() returns for the same trajectory."""
     from aioenv.wire.infos import add_info
-    from tests.compare import assert_same
+    from tests.support.compare import assert_same
 
     kwargs: dict[str, Any] = {"num_workers": 2, "seed": 5, "autoreset_mode": "same_step"}
     async with (

@@ -9,8 +9,8 @@ import subprocess
 import sys
 import time
 
-from tests.conftest import HANG, process_gone
-from tests.scripts import ROOT
+from tests.support.procs import HANG, process_gone
+from tests.support.scripts import ROOT
 
 __all__ = ["ServerProcess", "WorkerHostProcess", "children"]
 

@@ -1,0 +1,72 @@
+"""Processes as the tests see them: a hang guard, this process's children, whether a worker is gone,
+the worker process of a pool's slot.
+
+Plain functions a test calls with its own arguments (a pid, a pool, a slot), so not fixtures.
+``worker_pid`` and ``wait_new_worker`` read the coordinator's slots: a pool has no public view of its
+worker processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+#: Upper bound for anything that should finish promptly: a hang guard, never a speed check.
+HANG = 30.0
+
+
+def child_processes() -> list[tuple[int, str, str]]:
+    """``(pid, state, cmdline)`` of this process's children (from /proc)."""
+    me = os.getpid()
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                stat = fh.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[1]) == me:
+            out.append((int(entry), fields[0], cmdline))
+    return out
+
+
+def process_gone(pid: int, marker: str = "workers") -> bool:
+    """True when ``pid`` is gone: no such process, or the pid now runs something unrelated.
+    A zombie (exited, not reaped) is *not* gone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmdline = fh.read()
+    except OSError:
+        return True
+    if stat[stat.rindex(")") + 2] == "Z":
+        return False  # exited but not reaped: still a leak
+    return marker.encode() not in cmdline  # the pid was reused by an unrelated process
+
+
+def worker_pid(pool: Any, index: int) -> int:
+    """The pid of the process in worker slot ``index``."""
+    return int(pool._coord.slots[index].proc.pid)
+
+
+async def wait_new_worker(pool: Any, index: int, old_pid: int) -> int:
+    """Wait until slot ``index`` runs a new process that said HELLO and re-made its envs; returns its pid."""
+    coord = pool._coord
+    async with asyncio.timeout(HANG):
+        while True:
+            slot = coord.slots[index]
+            remaking = any(r.kind == "make" for r in coord.sched.requests.values() if r.worker == index)
+            if slot.proc is not None and slot.proc.pid != old_pid and slot.ready and not remaking:
+                return int(slot.proc.pid)
+            await asyncio.sleep(0.01)
