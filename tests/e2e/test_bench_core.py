@@ -8,6 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -39,7 +42,11 @@ def test_core_benchmark_smoke(tmp_path: Path) -> None:
         assert cells[impl]["steps_per_s"] > 0, (impl, cells[impl])
     ratios = {"aioenv_step/sync", "aioenv_step/async", "aioenv_sendrecv/sync", "aioenv_step/floor"}
     assert set(cells["ratios"]) == ratios
-    assert all(v is not None for v in cells["ratios"].values())
+    for name, ratio in cells["ratios"].items():  # each ratio is the quotient of the figures beside it
+        top, bottom = name.split("/")
+        assert ratio == pytest.approx(cells[top]["steps_per_s"] / cells[bottom]["steps_per_s"], rel=1e-4), name
+    for impl in ("sync", "async", "floor", "aioenv_step", "aioenv_sendrecv"):  # the median of the repeats
+        assert cells[impl]["steps_per_s"] == pytest.approx(float(np.median(cells[impl]["repeats"])), rel=1e-5), impl
     assert result["startup"]["aioenv"]["status"] == "ok"
     assert result["startup"]["aioenv"]["seconds"] > 0
     assert (tmp_path / "core.md").read_text().startswith("`")

@@ -234,12 +234,13 @@ async def test_worker_killed_mid_step_fails_in_flight_with_worker_crashed(gate: 
         assert obs[:, 1].tolist() == [1, 1]
         assert worker_pid(pool, 1) == other
 
-        # a fresh process took the slot; its envs were re-made and need a reset
+        # a fresh process took the slot; its envs (0 and 1) were re-made and need a reset
         new = worker_pid(pool, 0)
         assert new != old
-        with pytest.raises(AioEnvError, match="reset") as info:
-            await guard(pool.step_env(0, 0))
-        assert info.value.env_id == 0
+        for env_id in (0, 1):
+            with pytest.raises(AioEnvError, match="reset") as info:
+                await guard(pool.step_env(env_id, 0))
+            assert info.value.env_id == env_id
         obs, rinfo = await guard(pool.reset(env_ids=[0, 1], seed=[20, 21]))
         assert obs[:, 0].tolist() == [20, 21]
         assert rinfo["pid"].tolist() == [new, new]
