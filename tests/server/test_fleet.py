@@ -298,6 +298,7 @@ def test_the_worker_port_refuses_bad_hosts_and_garbage(hosts: list[WorkerHostPro
         told = "refused this host: this is the server's client port: worker hosts join at "
         lost.wait_for(told + re.escape(srv.worker_endpoint))
         assert lost.proc.wait(HANG) == 2
+        lost.stop()  # it has exited: this only releases its log pipe
         clash = WorkerHostProcess(srv.worker_endpoint, name="twin", capacity=4)
         hosts.append(clash)
         clash.wait_for("refused this host for now: .*'twin' is already joined")

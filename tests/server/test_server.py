@@ -226,6 +226,7 @@ def test_a_client_that_dies_has_its_envs_released() -> None:
         assert len(workers) == 2
         client.kill()  # no goodbye: only the missing heartbeats tell
         client.wait()
+        client.stdout.close()
         deadline = time.monotonic() + HANG
         while aioenv.run(fetch_status(srv.endpoint))["envs"] != 0:
             assert time.monotonic() < deadline, "the dead client's envs were never released"

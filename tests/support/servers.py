@@ -39,7 +39,9 @@ def terminate(proc: subprocess.Popen[str], workers: list[int], log: list[str], w
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    log.append(proc.stderr.read() if proc.stderr else "")
+    if proc.stderr is not None:
+        log.append(proc.stderr.read())
+        proc.stderr.close()
     assert code == 0, f"{what} exited with {code}:\n{''.join(log)}"
     deadline = time.monotonic() + HANG
     while not all(process_gone(pid) for pid in workers):
@@ -114,6 +116,8 @@ class WorkerHostProcess:
     def stop(self) -> None:
         """SIGTERM; it must exit 0 with none of its workers left."""
         if self.proc.poll() is not None:
+            if self.proc.stderr is not None:
+                self.proc.stderr.close()
             return
         os.kill(self.proc.pid, signal.SIGCONT)  # a test may have stopped it
         terminate(self.proc, self.workers(), self.log, "the worker host")
