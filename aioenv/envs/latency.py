@@ -64,8 +64,11 @@ class _Counter:
         return self.obs(), 1.0, False, self.t >= self.episode_steps, {}
 
 
-class SleepEnv(gym.Env[np.ndarray, np.int64]):
-    """A gymnasium env whose ``step`` blocks in ``time.sleep`` for a lognormal time (see the module)."""
+class _Sleeper:
+    """What both sleep envs are made of: a lognormal latency and a step counter (see the module)."""
+
+    observation_space: gym.Space[np.ndarray]
+    action_space: gym.Space[np.int64]
 
     def __init__(
         self,
@@ -81,6 +84,10 @@ class SleepEnv(gym.Env[np.ndarray, np.int64]):
         self._counter = _Counter(obs_dim, episode_steps)
         self.observation_space = self._counter.observation_space
         self.action_space = self._counter.action_space
+
+
+class SleepEnv(_Sleeper, gym.Env[np.ndarray, np.int64]):
+    """A gymnasium env whose ``step`` blocks in ``time.sleep`` for a lognormal time (see the module)."""
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -96,23 +103,8 @@ class SleepEnv(gym.Env[np.ndarray, np.int64]):
         return self._counter.advance()
 
 
-class AsyncSleepEnv(AsyncEnv[np.ndarray, np.int64]):
+class AsyncSleepEnv(_Sleeper, AsyncEnv[np.ndarray, np.int64]):
     """An async env whose ``step`` awaits ``asyncio.sleep`` for a lognormal time (see the module)."""
-
-    def __init__(
-        self,
-        mean: float = 0.02,
-        sigma: float = 0.5,
-        cap: float = 0.2,
-        *,
-        obs_dim: int = 4,
-        episode_steps: int = 1_000,
-        latency_seed: int | None = None,
-    ) -> None:
-        self._latency = _Latency(mean, sigma, cap, latency_seed)
-        self._counter = _Counter(obs_dim, episode_steps)
-        self.observation_space = self._counter.observation_space
-        self.action_space = self._counter.action_space
 
     async def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.support.scripts import ROOT, run_example, run_python
 
 
@@ -67,31 +69,25 @@ def test_bench_reports_an_unknown_env_clearly() -> None:
     assert "Traceback" not in proc.stderr
 
 
-def test_worker_and_serve_refuse_bad_arguments_clearly() -> None:
-    missing = run_python("-m", "aioenv.cli", "worker", "--connect", "tcp://127.0.0.1:1")
-    assert missing.returncode == 2
-    assert "--capacity" in missing.stderr
-    zero = run_python("-m", "aioenv.cli", "worker", "--connect", "tcp://127.0.0.1:1", "--capacity", "0")
-    assert zero.returncode == 2
-    assert "--capacity" in zero.stderr
-    assert "0" in zero.stderr
-    half = run_python(
-        "-m", "aioenv.cli", "worker", "--connect", "tcp://127.0.0.1:1", "--capacity", "4", "--key", __file__
-    )
-    assert half.returncode == 2
-    assert "--key and --server-key go together" in half.stderr
-    half_status = run_python("-m", "aioenv.cli", "status", "tcp://127.0.0.1:1", "--server-key", __file__)
-    assert half_status.returncode == 2
-    assert "--key and --server-key go together" in half_status.stderr
-    bad = run_python("-m", "aioenv.cli", "worker", "--connect", "not-an-endpoint", "--capacity", "4")
-    assert bad.returncode == 2
-    assert "expected an address such as tcp://HOST:PORT" in bad.stderr
-    assert "'not-an-endpoint'" in bad.stderr
-    for command in (["serve", "--bind", "nonsense"], ["serve", "--worker-bind", "5556"]):
-        wrong = run_python("-m", "aioenv.cli", *command)
-        assert wrong.returncode == 2, wrong.stderr
-        assert f"Invalid value for '{command[1]}'" in wrong.stderr, wrong.stderr
-        assert f"got '{command[2]}'" in wrong.stderr
-    lonely = run_python("-m", "aioenv.cli", "serve", "--local-capacity", "4")
-    assert lonely.returncode == 2
-    assert "--local-capacity needs --worker-bind" in lonely.stderr
+CONNECT = ("worker", "--connect", "tcp://127.0.0.1:1")
+BAD_ARGUMENTS = [  # (the command's words, what its error must say): each exits 2 with a usage error
+    ((*CONNECT,), ["--capacity"]),
+    ((*CONNECT, "--capacity", "0"), ["--capacity", "0"]),
+    ((*CONNECT, "--capacity", "4", "--key", __file__), ["--key and --server-key go together"]),
+    (("status", "tcp://127.0.0.1:1", "--server-key", __file__), ["--key and --server-key go together"]),
+    (
+        ("worker", "--connect", "not-an-endpoint", "--capacity", "4"),
+        ["expected an address such as tcp://HOST:PORT", "'not-an-endpoint'"],
+    ),
+    (("serve", "--bind", "nonsense"), ["Invalid value for '--bind'", "got 'nonsense'"]),
+    (("serve", "--worker-bind", "5556"), ["Invalid value for '--worker-bind'", "got '5556'"]),
+    (("serve", "--local-capacity", "4"), ["--local-capacity needs --worker-bind"]),
+]
+
+
+@pytest.mark.parametrize(("words", "says"), BAD_ARGUMENTS, ids=lambda x: " ".join(x) if isinstance(x, tuple) else "")
+def test_worker_serve_and_status_refuse_bad_arguments_clearly(words: tuple[str, ...], says: list[str]) -> None:
+    proc = run_python("-m", "aioenv.cli", *words)
+    assert proc.returncode == 2, proc.stderr
+    for text in says:
+        assert text in proc.stderr, proc.stderr

@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 import aioenv
-from tests.support.procs import HANG
+from tests.support.procs import HANG, descendants, processes_with_env
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
@@ -158,53 +158,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def processes_with_env(token: str) -> list[tuple[int, str]]:
-    """``(pid, cmdline)`` of the live processes (not zombies) whose environment holds ``token``: every process
-    a server started with that token spawned, orphaned or not."""
-    out = []
-    needle = token.encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                if needle not in fh.read():
-                    continue
-            with open(f"/proc/{entry}/stat") as fh:
-                stat = fh.read()
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if stat[stat.rindex(")") + 2] != "Z":
-            out.append((int(entry), cmdline))
-    return out
-
-
-def descendants(pid: int) -> list[tuple[int, str]]:
-    """``(pid, cmdline)`` of every live descendant of ``pid`` (from /proc)."""
-    parents: dict[int, list[int]] = {}
-    cmdlines: dict[int, str] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                stat = fh.read()
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                cmdlines[int(entry)] = fh.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        parents.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            out.append((child, cmdlines.get(child, "")))
-            todo.append(child)
-    return out
 
 
 # ---- the Dockerfile ----------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,6 +133,22 @@ def take_rows(value: Any, index: np.ndarray) -> Any:
 # ---------------------------------------------------------------- batched step
 
 
+async def lockstep(
+    pool: aioenv.Pool, sync: SyncVectorEnv, actions: list[Any], label: str
+) -> AsyncIterator[tuple[int, tuple[Any, ...], tuple[Any, ...]]]:
+    """Reset both with SEED, then step both with each action in turn, asserting equal results at every
+    step; yields ``(t, aioenv's step result, SyncVectorEnv's)`` for the test's own checks."""
+    obs, info = await pool.reset(seed=SEED)
+    e_obs, e_info = sync.reset(seed=SEED)
+    assert_obs_equal(obs, e_obs, "reset obs")
+    assert_info_equal(info, e_info, range(N), "reset info")
+    for t, action in enumerate(actions):
+        result = await pool.step(action)
+        expected = sync.step(action)
+        assert_step_equal(result, expected, range(N), f"step {t} ({label})")
+        yield t, result, expected
+
+
 @pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("mode", ["next_step", "same_step"])
 @pytest.mark.parametrize("case_name", CASE_NAMES)
@@ -150,15 +166,7 @@ async def test_step_trajectory_matches_sync_vector_env(case_name: str, mode: str
             assert pool.observation_space == sync.observation_space
             assert pool.action_space == sync.action_space
 
-            obs, info = await pool.reset(seed=SEED)
-            e_obs, e_info = sync.reset(seed=SEED)
-            assert_obs_equal(obs, e_obs, "reset obs")
-            assert_info_equal(info, e_info, range(N), "reset info")
-
-            for t, action in enumerate(actions):
-                result = await pool.step(action)
-                expected = sync.step(action)
-                assert_step_equal(result, expected, range(N), f"step {t} ({mode})")
+            async for t, result, expected in lockstep(pool, sync, actions, mode):
                 terminations += int(expected[2].sum())
                 truncations += int(expected[3].sum())
                 ended += int((expected[2] | expected[3]).sum())
@@ -274,14 +282,7 @@ async def test_disabled_mode_with_partial_resets_matches_sync_vector_env(case_na
     partial_resets = 0
     try:
         async with make_pool(case, "disabled") as pool:
-            obs, info = await pool.reset(seed=SEED)
-            e_obs, e_info = sync.reset(seed=SEED)
-            assert_obs_equal(obs, e_obs, "reset obs")
-            assert_info_equal(info, e_info, range(N), "reset info")
-            for t, action in enumerate(actions):
-                result = await pool.step(action)
-                expected = sync.step(action)
-                assert_step_equal(result, expected, range(N), f"step {t} (disabled)")
+            async for t, _, expected in lockstep(pool, sync, actions, "disabled"):
                 mask = expected[2] | expected[3]
                 if mask.any():
                     ids = np.flatnonzero(mask)

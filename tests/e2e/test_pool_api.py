@@ -35,6 +35,13 @@ def ids_of(result: tuple[Any, ...]) -> list[int]:
     return result[-1]["env_id"].tolist()
 
 
+def assert_same_step(got: tuple[Any, ...], want: tuple[Any, ...], what: str) -> None:
+    """A pool's step result equals a gymnasium vector env's: obs (with dtypes), reward, terminated, truncated."""
+    assert_same_batch(got[0], want[0], f"obs at {what}")
+    for name, g, w in zip(("reward", "terminated", "truncated"), got[1:4], want[1:4], strict=True):
+        np.testing.assert_array_equal(g, w, err_msg=f"{name} at {what}")
+
+
 def assert_same_batch(got: Any, want: Any, what: str = "obs") -> None:
     """Batched values equal, including dtypes and shapes (dicts recurse)."""
     if isinstance(want, dict):
@@ -166,12 +173,9 @@ async def test_env_kwargs_truncation_and_autoreset_match_sync_vector_env() -> No
         assert_same_batch(obs, ref_obs)
         for t in range(1, 13):
             actions = np.array([t % 2, (t + 1) % 2, t % 2], dtype=np.int64)
-            obs, rew, term, trunc, info = await guard(pool.step(actions))
-            r_obs, r_rew, r_term, r_trunc, _ = ref.step(actions)
-            assert_same_batch(obs, r_obs, f"obs at step {t}")
-            np.testing.assert_array_equal(rew, r_rew)
-            np.testing.assert_array_equal(term, r_term)
-            np.testing.assert_array_equal(trunc, r_trunc)
+            result = await guard(pool.step(actions))
+            assert_same_step(result, ref.step(actions), f"step {t}")
+            obs, rew, term, trunc, info = result
             if t in (5, 11):
                 assert trunc.all(), f"step {t} should truncate (max_episode_steps=5), got {trunc}"
             if t in (6, 12):  # the autoreset step
@@ -849,12 +853,8 @@ async def test_dict_observations_batch_like_gymnasium() -> None:
         assert_same_batch(obs, ref_obs)
         for t in range(3):
             actions = np.array([t % 2, 1, 0])
-            obs, rew, term, trunc, _ = await guard(pool.step(actions))
-            r_obs, r_rew, r_term, r_trunc, _ = ref.step(actions)
-            assert_same_batch(obs, r_obs, f"obs at step {t}")
-            np.testing.assert_array_equal(rew, r_rew)
-            np.testing.assert_array_equal(term, r_term)
-            np.testing.assert_array_equal(trunc, r_trunc)
+            result = await guard(pool.step(actions))
+            assert_same_step(result, ref.step(actions), f"step {t}")
         obs, *_, info = await guard(pool.step([0, 0], env_ids=[2, 0]))
         assert list(obs) == list(pool.single_observation_space.spaces)
         assert obs["pos"].shape == (2, 2)

@@ -27,9 +27,9 @@ import aioenv
 from aioenv.errors import CapacityError, WorkerCrashed
 from aioenv.server.status import fetch_status
 from aioenv.wire.protocol import Op, decode, encode
-from tests.support.procs import HANG, process_gone
+from tests.support.procs import HANG, children, process_gone
 from tests.support.scripts import ROOT, run_example
-from tests.support.servers import ServerProcess, WorkerHostProcess, children
+from tests.support.servers import ServerProcess, WorkerHostProcess
 
 PROBE = "tests.envs.faulty:make_probe"
 SLOW = 2  # the probe's slow action: it waits ``slow_seconds``

@@ -10,30 +10,74 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 #: Upper bound for anything that should finish promptly: a hang guard, never a speed check.
 HANG = 30.0
 
 
-def child_processes() -> list[tuple[int, str, str]]:
-    """``(pid, state, cmdline)`` of this process's children (from /proc)."""
-    me = os.getpid()
+class ProcInfo(NamedTuple):
+    """One process as /proc shows it."""
+
+    pid: int
+    ppid: int
+    state: str  # "R", "S", "Z" (zombie: exited, not reaped) ...
+    cmdline: str
+
+
+def _read(pid: str, name: str) -> bytes:
+    with open(f"/proc/{pid}/{name}", "rb") as fh:
+        return fh.read()
+
+
+def proc_table(env_token: str | None = None) -> list[ProcInfo]:
+    """Every process in /proc (those whose environment holds ``env_token``, when given); a process that
+    exits while it is read is left out."""
     out = []
+    needle = env_token.encode() if env_token is not None else None
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat") as fh:
-                stat = fh.read()
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
+            if needle is not None and needle not in _read(entry, "environ"):
+                continue
+            stat = _read(entry, "stat").decode(errors="replace")
+            cmdline = _read(entry, "cmdline").replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[1]) == me:
-            out.append((int(entry), fields[0], cmdline))
+        out.append(ProcInfo(int(entry), int(fields[1]), fields[0], cmdline))
     return out
+
+
+def child_processes() -> list[tuple[int, str, str]]:
+    """``(pid, state, cmdline)`` of this process's children."""
+    me = os.getpid()
+    return [(p.pid, p.state, p.cmdline) for p in proc_table() if p.ppid == me]
+
+
+def children(pid: int) -> list[int]:
+    """Pids of the direct children of ``pid``."""
+    return [p.pid for p in proc_table() if p.ppid == pid]
+
+
+def descendants(pid: int) -> list[tuple[int, str]]:
+    """``(pid, cmdline)`` of every descendant of ``pid``."""
+    table = proc_table()
+    out, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        for p in table:
+            if p.ppid == parent:
+                out.append((p.pid, p.cmdline))
+                todo.append(p.pid)
+    return out
+
+
+def processes_with_env(token: str) -> list[tuple[int, str]]:
+    """``(pid, cmdline)`` of the live processes (not zombies) whose environment holds ``token``: every
+    process a server started with that token spawned, orphaned or not."""
+    return [(p.pid, p.cmdline) for p in proc_table(token) if p.state != "Z"]
 
 
 def process_gone(pid: int, marker: str = "workers") -> bool:

@@ -9,25 +9,10 @@ import subprocess
 import sys
 import time
 
-from tests.support.procs import HANG, process_gone
+from tests.support.procs import HANG, children, process_gone
 from tests.support.scripts import ROOT
 
-__all__ = ["ServerProcess", "WorkerHostProcess", "children"]
-
-
-def children(pid: int) -> list[int]:
-    """Pids of the direct children of ``pid``."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as fh:
-                    stat = fh.read()
-            except OSError:
-                continue
-            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
-                out.append(int(entry))
-    return out
+__all__ = ["ServerProcess", "WorkerHostProcess"]
 
 
 def terminate(proc: subprocess.Popen[str], workers: list[int], log: list[str], what: str) -> None:
