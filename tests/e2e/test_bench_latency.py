@@ -34,8 +34,8 @@ def test_latency_benchmark_smoke(tmp_path: Path) -> None:
         "process tree RSS",
     }
     for bar in result["bars"]:  # "met" is the bar's own comparison, not a free flag
-        assert bar["op"] == ">=", bar
-        assert bar["met"] is (bar["value"] >= bar["threshold"]), bar
+        compare = {">=": float.__ge__, "<": float.__lt__}[bar["op"]]
+        assert bar["met"] is compare(float(bar["value"]), float(bar["threshold"])), bar
     markdown = (tmp_path / "latency.md").read_text()
     assert markdown.startswith("`")
     assert "| bar |" in markdown
