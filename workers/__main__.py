@@ -13,7 +13,16 @@ import ctypes
 import logging
 import os
 import signal
+import stat
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import zmq
+
+#: Sets a ZeroMQ socket's options before it connects (CURVE keys).
+Configure = Callable[["zmq.Socket[Any]"], None]
 
 
 def _die_with_parent() -> None:
@@ -44,8 +53,8 @@ def _take_sched_policy() -> None:
             os.sched_setscheduler(tid, os.SCHED_BATCH, os.sched_param(0))
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Parse arguments and run a worker until the coordinator closes it."""
+def _parser() -> argparse.ArgumentParser:
+    """The command line (see the module docstring)."""
     from aioenv.wire.options import EXECUTORS
 
     parser = argparse.ArgumentParser(prog="python -m workers", description="Host aioenv envs for a coordinator.")
@@ -64,31 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--curve-secret", default=None, help="own .key_secret file (a server with --auth)")
     parser.add_argument("--server-key", default=None, help="the server's .key file (a server with --auth)")
     parser.add_argument("--log-level", default="WARNING")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    if args.parent_pid is not None:
-        _die_with_parent()
-        if os.getppid() != args.parent_pid:
-            return 1  # the parent died before we could ask to follow it
-    from aioenv.errors import UsageError
+    return parser
 
-    try:
-        _take_sched_policy()
-    except UsageError as exc:  # a bad AIOENV_WORKER_SCHED
-        parser.error(str(exc))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
-    # In-worker code (aioenv.compat's helper) loads pickled payloads from this directory only;
-    # a worker started without one must not trust a directory inherited through the environment.
-    if args.trusted_dir:
-        os.environ["AIOENV_TRUSTED_DIR"] = args.trusted_dir
-    else:
-        os.environ.pop("AIOENV_TRUSTED_DIR", None)
 
-    configure = None
-    link: str | int = args.connect if args.fd is None else args.fd
+def _check_descriptors(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--fd`` must be an open socket and ``--slab`` an open descriptor of an inline worker of ``--fd``: say
+    which, instead of failing later on a closed or wrong descriptor."""
     if args.fd is not None:
-        import stat
-
         try:
             is_socket = stat.S_ISSOCK(os.fstat(args.fd).st_mode)
         except OSError as exc:
@@ -102,31 +93,72 @@ def main(argv: list[str] | None = None) -> int:
             os.fstat(args.slab)
         except OSError as exc:
             parser.error(f"--slab {args.slab}: not an open descriptor ({exc.strerror})")
-    if args.curve_secret or args.server_key:
-        if args.fd is not None:
-            parser.error("--curve-secret and --server-key are for --connect")
-        if not (args.curve_secret and args.server_key):
-            parser.error("--curve-secret and --server-key go together")
-        from aioenv.transport.auth import client_configurer
 
-        configure = client_configurer((args.curve_secret, args.server_key))
+
+def _curve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Configure | None:
+    """The socket configurer of a worker joining a server with ``--auth`` (None without keys)."""
+    if not (args.curve_secret or args.server_key):
+        return None
+    if args.fd is not None:
+        parser.error("--curve-secret and --server-key are for --connect")
+    if not (args.curve_secret and args.server_key):
+        parser.error("--curve-secret and --server-key go together")
+    from aioenv.transport.auth import client_configurer
+
+    return client_configurer((args.curve_secret, args.server_key))
+
+
+def _trust(trusted_dir: str | None) -> None:
+    """In-worker code (aioenv.compat's helper) loads pickled payloads from this directory only; a worker
+    started without one must not trust a directory inherited through the environment."""
+    if trusted_dir:
+        os.environ["AIOENV_TRUSTED_DIR"] = trusted_dir
+    else:
+        os.environ.pop("AIOENV_TRUSTED_DIR", None)
+
+
+def _run(args: argparse.Namespace, configure: Configure | None) -> None:
+    """Run the worker of the executor until its coordinator closes it."""
+    link: str | int = args.connect if args.fd is None else args.fd
     if args.executor == "inline":
         from workers.runtime import Worker
 
-        Worker(
+        worker = Worker(
             link,
             args.name,
             trusted_dir=args.trusted_dir,
             executor=args.executor,
             configure=configure,
             slab_fd=args.slab,
-        ).run()
+        )
+        worker.run()
     else:
         from workers.concurrent import ConcurrentWorker
 
         ConcurrentWorker(
             link, args.name, trusted_dir=args.trusted_dir, executor=args.executor, configure=configure
         ).run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments and run a worker until the coordinator closes it."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.parent_pid is not None:
+        _die_with_parent()
+        if os.getppid() != args.parent_pid:
+            return 1  # the parent died before we could ask to follow it
+    from aioenv.errors import UsageError
+
+    try:
+        _take_sched_policy()
+    except UsageError as exc:  # a bad AIOENV_WORKER_SCHED
+        parser.error(str(exc))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
+    _trust(args.trusted_dir)
+    _check_descriptors(parser, args)
+    _run(args, _curve(parser, args))
     return 0
 
 
