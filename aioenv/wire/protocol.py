@@ -298,7 +298,25 @@ def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
     """
     if not frames:
         raise ProtocolError("empty message: expected [header, *arrays]")
-    raw = _buffer(frames[0])
+    header = _decode_header(_buffer(frames[0]))
+    specs = header.get("a")
+    if specs is None:  # no arrays: the common case of control messages
+        if len(frames) > 1:
+            raise ProtocolError(
+                f"malformed message: {len(frames) - 1} frames follow the header but it describes no arrays"
+            )
+        return header, []
+    if type(specs) is not list:
+        raise ProtocolError(f"malformed header: 'a' must be a list of array specs, got {type(specs).__name__}")
+    blob = header.get("b", b"")
+    if type(blob) is not bytes:
+        raise ProtocolError(f"malformed header: 'b' must be bytes, got {type(blob).__name__}")
+    buffers: list[Any] = [blob] if len(frames) == 1 else [blob, *(_buffer(f) for f in frames[1:])]
+    return header, _decode_arrays(specs, buffers)
+
+
+def _decode_header(raw: memoryview) -> dict[str, Any]:
+    """The header map of a message, checked: size, msgpack map, protocol version, ``op``."""
     if len(raw) > MAX_HEADER_BYTES:
         raise ProtocolError(f"header of {len(raw)} bytes exceeds the limit of {MAX_HEADER_BYTES}")
     try:
@@ -314,37 +332,25 @@ def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
         )
     if not isinstance(header.get("op"), str):
         raise ProtocolError(f"malformed header: 'op' must be a string, got {header.get('op')!r}")
-    specs = header.get("a")
-    if specs is None:  # no arrays: the common case of control messages
-        if len(frames) > 1:
-            raise ProtocolError(
-                f"malformed message: {len(frames) - 1} frames follow the header but it describes no arrays"
-            )
-        return header, []
-    if type(specs) is not list:
-        raise ProtocolError(f"malformed header: 'a' must be a list of array specs, got {type(specs).__name__}")
-    blob = header.get("b", b"")
-    if type(blob) is not bytes:
-        raise ProtocolError(f"malformed header: 'b' must be bytes, got {type(blob).__name__}")
-    nframes = len(frames)
-    buffers: list[Any] = [blob] if nframes == 1 else [blob, *(_buffer(f) for f in frames[1:])]
+    return header
+
+
+def _decode_arrays(specs: list[Any], buffers: list[Any]) -> list[np.ndarray]:
+    """The arrays ``specs`` describe, as views of ``buffers`` (0: the header's blob, then the frames).
+
+    Every frame after the header must hold at least one array: a frame nothing describes is a malformed
+    message, not something to ignore. This loop runs once per array of every message, so the common
+    spec (a dtype and shape seen before) is looked up in a cache instead of being checked again.
+    """
+    nframes = len(buffers)
     arrays: list[np.ndarray] = []
-    frombuffer = np.frombuffer
-    cached = _SPECS.get
+    frombuffer, spec_of = np.frombuffer, _cached_spec  # local names: this loop is hot
     described = 0  # bit i: frame i holds an array
     i = 0
     try:
         for i, spec in enumerate(specs):  # noqa: B007 - i names the bad spec below
             dtype_code, shape, frame, offset = spec
-            try:
-                hit = cached((dtype_code, tuple(shape))) if type(shape) is list else None
-            except TypeError:  # unhashable parts: the full check below says what is wrong
-                hit = None
-            if hit is not None:
-                for d in shape:  # 1.0 and True hash like 1: only ints may hit
-                    if type(d) is not int:
-                        hit = None
-            dtype, shape_t, count, nbytes = hit if hit is not None else _array_spec(dtype_code, shape)
+            dtype, shape_t, count, nbytes = spec_of(dtype_code, shape)
             if type(frame) is not int or not 0 <= frame < nframes:
                 raise ValueError(f"frame index {frame!r} is not the header blob (0) or one of {nframes - 1} frames")
             buf = buffers[frame]
@@ -364,7 +370,21 @@ def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
             f"malformed message: {nframes - 1} frames follow the header but frame(s) {stray} "
             "are described by no array spec"
         )
-    return header, arrays
+    return arrays
+
+
+def _cached_spec(dtype_code: Any, shape: Any) -> tuple[np.dtype[Any], tuple[int, ...] | None, int, int]:
+    """:func:`_array_spec` of a spec, from the cache when this dtype and shape were seen before."""
+    try:
+        hit = _SPECS.get((dtype_code, tuple(shape))) if type(shape) is list else None
+    except TypeError:  # unhashable parts: the full check says what is wrong
+        hit = None
+    if hit is None:
+        return _array_spec(dtype_code, shape)
+    for d in shape:  # 1.0 and True hash like 1: only ints may hit (a loop: cheaper than all() here)
+        if type(d) is not int:
+            return _array_spec(dtype_code, shape)
+    return hit
 
 
 def _buffer(frame: Any) -> memoryview:
