@@ -178,7 +178,7 @@ def space_from_description(desc: dict[str, Any]) -> gs.Space[Any]:
     return _build(desc, 0)
 
 
-def _make(kind: str, ctor: Callable[..., gs.Space[Any]], *a: Any, **kw: Any) -> Any:
+def _make(kind: str, ctor: Callable[..., gs.Space[Any]], *a: Any, **kw: Any) -> gs.Space[Any]:
     try:
         return ctor(*a, **kw)
     except (ValueError, TypeError, AssertionError, OverflowError) as e:
@@ -186,62 +186,95 @@ def _make(kind: str, ctor: Callable[..., gs.Space[Any]], *a: Any, **kw: Any) -> 
 
 
 def _build(desc: Any, depth: int) -> gs.Space[Any]:
+    """The space a description (from :func:`describe_space`) stands for; ``ValueError`` naming what is wrong."""
     if depth > _MAX_DEPTH:
         raise ValueError(f"space description nested deeper than {_MAX_DEPTH} levels")
     if not isinstance(desc, Mapping):
         raise ValueError(f"malformed space description (not a map): {desc!r}")
     kind = desc.get("type")
-    space: gs.Space[Any]
-    if kind == "Box":
-        shape = _shape_field(desc, kind)
-        dt = _dtype_field(desc, kind, "biuf")
-        low = _array_field(desc, "low", kind, dt, shape)
-        high = _array_field(desc, "high", kind, dt, shape)
-        space = _make(kind, gs.Box, low=low, high=high, shape=shape, dtype=dt)
-    elif kind == "Discrete":
-        n = _int_field(desc, "n", kind, 1)
-        start = _int_field(desc, "start", kind, -(2**63))
-        dt = _dtype_field(desc, kind, "iu")
-        space = _make(kind, gs.Discrete, n, start=start, dtype=dt)
-    elif kind == "MultiDiscrete":
-        dt = _dtype_field(desc, kind, "iu")
-        nvec = _array_field(desc, "nvec", kind, dt, None)
-        mstart = _array_field(desc, "start", kind, dt, nvec.shape)
-        space = _make(kind, gs.MultiDiscrete, nvec, dtype=dt, start=mstart)
-    elif kind == "MultiBinary":
-        nb = _field(desc, "n", kind)
-        if isinstance(nb, list | tuple) and all(_is_int(d) and d >= 0 for d in nb):
-            nb = tuple(int(d) for d in nb)
-        elif not (_is_int(nb) and nb >= 0):
-            raise _bad(kind, f"field 'n' must be an int or a list of ints, got {nb!r}")
-        space = _make(kind, gs.MultiBinary, nb)
-    elif kind == "Text":
-        max_len = _int_field(desc, "max_length", kind, 0)
-        min_len = _int_field(desc, "min_length", kind, 0)
-        chars = _field(desc, "charset", kind)
-        if not isinstance(chars, str) or not chars:
-            raise _bad(kind, f"field 'charset' must be a non-empty str, got {chars!r}")
-        space = _make(kind, gs.Text, max_len, min_length=min_len, charset=chars)
-    elif kind in ("Dict", "Tuple"):
-        subs, sort_keys = _field(desc, "subspaces", kind), desc.get("sort_keys", True)
-        if not isinstance(subs, list | tuple) or not isinstance(sort_keys, bool):
-            raise _bad(kind, "'subspaces' must be a list (and 'sort_keys' a bool)")
-        if kind == "Tuple":
-            space = _make(kind, gs.Tuple, [_build(d, depth + 1) for d in subs])
-            return space
-        pairs: list[tuple[str | int, gs.Space[Any]]] = []
-        for item in subs:
-            if not (isinstance(item, list | tuple) and len(item) == 2) or not (
-                isinstance(item[0], str | int) and not isinstance(item[0], bool)
-            ):
-                raise _bad(kind, f"subspace entry {item!r} is not [key, description]")
-            pairs.append((item[0], _build(item[1], depth + 1)))
-        if len({k for k, _ in pairs}) != len(pairs):
-            raise _bad(kind, "duplicate keys in 'subspaces'")
-        space = _make(kind, gs.Dict, pairs, sort_keys=sort_keys)
-    else:
+    builder = _BUILDERS.get(kind) if isinstance(kind, str) else None
+    if builder is None:
         raise ValueError(f"unknown space type {kind!r} in description ({_SUPPORTED})")
-    return space
+    return builder(desc, depth)
+
+
+def _build_box(desc: Mapping[str, Any], _depth: int) -> gs.Space[Any]:
+    shape = _shape_field(desc, "Box")
+    dt = _dtype_field(desc, "Box", "biuf")
+    low = _array_field(desc, "low", "Box", dt, shape)
+    high = _array_field(desc, "high", "Box", dt, shape)
+    return _make("Box", gs.Box, low=low, high=high, shape=shape, dtype=dt)
+
+
+def _build_discrete(desc: Mapping[str, Any], _depth: int) -> gs.Space[Any]:
+    n = _int_field(desc, "n", "Discrete", 1)
+    start = _int_field(desc, "start", "Discrete", -(2**63))
+    dt = _dtype_field(desc, "Discrete", "iu")
+    return _make("Discrete", gs.Discrete, n, start=start, dtype=dt)
+
+
+def _build_multi_discrete(desc: Mapping[str, Any], _depth: int) -> gs.Space[Any]:
+    dt = _dtype_field(desc, "MultiDiscrete", "iu")
+    nvec = _array_field(desc, "nvec", "MultiDiscrete", dt, None)
+    start = _array_field(desc, "start", "MultiDiscrete", dt, nvec.shape)
+    return _make("MultiDiscrete", gs.MultiDiscrete, nvec, dtype=dt, start=start)
+
+
+def _build_multi_binary(desc: Mapping[str, Any], _depth: int) -> gs.Space[Any]:
+    nb = _field(desc, "n", "MultiBinary")
+    if isinstance(nb, list | tuple) and all(_is_int(d) and d >= 0 for d in nb):
+        nb = tuple(int(d) for d in nb)
+    elif not (_is_int(nb) and nb >= 0):
+        raise _bad("MultiBinary", f"field 'n' must be an int or a list of ints, got {nb!r}")
+    return _make("MultiBinary", gs.MultiBinary, nb)
+
+
+def _build_text(desc: Mapping[str, Any], _depth: int) -> gs.Space[Any]:
+    max_len = _int_field(desc, "max_length", "Text", 0)
+    min_len = _int_field(desc, "min_length", "Text", 0)
+    chars = _field(desc, "charset", "Text")
+    if not isinstance(chars, str) or not chars:
+        raise _bad("Text", f"field 'charset' must be a non-empty str, got {chars!r}")
+    return _make("Text", gs.Text, max_len, min_length=min_len, charset=chars)
+
+
+def _subspaces(desc: Mapping[str, Any], kind: str) -> tuple[list[Any] | tuple[Any, ...], bool]:
+    """A composite space's ``subspaces`` list and its ``sort_keys`` flag, checked."""
+    subs, sort_keys = _field(desc, "subspaces", kind), desc.get("sort_keys", True)
+    if not isinstance(subs, list | tuple) or not isinstance(sort_keys, bool):
+        raise _bad(kind, "'subspaces' must be a list (and 'sort_keys' a bool)")
+    return subs, sort_keys
+
+
+def _build_tuple(desc: Mapping[str, Any], depth: int) -> gs.Space[Any]:
+    subs, _ = _subspaces(desc, "Tuple")
+    return _make("Tuple", gs.Tuple, [_build(d, depth + 1) for d in subs])
+
+
+def _build_dict(desc: Mapping[str, Any], depth: int) -> gs.Space[Any]:
+    subs, sort_keys = _subspaces(desc, "Dict")
+    pairs: list[tuple[str | int, gs.Space[Any]]] = []
+    for item in subs:
+        if not (isinstance(item, list | tuple) and len(item) == 2) or not (
+            isinstance(item[0], str | int) and not isinstance(item[0], bool)
+        ):
+            raise _bad("Dict", f"subspace entry {item!r} is not [key, description]")
+        pairs.append((item[0], _build(item[1], depth + 1)))
+    if len({k for k, _ in pairs}) != len(pairs):
+        raise _bad("Dict", "duplicate keys in 'subspaces'")
+    return _make("Dict", gs.Dict, pairs, sort_keys=sort_keys)
+
+
+#: One builder per space type a description may name.
+_BUILDERS: dict[str, Callable[[Mapping[str, Any], int], gs.Space[Any]]] = {
+    "Box": _build_box,
+    "Discrete": _build_discrete,
+    "MultiDiscrete": _build_multi_discrete,
+    "MultiBinary": _build_multi_binary,
+    "Text": _build_text,
+    "Tuple": _build_tuple,
+    "Dict": _build_dict,
+}
 
 
 # ------------------------------------------------------------- action checking
