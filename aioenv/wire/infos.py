@@ -85,54 +85,70 @@ def batch_infos(infos: list[dict[str, Any] | None], num_rows: int) -> dict[str, 
     has gets none (:func:`merge_infos` reads a missing mask as "every row"): the common case
     of an env that returns the same keys each step costs one array per key, not two.
     """
-    columns = _full_columns(infos, num_rows)
-    if columns is None:
-        columns = {}
-        for row, info in enumerate(infos):
-            if info:
-                for key, value in info.items():
-                    columns.setdefault(key, ([], []))
-                    rows_of, values_of = columns[key]
-                    rows_of.append(row)
-                    values_of.append(value)
     out: dict[str, Any] = {}
-    for key, (rows, values) in columns.items():
-        first = values[0]
+    for key, (rows, values) in _columns(infos, num_rows).items():
         full = len(rows) == num_rows
-        kind = type(first)
-        if key != "final_obs" and all(isinstance(v, dict) for v in values):
-            sub: list[dict[str, Any] | None] = [None] * num_rows
-            for r, v in zip(rows, values, strict=True):
-                sub[r] = v
-            out[key] = batch_infos(sub, num_rows)
-        elif key != "final_obs" and _plain(first) and all(type(v) is kind for v in values):
-            if full:
-                out[key] = np.array(values, dtype=kind)
-            else:
-                array = np.zeros(num_rows, dtype=kind)
-                array[rows] = values
-                out[key] = array
-            if kind in (int, float, bool):
-                out.setdefault(_PY, []).append(key)  # rows were Python scalars, not numpy ones
-        elif (
-            key != "final_obs"
-            and isinstance(first, np.ndarray)
-            and first.dtype != object
-            and all(isinstance(v, np.ndarray) and v.shape == first.shape and v.dtype == first.dtype for v in values)
-        ):
-            array = np.zeros((num_rows, *first.shape), dtype=first.dtype)
-            array[rows] = values
-            out[key] = array
-        else:
-            array = np.full(num_rows, fill_value=None, dtype=object)
-            for r, v in zip(rows, values, strict=True):
-                array[r] = v
-            out[key] = array
+        out[key], python_scalars = _batch_column(key, rows, values, num_rows, full)
+        if python_scalars:  # rows were Python scalars, not numpy ones: merge_infos gives them back as such
+            out.setdefault(_PY, []).append(key)
         if not full:
             mask = np.zeros(num_rows, dtype=np.bool_)
             mask[rows] = True
             out[f"_{key}"] = mask
     return out
+
+
+def _columns(infos: list[dict[str, Any] | None], num_rows: int) -> dict[str, tuple[Any, Any]]:
+    """``{key: (rows that have it, their values)}``, read column-wise when every row has the same keys."""
+    columns = _full_columns(infos, num_rows)
+    if columns is not None:
+        return columns
+    columns = {}
+    for row, info in enumerate(infos):
+        if info:
+            for key, value in info.items():
+                rows_of, values_of = columns.setdefault(key, ([], []))
+                rows_of.append(row)
+                values_of.append(value)
+    return columns
+
+
+def _batch_column(key: str, rows: Any, values: list[Any], num_rows: int, full: bool) -> tuple[Any, bool]:
+    """One key's values at ``rows`` as a batched column of ``num_rows``: a nested batch for dicts, a typed
+    array for values of one plain type or one array shape and dtype, an object array of the raw values
+    otherwise (and always for ``final_obs``). The flag: the values were Python ints, floats or bools."""
+    first = values[0]
+    if key != "final_obs":
+        if all(isinstance(v, dict) for v in values):
+            sub: list[dict[str, Any] | None] = [None] * num_rows
+            for r, v in zip(rows, values, strict=True):
+                sub[r] = v
+            return batch_infos(sub, num_rows), False
+        kind = type(first)
+        if _plain(first) and all(type(v) is kind for v in values):
+            python_scalars = kind in (int, float, bool)
+            if full:
+                return np.array(values, dtype=kind), python_scalars
+            array = np.zeros(num_rows, dtype=kind)
+            array[rows] = values
+            return array, python_scalars
+        if _same_arrays(first, values):
+            array = np.zeros((num_rows, *first.shape), dtype=first.dtype)
+            array[rows] = values
+            return array, False
+    array = np.full(num_rows, fill_value=None, dtype=object)
+    for r, v in zip(rows, values, strict=True):
+        array[r] = v
+    return array, False
+
+
+def _same_arrays(first: Any, values: list[Any]) -> bool:
+    """Every value a numeric ndarray of ``first``'s shape and dtype."""
+    return (
+        isinstance(first, np.ndarray)
+        and first.dtype != object
+        and all(isinstance(v, np.ndarray) and v.shape == first.shape and v.dtype == first.dtype for v in values)
+    )
 
 
 def _full_columns(infos: list[dict[str, Any] | None], num_rows: int) -> dict[str, tuple[Any, Any]] | None:
