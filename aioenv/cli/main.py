@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 import aioenv
-from aioenv.wire.options import EXECUTORS
+from aioenv.wire.options import EXECUTORS, Executor
 
 # Options shared by several commands.
 LOG_LEVEL = click.option(
@@ -153,7 +153,7 @@ def _endpoint(_ctx: click.Context, param: click.Parameter, value: str | None) ->
 @LOG_LEVEL
 def serve(
     bind: str,
-    executor: str,
+    executor: Executor,
     workers: int | None,
     max_envs: int | None,
     max_envs_per_client: int | None,

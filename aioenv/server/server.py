@@ -54,14 +54,23 @@ from aioenv.core.relay import BlockEntry, PartEntry, encode_parts
 from aioenv.core.replies import Block
 from aioenv.core.scheduler import Request
 from aioenv.core.sinks import Part
-from aioenv.core.sources import parse_sources
+from aioenv.core.sources import EnvSources, parse_sources
 from aioenv.errors import AioEnvError, CapacityError, PoolClosed, ProtocolError, UsageError
 from aioenv.logs import peer_name
 from aioenv.server.fleet import Fleet
 from aioenv.transport.router import Router
 from aioenv.transport.slab import Slab
 from aioenv.wire.errors import relay_wire
-from aioenv.wire.options import AUTORESET_MODES, EXECUTORS, ON_TIMEOUT, choice, positive_int
+from aioenv.wire.options import (
+    AUTORESET_MODES,
+    EXECUTORS,
+    ON_TIMEOUT,
+    AutoresetName,
+    Executor,
+    OnTimeout,
+    choice,
+    positive_int,
+)
 from aioenv.wire.protocol import Op, decode, encode, leaves_from_wire
 from aioenv.wire.version import PROTOCOL_VERSION
 
@@ -78,7 +87,7 @@ class ServerConfig:
     """What ``aioenv serve`` was told (see ``aioenv serve --help``)."""
 
     bind: str = "tcp://0.0.0.0:5555"
-    executor: str = "inline"
+    executor: Executor = "inline"
     workers: int | None = None
     max_envs: int | None = None
     max_envs_per_client: int | None = None
@@ -89,6 +98,18 @@ class ServerConfig:
     worker_bind: str | None = None  # the port worker hosts join (see aioenv.server.fleet); None: local workers only
     local_capacity: int | None = None  # with worker_bind: envs the server hosts itself (None: as a last resort)
     worker_timeout: float = 10.0  # with worker_bind: seconds of silence before a worker host is dropped
+
+
+@dataclass(frozen=True)
+class _PoolOptions:
+    """A client's pool options (OPEN's ``opt`` and ``kw``), checked, with the server's defaults in."""
+
+    env_kwargs: dict[str, Any]
+    autoreset_mode: AutoresetName
+    executor: Executor
+    on_timeout: OnTimeout
+    workers: int  # worker processes, at most one per env
+    max_concurrency: int | None
 
 
 @dataclass(eq=False)
@@ -382,6 +403,28 @@ class Server:
             self.send(identity, encode(Op.RESULT, {"id": req_id, **reply}))
 
     async def _make_session(self, identity: bytes, header: dict[str, Any]) -> dict[str, Any]:
+        """Open a client's pool: check the request and the limits, start its coordinator, keep it as a session;
+        returns the OPEN reply's fields (the envs' spaces and how the pool runs)."""
+        env, n, client = self._check_open(identity, header)
+        self._admit(client, n)
+        opts = self._pool_options(header, n)
+        sources, _ = parse_sources(env, n, opts.env_kwargs, None)
+        self._opening[identity] = (client, n)
+        try:
+            coord, described = await self._start_coordinator(identity, n, sources, opts)
+        finally:
+            self._opening.pop(identity, None)
+        if self.closing:
+            await coord.aclose()
+            raise PoolClosed("the server is shutting down")
+        name = client or peer_name(identity)
+        outlet = _Outlet(self, identity, name)
+        self.sessions[identity] = _Session(identity, client, env, n, coord, time.monotonic(), outlet)
+        log.info("client %s opened %d %s envs on %d %s workers", name, n, env, opts.workers, opts.executor)
+        return {"spaces": {**described, "_server": {"num_workers": opts.workers, "executor": opts.executor}}}
+
+    def _check_open(self, identity: bytes, header: dict[str, Any]) -> tuple[str, int, str]:
+        """``(env, num_envs, client)`` of an OPEN this server may serve, else the error that says why not."""
         if self.closing:
             raise PoolClosed("the server is shutting down")
         if identity in self.sessions or identity in self._opening:
@@ -399,24 +442,38 @@ class Server:
                 f"env {env!r} names code to run on the server; this server serves gymnasium ids only "
                 "(start it with --allow-env PATTERN to allow 'pkg.module:factory' names)"
             )
-        self._admit(client, n)
+        return env, n, client
+
+    def _pool_options(self, header: dict[str, Any], n: int) -> _PoolOptions:
+        """The pool options of an OPEN, checked, with the server's defaults filled in."""
         opt = dict(header.get("opt") or {})
         kwargs = header.get("kw") or {}
         if not isinstance(kwargs, dict):
             raise UsageError(f"env_kwargs must be a map, got {type(kwargs).__name__}")
-        mode = choice("autoreset_mode", opt.get("autoreset", "next_step"), AUTORESET_MODES, error=UsageError)
-        executor = choice("executor", opt.get("executor") or self.config.executor, EXECUTORS, error=UsageError)
-        on_timeout = choice("on_timeout", opt.get("on_timeout", "error"), ON_TIMEOUT, error=UsageError)
         workers = (
             positive_int("num_workers", opt.get("num_workers"), allow_none=True, error=UsageError)
             or self.config.workers
             or min(n, _cpus())
         )
-        workers = min(workers, n)
-        limit = positive_int("max_concurrency", opt.get("max_concurrency"), allow_none=True, error=UsageError)
-        sources, _ = parse_sources(env, n, kwargs, None)
-        self._opening[identity] = (client, n)
-        coord: Coordinator | None = None
+        return _PoolOptions(
+            env_kwargs=kwargs,
+            autoreset_mode=choice(
+                "autoreset_mode", opt.get("autoreset", "next_step"), AUTORESET_MODES, error=UsageError
+            ),
+            executor=choice("executor", opt.get("executor") or self.config.executor, EXECUTORS, error=UsageError),
+            on_timeout=choice("on_timeout", opt.get("on_timeout", "error"), ON_TIMEOUT, error=UsageError),
+            workers=min(workers, n),
+            max_concurrency=positive_int(
+                "max_concurrency", opt.get("max_concurrency"), allow_none=True, error=UsageError
+            ),
+        )
+
+    async def _start_coordinator(
+        self, identity: bytes, n: int, sources: EnvSources, opts: _PoolOptions
+    ) -> tuple[Coordinator, dict[str, Any]]:
+        """A started coordinator for a client's pool (on worker hosts when the server has a fleet) and the
+        description of its envs; a pool that cannot start is closed again, and a capacity error says how a
+        larger ``num_workers`` would help."""
         self._pools += 1
         placed: dict[str, Any] = {}
         if self.fleet is not None:
@@ -425,38 +482,30 @@ class Server:
                 "name_prefix": f"{self._instance}.p{self._pools}.",
                 "when_room": self.fleet.when_room,
             }
+        coord: Coordinator | None = None
         try:
             coord = Coordinator(
                 n,
                 sources,
                 Coordinator.private_directory(),
-                autoreset_mode=mode,
-                executor=executor,
+                autoreset_mode=opts.autoreset_mode,
+                executor=opts.executor,
                 on_remade=lambda ids: self.send(identity, encode(Op.EVENT, {"ev": "remade", "env": ids.tolist()})),
-                max_concurrency=limit,
-                on_timeout=on_timeout,
+                max_concurrency=opts.max_concurrency,
+                on_timeout=opts.on_timeout,
                 **placed,
             )
-            described = await coord.start(workers)
+            return coord, await coord.start(opts.workers)
         except BaseException as exc:
             if coord is not None:
                 await coord.aclose()
-            if isinstance(exc, CapacityError) and workers < n and self.fleet and self.fleet.placement.serves(executor):
+            fleet = self.fleet
+            if isinstance(exc, CapacityError) and opts.workers < n and fleet and fleet.placement.serves(opts.executor):
                 raise CapacityError(
-                    f"cannot place {n} envs in {workers} worker processes: {exc.message}; a larger num_workers "
+                    f"cannot place {n} envs in {opts.workers} worker processes: {exc.message}; a larger num_workers "
                     "splits the pool into smaller blocks"
                 ) from exc
             raise
-        finally:
-            self._opening.pop(identity, None)
-        if self.closing:
-            await coord.aclose()
-            raise PoolClosed("the server is shutting down")
-        name = client or peer_name(identity)
-        outlet = _Outlet(self, identity, name)
-        self.sessions[identity] = _Session(identity, client, env, n, coord, time.monotonic(), outlet)
-        log.info("client %s opened %d %s envs on %d %s workers", name, n, env, workers, executor)
-        return {"spaces": {**described, "_server": {"num_workers": workers, "executor": executor}}}
 
     def _admit(self, client: str, n: int) -> None:
         active = sum(s.num_envs for s in self.sessions.values()) + sum(k for _, k in self._opening.values())

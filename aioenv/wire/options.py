@@ -9,7 +9,7 @@ check of a count and of a duration: a pool raises ``ValueError``, a server ``Usa
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 import numpy as np
 
@@ -25,6 +25,8 @@ __all__ = [
     "positive_seconds",
 ]
 
+Name = TypeVar("Name", bound=str)
+
 #: How a worker runs its envs: one after another (``inline``), one thread each (``thread``), or as
 #: coroutines of one event loop (``async``).
 Executor = Literal["inline", "thread", "async"]
@@ -39,11 +41,13 @@ OnTimeout = Literal["error", "truncate"]
 ON_TIMEOUT: tuple[OnTimeout, ...] = get_args(OnTimeout)
 
 
-def choice(name: str, value: Any, allowed: tuple[str, ...], *, error: type[Exception] = ValueError) -> str:
-    """``value`` if it is one of ``allowed``; else ``error`` naming the option, the choices and the value."""
-    if not isinstance(value, str) or value not in allowed:
-        raise error(f"{name} must be one of {list(allowed)}, got {value!r}")
-    return value
+def choice(name: str, value: Any, allowed: tuple[Name, ...], *, error: type[Exception] = ValueError) -> Name:
+    """``value`` if it is one of ``allowed`` (typed as they are); else ``error`` naming the option, the choices
+    and the value."""
+    for name_ in allowed:
+        if value == name_ and isinstance(value, str):
+            return name_
+    raise error(f"{name} must be one of {list(allowed)}, got {value!r}")
 
 
 def positive_int(name: str, value: Any, *, allow_none: bool = False, error: type[Exception] = ValueError) -> int | None:
