@@ -242,6 +242,8 @@ class Fleet:
     # ------------------------------------------------------------ messages
 
     def _on_message(self, identity: bytes, frames: list[zmq.Frame]) -> None:
+        """A message on the worker port: a worker process's (passed to its pool), a host's JOIN, a message
+        of a host that is not joined, or one of a joined host. A malformed one is refused and counted."""
         child = self._children.get(identity)
         if child is not None:
             child.spec.on_message(identity, frames)
@@ -253,52 +255,61 @@ class Fleet:
             op = header["op"]
             agent = self.agents.get(identity)
             if op == Op.JOIN:
-                try:
-                    self._join(identity, header)
-                except _NameTaken as exc:
-                    self._refuse(identity, req_id, exc.error, retry=True)
-                    return
-                self.router.send(identity, encode(Op.RESULT, {"id": req_id}))
-                return
-            if agent is None:
-                if op == Op.HELLO:  # a worker whose pool is gone (e.g. from before a restart): let it go
-                    self.router.send(identity, encode(Op.CLOSE, {"id": 0}))
-                    return
-                if op in _CLIENT_OPS:  # a client given the worker port instead of the client port
-                    err = UsageError(
-                        "this is an aioenv server's worker port (for `aioenv worker --connect`): clients "
-                        f"connect to its client port, {_port_of(self.client_endpoint)}"
-                    )
-                    self._refuse(identity, req_id, err)
-                    return
-                if op not in _HOST_OPS:  # a late reply of a worker that was written off: never answer one
-                    return
-                err = UsageError("this worker host is not joined (it was dropped or the server restarted): join again")
-                self._refuse(identity, req_id, err, rejoin=True)
-                return
-            agent.last_seen = time.monotonic()
-            if op == Op.PING:
-                self.router.send(identity, encode(Op.PONG, {"id": req_id}))
-            elif op == Op.STARTED:
-                proc = agent.children.get(str(header["name"]))
-                if proc is not None:
-                    proc.started(header.get("pid"))
-            elif op == Op.EXITED:
-                proc = agent.children.get(str(header["name"]))
-                code = header.get("code")
-                code = code if isinstance(code, int) else None
-                if proc is not None:
-                    proc.ended(code, f"{describe_exit(code)} on host {agent.name}")
-            elif op == Op.LEAVE:
-                log.info("worker host %s left", agent.name)
-                self._drop(agent, f"was lost: its host {agent.name} stopped")
+                self._on_join(identity, req_id, header)
+            elif agent is None:
+                self._on_stranger(identity, req_id, op)
             else:
-                raise ProtocolError(f"unknown op {op!r} on the worker port")
+                self._on_host_message(agent, identity, req_id, op, header)
         except (AioEnvError, KeyError, TypeError, ValueError) as exc:
             self.protocol_errors += 1
             error: AioEnvError = exc if isinstance(exc, AioEnvError) else ProtocolError(f"malformed message: {exc}")
             log.warning("refused a message on the worker port from %s: %s", peer_name(identity), error)
             self._refuse(identity, req_id, error)
+
+    def _on_join(self, identity: bytes, req_id: Any, header: dict[str, Any]) -> None:
+        """A host asks to join: admitted, or told to retry while its name is still taken."""
+        try:
+            self._join(identity, header)
+        except _NameTaken as exc:
+            self._refuse(identity, req_id, exc.error, retry=True)
+            return
+        self.router.send(identity, encode(Op.RESULT, {"id": req_id}))
+
+    def _on_stranger(self, identity: bytes, req_id: Any, op: str) -> None:
+        """A message from a peer that is not a joined host: each kind of stray peer is told what it needs."""
+        if op == Op.HELLO:  # a worker whose pool is gone (e.g. from before a restart): let it go
+            self.router.send(identity, encode(Op.CLOSE, {"id": 0}))
+        elif op in _CLIENT_OPS:  # a client given the worker port instead of the client port
+            err = UsageError(
+                "this is an aioenv server's worker port (for `aioenv worker --connect`): clients "
+                f"connect to its client port, {_port_of(self.client_endpoint)}"
+            )
+            self._refuse(identity, req_id, err)
+        elif op in _HOST_OPS:  # a host that was dropped, or joined a server that restarted
+            err = UsageError("this worker host is not joined (it was dropped or the server restarted): join again")
+            self._refuse(identity, req_id, err, rejoin=True)
+        # else: a late reply of a worker that was written off: never answer one
+
+    def _on_host_message(self, agent: _Agent, identity: bytes, req_id: Any, op: str, header: dict[str, Any]) -> None:
+        """A joined host's heartbeat, news of its worker processes, or its goodbye."""
+        agent.last_seen = time.monotonic()
+        if op == Op.PING:
+            self.router.send(identity, encode(Op.PONG, {"id": req_id}))
+        elif op == Op.STARTED:
+            proc = agent.children.get(str(header["name"]))
+            if proc is not None:
+                proc.started(header.get("pid"))
+        elif op == Op.EXITED:
+            proc = agent.children.get(str(header["name"]))
+            code = header.get("code")
+            code = code if isinstance(code, int) else None
+            if proc is not None:
+                proc.ended(code, f"{describe_exit(code)} on host {agent.name}")
+        elif op == Op.LEAVE:
+            log.info("worker host %s left", agent.name)
+            self._drop(agent, f"was lost: its host {agent.name} stopped")
+        else:
+            raise ProtocolError(f"unknown op {op!r} on the worker port")
 
     def _refuse(self, identity: bytes, req_id: Any, err: AioEnvError, **flags: bool) -> None:
         fields = {"id": req_id if isinstance(req_id, int) else None, "error": relay_wire(err), **flags}
