@@ -23,7 +23,6 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import zmq
@@ -83,22 +82,12 @@ class WorkerHost:
         self.children: dict[str, _Child] = {}
         self.joined = False
         self._stop = False
+        self._heard = self._hinted = 0.0  # when the server last wrote; when we last said it is silent
+        self._next_beat = 0.0  # when the next PING (or JOIN) is due
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT (or a refusal: a wrong protocol version, a clashing name); exit code."""
-        configure: Callable[[zmq.Socket[Any]], None] | None = None
-        if self.curve is not None:
-            from aioenv.transport.auth import client_configurer
-
-            configure = client_configurer(self.curve)
-        sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
-        sock.setsockopt(zmq.IDENTITY, f"host:{self.name}:{os.getpid()}:{uuid.uuid4().hex[:8]}".encode())
-        sock.setsockopt(zmq.LINGER, 1000)
-        sock.setsockopt(zmq.IMMEDIATE, 1)  # no queueing for a server that is not there: JOIN is re-sent
-        if configure is not None:
-            configure(sock)
-        sock.connect(self.endpoint)
-        self.sock = sock
+        self.sock = self._connect()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
         # A signal writes a byte here, which wakes the poll at once (pyzmq retries a poll that EINTR cut short).
@@ -107,57 +96,89 @@ class WorkerHost:
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
         log.info("worker host %s: %d %s envs, joining %s", self.name, self.capacity, self.executor, self.endpoint)
-        heard = hinted = time.monotonic()
-        next_beat = 0.0
+        self._heard = self._hinted = time.monotonic()
+        self._next_beat = 0.0
         code = 0
         try:
             while not self._stop:
-                now = time.monotonic()
-                if now >= next_beat:
-                    self._send(encode(Op.PING, {"id": 0}) if self.joined else self._join_message())
-                    next_beat = now + HEARTBEAT
-                if self.joined and now - heard > self.server_timeout:
-                    log.warning(
-                        "server silent for %.0f s: stopping %d workers, joining again", now - heard, len(self.children)
-                    )
-                    self._lose_server()
-                    hinted = now
-                if not self.joined and now - max(heard, hinted) > self.server_timeout:
-                    hinted = now
-                    log.warning(
-                        "no answer from %s yet: is `aioenv serve --worker-bind` listening there (with --auth: are "
-                        "this host's --key and --server-key admitted)? still trying",
-                        self.endpoint,
-                    )
-                poller = zmq.Poller()
-                poller.register(sock, zmq.POLLIN)
-                poller.register(wake_r, zmq.POLLIN)
-                for child in self.children.values():
-                    poller.register(child.pidfd, zmq.POLLIN)
-                ready = dict(poller.poll(int(max(0.0, next_beat - time.monotonic()) * 1000) + 1))
-                if wake_r in ready:
-                    with contextlib.suppress(BlockingIOError):
-                        os.read(wake_r, 512)
-                for child in list(self.children.values()):
-                    if child.pidfd in ready:
-                        self._reap(child)
-                while int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
-                    heard = time.monotonic()
-                    refused = self._on_message(sock.recv_multipart(zmq.NOBLOCK))
-                    if refused:
-                        code = 2
-                        self._stop = True
-                        break
+                self._beat()
+                self._watch_server()
+                self._wait(wake_r)
+                if self._read_messages():
+                    code = 2  # refused: a wrong protocol version or a clashing name
+                    self._stop = True
         finally:
             self._stop_children()
             if self.joined:
                 self._send(encode(Op.LEAVE, {"id": 0}))
-            sock.close(linger=1000)
+            self.sock.close(linger=1000)
             signal.set_wakeup_fd(-1)
             os.close(wake_r)
             os.close(wake_w)
         log.info("worker host %s stopped", self.name)
         return code
+
+    def _connect(self) -> zmq.Socket[bytes]:
+        """The DEALER socket to the server's worker port (with CURVE keys when given)."""
+        sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.IDENTITY, f"host:{self.name}:{os.getpid()}:{uuid.uuid4().hex[:8]}".encode())
+        sock.setsockopt(zmq.LINGER, 1000)
+        sock.setsockopt(zmq.IMMEDIATE, 1)  # no queueing for a server that is not there: JOIN is re-sent
+        if self.curve is not None:
+            from aioenv.transport.auth import client_configurer
+
+            client_configurer(self.curve)(sock)
+        sock.connect(self.endpoint)
+        return sock
+
+    def _beat(self) -> None:
+        """Every HEARTBEAT: a PING once joined, a JOIN until then."""
+        now = time.monotonic()
+        if now >= self._next_beat:
+            self._send(encode(Op.PING, {"id": 0}) if self.joined else self._join_message())
+            self._next_beat = now + HEARTBEAT
+
+    def _watch_server(self) -> None:
+        """A joined host whose server went silent stops its workers and joins again; one that cannot join
+        says, once per timeout, what to check."""
+        now = time.monotonic()
+        if self.joined and now - self._heard > self.server_timeout:
+            log.warning(
+                "server silent for %.0f s: stopping %d workers, joining again", now - self._heard, len(self.children)
+            )
+            self._lose_server()
+            self._hinted = now
+        if not self.joined and now - max(self._heard, self._hinted) > self.server_timeout:
+            self._hinted = now
+            log.warning(
+                "no answer from %s yet: is `aioenv serve --worker-bind` listening there (with --auth: are "
+                "this host's --key and --server-key admitted)? still trying",
+                self.endpoint,
+            )
+
+    def _wait(self, wake_r: int) -> None:
+        """Sleep until the server writes, a worker process exits (its pidfd), a signal arrives, or the next
+        heartbeat is due; reap the workers that exited."""
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        poller.register(wake_r, zmq.POLLIN)
+        for child in self.children.values():
+            poller.register(child.pidfd, zmq.POLLIN)
+        ready = dict(poller.poll(int(max(0.0, self._next_beat - time.monotonic()) * 1000) + 1))
+        if wake_r in ready:
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake_r, 512)
+        for child in list(self.children.values()):
+            if child.pidfd in ready:
+                self._reap(child)
+
+    def _read_messages(self) -> bool:
+        """Handle every message the server has sent; True when the server refused this host."""
+        while int(self.sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
+            self._heard = time.monotonic()
+            if self._on_message(self.sock.recv_multipart(zmq.NOBLOCK)):
+                return True
+        return False
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self._stop = True
