@@ -66,13 +66,6 @@ def test_place_invalid_num_workers(num_workers: int) -> None:
         sched.place(num_workers)
 
 
-def test_move_changes_ownership() -> None:
-    sched = placed(6, 2)
-    sched.move(ids(0, 1), 1)
-    assert sched.envs_of(0).tolist() == [2]
-    assert sched.envs_of(1).tolist() == [0, 1, 3, 4, 5]
-
-
 # ---------------------------------------------------------------- resolve
 
 
@@ -259,13 +252,10 @@ def test_split_single_env() -> None:
     assert [(w, np.asarray(p).tolist()) for w, p in groups] == [(2, [0])]
 
 
-def test_split_after_move() -> None:
+def test_split_after_place() -> None:
     sched = placed(6, 2)
     all_ids = sched.resolve(None)
     assert groups_by_worker(sched, all_ids) == {0: [0, 1, 2], 1: [3, 4, 5]}  # caches the all-env split
-    sched.move(ids(0, 4), 2)
-    assert groups_by_worker(sched, all_ids) == {0: [1, 2], 1: [3, 5], 2: [0, 4]}
-    assert groups_by_worker(sched, ids(4, 1, 0)) == {2: [4, 0], 0: [1]}
     sched.place(3)  # re-placing invalidates too
     assert groups_by_worker(sched, sched.resolve(None)) == {0: [0, 1], 1: [2, 3], 2: [4, 5]}
 
@@ -278,9 +268,6 @@ def test_split_after_move() -> None:
 def test_property_split_partitions_by_worker(num_envs: int, data: st.DataObject) -> None:
     sched = Scheduler(num_envs)
     sched.place(data.draw(st.integers(1, num_envs), label="num_workers"))
-    moves = data.draw(st.lists(st.tuples(st.integers(0, num_envs - 1), st.integers(0, 5)), max_size=4), label="moves")
-    for env, worker in moves:
-        sched.move(ids(env), worker)
     env_ids = np.array(
         data.draw(st.permutations(range(num_envs)), label="order")[: data.draw(st.integers(1, num_envs))],
         dtype=np.int64,
@@ -357,15 +344,6 @@ def test_lose_worker_returns_only_its_requests_and_frees_their_envs() -> None:
     assert sched.lose_worker(1) == [reqs[1], reqs[3]]
     assert not sched.busy.any()
     assert sched.requests == {}
-
-
-def test_in_flight() -> None:
-    sched = placed(4, 2)
-    a = sched.open(0, "step", ids(0))
-    b = sched.open(1, "step", ids(2))
-    assert list(sched.in_flight()) == [a, b]
-    assert list(sched.in_flight(1)) == [b]
-    assert list(sched.in_flight(5)) == []
 
 
 # ---------------------------------------------------------------- deadlines
@@ -446,7 +424,7 @@ NUM_WORKERS = 3
 
 
 class SchedulerMachine(RuleBasedStateMachine):
-    """Random claim/open/finish/lose_worker/expire/drain/move sequences, as the coordinator drives them.
+    """Random claim/open/finish/lose_worker/expire/drain sequences, as the coordinator drives them.
 
     Invariant: ``busy[e]`` is True iff ``e`` belongs to an open request, and every env belongs to at
     most one open request.
@@ -579,11 +557,6 @@ class SchedulerMachine(RuleBasedStateMachine):
         drained = self.sched.drain()
         assert sorted(r.id for r in drained) == sorted(self.model)
         self._close(drained)
-
-    @rule(env=st.integers(0, NUM_ENVS - 1), worker=st.integers(0, NUM_WORKERS - 1))
-    def move(self, env: int, worker: int) -> None:
-        if not self.sched.busy[env]:
-            self.sched.move(ids(env), worker)
 
     @invariant()
     def busy_iff_in_open_request(self) -> None:

@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -52,7 +51,6 @@ class Request:
     sink: Any = None
     positions: np.ndarray | None = None
     deadline: float | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
     left: int = 0
     answered: np.ndarray | None = None  # rows answered so far (only after a partial reply)
 
@@ -113,11 +111,6 @@ class Scheduler:
     def envs_of(self, worker: int) -> np.ndarray:
         """The env ids hosted by ``worker``."""
         return np.flatnonzero(self.worker_of == worker)
-
-    def move(self, env_ids: np.ndarray, worker: int) -> None:
-        """Record that ``env_ids`` now live on ``worker``."""
-        self.worker_of[env_ids] = worker
-        self._split_all = None
 
     # ------------------------------------------------------------ env ids
 
@@ -365,7 +358,3 @@ class Scheduler:
         for req in reqs:
             self.finish(req.id)
         return reqs
-
-    def in_flight(self, worker: int | None = None) -> Iterable[Request]:
-        """Open requests (of ``worker`` if given)."""
-        return [r for r in self.requests.values() if worker is None or r.worker == worker]

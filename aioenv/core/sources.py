@@ -23,7 +23,6 @@ class EnvSources:
 
     sources: dict[str, dict[str, Any]]
     keys: list[str]
-    needs_local: bool
 
     def for_envs(self, env_ids: Sequence[int]) -> tuple[list[list[Any]], dict[str, dict[str, Any]]]:
         """The MAKE payload for ``env_ids``: ``[[env_id, key]]`` and the sources they use."""
@@ -49,13 +48,13 @@ def parse_sources(
             source = {"kind": "entry", "target": env, "kwargs": kwargs}
         else:
             source = {"kind": "gym", "id": env, "kwargs": kwargs}
-        return EnvSources({"0": source}, ["0"] * _check_count(num_envs), False), num_envs
+        return EnvSources({"0": source}, ["0"] * _check_count(num_envs)), num_envs
     if callable(env):
         if num_envs is None:
             raise TypeError("num_envs is required with a single env factory: how many copies should the pool run?")
         key = _pickle_factory(env, 0, private_dir)
         src = {"kind": "pickle", "path": key, "kwargs": kwargs}
-        return EnvSources({"0": src}, ["0"] * _check_count(num_envs), True), num_envs
+        return EnvSources({"0": src}, ["0"] * _check_count(num_envs)), num_envs
     if isinstance(env, Sequence) and env and all(callable(f) for f in env):
         if num_envs is not None and num_envs != len(env):
             raise ValueError(
@@ -70,7 +69,7 @@ def parse_sources(
                 seen[id(fn)] = new
                 sources[new] = {"kind": "pickle", "path": _pickle_factory(fn, int(new), private_dir), "kwargs": kwargs}
             keys.append(seen[id(fn)])
-        return EnvSources(sources, keys, True), len(env)
+        return EnvSources(sources, keys), len(env)
     raise TypeError(
         "env must be a gymnasium id ('CartPole-v1'), a 'pkg.module:factory' string, a callable that returns "
         f"an env, or a sequence of such callables; got {type(env).__name__}"
