@@ -29,21 +29,21 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from aioenv.core.deadlines import DeadlineTimer, Truncation, cancel_fields, timeout_error
 from aioenv.core.launcher import LaunchSpec, WorkerProc, launch_local
 from aioenv.core.replies import Block, Segment, int_lists, route_block
 from aioenv.core.scheduler import THROTTLED, Request, Scheduler
-from aioenv.core.sinks import Part
+from aioenv.core.sinks import Part, Sink
 from aioenv.core.sources import EnvSources
 from aioenv.errors import (
     AioEnvError,
     EnvError,
     PoolClosed,
     ProtocolError,
-    StepTimeout,
     WorkerCrashed,
 )
 from aioenv.transport.slab import Slab, slab_enabled
@@ -79,6 +79,25 @@ class _Slot:
         self.restarts = 0
         self.dead_reason = ""
         self.waits_for_room = False  # given up for want of room: started again once a host has room
+
+
+class _Lost(NamedTuple):
+    """A worker process that is gone, as the errors of its lost requests name it."""
+
+    name: str
+    pid: object
+    code: int | None
+    how: str  # how it ended, in words ("was killed by SIGKILL")
+
+    def crashed(self, env_id: int, kind: str) -> WorkerCrashed:
+        """The error of env ``env_id``'s ``kind`` request, lost with this process."""
+        return WorkerCrashed(
+            f"{kind} failed for env {env_id}: its worker {self.name} (pid {self.pid}) {self.how} while the request "
+            "was in flight; the env is re-made on a fresh worker: reset it before stepping",
+            env_id=env_id,
+            worker=self.name,
+            exitcode=self.code,
+        )
 
 
 class Coordinator:
@@ -117,11 +136,8 @@ class Coordinator:
         when_room: Callable[[Callable[[], bool]], None] | None = None,
     ) -> None:
         self.sched = Scheduler(num_envs, max_concurrency)
-        self.truncate = on_timeout == "truncate"
-        self._last_obs: list[np.ndarray] | None = None  # truncate mode: each env's last observation
-        self._has_obs = np.zeros(num_envs, dtype=np.bool_)
-        self._replaced = np.zeros(num_envs, dtype=np.bool_)  # truncate mode: owes the caller a truncated row
-        self._replaced_count = 0
+        #: Truncate mode's last observations and owed rows (None: a late step fails with StepTimeout).
+        self.truncation = Truncation(num_envs) if on_timeout == "truncate" else None
         self.sources = sources
         self.private_dir = private_dir
         self.autoreset_mode = autoreset_mode
@@ -129,14 +145,13 @@ class Coordinator:
         self.on_remade = on_remade
         self.slots: list[_Slot] = []
         self._by_name: dict[bytes, _Slot] = {}
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
         self.closing = False
         self._retired: list[WorkerProc] = []
         self._launch = launch
         self._prefix = name_prefix
         self._when_room = when_room
         self.loop = asyncio.get_running_loop()
+        self._timer = DeadlineTimer(self.loop, self._on_timer)
         #: The shared rows of this pool's local inline workers (None: arrays travel in the messages).
         self.slab: Slab | None = None
         self._slab_fd: int | None = None
@@ -246,8 +261,8 @@ class Coordinator:
         self, kind: str, env_ids: np.ndarray, at: np.ndarray | None, sink: Any, build: Build, timeout: float | None
     ) -> None:
         """Send ``env_ids`` (at positions ``at`` of the caller's call; None: all of it, in order)."""
-        if self._replaced_count:
-            env_ids, at = self._settle_replaced(kind, env_ids, at, sink)
+        if self.truncation is not None and self.truncation.replaced_count:
+            env_ids, at = self._pay_debts(self.truncation, kind, env_ids, at, sink)
             if env_ids.size == 0:
                 return
         deadline = None if timeout is None else self.loop.time() + timeout
@@ -344,12 +359,12 @@ class Coordinator:
         def bad(exc: ValueError) -> None:
             log.error("malformed reply from worker %s: %s", slot.name, exc)
 
-        remember = self._remember_obs if self.truncate else None
+        remember = self.truncation.remember if self.truncation is not None else None
         route_block(self.sched, block, segments, self._deliver_rows, bad, remember)
 
     def _deliver_rows(self, sink: Any, req: Request | None, part: Part, positions: np.ndarray | None) -> None:
-        if self.truncate:
-            self._remember_obs(part)
+        if self.truncation is not None:
+            self.truncation.remember(part)
         if req is not None:
             self._deliver_part(req, part, positions)
         else:
@@ -383,14 +398,14 @@ class Coordinator:
             outlet = getattr(req.sink, "outlet", None)
             if outlet is not None:  # a server's relay: the rows cross to the client as they came
                 block = Block(obs, extras or [], header.get("info"), header.get("binfo"), header.get("err"), kind)
-                if self.truncate:
-                    self._remember_obs(block.part(env_ids, 0, env_ids.size))
+                if self.truncation is not None:
+                    self.truncation.remember(block.part(env_ids, 0, env_ids.size))
                 at = positions if positions is not None else np.arange(env_ids.size)
                 outlet.forward(block, [(req.sink, at, 0, env_ids)])
                 return
             part = Part(env_ids, obs, extras, header.get("info"), errors, binfo=header.get("binfo"))
-            if self.truncate:
-                self._remember_obs(part)
+            if self.truncation is not None:
+                self.truncation.remember(part)
         self._deliver_part(req, part, positions)
 
     def _deliver_part(self, req: Request, part: Part, positions: np.ndarray | None = None) -> None:
@@ -423,16 +438,6 @@ class Coordinator:
 
     # ------------------------------------------------------------ failures
 
-    @staticmethod
-    def _crashed(name: str, pid: object, code: int | None, how: str, env_id: int, kind: str) -> WorkerCrashed:
-        return WorkerCrashed(
-            f"{kind} failed for env {env_id}: its worker {name} (pid {pid}) {how} while the request was in "
-            "flight; the env is re-made on a fresh worker: reset it before stepping",
-            env_id=env_id,
-            worker=name,
-            exitcode=code,
-        )
-
     def _no_worker(self, slot: _Slot, env_id: int, kind: str) -> WorkerCrashed:
         later = " (it is started as soon as a host has room)" if slot.waits_for_room else ""
         return WorkerCrashed(
@@ -454,52 +459,68 @@ class Coordinator:
         ``timed_out``: the requests whose deadline caused this restart (already answered). In truncate
         mode the envs it replaces end their episodes with a truncated row instead of an error.
         """
-        proc = slot.proc
-        name, pid, code = slot.name, proc.pid if proc else "?", proc.returncode if proc else None
-        if proc is not None and not proc.exited.is_set():
-            self._retired.append(proc)  # killed, not yet reaped: aclose waits for it
-        self._by_name.pop(name.encode(), None)
-        truncating = timed_out is not None and self.truncate
-        must_reset: list[np.ndarray] = [r.env_ids for r in timed_out or () if r.kind == "reset"]
-        answered: list[np.ndarray] = [r.env_ids for r in timed_out or () if r.kind == "step"]
-        for req in self.sched.lose_worker(slot.index):
-            if req.kind in _SETUP:
-                self._fail_make(req, WorkerCrashed(f"worker {name} {how} while making its envs", worker=name))
-                continue
-            crashed = lambda e, k=req.kind: self._crashed(name, pid, code, how, e, k)  # noqa: E731
-            if truncating and req.kind == "step":
-                self._deliver_truncated(req, {"env_replaced": True}, crashed)
-                answered.append(req.env_ids)
-            else:
-                if req.kind == "reset":
-                    must_reset.append(req.env_ids)
-                self._deliver_part(req, Part.failed(req.env_ids, crashed))
+        lost = self._retire(slot, how)
+        truncation = self.truncation if timed_out is not None else None
+        must_reset, answered = self._fail_lost(slot, lost, truncation, timed_out or [])
         slot.restarts += 1
         env_ids = self.sched.envs_of(slot.index)
         if slot.restarts > MAX_RESTARTS:
             self._give_up(slot, f"died {slot.restarts} times; aioenv gave up restarting it")
             return
+        if not self._respawn(slot, env_ids):
+            return
+        ended = truncation.owe(env_ids, must_reset, answered) if truncation is not None else None
+        self._send_make(slot, env_ids, None, ended)
+        self.on_remade(env_ids)
+
+    def _retire(self, slot: _Slot, how: str) -> _Lost:
+        """Forget the slot's process (``aclose`` still reaps it if it has not exited yet); returns what the
+        errors of its lost requests say about it."""
+        proc = slot.proc
+        lost = _Lost(slot.name, proc.pid if proc else "?", proc.returncode if proc else None, how)
+        if proc is not None and not proc.exited.is_set():
+            self._retired.append(proc)  # killed, not yet reaped: aclose waits for it
+        self._by_name.pop(slot.name.encode(), None)
+        return lost
+
+    def _fail_lost(
+        self, slot: _Slot, lost: _Lost, truncation: Truncation | None, timed_out: list[Request]
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Answer the requests the slot's worker took with it: a lost MAKE fails ``start()``; a step gets a
+        truncated row (``truncation``: the restart is a deadline's) or, as any other request, WorkerCrashed.
+
+        Returns the env ids whose reset was lost (they must not start as truncated) and those whose caller
+        was told already (the ``timed_out`` steps and the steps answered here)."""
+        must_reset = [r.env_ids for r in timed_out if r.kind == "reset"]
+        answered = [r.env_ids for r in timed_out if r.kind == "step"]
+        for req in self.sched.lose_worker(slot.index):
+            if req.kind in _SETUP:
+                self._fail_make(
+                    req, WorkerCrashed(f"worker {lost.name} {lost.how} while making its envs", worker=lost.name)
+                )
+                continue
+            crashed = lambda e, k=req.kind: lost.crashed(e, k)  # noqa: E731
+            if truncation is not None and req.kind == "step":
+                self._deliver_truncated(truncation, req, {"env_replaced": True}, crashed)
+                answered.append(req.env_ids)
+            else:
+                if req.kind == "reset":
+                    must_reset.append(req.env_ids)
+                self._deliver_part(req, Part.failed(req.env_ids, crashed))
+        return must_reset, answered
+
+    def _respawn(self, slot: _Slot, env_ids: np.ndarray) -> bool:
+        """Start a fresh worker for ``slot``; False when no host has room for its envs (the slot is given up,
+        and started again once room frees up, with a launcher that says when)."""
         try:
             self._spawn(slot, env_ids.size)
-        except AioEnvError as exc:  # no host has room for its envs now
+        except AioEnvError as exc:
             self._give_up(slot, f"could not be restarted: {exc}")
             if self._when_room is not None:
                 slot.waits_for_room = True
                 self._when_room(lambda: self._revive(slot))
-            return
-        ended = None
-        if truncating:
-            keep = self._has_obs[env_ids]
-            if must_reset:
-                keep &= ~np.isin(env_ids, np.concatenate(must_reset))
-            ended = env_ids[keep]
-            owed = ended[
-                ~np.isin(ended, np.concatenate([*answered, ended[:0]]))
-            ]  # not told yet: their next step gets the truncated row
-            self._replaced[owed] = True
-            self._replaced_count = int(np.count_nonzero(self._replaced))
-        self._send_make(slot, env_ids, None, ended)
-        self.on_remade(env_ids)
+            return False
+        return True
 
     def _give_up(self, slot: _Slot, reason: str) -> None:
         """The slot's envs fail fast from now on (requests get ``WorkerCrashed`` saying why)."""
@@ -524,125 +545,77 @@ class Coordinator:
         self.on_remade(env_ids)
         return True
 
-    # ------------------------------------------------------------ deadlines
+    # ------------------------------------------------------------ deadlines (see aioenv.core.deadlines)
 
     def _arm_timer(self) -> None:
-        when = self.sched.next_deadline()
-        if when is None or (self._timer_at is not None and self._timer_at <= when):
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_at = when
-        self._timer = self.loop.call_at(when, self._on_timer)
+        self._timer.arm(self.sched.next_deadline())
 
     def _on_timer(self) -> None:
         """Answer the requests past their deadline, then free their envs: an ``async`` worker cancels and
         replaces them; any other worker (stuck inside env code) is killed and restarted."""
-        self._timer = None
-        self._timer_at = None
         late: dict[int, list[Request]] = {}
         for req in self.sched.expire(self.loop.time()):
             late.setdefault(req.worker, []).append(req)
             if req.kind != "cancel":
                 self._time_out(req)
         for worker, reqs in late.items():
-            slot = self.slots[worker]
-            if slot.proc is None:
-                continue
-            if self.executor == "async" and all(r.kind != "cancel" for r in reqs):
-                self._send_cancel(slot, reqs)
-            else:  # stuck inside the env's code (or its loop is): only a new process frees the slot
-                slot.proc.kill()
-                self._restart(slot, "was killed because a request overran its deadline", reqs)
+            self._free_late(self.slots[worker], reqs)
         self._arm_timer()
         if self.sched.held:
             self._pump()
 
+    def _free_late(self, slot: _Slot, reqs: list[Request]) -> None:
+        """Free the envs of ``slot``'s late ``reqs`` (answered already)."""
+        if slot.proc is None:
+            return
+        if self.executor == "async" and all(r.kind != "cancel" for r in reqs):
+            self._send_cancel(slot, reqs)
+        else:  # stuck inside the env's code (or its loop is): only a new process frees the slot
+            slot.proc.kill()
+            self._restart(slot, "was killed because a request overran its deadline", reqs)
+
     def _time_out(self, req: Request) -> None:
+        """Answer a late request: StepTimeout, or in truncate mode a step's truncated rows."""
         slot = self.slots[req.worker]
-
-        def timeout_error(env_id: int, kind: str = req.kind) -> StepTimeout:
-            fix = "re-made" if self.executor == "async" else f"re-made on a restarted worker ({slot.name} was stuck)"
-            return StepTimeout(
-                f"{kind} of env {env_id} overran its deadline; the env is {fix}: reset it before stepping",
-                env_id=env_id,
-            )
-
-        if self.truncate and req.kind == "step":
-            self._deliver_truncated(req, {"timeout": True}, timeout_error)
+        cancels = self.executor == "async"
+        # slot.name read when the error is made: after a restart, the name of the worker that was stuck
+        late = lambda e, k=req.kind: timeout_error(k, e, cancels=cancels, worker=slot.name)  # noqa: E731
+        if self.truncation is not None and req.kind == "step":
+            self._deliver_truncated(self.truncation, req, {"timeout": True}, late)
         else:
-            self._deliver_part(req, Part.failed(req.env_ids, timeout_error))
+            self._deliver_part(req, Part.failed(req.env_ids, late))
 
     def _send_cancel(self, slot: _Slot, reqs: list[Request]) -> None:
         """Ask an ``async`` worker to cancel the late requests' envs and replace them; if it does not answer
         within ``CANCEL_GRACE`` it is stuck and gets restarted."""
-        late = [r for r in reqs if r.kind in THROTTLED]
-        if not late:
+        fields = cancel_fields(reqs, self.truncation)
+        if fields is None:
             return
-        env_ids = np.concatenate([r.env_ids for r in late])
-        fields: dict[str, Any] = {"env": env_ids.tolist()}
-        if self.truncate:
-            steps = np.concatenate([r.env_ids for r in late if r.kind == "step"] or [env_ids[:0]])
-            fields["ended"] = steps[self._has_obs[steps]].tolist()
-        no_envs = env_ids[:0]  # the envs are not busy with the cancel: they are free for new requests
+        no_envs = self.sched.all_ids[:0]  # the envs are not busy with the cancel: they are free for new requests
         req = self.sched.open(slot.index, "cancel", no_envs, deadline=self.loop.time() + CANCEL_GRACE)
         fields["id"] = req.id
         self._send(slot, encode(Op.CANCEL, fields))
 
     # ------------------------------------------------------------ truncate mode (on_timeout="truncate")
 
-    def _remember_obs(self, part: Part) -> None:
-        """Keep each env's last observation, for the truncated row a late step gets."""
-        leaves = part.obs or []
-        ids = part.env_ids
-        if part.errors:
-            keep = np.ones(ids.size, dtype=np.bool_)
-            keep[list(part.errors)] = False
-            ids = ids[keep]
-            leaves = [leaf[keep] for leaf in leaves]
-        if self._last_obs is None:
-            n = self.sched.num_envs
-            self._last_obs = [np.empty((n, *leaf.shape[1:]), dtype=leaf.dtype) for leaf in leaves]
-        for store, leaf in zip(self._last_obs, leaves, strict=True):
-            store[ids] = leaf
-        self._has_obs[ids] = True
-
-    def _truncated_part(self, env_ids: np.ndarray, info: dict[str, Any]) -> Part:
-        assert self._last_obs is not None
-        n = env_ids.size
-        obs = [store[env_ids] for store in self._last_obs]
-        extras = [np.zeros(n, dtype=np.float64), np.zeros(n, dtype=np.bool_), np.ones(n, dtype=np.bool_)]
-        return Part(env_ids, obs, extras, [dict(info) for _ in range(n)])
-
-    def _deliver_truncated(self, req: Request, info: dict[str, Any], otherwise: Callable[[int], Any]) -> None:
+    def _deliver_truncated(
+        self, truncation: Truncation, req: Request, info: dict[str, Any], otherwise: Callable[[int], AioEnvError]
+    ) -> None:
         """Answer ``req``'s rows as truncated (envs with a last observation) or with ``otherwise(env_id)``."""
-        has = self._has_obs[req.env_ids]
-        positions = req.positions if req.positions is not None else np.arange(req.env_ids.size)
-        if has.any():
-            idx = np.flatnonzero(has)
-            self._deliver_part(req, self._truncated_part(req.env_ids[idx], info), positions[idx])
-        if not has.all():
-            idx = np.flatnonzero(~has)
-            self._deliver_part(req, Part.failed(req.env_ids[idx], otherwise), positions[idx])
+        for part, positions in truncation.answer(req, info, otherwise):
+            self._deliver_part(req, part, positions)
 
-    def _settle_replaced(
-        self, kind: str, env_ids: np.ndarray, at: np.ndarray | None, sink: Any
+    def _pay_debts(
+        self, truncation: Truncation, kind: str, env_ids: np.ndarray, at: np.ndarray | None, sink: Sink
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """Envs replaced behind the caller's back owe a truncated row: a step gets it here (the next one
         starts a new episode); a reset simply clears the debt. Returns the rows still to send."""
-        mask = self._replaced[env_ids]
-        if not mask.any():
-            return env_ids, at
-        idx = np.flatnonzero(mask)
-        owed = env_ids[idx]
-        self._replaced[owed] = False
-        self._replaced_count -= owed.size
-        if kind != "step":
-            return env_ids, at
-        self.sched.release(owed)
-        sink.deliver(self._truncated_part(owed, {"env_replaced": True}), idx if at is None else at[idx])
-        rest = np.flatnonzero(~mask)
-        return env_ids[rest], rest if at is None else at[rest]
+        env_ids, at, paid = truncation.settle(kind, env_ids, at)
+        if paid is not None:
+            part, positions = paid
+            self.sched.release(part.env_ids)
+            sink.deliver(part, positions)
+        return env_ids, at
 
     # ------------------------------------------------------------ shutdown
 
@@ -655,8 +628,7 @@ class Coordinator:
         if self.closing:
             return
         self.closing = True
-        if self._timer is not None:
-            self._timer.cancel()
+        self._timer.cancel()
         for req in self.sched.drain():
             if req.kind == "cancel":
                 continue
