@@ -21,7 +21,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 from aioenv.core.coordinator import Coordinator, reset_builder, step_builder
 from aioenv.core.remote import RemoteCoordinator
 from aioenv.core.scheduler import Request
-from aioenv.core.sinks import Gather, RecvQueue, ResetResult, Single, StepResult
+from aioenv.core.sinks import Gather, RecvQueue, ResetResult, Single, Sink, StepResult
 from aioenv.core.sources import parse_sources
 from aioenv.errors import InvalidAction, PoolClosed, UsageError
 from aioenv.wire import spaces
@@ -272,7 +272,7 @@ class Pool:
         return self._core().sched.resolve(env_ids)
 
     def _dispatch_step(
-        self, actions: Any, ids: np.ndarray, sink: Any, *, info_list: bool = False, checked: bool = False
+        self, actions: Any, ids: np.ndarray, sink: Sink, *, info_list: bool = False, checked: bool = False
     ) -> None:
         """Check ``actions`` for ``ids`` (from :meth:`_ids`), claim the envs and send the steps.
 
@@ -302,7 +302,7 @@ class Pool:
             if s is not None:
                 self._recorded[i] = s  # what a re-made env resets with
 
-    def _dispatch_reset(self, ids: np.ndarray, seed: Any, options: Any, sink: Any) -> None:
+    def _dispatch_reset(self, ids: np.ndarray, seed: Any, options: Any, sink: Sink) -> None:
         """Claim ``ids`` (from :meth:`_ids`) and send their resets."""
         coord = self._core()
         if options is not None and not isinstance(options, dict):

@@ -35,9 +35,9 @@ import numpy as np
 
 from aioenv.core.deadlines import DeadlineTimer, Truncation, cancel_fields, timeout_error
 from aioenv.core.launcher import LaunchSpec, WorkerProc, launch_local
-from aioenv.core.replies import Block, Segment, int_lists, route_block
-from aioenv.core.scheduler import THROTTLED, Request, Scheduler
-from aioenv.core.sinks import Part, Sink
+from aioenv.core.replies import Block, Outlet, Segment, int_lists, route_block
+from aioenv.core.scheduler import THROTTLED, Build, HeldCall, Request, Scheduler, SetupFuture
+from aioenv.core.sinks import Part, RecvQueue, Sink
 from aioenv.core.sources import EnvSources
 from aioenv.errors import (
     AioEnvError,
@@ -62,8 +62,6 @@ _OPS = {"step": Op.STEP, "reset": Op.RESET, "call": Op.CALL}
 _SETUP = frozenset(("make", "slab"))
 #: Seconds an ``async`` worker gets to cancel and replace envs after a deadline before it is restarted.
 CANCEL_GRACE = 5.0
-
-Build = Callable[[Request], tuple[dict[str, Any], list[np.ndarray]]]
 
 
 class _Slot:
@@ -199,7 +197,7 @@ class Coordinator:
         self.slab = Slab.create(self._slab_fd, layout)
         mapped = []
         for slot in self.slots:
-            fut: asyncio.Future[Any] = self.loop.create_future()
+            fut: SetupFuture = self.loop.create_future()
             req = self.sched.open(slot.index, "slab", self.sched.all_ids[:0], sink=fut)
             self._send(slot, encode(Op.SLAB, {"id": req.id, "slab": layout}))
             mapped.append(fut)
@@ -218,12 +216,12 @@ class Coordinator:
         self._by_name[slot.name.encode()] = slot
 
     async def _make(self, slot: _Slot, env_ids: np.ndarray) -> dict[str, Any]:
-        fut: asyncio.Future[dict[str, Any]] = self.loop.create_future()
+        fut: SetupFuture = self.loop.create_future()
         self._send_make(slot, env_ids, fut)
         return await fut
 
     def _send_make(
-        self, slot: _Slot, env_ids: np.ndarray, sink: asyncio.Future[Any] | None, ended: np.ndarray | None = None
+        self, slot: _Slot, env_ids: np.ndarray, sink: SetupFuture | None, ended: np.ndarray | None = None
     ) -> None:
         """Ask ``slot``'s worker to make ``env_ids``; ``sink`` gets the spaces (None: a re-make, only logged).
         ``ended``: envs to start as if just truncated (see ``on_timeout``)."""
@@ -238,7 +236,7 @@ class Coordinator:
 
     # ------------------------------------------------------------ requests
 
-    def submit(self, kind: str, env_ids: np.ndarray, sink: Any, build: Build, *, timeout: float | None = None) -> None:
+    def submit(self, kind: str, env_ids: np.ndarray, sink: Sink, build: Build, *, timeout: float | None = None) -> None:
         """Send one request per worker covering ``env_ids`` (already claimed); replies go to ``sink``.
 
         ``build(req)`` returns the request's fields and arrays for its rows (``req.positions`` index into
@@ -251,14 +249,14 @@ class Coordinator:
             if room < env_ids.size:
                 if positions is None:
                     positions = np.arange(env_ids.size)
-                sched.hold((kind, sink, build, timeout), env_ids[room:], positions[room:])
+                sched.hold(HeldCall(kind, sink, build, timeout), env_ids[room:], positions[room:])
                 env_ids, positions = env_ids[:room], positions[:room]
                 if room == 0:
                     return
         self._send_rows(kind, env_ids, positions, sink, build, timeout)
 
     def _send_rows(
-        self, kind: str, env_ids: np.ndarray, at: np.ndarray | None, sink: Any, build: Build, timeout: float | None
+        self, kind: str, env_ids: np.ndarray, at: np.ndarray | None, sink: Sink, build: Build, timeout: float | None
     ) -> None:
         """Send ``env_ids`` (at positions ``at`` of the caller's call; None: all of it, in order)."""
         if self.truncation is not None and self.truncation.replaced_count:
@@ -362,13 +360,15 @@ class Coordinator:
         remember = self.truncation.remember if self.truncation is not None else None
         route_block(self.sched, block, segments, self._deliver_rows, bad, remember)
 
-    def _deliver_rows(self, sink: Any, req: Request | None, part: Part, positions: np.ndarray | None) -> None:
+    def _deliver_rows(self, sink: Sink, req: Request | None, part: Part, positions: np.ndarray | None) -> None:
+        """Deliver a segment's rows (see :data:`aioenv.core.replies.Deliver`), remembering them in truncate mode."""
         if self.truncation is not None:
             self.truncation.remember(part)
         if req is not None:
             self._deliver_part(req, part, positions)
-        else:
-            sink.deliver(part, positions)
+        else:  # a merged run of rows bound for a RecvQueue (which keeps rows in arrival order, not positions)
+            assert isinstance(sink, RecvQueue)
+            sink.deliver(part)
 
     def _deliver(self, req: Request, op: str, header: dict[str, Any], arrays: list[np.ndarray]) -> None:
         """A whole-request reply (inline workers, MAKE, CALL, CANCEL, ERROR) for ``req``."""
@@ -395,13 +395,13 @@ class Coordinator:
             else:
                 extras = [arrays[i] for i in header.get("x", [])] or None
                 obs = leaves_from_wire(header["obs"], arrays)
-            outlet = getattr(req.sink, "outlet", None)
+            outlet: Outlet | None = getattr(req.sink, "outlet", None)
             if outlet is not None:  # a server's relay: the rows cross to the client as they came
                 block = Block(obs, extras or [], header.get("info"), header.get("binfo"), header.get("err"), kind)
                 if self.truncation is not None:
                     self.truncation.remember(block.part(env_ids, 0, env_ids.size))
                 at = positions if positions is not None else np.arange(env_ids.size)
-                outlet.forward(block, [(req.sink, at, 0, env_ids)])
+                outlet.forward(block, [(req.rows_sink(), at, 0, env_ids)])
                 return
             part = Part(env_ids, obs, extras, header.get("info"), errors, binfo=header.get("binfo"))
             if self.truncation is not None:
@@ -414,15 +414,19 @@ class Coordinator:
             return
         if req.kind == "cancel":
             return
-        req.sink.deliver(part, req.positions if positions is None else positions)
+        at = req.positions if positions is None else positions
+        assert at is not None, "a request with rows has positions"
+        req.rows_sink().deliver(part, at)
 
     def _made(self, req: Request, header: dict[str, Any], errors: dict[int, AioEnvError]) -> None:
         if errors:
             first = errors[min(errors)]
             first.errors = {int(req.env_ids[row]): err for row, err in errors.items()}  # see _start_failure
             self._fail_make(req, first, more=len(errors) - 1)
-        elif req.sink is not None and not req.sink.done():
-            req.sink.set_result(dict(header.get("spaces") or {}))
+        else:
+            fut = _setup_future(req)
+            if fut is not None and not fut.done():
+                fut.set_result(dict(header.get("spaces") or {}))
 
     @staticmethod
     def _fail_make(req: Request, err: BaseException, more: int = 0) -> None:
@@ -430,11 +434,12 @@ class Coordinator:
 
         The envs of a failed re-make stay broken: requests for them get the worker's clear error.
         """
-        if req.sink is None:
+        fut = _setup_future(req)
+        if fut is None:
             also = f" (and {more} more envs)" if more else ""
             log.error("re-making envs %s failed%s: %s", req.env_ids.tolist(), also, err)
-        elif not req.sink.done():
-            req.sink.set_exception(err)
+        elif not fut.done():
+            fut.set_exception(err)
 
     # ------------------------------------------------------------ failures
 
@@ -636,9 +641,9 @@ class Coordinator:
                 self._fail_make(req, PoolClosed(f"the pool was closed while its workers were set up ({req.kind})"))
             else:
                 err = PoolClosed(f"the pool was closed while env {int(req.env_ids[0])}'s {req.kind} was in flight")
-                req.sink.fail(err)
+                req.rows_sink().fail(err)
         for held in self.sched.drop_held():
-            held.item[1].fail(PoolClosed(f"the pool was closed while env {int(held.env_ids[0])} waited to run"))
+            held.item.sink.fail(PoolClosed(f"the pool was closed while env {int(held.env_ids[0])} waited to run"))
         stops = [p.stop(grace, ask_first=False) for p in self._retired]
         for slot in self.slots:
             if slot.proc is None:
@@ -692,6 +697,13 @@ def reset_builder(seeds: list[int | None], options: dict[str, Any] | None, share
         return fields, []
 
     return build
+
+
+def _setup_future(req: Request) -> SetupFuture | None:
+    """The future a set-up request (MAKE, SLAB) answers (None: a re-make nobody awaits)."""
+    fut = req.sink
+    assert fut is None or isinstance(fut, asyncio.Future), f"a {req.kind} request answers a future"
+    return fut
 
 
 def _with_env(err: AioEnvError, env_id: int) -> AioEnvError:
