@@ -29,6 +29,7 @@ from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoA
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from aioenv.sync import SyncPool
+from aioenv.wire.options import Executor
 
 __all__ = ["AioVectorEnv"]
 
@@ -162,7 +163,7 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         *,
         num_workers: int | None = None,
         step_timeout: float | None = None,
-        executor: str = "inline",
+        executor: Executor = "inline",
     ) -> None:
         self.env_fns = env_fns
         self.shared_memory = shared_memory
