@@ -404,7 +404,10 @@ class Pool:
             EnvError: an env raised; ``err.partial`` holds the other rows, ``err.errors`` every failure.
             WorkerCrashed / StepTimeout: for the envs concerned, likewise.
         """
-        return await self._start_step(actions, env_ids)
+        result: tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]] = await self._start_step(
+            actions, env_ids
+        )
+        return result
 
     def _start_step(
         self, actions: Any, env_ids: Any = None, *, info_list: bool = False, checked: bool = False
@@ -536,7 +539,8 @@ class Pool:
             return out, []
 
         coord.submit("call", ids, sink, build, timeout=None)
-        return await sink.future
+        values: list[Any] = await sink.future  # one per env of ids
+        return values
 
     async def call(self, name: str, *args: Any, env_ids: Any = None, **kwargs: Any) -> list[Any]:
         """Call method ``name`` on each env (through wrappers); an attribute is returned as is.

@@ -79,7 +79,7 @@ def is_plain(value: Any, _depth: int = 0) -> bool:
     if value is None or kind in (bool, float, str, bytes):
         return True
     if kind is int:
-        return -(2**63) <= value < 2**64
+        return bool(-(2**63) <= value < 2**64)
     if kind in (list, tuple):
         return all(is_plain(v, _depth + 1) for v in value)
     if kind is dict:

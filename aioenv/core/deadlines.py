@@ -139,7 +139,7 @@ class Truncation:
         keep = self.has_obs[env_ids]
         if must_reset:
             keep &= ~np.isin(env_ids, np.concatenate(must_reset))
-        ended = env_ids[keep]
+        ended: np.ndarray = env_ids[keep]
         owed = ended[~np.isin(ended, np.concatenate([*answered, ended[:0]]))]
         self._replaced[owed] = True
         self.replaced_count = int(np.count_nonzero(self._replaced))
