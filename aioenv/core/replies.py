@@ -157,39 +157,67 @@ def route_block(
     (that segment is dropped). Segments whose sink has an ``outlet`` go to it (see :class:`Outlet`),
     after ``remember`` (if given) saw their rows as parts.
     """
-    run_sink: RecvQueue | None = None  # the sink of the run of RecvQueue rows being merged
-    run_ids: list[np.ndarray] = []
-    run_start = run_stop = 0
+    run = _RecvRun(block, deliver)
     outlets: dict[int, tuple[Outlet, list[OutletSegment]]] = {}
     for req_id, at, start in segments:
-        stop = start + at.size
         try:
             req = sched.finish_rows(req_id, at)
         except ValueError as exc:
             on_bad(exc)
             req = None
         sink = _rows_sink(req, on_bad)
-        if run_sink is not None and run_ids and (sink is not run_sink or start != run_stop):
-            deliver(run_sink, None, block.part(np.concatenate(run_ids), run_start, run_stop), None)
-            run_sink, run_ids = None, []
+        run.end_unless(sink, start)
         if req is None or sink is None:
-            continue
+            continue  # rows of an unknown or closed request: dropped
+        stop = start + at.size
         env_ids = req.env_ids[at]
         outlet: Outlet | None = getattr(sink, "outlet", None)
         if outlet is not None:
-            positions = req.positions[at] if req.positions is not None else at
-            outlets.setdefault(id(outlet), (outlet, []))[1].append((sink, positions, start, env_ids))
+            outlets.setdefault(id(outlet), (outlet, []))[1].append((sink, _positions(req, at), start, env_ids))
             if remember is not None:
                 remember(block.part(env_ids, start, stop))
         elif isinstance(sink, RecvQueue):
-            if not run_ids:
-                run_sink, run_start = sink, start
-            run_ids.append(env_ids)
-            run_stop = stop
+            run.add(sink, env_ids, start, stop)
         else:
-            positions = req.positions[at] if req.positions is not None else at
-            deliver(sink, req, block.part(env_ids, start, stop), positions)
-    if run_sink is not None and run_ids:
-        deliver(run_sink, None, block.part(np.concatenate(run_ids), run_start, run_stop), None)
+            deliver(sink, req, block.part(env_ids, start, stop), _positions(req, at))
+    run.end()
     for outlet, segs in outlets.values():
         outlet.forward(block, segs)
+
+
+def _positions(req: Request, at: np.ndarray) -> np.ndarray:
+    """Where rows ``at`` (k,) of ``req`` stand in its caller's call, (k,)."""
+    return req.positions[at] if req.positions is not None else at
+
+
+class _RecvRun:
+    """Consecutive rows of a block bound for one RecvQueue, delivered as one part: ``recv`` does not care
+    which request a row answers, and one part costs less than one per request."""
+
+    __slots__ = ("block", "deliver", "ids", "sink", "start", "stop")
+
+    def __init__(self, block: Block, deliver: Deliver) -> None:
+        self.block = block
+        self.deliver = deliver
+        self.sink: RecvQueue | None = None
+        self.ids: list[np.ndarray] = []  # the env ids of each segment in the run
+        self.start = self.stop = 0  # the run's rows in the block
+
+    def add(self, sink: RecvQueue, env_ids: np.ndarray, start: int, stop: int) -> None:
+        """Rows ``start:stop`` for ``env_ids``, bound for ``sink``, continue the run (or begin one)."""
+        if not self.ids:
+            self.sink, self.start = sink, start
+        self.ids.append(env_ids)
+        self.stop = stop
+
+    def end_unless(self, sink: Sink | None, start: int) -> None:
+        """Deliver the run unless a segment for ``sink`` at row ``start`` may continue it."""
+        if self.ids and (sink is not self.sink or start != self.stop):
+            self.end()
+
+    def end(self) -> None:
+        """Deliver the rows of the run, if any, and begin none."""
+        if self.sink is not None and self.ids:
+            part = self.block.part(np.concatenate(self.ids), self.start, self.stop)
+            self.deliver(self.sink, None, part, None)
+        self.sink, self.ids = None, []
