@@ -372,41 +372,46 @@ class Coordinator:
 
     def _deliver(self, req: Request, op: str, header: dict[str, Any], arrays: list[np.ndarray]) -> None:
         """A whole-request reply (inline workers, MAKE, CALL, CANCEL, ERROR) for ``req``."""
-        kind, env_ids, positions = req.kind, req.env_ids, req.positions
+        kind, env_ids = req.kind, req.env_ids
         if op == Op.ERROR:
             desc = header.get("error")
             part = Part.failed(env_ids, lambda e: from_wire({**(desc or {}), "env_id": e}, context=kind))
-            self._deliver_part(req, part, positions)
+            self._deliver_part(req, part, req.positions)
             return
         errors = {int(row): from_wire(d, context=kind) for row, d in (header.get("err") or {}).items()}
         if kind in _SETUP:
             self._made(req, header, errors)
-            return
-        if kind == "cancel":
+        elif kind == "cancel":
             for err in errors.values():
                 log.error("replacing env %s after its deadline failed: %s", err.env_id, err)
-            return
-        if kind == "call":
-            part = Part(env_ids, errors=errors, values=header["values"])
+        elif kind == "call":
+            self._deliver_part(req, Part(env_ids, errors=errors, values=header["values"]), req.positions)
         else:
-            if header.get("sh"):  # the rows are in the slab
-                assert self.slab is not None, "a worker answered in shared rows this pool does not have"
-                obs, extras = self.slab.results(env_ids, kind == "step")
-            else:
-                extras = [arrays[i] for i in header.get("x", [])] or None
-                obs = leaves_from_wire(header["obs"], arrays)
-            outlet: Outlet | None = getattr(req.sink, "outlet", None)
-            if outlet is not None:  # a server's relay: the rows cross to the client as they came
-                block = Block(obs, extras or [], header.get("info"), header.get("binfo"), header.get("err"), kind)
-                if self.truncation is not None:
-                    self.truncation.remember(block.part(env_ids, 0, env_ids.size))
-                at = positions if positions is not None else np.arange(env_ids.size)
-                outlet.forward(block, [(req.rows_sink(), at, 0, env_ids)])
-                return
-            part = Part(env_ids, obs, extras, header.get("info"), errors, binfo=header.get("binfo"))
+            self._deliver_result(req, header, arrays, errors)
+
+    def _deliver_result(
+        self, req: Request, header: dict[str, Any], arrays: list[np.ndarray], errors: dict[int, AioEnvError]
+    ) -> None:
+        """The rows of a step or reset answered as a whole (an inline worker's RESULT)."""
+        kind, env_ids = req.kind, req.env_ids
+        if header.get("sh"):  # the rows are in the slab
+            assert self.slab is not None, "a worker answered in shared rows this pool does not have"
+            obs, extras = self.slab.results(env_ids, kind == "step")
+        else:
+            extras = [arrays[i] for i in header.get("x", [])] or None
+            obs = leaves_from_wire(header["obs"], arrays)
+        outlet: Outlet | None = getattr(req.sink, "outlet", None)
+        if outlet is not None:  # a server's relay: the rows cross to the client as they came
+            block = Block(obs, extras or [], header.get("info"), header.get("binfo"), header.get("err"), kind)
             if self.truncation is not None:
-                self.truncation.remember(part)
-        self._deliver_part(req, part, positions)
+                self.truncation.remember(block.part(env_ids, 0, env_ids.size))
+            at = req.positions if req.positions is not None else np.arange(env_ids.size)
+            outlet.forward(block, [(req.rows_sink(), at, 0, env_ids)])
+            return
+        part = Part(env_ids, obs, extras, header.get("info"), errors, binfo=header.get("binfo"))
+        if self.truncation is not None:
+            self.truncation.remember(part)
+        self._deliver_part(req, part, req.positions)
 
     def _deliver_part(self, req: Request, part: Part, positions: np.ndarray | None = None) -> None:
         if req.kind in _SETUP:  # the whole MAKE failed (e.g. its env source cannot be imported)
