@@ -731,27 +731,37 @@ def _start_failure(failed: list[BaseException], num_envs: int) -> BaseException:
         by_env.update(err.errors or ({err.env_id: err} if err.env_id is not None else {}))
     if not by_env:
         return errs[0]
+    merged = _same_make_error(by_env, num_envs)
+    if merged is not None:
+        return merged
     ids = sorted(by_env)
     first = by_env[ids[0]]
-    if all(isinstance(e, EnvError) for e in by_env.values()):
-        kinds = {(e.remote_type, e.remote_message) for e in by_env.values() if isinstance(e, EnvError)}
-        if len(kinds) == 1 and isinstance(first, EnvError):
-            which = (
-                f"all {num_envs} envs" if len(ids) == num_envs else f"{len(ids)} of {num_envs} envs ({_ids_text(ids)})"
-            )
-            merged = EnvError(
-                f"make failed for {which}: {first.remote_message}",
-                remote_type=first.remote_type,
-                remote_message=first.remote_message,
-                remote_traceback=first.remote_traceback,
-            )
-            merged.errors = by_env
-            return merged
     if len(ids) > 1:
         first.message = f"{first.message} (and {len(ids) - 1} more envs failed to make: see err.errors)"
         first.args = (first.message,)
     first.errors = by_env
     return first
+
+
+def _same_make_error(by_env: dict[int, AioEnvError], num_envs: int) -> EnvError | None:
+    """One EnvError for all of ``by_env`` (env id -> its make error) when every env failed the same way
+    (same remote type and message); else None."""
+    ids = sorted(by_env)
+    first = by_env[ids[0]]
+    if not all(isinstance(e, EnvError) for e in by_env.values()):
+        return None
+    kinds = {(e.remote_type, e.remote_message) for e in by_env.values() if isinstance(e, EnvError)}
+    if len(kinds) != 1 or not isinstance(first, EnvError):
+        return None
+    which = f"all {num_envs} envs" if len(ids) == num_envs else f"{len(ids)} of {num_envs} envs ({_ids_text(ids)})"
+    merged = EnvError(
+        f"make failed for {which}: {first.remote_message}",
+        remote_type=first.remote_type,
+        remote_message=first.remote_message,
+        remote_traceback=first.remote_traceback,
+    )
+    merged.errors = by_env
+    return merged
 
 
 def _ids_text(ids: list[int]) -> str:
