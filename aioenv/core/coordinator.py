@@ -8,7 +8,7 @@ It never runs env code. Failures it handles:
   its in-flight requests fail with :class:`WorkerCrashed`, a fresh process takes
   its slot and re-makes its envs (they need a reset before stepping);
 - a request past its deadline fails with :class:`StepTimeout` (or, with
-  ``on_timeout="truncate"``, comes back as a truncated row); an ``async`` worker
+  ``on_timeout="truncate"``, comes back as a truncated row: :mod:`aioenv.core.deadlines`); an ``async`` worker
   cancels the late steps and replaces those envs, any other worker (stuck inside
   env code) is killed and replaced as above;
 - under ``max_concurrency``, rows beyond the limit wait in the scheduler and go
