@@ -35,13 +35,13 @@ import numpy as np
 
 from aioenv.core.deadlines import DeadlineTimer, Truncation, cancel_fields, timeout_error
 from aioenv.core.launcher import LaunchSpec, WorkerProc, launch_local
+from aioenv.core.make_errors import start_failure
 from aioenv.core.replies import Block, Outlet, Segment, int_lists, route_block
 from aioenv.core.scheduler import THROTTLED, Build, HeldCall, Request, Scheduler, SetupFuture
 from aioenv.core.sinks import Part, RecvQueue, Sink
 from aioenv.core.sources import EnvSources
 from aioenv.errors import (
     AioEnvError,
-    EnvError,
     PoolClosed,
     ProtocolError,
     WorkerCrashed,
@@ -175,7 +175,7 @@ class Coordinator:
         replies = await asyncio.gather(*makes, return_exceptions=True)
         failed = [r for r in replies if isinstance(r, BaseException)]
         if failed:
-            raise _start_failure(failed, self.sched.num_envs)
+            raise start_failure(failed, self.sched.num_envs)
         described: dict[str, Any] = {}
         for reply in replies:
             assert isinstance(reply, dict)
@@ -426,7 +426,7 @@ class Coordinator:
     def _made(self, req: Request, header: dict[str, Any], errors: dict[int, AioEnvError]) -> None:
         if errors:
             first = errors[min(errors)]
-            first.errors = {int(req.env_ids[row]): err for row, err in errors.items()}  # see _start_failure
+            first.errors = {int(req.env_ids[row]): err for row, err in errors.items()}  # see start_failure
             self._fail_make(req, first, more=len(errors) - 1)
         else:
             fut = _setup_future(req)
@@ -713,57 +713,3 @@ def _setup_future(req: Request) -> SetupFuture | None:
 
 def _with_env(err: AioEnvError, env_id: int) -> AioEnvError:
     return type(err)(err.message, env_id=env_id)
-
-
-def _start_failure(failed: list[BaseException], num_envs: int) -> BaseException:
-    """The one error ``start()`` raises when making envs failed on one or more workers.
-
-    When every env that failed failed the same way (a wrong gymnasium id, a bad ``env_kwargs``), the
-    error says so for all of them at once instead of naming whichever env a worker reported first;
-    otherwise it is the lowest env's error, which says how many more failed. ``errors`` holds every
-    env's error either way.
-    """
-    if not all(isinstance(e, AioEnvError) for e in failed):
-        return next(e for e in failed if not isinstance(e, AioEnvError))
-    errs = [e for e in failed if isinstance(e, AioEnvError)]
-    by_env: dict[int, AioEnvError] = {}
-    for err in errs:
-        by_env.update(err.errors or ({err.env_id: err} if err.env_id is not None else {}))
-    if not by_env:
-        return errs[0]
-    merged = _same_make_error(by_env, num_envs)
-    if merged is not None:
-        return merged
-    ids = sorted(by_env)
-    first = by_env[ids[0]]
-    if len(ids) > 1:
-        first.message = f"{first.message} (and {len(ids) - 1} more envs failed to make: see err.errors)"
-        first.args = (first.message,)
-    first.errors = by_env
-    return first
-
-
-def _same_make_error(by_env: dict[int, AioEnvError], num_envs: int) -> EnvError | None:
-    """One EnvError for all of ``by_env`` (env id -> its make error) when every env failed the same way
-    (same remote type and message); else None."""
-    ids = sorted(by_env)
-    first = by_env[ids[0]]
-    if not all(isinstance(e, EnvError) for e in by_env.values()):
-        return None
-    kinds = {(e.remote_type, e.remote_message) for e in by_env.values() if isinstance(e, EnvError)}
-    if len(kinds) != 1 or not isinstance(first, EnvError):
-        return None
-    which = f"all {num_envs} envs" if len(ids) == num_envs else f"{len(ids)} of {num_envs} envs ({_ids_text(ids)})"
-    merged = EnvError(
-        f"make failed for {which}: {first.remote_message}",
-        remote_type=first.remote_type,
-        remote_message=first.remote_message,
-        remote_traceback=first.remote_traceback,
-    )
-    merged.errors = by_env
-    return merged
-
-
-def _ids_text(ids: list[int]) -> str:
-    shown = ", ".join(map(str, ids[:8]))
-    return f"envs {shown}, ..." if len(ids) > 8 else f"envs {shown}"
