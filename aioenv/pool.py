@@ -21,27 +21,79 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 from aioenv.core.coordinator import Coordinator, reset_builder, step_builder
 from aioenv.core.remote import RemoteCoordinator
 from aioenv.core.scheduler import Request
-from aioenv.core.sinks import Gather, RecvQueue, ResetResult, Single, StepResult
+from aioenv.core.sinks import Gather, RecvQueue, ResetResult, Single, Sink, StepResult
 from aioenv.core.sources import parse_sources
 from aioenv.errors import InvalidAction, PoolClosed, UsageError
 from aioenv.wire import spaces
-from aioenv.wire.options import EXECUTORS, ON_TIMEOUT, choice, positive_int, positive_seconds
+from aioenv.wire.options import (
+    EXECUTORS,
+    ON_TIMEOUT,
+    AutoresetName,
+    Executor,
+    OnTimeout,
+    choice,
+    positive_int,
+    positive_seconds,
+)
 
 __all__ = ["Pool", "make"]
 
-_MODES = {
+_MODES: dict[AutoresetName, AutoresetMode] = {
     "next_step": AutoresetMode.NEXT_STEP,
     "same_step": AutoresetMode.SAME_STEP,
     "disabled": AutoresetMode.DISABLED,
 }
 
 
-def _mode_name(mode: Any) -> str:
+def _mode_name(mode: object) -> AutoresetName:
+    """``autoreset_mode`` as given to :func:`make` (a gymnasium ``AutoresetMode`` or its name, any case) as
+    its name; ``ValueError`` for anything else."""
     if isinstance(mode, AutoresetMode):
         return next(k for k, v in _MODES.items() if v is mode)
-    if isinstance(mode, str) and mode.lower() in _MODES:
-        return mode.lower()
+    name = mode.lower() if isinstance(mode, str) else None
+    for known in _MODES:
+        if name == known:
+            return known
     raise ValueError(f"autoreset_mode must be one of {sorted(_MODES)} or a gymnasium AutoresetMode, got {mode!r}")
+
+
+def _executor(value: object) -> Executor:
+    """``executor`` as given to :func:`make`, checked (``ValueError`` naming the choices)."""
+    return choice("executor", value, EXECUTORS)
+
+
+def _on_timeout(value: object) -> OnTimeout:
+    """``on_timeout`` as given to :func:`make`, checked (``ValueError`` naming the choices)."""
+    return choice("on_timeout", value, ON_TIMEOUT)
+
+
+def _checked_endpoint(endpoint: object) -> str | None:
+    """``endpoint`` if it is None or an aioenv server's address (``tcp://``, ``ipc://``)."""
+    if endpoint is not None and not (isinstance(endpoint, str) and endpoint.startswith(("tcp://", "ipc://"))):
+        raise ValueError(f"endpoint must be an aioenv server address such as 'tcp://host:5555', got {endpoint!r}")
+    return endpoint
+
+
+def _checked_curve_keys(curve_keys: object, endpoint: str | None) -> tuple[str, str] | None:
+    """``curve_keys`` (a remote pool's: its own secret key file and the server's public key file) as two paths."""
+    if curve_keys is None:
+        return None
+    if endpoint is None:
+        raise ValueError("curve_keys are for a remote pool: give endpoint= too")
+    if not (isinstance(curve_keys, (tuple, list)) and len(curve_keys) == 2):
+        raise ValueError(f"curve_keys must be (your .key_secret file, the server's .key file), got {curve_keys!r}")
+    return str(curve_keys[0]), str(curve_keys[1])
+
+
+def _checked_on_timeout(on_timeout: object, mode: AutoresetName) -> OnTimeout:
+    """``on_timeout``, checked, and refused as ``"truncate"`` with ``same_step`` autoreset."""
+    checked = _on_timeout(on_timeout)
+    if checked == "truncate" and mode == "same_step":
+        raise ValueError(
+            "on_timeout='truncate' needs autoreset_mode 'next_step' or 'disabled': in 'same_step' a truncated "
+            "row must carry the next episode's first observation, which a replaced env cannot give in time"
+        )
+    return checked
 
 
 class Pool:
@@ -67,65 +119,61 @@ class Pool:
         *,
         batch_size: int | None = None,
         num_workers: int | None = None,
-        executor: str | None = None,
-        autoreset_mode: str | AutoresetMode = "next_step",
+        executor: Executor | None = None,
+        autoreset_mode: AutoresetName | str | AutoresetMode = "next_step",
         seed: int | Sequence[int | None] | None = None,
         env_kwargs: dict[str, Any] | None = None,
         step_timeout: float | None = None,
         reset_timeout: float | None = None,
-        on_timeout: str = "error",
+        on_timeout: OnTimeout = "error",
         max_concurrency: int | None = None,
         endpoint: str | None = None,
         curve_keys: tuple[str, str] | None = None,
     ) -> None:
-        if endpoint is not None and not (isinstance(endpoint, str) and endpoint.startswith(("tcp://", "ipc://"))):
-            raise ValueError(f"endpoint must be an aioenv server address such as 'tcp://host:5555', got {endpoint!r}")
-        if curve_keys is not None:
-            if endpoint is None:
-                raise ValueError("curve_keys are for a remote pool: give endpoint= too")
-            if not (isinstance(curve_keys, (tuple, list)) and len(curve_keys) == 2):
-                raise ValueError(
-                    f"curve_keys must be (your .key_secret file, the server's .key file), got {curve_keys!r}"
-                )
-        self._curve_keys = (str(curve_keys[0]), str(curve_keys[1])) if curve_keys is not None else None
-        if executor is not None:
-            choice("executor", executor, EXECUTORS)
+        self.endpoint = _checked_endpoint(endpoint)
+        self._curve_keys = _checked_curve_keys(curve_keys, endpoint)
+        self._asked_executor = None if executor is None else _executor(executor)
         self._mode = _mode_name(autoreset_mode)
         self.step_timeout = positive_seconds("step_timeout", step_timeout)
         self.reset_timeout = positive_seconds("reset_timeout", reset_timeout)
-        choice("on_timeout", on_timeout, ON_TIMEOUT)
-        if on_timeout == "truncate" and self._mode == "same_step":
-            raise ValueError(
-                "on_timeout='truncate' needs autoreset_mode 'next_step' or 'disabled': in 'same_step' a truncated "
-                "row must carry the next episode's first observation, which a replaced env cannot give in time"
-            )
-        self.on_timeout = on_timeout
+        self.on_timeout = _checked_on_timeout(on_timeout, self._mode)
         self.max_concurrency = positive_int("max_concurrency", max_concurrency, allow_none=True)
-        self.endpoint = endpoint
         self._env_name = env if isinstance(env, str) else ""
         self._env_kwargs = env_kwargs
         # a remote pool sends names only: no private directory, callables refused by parse_sources
         self._private_dir = Coordinator.private_directory() if endpoint is None else None
         try:  # a refused argument must not leave the private directory behind
-            self._sources, self.num_envs = parse_sources(env, num_envs, env_kwargs, self._private_dir)
-            self.batch_size = positive_int("batch_size", batch_size, allow_none=True) or self.num_envs
-            if self.batch_size > self.num_envs:
-                raise ValueError(f"batch_size={self.batch_size} exceeds num_envs={self.num_envs}")
-            self._asked_workers = positive_int("num_workers", num_workers, allow_none=True)
-            workers = self._asked_workers or min(self.num_envs, os.cpu_count() or 1)
-            self.num_workers = min(workers, self.num_envs)
-            self._seeds = self._initial_seeds(seed)
+            self._size(env, num_envs, env_kwargs, batch_size, num_workers, seed)
         except BaseException:
             self._remove_private_dir()
             raise
-        self.executor = executor or "inline"
-        self._asked_executor = executor
+        self.executor: Executor = self._asked_executor or "inline"
         self._recorded = list(self._seeds)
         self.closed = False
         self._started = False
         self._coord: Coordinator | RemoteCoordinator | None = None
         self.metadata: dict[str, Any] = {}
         self.render_mode: str | None = None
+
+    def _size(
+        self,
+        env: Any,
+        num_envs: int | None,
+        env_kwargs: dict[str, Any] | None,
+        batch_size: int | None,
+        num_workers: int | None,
+        seed: int | Sequence[int | None] | None,
+    ) -> None:
+        """Check the env sources and the counts that follow from them: ``num_envs``, ``batch_size``,
+        ``num_workers`` and each env's first seed."""
+        self._sources, self.num_envs = parse_sources(env, num_envs, env_kwargs, self._private_dir)
+        self.batch_size = positive_int("batch_size", batch_size, allow_none=True) or self.num_envs
+        if self.batch_size > self.num_envs:
+            raise ValueError(f"batch_size={self.batch_size} exceeds num_envs={self.num_envs}")
+        self._asked_workers = positive_int("num_workers", num_workers, allow_none=True)
+        workers = self._asked_workers or min(self.num_envs, os.cpu_count() or 1)
+        self.num_workers = min(workers, self.num_envs)
+        self._seeds = self._initial_seeds(seed)
 
     def _initial_seeds(self, seed: Any) -> list[int | None]:
         if seed is None:
@@ -190,7 +238,7 @@ class Pool:
         described = await remote.start(self._asked_workers)
         info = described.pop("_server", {})  # what the server chose: workers, executor
         self.num_workers = int(info.get("num_workers", self.num_workers))
-        self.executor = str(info.get("executor", self.executor))
+        self.executor = _executor(info.get("executor", self.executor))  # the server checked it too
         return described
 
     def _remove_private_dir(self) -> None:
@@ -272,7 +320,7 @@ class Pool:
         return self._core().sched.resolve(env_ids)
 
     def _dispatch_step(
-        self, actions: Any, ids: np.ndarray, sink: Any, *, info_list: bool = False, checked: bool = False
+        self, actions: Any, ids: np.ndarray, sink: Sink, *, info_list: bool = False, checked: bool = False
     ) -> None:
         """Check ``actions`` for ``ids`` (from :meth:`_ids`), claim the envs and send the steps.
 
@@ -302,7 +350,7 @@ class Pool:
             if s is not None:
                 self._recorded[i] = s  # what a re-made env resets with
 
-    def _dispatch_reset(self, ids: np.ndarray, seed: Any, options: Any, sink: Any) -> None:
+    def _dispatch_reset(self, ids: np.ndarray, seed: Any, options: Any, sink: Sink) -> None:
         """Claim ``ids`` (from :meth:`_ids`) and send their resets."""
         coord = self._core()
         if options is not None and not isinstance(options, dict):
@@ -356,8 +404,10 @@ class Pool:
             EnvError: an env raised; ``err.partial`` holds the other rows, ``err.errors`` every failure.
             WorkerCrashed / StepTimeout: for the envs concerned, likewise.
         """
-        batch: tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]] = await self._start_step(actions, env_ids)
-        return batch
+        result: tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]] = await self._start_step(
+            actions, env_ids
+        )
+        return result
 
     def _start_step(
         self, actions: Any, env_ids: Any = None, *, info_list: bool = False, checked: bool = False
@@ -489,7 +539,7 @@ class Pool:
             return out, []
 
         coord.submit("call", ids, sink, build, timeout=None)
-        values: list[Any] = await sink.future
+        values: list[Any] = await sink.future  # one per env of ids
         return values
 
     async def call(self, name: str, *args: Any, env_ids: Any = None, **kwargs: Any) -> list[Any]:

@@ -29,6 +29,7 @@ from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoA
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from aioenv.sync import SyncPool
+from aioenv.wire.options import Executor
 
 __all__ = ["AioVectorEnv"]
 
@@ -110,6 +111,40 @@ def _without_env_id(info: dict[str, Any]) -> dict[str, Any]:
     return info
 
 
+def _checked_concurrency(max_concurrency: object) -> int | None:
+    """``max_concurrency`` as gymnasium's ``AsyncVectorEnv`` checks it (same messages)."""
+    if max_concurrency is None:
+        return None
+    if not isinstance(max_concurrency, (int, np.integer)) or isinstance(max_concurrency, bool):
+        raise ValueError(f"`max_concurrency` must be an integer or None, got {type(max_concurrency)}.")
+    if max_concurrency < 1:
+        raise ValueError(f"`max_concurrency` must be a positive or None, got {max_concurrency}.")
+    return int(max_concurrency)
+
+
+def _custom_spaces(observation_mode: object) -> tuple[Space[Any], Space[Any]] | None:
+    """The ``(observation_space, single_observation_space)`` an ``observation_mode`` tuple gives; None for
+    ``"same"``; an error for ``"different"`` (an aioenv pool's envs share their spaces) or anything else."""
+    if isinstance(observation_mode, tuple) and len(observation_mode) == 2:
+        if not all(isinstance(s, Space) for s in observation_mode):
+            raise TypeError(
+                "Expected both elements of observation_mode to be Spaces, got "
+                f"{type(observation_mode[0])} and {type(observation_mode[1])}"
+            )
+        return observation_mode[0], observation_mode[1]
+    if observation_mode == "different":
+        raise ValueError(
+            "AioVectorEnv does not support observation_mode='different': every env of an aioenv pool must "
+            "have the same spaces (pass a tuple (observation_space, single_observation_space) instead)"
+        )
+    if observation_mode != "same":
+        raise ValueError(
+            "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and batch "
+            f"observation space, actual got {observation_mode}"
+        )
+    return None
+
+
 class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
     """A ``gymnasium.vector.VectorEnv`` whose envs run in aioenv worker processes; a drop-in for
     ``gymnasium.vector.AsyncVectorEnv`` (same constructor, methods, results and misuse errors).
@@ -162,7 +197,7 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         *,
         num_workers: int | None = None,
         step_timeout: float | None = None,
-        executor: str = "inline",
+        executor: Executor = "inline",
     ) -> None:
         self.env_fns = env_fns
         self.shared_memory = shared_memory
@@ -177,30 +212,8 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                 "AioVectorEnv does not support a custom `worker`: envs run in aioenv's own worker processes "
                 "(python -m workers), not in a multiprocessing target; pass worker=None"
             )
-        if max_concurrency is not None:
-            if not isinstance(max_concurrency, (int, np.integer)) or isinstance(max_concurrency, bool):
-                raise ValueError(f"`max_concurrency` must be an integer or None, got {type(max_concurrency)}.")
-            if max_concurrency < 1:
-                raise ValueError(f"`max_concurrency` must be a positive or None, got {max_concurrency}.")
-        self.max_concurrency = max_concurrency
-        custom_spaces: tuple[Space[Any], Space[Any]] | None = None
-        if isinstance(observation_mode, tuple) and len(observation_mode) == 2:
-            if not all(isinstance(s, Space) for s in observation_mode):
-                raise TypeError(
-                    "Expected both elements of observation_mode to be Spaces, got "
-                    f"{type(observation_mode[0])} and {type(observation_mode[1])}"
-                )
-            custom_spaces = observation_mode
-        elif observation_mode == "different":
-            raise ValueError(
-                "AioVectorEnv does not support observation_mode='different': every env of an aioenv pool must "
-                "have the same spaces (pass a tuple (observation_space, single_observation_space) instead)"
-            )
-        elif observation_mode != "same":
-            raise ValueError(
-                "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and batch "
-                f"observation space, actual got {observation_mode}"
-            )
+        self.max_concurrency = _checked_concurrency(max_concurrency)
+        custom_spaces = _custom_spaces(observation_mode)
         fns = list(env_fns)
         if not fns:
             raise ValueError("env_fns is empty: give at least one env factory")
@@ -219,6 +232,10 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             executor=executor,
             max_concurrency=max_concurrency,
         )
+        self._adopt(mode, custom_spaces)
+
+    def _adopt(self, mode: AutoresetMode, custom_spaces: tuple[Space[Any], Space[Any]] | None) -> None:
+        """Take the started pool's size, metadata and spaces (the observation spaces given, if any)."""
         sp = self._sp
         self.num_envs = sp.num_envs
         self.metadata = dict(sp.metadata)

@@ -8,7 +8,7 @@ It never runs env code. Failures it handles:
   its in-flight requests fail with :class:`WorkerCrashed`, a fresh process takes
   its slot and re-makes its envs (they need a reset before stepping);
 - a request past its deadline fails with :class:`StepTimeout` (or, with
-  ``on_timeout="truncate"``, comes back as a truncated row); an ``async`` worker
+  ``on_timeout="truncate"``, comes back as a truncated row: :mod:`aioenv.core.deadlines`); an ``async`` worker
   cancels the late steps and replaces those envs, any other worker (stuck inside
   env code) is killed and replaced as above;
 - under ``max_concurrency``, rows beyond the limit wait in the scheduler and go
@@ -29,21 +29,21 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from aioenv.core.deadlines import DeadlineTimer, Truncation, cancel_fields, timeout_error
 from aioenv.core.launcher import LaunchSpec, WorkerProc, launch_local
-from aioenv.core.replies import Block, Segment, int_lists, route_block
-from aioenv.core.scheduler import THROTTLED, Request, Scheduler
-from aioenv.core.sinks import Part
+from aioenv.core.make_errors import start_failure
+from aioenv.core.replies import Block, Outlet, Segment, int_lists, route_block
+from aioenv.core.scheduler import THROTTLED, Build, HeldCall, Request, Scheduler, SetupFuture
+from aioenv.core.sinks import Part, RecvQueue, Sink
 from aioenv.core.sources import EnvSources
 from aioenv.errors import (
     AioEnvError,
-    EnvError,
     PoolClosed,
     ProtocolError,
-    StepTimeout,
     WorkerCrashed,
 )
 from aioenv.transport.slab import Slab, slab_enabled
@@ -63,8 +63,6 @@ _SETUP = frozenset(("make", "slab"))
 #: Seconds an ``async`` worker gets to cancel and replace envs after a deadline before it is restarted.
 CANCEL_GRACE = 5.0
 
-Build = Callable[[Request], tuple[dict[str, Any], list[np.ndarray]]]
-
 
 class _Slot:
     """A worker position; its process is replaced when it dies."""
@@ -79,6 +77,25 @@ class _Slot:
         self.restarts = 0
         self.dead_reason = ""
         self.waits_for_room = False  # given up for want of room: started again once a host has room
+
+
+class _Lost(NamedTuple):
+    """A worker process that is gone, as the errors of its lost requests name it."""
+
+    name: str
+    pid: object
+    code: int | None
+    how: str  # how it ended, in words ("was killed by SIGKILL")
+
+    def crashed(self, env_id: int, kind: str) -> WorkerCrashed:
+        """The error of env ``env_id``'s ``kind`` request, lost with this process."""
+        return WorkerCrashed(
+            f"{kind} failed for env {env_id}: its worker {self.name} (pid {self.pid}) {self.how} while the request "
+            "was in flight; the env is re-made on a fresh worker: reset it before stepping",
+            env_id=env_id,
+            worker=self.name,
+            exitcode=self.code,
+        )
 
 
 class Coordinator:
@@ -117,11 +134,8 @@ class Coordinator:
         when_room: Callable[[Callable[[], bool]], None] | None = None,
     ) -> None:
         self.sched = Scheduler(num_envs, max_concurrency)
-        self.truncate = on_timeout == "truncate"
-        self._last_obs: list[np.ndarray] | None = None  # truncate mode: each env's last observation
-        self._has_obs = np.zeros(num_envs, dtype=np.bool_)
-        self._replaced = np.zeros(num_envs, dtype=np.bool_)  # truncate mode: owes the caller a truncated row
-        self._replaced_count = 0
+        #: Truncate mode's last observations and owed rows (None: a late step fails with StepTimeout).
+        self.truncation = Truncation(num_envs) if on_timeout == "truncate" else None
         self.sources = sources
         self.private_dir = private_dir
         self.autoreset_mode = autoreset_mode
@@ -129,14 +143,13 @@ class Coordinator:
         self.on_remade = on_remade
         self.slots: list[_Slot] = []
         self._by_name: dict[bytes, _Slot] = {}
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
         self.closing = False
         self._retired: list[WorkerProc] = []
         self._launch = launch
         self._prefix = name_prefix
         self._when_room = when_room
         self.loop = asyncio.get_running_loop()
+        self._timer = DeadlineTimer(self.loop, self._on_timer)
         #: The shared rows of this pool's local inline workers (None: arrays travel in the messages).
         self.slab: Slab | None = None
         self._slab_fd: int | None = None
@@ -162,7 +175,7 @@ class Coordinator:
         replies = await asyncio.gather(*makes, return_exceptions=True)
         failed = [r for r in replies if isinstance(r, BaseException)]
         if failed:
-            raise _start_failure(failed, self.sched.num_envs)
+            raise start_failure(failed, self.sched.num_envs)
         described: dict[str, Any] = {}
         for reply in replies:
             assert isinstance(reply, dict)
@@ -184,7 +197,7 @@ class Coordinator:
         self.slab = Slab.create(self._slab_fd, layout)
         mapped = []
         for slot in self.slots:
-            fut: asyncio.Future[Any] = self.loop.create_future()
+            fut: SetupFuture = self.loop.create_future()
             req = self.sched.open(slot.index, "slab", self.sched.all_ids[:0], sink=fut)
             self._send(slot, encode(Op.SLAB, {"id": req.id, "slab": layout}))
             mapped.append(fut)
@@ -203,12 +216,12 @@ class Coordinator:
         self._by_name[slot.name.encode()] = slot
 
     async def _make(self, slot: _Slot, env_ids: np.ndarray) -> dict[str, Any]:
-        fut: asyncio.Future[dict[str, Any]] = self.loop.create_future()
+        fut: SetupFuture = self.loop.create_future()
         self._send_make(slot, env_ids, fut)
         return await fut
 
     def _send_make(
-        self, slot: _Slot, env_ids: np.ndarray, sink: asyncio.Future[Any] | None, ended: np.ndarray | None = None
+        self, slot: _Slot, env_ids: np.ndarray, sink: SetupFuture | None, ended: np.ndarray | None = None
     ) -> None:
         """Ask ``slot``'s worker to make ``env_ids``; ``sink`` gets the spaces (None: a re-make, only logged).
         ``ended``: envs to start as if just truncated (see ``on_timeout``)."""
@@ -223,7 +236,7 @@ class Coordinator:
 
     # ------------------------------------------------------------ requests
 
-    def submit(self, kind: str, env_ids: np.ndarray, sink: Any, build: Build, *, timeout: float | None = None) -> None:
+    def submit(self, kind: str, env_ids: np.ndarray, sink: Sink, build: Build, *, timeout: float | None = None) -> None:
         """Send one request per worker covering ``env_ids`` (already claimed); replies go to ``sink``.
 
         ``build(req)`` returns the request's fields and arrays for its rows (``req.positions`` index into
@@ -236,18 +249,18 @@ class Coordinator:
             if room < env_ids.size:
                 if positions is None:
                     positions = np.arange(env_ids.size)
-                sched.hold((kind, sink, build, timeout), env_ids[room:], positions[room:])
+                sched.hold(HeldCall(kind, sink, build, timeout), env_ids[room:], positions[room:])
                 env_ids, positions = env_ids[:room], positions[:room]
                 if room == 0:
                     return
         self._send_rows(kind, env_ids, positions, sink, build, timeout)
 
     def _send_rows(
-        self, kind: str, env_ids: np.ndarray, at: np.ndarray | None, sink: Any, build: Build, timeout: float | None
+        self, kind: str, env_ids: np.ndarray, at: np.ndarray | None, sink: Sink, build: Build, timeout: float | None
     ) -> None:
         """Send ``env_ids`` (at positions ``at`` of the caller's call; None: all of it, in order)."""
-        if self._replaced_count:
-            env_ids, at = self._settle_replaced(kind, env_ids, at, sink)
+        if self.truncation is not None and self.truncation.replaced_count:
+            env_ids, at = self._pay_debts(self.truncation, kind, env_ids, at, sink)
             if env_ids.size == 0:
                 return
         deadline = None if timeout is None else self.loop.time() + timeout
@@ -344,54 +357,61 @@ class Coordinator:
         def bad(exc: ValueError) -> None:
             log.error("malformed reply from worker %s: %s", slot.name, exc)
 
-        remember = self._remember_obs if self.truncate else None
+        remember = self.truncation.remember if self.truncation is not None else None
         route_block(self.sched, block, segments, self._deliver_rows, bad, remember)
 
-    def _deliver_rows(self, sink: Any, req: Request | None, part: Part, positions: np.ndarray | None) -> None:
-        if self.truncate:
-            self._remember_obs(part)
+    def _deliver_rows(self, sink: Sink, req: Request | None, part: Part, positions: np.ndarray | None) -> None:
+        """Deliver a segment's rows (see :data:`aioenv.core.replies.Deliver`), remembering them in truncate mode."""
+        if self.truncation is not None:
+            self.truncation.remember(part)
         if req is not None:
             self._deliver_part(req, part, positions)
-        else:
-            sink.deliver(part, positions)
+        else:  # a merged run of rows bound for a RecvQueue (which keeps rows in arrival order, not positions)
+            assert isinstance(sink, RecvQueue)
+            sink.deliver(part)
 
     def _deliver(self, req: Request, op: str, header: dict[str, Any], arrays: list[np.ndarray]) -> None:
         """A whole-request reply (inline workers, MAKE, CALL, CANCEL, ERROR) for ``req``."""
-        kind, env_ids, positions = req.kind, req.env_ids, req.positions
+        kind, env_ids = req.kind, req.env_ids
         if op == Op.ERROR:
             desc = header.get("error")
             part = Part.failed(env_ids, lambda e: from_wire({**(desc or {}), "env_id": e}, context=kind))
-            self._deliver_part(req, part, positions)
+            self._deliver_part(req, part, req.positions)
             return
         errors = {int(row): from_wire(d, context=kind) for row, d in (header.get("err") or {}).items()}
         if kind in _SETUP:
             self._made(req, header, errors)
-            return
-        if kind == "cancel":
+        elif kind == "cancel":
             for err in errors.values():
                 log.error("replacing env %s after its deadline failed: %s", err.env_id, err)
-            return
-        if kind == "call":
-            part = Part(env_ids, errors=errors, values=header["values"])
+        elif kind == "call":
+            self._deliver_part(req, Part(env_ids, errors=errors, values=header["values"]), req.positions)
         else:
-            if header.get("sh"):  # the rows are in the slab
-                assert self.slab is not None, "a worker answered in shared rows this pool does not have"
-                obs, extras = self.slab.results(env_ids, kind == "step")
-            else:
-                extras = [arrays[i] for i in header.get("x", [])] or None
-                obs = leaves_from_wire(header["obs"], arrays)
-            outlet = getattr(req.sink, "outlet", None)
-            if outlet is not None:  # a server's relay: the rows cross to the client as they came
-                block = Block(obs, extras or [], header.get("info"), header.get("binfo"), header.get("err"), kind)
-                if self.truncate:
-                    self._remember_obs(block.part(env_ids, 0, env_ids.size))
-                at = positions if positions is not None else np.arange(env_ids.size)
-                outlet.forward(block, [(req.sink, at, 0, env_ids)])
-                return
-            part = Part(env_ids, obs, extras, header.get("info"), errors, binfo=header.get("binfo"))
-            if self.truncate:
-                self._remember_obs(part)
-        self._deliver_part(req, part, positions)
+            self._deliver_result(req, header, arrays, errors)
+
+    def _deliver_result(
+        self, req: Request, header: dict[str, Any], arrays: list[np.ndarray], errors: dict[int, AioEnvError]
+    ) -> None:
+        """The rows of a step or reset answered as a whole (an inline worker's RESULT)."""
+        kind, env_ids = req.kind, req.env_ids
+        if header.get("sh"):  # the rows are in the slab
+            assert self.slab is not None, "a worker answered in shared rows this pool does not have"
+            obs, extras = self.slab.results(env_ids, kind == "step")
+        else:
+            extras = [arrays[i] for i in header.get("x", [])] or None
+            obs = leaves_from_wire(header["obs"], arrays)
+        outlet: Outlet | None = getattr(req.sink, "outlet", None)
+        if outlet is not None:  # a server's relay: the rows cross to the client as they came
+            block = Block(obs, extras or [], header.get("info"), header.get("binfo"), header.get("err"), kind)
+            if self.truncation is not None:
+                self.truncation.remember(block.part(env_ids, 0, env_ids.size))
+            at = req.positions if req.positions is not None else np.arange(env_ids.size)
+            outlet.forward(block, [(req.rows_sink(), at, 0, env_ids)])
+            return
+        part = Part(env_ids, obs, extras, header.get("info"), errors, binfo=header.get("binfo"))
+        if self.truncation is not None:
+            self.truncation.remember(part)
+        self._deliver_part(req, part, req.positions)
 
     def _deliver_part(self, req: Request, part: Part, positions: np.ndarray | None = None) -> None:
         if req.kind in _SETUP:  # the whole MAKE failed (e.g. its env source cannot be imported)
@@ -399,15 +419,19 @@ class Coordinator:
             return
         if req.kind == "cancel":
             return
-        req.sink.deliver(part, req.positions if positions is None else positions)
+        at = req.positions if positions is None else positions
+        assert at is not None, "a request with rows has positions"
+        req.rows_sink().deliver(part, at)
 
     def _made(self, req: Request, header: dict[str, Any], errors: dict[int, AioEnvError]) -> None:
         if errors:
             first = errors[min(errors)]
-            first.errors = {int(req.env_ids[row]): err for row, err in errors.items()}  # see _start_failure
+            first.errors = {int(req.env_ids[row]): err for row, err in errors.items()}  # see start_failure
             self._fail_make(req, first, more=len(errors) - 1)
-        elif req.sink is not None and not req.sink.done():
-            req.sink.set_result(dict(header.get("spaces") or {}))
+        else:
+            fut = _setup_future(req)
+            if fut is not None and not fut.done():
+                fut.set_result(dict(header.get("spaces") or {}))
 
     @staticmethod
     def _fail_make(req: Request, err: BaseException, more: int = 0) -> None:
@@ -415,23 +439,14 @@ class Coordinator:
 
         The envs of a failed re-make stay broken: requests for them get the worker's clear error.
         """
-        if req.sink is None:
+        fut = _setup_future(req)
+        if fut is None:
             also = f" (and {more} more envs)" if more else ""
             log.error("re-making envs %s failed%s: %s", req.env_ids.tolist(), also, err)
-        elif not req.sink.done():
-            req.sink.set_exception(err)
+        elif not fut.done():
+            fut.set_exception(err)
 
     # ------------------------------------------------------------ failures
-
-    @staticmethod
-    def _crashed(name: str, pid: object, code: int | None, how: str, env_id: int, kind: str) -> WorkerCrashed:
-        return WorkerCrashed(
-            f"{kind} failed for env {env_id}: its worker {name} (pid {pid}) {how} while the request was in "
-            "flight; the env is re-made on a fresh worker: reset it before stepping",
-            env_id=env_id,
-            worker=name,
-            exitcode=code,
-        )
 
     def _no_worker(self, slot: _Slot, env_id: int, kind: str) -> WorkerCrashed:
         later = " (it is started as soon as a host has room)" if slot.waits_for_room else ""
@@ -454,52 +469,68 @@ class Coordinator:
         ``timed_out``: the requests whose deadline caused this restart (already answered). In truncate
         mode the envs it replaces end their episodes with a truncated row instead of an error.
         """
-        proc = slot.proc
-        name, pid, code = slot.name, proc.pid if proc else "?", proc.returncode if proc else None
-        if proc is not None and not proc.exited.is_set():
-            self._retired.append(proc)  # killed, not yet reaped: aclose waits for it
-        self._by_name.pop(name.encode(), None)
-        truncating = timed_out is not None and self.truncate
-        must_reset: list[np.ndarray] = [r.env_ids for r in timed_out or () if r.kind == "reset"]
-        answered: list[np.ndarray] = [r.env_ids for r in timed_out or () if r.kind == "step"]
-        for req in self.sched.lose_worker(slot.index):
-            if req.kind in _SETUP:
-                self._fail_make(req, WorkerCrashed(f"worker {name} {how} while making its envs", worker=name))
-                continue
-            crashed = lambda e, k=req.kind: self._crashed(name, pid, code, how, e, k)  # noqa: E731
-            if truncating and req.kind == "step":
-                self._deliver_truncated(req, {"env_replaced": True}, crashed)
-                answered.append(req.env_ids)
-            else:
-                if req.kind == "reset":
-                    must_reset.append(req.env_ids)
-                self._deliver_part(req, Part.failed(req.env_ids, crashed))
+        lost = self._retire(slot, how)
+        truncation = self.truncation if timed_out is not None else None
+        must_reset, answered = self._fail_lost(slot, lost, truncation, timed_out or [])
         slot.restarts += 1
         env_ids = self.sched.envs_of(slot.index)
         if slot.restarts > MAX_RESTARTS:
             self._give_up(slot, f"died {slot.restarts} times; aioenv gave up restarting it")
             return
+        if not self._respawn(slot, env_ids):
+            return
+        ended = truncation.owe(env_ids, must_reset, answered) if truncation is not None else None
+        self._send_make(slot, env_ids, None, ended)
+        self.on_remade(env_ids)
+
+    def _retire(self, slot: _Slot, how: str) -> _Lost:
+        """Forget the slot's process (``aclose`` still reaps it if it has not exited yet); returns what the
+        errors of its lost requests say about it."""
+        proc = slot.proc
+        lost = _Lost(slot.name, proc.pid if proc else "?", proc.returncode if proc else None, how)
+        if proc is not None and not proc.exited.is_set():
+            self._retired.append(proc)  # killed, not yet reaped: aclose waits for it
+        self._by_name.pop(slot.name.encode(), None)
+        return lost
+
+    def _fail_lost(
+        self, slot: _Slot, lost: _Lost, truncation: Truncation | None, timed_out: list[Request]
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Answer the requests the slot's worker took with it: a lost MAKE fails ``start()``; a step gets a
+        truncated row (``truncation``: the restart is a deadline's) or, as any other request, WorkerCrashed.
+
+        Returns the env ids whose reset was lost (they must not start as truncated) and those whose caller
+        was told already (the ``timed_out`` steps and the steps answered here)."""
+        must_reset = [r.env_ids for r in timed_out if r.kind == "reset"]
+        answered = [r.env_ids for r in timed_out if r.kind == "step"]
+        for req in self.sched.lose_worker(slot.index):
+            if req.kind in _SETUP:
+                self._fail_make(
+                    req, WorkerCrashed(f"worker {lost.name} {lost.how} while making its envs", worker=lost.name)
+                )
+                continue
+            crashed = lambda e, k=req.kind: lost.crashed(e, k)  # noqa: E731
+            if truncation is not None and req.kind == "step":
+                self._deliver_truncated(truncation, req, {"env_replaced": True}, crashed)
+                answered.append(req.env_ids)
+            else:
+                if req.kind == "reset":
+                    must_reset.append(req.env_ids)
+                self._deliver_part(req, Part.failed(req.env_ids, crashed))
+        return must_reset, answered
+
+    def _respawn(self, slot: _Slot, env_ids: np.ndarray) -> bool:
+        """Start a fresh worker for ``slot``; False when no host has room for its envs (the slot is given up,
+        and started again once room frees up, with a launcher that says when)."""
         try:
             self._spawn(slot, env_ids.size)
-        except AioEnvError as exc:  # no host has room for its envs now
+        except AioEnvError as exc:
             self._give_up(slot, f"could not be restarted: {exc}")
             if self._when_room is not None:
                 slot.waits_for_room = True
                 self._when_room(lambda: self._revive(slot))
-            return
-        ended = None
-        if truncating:
-            keep = self._has_obs[env_ids]
-            if must_reset:
-                keep &= ~np.isin(env_ids, np.concatenate(must_reset))
-            ended = env_ids[keep]
-            owed = ended[
-                ~np.isin(ended, np.concatenate([*answered, ended[:0]]))
-            ]  # not told yet: their next step gets the truncated row
-            self._replaced[owed] = True
-            self._replaced_count = int(np.count_nonzero(self._replaced))
-        self._send_make(slot, env_ids, None, ended)
-        self.on_remade(env_ids)
+            return False
+        return True
 
     def _give_up(self, slot: _Slot, reason: str) -> None:
         """The slot's envs fail fast from now on (requests get ``WorkerCrashed`` saying why)."""
@@ -524,125 +555,77 @@ class Coordinator:
         self.on_remade(env_ids)
         return True
 
-    # ------------------------------------------------------------ deadlines
+    # ------------------------------------------------------------ deadlines (see aioenv.core.deadlines)
 
     def _arm_timer(self) -> None:
-        when = self.sched.next_deadline()
-        if when is None or (self._timer_at is not None and self._timer_at <= when):
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_at = when
-        self._timer = self.loop.call_at(when, self._on_timer)
+        self._timer.arm(self.sched.next_deadline())
 
     def _on_timer(self) -> None:
         """Answer the requests past their deadline, then free their envs: an ``async`` worker cancels and
         replaces them; any other worker (stuck inside env code) is killed and restarted."""
-        self._timer = None
-        self._timer_at = None
         late: dict[int, list[Request]] = {}
         for req in self.sched.expire(self.loop.time()):
             late.setdefault(req.worker, []).append(req)
             if req.kind != "cancel":
                 self._time_out(req)
         for worker, reqs in late.items():
-            slot = self.slots[worker]
-            if slot.proc is None:
-                continue
-            if self.executor == "async" and all(r.kind != "cancel" for r in reqs):
-                self._send_cancel(slot, reqs)
-            else:  # stuck inside the env's code (or its loop is): only a new process frees the slot
-                slot.proc.kill()
-                self._restart(slot, "was killed because a request overran its deadline", reqs)
+            self._free_late(self.slots[worker], reqs)
         self._arm_timer()
         if self.sched.held:
             self._pump()
 
+    def _free_late(self, slot: _Slot, reqs: list[Request]) -> None:
+        """Free the envs of ``slot``'s late ``reqs`` (answered already)."""
+        if slot.proc is None:
+            return
+        if self.executor == "async" and all(r.kind != "cancel" for r in reqs):
+            self._send_cancel(slot, reqs)
+        else:  # stuck inside the env's code (or its loop is): only a new process frees the slot
+            slot.proc.kill()
+            self._restart(slot, "was killed because a request overran its deadline", reqs)
+
     def _time_out(self, req: Request) -> None:
+        """Answer a late request: StepTimeout, or in truncate mode a step's truncated rows."""
         slot = self.slots[req.worker]
-
-        def timeout_error(env_id: int, kind: str = req.kind) -> StepTimeout:
-            fix = "re-made" if self.executor == "async" else f"re-made on a restarted worker ({slot.name} was stuck)"
-            return StepTimeout(
-                f"{kind} of env {env_id} overran its deadline; the env is {fix}: reset it before stepping",
-                env_id=env_id,
-            )
-
-        if self.truncate and req.kind == "step":
-            self._deliver_truncated(req, {"timeout": True}, timeout_error)
+        cancels = self.executor == "async"
+        # slot.name read when the error is made: after a restart, the name of the worker that was stuck
+        late = lambda e, k=req.kind: timeout_error(k, e, cancels=cancels, worker=slot.name)  # noqa: E731
+        if self.truncation is not None and req.kind == "step":
+            self._deliver_truncated(self.truncation, req, {"timeout": True}, late)
         else:
-            self._deliver_part(req, Part.failed(req.env_ids, timeout_error))
+            self._deliver_part(req, Part.failed(req.env_ids, late))
 
     def _send_cancel(self, slot: _Slot, reqs: list[Request]) -> None:
         """Ask an ``async`` worker to cancel the late requests' envs and replace them; if it does not answer
         within ``CANCEL_GRACE`` it is stuck and gets restarted."""
-        late = [r for r in reqs if r.kind in THROTTLED]
-        if not late:
+        fields = cancel_fields(reqs, self.truncation)
+        if fields is None:
             return
-        env_ids = np.concatenate([r.env_ids for r in late])
-        fields: dict[str, Any] = {"env": env_ids.tolist()}
-        if self.truncate:
-            steps = np.concatenate([r.env_ids for r in late if r.kind == "step"] or [env_ids[:0]])
-            fields["ended"] = steps[self._has_obs[steps]].tolist()
-        no_envs = env_ids[:0]  # the envs are not busy with the cancel: they are free for new requests
+        no_envs = self.sched.all_ids[:0]  # the envs are not busy with the cancel: they are free for new requests
         req = self.sched.open(slot.index, "cancel", no_envs, deadline=self.loop.time() + CANCEL_GRACE)
         fields["id"] = req.id
         self._send(slot, encode(Op.CANCEL, fields))
 
     # ------------------------------------------------------------ truncate mode (on_timeout="truncate")
 
-    def _remember_obs(self, part: Part) -> None:
-        """Keep each env's last observation, for the truncated row a late step gets."""
-        leaves = part.obs or []
-        ids = part.env_ids
-        if part.errors:
-            keep = np.ones(ids.size, dtype=np.bool_)
-            keep[list(part.errors)] = False
-            ids = ids[keep]
-            leaves = [leaf[keep] for leaf in leaves]
-        if self._last_obs is None:
-            n = self.sched.num_envs
-            self._last_obs = [np.empty((n, *leaf.shape[1:]), dtype=leaf.dtype) for leaf in leaves]
-        for store, leaf in zip(self._last_obs, leaves, strict=True):
-            store[ids] = leaf
-        self._has_obs[ids] = True
-
-    def _truncated_part(self, env_ids: np.ndarray, info: dict[str, Any]) -> Part:
-        assert self._last_obs is not None
-        n = env_ids.size
-        obs = [store[env_ids] for store in self._last_obs]
-        extras = [np.zeros(n, dtype=np.float64), np.zeros(n, dtype=np.bool_), np.ones(n, dtype=np.bool_)]
-        return Part(env_ids, obs, extras, [dict(info) for _ in range(n)])
-
-    def _deliver_truncated(self, req: Request, info: dict[str, Any], otherwise: Callable[[int], Any]) -> None:
+    def _deliver_truncated(
+        self, truncation: Truncation, req: Request, info: dict[str, Any], otherwise: Callable[[int], AioEnvError]
+    ) -> None:
         """Answer ``req``'s rows as truncated (envs with a last observation) or with ``otherwise(env_id)``."""
-        has = self._has_obs[req.env_ids]
-        positions = req.positions if req.positions is not None else np.arange(req.env_ids.size)
-        if has.any():
-            idx = np.flatnonzero(has)
-            self._deliver_part(req, self._truncated_part(req.env_ids[idx], info), positions[idx])
-        if not has.all():
-            idx = np.flatnonzero(~has)
-            self._deliver_part(req, Part.failed(req.env_ids[idx], otherwise), positions[idx])
+        for part, positions in truncation.answer(req, info, otherwise):
+            self._deliver_part(req, part, positions)
 
-    def _settle_replaced(
-        self, kind: str, env_ids: np.ndarray, at: np.ndarray | None, sink: Any
+    def _pay_debts(
+        self, truncation: Truncation, kind: str, env_ids: np.ndarray, at: np.ndarray | None, sink: Sink
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """Envs replaced behind the caller's back owe a truncated row: a step gets it here (the next one
         starts a new episode); a reset simply clears the debt. Returns the rows still to send."""
-        mask = self._replaced[env_ids]
-        if not mask.any():
-            return env_ids, at
-        idx = np.flatnonzero(mask)
-        owed = env_ids[idx]
-        self._replaced[owed] = False
-        self._replaced_count -= owed.size
-        if kind != "step":
-            return env_ids, at
-        self.sched.release(owed)
-        sink.deliver(self._truncated_part(owed, {"env_replaced": True}), idx if at is None else at[idx])
-        rest = np.flatnonzero(~mask)
-        return env_ids[rest], rest if at is None else at[rest]
+        env_ids, at, paid = truncation.settle(kind, env_ids, at)
+        if paid is not None:
+            part, positions = paid
+            self.sched.release(part.env_ids)
+            sink.deliver(part, positions)
+        return env_ids, at
 
     # ------------------------------------------------------------ shutdown
 
@@ -655,8 +638,7 @@ class Coordinator:
         if self.closing:
             return
         self.closing = True
-        if self._timer is not None:
-            self._timer.cancel()
+        self._timer.cancel()
         for req in self.sched.drain():
             if req.kind == "cancel":
                 continue
@@ -664,9 +646,9 @@ class Coordinator:
                 self._fail_make(req, PoolClosed(f"the pool was closed while its workers were set up ({req.kind})"))
             else:
                 err = PoolClosed(f"the pool was closed while env {int(req.env_ids[0])}'s {req.kind} was in flight")
-                req.sink.fail(err)
+                req.rows_sink().fail(err)
         for held in self.sched.drop_held():
-            held.item[1].fail(PoolClosed(f"the pool was closed while env {int(held.env_ids[0])} waited to run"))
+            held.item.sink.fail(PoolClosed(f"the pool was closed while env {int(held.env_ids[0])} waited to run"))
         stops = [p.stop(grace, ask_first=False) for p in self._retired]
         for slot in self.slots:
             if slot.proc is None:
@@ -722,49 +704,12 @@ def reset_builder(seeds: list[int | None], options: dict[str, Any] | None, share
     return build
 
 
+def _setup_future(req: Request) -> SetupFuture | None:
+    """The future a set-up request (MAKE, SLAB) answers (None: a re-make nobody awaits)."""
+    fut = req.sink
+    assert fut is None or isinstance(fut, asyncio.Future), f"a {req.kind} request answers a future"
+    return fut
+
+
 def _with_env(err: AioEnvError, env_id: int) -> AioEnvError:
     return type(err)(err.message, env_id=env_id)
-
-
-def _start_failure(failed: list[BaseException], num_envs: int) -> BaseException:
-    """The one error ``start()`` raises when making envs failed on one or more workers.
-
-    When every env that failed failed the same way (a wrong gymnasium id, a bad ``env_kwargs``), the
-    error says so for all of them at once instead of naming whichever env a worker reported first;
-    otherwise it is the lowest env's error, which says how many more failed. ``errors`` holds every
-    env's error either way.
-    """
-    if not all(isinstance(e, AioEnvError) for e in failed):
-        return next(e for e in failed if not isinstance(e, AioEnvError))
-    errs = [e for e in failed if isinstance(e, AioEnvError)]
-    by_env: dict[int, AioEnvError] = {}
-    for err in errs:
-        by_env.update(err.errors or ({err.env_id: err} if err.env_id is not None else {}))
-    if not by_env:
-        return errs[0]
-    ids = sorted(by_env)
-    first = by_env[ids[0]]
-    if all(isinstance(e, EnvError) for e in by_env.values()):
-        kinds = {(e.remote_type, e.remote_message) for e in by_env.values() if isinstance(e, EnvError)}
-        if len(kinds) == 1 and isinstance(first, EnvError):
-            which = (
-                f"all {num_envs} envs" if len(ids) == num_envs else f"{len(ids)} of {num_envs} envs ({_ids_text(ids)})"
-            )
-            merged = EnvError(
-                f"make failed for {which}: {first.remote_message}",
-                remote_type=first.remote_type,
-                remote_message=first.remote_message,
-                remote_traceback=first.remote_traceback,
-            )
-            merged.errors = by_env
-            return merged
-    if len(ids) > 1:
-        first.message = f"{first.message} (and {len(ids) - 1} more envs failed to make: see err.errors)"
-        first.args = (first.message,)
-    first.errors = by_env
-    return first
-
-
-def _ids_text(ids: list[int]) -> str:
-    shown = ", ".join(map(str, ids[:8]))
-    return f"envs {shown}, ..." if len(ids) > 8 else f"envs {shown}"

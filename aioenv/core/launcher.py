@@ -99,7 +99,7 @@ class LaunchSpec:
     executor: str
     envs: int
     private_dir: str
-    on_exit: Callable[[Any], None]
+    on_exit: Callable[[WorkerProc], None]
     on_message: Callable[[bytes, list[Any]], None]
     slab_fd: int | None = None
 

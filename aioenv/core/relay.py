@@ -40,7 +40,7 @@ class BlockEntry(NamedTuple):
     """A block of rows as a worker sent them; ``segments``: ``(req_id, positions (k,), start)`` per run of
     rows (``start:start + k``) that answers the client's call ``req_id``."""
 
-    rows: Block
+    block: Block
     segments: list[tuple[int, np.ndarray, int]]
 
 
@@ -65,16 +65,16 @@ def _segment(entry: PartEntry, arrays: list[np.ndarray]) -> dict[str, Any]:
 
 
 def _block(entry: BlockEntry, arrays: list[np.ndarray]) -> dict[str, Any]:
-    rows, segments = entry
+    block, segments = entry
     fields: dict[str, Any] = {
         "blk": [
             [req_id, positions.astype(np.int64, copy=False).tolist(), start] for req_id, positions, start in segments
         ],
-        "k": rows.kind,
+        "k": block.kind,
     }
-    _put_rows(fields, rows.obs, rows.extras, rows.infos, rows.binfo, arrays)
-    if rows.errors:  # rebuilt here as the server's coordinator would, then relayed as such
-        fields["err"] = {row: relay_wire(from_wire(desc, context=rows.kind)) for row, desc in rows.errors.items()}
+    _put_rows(fields, block.obs, block.extras, block.infos, block.binfo, arrays)
+    if block.errors:  # rebuilt here as the server's coordinator would, then relayed as such
+        fields["err"] = {row: relay_wire(from_wire(desc, context=block.kind)) for row, desc in block.errors.items()}
     return fields
 
 
@@ -105,12 +105,12 @@ def decode_part(header: dict[str, Any], arrays: list[np.ndarray], env_ids: np.nd
 
 def decode_block(header: dict[str, Any], arrays: list[np.ndarray]) -> tuple[Block, list[Segment]]:
     """The rows and segments (``(req_id, positions (k,) int64, start)``) of one block of a RESULT."""
-    rows = Block.from_header(header, arrays)
-    n = rows.size
+    block = Block.from_header(header, arrays)
+    n = block.size
     segments: list[Segment] = []
     blk = header["blk"]
     for (req_id, _, start), at in zip(blk, int_lists([pos for _, pos, _ in blk]), strict=True):
         if type(start) is not int or start < 0 or start + at.size > n:
             raise ValueError(f"a segment of {at.size} rows at {start!r} overruns a block of {n} rows")
         segments.append((req_id, at, start))
-    return rows, segments
+    return block, segments

@@ -27,8 +27,8 @@ import zmq
 
 from aioenv.core.relay import decode_block, decode_part
 from aioenv.core.replies import route_block
-from aioenv.core.scheduler import Request, Scheduler
-from aioenv.core.sinks import Part
+from aioenv.core.scheduler import Build, Request, Scheduler
+from aioenv.core.sinks import Part, RecvQueue, Sink
 from aioenv.errors import AioEnvError, ConnectionLost, PoolClosed, ProtocolError
 from aioenv.transport.auth import client_configurer
 from aioenv.transport.router import Dealer
@@ -137,7 +137,7 @@ class RemoteCoordinator:
 
     # ------------------------------------------------------------ requests
 
-    def submit(self, kind: str, env_ids: np.ndarray, sink: Any, build: Any, *, timeout: float | None = None) -> None:
+    def submit(self, kind: str, env_ids: np.ndarray, sink: Sink, build: Build, *, timeout: float | None = None) -> None:
         """Send one request covering ``env_ids`` (already claimed); rows come back to ``sink``."""
         if self.lost is not None:
             self.sched.release(env_ids)
@@ -201,17 +201,17 @@ class RemoteCoordinator:
             req = self.sched.finish(req_id)
             if req is not None:
                 err = from_wire(header.get("error"))
-                req.sink.deliver(Part.failed(req.env_ids, lambda e: _for_env(err, e)), req.positions)
+                _fail_request(req, err)
             return
         for entry in header["parts"]:  # rows of one or more requests (aioenv.core.relay)
             if "blk" in entry:  # a worker's block of rows, as it came
-                rows, segments = decode_block(entry, arrays)
-                route_block(self.sched, rows, segments, _deliver, self._bad_rows)
+                block, segments = decode_block(entry, arrays)
+                route_block(self.sched, block, segments, _deliver, self._bad_rows)
                 continue
             pos = np.asarray(entry["pos"], dtype=np.int64).reshape(-1)
             req = self.sched.finish_rows(entry["id"], pos)
             if req is not None:
-                req.sink.deliver(decode_part(entry, arrays, req.env_ids[pos]), pos)
+                req.rows_sink().deliver(decode_part(entry, arrays, req.env_ids[pos]), pos)
 
     def _bad_rows(self, exc: ValueError) -> None:
         log.error("malformed reply from the server at %s: %s", self.endpoint, exc)
@@ -239,14 +239,23 @@ class RemoteCoordinator:
         self._beat = self.loop.call_later(HEARTBEAT, self._heartbeat)
 
     def _fail_all(self, make_error: Callable[[], AioEnvError]) -> None:
-        for req in self.sched.drain():
-            if req.sink is not None:
-                err = make_error()
-                req.sink.deliver(Part.failed(req.env_ids, lambda e, err=err: _for_env(err, e)), req.positions)
+        for req in self.sched.drain():  # every request of a remote pool has a sink (see submit)
+            _fail_request(req, make_error())
 
 
-def _deliver(sink: Any, _req: Request | None, part: Part, positions: np.ndarray | None) -> None:
-    sink.deliver(part, positions)
+def _fail_request(req: Request, err: AioEnvError) -> None:
+    """Fail every row ``req`` still waits for with ``err`` (a copy naming each row's env)."""
+    assert req.positions is not None, "a remote pool's requests cover positions of their call"
+    req.rows_sink().deliver(Part.failed(req.env_ids, lambda e: _for_env(err, e)), req.positions)
+
+
+def _deliver(sink: Sink, _req: Request | None, part: Part, positions: np.ndarray | None) -> None:
+    """Hand a segment's rows to its sink (see :data:`aioenv.core.replies.Deliver`)."""
+    if positions is None:  # a merged run of rows bound for a RecvQueue, which keeps no positions
+        assert isinstance(sink, RecvQueue)
+        sink.deliver(part)
+    else:
+        sink.deliver(part, positions)
 
 
 def _for_env(err: AioEnvError, env_id: int) -> AioEnvError:

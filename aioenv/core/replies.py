@@ -14,6 +14,7 @@ client without being cut into parts).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
@@ -21,14 +22,15 @@ from typing import Any, Protocol
 import numpy as np
 
 from aioenv.core.scheduler import Request, Scheduler
-from aioenv.core.sinks import Part, RecvQueue
+from aioenv.core.sinks import Part, RecvQueue, Sink
 from aioenv.wire.errors import from_wire
 from aioenv.wire.infos import take_info
 from aioenv.wire.protocol import leaves_from_wire
 
-__all__ = ["Outlet", "Block", "Segment", "int_lists", "route_block"]
+__all__ = ["Block", "Deliver", "Outlet", "OutletSegment", "Segment", "int_lists", "route_block"]
 
-#: A segment of a block: ``(request id, rows of that request (k,) int64, first row in the block)``.
+#: A segment of a block: ``(request id, rows of that request (k,) int64, first row in the block)``; the id is
+#: as the message carried it (an unknown or malformed one finds no request and its rows are dropped).
 Segment = tuple[Any, np.ndarray, int]
 
 
@@ -110,19 +112,40 @@ class Block:
         )
 
 
-class Outlet(Protocol):
-    """Where a sink's rows go wholesale: ``forward(rows, segments)`` gets every segment of a block bound
-    for it as ``(sink, positions (k,), start, env_ids (k,))`` (rows ``start:start+k`` of the block,
-    at ``positions`` of the sink's call)."""
+#: A segment as an outlet gets it: ``(sink, positions (k,), start, env_ids (k,))``: rows ``start:start+k``
+#: of the block, at ``positions`` of the sink's call.
+OutletSegment = tuple[Sink, np.ndarray, int, np.ndarray]
 
-    def forward(self, rows: Block, segments: list[tuple[Any, np.ndarray, int, np.ndarray]]) -> None: ...
+#: How :func:`route_block` hands rows over: ``deliver(sink, req, part, positions (k,))``; ``req`` and
+#: ``positions`` are None for a merged run of rows bound for one :class:`~aioenv.core.sinks.RecvQueue`.
+Deliver = Callable[[Sink, Request | None, Part, np.ndarray | None], None]
+
+
+def _rows_sink(req: Request | None, on_bad: Callable[[ValueError], None]) -> Sink | None:
+    """The sink of ``req`` (None: no request), or None after telling ``on_bad`` when the request takes no rows
+    (a set-up request named by a malformed message)."""
+    if req is None:
+        return None
+    sink = req.sink
+    if sink is None or isinstance(sink, asyncio.Future):
+        on_bad(ValueError(f"rows for request {req.id}, a {req.kind}, which takes none"))
+        return None
+    return sink
+
+
+class Outlet(Protocol):
+    """Where a sink's rows go wholesale: ``forward(block, segments)`` gets every segment of a block bound
+    for it (see :data:`OutletSegment`)."""
+
+    def forward(self, block: Block, segments: list[OutletSegment], /) -> None:
+        """Take the segments of ``block`` bound for this outlet, in block order."""
 
 
 def route_block(
     sched: Scheduler,
-    rows: Block,
+    block: Block,
     segments: Iterable[Segment],
-    deliver: Callable[[Any, Request | None, Part, np.ndarray | None], None],
+    deliver: Deliver,
     on_bad: Callable[[ValueError], None],
     remember: Callable[[Part], None] | None = None,
 ) -> None:
@@ -134,39 +157,67 @@ def route_block(
     (that segment is dropped). Segments whose sink has an ``outlet`` go to it (see :class:`Outlet`),
     after ``remember`` (if given) saw their rows as parts.
     """
-    run_sink: Any = None
-    run_ids: list[np.ndarray] = []
-    run_start = run_stop = 0
-    outlets: dict[int, tuple[Outlet, list[tuple[Any, np.ndarray, int, np.ndarray]]]] = {}
+    run = _RecvRun(block, deliver)
+    outlets: dict[int, tuple[Outlet, list[OutletSegment]]] = {}
     for req_id, at, start in segments:
-        stop = start + at.size
         try:
             req = sched.finish_rows(req_id, at)
         except ValueError as exc:
             on_bad(exc)
             req = None
-        sink = req.sink if req is not None else None
-        if run_ids and (sink is not run_sink or start != run_stop):
-            deliver(run_sink, None, rows.part(np.concatenate(run_ids), run_start, run_stop), None)
-            run_sink, run_ids = None, []
-        if req is None:
-            continue
+        sink = _rows_sink(req, on_bad)
+        run.end_unless(sink, start)
+        if req is None or sink is None:
+            continue  # rows of an unknown or closed request: dropped
+        stop = start + at.size
         env_ids = req.env_ids[at]
-        outlet = getattr(sink, "outlet", None)
+        outlet: Outlet | None = getattr(sink, "outlet", None)
         if outlet is not None:
-            positions = req.positions[at] if req.positions is not None else at
-            outlets.setdefault(id(outlet), (outlet, []))[1].append((sink, positions, start, env_ids))
+            outlets.setdefault(id(outlet), (outlet, []))[1].append((sink, _positions(req, at), start, env_ids))
             if remember is not None:
-                remember(rows.part(env_ids, start, stop))
+                remember(block.part(env_ids, start, stop))
         elif isinstance(sink, RecvQueue):
-            if not run_ids:
-                run_sink, run_start = sink, start
-            run_ids.append(env_ids)
-            run_stop = stop
+            run.add(sink, env_ids, start, stop)
         else:
-            positions = req.positions[at] if req.positions is not None else at
-            deliver(sink, req, rows.part(env_ids, start, stop), positions)
-    if run_ids:
-        deliver(run_sink, None, rows.part(np.concatenate(run_ids), run_start, run_stop), None)
+            deliver(sink, req, block.part(env_ids, start, stop), _positions(req, at))
+    run.end()
     for outlet, segs in outlets.values():
-        outlet.forward(rows, segs)
+        outlet.forward(block, segs)
+
+
+def _positions(req: Request, at: np.ndarray) -> np.ndarray:
+    """Where rows ``at`` (k,) of ``req`` stand in its caller's call, (k,)."""
+    return req.positions[at] if req.positions is not None else at
+
+
+class _RecvRun:
+    """Consecutive rows of a block bound for one RecvQueue, delivered as one part: ``recv`` does not care
+    which request a row answers, and one part costs less than one per request."""
+
+    __slots__ = ("block", "deliver", "ids", "sink", "start", "stop")
+
+    def __init__(self, block: Block, deliver: Deliver) -> None:
+        self.block = block
+        self.deliver = deliver
+        self.sink: RecvQueue | None = None
+        self.ids: list[np.ndarray] = []  # the env ids of each segment in the run
+        self.start = self.stop = 0  # the run's rows in the block
+
+    def add(self, sink: RecvQueue, env_ids: np.ndarray, start: int, stop: int) -> None:
+        """Rows ``start:stop`` for ``env_ids``, bound for ``sink``, continue the run (or begin one)."""
+        if not self.ids:
+            self.sink, self.start = sink, start
+        self.ids.append(env_ids)
+        self.stop = stop
+
+    def end_unless(self, sink: Sink | None, start: int) -> None:
+        """Deliver the run unless a segment for ``sink`` at row ``start`` may continue it."""
+        if self.ids and (sink is not self.sink or start != self.stop):
+            self.end()
+
+    def end(self) -> None:
+        """Deliver the rows of the run, if any, and begin none."""
+        if self.sink is not None and self.ids:
+            part = self.block.part(np.concatenate(self.ids), self.start, self.stop)
+            self.deliver(self.sink, None, part, None)
+        self.sink, self.ids = None, []

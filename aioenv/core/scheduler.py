@@ -22,16 +22,19 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from aioenv.core.sinks import Sink
 from aioenv.errors import UsageError
 
-__all__ = ["Held", "Request", "Scheduler"]
+__all__ = ["Build", "Held", "HeldCall", "Request", "Scheduler", "SetupFuture"]
 
 #: Request kinds counted against the concurrency limit.
 THROTTLED = frozenset(("step", "reset"))
@@ -40,19 +43,35 @@ _FIRST = np.zeros(1, dtype=np.int64)  # the positions of a one-env call
 _FIRST.flags.writeable = False
 
 
+#: What a coordinator's set-up request (MAKE, SLAB) answers instead of a sink: the future ``start()`` awaits
+#: (resolved with the envs' descriptions), or None for a re-make nobody awaits.
+SetupFuture = asyncio.Future[dict[str, Any]]
+
+
 @dataclass(slots=True, eq=False)
 class Request:
-    """One message to one worker, covering ``env_ids`` (its rows, in order)."""
+    """One message to one worker, covering ``env_ids`` (its rows, in order).
+
+    ``sink`` gets the rows of a step, reset or call; a set-up request has a :data:`SetupFuture` or None, and
+    a CANCEL none. ``positions`` (k,): where the rows stand in the caller's call (None: set-up requests).
+    """
 
     id: int
     worker: int
     kind: str
     env_ids: np.ndarray
-    sink: Any = None
+    sink: Sink | SetupFuture | None = None
     positions: np.ndarray | None = None
     deadline: float | None = None
     left: int = 0
     answered: np.ndarray | None = None  # rows answered so far (only after a partial reply)
+
+    def rows_sink(self) -> Sink:
+        """The sink of a request that has rows to answer (a step, reset or call)."""
+        sink = self.sink
+        assert sink is not None, f"a {self.kind} request has no sink"
+        assert not isinstance(sink, asyncio.Future), f"a {self.kind} request carries a set-up future, not rows"
+        return sink
 
     def unanswered(self) -> np.ndarray:
         """Indices of the rows not answered yet."""
@@ -61,11 +80,24 @@ class Request:
         return np.flatnonzero(~self.answered)
 
 
+#: How a request's fields and arrays are built, once it is opened (``req.positions`` index into the call).
+Build = Callable[[Request], tuple[dict[str, Any], list[np.ndarray]]]
+
+
+class HeldCall(NamedTuple):
+    """How to send held rows later: the call's kind, sink, builder and timeout (seconds, None: none)."""
+
+    kind: str
+    sink: Sink
+    build: Build
+    timeout: float | None
+
+
 @dataclass(slots=True, eq=False)
 class Held:
     """Rows waiting for room under the concurrency limit: ``env_ids``, at ``positions`` of the caller's call."""
 
-    item: Any
+    item: HeldCall
     env_ids: np.ndarray
     positions: np.ndarray
 
@@ -214,7 +246,7 @@ class Scheduler:
         kind: str,
         env_ids: np.ndarray,
         *,
-        sink: Any = None,
+        sink: Sink | SetupFuture | None = None,
         positions: np.ndarray | None = None,
         deadline: float | None = None,
     ) -> Request:
@@ -299,7 +331,7 @@ class Scheduler:
             return 0
         return max(0, min(rows, self.limit - self.running))
 
-    def hold(self, item: Any, env_ids: np.ndarray, positions: np.ndarray) -> None:
+    def hold(self, item: HeldCall, env_ids: np.ndarray, positions: np.ndarray) -> None:
         """Queue rows that found no room; ``item`` is the caller's (how to send them later)."""
         self.held.append(Held(item, env_ids, positions))
 

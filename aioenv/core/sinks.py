@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -90,7 +91,7 @@ class Part:
         return None
 
     @classmethod
-    def failed(cls, env_ids: np.ndarray, make_error: Any) -> Part:
+    def failed(cls, env_ids: np.ndarray, make_error: Callable[[int], AioEnvError]) -> Part:
         """A part whose every row failed with ``make_error(env_id)``."""
         return cls(env_ids, errors={i: make_error(int(e)) for i, e in enumerate(env_ids)})
 

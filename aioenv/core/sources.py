@@ -60,20 +60,27 @@ def parse_sources(
             raise ValueError(
                 f"num_envs={num_envs} but {len(env)} env factories were given; pass one or make them agree"
             )
-        sources: dict[str, dict[str, Any]] = {}
-        keys: list[str] = []
-        seen: dict[int, str] = {}
-        for fn in env:
-            if id(fn) not in seen:
-                new = str(len(seen))
-                seen[id(fn)] = new
-                sources[new] = {"kind": "pickle", "path": _pickle_factory(fn, int(new), private_dir), "kwargs": kwargs}
-            keys.append(seen[id(fn)])
-        return EnvSources(sources, keys), len(env)
+        return _factory_sources(env, kwargs, private_dir), len(env)
     raise TypeError(
         "env must be a gymnasium id ('CartPole-v1'), a 'pkg.module:factory' string, a callable that returns "
         f"an env, or a sequence of such callables; got {type(env).__name__}"
     )
+
+
+def _factory_sources(
+    factories: Sequence[Callable[..., Any]], kwargs: dict[str, Any], private_dir: str | None
+) -> EnvSources:
+    """One pickled source per distinct factory (by identity), env ``i`` using the ``i``-th factory's."""
+    sources: dict[str, dict[str, Any]] = {}
+    keys: list[str] = []
+    seen: dict[int, str] = {}
+    for fn in factories:
+        if id(fn) not in seen:
+            new = str(len(seen))
+            seen[id(fn)] = new
+            sources[new] = {"kind": "pickle", "path": _pickle_factory(fn, int(new), private_dir), "kwargs": kwargs}
+        keys.append(seen[id(fn)])
+    return EnvSources(sources, keys)
 
 
 def _check_count(num_envs: Any) -> int:

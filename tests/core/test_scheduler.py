@@ -432,7 +432,7 @@ NUM_WORKERS = 3
 
 
 class SchedulerMachine(RuleBasedStateMachine):
-    """Random claim/open/finish/lose_worker/expire/drain/move sequences, as the coordinator drives them.
+    """Random claim/open/finish/lose_worker/expire/drain sequences, as the coordinator drives them.
 
     Invariant: ``busy[e]`` is True iff ``e`` belongs to an open request, and every env belongs to at
     most one open request.
