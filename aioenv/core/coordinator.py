@@ -49,6 +49,7 @@ from aioenv.errors import (
 from aioenv.transport.slab import Slab, slab_enabled
 from aioenv.wire import spaces
 from aioenv.wire.errors import from_wire
+from aioenv.wire.options import AutoresetName, Executor, OnTimeout
 from aioenv.wire.protocol import Op, decode, encode, leaves_from_wire, leaves_to_wire
 from aioenv.wire.spaces import space_from_description
 
@@ -124,11 +125,11 @@ class Coordinator:
         sources: EnvSources,
         private_dir: str,
         *,
-        autoreset_mode: str,
-        executor: str,
+        autoreset_mode: AutoresetName,
+        executor: Executor,
         on_remade: Callable[[np.ndarray], None],
         max_concurrency: int | None = None,
-        on_timeout: str = "error",
+        on_timeout: OnTimeout = "error",
         launch: Callable[[LaunchSpec], WorkerProc] = launch_local,
         name_prefix: str = "",
         when_room: Callable[[Callable[[], bool]], None] | None = None,
