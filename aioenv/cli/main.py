@@ -4,8 +4,11 @@ server) and ``keygen`` (CURVE keys)."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
@@ -13,6 +16,8 @@ from rich.table import Table
 
 import aioenv
 from aioenv.wire.options import EXECUTORS, Executor
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 # Options shared by several commands.
 LOG_LEVEL = click.option(
@@ -24,6 +29,13 @@ LOG_LEVEL = click.option(
 KEY = click.option(
     "--key", type=click.Path(exists=True, dir_okay=False), default=None, help="your .key_secret (--auth)"
 )
+
+
+def executor_option(help_text: str) -> Callable[[F], F]:
+    """``--executor`` (inline, thread or async; inline by default), with the command's own help."""
+    return click.option("--executor", type=click.Choice(EXECUTORS), default="inline", show_default=True, help=help_text)
+
+
 SERVER_KEY = click.option(
     "--server-key", type=click.Path(exists=True, dir_okay=False), default=None, help="the server's .key"
 )
@@ -106,13 +118,7 @@ def _endpoint(_ctx: click.Context, param: click.Parameter, value: str | None) ->
 @click.option(
     "--bind", default="tcp://0.0.0.0:5555", show_default=True, callback=_endpoint, help="where clients connect"
 )
-@click.option(
-    "--executor",
-    type=click.Choice(EXECUTORS),
-    default="inline",
-    show_default=True,
-    help="executor of pools whose client does not choose one",
-)
+@executor_option("executor of pools whose client does not choose one")
 @click.option("--workers", type=click.IntRange(1), default=None, help="worker processes per pool (default: cores)")
 @click.option("--max-envs", type=click.IntRange(1), default=None, help="envs of all clients together")
 @click.option("--max-envs-per-client", type=click.IntRange(1), default=None, help="envs of one client process")
@@ -220,13 +226,7 @@ def _check_worker_sched() -> None:
     help="the server's worker port (its --worker-bind), e.g. tcp://HOST:5556",
 )
 @click.option("--capacity", type=click.IntRange(1), required=True, help="envs this host may run at once")
-@click.option(
-    "--executor",
-    type=click.Choice(EXECUTORS),
-    default="inline",
-    show_default=True,
-    help="executor of the worker processes (the server sends only pools of this kind)",
-)
+@executor_option("executor of the worker processes (the server sends only pools of this kind)")
 @click.option("--name", default=None, help="this host's name on the server (default: hostname-pid)")
 @click.option(
     "--server-timeout",
@@ -303,8 +303,6 @@ def _key_pair(key: str | None, server_key: str | None) -> tuple[str, str] | None
 @SERVER_KEY
 def status(endpoint: str, timeout: float, quiet: bool, as_json: bool, key: str | None, server_key: str | None) -> None:
     """Print the state of the aioenv server at ENDPOINT (tcp://HOST:PORT); exit 1 when it does not answer."""
-    import json
-
     from aioenv.server.status import fetch_status
 
     try:
@@ -312,17 +310,31 @@ def status(endpoint: str, timeout: float, quiet: bool, as_json: bool, key: str |
     except (aioenv.AioEnvError, TimeoutError, OSError, zmq_error()) as exc:
         if quiet:
             sys.exit(1)
-        if isinstance(exc, TimeoutError):
-            raise click.ClickException(f"no answer from {endpoint} within {timeout:g} s") from exc
-        if isinstance(exc, aioenv.AioEnvError):  # it answered, with a refusal
-            raise click.ClickException(f"{endpoint} refused the status request: {exc}") from exc
-        raise click.ClickException(f"cannot reach {endpoint}: {exc}") from exc
+        raise _unanswered(endpoint, timeout, exc) from exc
     if quiet:
         return
     if as_json:
         click.echo(json.dumps(state))
         return
     console = Console()
+    console.print(_summary_table(state, endpoint))
+    if state.get("pools"):
+        console.print(_pools_table(state["pools"]))
+    if state.get("worker_endpoint"):
+        console.print(_hosts_table(state["worker_endpoint"], state.get("hosts") or []))
+
+
+def _unanswered(endpoint: str, timeout: float, exc: BaseException) -> click.ClickException:
+    """What `aioenv status` says when the server did not answer, answered with a refusal, or was not reached."""
+    if isinstance(exc, TimeoutError):
+        return click.ClickException(f"no answer from {endpoint} within {timeout:g} s")
+    if isinstance(exc, aioenv.AioEnvError):  # it answered, with a refusal
+        return click.ClickException(f"{endpoint} refused the status request: {exc}")
+    return click.ClickException(f"cannot reach {endpoint}: {exc}")
+
+
+def _summary_table(state: dict[str, Any], endpoint: str) -> Table:
+    """The server's figures: version, uptime, clients, envs (of the limit), requests, protocol errors."""
     table = Table(title=f"aioenv server at {state.get('endpoint', endpoint)}")
     table.add_column("measure")
     table.add_column("value", justify="right")
@@ -333,30 +345,35 @@ def status(endpoint: str, timeout: float, quiet: bool, as_json: bool, key: str |
     table.add_row("envs", f"{state.get('envs')}" + (f" of {limit}" if limit else ""))
     table.add_row("requests in flight", str(state.get("in_flight")))
     table.add_row("protocol errors", str(state.get("protocol_errors")))
-    console.print(table)
-    pools = state.get("pools") or []
-    if pools:
-        detail = Table(title="pools")
-        for column in ("client", "env", "envs"):
-            detail.add_column(column)
-        for client, env, n in pools:
-            detail.add_row(str(client), str(env), str(n))
-        console.print(detail)
-    if state.get("worker_endpoint"):
-        hosts = Table(title=f"worker hosts (joining at {state['worker_endpoint']})")
-        for column in ("host", "address", "executor", "envs", "capacity", "processes"):
-            hosts.add_column(column, justify="right" if column in ("envs", "capacity", "processes") else "left")
-        for row in state.get("hosts") or []:
-            cap, procs = row.get("capacity"), row.get("processes")
-            hosts.add_row(
-                str(row.get("name")),
-                str(row.get("host") or "-"),
-                str(row.get("executor")),
-                str(row.get("envs")),
-                "unlimited" if cap is None else str(cap),
-                "-" if procs is None else str(procs),
-            )
-        console.print(hosts)
+    return table
+
+
+def _pools_table(pools: list[list[Any]]) -> Table:
+    """One row per open pool: client, env, envs."""
+    table = Table(title="pools")
+    for column in ("client", "env", "envs"):
+        table.add_column(column)
+    for client, env, n in pools:
+        table.add_row(str(client), str(env), str(n))
+    return table
+
+
+def _hosts_table(worker_endpoint: str, rows: list[dict[str, Any]]) -> Table:
+    """One row per worker host: name, address, executor, envs, capacity, processes."""
+    table = Table(title=f"worker hosts (joining at {worker_endpoint})")
+    for column in ("host", "address", "executor", "envs", "capacity", "processes"):
+        table.add_column(column, justify="right" if column in ("envs", "capacity", "processes") else "left")
+    for row in rows:
+        cap, procs = row.get("capacity"), row.get("processes")
+        table.add_row(
+            str(row.get("name")),
+            str(row.get("host") or "-"),
+            str(row.get("executor")),
+            str(row.get("envs")),
+            "unlimited" if cap is None else str(cap),
+            "-" if procs is None else str(procs),
+        )
+    return table
 
 
 def zmq_error() -> type[Exception]:
