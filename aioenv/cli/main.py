@@ -36,6 +36,11 @@ def executor_option(help_text: str) -> Callable[[F], F]:
     return click.option("--executor", type=click.Choice(EXECUTORS), default="inline", show_default=True, help=help_text)
 
 
+def silence_option(flag: str, help_text: str) -> Callable[[F], F]:
+    """A heartbeat timeout: seconds of silence (>= 0.5, 10 by default) before the peer is given up."""
+    return click.option(flag, type=click.FloatRange(0.5), default=10.0, show_default=True, help=help_text)
+
+
 SERVER_KEY = click.option(
     "--server-key", type=click.Path(exists=True, dir_okay=False), default=None, help="the server's .key"
 )
@@ -128,7 +133,7 @@ def _endpoint(_ctx: click.Context, param: click.Parameter, value: str | None) ->
     multiple=True,
     help="env names clients may make (fnmatch pattern, repeatable); without it: gymnasium ids only",
 )
-@click.option("--client-timeout", type=click.FloatRange(0.5), default=10.0, show_default=True, help="seconds")
+@silence_option("--client-timeout", "seconds a client may be silent before its pool is closed")
 @click.option(
     "--auth",
     type=click.Path(exists=True, file_okay=False),
@@ -148,13 +153,7 @@ def _endpoint(_ctx: click.Context, param: click.Parameter, value: str | None) ->
     default=None,
     help="with --worker-bind: envs this machine hosts itself (default: only when no worker host has room; 0: none)",
 )
-@click.option(
-    "--worker-timeout",
-    type=click.FloatRange(0.5),
-    default=10.0,
-    show_default=True,
-    help="seconds a worker host may be silent before its envs are re-made elsewhere",
-)
+@silence_option("--worker-timeout", "seconds a worker host may be silent before its envs are re-made elsewhere")
 @click.option("--log-json", is_flag=True, help="one JSON object per log line")
 @LOG_LEVEL
 def serve(
@@ -228,13 +227,7 @@ def _check_worker_sched() -> None:
 @click.option("--capacity", type=click.IntRange(1), required=True, help="envs this host may run at once")
 @executor_option("executor of the worker processes (the server sends only pools of this kind)")
 @click.option("--name", default=None, help="this host's name on the server (default: hostname-pid)")
-@click.option(
-    "--server-timeout",
-    type=click.FloatRange(0.5),
-    default=10.0,
-    show_default=True,
-    help="seconds of server silence before this host stops its workers and joins again",
-)
+@silence_option("--server-timeout", "seconds of server silence before this host stops its workers and joins again")
 @KEY
 @SERVER_KEY
 @LOG_LEVEL
