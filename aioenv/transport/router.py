@@ -97,9 +97,13 @@ class Router(_Drained):
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.RCVHWM, 0)
         self.sock.setsockopt(zmq.LINGER, 0)
-        if configure is not None:  # e.g. CURVE keys, which must be set before bind
-            configure(self.sock)
-        self.sock.bind(endpoint)
+        try:
+            if configure is not None:  # e.g. CURVE keys, which must be set before bind
+                configure(self.sock)
+            self.sock.bind(endpoint)
+        except BaseException:  # a port in use, a bad address: no socket is left open behind the error
+            self.sock.close()
+            raise
         self.endpoint: str = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._on_message = on_message
         self._start_reading()
