@@ -46,6 +46,13 @@ def hosts() -> Iterator[list[WorkerHostProcess]]:
             host.stop()
 
 
+def _join(hosts: list[WorkerHostProcess], srv: ServerProcess, name: str, capacity: int) -> WorkerHostProcess:
+    """Start a worker host for ``srv`` (stopped with the test's other hosts) and wait until it joined."""
+    host = WorkerHostProcess(srv.worker_endpoint, name=name, capacity=capacity)
+    hosts.append(host)
+    return host.wait_joined()
+
+
 def _server(*args: str, bind: str = "tcp://127.0.0.1:0", worker_bind: str = "tcp://127.0.0.1:0") -> ServerProcess:
     allow = ("--allow-env", "tests.envs.*", "--allow-env", "aioenv.envs.*", "--allow-env", "CartPole-*")
     return ServerProcess("--worker-bind", worker_bind, *allow, *args, bind=bind)
@@ -156,7 +163,7 @@ def test_a_worker_killed_on_its_host_fails_in_flight_requests_and_comes_back(
 ) -> None:
     srv = _server("--local-capacity", "0")
     try:
-        hosts.append(WorkerHostProcess(srv.worker_endpoint, name="host-a", capacity=4).wait_joined())
+        _join(hosts, srv, "host-a", 4)
 
         async def main() -> None:
             kw = {"slow_seconds": HANG, "marker_dir": str(tmp_path)}
@@ -190,16 +197,14 @@ def test_a_silent_host_is_dropped_and_its_envs_remade_on_another(
 ) -> None:
     srv = _server("--local-capacity", "0", "--worker-timeout", "1")
     try:
-        a = WorkerHostProcess(srv.worker_endpoint, name="host-a", capacity=4)
-        hosts.append(a.wait_joined())
+        a = _join(hosts, srv, "host-a", 4)
 
         async def main() -> None:
             kw = {"slow_seconds": 5.0, "marker_dir": str(tmp_path)}
             async with aioenv.Pool(PROBE, 2, endpoint=srv.endpoint, num_workers=1, env_kwargs=kw) as pool:
                 _, info = await pool.reset(seed=0)
                 assert _host_of(int(info["pid"][0]), hosts) == "host-a"
-                b = WorkerHostProcess(srv.worker_endpoint, name="host-b", capacity=4)
-                hosts.append(b.wait_joined())
+                _join(hosts, srv, "host-b", 4)
                 slow = pool.step_env(1, SLOW)
                 await _until(lambda: _started(tmp_path), "the slow step")
                 os.kill(a.proc.pid, signal.SIGSTOP)  # the host stops answering heartbeats
@@ -224,8 +229,7 @@ def test_a_silent_host_is_dropped_and_its_envs_remade_on_another(
 def test_envs_with_no_room_left_wait_for_a_host_and_come_back(hosts: list[WorkerHostProcess]) -> None:
     srv = _server("--local-capacity", "0", "--worker-timeout", "1")
     try:
-        a = WorkerHostProcess(srv.worker_endpoint, name="host-a", capacity=4)
-        hosts.append(a.wait_joined())
+        a = _join(hosts, srv, "host-a", 4)
 
         async def main() -> None:
             async with aioenv.Pool(PROBE, 3, endpoint=srv.endpoint, num_workers=1) as pool:
@@ -238,8 +242,7 @@ def test_envs_with_no_room_left_wait_for_a_host_and_come_back(hosts: list[Worker
                 waiting = r"could not be restarted: .*no worker host.*\(it is started as soon as a host has room\)"
                 with pytest.raises(WorkerCrashed, match=waiting):
                     await pool.reset(seed=0)
-                b = WorkerHostProcess(srv.worker_endpoint, name="host-b", capacity=4)
-                hosts.append(b.wait_joined())  # room again: the envs are re-made there
+                _join(hosts, srv, "host-b", 4)  # room again: the envs are re-made there
                 await _until(lambda: _has(srv, "host-b", 3), "the envs on host-b")
                 obs, info = await pool.reset(seed=0)
                 assert _host_of(int(info["pid"][0]), hosts) == "host-b"
@@ -263,14 +266,13 @@ async def _no_hosts(srv: ServerProcess) -> bool:
 def test_a_host_that_stops_hands_its_envs_over(hosts: list[WorkerHostProcess]) -> None:
     srv = _server("--local-capacity", "0")
     try:
-        a = WorkerHostProcess(srv.worker_endpoint, name="host-a", capacity=4)
-        hosts.append(a.wait_joined())
+        a = _join(hosts, srv, "host-a", 4)
 
         async def main() -> None:
             async with aioenv.Pool(PROBE, 3, endpoint=srv.endpoint, num_workers=1) as pool:
                 _, info = await pool.reset(seed=0)
                 assert _host_of(int(info["pid"][0]), hosts) == "host-a"
-                hosts.append(WorkerHostProcess(srv.worker_endpoint, name="host-b", capacity=4).wait_joined())
+                _join(hosts, srv, "host-b", 4)
                 workers = a.workers()
                 a.stop()  # SIGTERM: it stops its workers and leaves
                 assert all(process_gone(pid) for pid in workers)
@@ -293,7 +295,7 @@ async def _has(srv: ServerProcess, host: str, envs: int) -> bool:
 def test_the_worker_port_refuses_bad_hosts_and_garbage(hosts: list[WorkerHostProcess]) -> None:
     srv = _server("--local-capacity", "0")
     try:
-        hosts.append(WorkerHostProcess(srv.worker_endpoint, name="twin", capacity=4).wait_joined())
+        _join(hosts, srv, "twin", 4)
         lost = WorkerHostProcess(srv.endpoint, name="lost", capacity=4)  # the client port, by mistake
         told = "refused this host: this is the server's client port: worker hosts join at "
         lost.wait_for(told + re.escape(srv.worker_endpoint))
