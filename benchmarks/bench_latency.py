@@ -211,30 +211,23 @@ def build_cases(args: argparse.Namespace) -> dict[str, Case]:
     secs = args.seconds or (0.5 if quick else 10.0)
     secs10k = args.seconds_10k or (0.5 if quick else 20.0)
     sleep_env, async_env = "aioenv.envs.latency:SleepEnv", "aioenv.envs.latency:AsyncSleepEnv"
+    mean_20ms: dict[str, Any] = {"mean": 0.02, "sigma": 0.5, "cap": 0.2, "warmup": warm, "seconds": secs}
     thread64 = Case(
         name="thread64",
         env=sleep_env,
         executor="thread",
         num_envs=16 if quick else 64,
-        mean=0.02,
-        sigma=0.5,
-        cap=0.2,
         loops=("batch:4", "any") if quick else ("batch:16", "any"),
-        warmup=warm,
-        seconds=secs,
         peer=True,
+        **mean_20ms,
     )
     async1k = Case(
         name="async1k",
         env=async_env,
         executor="async",
         num_envs=128 if quick else 1024,
-        mean=0.02,
-        sigma=0.5,
-        cap=0.2,
         loops=("batch:16", "any") if quick else tuple(args.loops),
-        warmup=warm,
-        seconds=secs,
+        **mean_20ms,
     )
     async10k = Case(
         name="async10k",
