@@ -12,11 +12,15 @@ import aioenv
 
 @pytest.mark.parametrize(
     ("given", "stored"),
-    [(AutoresetMode.SAME_STEP, "same_step"), ("Disabled", "disabled"), ("next_step", "next_step")],
+    [
+        (AutoresetMode.SAME_STEP, AutoresetMode.SAME_STEP),
+        ("Disabled", AutoresetMode.DISABLED),
+        ("next_step", AutoresetMode.NEXT_STEP),
+    ],
 )
-def test_autoreset_mode_is_stored_by_name(given: object, stored: str) -> None:
+def test_autoreset_mode_is_taken_by_name_or_value(given: object, stored: AutoresetMode) -> None:
     pool = aioenv.Pool("CartPole-v1", 2, autoreset_mode=given)  # type: ignore[arg-type]
-    assert pool._mode == stored
+    assert pool.autoreset_mode is stored
     assert pool.executor == "inline"
     assert pool.on_timeout == "error"
 
@@ -24,7 +28,6 @@ def test_autoreset_mode_is_stored_by_name(given: object, stored: str) -> None:
 def test_executor_and_on_timeout_are_kept_as_given() -> None:
     pool = aioenv.Pool("CartPole-v1", 2, executor="async", on_timeout="truncate")
     assert pool.executor == "async"
-    assert pool._asked_executor == "async"
     assert pool.on_timeout == "truncate"
 
 
