@@ -35,6 +35,7 @@ from aioenv.wire.options import (
     positive_int,
     positive_seconds,
 )
+from aioenv.wire.protocol import Key
 
 __all__ = ["Pool", "make"]
 
@@ -533,9 +534,9 @@ class Pool:
         per_env = fields.pop("per_env", None)
 
         def build(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
-            out = {"kind": kind, "name": name, **fields}
+            out = {Key.KIND: kind, Key.NAME: name, **fields}
             if per_env is not None:
-                out["values"] = [per_env[int(p)] for p in (req.positions if req.positions is not None else [])]
+                out[Key.VALUES] = [per_env[int(p)] for p in (req.positions if req.positions is not None else [])]
             return out, []
 
         coord.submit("call", ids, sink, build, timeout=None)

@@ -30,7 +30,7 @@ import zmq
 from aioenv.errors import ProtocolError
 from aioenv.transport.spawn import worker_command
 from aioenv.wire.options import EXECUTORS, choice
-from aioenv.wire.protocol import Op, decode, encode
+from aioenv.wire.protocol import Key, Op, decode, encode
 
 __all__ = ["HEARTBEAT", "WorkerHost"]
 
@@ -110,7 +110,7 @@ class WorkerHost:
         finally:
             self._stop_children()
             if self.joined:
-                self._send(encode(Op.LEAVE, {"id": 0}))
+                self._send(encode(Op.LEAVE, {Key.ID: 0}))
             self.sock.close(linger=1000)
             signal.set_wakeup_fd(-1)
             os.close(wake_r)
@@ -135,7 +135,7 @@ class WorkerHost:
         """Every HEARTBEAT: a PING once joined, a JOIN until then."""
         now = time.monotonic()
         if now >= self._next_beat:
-            self._send(encode(Op.PING, {"id": 0}) if self.joined else self._join_message())
+            self._send(encode(Op.PING, {Key.ID: 0}) if self.joined else self._join_message())
             self._next_beat = now + HEARTBEAT
 
     def _watch_server(self) -> None:
@@ -185,12 +185,12 @@ class WorkerHost:
 
     def _join_message(self) -> list[bytes]:
         fields = {
-            "id": 1,
-            "name": self.name,
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "executor": self.executor,
-            "capacity": self.capacity,
+            Key.ID: 1,
+            Key.NAME: self.name,
+            Key.HOST: socket.gethostname(),
+            Key.PID: os.getpid(),
+            Key.EXECUTOR: self.executor,
+            Key.CAPACITY: self.capacity,
         }
         return encode(Op.JOIN, fields)
 
@@ -205,27 +205,27 @@ class WorkerHost:
         except ProtocolError as exc:
             log.error("cannot read the server's message: %s", exc)
             return "version" in str(exc)
-        op = header.get("op")
-        if op == Op.RESULT and header.get("id") == 1 and not self.joined:
+        op = header.get(Key.OP)
+        if op == Op.RESULT and header.get(Key.ID) == 1 and not self.joined:
             self.joined = True
             log.info("joined the server at %s", self.endpoint)
         elif op == Op.SPAWN:
-            self._spawn(str(header["name"]), str(header.get("executor") or self.executor))
+            self._spawn(str(header[Key.NAME]), str(header.get(Key.EXECUTOR) or self.executor))
         elif op == Op.KILL:
-            child = self.children.get(str(header.get("name")))
+            child = self.children.get(str(header.get(Key.NAME)))
             if child is not None:
                 with contextlib.suppress(ProcessLookupError):
-                    child.proc.send_signal(_SIGNALS.get(str(header.get("sig")), signal.SIGKILL))
+                    child.proc.send_signal(_SIGNALS.get(str(header.get(Key.SIGNAL)), signal.SIGKILL))
         elif op == Op.ERROR:
-            message = (header.get("error") or {}).get("message", "")
-            if header.get("rejoin"):
+            message = (header.get(Key.ERROR) or {}).get("message", "")
+            if header.get(Key.REJOIN):
                 log.warning("the server does not know this host (%s): joining again", message)
                 self._lose_server()
-            elif header.get("retry"):  # e.g. its name is taken (by a host the server has not dropped yet)
+            elif header.get(Key.RETRY):  # e.g. its name is taken (by a host the server has not dropped yet)
                 log.error("the server refused this host for now: %s (trying again)", message)
             else:
                 log.error("the server refused this host: %s", message)
-                return header.get("id") == 1  # a refused JOIN: wrong settings, say so and exit
+                return header.get(Key.ID) == 1  # a refused JOIN: wrong settings, say so and exit
         return False
 
     def _spawn(self, name: str, executor: str) -> None:
@@ -238,17 +238,17 @@ class WorkerHost:
             proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, close_fds=True)
         except OSError as exc:  # e.g. out of processes or memory: the server re-places it or fails its envs
             log.error("cannot start worker %s: %s", name, exc)
-            self._send(encode(Op.EXITED, {"id": 0, "name": name, "code": 127}))
+            self._send(encode(Op.EXITED, {Key.ID: 0, Key.NAME: name, Key.CODE: 127}))
             return
         self.children[name] = _Child(name, proc)
-        self._send(encode(Op.STARTED, {"id": 0, "name": name, "pid": proc.pid}))
+        self._send(encode(Op.STARTED, {Key.ID: 0, Key.NAME: name, Key.PID: proc.pid}))
         log.info("started worker %s (pid %d, %s)", name, proc.pid, executor)
 
     def _reap(self, child: _Child) -> None:
         code = child.proc.wait()
         os.close(child.pidfd)
         del self.children[child.name]
-        self._send(encode(Op.EXITED, {"id": 0, "name": child.name, "code": code}))
+        self._send(encode(Op.EXITED, {Key.ID: 0, Key.NAME: child.name, Key.CODE: code}))
         log.info("worker %s exited with %d", child.name, code)
 
     def _lose_server(self) -> None:

@@ -50,7 +50,7 @@ from aioenv._loop import run as run_loop
 from aioenv.errors import ProtocolError
 from aioenv.transport.pipe import LinkClosed
 from aioenv.wire import spaces
-from aioenv.wire.protocol import Op, decode, encode, leaves_from_wire
+from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire
 from workers.hosted import AsyncHostedEnv, HostedEnv, check_executor
 from workers.link import Link, open_link
 from workers.runtime import CallSpec, Group, batch_reply, checked_value, describe_env, encode_reply, error_fields
@@ -177,7 +177,7 @@ class ConcurrentWorker:
         fd = link.fileno()
         self.loop.add_reader(fd, self._drain)
         try:
-            self._send(encode(Op.HELLO, {"name": self.name, "pid": os.getpid(), "executor": self.executor}))
+            self._send(encode(Op.HELLO, {Key.NAME: self.name, Key.PID: os.getpid(), Key.EXECUTOR: self.executor}))
             await self._stopped
         finally:
             self.loop.remove_reader(fd)
@@ -214,12 +214,12 @@ class ConcurrentWorker:
         req_id: Any = None
         try:
             header, arrays = decode(frames)
-            req_id = header.get("id")
-            op = header["op"]
+            req_id = header.get(Key.ID)
+            op = header[Key.OP]
             if op == Op.STEP or op == Op.RESET:
                 self._start_rows(op, header, arrays)
             elif op == Op.PING:
-                self._send(encode(Op.PONG, {"id": req_id}))
+                self._send(encode(Op.PONG, {Key.ID: req_id}))
             elif op == Op.CANCEL:
                 self._reply_when(req_id, self._on_cancel(header), barrier=True)
             elif op == Op.MAKE:
@@ -232,7 +232,7 @@ class ConcurrentWorker:
                 raise ProtocolError(f"worker {self.name} got unknown op {op!r}")
         except Exception as exc:
             log.debug("request %s failed", req_id, exc_info=True)
-            self._send(encode(Op.ERROR, {"id": req_id, "error": error_fields(exc, None)}))
+            self._send(encode(Op.ERROR, {Key.ID: req_id, Key.ERROR: error_fields(exc, None)}))
 
     def _reply_when(self, req_id: Any, work: Any, *, barrier: bool = False) -> None:
         """Run the coroutine ``work`` (returning reply fields) and send its RESULT, or an ERROR.
@@ -246,14 +246,14 @@ class ConcurrentWorker:
             except Exception as exc:
                 log.debug("request %s failed", req_id, exc_info=True)
                 fields = None
-                self._send(encode(Op.ERROR, {"id": req_id, "error": error_fields(exc, None)}))
+                self._send(encode(Op.ERROR, {Key.ID: req_id, Key.ERROR: error_fields(exc, None)}))
             finally:
                 if barrier:
                     self._lift_barrier()
             if fields is None:
                 return
             stop = fields.pop("_stop", False)
-            fields["id"] = req_id
+            fields[Key.ID] = req_id
             self._send(encode(Op.RESULT, fields))
             if stop and not self._stopped.done():
                 self._stopped.set_result(None)
@@ -277,21 +277,21 @@ class ConcurrentWorker:
     # ------------------------------------------------------------------ rows (step, reset)
 
     def _start_rows(self, op: str, header: dict[str, Any], arrays: list[np.ndarray]) -> None:
-        env_ids: list[int] = header["env"]
+        env_ids: list[int] = header[Key.ENV]
         envs = [self.envs.get(e) for e in env_ids]
         known = next((e for e in envs if e is not None), None)
         if known is None:
             raise ProtocolError(f"worker {self.name} hosts none of the envs {env_ids[:8]}")
-        rows = _Rows(header.get("id"), op, env_ids, known.group, bool(header.get("ilist")))
+        rows = _Rows(header.get(Key.ID), op, env_ids, known.group, bool(header.get(Key.INFO_LIST)))
         self._open[rows.id] = rows
         step = op == Op.STEP
         if step:
-            acts = leaves_from_wire(header["act"], arrays)
+            acts = leaves_from_wire(header[Key.ACT], arrays)
             read = known.group.read_action
             args: list[Any] = [read(acts, i) for i in range(len(env_ids))]
         else:
-            args = header.get("seed") or [None] * len(env_ids)
-        options = header.get("opt")
+            args = header.get(Key.SEED) or [None] * len(env_ids)
+        options = header.get(Key.OPT)
         for row, env in enumerate(envs):
             if env is None:
                 err = ProtocolError(f"worker {self.name} hosts no env {env_ids[row]}", env_id=env_ids[row])
@@ -417,8 +417,8 @@ class ConcurrentWorker:
                     errors[j] = error_fields(exc, env_id)
                 j += 1
         fields, arrays = batch_reply(obs, infos, errors, [rew, term, trunc] if step else [])
-        fields["multi"] = multi
-        fields["k"] = kind
+        fields[Key.MULTI] = multi
+        fields[Key.ROWS_KIND] = kind
         # One-env requests (step_env/reset_env futures) want each env's own info dict, not a batched slice.
         as_list = ilist or any(len(rows.env_ids) == 1 for rows, _ in items)
         return encode_reply(fields, arrays, env_ids, as_list)
@@ -448,12 +448,12 @@ class ConcurrentWorker:
         return env
 
     async def _on_make(self, header: dict[str, Any]) -> dict[str, Any]:
-        self.mode = str(header.get("autoreset", self.mode))
-        for key, source in dict(header.get("sources", {})).items():
+        self.mode = str(header.get(Key.AUTORESET, self.mode))
+        for key, source in dict(header.get(Key.SOURCES, {})).items():
             if key not in self.groups:
                 self.groups[key] = Group(resolve(source, self.trusted_dir))
-        ended = set(header.get("ended") or ())
-        pairs = list(header["envs"])
+        ended = set(header.get(Key.ENDED) or ())
+        pairs = list(header[Key.ENVS])
         made = await asyncio.gather(
             *(self._new_env(env_id, self.groups[key]) for env_id, key in pairs), return_exceptions=True
         )
@@ -469,7 +469,7 @@ class ConcurrentWorker:
                 env.hosted.mark_ended()
             if key not in described:
                 described[key] = describe_env(env.hosted.env)
-        return {"spaces": described, "err": errors}
+        return {Key.SPACES: described, Key.ERRORS: errors}
 
     async def _on_call(self, header: dict[str, Any]) -> dict[str, Any]:
         spec = CallSpec(header)
@@ -486,22 +486,22 @@ class ConcurrentWorker:
                 value = await value
             return checked_value(value)
 
-        outcomes = await asyncio.gather(*(one(i, e) for i, e in enumerate(header["env"])), return_exceptions=True)
+        outcomes = await asyncio.gather(*(one(i, e) for i, e in enumerate(header[Key.ENV])), return_exceptions=True)
         values: list[Any] = []
         errors: dict[int, Any] = {}
-        for i, (env_id, out) in enumerate(zip(header["env"], outcomes, strict=True)):
+        for i, (env_id, out) in enumerate(zip(header[Key.ENV], outcomes, strict=True)):
             if isinstance(out, BaseException):
                 values.append(None)
                 errors[i] = error_fields(out, env_id)
             else:
                 values.append(out)
-        return {"values": values, "err": errors}
+        return {Key.VALUES: values, Key.ERRORS: errors}
 
     async def _on_cancel(self, header: dict[str, Any]) -> dict[str, Any]:
         """Give up the envs' running requests and replace each env with a fresh one (see the module)."""
         errors: dict[int, Any] = {}
-        ended = set(header.get("ended") or ())
-        for row, env_id in enumerate(header["env"]):
+        ended = set(header.get(Key.ENDED) or ())
+        for row, env_id in enumerate(header[Key.ENV]):
             old = self.envs.pop(env_id, None)
             if old is None:
                 continue
@@ -516,7 +516,7 @@ class ConcurrentWorker:
             if env_id in ended:
                 env.hosted.mark_ended()
             self.envs[env_id] = env
-        return {"err": errors}
+        return {Key.ERRORS: errors}
 
     async def _on_close(self) -> dict[str, Any]:
         await self._close_all()

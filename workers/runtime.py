@@ -26,7 +26,7 @@ from aioenv.transport.slab import Slab
 from aioenv.wire import spaces
 from aioenv.wire.errors import to_wire
 from aioenv.wire.infos import batch_infos
-from aioenv.wire.protocol import Op, decode, encode, leaves_from_wire, leaves_to_wire, pack
+from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, leaves_to_wire, pack
 from workers.hosted import HostedEnv, check_executor
 from workers.link import open_link
 from workers.sources import resolve
@@ -93,7 +93,7 @@ class Worker:
     def run(self) -> None:
         """Connect, say HELLO, serve until CLOSE (or until the coordinator's end is gone)."""
         link = open_link(self.endpoint, self.name, self.configure)
-        hello = {"name": self.name, "pid": os.getpid(), "executor": self.executor}
+        hello = {Key.NAME: self.name, Key.PID: os.getpid(), Key.EXECUTOR: self.executor}
         link.send(encode(Op.HELLO, hello))
         handlers: dict[str, Callable[[dict[str, Any], list[np.ndarray]], Reply]] = {
             Op.MAKE: self.on_make,
@@ -108,26 +108,26 @@ class Worker:
                 req_id: Any = None
                 try:
                     header, arrays = decode(frames)
-                    req_id = header.get("id")
-                    op = header["op"]
+                    req_id = header.get(Key.ID)
+                    op = header[Key.OP]
                     if op == Op.CLOSE:
                         self.close_all()
-                        link.send(encode(Op.RESULT, {"id": req_id}))
+                        link.send(encode(Op.RESULT, {Key.ID: req_id}))
                         return
                     if op == Op.PING:
-                        link.send(encode(Op.PONG, {"id": req_id}))
+                        link.send(encode(Op.PONG, {Key.ID: req_id}))
                         continue
                     handler = handlers.get(op)
                     if handler is None:
                         raise ProtocolError(f"worker {self.name} got unknown op {op!r}")
                     fields, out = handler(header, arrays)
-                    fields["id"] = req_id
-                    link.send(encode_reply(fields, out, header.get("env") or [], bool(header.get("ilist"))))
+                    fields[Key.ID] = req_id
+                    link.send(encode_reply(fields, out, header.get(Key.ENV) or [], bool(header.get(Key.INFO_LIST))))
                 except LinkClosed:
                     raise
                 except Exception as exc:
                     log.debug("request %s failed", req_id, exc_info=True)
-                    link.send(encode(Op.ERROR, {"id": req_id, "error": error_fields(exc, None)}))
+                    link.send(encode(Op.ERROR, {Key.ID: req_id, Key.ERROR: error_fields(exc, None)}))
         except LinkClosed:
             log.debug("worker %s: the coordinator closed the pipe", self.name)
         finally:
@@ -139,16 +139,16 @@ class Worker:
     def on_make(self, header: dict[str, Any], _arrays: list[np.ndarray]) -> Reply:
         """Make envs: ``{"envs": [[env_id, source_key], ...], "sources": {key: source}, "autoreset": mode}``;
         env ids in ``"ended"`` start as if their episode had just been truncated (see ``mark_ended``)."""
-        self.mode = str(header.get("autoreset", self.mode))
+        self.mode = str(header.get(Key.AUTORESET, self.mode))
         if "slab" in header:  # a re-made worker: the pool's rows exist already
             self.on_slab(header, _arrays)
-        for key, source in dict(header.get("sources", {})).items():
+        for key, source in dict(header.get(Key.SOURCES, {})).items():
             if key not in self.groups:
                 self.groups[key] = Group(resolve(source, self.trusted_dir))
         errors: dict[int, Any] = {}
         described: dict[str, Any] = {}
-        ended = set(header.get("ended") or ())
-        for row, (env_id, key) in enumerate(header["envs"]):
+        ended = set(header.get(Key.ENDED) or ())
+        for row, (env_id, key) in enumerate(header[Key.ENVS]):
             try:
                 group = self.groups[key]
                 env = group.factory()
@@ -165,14 +165,14 @@ class Worker:
                     described[key] = describe_env(env)
             except Exception as exc:  # noqa: BLE001
                 errors[row] = error_fields(exc, env_id)
-        return {"spaces": described, "err": errors}, []
+        return {Key.SPACES: described, Key.ERRORS: errors}, []
 
     def on_slab(self, header: dict[str, Any], _arrays: list[np.ndarray]) -> Reply:
         """Map the pool's shared rows as ``header["slab"]`` lays them out (see :mod:`aioenv.transport.slab`)."""
         if self.slab_fd is None:
             raise ProtocolError(f"worker {self.name} was started without shared rows (--slab)")
-        if self.slab is None or self.slab.layout != header["slab"]:
-            self.slab = Slab.attach(self.slab_fd, header["slab"])
+        if self.slab is None or self.slab.layout != header[Key.SLAB]:
+            self.slab = Slab.attach(self.slab_fd, header[Key.SLAB])
         return {}, []
 
     def _shared(self) -> Slab:
@@ -184,16 +184,16 @@ class Worker:
         """Step ``header["env"]`` with the batched action leaves, one row per env; or, with ``"sh"``, through
         the slab: env ``e``'s action is row ``e`` of its action leaves, its results go to row ``e`` of the
         observation leaves, reward, terminated and truncated."""
-        env_ids: list[int] = header["env"]
+        env_ids: list[int] = header[Key.ENV]
         n = len(env_ids)
         group = self._group(env_ids)
-        slab = self._shared() if header.get("sh") else None
+        slab = self._shared() if header.get(Key.SHARED) else None
         rows: Sequence[int]
         if slab is not None:
             acts, obs, rew, term, trunc = slab.act, slab.obs, slab.reward, slab.terminated, slab.truncated
             rows = env_ids
         else:
-            acts = leaves_from_wire(header["act"], arrays)
+            acts = leaves_from_wire(header[Key.ACT], arrays)
             obs = spaces.empty_batch(group.obs_space, n)
             rew = np.zeros(n, dtype=np.float64)
             term = np.zeros(n, dtype=np.bool_)
@@ -221,11 +221,11 @@ class Worker:
     def on_reset(self, header: dict[str, Any], _arrays: list[np.ndarray]) -> Reply:
         """Reset ``header["env"]`` with per-env seeds (``"seed"``) and shared options (``"opt"``); with
         ``"sh"`` the observations go to the envs' shared rows."""
-        env_ids: list[int] = header["env"]
-        seeds = header.get("seed") or [None] * len(env_ids)
-        options = header.get("opt")
+        env_ids: list[int] = header[Key.ENV]
+        seeds = header.get(Key.SEED) or [None] * len(env_ids)
+        options = header.get(Key.OPT)
         group = self._group(env_ids)
-        slab = self._shared() if header.get("sh") else None
+        slab = self._shared() if header.get(Key.SHARED) else None
         obs = slab.obs if slab is not None else spaces.empty_batch(group.obs_space, len(env_ids))
         infos: list[Any] | None = None
         errors: dict[int, Any] = {}
@@ -248,13 +248,13 @@ class Worker:
         spec = CallSpec(header)
         results: list[Any] = []
         errors: dict[int, Any] = {}
-        for i, env_id in enumerate(header["env"]):
+        for i, env_id in enumerate(header[Key.ENV]):
             try:
                 results.append(checked_value(spec.apply(self.hosted(env_id).env, i)))
             except Exception as exc:  # noqa: BLE001
                 results.append(None)
                 errors[i] = error_fields(exc, env_id)
-        return {"values": results, "err": errors}, []
+        return {Key.VALUES: results, Key.ERRORS: errors}, []
 
     def close_all(self) -> None:
         """Close every hosted env."""
@@ -285,14 +285,14 @@ class CallSpec:
     __slots__ = ("args", "kind", "kwargs", "name", "values")
 
     def __init__(self, header: dict[str, Any]) -> None:
-        self.kind = header.get("kind")
-        name = header.get("name")
+        self.kind = header.get(Key.KIND)
+        name = header.get(Key.NAME)
         if not isinstance(name, str):
             raise ProtocolError(f"call needs a string 'name', got {name!r}")
         self.name: str = name
-        self.args = header.get("args") or []
-        self.kwargs = header.get("kw") or {}
-        self.values = header.get("values") or []
+        self.args = header.get(Key.ARGS) or []
+        self.kwargs = header.get(Key.KW) or {}
+        self.values = header.get(Key.VALUES) or []
 
     def apply(self, env: Any, row: int) -> Any:
         """Do the call on ``env`` (through wrappers) for request row ``row``; the value must cross the wire."""
@@ -333,23 +333,23 @@ def batch_reply(
     obs: list[np.ndarray], infos: list[Any] | None, errors: dict[int, Any], extra: list[np.ndarray]
 ) -> Reply:
     arrays: list[np.ndarray] = []
-    fields: dict[str, Any] = {"obs": leaves_to_wire(obs, arrays)}
-    fields["x"] = list(range(len(arrays), len(arrays) + len(extra)))
+    fields: dict[str, Any] = {Key.OBS: leaves_to_wire(obs, arrays)}
+    fields[Key.EXTRAS] = list(range(len(arrays), len(arrays) + len(extra)))
     arrays.extend(extra)
     if infos is not None:
-        fields["info"] = infos
+        fields[Key.INFO] = infos
     if errors:
-        fields["err"] = errors
+        fields[Key.ERRORS] = errors
     return fields, arrays
 
 
 def shared_reply(infos: list[Any] | None, errors: dict[int, Any]) -> Reply:
     """A step or reset reply whose rows are in the slab: only infos and errors travel."""
-    fields: dict[str, Any] = {"sh": 1}
+    fields: dict[str, Any] = {Key.SHARED: 1}
     if infos is not None:
-        fields["info"] = infos
+        fields[Key.INFO] = infos
     if errors:
-        fields["err"] = errors
+        fields[Key.ERRORS] = errors
     return fields, []
 
 
@@ -382,5 +382,5 @@ def _with_infos(fields: dict[str, Any], infos: list[Any] | None, info_list: bool
     if infos is None:
         return fields
     if len(infos) == 1 or info_list:
-        return {**fields, "info": infos}
-    return {**fields, "binfo": batch_infos(infos, len(infos))}
+        return {**fields, Key.INFO: infos}
+    return {**fields, Key.BATCHED_INFO: batch_infos(infos, len(infos))}

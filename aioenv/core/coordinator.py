@@ -50,7 +50,7 @@ from aioenv.transport.slab import Slab, slab_enabled
 from aioenv.wire import spaces
 from aioenv.wire.errors import from_wire
 from aioenv.wire.options import AutoresetName, Executor, OnTimeout
-from aioenv.wire.protocol import Op, decode, encode, leaves_from_wire, leaves_to_wire
+from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, leaves_to_wire
 from aioenv.wire.spaces import space_from_description
 
 log = logging.getLogger("aioenv.coordinator")
@@ -200,7 +200,7 @@ class Coordinator:
         for slot in self.slots:
             fut: SetupFuture = self.loop.create_future()
             req = self.sched.open(slot.index, "slab", self.sched.all_ids[:0], sink=fut)
-            self._send(slot, encode(Op.SLAB, {"id": req.id, "slab": layout}))
+            self._send(slot, encode(Op.SLAB, {Key.ID: req.id, Key.SLAB: layout}))
             mapped.append(fut)
         await asyncio.gather(*mapped)
 
@@ -228,11 +228,11 @@ class Coordinator:
         ``ended``: envs to start as if just truncated (see ``on_timeout``)."""
         pairs, sources = self.sources.for_envs(env_ids.tolist())
         req = self.sched.open(slot.index, "make", env_ids, sink=sink)
-        fields = {"id": req.id, "envs": pairs, "sources": sources, "autoreset": self.autoreset_mode}
+        fields = {Key.ID: req.id, Key.ENVS: pairs, Key.SOURCES: sources, Key.AUTORESET: self.autoreset_mode}
         if ended is not None and ended.size:
-            fields["ended"] = ended.tolist()
+            fields[Key.ENDED] = ended.tolist()
         if self.slab is not None:  # a re-made worker maps the pool's rows before it makes its envs
-            fields["slab"] = self.slab.layout
+            fields[Key.SLAB] = self.slab.layout
         self._send(slot, encode(Op.MAKE, fields))
 
     # ------------------------------------------------------------ requests
@@ -272,8 +272,8 @@ class Coordinator:
                 positions = at[positions]
             req = self.sched.open(worker, kind, ids, sink=sink, positions=positions, deadline=deadline)
             fields, arrays = build(req)
-            fields["id"] = req.id
-            fields["env"] = ids.tolist()
+            fields[Key.ID] = req.id
+            fields[Key.ENV] = ids.tolist()
             slot = self.slots[worker]
             if slot.dead_reason:
                 self.sched.finish(req.id)
@@ -310,18 +310,18 @@ class Coordinator:
         except ProtocolError as exc:
             log.error("malformed message from worker %s: %s", slot.name, exc)
             return
-        op = header["op"]
+        op = header[Key.OP]
         if op == Op.HELLO:
             slot.ready = True
             outbox, slot.outbox = slot.outbox, []
             for queued in outbox:
                 self._send(slot, queued)
             return
-        multi = header.get("multi")
+        multi = header.get(Key.MULTI)
         if multi is not None:
             self._on_rows(slot, op, header, arrays, multi)
         else:
-            req = self.sched.finish(header.get("id"))
+            req = self.sched.finish(header.get(Key.ID))
             if req is None:
                 return  # a late reply to a request that timed out or was failed: dropped
             self._deliver_or_fail(slot, req, op, header, arrays)
@@ -375,18 +375,18 @@ class Coordinator:
         """A whole-request reply (inline workers, MAKE, CALL, CANCEL, ERROR) for ``req``."""
         kind, env_ids = req.kind, req.env_ids
         if op == Op.ERROR:
-            desc = header.get("error")
+            desc = header.get(Key.ERROR)
             part = Part.failed(env_ids, lambda e: from_wire({**(desc or {}), "env_id": e}, context=kind))
             self._deliver_part(req, part, req.positions)
             return
-        errors = {int(row): from_wire(d, context=kind) for row, d in (header.get("err") or {}).items()}
+        errors = {int(row): from_wire(d, context=kind) for row, d in (header.get(Key.ERRORS) or {}).items()}
         if kind in _SETUP:
             self._made(req, header, errors)
         elif kind == "cancel":
             for err in errors.values():
                 log.error("replacing env %s after its deadline failed: %s", err.env_id, err)
         elif kind == "call":
-            self._deliver_part(req, Part(env_ids, errors=errors, values=header["values"]), req.positions)
+            self._deliver_part(req, Part(env_ids, errors=errors, values=header[Key.VALUES]), req.positions)
         else:
             self._deliver_result(req, header, arrays, errors)
 
@@ -395,21 +395,23 @@ class Coordinator:
     ) -> None:
         """The rows of a step or reset answered as a whole (an inline worker's RESULT)."""
         kind, env_ids = req.kind, req.env_ids
-        if header.get("sh"):  # the rows are in the slab
+        if header.get(Key.SHARED):  # the rows are in the slab
             assert self.slab is not None, "a worker answered in shared rows this pool does not have"
             obs, extras = self.slab.results(env_ids, kind == "step")
         else:
-            extras = [arrays[i] for i in header.get("x", [])] or None
-            obs = leaves_from_wire(header["obs"], arrays)
+            extras = [arrays[i] for i in header.get(Key.EXTRAS, [])] or None
+            obs = leaves_from_wire(header[Key.OBS], arrays)
         outlet: Outlet | None = getattr(req.sink, "outlet", None)
         if outlet is not None:  # a server's relay: the rows cross to the client as they came
-            block = Block(obs, extras or [], header.get("info"), header.get("binfo"), header.get("err"), kind)
+            block = Block(
+                obs, extras or [], header.get(Key.INFO), header.get(Key.BATCHED_INFO), header.get(Key.ERRORS), kind
+            )
             if self.truncation is not None:
                 self.truncation.remember(block.part(env_ids, 0, env_ids.size))
             at = req.positions if req.positions is not None else np.arange(env_ids.size)
             outlet.forward(block, [(req.rows_sink(), at, 0, env_ids)])
             return
-        part = Part(env_ids, obs, extras, header.get("info"), errors, binfo=header.get("binfo"))
+        part = Part(env_ids, obs, extras, header.get(Key.INFO), errors, binfo=header.get(Key.BATCHED_INFO))
         if self.truncation is not None:
             self.truncation.remember(part)
         self._deliver_part(req, part, req.positions)
@@ -432,7 +434,7 @@ class Coordinator:
         else:
             fut = _setup_future(req)
             if fut is not None and not fut.done():
-                fut.set_result(dict(header.get("spaces") or {}))
+                fut.set_result(dict(header.get(Key.SPACES) or {}))
 
     @staticmethod
     def _fail_make(req: Request, err: BaseException, more: int = 0) -> None:
@@ -604,7 +606,7 @@ class Coordinator:
             return
         no_envs = self.sched.all_ids[:0]  # the envs are not busy with the cancel: they are free for new requests
         req = self.sched.open(slot.index, "cancel", no_envs, deadline=self.loop.time() + CANCEL_GRACE)
-        fields["id"] = req.id
+        fields[Key.ID] = req.id
         self._send(slot, encode(Op.CANCEL, fields))
 
     # ------------------------------------------------------------ truncate mode (on_timeout="truncate")
@@ -654,7 +656,7 @@ class Coordinator:
         for slot in self.slots:
             if slot.proc is None:
                 continue
-            asked = slot.ready and slot.proc.port.send(slot.name.encode(), encode(Op.CLOSE, {"id": 0}))
+            asked = slot.ready and slot.proc.port.send(slot.name.encode(), encode(Op.CLOSE, {Key.ID: 0}))
             stops.append(slot.proc.stop(grace, ask_first=bool(asked)))
         await asyncio.gather(*stops)
         shutil.rmtree(self.private_dir, ignore_errors=True)
@@ -670,12 +672,12 @@ def step_builder(slab: Slab | None, ids: np.ndarray, leaves: list[np.ndarray], i
     (``len(ids)`` rows each; ``every``: ``ids`` is every env, in order). With a ``slab`` the actions go
     into the envs' shared rows now and a STEP carries none; else each STEP carries its rows as arrays.
     ``info_list``: the caller wants each env's own info dict (``"ilist"``)."""
-    flags: dict[str, Any] = {"ilist": True} if info_list else {}
+    flags: dict[str, Any] = {Key.INFO_LIST: True} if info_list else {}
     if slab is not None:
         slab.put_actions(ids, leaves, every)
 
         def shared(_req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
-            return {"sh": 1, **flags}, []
+            return {Key.SHARED: 1, **flags}, []
 
         return shared
     n = ids.size
@@ -684,7 +686,7 @@ def step_builder(slab: Slab | None, ids: np.ndarray, leaves: list[np.ndarray], i
         arrays: list[np.ndarray] = []
         at = req.positions  # increasing row indices: all of them means every row, in order
         part = leaves if at is None or at.size == n else spaces.take_rows(leaves, at)
-        return {"act": leaves_to_wire(part, arrays), **flags}, arrays
+        return {Key.ACT: leaves_to_wire(part, arrays), **flags}, arrays
 
     return carried
 
@@ -695,11 +697,11 @@ def reset_builder(seeds: list[int | None], options: dict[str, Any] | None, share
 
     def build(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
         pos = req.positions if req.positions is not None else range(len(seeds))
-        fields: dict[str, Any] = {"seed": [seeds[int(p)] for p in pos]}
+        fields: dict[str, Any] = {Key.SEED: [seeds[int(p)] for p in pos]}
         if options is not None:
-            fields["opt"] = options
+            fields[Key.OPT] = options
         if shared:
-            fields["sh"] = 1
+            fields[Key.SHARED] = 1
         return fields, []
 
     return build

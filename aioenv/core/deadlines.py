@@ -21,6 +21,7 @@ import numpy as np
 from aioenv.core.scheduler import THROTTLED, Request
 from aioenv.core.sinks import Part
 from aioenv.errors import AioEnvError, StepTimeout
+from aioenv.wire.protocol import Key
 
 __all__ = ["DeadlineTimer", "Truncation", "cancel_fields", "timeout_error"]
 
@@ -71,10 +72,10 @@ def cancel_fields(reqs: list[Request], truncation: Truncation | None) -> dict[st
     if not late:
         return None
     env_ids = np.concatenate([r.env_ids for r in late])
-    fields: dict[str, Any] = {"env": env_ids.tolist()}
+    fields: dict[str, Any] = {Key.ENV: env_ids.tolist()}
     if truncation is not None:
         steps = np.concatenate([r.env_ids for r in late if r.kind == "step"] or [env_ids[:0]])
-        fields["ended"] = steps[truncation.has_obs[steps]].tolist()
+        fields[Key.ENDED] = steps[truncation.has_obs[steps]].tolist()
     return fields
 
 

@@ -23,7 +23,7 @@ import numpy as np
 from aioenv.core.replies import Block, Segment, int_lists
 from aioenv.core.sinks import Part
 from aioenv.wire.errors import from_wire, relay_wire
-from aioenv.wire.protocol import Op, encode, leaves_from_wire, leaves_to_wire
+from aioenv.wire.protocol import Key, Op, encode, leaves_from_wire, leaves_to_wire
 
 __all__ = ["BlockEntry", "PartEntry", "decode_block", "decode_part", "encode_parts"]
 
@@ -48,33 +48,35 @@ def encode_parts(entries: list[PartEntry | BlockEntry]) -> list[Any]:
     """One RESULT carrying every entry, in order."""
     arrays: list[np.ndarray] = []
     out = [_block(e, arrays) if isinstance(e, BlockEntry) else _segment(e, arrays) for e in entries]
-    return encode(Op.RESULT, {"id": None, "parts": out}, arrays)
+    return encode(Op.RESULT, {Key.ID: None, Key.PARTS: out}, arrays)
 
 
 def _segment(entry: PartEntry, arrays: list[np.ndarray]) -> dict[str, Any]:
     req_id, part, positions = entry
-    fields: dict[str, Any] = {"id": req_id, "pos": positions.astype(np.int64, copy=False).tolist()}
+    fields: dict[str, Any] = {Key.ID: req_id, Key.POS: positions.astype(np.int64, copy=False).tolist()}
     if part.obs is not None:
         extras = [part.reward, part.terminated, part.truncated]
         _put_rows(fields, part.obs, extras, part.infos, part.binfo, arrays)
     if part.values is not None:
-        fields["values"] = part.values
+        fields[Key.VALUES] = part.values
     if part.errors:
-        fields["err"] = {int(row): relay_wire(err) for row, err in part.errors.items()}
+        fields[Key.ERRORS] = {int(row): relay_wire(err) for row, err in part.errors.items()}
     return fields
 
 
 def _block(entry: BlockEntry, arrays: list[np.ndarray]) -> dict[str, Any]:
     block, segments = entry
     fields: dict[str, Any] = {
-        "blk": [
+        Key.BLOCKS: [
             [req_id, positions.astype(np.int64, copy=False).tolist(), start] for req_id, positions, start in segments
         ],
-        "k": block.kind,
+        Key.ROWS_KIND: block.kind,
     }
     _put_rows(fields, block.obs, block.extras, block.infos, block.binfo, arrays)
     if block.errors:  # rebuilt here as the server's coordinator would, then relayed as such
-        fields["err"] = {row: relay_wire(from_wire(desc, context=block.kind)) for row, desc in block.errors.items()}
+        fields[Key.ERRORS] = {
+            row: relay_wire(from_wire(desc, context=block.kind)) for row, desc in block.errors.items()
+        }
     return fields
 
 
@@ -83,24 +85,24 @@ def _put_rows(
 ) -> None:
     """Describe rows in ``fields``: obs leaves and ``x`` (reward, terminated, truncated) among ``arrays``, and
     ``info`` (each env's own dict: one-env requests, SB3-style info lists) or else ``binfo``."""
-    fields["obs"] = leaves_to_wire(obs, arrays)
-    fields["x"] = list(range(len(arrays), len(arrays) + len(extras)))
+    fields[Key.OBS] = leaves_to_wire(obs, arrays)
+    fields[Key.EXTRAS] = list(range(len(arrays), len(arrays) + len(extras)))
     arrays.extend(extras)
     if infos is not None:
-        fields["info"] = infos
+        fields[Key.INFO] = infos
     elif binfo is not None:
-        fields["binfo"] = binfo
+        fields[Key.BATCHED_INFO] = binfo
 
 
 def decode_part(header: dict[str, Any], arrays: list[np.ndarray], env_ids: np.ndarray) -> Part:
     """The :class:`Part` of one segment of a RESULT from :func:`encode_parts` (``arrays``: the message's),
     for ``env_ids`` (its rows' envs)."""
-    errors = {int(row): from_wire(desc) for row, desc in (header.get("err") or {}).items()}
+    errors = {int(row): from_wire(desc) for row, desc in (header.get(Key.ERRORS) or {}).items()}
     if "obs" not in header:
-        return Part(env_ids, errors=errors, values=header.get("values"))
-    obs = leaves_from_wire(header["obs"], arrays)
-    extras = [arrays[i] for i in header["x"]]
-    return Part(env_ids, obs, extras, header.get("info"), errors, binfo=header.get("binfo"))
+        return Part(env_ids, errors=errors, values=header.get(Key.VALUES))
+    obs = leaves_from_wire(header[Key.OBS], arrays)
+    extras = [arrays[i] for i in header[Key.EXTRAS]]
+    return Part(env_ids, obs, extras, header.get(Key.INFO), errors, binfo=header.get(Key.BATCHED_INFO))
 
 
 def decode_block(header: dict[str, Any], arrays: list[np.ndarray]) -> tuple[Block, list[Segment]]:
@@ -108,7 +110,7 @@ def decode_block(header: dict[str, Any], arrays: list[np.ndarray]) -> tuple[Bloc
     block = Block.from_header(header, arrays)
     n = block.size
     segments: list[Segment] = []
-    blk = header["blk"]
+    blk = header[Key.BLOCKS]
     for (req_id, _, start), at in zip(blk, int_lists([pos for _, pos, _ in blk]), strict=True):
         if type(start) is not int or start < 0 or start + at.size > n:
             raise ValueError(f"a segment of {at.size} rows at {start!r} overruns a block of {n} rows")

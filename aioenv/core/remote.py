@@ -33,7 +33,7 @@ from aioenv.errors import AioEnvError, ConnectionLost, PoolClosed, ProtocolError
 from aioenv.transport.auth import client_configurer
 from aioenv.transport.router import Dealer
 from aioenv.wire.errors import from_wire
-from aioenv.wire.protocol import Op, decode, encode
+from aioenv.wire.protocol import Key, Op, decode, encode
 
 __all__ = ["CLIENT_ID", "HEARTBEAT", "SERVER_TIMEOUT", "RemoteCoordinator"]
 
@@ -100,10 +100,10 @@ class RemoteCoordinator:
         self._dealer = Dealer(self.endpoint, identity, self._on_message, configure)
         self._last_heard = self.loop.time()
         self._beat = self.loop.call_later(HEARTBEAT, self._heartbeat)
-        fields = {"env": self.env, "n": self.sched.num_envs, "kw": self.env_kwargs, "client": CLIENT_ID}
-        fields["opt"] = {**self.options, "num_workers": num_workers}
+        fields = {Key.ENV: self.env, Key.NUM_ENVS: self.sched.num_envs, Key.KW: self.env_kwargs, Key.CLIENT: CLIENT_ID}
+        fields[Key.OPT] = {**self.options, "num_workers": num_workers}
         reply = await self._call(Op.OPEN, fields)
-        return dict(reply.get("spaces") or {})
+        return dict(reply.get(Key.SPACES) or {})
 
     async def _call(self, op: str, fields: dict[str, Any]) -> dict[str, Any]:
         if self.lost is not None:
@@ -113,7 +113,7 @@ class RemoteCoordinator:
         self._next_call -= 1
         fut: asyncio.Future[dict[str, Any]] = self.loop.create_future()
         self._calls[call_id] = fut
-        if not self._dealer.send(encode(op, {**fields, "id": call_id})):
+        if not self._dealer.send(encode(op, {**fields, Key.ID: call_id})):
             self._calls.pop(call_id, None)
             raise self._unreachable()
         try:
@@ -148,10 +148,10 @@ class RemoteCoordinator:
         positions = np.arange(env_ids.size)
         req = self.sched.open(0, kind, env_ids, sink=sink, positions=positions)
         fields, arrays = build(req)
-        fields["id"] = req.id
-        fields["env"] = env_ids.tolist()
+        fields[Key.ID] = req.id
+        fields[Key.ENV] = env_ids.tolist()
         if timeout is not None:
-            fields["to"] = float(timeout)
+            fields[Key.TIMEOUT] = float(timeout)
         assert self._dealer is not None
         if not self._dealer.send(encode(_OPS[kind], fields, arrays)):
             self.sched.finish(req.id)
@@ -171,14 +171,14 @@ class RemoteCoordinator:
             log.error("malformed message from the server at %s: %s", self.endpoint, exc)
             return
         self._last_heard = self.loop.time()
-        op = header["op"]
-        req_id = header.get("id")
+        op = header[Key.OP]
+        req_id = header.get(Key.ID)
         if op == Op.PONG:
             return
         if op == Op.EVENT:
-            if header.get("ev") == "remade":
-                self.on_remade(np.asarray(header.get("env") or [], dtype=np.int64))
-            elif header.get("ev") == "closing" and self.lost is None:
+            if header.get(Key.EVENT) == "remade":
+                self.on_remade(np.asarray(header.get(Key.ENV) or [], dtype=np.int64))
+            elif header.get(Key.EVENT) == "closing" and self.lost is None:
                 self.lost = ConnectionLost(f"the aioenv server at {self.endpoint} shut down; the pool is unusable")
             return
         call = self._calls.get(req_id) if isinstance(req_id, int) else None
@@ -186,7 +186,7 @@ class RemoteCoordinator:
             if call.done():
                 return
             if op == Op.ERROR:
-                call.set_exception(from_wire(header.get("error")))
+                call.set_exception(from_wire(header.get(Key.ERROR)))
             else:
                 call.set_result(header)
             return
@@ -196,20 +196,20 @@ class RemoteCoordinator:
             log.error("malformed reply from the server at %s: %s", self.endpoint, exc)
 
     def _rows(self, op: str, header: dict[str, Any], arrays: list[Any]) -> None:
-        req_id = header.get("id")
+        req_id = header.get(Key.ID)
         if op == Op.ERROR:  # the request failed as a whole: every row not answered yet
             req = self.sched.finish(req_id)
             if req is not None:
-                err = from_wire(header.get("error"))
+                err = from_wire(header.get(Key.ERROR))
                 _fail_request(req, err)
             return
-        for entry in header["parts"]:  # rows of one or more requests (aioenv.core.relay)
+        for entry in header[Key.PARTS]:  # rows of one or more requests (aioenv.core.relay)
             if "blk" in entry:  # a worker's block of rows, as it came
                 block, segments = decode_block(entry, arrays)
                 route_block(self.sched, block, segments, _deliver, self._bad_rows)
                 continue
-            pos = np.asarray(entry["pos"], dtype=np.int64).reshape(-1)
-            req = self.sched.finish_rows(entry["id"], pos)
+            pos = np.asarray(entry[Key.POS], dtype=np.int64).reshape(-1)
+            req = self.sched.finish_rows(entry[Key.ID], pos)
             if req is not None:
                 req.rows_sink().deliver(decode_part(entry, arrays, req.env_ids[pos]), pos)
 
@@ -235,7 +235,7 @@ class RemoteCoordinator:
                     fut.set_exception(lost)
             return
         with contextlib.suppress(zmq.ZMQError):
-            self._dealer.send(encode(Op.PING, {"id": 0}))  # unsent when disconnected: silence tells
+            self._dealer.send(encode(Op.PING, {Key.ID: 0}))  # unsent when disconnected: silence tells
         self._beat = self.loop.call_later(HEARTBEAT, self._heartbeat)
 
     def _fail_all(self, make_error: Callable[[], AioEnvError]) -> None:

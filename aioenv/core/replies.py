@@ -25,7 +25,7 @@ from aioenv.core.scheduler import Request, Scheduler
 from aioenv.core.sinks import Part, RecvQueue, Sink
 from aioenv.wire.errors import from_wire
 from aioenv.wire.infos import take_info
-from aioenv.wire.protocol import leaves_from_wire
+from aioenv.wire.protocol import Key, leaves_from_wire
 
 __all__ = ["Block", "Deliver", "Outlet", "OutletSegment", "Segment", "int_lists", "route_block"]
 
@@ -79,13 +79,20 @@ class Block:
     def from_header(cls, header: dict[str, Any], arrays: list[np.ndarray]) -> Block:
         """The block a message's fields describe (``obs``, ``x``, ``info``/``binfo``, ``err``, ``k``);
         raises ``ProtocolError``/``ValueError``/``KeyError``/``TypeError`` when they are malformed."""
-        obs = leaves_from_wire(header["obs"], arrays)
-        extras = [arrays[i] for i in header.get("x", [])]
+        obs = leaves_from_wire(header[Key.OBS], arrays)
+        extras = [arrays[i] for i in header.get(Key.EXTRAS, [])]
         n = len(extras[0]) if extras else len(obs[0]) if obs else 0
         if any(a.shape[:1] != (n,) for a in (*obs, *extras)):
             shapes = [a.shape for a in (*obs, *extras)]
             raise ValueError(f"the arrays of a block of rows disagree on its length: {shapes}")
-        return cls(obs, extras, header.get("info"), header.get("binfo"), header.get("err"), str(header.get("k", "")))
+        return cls(
+            obs,
+            extras,
+            header.get(Key.INFO),
+            header.get(Key.BATCHED_INFO),
+            header.get(Key.ERRORS),
+            str(header.get(Key.ROWS_KIND, "")),
+        )
 
     @property
     def size(self) -> int:

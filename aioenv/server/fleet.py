@@ -43,7 +43,7 @@ from aioenv.logs import peer_name
 from aioenv.transport.router import Router
 from aioenv.wire.errors import relay_wire
 from aioenv.wire.options import EXECUTORS, choice
-from aioenv.wire.protocol import Op, decode, encode
+from aioenv.wire.protocol import Key, Op, decode, encode
 
 __all__ = ["Fleet", "RemoteProcess"]
 
@@ -201,7 +201,7 @@ class Fleet:
         proc = RemoteProcess(self, agent, spec)
         agent.children[spec.name] = proc
         self._children[spec.name.encode()] = proc
-        self.router.send(agent.identity, encode(Op.SPAWN, {"name": spec.name, "executor": spec.executor}))
+        self.router.send(agent.identity, encode(Op.SPAWN, {Key.NAME: spec.name, Key.EXECUTOR: spec.executor}))
         log.info("worker %s (%d %s envs) placed on host %s", spec.name, spec.envs, spec.executor, agent.name)
         return proc
 
@@ -230,7 +230,7 @@ class Fleet:
     def signal(self, proc: RemoteProcess, sig: str) -> None:
         """Ask ``proc``'s host to send it ``sig``."""
         if not proc.exited.is_set():
-            self.router.send(proc.agent.identity, encode(Op.KILL, {"name": proc.name, "sig": sig}))
+            self.router.send(proc.agent.identity, encode(Op.KILL, {Key.NAME: proc.name, Key.SIGNAL: sig}))
 
     def forget(self, proc: RemoteProcess) -> None:
         """``proc`` is gone: free its room."""
@@ -251,8 +251,8 @@ class Fleet:
         req_id: Any = None
         try:
             header, _ = decode(frames)
-            req_id = header.get("id")
-            op = header["op"]
+            req_id = header.get(Key.ID)
+            op = header[Key.OP]
             agent = self.agents.get(identity)
             if op == Op.JOIN:
                 self._on_join(identity, req_id, header)
@@ -273,12 +273,12 @@ class Fleet:
         except _NameTaken as exc:
             self._refuse(identity, req_id, exc.error, retry=True)
             return
-        self.router.send(identity, encode(Op.RESULT, {"id": req_id}))
+        self.router.send(identity, encode(Op.RESULT, {Key.ID: req_id}))
 
     def _on_stranger(self, identity: bytes, req_id: Any, op: str) -> None:
         """A message from a peer that is not a joined host: each kind of stray peer is told what it needs."""
         if op == Op.HELLO:  # a worker whose pool is gone (e.g. from before a restart): let it go
-            self.router.send(identity, encode(Op.CLOSE, {"id": 0}))
+            self.router.send(identity, encode(Op.CLOSE, {Key.ID: 0}))
         elif op in _CLIENT_OPS:  # a client given the worker port instead of the client port
             err = UsageError(
                 "this is an aioenv server's worker port (for `aioenv worker --connect`): clients "
@@ -294,14 +294,14 @@ class Fleet:
         """A joined host's heartbeat, news of its worker processes, or its goodbye."""
         agent.last_seen = time.monotonic()
         if op == Op.PING:
-            self.router.send(identity, encode(Op.PONG, {"id": req_id}))
+            self.router.send(identity, encode(Op.PONG, {Key.ID: req_id}))
         elif op == Op.STARTED:
-            proc = agent.children.get(str(header["name"]))
+            proc = agent.children.get(str(header[Key.NAME]))
             if proc is not None:
-                proc.started(header.get("pid"))
+                proc.started(header.get(Key.PID))
         elif op == Op.EXITED:
-            proc = agent.children.get(str(header["name"]))
-            code = header.get("code")
+            proc = agent.children.get(str(header[Key.NAME]))
+            code = header.get(Key.CODE)
             code = code if isinstance(code, int) else None
             if proc is not None:
                 proc.ended(code, f"{describe_exit(code)} on host {agent.name}")
@@ -312,13 +312,13 @@ class Fleet:
             raise ProtocolError(f"unknown op {op!r} on the worker port")
 
     def _refuse(self, identity: bytes, req_id: Any, err: AioEnvError, **flags: bool) -> None:
-        fields = {"id": req_id if isinstance(req_id, int) else None, "error": relay_wire(err), **flags}
+        fields = {Key.ID: req_id if isinstance(req_id, int) else None, Key.ERROR: relay_wire(err), **flags}
         self.router.send(identity, encode(Op.ERROR, fields))
 
     def _join(self, identity: bytes, header: dict[str, Any]) -> None:
-        capacity = header.get("capacity")
-        name = str(header.get("name") or identity.decode(errors="replace"))
-        executor = choice("a worker host's executor", header.get("executor"), EXECUTORS, error=UsageError)
+        capacity = header.get(Key.CAPACITY)
+        name = str(header.get(Key.NAME) or identity.decode(errors="replace"))
+        executor = choice("a worker host's executor", header.get(Key.EXECUTOR), EXECUTORS, error=UsageError)
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise UsageError(f"a worker host's capacity must be a positive number of envs, got {capacity!r}")
         if name == LOCAL:
@@ -333,7 +333,7 @@ class Fleet:
         old = self.agents.get(identity)
         if old is not None:  # it restarted or lost us: what it ran is gone
             self._drop(old, f"was lost: its host {old.name} rejoined")
-        agent = _Agent(identity, name, str(header.get("host", "")), header.get("pid"), executor, capacity)
+        agent = _Agent(identity, name, str(header.get(Key.HOST, "")), header.get(Key.PID), executor, capacity)
         self.agents[identity] = agent
         self.placement.add(name, capacity, executor)
         log.info("worker host %s joined from %s (%d %s envs)", name, agent.host or "?", capacity, executor)
@@ -345,8 +345,8 @@ class Fleet:
         self.placement.remove(agent.name)
         for proc in list(agent.children.values()):
             # Its processes may still be alive and connected to this port: told both ways to stop.
-            self.router.send(agent.identity, encode(Op.KILL, {"name": proc.name, "sig": "SIGKILL"}))
-            self.router.send(proc.name.encode(), encode(Op.CLOSE, {"id": 0}))
+            self.router.send(agent.identity, encode(Op.KILL, {Key.NAME: proc.name, Key.SIGNAL: "SIGKILL"}))
+            self.router.send(proc.name.encode(), encode(Op.CLOSE, {Key.ID: 0}))
             proc.ended(None, how)
 
     def _reap(self) -> None:

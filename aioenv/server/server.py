@@ -71,7 +71,7 @@ from aioenv.wire.options import (
     choice,
     positive_int,
 )
-from aioenv.wire.protocol import Op, decode, encode, leaves_from_wire
+from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire
 from aioenv.wire.version import PROTOCOL_VERSION
 
 __all__ = ["Server", "ServerConfig"]
@@ -194,7 +194,9 @@ class _Relay:
 
     def fail(self, exc: BaseException) -> None:
         err = exc if isinstance(exc, AioEnvError) else PoolClosed(str(exc))
-        self.outlet.server.send(self.outlet.identity, encode(Op.ERROR, {"id": self.req_id, "error": relay_wire(err)}))
+        self.outlet.server.send(
+            self.outlet.identity, encode(Op.ERROR, {Key.ID: self.req_id, Key.ERROR: relay_wire(err)})
+        )
 
 
 class Server:
@@ -268,7 +270,7 @@ class Server:
             self._reaper.cancel()
         sessions = list(self.sessions.values())
         for session in sessions:  # idle clients learn at once, not at their heartbeat timeout
-            self.send(session.identity, encode(Op.EVENT, {"ev": "closing"}))
+            self.send(session.identity, encode(Op.EVENT, {Key.EVENT: "closing"}))
         self.sessions.clear()
         await asyncio.gather(*(s.coord.aclose() for s in sessions), return_exceptions=True)
         for task in list(self._tasks):
@@ -322,13 +324,13 @@ class Server:
         req_id: Any = None
         try:
             header, arrays = decode(frames)
-            req_id = header.get("id")
-            op = header["op"]
+            req_id = header.get(Key.ID)
+            op = header[Key.OP]
             session = self.sessions.get(identity)
             if session is not None:
                 session.last_seen = time.monotonic()
             if op == Op.PING:
-                self.send(identity, encode(Op.PONG, {"id": req_id}))
+                self.send(identity, encode(Op.PONG, {Key.ID: req_id}))
             elif op in _KINDS:
                 if session is None:
                     raise UsageError("this client has no open pool on the server (it was closed or timed out)")
@@ -338,7 +340,7 @@ class Server:
             elif op == Op.CLOSE:
                 self._spawn(self._close(identity, req_id))
             elif op == Op.STATUS:
-                self.send(identity, encode(Op.RESULT, {"id": req_id, **self.status()}))
+                self.send(identity, encode(Op.RESULT, {Key.ID: req_id, **self.status()}))
             elif op == Op.JOIN:
                 where = f"at {self.fleet.endpoint}" if self.fleet is not None else "nowhere: it has no --worker-bind"
                 raise UsageError(f"this is the server's client port: worker hosts join {where}")
@@ -357,22 +359,22 @@ class Server:
 
     def _refuse(self, identity: bytes, req_id: Any, err: AioEnvError) -> None:
         """Answer a request (or a message too broken to have an id) with an error."""
-        fields = {"id": req_id if isinstance(req_id, int) else None, "error": relay_wire(err)}
+        fields = {Key.ID: req_id if isinstance(req_id, int) else None, Key.ERROR: relay_wire(err)}
         self.send(identity, encode(Op.ERROR, fields))
 
     def _submit(self, session: _Session, kind: str, header: dict[str, Any], arrays: list[np.ndarray]) -> None:
         coord = session.coord
-        req_id = header["id"]
+        req_id = header[Key.ID]
         if not isinstance(req_id, int):
             raise ProtocolError(f"request id must be an int, got {req_id!r}")
-        ids = coord.sched.resolve(header["env"])
-        timeout = header.get("to")
+        ids = coord.sched.resolve(header[Key.ENV])
+        timeout = header.get(Key.TIMEOUT)
         if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
             raise ProtocolError(f"'to' must be a positive number of seconds, got {timeout!r}")
         if kind == "step":
             leaves = _step_actions(header, arrays, ids.size, coord.slab)
             coord.sched.claim(ids)  # first: none of these envs' shared rows is in use once they are claimed
-            build = step_builder(coord.slab, ids, leaves, bool(header.get("ilist")), ids is coord.sched.all_ids)
+            build = step_builder(coord.slab, ids, leaves, bool(header.get(Key.INFO_LIST)), ids is coord.sched.all_ids)
         else:
             build = _builder(kind, header, arrays, ids.size, coord.slab is not None)
             coord.sched.claim(ids)
@@ -394,13 +396,13 @@ class Server:
             reply = await self._make_session(identity, header)
         except AioEnvError as exc:
             log.info("refused a pool for client %s: %s", peer_name(identity), exc.message)
-            self.send(identity, encode(Op.ERROR, {"id": req_id, "error": relay_wire(exc)}))
+            self.send(identity, encode(Op.ERROR, {Key.ID: req_id, Key.ERROR: relay_wire(exc)}))
         except (KeyError, TypeError, ValueError) as exc:
             err = UsageError(f"cannot open the pool: {exc}")
             log.info("refused a pool for client %s: %s", peer_name(identity), err.message)
-            self.send(identity, encode(Op.ERROR, {"id": req_id, "error": relay_wire(err)}))
+            self.send(identity, encode(Op.ERROR, {Key.ID: req_id, Key.ERROR: relay_wire(err)}))
         else:
-            self.send(identity, encode(Op.RESULT, {"id": req_id, **reply}))
+            self.send(identity, encode(Op.RESULT, {Key.ID: req_id, **reply}))
 
     async def _make_session(self, identity: bytes, header: dict[str, Any]) -> dict[str, Any]:
         """Open a client's pool: check the request and the limits, start its coordinator, keep it as a session;
@@ -421,7 +423,7 @@ class Server:
         outlet = _Outlet(self, identity, name)
         self.sessions[identity] = _Session(identity, client, env, n, coord, time.monotonic(), outlet)
         log.info("client %s opened %d %s envs on %d %s workers", name, n, env, opts.workers, opts.executor)
-        return {"spaces": {**described, "_server": {"num_workers": opts.workers, "executor": opts.executor}}}
+        return {Key.SPACES: {**described, "_server": {"num_workers": opts.workers, "executor": opts.executor}}}
 
     def _check_open(self, identity: bytes, header: dict[str, Any]) -> tuple[str, int, str]:
         """``(env, num_envs, client)`` of an OPEN this server may serve, else the error that says why not."""
@@ -429,7 +431,7 @@ class Server:
             raise PoolClosed("the server is shutting down")
         if identity in self.sessions or identity in self._opening:
             raise UsageError("this client connection already has a pool")
-        env, n, client = header.get("env"), header.get("n"), str(header.get("client", ""))
+        env, n, client = header.get(Key.ENV), header.get(Key.NUM_ENVS), str(header.get(Key.CLIENT, ""))
         if not isinstance(env, str) or not env:
             raise UsageError(f"env must be a name (a gymnasium id or 'pkg.module:factory'), got {env!r}")
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -446,8 +448,8 @@ class Server:
 
     def _pool_options(self, header: dict[str, Any], n: int) -> _PoolOptions:
         """The pool options of an OPEN, checked, with the server's defaults filled in."""
-        opt = dict(header.get("opt") or {})
-        kwargs = header.get("kw") or {}
+        opt = dict(header.get(Key.OPT) or {})
+        kwargs = header.get(Key.KW) or {}
         if not isinstance(kwargs, dict):
             raise UsageError(f"env_kwargs must be a map, got {type(kwargs).__name__}")
         workers = (
@@ -490,7 +492,9 @@ class Server:
                 Coordinator.private_directory(),
                 autoreset_mode=opts.autoreset_mode,
                 executor=opts.executor,
-                on_remade=lambda ids: self.send(identity, encode(Op.EVENT, {"ev": "remade", "env": ids.tolist()})),
+                on_remade=lambda ids: self.send(
+                    identity, encode(Op.EVENT, {Key.EVENT: "remade", Key.ENV: ids.tolist()})
+                ),
                 max_concurrency=opts.max_concurrency,
                 on_timeout=opts.on_timeout,
                 **placed,
@@ -527,7 +531,7 @@ class Server:
         if session is not None:
             await session.coord.aclose()
             log.info("client %s closed its %d %s envs", session.client, session.num_envs, session.env)
-        self.send(identity, encode(Op.RESULT, {"id": req_id}))
+        self.send(identity, encode(Op.RESULT, {Key.ID: req_id}))
 
     def _reap(self) -> None:
         now = time.monotonic()
@@ -608,7 +612,7 @@ async def serve(config: ServerConfig, ready: Any = None) -> None:
 def _step_actions(header: dict[str, Any], arrays: list[np.ndarray], n: int, slab: Slab | None) -> list[np.ndarray]:
     """A client's step's action leaves for ``n`` envs, checked as far as the server can (row counts, and
     row shapes when they go into a slab's rows)."""
-    leaves = leaves_from_wire(header["act"], arrays)
+    leaves = leaves_from_wire(header[Key.ACT], arrays)
     if any(leaf.shape[:1] != (n,) for leaf in leaves):
         raise ProtocolError(f"a step for {n} envs carries actions of other lengths")
     if slab is not None and [leaf.shape[1:] for leaf in leaves] != [store.shape[1:] for store in slab.act]:
@@ -620,17 +624,17 @@ def _builder(kind: str, header: dict[str, Any], arrays: list[np.ndarray], n: int
     """How to build each worker's share of a client's reset or call (``req.positions`` index the client's
     rows); ``shared``: a reset's observations go to the envs' shared rows."""
     if kind == "reset":
-        seeds = header.get("seed") or [None] * n
+        seeds = header.get(Key.SEED) or [None] * n
         if len(seeds) != n:
             raise ProtocolError(f"a reset of {n} envs carries {len(seeds)} seeds")
-        return reset_builder(seeds, header.get("opt"), shared)
+        return reset_builder(seeds, header.get(Key.OPT), shared)
     fixed: dict[str, Any] = {k: header[k] for k in ("kind", "name", "args", "kw") if k in header}
-    values = header.get("values")
+    values = header.get(Key.VALUES)
 
     def build_call(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
         fields: dict[str, Any] = dict(fixed)
         if values is not None:
-            fields["values"] = [values[int(p)] for p in (req.positions if req.positions is not None else range(n))]
+            fields[Key.VALUES] = [values[int(p)] for p in (req.positions if req.positions is not None else range(n))]
         return fields, []
 
     return build_call

@@ -12,7 +12,7 @@ from aioenv.errors import ProtocolError
 from aioenv.transport.auth import client_configurer
 from aioenv.transport.router import Dealer
 from aioenv.wire.errors import from_wire
-from aioenv.wire.protocol import Op, decode, encode
+from aioenv.wire.protocol import Key, Op, decode, encode
 
 __all__ = ["fetch_status"]
 
@@ -38,15 +38,15 @@ async def fetch_status(
             return
         if answer.done():
             return
-        if header["op"] == Op.ERROR:
-            answer.set_exception(from_wire(header.get("error")))
+        if header[Key.OP] == Op.ERROR:
+            answer.set_exception(from_wire(header.get(Key.ERROR)))
         else:
             answer.set_result(header)
 
     configure = client_configurer(curve_keys) if curve_keys is not None else None
     dealer = Dealer(endpoint, f"status-{uuid.uuid4().hex[:12]}".encode(), on_message, configure)
     try:
-        dealer.send(encode(Op.STATUS, {"id": 1}))
+        dealer.send(encode(Op.STATUS, {Key.ID: 1}))
         header = await asyncio.wait_for(answer, timeout)
     finally:
         dealer.close()

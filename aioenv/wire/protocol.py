@@ -41,6 +41,7 @@ __all__ = [
     "BLOB_LIMIT",
     "MAX_HEADER_BYTES",
     "PROTOCOL_VERSION",
+    "Key",
     "Op",
     "decode",
     "encode",
@@ -88,6 +89,64 @@ class Op:
     EXITED = "exited"  # host -> server: {"name", "code"} a worker process exited
     KILL = "kill"  # server -> host: {"name", "sig"} signal a worker process
     LEAVE = "leave"  # host -> server: the host is stopping
+
+
+class Key:
+    """Header field names, each defined once (the wire values are these strings).
+
+    Top-level fields of a message header only: the maps nested in them keep field names of their own,
+    documented where they are built (an OPEN's ``opt``, an env description in ``spaces``, an error
+    description (:mod:`aioenv.wire.errors`), a STATUS reply, a slab layout).
+    """
+
+    # set by encode(): every message
+    VERSION = "v"  # PROTOCOL_VERSION of the sender
+    OP = "op"  # an Op name
+    ARRAYS = "a"  # [[dtype, shape, frame, offset], ...]: the raw arrays (0: in BLOB, else a frame of its own)
+    BLOB = "b"  # bytes: the small arrays, packed and 8-byte aligned
+    # requests and replies
+    ID = "id"  # request id; a reply carries its request's
+    ENV = "env"  # [env ids] a request covers (STEP, RESET, CALL, CANCEL); OPEN, EVENT: see Op
+    ACT = "act"  # STEP: the action leaves, as array references
+    SHARED = "sh"  # STEP, RESET and their RESULT: 1 when the rows are in the pool's shared slab, not here
+    SEED = "seed"  # RESET: one seed (or None) per env
+    OPT = "opt"  # RESET: reset options (or None); OPEN: the pool's options
+    KIND = "kind"  # CALL: call | get | set
+    NAME = "name"  # CALL: the method or attribute; HELLO, JOIN, SPAWN, STARTED, EXITED, KILL: a process's name
+    ARGS = "args"  # CALL: positional arguments
+    KW = "kw"  # CALL: keyword arguments; OPEN: env_kwargs
+    VALUES = "values"  # CALL (set): one value per env; RESULT of a CALL: one result per env
+    ENVS = "envs"  # MAKE: [[env id, source key], ...]
+    SOURCES = "sources"  # MAKE: source key -> how to make the env
+    AUTORESET = "autoreset"  # MAKE: the autoreset mode's name
+    SLAB = "slab"  # MAKE, SLAB: the layout of the pool's shared rows
+    ENDED = "ended"  # CANCEL: env ids to start as after a truncation
+    OBS = "obs"  # RESULT: observation leaves, as array references
+    EXTRAS = "x"  # RESULT of a STEP: [reward, terminated, truncated] as array references
+    INFO = "info"  # RESULT: one info dict per row (or one env's)
+    BATCHED_INFO = "binfo"  # RESULT: the rows' infos batched column-wise
+    ERRORS = "err"  # RESULT: row -> error description
+    INFO_LIST = "ilist"  # STEP: answer with one info dict per row
+    MULTI = "multi"  # RESULT of a thread/async worker: [[request id, [rows]], ...]
+    ROWS_KIND = "k"  # RESULT with MULTI or BLOCKS: step | reset
+    PARTS = "parts"  # RESULT from a server: segments and blocks of rows (aioenv.core.relay)
+    POS = "pos"  # a segment of PARTS: positions of its rows in the client's call
+    BLOCKS = "blk"  # a block of PARTS: [[request id, positions, start], ...]
+    ERROR = "error"  # ERROR: the error description of a request that failed as a whole
+    SPACES = "spaces"  # RESULT of MAKE or OPEN: the envs' descriptions
+    EVENT = "ev"  # EVENT: what happened ("remade", "closing")
+    TIMEOUT = "to"  # a request to a server: its deadline in seconds
+    CLIENT = "client"  # OPEN: the client process's id
+    NUM_ENVS = "n"  # OPEN: num_envs
+    # processes and worker hosts
+    PID = "pid"  # HELLO, JOIN, STARTED: a process id
+    EXECUTOR = "executor"  # HELLO, JOIN, SPAWN: inline | thread | async
+    CAPACITY = "capacity"  # JOIN: envs the host may run
+    HOST = "host"  # JOIN: the host's name
+    CODE = "code"  # EXITED: the exit code
+    SIGNAL = "sig"  # KILL: the signal's name
+    REJOIN = "rejoin"  # ERROR to a host that is not joined: join again
+    RETRY = "retry"  # ERROR to a host whose name is taken: try again later
 
 
 # ---------------------------------------------------------------- msgpack values
@@ -242,8 +301,8 @@ def encode(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray] = ()) -
         ``[header_bytes, *array_frames]`` ready for ``send_multipart``.
     """
     header = dict(fields)
-    header["v"] = PROTOCOL_VERSION
-    header["op"] = op
+    header[Key.VERSION] = PROTOCOL_VERSION
+    header[Key.OP] = op
     if not arrays:
         return [_PACK(header)]
     frames: list[Any] = [b""]
@@ -268,8 +327,8 @@ def encode(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray] = ()) -
             specs.append([code, list(arr.shape), len(frames), 0])
             frames.append(arr)
     if blob:
-        header["b"] = b"".join(blob)
-    header["a"] = specs
+        header[Key.BLOB] = b"".join(blob)
+    header[Key.ARRAYS] = specs
     frames[0] = _PACK(header)
     return frames
 
@@ -299,7 +358,7 @@ def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
     if not frames:
         raise ProtocolError("empty message: expected [header, *arrays]")
     header = _decode_header(_buffer(frames[0]))
-    specs = header.get("a")
+    specs = header.get(Key.ARRAYS)
     if specs is None:  # no arrays: the common case of control messages
         if len(frames) > 1:
             raise ProtocolError(
@@ -308,7 +367,7 @@ def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
         return header, []
     if type(specs) is not list:
         raise ProtocolError(f"malformed header: 'a' must be a list of array specs, got {type(specs).__name__}")
-    blob = header.get("b", b"")
+    blob = header.get(Key.BLOB, b"")
     if type(blob) is not bytes:
         raise ProtocolError(f"malformed header: 'b' must be bytes, got {type(blob).__name__}")
     buffers: list[Any] = [blob] if len(frames) == 1 else [blob, *(_buffer(f) for f in frames[1:])]
@@ -325,13 +384,14 @@ def _decode_header(raw: memoryview) -> dict[str, Any]:
         raise ProtocolError(f"malformed header: not a msgpack map ({exc})") from exc
     if not isinstance(header, dict):
         raise ProtocolError(f"malformed header: expected a msgpack map, got {type(header).__name__}")
-    version = header.get("v")
+    version = header.get(Key.VERSION)
     if type(version) is not int or version != PROTOCOL_VERSION:
         raise ProtocolError(
             f"protocol version mismatch: this side speaks version {PROTOCOL_VERSION}, the peer sent {version!r}"
         )
-    if not isinstance(header.get("op"), str):
-        raise ProtocolError(f"malformed header: 'op' must be a string, got {header.get('op')!r}")
+    op = header.get(Key.OP)
+    if not isinstance(op, str):
+        raise ProtocolError(f"malformed header: 'op' must be a string, got {op!r}")
     return header
 
 
