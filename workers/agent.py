@@ -29,7 +29,7 @@ import zmq
 
 from aioenv.errors import ProtocolError
 from aioenv.transport.spawn import worker_command
-from aioenv.wire.options import EXECUTORS, choice
+from aioenv.wire.options import EXECUTORS, choice, positive_int
 from aioenv.wire.protocol import Key, Op, decode, encode
 
 __all__ = ["HEARTBEAT", "WorkerHost"]
@@ -70,8 +70,7 @@ class WorkerHost:
         server_timeout: float = 10.0,
         curve: tuple[str, str] | None = None,
     ) -> None:
-        if capacity < 1:
-            raise ValueError(f"capacity must be a positive number of envs, got {capacity}")
+        positive_int("capacity", capacity, unit="number of envs")
         choice("executor", executor, EXECUTORS)
         self.endpoint = endpoint
         self.capacity = capacity

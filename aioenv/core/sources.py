@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from aioenv.wire.options import positive_int
+
 __all__ = ["EnvSources", "parse_sources"]
 
 
@@ -84,9 +86,7 @@ def _factory_sources(
 
 
 def _check_count(num_envs: Any) -> int:
-    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-        raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
-    return num_envs
+    return positive_int("num_envs", num_envs)
 
 
 def _pickle_factory(fn: Callable[..., Any], index: int, private_dir: str | None) -> str:

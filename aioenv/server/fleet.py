@@ -42,7 +42,7 @@ from aioenv.errors import AioEnvError, ProtocolError, UsageError
 from aioenv.logs import peer_name
 from aioenv.transport.router import Router
 from aioenv.wire.errors import relay_wire
-from aioenv.wire.options import EXECUTORS, choice
+from aioenv.wire.options import EXECUTORS, choice, positive_int
 from aioenv.wire.protocol import Key, Op, decode, encode
 
 __all__ = ["Fleet", "RemoteProcess"]
@@ -319,8 +319,7 @@ class Fleet:
         capacity = header.get(Key.CAPACITY)
         name = str(header.get(Key.NAME) or identity.decode(errors="replace"))
         executor = choice("a worker host's executor", header.get(Key.EXECUTOR), EXECUTORS, error=UsageError)
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise UsageError(f"a worker host's capacity must be a positive number of envs, got {capacity!r}")
+        capacity = positive_int("a worker host's capacity", capacity, error=UsageError, unit="number of envs")
         if name == LOCAL:
             raise UsageError(f"{LOCAL!r} names the server's own machine: give the worker host another --name")
         if any(a.name == name and a.identity != identity for a in self.agents.values()):

@@ -434,8 +434,7 @@ class Server:
         env, n, client = header.get(Key.ENV), header.get(Key.NUM_ENVS), str(header.get(Key.CLIENT, ""))
         if not isinstance(env, str) or not env:
             raise UsageError(f"env must be a name (a gymnasium id or 'pkg.module:factory'), got {env!r}")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise UsageError(f"num_envs must be a positive int, got {n!r}")
+        n = positive_int("num_envs", n, error=UsageError)
         allow = list(self.config.allow)
         if allow and not any(fnmatch.fnmatchcase(env, pattern) for pattern in allow):
             raise UsageError(f"env {env!r} is not allowed on this server (allowed: {', '.join(allow)})")

@@ -11,38 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from aioenv.errors import (
-    AioEnvError,
-    CapacityError,
-    ConnectionLost,
-    EnvError,
-    EpisodeEnded,
-    InvalidAction,
-    PoolClosed,
-    ProtocolError,
-    StepTimeout,
-    UsageError,
-    WorkerCrashed,
-)
+import aioenv.errors as tree
+from aioenv.errors import AioEnvError, EnvError, ProtocolError, WorkerCrashed
 
 __all__ = ["from_wire", "relay_wire", "to_wire"]
 
-_BY_NAME: dict[str, type[AioEnvError]] = {
-    cls.__name__: cls
-    for cls in (
-        AioEnvError,
-        EnvError,
-        EpisodeEnded,
-        InvalidAction,
-        StepTimeout,
-        WorkerCrashed,
-        ProtocolError,
-        PoolClosed,
-        CapacityError,
-        ConnectionLost,
-        UsageError,
-    )
-}
+#: Every class of the public tree by name: the ``kind`` an error crosses the wire as.
+_BY_NAME: dict[str, type[AioEnvError]] = {name: getattr(tree, name) for name in tree.__all__}
 
 
 def to_wire(exc: BaseException, *, env_id: int | None = None, traceback_text: str = "") -> dict[str, Any]:

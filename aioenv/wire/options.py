@@ -9,7 +9,7 @@ check of a count and of a duration: a pool raises ``ValueError``, a server ``Usa
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar, get_args
+from typing import Any, Literal, TypeVar, get_args, overload
 
 import numpy as np
 
@@ -50,12 +50,27 @@ def choice(name: str, value: Any, allowed: tuple[Name, ...], *, error: type[Exce
     raise error(f"{name} must be one of {list(allowed)}, got {value!r}")
 
 
-def positive_int(name: str, value: Any, *, allow_none: bool = False, error: type[Exception] = ValueError) -> int | None:
-    """``value`` as an int >= 1 (a numpy integer is accepted; a bool is not); None passes when ``allow_none``."""
+@overload
+def positive_int(
+    name: str, value: Any, *, allow_none: Literal[False] = ..., error: type[Exception] = ..., unit: str = ...
+) -> int: ...
+
+
+@overload
+def positive_int(
+    name: str, value: Any, *, allow_none: bool, error: type[Exception] = ..., unit: str = ...
+) -> int | None: ...
+
+
+def positive_int(
+    name: str, value: Any, *, allow_none: bool = False, error: type[Exception] = ValueError, unit: str = "int"
+) -> int | None:
+    """``value`` as an int >= 1 (a numpy integer is accepted; a bool is not); None passes when ``allow_none``.
+    The error says ``{name} must be a positive {unit}`` and what arrived."""
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise error(f"{name} must be a positive int, got {value!r}")
+        raise error(f"{name} must be a positive {unit}, got {value!r}")
     return int(value)
 
 
