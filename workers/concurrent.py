@@ -119,8 +119,8 @@ class _Env:
         self.inbox: asyncio.Future[tuple[Any, ...]] | None = None
 
 
-class _Rows:
-    """A STEP or RESET request whose rows finish one by one."""
+class _OpenRequest:
+    """A STEP or RESET request this worker is answering, its rows finishing one by one."""
 
     __slots__ = ("done", "env_ids", "group", "id", "ilist", "kind", "left")
 
@@ -156,8 +156,8 @@ class ConcurrentWorker:
         self.mode = "next_step"
         self.envs: dict[int, _Env] = {}
         self.groups: dict[str, Group] = {}
-        self._open: dict[Any, _Rows] = {}
-        self._dirty: list[_Rows] = []
+        self._open: dict[Any, _OpenRequest] = {}
+        self._dirty: list[_OpenRequest] = []
         self._flush_scheduled = False
         self._drain_scheduled = False
         self._tasks: set[asyncio.Future[Any]] = set()
@@ -282,8 +282,8 @@ class ConcurrentWorker:
         known = next((e for e in envs if e is not None), None)
         if known is None:
             raise ProtocolError(f"worker {self.name} hosts none of the envs {env_ids[:8]}")
-        rows = _Rows(header.get(Key.ID), op, env_ids, known.group, bool(header.get(Key.INFO_LIST)))
-        self._open[rows.id] = rows
+        req = _OpenRequest(header.get(Key.ID), op, env_ids, known.group, bool(header.get(Key.INFO_LIST)))
+        self._open[req.id] = req
         step = op == Op.STEP
         if step:
             acts = leaves_from_wire(header[Key.ACT], arrays)
@@ -295,19 +295,19 @@ class ConcurrentWorker:
         for row, env in enumerate(envs):
             if env is None:
                 err = ProtocolError(f"worker {self.name} hosts no env {env_ids[row]}", env_id=env_ids[row])
-                self._row_done(rows, row, False, err)
+                self._row_done(req, row, False, err)
                 continue
             if env.thread is None:
                 inbox = env.inbox
                 if inbox is None or inbox.done():
                     err = ProtocolError(f"env {env.env_id} is busy with another request", env_id=env.env_id)
-                    self._row_done(rows, row, False, err)
+                    self._row_done(req, row, False, err)
                 else:
-                    inbox.set_result((rows, row, step, args[row], options))
+                    inbox.set_result((req, row, step, args[row], options))
                 continue
             fut = self._start_on_thread(env, env.thread, step, args[row], options)
             env.task = fut
-            fut.add_done_callback(functools.partial(self._settled, rows, row, env))
+            fut.add_done_callback(functools.partial(self._settled, req, row, env))
 
     @staticmethod
     def _start_on_thread(env: _Env, thread: EnvThread, step: bool, arg: Any, options: Any) -> asyncio.Future[Any]:
@@ -324,61 +324,63 @@ class ConcurrentWorker:
         assert isinstance(hosted, AsyncHostedEnv)
         assert env.inbox is not None
         while True:
-            rows, row, step, arg, options = await env.inbox
+            req, row, step, arg, options = await env.inbox
             env.inbox = self.loop.create_future()
             out: Any
             try:
                 out = await (hosted.astep(arg) if step else hosted.areset(arg, options))
             except asyncio.CancelledError:
-                self._abandon(rows)  # replaced: the coordinator already answered this row
+                self._abandon(req)  # replaced: the coordinator already answered this row
                 raise
             except BaseException as exc:  # noqa: BLE001 - the env's failure is its row's outcome
                 ok, out = False, exc
             else:
                 ok = True
             if self.envs.get(env.env_id) is not env:  # replaced while its step ignored the cancellation
-                self._abandon(rows)
+                self._abandon(req)
                 return
-            self._row_done(rows, row, ok, out)
+            self._row_done(req, row, ok, out)
 
-    def _settled(self, rows: _Rows, row: int, env: _Env, fut: asyncio.Future[Any]) -> None:
+    def _settled(self, req: _OpenRequest, row: int, env: _Env, fut: asyncio.Future[Any]) -> None:
         if env.task is fut:
             env.task = None
         if fut.cancelled() or self.envs.get(env.env_id) is not env:
-            self._abandon(rows)  # cancelled or replaced: the coordinator already answered this row
+            self._abandon(req)  # cancelled or replaced: the coordinator already answered this row
             return
         exc = fut.exception()
-        self._row_done(rows, row, exc is None, fut.result() if exc is None else exc)
+        self._row_done(req, row, exc is None, fut.result() if exc is None else exc)
 
-    def _row_done(self, rows: _Rows, row: int, ok: bool, outcome: Any) -> None:
-        if not rows.done:
-            self._dirty.append(rows)
-        rows.done.append((row, ok, outcome))
+    def _row_done(self, req: _OpenRequest, row: int, ok: bool, outcome: Any) -> None:
+        if not req.done:
+            self._dirty.append(req)
+        req.done.append((row, ok, outcome))
         if not self._flush_scheduled:  # at the end of this loop turn, with every row finished in it
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
 
-    def _abandon(self, rows: _Rows) -> None:
-        rows.left -= 1
-        if rows.left == 0 and not rows.done:
-            self._open.pop(rows.id, None)
+    def _abandon(self, req: _OpenRequest) -> None:
+        req.left -= 1
+        if req.left == 0 and not req.done:
+            self._open.pop(req.id, None)
 
     def _flush(self) -> None:
         """Send every row finished since the last flush: one RESULT for all requests (per kind)."""
         self._flush_scheduled = False
         dirty, self._dirty = self._dirty, []
-        batches: dict[tuple[str, bool], list[tuple[_Rows, list[tuple[int, bool, Any]]]]] = {}
-        for rows in dirty:
-            done, rows.done = rows.done, []
-            rows.left -= len(done)
-            if rows.left == 0:
-                self._open.pop(rows.id, None)
-            batches.setdefault((rows.kind, rows.ilist), []).append((rows, done))
+        batches: dict[tuple[str, bool], list[tuple[_OpenRequest, list[tuple[int, bool, Any]]]]] = {}
+        for req in dirty:
+            done, req.done = req.done, []
+            req.left -= len(done)
+            if req.left == 0:
+                self._open.pop(req.id, None)
+            batches.setdefault((req.kind, req.ilist), []).append((req, done))
         for (kind, ilist), items in batches.items():
             with contextlib.suppress(zmq.ZMQError, OSError):  # the link is closing: nobody waits for this
                 self._send(self._encode_rows(kind, ilist, items))
 
-    def _encode_rows(self, kind: str, ilist: bool, items: list[tuple[_Rows, list[tuple[int, bool, Any]]]]) -> list[Any]:
+    def _encode_rows(
+        self, kind: str, ilist: bool, items: list[tuple[_OpenRequest, list[tuple[int, bool, Any]]]]
+    ) -> list[Any]:
         """One RESULT carrying finished rows of several requests: ``"multi": [[request id, [rows]], ...]``
         names them in order; obs, rewards, infos and errors are indexed over all of them together."""
         k = sum(len(done) for _, done in items)
@@ -394,10 +396,10 @@ class ConcurrentWorker:
         env_ids: list[int] = []
         multi: list[list[Any]] = []
         j = 0
-        for rows, done in items:
-            multi.append([rows.id, [row for row, _, _ in done]])
+        for req, done in items:
+            multi.append([req.id, [row for row, _, _ in done]])
             for row, ok, outcome in done:
-                env_id = rows.env_ids[row]
+                env_id = req.env_ids[row]
                 env_ids.append(env_id)
                 if not ok:
                     errors[j] = error_fields(outcome, env_id)
@@ -420,7 +422,7 @@ class ConcurrentWorker:
         fields[Key.MULTI] = multi
         fields[Key.ROWS_KIND] = kind
         # One-env requests (step_env/reset_env futures) want each env's own info dict, not a batched slice.
-        as_list = ilist or any(len(rows.env_ids) == 1 for rows, _ in items)
+        as_list = ilist or any(len(req.env_ids) == 1 for req, _ in items)
         return encode_reply(fields, arrays, env_ids, as_list)
 
     # ------------------------------------------------------------------ make, call, drop, cancel, close

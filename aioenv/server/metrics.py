@@ -85,14 +85,14 @@ class ServerMetrics:
         self._failed(type(err).__name__ for err in part.errors.values())
         self._timeouts(part.binfo, part.infos)
 
-    def block(self, rows: Block, spans: list[tuple[float, int]], errors: dict[int, str]) -> None:
+    def block(self, block: Block, spans: list[tuple[float, int]], errors: dict[int, str]) -> None:
         """Record a block of rows relayed as it came: ``spans`` gives, per request, how long ago it arrived
         and how many of the block's rows answer it; ``errors``: its failed rows' error types
         (:meth:`aioenv.core.replies.Block.error_types`)."""
         for seconds, count in spans:
-            self._latency(rows.kind, seconds, count)
+            self._latency(block.kind, seconds, count)
         self._failed(errors.values())
-        self._timeouts(rows.binfo, rows.infos)
+        self._timeouts(block.binfo, block.infos)
 
     def _latency(self, kind: str, seconds: float, count: int) -> None:
         observe = self.latency.labels(kind).observe

@@ -135,12 +135,12 @@ class _Outlet:
         self.identity = identity
         self.client = client
 
-    def forward(self, rows: Block, segments: list[tuple[Any, np.ndarray, int, np.ndarray]]) -> None:
-        self.server.queue(self.identity, BlockEntry(rows, [(s.req_id, pos, start) for s, pos, start, _ in segments]))
-        errors = rows.error_types() if rows.errors else {}
+    def forward(self, block: Block, segments: list[tuple[Any, np.ndarray, int, np.ndarray]]) -> None:
+        self.server.queue(self.identity, BlockEntry(block, [(s.req_id, pos, start) for s, pos, start, _ in segments]))
+        errors = block.error_types() if block.errors else {}
         if self.server.metrics is not None:
             now = time.monotonic()
-            self.server.metrics.block(rows, [(now - s.t0, pos.size) for s, pos, _, _ in segments], errors)
+            self.server.metrics.block(block, [(now - s.t0, pos.size) for s, pos, _, _ in segments], errors)
         for sink, _, start, env_ids in segments if errors else ():
             stop = start + env_ids.size
             failed = {int(env_ids[row - start]): name for row, name in errors.items() if start <= row < stop}
