@@ -97,6 +97,53 @@ def _checked_on_timeout(on_timeout: object, mode: AutoresetName) -> OnTimeout:
     return checked
 
 
+#: Seeds are what numpy's SeedSequence takes: non-negative ints; the wire carries them as 64-bit ints.
+SEED_LIMIT = 2**64
+
+
+def checked_seeds(seed: Any, env_ids: list[int]) -> list[int | None]:
+    """One seed (or None) per env of ``env_ids`` from ``seed``: an int (env ``i`` gets ``seed + i``) or a
+    sequence with one int or None per env.
+
+    Raises:
+        UsageError: a seed that is not an int in ``[0, 2**64)``, naming the value and the env.
+        ValueError: a sequence whose length is not the number of envs.
+    """
+    if _is_int(seed):
+        seeds: list[Any] = [int(seed) + i for i in env_ids]
+    elif isinstance(seed, str | bytes) or not hasattr(seed, "__len__"):
+        raise UsageError(
+            f"seed must be None, an int, or a sequence with one int (or None) per env; got {seed!r}",
+        )
+    else:
+        seeds = list(seed)
+        if len(seeds) != len(env_ids):
+            raise ValueError(f"seed has {len(seeds)} entries for {len(env_ids)} envs: give one per env, or an int")
+    for env_id, value in zip(env_ids, seeds, strict=True):
+        if value is not None and not (_is_int(value) and 0 <= int(value) < SEED_LIMIT):
+            raise UsageError(f"seed {value!r} for env {env_id}: a seed is an int in [0, 2**64) or None", env_id=env_id)
+    return [None if value is None else int(value) for value in seeds]
+
+
+_FOREIGN_LOOP = (
+    "this pool belongs to the event loop it was started in, and was called from another thread or loop (its "
+    "replies would never arrive there): use aioenv.SyncPool from threads, or hand the call to the pool's loop "
+    "with asyncio.run_coroutine_threadsafe(coro, loop)"
+)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, or None."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
 class Pool:
     """A pool of ``num_envs`` envs run by worker processes, driven from asyncio.
 
@@ -179,12 +226,7 @@ class Pool:
     def _initial_seeds(self, seed: Any) -> list[int | None]:
         if seed is None:
             return [None] * self.num_envs
-        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-            return [int(seed) + i for i in range(self.num_envs)]
-        seeds = list(seed)
-        if len(seeds) != self.num_envs:
-            raise ValueError(f"seed has {len(seeds)} entries, expected one per env ({self.num_envs})")
-        return [None if s is None else int(s) for s in seeds]
+        return checked_seeds(seed, list(range(self.num_envs)))
 
     # ------------------------------------------------------------ lifecycle
 
@@ -265,6 +307,7 @@ class Pool:
         self.render_mode = first.get("render_mode")
         assert self._coord is not None
         self._recv = RecvQueue(self.single_observation_space, self._coord.sched)
+        self._home = asyncio.get_running_loop()  # the loop whose sockets, futures and timers the pool uses
 
     @property
     def autoreset_mode(self) -> AutoresetMode:
@@ -286,6 +329,8 @@ class Pool:
         (CLOSE, then SIGTERM, then SIGKILL); never hangs. Idempotent."""
         if self.closed:
             return
+        if hasattr(self, "_home") and _running_loop() is not self._home:
+            raise UsageError(_FOREIGN_LOOP)
         self.closed = True
         if self._coord is not None:
             err = PoolClosed("the pool was closed while recv() was waiting")
@@ -296,12 +341,16 @@ class Pool:
             self._remove_private_dir()
 
     def _core(self) -> Coordinator | RemoteCoordinator:
+        """The started coordinator, checked where every public call enters: the pool is open, started, and
+        called from the event loop it was started in."""
         if self.closed:
             raise PoolClosed("the pool is closed")
         if self._coord is None or not hasattr(self, "_recv"):
             raise UsageError(
                 "the pool is not started: use `await aioenv.make(...)`, `await pool.start()` or `async with`"
             )
+        if _running_loop() is not self._home:
+            raise UsageError(_FOREIGN_LOOP)
         return self._coord
 
     def __repr__(self) -> str:
@@ -338,12 +387,7 @@ class Pool:
         """The seed each env of ``ids`` resets with (validates; changes nothing)."""
         if seed is None:
             return [self._seeds[i] for i in ids.tolist()]
-        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-            return [int(seed) + i for i in ids.tolist()]
-        seeds = [None if s is None else int(s) for s in seed]
-        if len(seeds) != ids.size:
-            raise ValueError(f"seed has {len(seeds)} entries for {ids.size} envs: give one per env, or an int")
-        return seeds
+        return checked_seeds(seed, ids.tolist())
 
     def _record_seeds(self, ids: np.ndarray, seeds: list[int | None]) -> None:
         for i, s in zip(ids.tolist(), seeds, strict=True):
@@ -358,9 +402,9 @@ class Pool:
             raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
         seeds = self._seeds_for(ids, seed)
         coord.sched.claim(ids)
-        self._record_seeds(ids, seeds)
         build = reset_builder(seeds, options, coord.slab is not None)
         coord.submit("reset", ids, sink, build, timeout=self.reset_timeout)
+        self._record_seeds(ids, seeds)  # only once the resets are on their way: a refused one records nothing
 
     # ------------------------------------------------------------ batched API
 
@@ -518,7 +562,7 @@ class Pool:
     ) -> asyncio.Future[ResetResult]:
         """Reset one env; the returned future gets its :class:`ResetResult`. An int seed is used as is."""
         fut: asyncio.Future[ResetResult] = asyncio.get_running_loop().create_future()
-        seeds = None if seed is None else [int(seed)]
+        seeds = None if seed is None else checked_seeds([seed], [env_id])
         self._dispatch_reset(
             self._core().sched.one(env_id), seeds, options, Single("reset", fut, self.single_observation_space)
         )

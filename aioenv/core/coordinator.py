@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -34,6 +35,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from aioenv.core.deadlines import DeadlineTimer, Truncation, cancel_fields, timeout_error
+from aioenv.core.failures import for_env, unsendable
 from aioenv.core.launcher import LaunchSpec, WorkerProc, launch_local
 from aioenv.core.make_errors import start_failure
 from aioenv.core.replies import Block, Outlet, Segment, int_lists, route_block
@@ -44,6 +46,7 @@ from aioenv.errors import (
     AioEnvError,
     PoolClosed,
     ProtocolError,
+    UsageError,
     WorkerCrashed,
 )
 from aioenv.transport.slab import Slab, slab_enabled
@@ -265,30 +268,60 @@ class Coordinator:
             if env_ids.size == 0:
                 return
         deadline = None if timeout is None else self.loop.time() + timeout
-        op = _OPS[kind]
-        for worker, positions in self.sched.split(env_ids):
-            ids = env_ids[positions] if positions.size != env_ids.size else env_ids
-            if at is not None:
-                positions = at[positions]
-            req = self.sched.open(worker, kind, ids, sink=sink, positions=positions, deadline=deadline)
-            fields, arrays = build(req)
-            fields[Key.ID] = req.id
-            fields[Key.ENV] = ids.tolist()
-            slot = self.slots[worker]
-            if slot.dead_reason:
+        for slot, req, positions, frames in self._prepare(kind, env_ids, at, sink, build, deadline):
+            if frames is None:  # its worker is gone for good
                 self.sched.finish(req.id)
                 dead = lambda e, s=slot: self._no_worker(s, e, kind)  # noqa: E731
-                sink.deliver(Part.failed(ids, dead), positions)
-                continue
-            self._send(slot, encode(op, fields, arrays))
+                sink.deliver(Part.failed(req.env_ids, dead), positions)
+            else:
+                self._send(slot, frames)
         if deadline is not None:
             self._arm_timer()
 
+    def _prepare(
+        self, kind: str, env_ids: np.ndarray, at: np.ndarray | None, sink: Sink, build: Build, deadline: float | None
+    ) -> list[tuple[_Slot, Request, np.ndarray, list[Any] | None]]:
+        """Open one request per worker and encode its message (None for a worker that is gone).
+
+        Every message is built before any is sent: a value the wire cannot carry (an int beyond 64 bits,
+        an object msgpack does not know) fails the whole call here, with every request closed and every
+        env released, so nothing stays claimed and no worker got half of a call.
+        """
+        prepared: list[tuple[_Slot, Request, np.ndarray, list[Any] | None]] = []
+        opened: list[Request] = []
+        try:
+            for worker, rows in self.sched.split(env_ids):
+                ids = env_ids[rows] if rows.size != env_ids.size else env_ids
+                positions = rows if at is None else at[rows]
+                req = self.sched.open(worker, kind, ids, sink=sink, positions=positions, deadline=deadline)
+                opened.append(req)
+                slot = self.slots[worker]
+                frames = None if slot.dead_reason else self._encode_request(kind, req, build)
+                prepared.append((slot, req, positions, frames))
+        except Exception as exc:
+            for req in opened:
+                self.sched.finish(req.id)
+            self.sched.release(env_ids)
+            raise unsendable(kind, env_ids, exc) from exc
+        return prepared
+
+    @staticmethod
+    def _encode_request(kind: str, req: Request, build: Build) -> list[Any]:
+        """The frames of ``req``: its builder's fields and arrays, with its id and env ids."""
+        fields, arrays = build(req)
+        fields[Key.ID] = req.id
+        fields[Key.ENV] = req.env_ids.tolist()
+        return encode(_OPS[kind], fields, arrays)
+
     def _pump(self) -> None:
-        """Send held rows that fit under the concurrency limit now."""
+        """Send held rows that fit under the concurrency limit now (rows that cannot be sent fail their own
+        sink: their caller returned long ago)."""
         for held in self.sched.unhold():
             kind, sink, build, timeout = held.item
-            self._send_rows(kind, held.env_ids, held.positions, sink, build, timeout)
+            try:
+                self._send_rows(kind, held.env_ids, held.positions, sink, build, timeout)
+            except UsageError as err:
+                sink.deliver(Part.failed(held.env_ids, functools.partial(for_env, err)), held.positions)
 
     def _send(self, slot: _Slot, frames: list[Any]) -> None:
         if not slot.ready:

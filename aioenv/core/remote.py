@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import zmq
 
+from aioenv.core.failures import for_env, unsendable
 from aioenv.core.relay import decode_block, decode_part
 from aioenv.core.replies import route_block
 from aioenv.core.scheduler import Build, Request, Scheduler
@@ -147,16 +148,21 @@ class RemoteCoordinator:
             raise PoolClosed("the pool is closed")
         positions = np.arange(env_ids.size)
         req = self.sched.open(0, kind, env_ids, sink=sink, positions=positions)
-        fields, arrays = build(req)
-        fields[Key.ID] = req.id
-        fields[Key.ENV] = env_ids.tolist()
-        if timeout is not None:
-            fields[Key.TIMEOUT] = float(timeout)
+        try:
+            fields, arrays = build(req)
+            fields[Key.ID] = req.id
+            fields[Key.ENV] = env_ids.tolist()
+            if timeout is not None:
+                fields[Key.TIMEOUT] = float(timeout)
+            frames = encode(_OPS[kind], fields, arrays)
+        except Exception as exc:  # a value the wire cannot carry: nothing sent, nothing left claimed
+            self.sched.finish(req.id)
+            raise unsendable(kind, env_ids, exc) from exc
         assert self._dealer is not None
-        if not self._dealer.send(encode(_OPS[kind], fields, arrays)):
+        if not self._dealer.send(frames):
             self.sched.finish(req.id)
             err = self._unreachable()
-            sink.deliver(Part.failed(env_ids, lambda e: _for_env(err, e)), positions)
+            sink.deliver(Part.failed(env_ids, lambda e: for_env(err, e)), positions)
 
     def _unreachable(self) -> ConnectionLost:
         return ConnectionLost(
@@ -246,7 +252,7 @@ class RemoteCoordinator:
 def _fail_request(req: Request, err: AioEnvError) -> None:
     """Fail every row ``req`` still waits for with ``err`` (a copy naming each row's env)."""
     assert req.positions is not None, "a remote pool's requests cover positions of their call"
-    req.rows_sink().deliver(Part.failed(req.env_ids, lambda e: _for_env(err, e)), req.positions)
+    req.rows_sink().deliver(Part.failed(req.env_ids, lambda e: for_env(err, e)), req.positions)
 
 
 def _deliver(sink: Sink, _req: Request | None, part: Part, positions: np.ndarray | None) -> None:
@@ -256,14 +262,3 @@ def _deliver(sink: Sink, _req: Request | None, part: Part, positions: np.ndarray
         sink.deliver(part)
     else:
         sink.deliver(part, positions)
-
-
-def _for_env(err: AioEnvError, env_id: int) -> AioEnvError:
-    """``err`` for one env (a copy with its env id when it named none)."""
-    if err.env_id == env_id:
-        return err
-    copy = type(err).__new__(type(err))
-    copy.__dict__.update(err.__dict__)
-    copy.args = err.args
-    copy.env_id = env_id
-    return copy
