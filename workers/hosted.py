@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import numbers
 from typing import Any
+
+import numpy as np
 
 from aioenv.errors import EpisodeEnded, UsageError
 
@@ -32,6 +35,15 @@ SAME_STEP = "same_step"
 DISABLED = "disabled"
 
 StepOut = tuple[Any, float, bool, bool, dict[str, Any]]
+
+
+def _check_reward(reward: Any) -> None:
+    """A reward is a real number (a bool, a numpy scalar or a one-element numeric array will do): anything
+    else, None above all, would turn into NaN in the batch without a word."""
+    if isinstance(reward, numbers.Real | np.bool_):
+        return
+    if not (isinstance(reward, np.ndarray) and reward.size == 1 and reward.dtype.kind in "biuf"):  # e.g. shape ()
+        raise TypeError(f"step returned reward {reward!r} ({type(reward).__name__}): a reward must be a real number")
 
 
 def is_async_env(env: Any) -> bool:
@@ -134,6 +146,7 @@ class HostedEnv(EpisodeState):
             self._pending_reset = False
             return obs, 0.0, False, False, info
         obs, reward, terminated, truncated, info = env.step(action)
+        _check_reward(reward)
         ended = bool(terminated or truncated)
         if self.mode == SAME_STEP:
             if ended:
@@ -179,6 +192,7 @@ class AsyncHostedEnv(EpisodeState):
             self._pending_reset = False
             return obs, 0.0, False, False, info
         obs, reward, terminated, truncated, info = await env.step(action)
+        _check_reward(reward)
         ended = bool(terminated or truncated)
         if self.mode == SAME_STEP:
             if ended:
