@@ -3,7 +3,8 @@
 Keys are files written by ``aioenv keygen DIR --name NAME``: ``NAME.key`` (the public key, safe to
 share) and ``NAME.key_secret`` (the key pair, keep it private). A server started with
 ``--auth DIR`` uses ``DIR/server.key_secret`` as its own key pair and admits exactly the peers whose
-public key is one of the ``DIR/*.key`` files. A client passes its own key pair and the server's
+public key is one of the other ``DIR/*.key`` files: its own ``server.key`` (which every client holds,
+to know the server) admits nobody. A client passes its own key pair and the server's
 public key: ``aioenv.make(..., endpoint=..., curve_keys=("alice.key_secret", "server.key"))``. A peer
 without an admitted key completes no handshake: it learns nothing, not even an error, and its pool
 fails with ``ConnectionLost`` after the heartbeat timeout. Traffic of admitted peers is encrypted.
@@ -60,7 +61,8 @@ def client_configurer(keys: tuple[str, str]) -> Callable[[zmq.Socket[Any]], None
 
 
 class ServerAuth:
-    """The server side: its key pair from ``DIR/server.key_secret``; admitted peers: ``DIR/*.key``."""
+    """The server side: its key pair from ``DIR/server.key_secret``; admitted peers: the public keys of
+    ``DIR/*.key`` other than the server's own (``admitted`` names their files)."""
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
@@ -68,8 +70,15 @@ class ServerAuth:
         if not own.exists():
             raise ValueError(f"{own} is missing: run `aioenv keygen {directory} --name server` first")
         self.public, self.private = _load(own, secret=True)
-        self.admitted = sorted(p.name for p in self.directory.glob("*.key"))
+        clients = {p.name: _load(p, secret=False)[0] for p in sorted(self.directory.glob("*.key"))}
+        clients = {name: key for name, key in clients.items() if name != "server.key" and key != self.public}
+        self.admitted = sorted(clients)
+        self._keys = frozenset(clients.values())
         self._authenticator: Any = None
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        """ZAP's question for a CURVE handshake: is this (z85-encoded) client key admitted?"""
+        return key in self._keys
 
     def start(self) -> None:
         """Start the ZAP handler (in this event loop) that checks peers' keys."""
@@ -77,7 +86,7 @@ class ServerAuth:
 
         self._authenticator = AsyncioAuthenticator(zmq.Context.instance())
         self._authenticator.start()
-        self._authenticator.configure_curve(domain="*", location=str(self.directory))
+        self._authenticator.configure_curve_callback(domain="*", credentials_provider=self)
 
     def configure(self, sock: zmq.Socket[Any]) -> None:
         """Make ``sock`` a CURVE server (before it binds)."""

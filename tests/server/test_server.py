@@ -374,6 +374,9 @@ def test_curve_auth_admits_only_known_keys(tmp_path: Path, monkeypatch: pytest.M
                 await aioenv.make("CartPole-v1", 2, endpoint=srv.endpoint, curve_keys=mallory)
             with pytest.raises(ConnectionLost):  # no keys at all
                 await aioenv.make("CartPole-v1", 2, endpoint=srv.endpoint)
+            itself = (str(keys / "server.key_secret"), str(keys / "server.key"))
+            with pytest.raises(ConnectionLost):  # server.key tells clients who the server is: it admits nobody
+                await aioenv.make("CartPole-v1", 2, endpoint=srv.endpoint, curve_keys=itself)
             state = await fetch_status(srv.endpoint, curve_keys=alice)
             assert state["envs"] == 0  # nothing was made for the refused clients
             with pytest.raises(TimeoutError):
