@@ -185,11 +185,13 @@ class ConcurrentWorker:
             link.close()
 
     def _send(self, frames: list[Any]) -> None:
-        self.link.send(frames)
-        if self.link.edge_triggered and not self._drain_scheduled:
-            # a send may consume the descriptor's edge: look once after the burst
-            self._drain_scheduled = True
-            self.loop.call_soon(self._drain)
+        try:
+            self.link.send(frames)
+        finally:
+            if self.link.edge_triggered and not self._drain_scheduled:
+                # a send, even one that fails, may consume the descriptor's edge: look once after the burst
+                self._drain_scheduled = True
+                self.loop.call_soon(self._drain)
 
     def _drain(self) -> None:
         self._drain_scheduled = False

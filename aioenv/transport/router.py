@@ -109,14 +109,20 @@ class Router(_Drained):
         self._start_reading()
 
     def send(self, identity: bytes, frames: Sequence[Any]) -> bool:
-        """Send one message to ``identity``; False when that peer is not connected."""
+        """Send one message to ``identity``; False when that peer is not connected.
+
+        Every attempt, refused ones included, may consume the descriptor's edge: a drain is scheduled
+        after each (a server whose reader missed that edge stopped reading until some other event,
+        long enough for steady clients to give up).
+        """
         try:
             send_frames(self.sock, [identity, *frames])
         except zmq.ZMQError as exc:
             if exc.errno in (zmq.EHOSTUNREACH, zmq.EAGAIN):
                 return False
             raise
-        self._after_send()
+        finally:
+            self._after_send()
         return True
 
     def _handle(self, frames: list[zmq.Frame]) -> None:
@@ -156,7 +162,8 @@ class Dealer(_Drained):
             send_frames(self.sock, frames, zmq.NOBLOCK)
         except zmq.Again:
             return False
-        self._after_send()
+        finally:
+            self._after_send()  # an attempt that failed may have consumed the edge too (see Router.send)
         return True
 
     def _handle(self, frames: list[zmq.Frame]) -> None:
