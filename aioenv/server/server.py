@@ -373,10 +373,15 @@ class Server:
             raise ProtocolError(f"'to' must be a positive number of seconds, got {timeout!r}")
         if kind == "step":
             leaves = _step_actions(header, arrays, ids.size, coord.slab)
+            info_list = _flag(header, Key.INFO_LIST)
             coord.sched.claim(ids)  # first: none of these envs' shared rows is in use once they are claimed
-            build = step_builder(coord.slab, ids, leaves, bool(header.get(Key.INFO_LIST)), ids is coord.sched.all_ids)
+            try:  # the actions go into the shared rows now: a row that does not fit frees the claim again
+                build = step_builder(coord.slab, ids, leaves, info_list, ids is coord.sched.all_ids)
+            except Exception:
+                coord.sched.release(ids)
+                raise
         else:
-            build = _builder(kind, header, arrays, ids.size, coord.slab is not None)
+            build = _builder(kind, header, ids.size, coord.slab is not None)
             coord.sched.claim(ids)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
@@ -619,16 +624,36 @@ def _step_actions(header: dict[str, Any], arrays: list[np.ndarray], n: int, slab
     return leaves
 
 
-def _builder(kind: str, header: dict[str, Any], arrays: list[np.ndarray], n: int, shared: bool) -> Any:
+def _flag(header: dict[str, Any], key: str) -> bool:
+    """A boolean field (absent: False)."""
+    value = header.get(key, False)
+    if not isinstance(value, bool):
+        raise ProtocolError(f"{key!r} must be true or false, got {value!r}")
+    return value
+
+
+def _per_env(header: dict[str, Any], key: str, n: int) -> list[Any] | None:
+    """A field with one entry per env of the request (absent or None: None)."""
+    value = header.get(key)
+    if value is not None and (not isinstance(value, list) or len(value) != n):
+        raise ProtocolError(f"{key!r} must be a list with one entry per env ({n}), got {value!r}")
+    return value
+
+
+def _builder(kind: str, header: dict[str, Any], n: int, shared: bool) -> Any:
     """How to build each worker's share of a client's reset or call (``req.positions`` index the client's
-    rows); ``shared``: a reset's observations go to the envs' shared rows."""
+    rows), every field checked first so that nothing is claimed for a malformed request; ``shared``: a
+    reset's observations go to the envs' shared rows."""
     if kind == "reset":
-        seeds = header.get(Key.SEED) or [None] * n
-        if len(seeds) != n:
-            raise ProtocolError(f"a reset of {n} envs carries {len(seeds)} seeds")
-        return reset_builder(seeds, header.get(Key.OPT), shared)
-    fixed: dict[str, Any] = {k: header[k] for k in ("kind", "name", "args", "kw") if k in header}
-    values = header.get(Key.VALUES)
+        seeds = _per_env(header, Key.SEED, n) or [None] * n
+        if not all(s is None or (type(s) is int and 0 <= s < 2**64) for s in seeds):
+            raise ProtocolError(f"seeds must be ints in [0, 2**64) or None, got {seeds!r}")
+        options = header.get(Key.OPT)
+        if options is not None and not isinstance(options, dict):
+            raise ProtocolError(f"reset options must be a map or None, got {options!r}")
+        return reset_builder(seeds, options, shared)
+    fixed = _call_fields(header)
+    values = _per_env(header, Key.VALUES, n)
 
     def build_call(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
         fields: dict[str, Any] = dict(fixed)
@@ -637,6 +662,18 @@ def _builder(kind: str, header: dict[str, Any], arrays: list[np.ndarray], n: int
         return fields, []
 
     return build_call
+
+
+def _call_fields(header: dict[str, Any]) -> dict[str, Any]:
+    """A CALL's kind, name, args and keyword args, checked."""
+    fields = {k: header[k] for k in (Key.KIND, Key.NAME, Key.ARGS, Key.KW) if k in header}
+    if fields.get(Key.KIND) not in ("call", "get", "set"):
+        raise ProtocolError(f"a call's kind must be call, get or set, got {fields.get(Key.KIND)!r}")
+    if not isinstance(fields.get(Key.NAME), str):
+        raise ProtocolError(f"a call's name must be a string, got {fields.get(Key.NAME)!r}")
+    if not isinstance(fields.get(Key.ARGS, []), list) or not isinstance(fields.get(Key.KW, {}), dict):
+        raise ProtocolError("a call's args must be a list and its kw a map")
+    return fields
 
 
 def _cpus() -> int:
