@@ -685,13 +685,24 @@ class Coordinator:
                 req.rows_sink().fail(err)
         for held in self.sched.drop_held():
             held.item.sink.fail(PoolClosed(f"the pool was closed while env {int(held.env_ids[0])} waited to run"))
+        procs = [*self._retired, *(slot.proc for slot in self.slots if slot.proc is not None)]
         stops = [p.stop(grace, ask_first=False) for p in self._retired]
         for slot in self.slots:
             if slot.proc is None:
                 continue
             asked = slot.ready and slot.proc.port.send(slot.name.encode(), encode(Op.CLOSE, {Key.ID: 0}))
             stops.append(slot.proc.stop(grace, ask_first=bool(asked)))
-        await asyncio.gather(*stops)
+        try:
+            await asyncio.gather(*stops)
+        except asyncio.CancelledError:  # e.g. a server shutting down cancels its sessions' closes
+            for proc in procs:
+                proc.kill()  # no time left for the gentle stages, but no worker outlives its pool
+            raise
+        finally:
+            self._release_files()
+
+    def _release_files(self) -> None:
+        """Remove the private directory and unmap the shared rows: on every way out of :meth:`aclose`."""
         shutil.rmtree(self.private_dir, ignore_errors=True)
         if self.slab is not None:
             self.slab.close()

@@ -11,6 +11,7 @@ import asyncio
 import functools
 import os
 import signal
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -635,3 +636,28 @@ async def test_env_raising_key_error_is_an_env_error_not_a_missing_env() -> None
         assert caught.value.remote_type == "KeyError"
         assert '{}["missing"]' in caught.value.remote_traceback  # the env's own line, not a protocol error
         assert "hosts no env" not in str(caught.value)
+
+
+async def test_a_cancelled_close_still_leaves_nothing_behind(gate: Any) -> None:
+    """A server shutting down cancels its sessions' closes: the workers must still go and the private
+    directory must still be removed (it used to stay in /tmp)."""
+    pool = await aioenv.make(PROBE, 2, num_workers=2, env_kwargs=gate.kwargs())
+    await guard(pool.reset(seed=0))
+    pids = [worker_pid(pool, 0), worker_pid(pool, 1)]
+    private = pool._private_dir
+    slow = pool.step_env(0, SLOW)  # a worker busy in a step: CLOSE waits for it, so the close takes a while
+    await gate.started(0)
+    closing = asyncio.ensure_future(pool.aclose())
+    await asyncio.sleep(0.2)
+    assert not closing.done()
+    closing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    with pytest.raises(PoolClosed):
+        await guard(slow)
+    assert private is not None
+    assert not os.path.exists(private), "the private dir is still there after a cancelled close"
+    deadline = time.monotonic() + HANG
+    while not all(process_gone(pid) for pid in pids):
+        assert time.monotonic() < deadline, "a worker outlived a cancelled close"
+        await asyncio.sleep(0.05)
