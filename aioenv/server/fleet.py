@@ -252,6 +252,9 @@ class Fleet:
         try:
             header, _ = decode(frames)
             req_id = header.get(Key.ID)
+            if req_id is not None and type(req_id) is not int:  # never echo a peer's payload back
+                req_id = None
+                raise ProtocolError("a request id must be an int")
             op = header[Key.OP]
             agent = self.agents.get(identity)
             if op == Op.JOIN:

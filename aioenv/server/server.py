@@ -324,7 +324,7 @@ class Server:
         req_id: Any = None
         try:
             header, arrays = decode(frames)
-            req_id = header.get(Key.ID)
+            req_id = _request_id(header)
             op = header[Key.OP]
             session = self.sessions.get(identity)
             if session is not None:
@@ -622,6 +622,15 @@ def _step_actions(header: dict[str, Any], arrays: list[np.ndarray], n: int, slab
     if slab is not None and [leaf.shape[1:] for leaf in leaves] != [store.shape[1:] for store in slab.act]:
         raise ProtocolError(f"a step carries actions of shapes {[leaf.shape for leaf in leaves]}")
     return leaves
+
+
+def _request_id(header: dict[str, Any]) -> int | None:
+    """A message's request id: an int, or absent. Anything else is refused, never echoed back (a peer must
+    not make the server hold copies of what it sent)."""
+    req_id = header.get(Key.ID)
+    if req_id is not None and type(req_id) is not int:
+        raise ProtocolError(f"a request id must be an int, got a {type(req_id).__name__}")
+    return req_id
 
 
 def _flag(header: dict[str, Any], key: str) -> bool:
