@@ -246,18 +246,18 @@ class Coordinator:
         ``build(req)`` returns the request's fields and arrays for its rows (``req.positions`` index into
         ``env_ids``). Under a concurrency limit, rows beyond it wait and go out as others finish.
         """
-        positions = None
         sched = self.sched
-        if sched.limit is not None and kind in THROTTLED:
-            room = sched.room(env_ids.size)
-            if room < env_ids.size:
-                if positions is None:
-                    positions = np.arange(env_ids.size)
-                sched.hold(HeldCall(kind, sink, build, timeout), env_ids[room:], positions[room:])
-                env_ids, positions = env_ids[:room], positions[:room]
-                if room == 0:
-                    return
-        self._send_rows(kind, env_ids, positions, sink, build, timeout)
+        if sched.limit is None or kind not in THROTTLED or (room := sched.room(env_ids.size)) >= env_ids.size:
+            self._send_rows(kind, env_ids, None, sink, build, timeout)
+            return
+        positions = np.arange(env_ids.size)
+        if room:
+            try:  # the rows that fit now: a value the wire cannot carry fails the whole call here
+                self._send_rows(kind, env_ids[:room], positions[:room], sink, build, timeout)
+            except UsageError:
+                sched.release(env_ids[room:])  # the rows that would have waited are the caller's again
+                raise
+        sched.hold(HeldCall(kind, sink, build, timeout), env_ids[room:], positions[room:])
 
     def _send_rows(
         self, kind: str, env_ids: np.ndarray, at: np.ndarray | None, sink: Sink, build: Build, timeout: float | None

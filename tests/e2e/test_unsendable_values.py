@@ -92,3 +92,13 @@ async def test_nothing_is_left_unretrieved_after_refused_calls(caplog: pytest.Lo
 
     gc.collect()
     assert "never retrieved" not in caplog.text
+
+
+async def test_under_a_concurrency_limit_the_rows_that_would_wait_are_freed_too() -> None:
+    """With max_concurrency, part of a call goes out now and the rest waits: a value that cannot travel
+    fails the call at once and frees the waiting rows as well."""
+    async with aioenv.Pool("CartPole-v1", 3, num_workers=1, max_concurrency=1) as pool:
+        await pool.reset(seed=0)
+        with pytest.raises(UsageError, match="cannot send the reset of env 0"):
+            await pool.reset(options={"x": TOO_BIG})
+        await _still_free(pool)
