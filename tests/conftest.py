@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.support.procs import HANG, child_processes
+from tests.support.servers import ServerProcess
 
 
 @pytest.fixture(autouse=True)
@@ -79,3 +80,13 @@ def other_host() -> Iterator[tuple[str, str, str]]:
         yield ns, f"{subnet}.2", f"{subnet}.1"
     finally:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=HANG)  # takes the veth pair along
+
+
+@pytest.fixture(scope="module")
+def cartpole_server() -> Iterator[ServerProcess]:
+    """``aioenv serve`` allowing CartPole-v1, shared by the tests of a module (stopped, and checked, after)."""
+    srv = ServerProcess("--allow-env", "CartPole-v1")
+    try:
+        yield srv
+    finally:
+        srv.stop()

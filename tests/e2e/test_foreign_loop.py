@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import numpy as np
@@ -14,16 +14,6 @@ import pytest
 import aioenv
 from aioenv import UsageError
 from tests.support.procs import HANG
-from tests.support.servers import ServerProcess
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[ServerProcess]:
-    srv = ServerProcess("--allow-env", "CartPole-v1")
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 def _in_other_thread(make: Callable[[], Coroutine[Any, Any, Any]]) -> BaseException | None:
@@ -46,7 +36,7 @@ def _in_other_thread(make: Callable[[], Coroutine[Any, Any, Any]]) -> BaseExcept
 
 @pytest.mark.parametrize("where", ["local", "remote"])
 async def test_calls_from_another_threads_loop_are_refused_at_once(where: str, request: pytest.FixtureRequest) -> None:
-    endpoint = request.getfixturevalue("server").endpoint if where == "remote" else None
+    endpoint = request.getfixturevalue("cartpole_server").endpoint if where == "remote" else None
     async with aioenv.Pool("CartPole-v1", 2, num_workers=1, endpoint=endpoint) as pool:
         await pool.reset(seed=0)
         calls: list[Callable[[], Coroutine[Any, Any, Any]]] = [

@@ -8,30 +8,20 @@ future is left with an unretrieved exception (``aclose`` would log one).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
 
 import aioenv
 from aioenv import UsageError
-from tests.support.servers import ServerProcess
 
 TOO_BIG = 2**70  # msgpack carries ints up to 64 bits
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[ServerProcess]:
-    srv = ServerProcess("--allow-env", "CartPole-v1")
-    try:
-        yield srv
-    finally:
-        srv.stop()
-
-
 @pytest.fixture(params=["local", "remote"])
 async def pool(request: pytest.FixtureRequest) -> AsyncIterator[aioenv.Pool]:
-    endpoint = request.getfixturevalue("server").endpoint if request.param == "remote" else None
+    endpoint = request.getfixturevalue("cartpole_server").endpoint if request.param == "remote" else None
     async with aioenv.Pool("CartPole-v1", 3, num_workers=2, endpoint=endpoint) as made:
         await made.reset(seed=0)
         yield made

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import psutil
-import pytest
 import zmq
 
 from aioenv.wire.protocol import Key, Op, decode, encode
@@ -15,15 +13,6 @@ from tests.support.procs import HANG
 from tests.support.servers import ServerProcess
 
 MIB = 1 << 20
-
-
-@pytest.fixture
-def server() -> Iterator[ServerProcess]:
-    srv = ServerProcess("--allow-env", "CartPole-v1")
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 def _dealer(endpoint: str, *, reads: bool) -> zmq.Socket[bytes]:
@@ -37,8 +26,8 @@ def _dealer(endpoint: str, *, reads: bool) -> zmq.Socket[bytes]:
     return sock
 
 
-def test_a_request_id_that_is_not_an_int_is_refused_not_echoed(server: ServerProcess) -> None:
-    sock = _dealer(server.endpoint, reads=True)
+def test_a_request_id_that_is_not_an_int_is_refused_not_echoed(cartpole_server: ServerProcess) -> None:
+    sock = _dealer(cartpole_server.endpoint, reads=True)
     try:
         sock.send_multipart(encode(Op.PING, {Key.ID: b"x" * 1000}))
         frames = sock.recv_multipart()
@@ -53,12 +42,12 @@ def test_a_request_id_that_is_not_an_int_is_refused_not_echoed(server: ServerPro
         sock.close()
 
 
-def test_a_peer_that_sends_big_ids_and_never_reads_does_not_grow_the_server(server: ServerProcess) -> None:
+def test_a_peer_that_sends_big_ids_and_never_reads_does_not_grow_the_server(cartpole_server: ServerProcess) -> None:
     """400 PINGs whose id is 1 MiB each, from a peer that reads nothing: the server's memory stays put (it
     used to queue a 1 MiB PONG for each, 400 MiB in all)."""
-    process = psutil.Process(server.proc.pid)
+    process = psutil.Process(cartpole_server.proc.pid)
     before = process.memory_info().rss
-    sock = _dealer(server.endpoint, reads=False)
+    sock = _dealer(cartpole_server.endpoint, reads=False)
     try:
         big = b"x" * MIB
         for _ in range(400):
