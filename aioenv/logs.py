@@ -51,5 +51,7 @@ def configure_logging(level: str = "INFO", *, json_lines: bool = False) -> None:
 
 
 def peer_name(identity: bytes) -> str:
-    """A ZeroMQ peer identity as log text: decoded (undecodable bytes escaped), at most 40 characters."""
-    return identity[:40].decode("utf-8", errors="backslashreplace")
+    """A ZeroMQ peer identity as log text, at most 40 characters: as it is when it is printable text (an
+    aioenv client's names itself), else ``0x`` and its hex digits (ZeroMQ's own are 5 random bytes)."""
+    text = identity[:40].decode("utf-8", errors="replace")
+    return text if text.isprintable() and "\ufffd" not in text else "0x" + identity[:19].hex()

@@ -41,6 +41,31 @@ def silence_option(flag: str, help_text: str) -> Callable[[F], F]:
     return click.option(flag, type=click.FloatRange(0.5), default=10.0, show_default=True, help=help_text)
 
 
+_SIZE = re.compile(r"(\d+)\s*(?:([KMG])(i?B)?)?", re.IGNORECASE)
+
+
+def byte_size(_ctx: click.Context, param: click.Parameter, value: Any) -> int:
+    """A positive number of bytes: ``268435456``, or with a unit: ``256MiB`` or ``256M`` (binary, 2**20),
+    ``256MB`` (decimal, 10**6); likewise K and G."""
+    if isinstance(value, int):
+        return value
+    form = _SIZE.fullmatch(str(value).strip())
+    if form is None or int(form[1]) < 1:
+        raise click.BadParameter(f"expected a positive size such as 268435456, 256MiB or 1GB, got {value!r}")
+    if form[2] is None:
+        return int(form[1])
+    unit = {"k": 1, "m": 2, "g": 3}[form[2].lower()]
+    decimal = (form[3] or "").lower() == "b"
+    return int(form[1]) * (10 ** (3 * unit) if decimal else 1 << (10 * unit))
+
+
+def size_option(flag: str, default: str, help_text: str) -> Callable[[F], F]:
+    """A size in bytes (see :func:`byte_size`), e.g. a bound per client of ``aioenv serve``."""
+    return click.option(
+        flag, type=str, callback=byte_size, default=default, show_default=True, metavar="SIZE", help=help_text
+    )
+
+
 SERVER_KEY = click.option(
     "--server-key", type=click.Path(exists=True, dir_okay=False), default=None, help="the server's .key"
 )
@@ -154,6 +179,15 @@ def _endpoint(_ctx: click.Context, param: click.Parameter, value: str | None) ->
     help="with --worker-bind: envs this machine hosts itself (default: only when no worker host has room; 0: none)",
 )
 @silence_option("--worker-timeout", "seconds a worker host may be silent before its envs are re-made elsewhere")
+@size_option("--max-message-bytes", "256MiB", "largest message a client may send (clients refuse larger ones)")
+@click.option(
+    "--max-queued",
+    type=click.IntRange(1),
+    default=1000,
+    show_default=True,
+    help="messages queued for one client before it is dropped",
+)
+@size_option("--max-unread-bytes", "512MiB", "bytes of replies a client may leave unread before it is dropped")
 @click.option("--log-json", is_flag=True, help="one JSON object per log line")
 @LOG_LEVEL
 def serve(
@@ -169,6 +203,9 @@ def serve(
     worker_bind: str | None,
     local_capacity: int | None,
     worker_timeout: float,
+    max_message_bytes: int,
+    max_queued: int,
+    max_unread_bytes: int,
     log_json: bool,
     log_level: str,
 ) -> None:
@@ -177,6 +214,7 @@ def serve(
     Runs until SIGTERM or SIGINT, then closes every pool and stops every worker.
     """
     from aioenv.logs import configure_logging
+    from aioenv.server.peers import PeerLimits
     from aioenv.server.server import ServerConfig
     from aioenv.server.server import serve as run_server
 
@@ -197,6 +235,7 @@ def serve(
         worker_bind,
         local_capacity,
         worker_timeout,
+        PeerLimits(max_message_bytes, max_queued, max_unread_bytes),
     )
     try:
         aioenv.run(run_server(config))

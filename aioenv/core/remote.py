@@ -30,9 +30,10 @@ from aioenv.core.relay import decode_block, decode_part
 from aioenv.core.replies import route_block
 from aioenv.core.scheduler import Build, Request, Scheduler
 from aioenv.core.sinks import Part, RecvQueue, Sink
-from aioenv.errors import AioEnvError, ConnectionLost, PoolClosed, ProtocolError
+from aioenv.errors import AioEnvError, ConnectionLost, PoolClosed, ProtocolError, UsageError
 from aioenv.transport.auth import client_configurer
 from aioenv.transport.router import Dealer
+from aioenv.transport.zmqio import frames_nbytes
 from aioenv.wire.errors import from_wire
 from aioenv.wire.protocol import Key, Op, decode, encode
 
@@ -91,6 +92,8 @@ class RemoteCoordinator:
         self._dealer: Dealer | None = None
         self._beat: asyncio.TimerHandle | None = None
         self._last_heard = self.loop.time()
+        self._ack: int | None = None  # the last "mark" read (see aioenv.server.peers)
+        self.max_message_bytes: int | None = None  # the largest request the server takes (told at OPEN)
 
     # ------------------------------------------------------------ start and stop
 
@@ -104,7 +107,10 @@ class RemoteCoordinator:
         fields = {Key.ENV: self.env, Key.NUM_ENVS: self.sched.num_envs, Key.KW: self.env_kwargs, Key.CLIENT: CLIENT_ID}
         fields[Key.OPT] = {**self.options, "num_workers": num_workers}
         reply = await self._call(Op.OPEN, fields)
-        return dict(reply.get(Key.SPACES) or {})
+        described = dict(reply.get(Key.SPACES) or {})
+        most = dict(described.get("_server") or {}).get("max_message_bytes")
+        self.max_message_bytes = most if isinstance(most, int) else None
+        return described
 
     async def _call(self, op: str, fields: dict[str, Any]) -> dict[str, Any]:
         if self.lost is not None:
@@ -114,7 +120,7 @@ class RemoteCoordinator:
         self._next_call -= 1
         fut: asyncio.Future[dict[str, Any]] = self.loop.create_future()
         self._calls[call_id] = fut
-        if not self._dealer.send(encode(op, {**fields, Key.ID: call_id})):
+        if not self._dealer.send(encode(op, self._acked({**fields, Key.ID: call_id}))):
             self._calls.pop(call_id, None)
             raise self._unreachable()
         try:
@@ -154,15 +160,34 @@ class RemoteCoordinator:
             fields[Key.ENV] = env_ids.tolist()
             if timeout is not None:
                 fields[Key.TIMEOUT] = float(timeout)
-            frames = encode(_OPS[kind], fields, arrays)
+            frames = encode(_OPS[kind], self._acked(fields), arrays)
         except Exception as exc:  # a value the wire cannot carry: nothing sent, nothing left claimed
             self.sched.finish(req.id)
             raise unsendable(kind, env_ids, exc) from exc
+        if self.max_message_bytes is not None and (size := frames_nbytes(frames)) > self.max_message_bytes:
+            self.sched.finish(req.id)
+            raise self._too_large(kind, env_ids, size)
         assert self._dealer is not None
         if not self._dealer.send(frames):
             self.sched.finish(req.id)
             err = self._unreachable()
             sink.deliver(Part.failed(env_ids, lambda e: for_env(err, e)), positions)
+
+    def _acked(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """``fields`` with the last mark this client read, which keeps the server's count of its unread
+        replies low (see :mod:`aioenv.server.peers`)."""
+        if self._ack is not None:
+            fields[Key.ACK] = self._ack
+        return fields
+
+    def _too_large(self, kind: str, env_ids: np.ndarray, size: int) -> UsageError:
+        envs = env_ids.tolist()
+        return UsageError(
+            f"the {kind} of envs {envs[:8]}{' ...' if len(envs) > 8 else ''} is a message of {size} bytes and the "
+            f"aioenv server at {self.endpoint} takes at most {self.max_message_bytes} (aioenv serve "
+            "--max-message-bytes); nothing was sent and the envs are free",
+            env_id=envs[0] if len(envs) == 1 else None,
+        )
 
     def _unreachable(self) -> ConnectionLost:
         return ConnectionLost(
@@ -182,10 +207,7 @@ class RemoteCoordinator:
         if op == Op.PONG:
             return
         if op == Op.EVENT:
-            if header.get(Key.EVENT) == "remade":
-                self.on_remade(np.asarray(header.get(Key.ENV) or [], dtype=np.int64))
-            elif header.get(Key.EVENT) == "closing" and self.lost is None:
-                self.lost = ConnectionLost(f"the aioenv server at {self.endpoint} shut down; the pool is unusable")
+            self._event(header)
             return
         call = self._calls.get(req_id) if isinstance(req_id, int) else None
         if call is not None:
@@ -200,6 +222,18 @@ class RemoteCoordinator:
             self._rows(op, header, arrays)
         except (ValueError, TypeError, KeyError, IndexError, ProtocolError) as exc:
             log.error("malformed reply from the server at %s: %s", self.endpoint, exc)
+
+    def _event(self, header: dict[str, Any]) -> None:
+        event = header.get(Key.EVENT)
+        if event == "mark" and isinstance(header.get(Key.ID), int):
+            self._ack = header[Key.ID]
+        elif event == "remade":
+            self.on_remade(np.asarray(header.get(Key.ENV) or [], dtype=np.int64))
+        elif event == "closing" and self.lost is None:
+            self.lost = ConnectionLost(f"the aioenv server at {self.endpoint} shut down; the pool is unusable")
+        elif event == "dropped" and self.lost is None:
+            why = from_wire(header.get(Key.ERROR))
+            self._give_up(ConnectionLost(f"{why.message} (the aioenv server at {self.endpoint}); the pool is unusable"))
 
     def _rows(self, op: str, header: dict[str, Any], arrays: list[Any]) -> None:
         req_id = header.get(Key.ID)
@@ -233,16 +267,20 @@ class RemoteCoordinator:
                 f"the aioenv server at {self.endpoint} has not answered for {silent:.0f} s "
                 "(wrong address, server down or unreachable); the pool is unusable"
             )
-            log.error("%s", self.lost)
-            lost = self.lost
-            self._fail_all(lambda: lost)
-            for fut in list(self._calls.values()):
-                if not fut.done():
-                    fut.set_exception(lost)
+            self._give_up(self.lost)
             return
         with contextlib.suppress(zmq.ZMQError):
-            self._dealer.send(encode(Op.PING, {Key.ID: 0}))  # unsent when disconnected: silence tells
+            self._dealer.send(encode(Op.PING, self._acked({Key.ID: 0})))  # unsent when disconnected: silence tells
         self._beat = self.loop.call_later(HEARTBEAT, self._heartbeat)
+
+    def _give_up(self, lost: ConnectionLost) -> None:
+        """The pool is unusable: ``lost`` fails every request and call in flight, and every later one."""
+        self.lost = lost
+        log.error("%s", lost)
+        self._fail_all(lambda: lost)
+        for fut in list(self._calls.values()):
+            if not fut.done():
+                fut.set_exception(lost)
 
     def _fail_all(self, make_error: Callable[[], AioEnvError]) -> None:
         for req in self.sched.drain():  # every request of a remote pool has a sink (see submit)

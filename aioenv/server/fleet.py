@@ -147,6 +147,7 @@ class Fleet:
         local_capacity: envs the server may host itself (None: unlimited; 0: remote hosts only).
         worker_timeout: seconds of silence after which a host is dropped.
         client_endpoint: the server's client port, named to a client that knocks here by mistake.
+        max_message_bytes: the largest message a host or worker may send (None: no bound).
     """
 
     def __init__(
@@ -157,14 +158,14 @@ class Fleet:
         local_capacity: int | None = None,
         worker_timeout: float = 10.0,
         client_endpoint: str | None = None,
+        max_message_bytes: int | None = None,
     ) -> None:
         self.client_endpoint = client_endpoint
         self.placement = Placement()
         if local_capacity != 0:
             self.placement.add(LOCAL, local_capacity)
         self.worker_timeout = worker_timeout
-        self.router = Router(bind, self._on_message, configure)
-        self.router.sock.setsockopt(zmq.MAXMSGSIZE, 1 << 30)
+        self.router = Router(bind, self._on_message, configure, max_message_bytes=max_message_bytes)
         self.agents: dict[bytes, _Agent] = {}
         self._children: dict[bytes, RemoteProcess] = {}
         self.lost = 0  # hosts dropped for silence

@@ -55,11 +55,13 @@ from aioenv.core.replies import Block
 from aioenv.core.scheduler import Request
 from aioenv.core.sinks import Part
 from aioenv.core.sources import EnvSources, parse_sources
-from aioenv.errors import AioEnvError, CapacityError, PoolClosed, ProtocolError, UsageError
+from aioenv.errors import AioEnvError, CapacityError, ConnectionLost, PoolClosed, ProtocolError, UsageError
 from aioenv.logs import peer_name
 from aioenv.server.fleet import Fleet
+from aioenv.server.peers import DroppedPeers, PeerLimits, Unread
 from aioenv.transport.router import Router
 from aioenv.transport.slab import Slab
+from aioenv.transport.zmqio import frames_nbytes
 from aioenv.wire.errors import relay_wire
 from aioenv.wire.options import (
     AUTORESET_MODES,
@@ -98,6 +100,7 @@ class ServerConfig:
     worker_bind: str | None = None  # the port worker hosts join (see aioenv.server.fleet); None: local workers only
     local_capacity: int | None = None  # with worker_bind: envs the server hosts itself (None: as a last resort)
     worker_timeout: float = 10.0  # with worker_bind: seconds of silence before a worker host is dropped
+    limits: PeerLimits = field(default_factory=PeerLimits)  # what one client may make the server hold
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,7 @@ class _Session:
     coord: Coordinator
     last_seen: float
     outlet: _Outlet
+    unread: Unread
     opened: float = field(default_factory=time.time)
 
 
@@ -222,6 +226,7 @@ class Server:
         self._reaper: asyncio.TimerHandle | None = None  # the idle-client sweep, once started
         self._outbox: dict[bytes, list[PartEntry | BlockEntry]] = {}
         self._flush_soon = False
+        self._dropped = DroppedPeers()  # clients dropped for going over their bounds (aioenv.server.peers)
 
     @property
     def all_protocol_errors(self) -> int:
@@ -242,13 +247,19 @@ class Server:
             self._auth.start()
             configure = self._auth.configure
             log.info("CURVE authentication: admitting %d keys from %s", len(self._auth.admitted), self.config.auth)
-        self._router = Router(self.config.bind, self._on_message, configure)
+        limits = self.config.limits
+        self._router = Router(
+            self.config.bind,
+            self._on_message,
+            configure,
+            queue=limits.max_queued,
+            max_message_bytes=limits.max_message_bytes,
+        )
         if self.config.metrics_port is not None:
             from aioenv.server.metrics import ServerMetrics
 
             self.metrics = ServerMetrics(self.gauges)
             self.metrics.serve(self.config.metrics_port)
-        self._router.sock.setsockopt(zmq.MAXMSGSIZE, 1 << 30)  # a hostile peer cannot make us buffer more
         if self.config.worker_bind is not None:
             self.fleet = Fleet(
                 self.config.worker_bind,
@@ -256,6 +267,7 @@ class Server:
                 local_capacity=self.config.local_capacity,
                 worker_timeout=self.config.worker_timeout,
                 client_endpoint=self.endpoint,
+                max_message_bytes=limits.max_message_bytes,
             )
             log.info("worker hosts join at %s", self.fleet.endpoint)
         self._reaper = asyncio.get_running_loop().call_later(1.0, self._reap)
@@ -299,19 +311,61 @@ class Server:
 
     def _send_queued(self, identity: bytes) -> None:
         parts = self._outbox.pop(identity, None)
-        if parts and self._router is not None:
-            with contextlib.suppress(zmq.ZMQError):
-                self._router.send(identity, encode_parts(parts))
+        if parts:
+            self._transmit(identity, encode_parts(parts))
 
     def send(self, identity: bytes, frames: list[Any]) -> None:
         """Send to a client (after the rows queued for it: a request's error never overtakes its rows); a
         client that is gone is dropped silently (its session will be reaped)."""
         if identity in self._outbox:
             self._send_queued(identity)
-        if self._router is None:
+        self._transmit(identity, frames)
+
+    def _transmit(self, identity: bytes, frames: list[Any]) -> None:
+        """Hand a message to ZeroMQ and hold the client to its bounds (:mod:`aioenv.server.peers`): a
+        message that would take it over its unread bytes, or that meets its full queue, drops it."""
+        router, limits = self._router, self.config.limits
+        if router is None:
             return
-        with contextlib.suppress(zmq.ZMQError):  # the socket is closed (shutdown)
-            self._router.send(identity, frames)
+        session = self.sessions.get(identity)
+        nbytes = frames_nbytes(frames) if session is not None else 0
+        if session is not None and session.unread.unread + nbytes > limits.max_unread_bytes:
+            why = (
+                f"{session.unread.unread + nbytes} bytes of replies sent to it would be unread "
+                f"(the bound is {limits.max_unread_bytes}: aioenv serve --max-unread-bytes)"
+            )
+            self._drop(identity, why)
+            return
+        try:
+            sent = router.offer(identity, frames)
+            if sent == "sent" and session is not None and (nonce := session.unread.add(nbytes)) is not None:
+                sent = router.offer(identity, encode(Op.EVENT, {Key.EVENT: "mark", Key.ID: nonce}))
+        except zmq.ZMQError:  # the socket is closed (shutdown)
+            return
+        if sent == "full":
+            self._drop(identity, f"{limits.max_queued} messages are queued for it unread (aioenv serve --max-queued)")
+
+    def _drop(self, identity: bytes, why: str) -> None:
+        """Drop a client over its bounds: close its pool, forget its queued rows, log once."""
+        self._outbox.pop(identity, None)
+        session = self.sessions.pop(identity, None)
+        if self._dropped.add(identity, why):
+            log.warning(
+                "client %s dropped: %s%s",
+                session.client if session is not None else peer_name(identity),
+                why,
+                f"; releasing its {session.num_envs} envs" if session is not None else "",
+                extra={"client": peer_name(identity), "reason": why},
+            )
+        self._tell_dropped(identity, why)  # before its requests' PoolClosed errors, when its queue has room
+        if session is not None:
+            self._spawn(session.coord.aclose())
+
+    def _tell_dropped(self, identity: bytes, why: str) -> None:
+        if self._router is not None:
+            lost = ConnectionLost(f"the server dropped this pool: {why}")
+            with contextlib.suppress(zmq.ZMQError):
+                self._router.offer(identity, encode(Op.EVENT, {Key.EVENT: "dropped", Key.ERROR: relay_wire(lost)}))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -329,6 +383,9 @@ class Server:
             session = self.sessions.get(identity)
             if session is not None:
                 session.last_seen = time.monotonic()
+                _acknowledge(session, header)
+            elif (why := self._dropped.why(identity)) is not None:  # tell it again, in case its queue was full
+                self._tell_dropped(identity, why)
             if op == Op.PING:
                 self.send(identity, encode(Op.PONG, {Key.ID: req_id}))
             elif op in _KINDS:
@@ -426,9 +483,15 @@ class Server:
             raise PoolClosed("the server is shutting down")
         name = client or peer_name(identity)
         outlet = _Outlet(self, identity, name)
-        self.sessions[identity] = _Session(identity, client, env, n, coord, time.monotonic(), outlet)
+        unread = Unread(self.config.limits.mark_every)
+        self.sessions[identity] = _Session(identity, client, env, n, coord, time.monotonic(), outlet, unread)
         log.info("client %s opened %d %s envs on %d %s workers", name, n, env, opts.workers, opts.executor)
-        return {Key.SPACES: {**described, "_server": {"num_workers": opts.workers, "executor": opts.executor}}}
+        chosen = {
+            "num_workers": opts.workers,
+            "executor": opts.executor,
+            "max_message_bytes": self.config.limits.max_message_bytes,
+        }
+        return {Key.SPACES: {**described, "_server": chosen}}
 
     def _check_open(self, identity: bytes, header: dict[str, Any]) -> tuple[str, int, str]:
         """``(env, num_envs, client)`` of an OPEN this server may serve, else the error that says why not."""
@@ -436,6 +499,8 @@ class Server:
             raise PoolClosed("the server is shutting down")
         if identity in self.sessions or identity in self._opening:
             raise UsageError("this client connection already has a pool")
+        if (why := self._dropped.why(identity)) is not None:
+            raise UsageError(f"this client connection was dropped ({why}): open a pool on a new connection")
         env, n, client = header.get(Key.ENV), header.get(Key.NUM_ENVS), str(header.get(Key.CLIENT, ""))
         if not isinstance(env, str) or not env:
             raise UsageError(f"env must be a name (a gymnasium id or 'pkg.module:factory'), got {env!r}")
@@ -631,6 +696,15 @@ def _request_id(header: dict[str, Any]) -> int | None:
     if req_id is not None and type(req_id) is not int:
         raise ProtocolError(f"a request id must be an int, got a {type(req_id).__name__}")
     return req_id
+
+
+def _acknowledge(session: _Session, header: dict[str, Any]) -> None:
+    """The mark a client says it read (``ack``, see :mod:`aioenv.server.peers`), if it names one."""
+    ack = header.get(Key.ACK)
+    if ack is not None:
+        if type(ack) is not int:
+            raise ProtocolError(f"'ack' must be an int, got a {type(ack).__name__}")
+        session.unread.ack(ack)
 
 
 def _flag(header: dict[str, Any], key: str) -> bool:

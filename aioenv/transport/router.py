@@ -14,13 +14,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import zmq
 
 from aioenv.transport.zmqio import has_input, recv_frames, send_frames
 
-__all__ = ["Dealer", "Router"]
+__all__ = ["Dealer", "Router", "Sent"]
+
+#: What became of a message given to :meth:`Router.send`: queued for its peer, not deliverable because the
+#: peer is not connected, or not deliverable because the peer's queue is at its bound.
+Sent = Literal["sent", "gone", "full"]
 
 #: Messages handled per drain before yielding to the loop (fairness under flood).
 _DRAIN_BATCH = 512
@@ -83,6 +87,8 @@ class Router(_Drained):
         endpoint: where to bind, e.g. ``"ipc:///tmp/aioenv-x/coord.sock"`` or ``"tcp://127.0.0.1:5555"``.
         on_message: called in the loop thread for each message; must not raise.
         configure: called with the socket before it binds (socket options such as CURVE keys).
+        queue: messages ZeroMQ may queue for, and from, each peer (0: no bound).
+        max_message_bytes: the largest message a peer may send (a larger one drops its connection; None: no bound).
     """
 
     def __init__(
@@ -90,12 +96,16 @@ class Router(_Drained):
         endpoint: str,
         on_message: Callable[[bytes, list[zmq.Frame]], None],
         configure: Callable[[zmq.Socket[bytes]], None] | None = None,
+        *,
+        queue: int = 0,
+        max_message_bytes: int | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self.sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # unknown peer -> error, not a silent drop
-        self.sock.setsockopt(zmq.SNDHWM, 0)
-        self.sock.setsockopt(zmq.RCVHWM, 0)
+        self.sock.setsockopt(zmq.SNDHWM, queue)
+        self.sock.setsockopt(zmq.RCVHWM, queue)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, -1 if max_message_bytes is None else max_message_bytes)
         self.sock.setsockopt(zmq.LINGER, 0)
         try:
             if configure is not None:  # e.g. CURVE keys, which must be set before bind
@@ -109,21 +119,28 @@ class Router(_Drained):
         self._start_reading()
 
     def send(self, identity: bytes, frames: Sequence[Any]) -> bool:
-        """Send one message to ``identity``; False when that peer is not connected.
+        """Queue one message for ``identity`` without blocking; False when it cannot be delivered (a
+        :class:`~aioenv.transport.pipe.Port`'s send). See :meth:`offer`."""
+        return self.offer(identity, frames) == "sent"
+
+    def offer(self, identity: bytes, frames: Sequence[Any]) -> Sent:
+        """Queue one message for ``identity``, never blocking, and say what became of it (see :data:`Sent`).
 
         Every attempt, refused ones included, may consume the descriptor's edge: a drain is scheduled
         after each (a server whose reader missed that edge stopped reading until some other event,
         long enough for steady clients to give up).
         """
         try:
-            send_frames(self.sock, [identity, *frames])
+            send_frames(self.sock, [identity, *frames], zmq.NOBLOCK)
         except zmq.ZMQError as exc:
-            if exc.errno in (zmq.EHOSTUNREACH, zmq.EAGAIN):
-                return False
+            if exc.errno == zmq.EHOSTUNREACH:
+                return "gone"
+            if exc.errno == zmq.EAGAIN:  # ROUTER_MANDATORY: the peer's queue is at its high-water mark
+                return "full"
             raise
         finally:
             self._after_send()
-        return True
+        return "sent"
 
     def _handle(self, frames: list[zmq.Frame]) -> None:
         self._on_message(frames[0].bytes, frames[1:])

@@ -14,7 +14,7 @@ from typing import Any
 
 import zmq
 
-__all__ = ["has_input", "recv_frames", "send_frames"]
+__all__ = ["frames_nbytes", "has_input", "recv_frames", "send_frames"]
 
 _Backend: Any = zmq.Socket.__mro__[1]  # zmq.backend.cython Socket
 _send = _Backend.send
@@ -48,3 +48,8 @@ def recv_frames(sock: zmq.Socket[Any], flags: int = 0) -> list[Any]:
 def has_input(sock: zmq.Socket[Any]) -> bool:
     """True when a message can be received without blocking."""
     return bool(_get(sock, _EVENTS) & _POLLIN)
+
+
+def frames_nbytes(frames: Sequence[Any]) -> int:
+    """The bytes of a message's frames (bytes, buffers or arrays)."""
+    return sum(f.nbytes if hasattr(f, "nbytes") else len(f) for f in frames)

@@ -5,4 +5,4 @@ speaking another version is refused with a message naming both. Bump it on any
 change to the message layout in :mod:`aioenv.wire.protocol`.
 """
 
-PROTOCOL_VERSION: int = 3  # 3: a server forwards a worker's block of rows whole ("blk" entries)
+PROTOCOL_VERSION: int = 4  # 4: clients acknowledge a server's "mark" events ("ack"); 3: "blk" entries

@@ -82,6 +82,9 @@ BAD_ARGUMENTS = [  # (the command's words, what its error must say): each exits 
     (("serve", "--bind", "nonsense"), ["Invalid value for '--bind'", "got 'nonsense'"]),
     (("serve", "--worker-bind", "5556"), ["Invalid value for '--worker-bind'", "got '5556'"]),
     (("serve", "--local-capacity", "4"), ["--local-capacity needs --worker-bind"]),
+    (("serve", "--max-message-bytes", "lots"), ["'--max-message-bytes'", "such as 268435456, 256MiB or 1GB", "'lots'"]),
+    (("serve", "--max-unread-bytes", "0"), ["'--max-unread-bytes'", "got '0'"]),
+    (("serve", "--max-queued", "0"), ["'--max-queued'", "0"]),
 ]
 
 

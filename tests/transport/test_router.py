@@ -40,6 +40,7 @@ async def test_input_waiting_behind_a_refused_send_is_still_read() -> None:
         while not int(router.sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:  # as a send would: takes the edge
             assert time.monotonic() < deadline, "the message never reached the router"
             time.sleep(0.001)
+        assert router.offer(b"a peer that is gone", [b"reply"]) == "gone"
         assert router.send(b"a peer that is gone", [b"reply"]) is False
         assert await asyncio.wait_for(got.get(), HANG) == b"second"
     finally:
