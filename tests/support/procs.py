@@ -94,8 +94,10 @@ def process_gone(pid: int, marker: str = "workers") -> bool:
             cmdline = fh.read()
     except OSError:
         return True
-    if stat[stat.rindex(")") + 2] == "Z":
-        return False  # exited but not reaped: still a leak
+    if stat[stat.rindex(")") + 2] == "Z" or not cmdline:
+        # exited but not reaped (a leak), or exiting: the kernel empties a process's cmdline when it releases
+        # its memory, before the process turns zombie
+        return False
     return marker.encode() not in cmdline  # the pid was reused by an unrelated process
 
 
