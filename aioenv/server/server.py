@@ -59,7 +59,7 @@ from aioenv.errors import AioEnvError, CapacityError, ConnectionLost, PoolClosed
 from aioenv.logs import peer_name
 from aioenv.server.fleet import Fleet
 from aioenv.server.peers import DroppedPeers, PeerLimits, Unread
-from aioenv.transport.router import Router
+from aioenv.transport.router import PeerSocket, Router
 from aioenv.transport.slab import Slab
 from aioenv.transport.zmqio import frames_nbytes
 from aioenv.wire.errors import relay_wire
@@ -125,6 +125,7 @@ class _Session:
     last_seen: float
     outlet: _Outlet
     unread: Unread
+    socket: PeerSocket | None  # the connection it opened the pool on (to cut it off when it is dropped)
     opened: float = field(default_factory=time.time)
 
 
@@ -360,6 +361,10 @@ class Server:
         self._tell_dropped(identity, why)  # before its requests' PoolClosed errors, when its queue has room
         if session is not None:
             self._spawn(session.coord.aclose())
+            if session.socket is not None:
+                # What ZeroMQ queued for it stays until its connection ends: end it (a client of aioenv
+                # reconnects, and is told at its next heartbeat why it was dropped).
+                session.socket.cut()
 
     def _tell_dropped(self, identity: bytes, why: str) -> None:
         if self._router is not None:
@@ -393,7 +398,7 @@ class Server:
                     raise UsageError("this client has no open pool on the server (it was closed or timed out)")
                 self._submit(session, _KINDS[op], header, arrays)
             elif op == Op.OPEN:
-                self._spawn(self._open(identity, req_id, header))
+                self._spawn(self._open(identity, req_id, header, PeerSocket.of(frames[0])))
             elif op == Op.CLOSE:
                 self._spawn(self._close(identity, req_id))
             elif op == Op.STATUS:
@@ -453,9 +458,9 @@ class Server:
 
     # ------------------------------------------------------------ sessions
 
-    async def _open(self, identity: bytes, req_id: Any, header: dict[str, Any]) -> None:
+    async def _open(self, identity: bytes, req_id: Any, header: dict[str, Any], sock: PeerSocket | None) -> None:
         try:
-            reply = await self._make_session(identity, header)
+            reply = await self._make_session(identity, header, sock)
         except AioEnvError as exc:
             log.info("refused a pool for client %s: %s", peer_name(identity), exc.message)
             self.send(identity, encode(Op.ERROR, {Key.ID: req_id, Key.ERROR: relay_wire(exc)}))
@@ -466,7 +471,7 @@ class Server:
         else:
             self.send(identity, encode(Op.RESULT, {Key.ID: req_id, **reply}))
 
-    async def _make_session(self, identity: bytes, header: dict[str, Any]) -> dict[str, Any]:
+    async def _make_session(self, identity: bytes, header: dict[str, Any], sock: PeerSocket | None) -> dict[str, Any]:
         """Open a client's pool: check the request and the limits, start its coordinator, keep it as a session;
         returns the OPEN reply's fields (the envs' spaces and how the pool runs)."""
         env, n, client = self._check_open(identity, header)
@@ -484,7 +489,7 @@ class Server:
         name = client or peer_name(identity)
         outlet = _Outlet(self, identity, name)
         unread = Unread(self.config.limits.mark_every)
-        self.sessions[identity] = _Session(identity, client, env, n, coord, time.monotonic(), outlet, unread)
+        self.sessions[identity] = _Session(identity, client, env, n, coord, time.monotonic(), outlet, unread, sock)
         log.info("client %s opened %d %s envs on %d %s workers", name, n, env, opts.workers, opts.executor)
         chosen = {
             "num_workers": opts.workers,

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import socket
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import zmq
 
 from aioenv.transport.zmqio import has_input, recv_frames, send_frames
 
-__all__ = ["Dealer", "Router", "Sent"]
+__all__ = ["Dealer", "PeerSocket", "Router", "Sent"]
 
 #: What became of a message given to :meth:`Router.send`: queued for its peer, not deliverable because the
 #: peer is not connected, or not deliverable because the peer's queue is at its bound.
@@ -185,3 +188,38 @@ class Dealer(_Drained):
 
     def _handle(self, frames: list[zmq.Frame]) -> None:
         self._on_message(frames)
+
+
+@dataclass(frozen=True)
+class PeerSocket:
+    """The operating system's socket a peer's messages arrive on, to cut the peer off: a ROUTER has no call
+    that disconnects one peer, and what it queued for a peer is freed only once that peer's connection
+    ends."""
+
+    fd: int  # ZeroMQ's descriptor of the connection (owned by ZeroMQ's I/O thread)
+    inode: int  # which socket that descriptor held: a descriptor number is reused once closed
+
+    @classmethod
+    def of(cls, frame: zmq.Frame) -> PeerSocket | None:
+        """The socket ``frame`` (a received message's) came in on; None when ZeroMQ cannot say."""
+        try:
+            fd = int(frame.get(zmq.SRCFD))
+            return cls(fd, os.fstat(fd).st_ino)
+        except (zmq.ZMQError, OSError, ValueError):
+            return None
+
+    def cut(self) -> bool:
+        """Shut the connection down (ZeroMQ then closes it and drops what it queued for the peer); False
+        when the descriptor no longer holds that socket (the peer is gone already)."""
+        try:
+            fd = os.dup(self.fd)  # our own reference: the I/O thread may close its descriptor meanwhile
+        except OSError:
+            return False
+        with socket.socket(fileno=fd) as sock:
+            if os.fstat(fd).st_ino != self.inode:
+                return False
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                return False
+        return True

@@ -5,17 +5,20 @@ other clients are served as before. Real server processes, real remote pools."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 import aioenv
 from aioenv.errors import ConnectionLost, UsageError
 from aioenv.server.status import fetch_status
-from aioenv.wire.protocol import Key, Op, encode
+from aioenv.wire.protocol import Key, Op, decode, encode
 from tests.envs.bigenv import ACT_SHAPE
+from tests.support.procs import HANG
 from tests.support.servers import ServerProcess
 
 BIG = "tests.envs.bigenv:make_big"  # observations of 27 KiB, actions of 64 KiB
@@ -84,6 +87,41 @@ def test_a_client_over_its_unread_bound_is_dropped_told_why_and_released(bounded
         await _still_served(bounded_server.endpoint)
 
     asyncio.run(main())
+
+
+def test_a_dropped_peer_is_cut_off_so_what_was_queued_for_it_is_freed(bounded_server: ServerProcess) -> None:
+    """A raw client that opens a pool, asks for a reset of 1.3 MiB and reads nothing: the server drops it and
+    ends its connection (ZeroMQ keeps what it queued for a peer until then); when the peer connects again,
+    its next message is answered with why it was dropped."""
+    sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, int(HANG * 1000))
+    sock.setsockopt(zmq.IDENTITY, b"raw-client-1")  # as an aioenv client names itself: the same after a reconnect
+    events = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    events.setsockopt(zmq.RCVTIMEO, int(HANG * 1000))
+    try:
+        sock.connect(bounded_server.endpoint)
+        fields = {Key.ID: -1, Key.ENV: BIG, Key.NUM_ENVS: 48, Key.CLIENT: "raw", Key.OPT: {"num_workers": 1}}
+        sock.send_multipart(encode(Op.OPEN, fields))
+        assert decode(sock.recv_multipart())[0][Key.OP] == Op.RESULT
+        sock.send_multipart(encode(Op.RESET, {Key.ID: 1, Key.ENV: list(range(48)), Key.SEED: [None] * 48}))
+        assert recv_monitor_message(events)["event"] == zmq.EVENT_DISCONNECTED  # the server ended it
+        header: dict[str, object] = {}
+        sock.setsockopt(zmq.RCVTIMEO, 1000)
+        deadline = time.monotonic() + HANG
+        while header.get(Key.EVENT) != "dropped":  # what was sent before the drop may come first
+            assert time.monotonic() < deadline, "the server never said why it dropped the client"
+            try:
+                header = decode(sock.recv_multipart())[0]
+            except zmq.Again:  # ZeroMQ reconnects by itself, but a PING sent meanwhile may be lost: as a
+                sock.send_multipart(encode(Op.PING, {Key.ID: 2}))  # client's heartbeat does, ask again
+        error = header[Key.ERROR]
+        assert isinstance(error, dict)
+        assert "would be unread (the bound is 1048576" in error["message"]
+    finally:
+        sock.disable_monitor()
+        events.close()
+        sock.close()
 
 
 def test_a_request_larger_than_the_servers_bound_is_refused_before_it_is_sent(bounded_server: ServerProcess) -> None:
