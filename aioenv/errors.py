@@ -11,6 +11,7 @@ working (``except TimeoutError`` catches a step deadline)::
     ├── InvalidAction         (also ValueError) an action does not fit the action space
     ├── StepTimeout           (also TimeoutError) a step or reset overran its deadline
     ├── WorkerCrashed         the worker hosting the env died; the env was re-made elsewhere
+    │   └── EnvRemade         a step of an env re-made since (it was idle when its worker died): reset it
     ├── ProtocolError         a malformed or incompatible message (e.g. protocol version mismatch)
     ├── PoolClosed            the pool is closed (or closing)
     ├── CapacityError         no room for more envs (server limits)
@@ -31,6 +32,7 @@ __all__ = [
     "CapacityError",
     "ConnectionLost",
     "EnvError",
+    "EnvRemade",
     "EpisodeEnded",
     "InvalidAction",
     "PoolClosed",
@@ -138,6 +140,18 @@ class WorkerCrashed(AioEnvError):
         super().__init__(message, env_id=env_id)
         self.worker = worker
         self.exitcode = exitcode
+
+
+class EnvRemade(WorkerCrashed):
+    """A step of an env that was re-made on a fresh worker since its last reset: its worker died (or was
+    stopped after another env's deadline) while this env had no request in flight, so this is the first
+    the caller hears of it. Reset the env before stepping it. A :class:`WorkerCrashed`, so one
+    ``except WorkerCrashed`` handles every crash.
+
+    Attributes:
+        worker: the name of the worker that died.
+        exitcode: its exit code (negative: killed by that signal), if known.
+    """
 
 
 class ProtocolError(AioEnvError):

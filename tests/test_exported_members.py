@@ -10,7 +10,7 @@ import types
 import pytest
 
 ERRORS = (
-    "AioEnvError CapacityError ConnectionLost EnvError EpisodeEnded InvalidAction PoolClosed ProtocolError "
+    "AioEnvError CapacityError ConnectionLost EnvError EnvRemade EpisodeEnded InvalidAction PoolClosed ProtocolError "
     "StepTimeout UsageError WorkerCrashed"
 )
 

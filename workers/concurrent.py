@@ -457,6 +457,7 @@ class ConcurrentWorker:
             if key not in self.groups:
                 self.groups[key] = Group(resolve(source, self.trusted_dir))
         ended = set(header.get(Key.ENDED) or ())
+        remade = header.get(Key.REMADE) if isinstance(header.get(Key.REMADE), dict) else None
         pairs = list(header[Key.ENVS])
         made = await asyncio.gather(
             *(self._new_env(env_id, self.groups[key]) for env_id, key in pairs), return_exceptions=True
@@ -471,6 +472,8 @@ class ConcurrentWorker:
             self.envs[env_id] = env
             if env_id in ended:
                 env.hosted.mark_ended()
+            elif remade is not None:
+                env.hosted.mark_remade(remade)
             if key not in described:
                 described[key] = describe_env(env.hosted.env)
         return {Key.SPACES: described, Key.ERRORS: errors}
@@ -519,6 +522,8 @@ class ConcurrentWorker:
                 continue
             if env_id in ended:
                 env.hosted.mark_ended()
+            else:
+                env.hosted.mark_replaced()
             self.envs[env_id] = env
         return {Key.ERRORS: errors}
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from aioenv.errors import EpisodeEnded, UsageError
+from aioenv.errors import EnvRemade, EpisodeEnded, UsageError
 
 NEXT_STEP = "next_step"
 SAME_STEP = "same_step"
@@ -76,7 +76,7 @@ class EpisodeState:
         mode: the autoreset mode (``next_step``, ``same_step`` or ``disabled``).
     """
 
-    __slots__ = ("_blocked", "_pending_reset", "env", "env_id", "mode")
+    __slots__ = ("_blocked", "_pending_reset", "_remade", "env", "env_id", "mode")
 
     def __init__(self, env_id: int, env: Any, mode: str) -> None:
         self.env_id = env_id
@@ -84,6 +84,7 @@ class EpisodeState:
         self.mode = mode
         self._pending_reset = False  # the last step ended an episode
         self._blocked: str | None = "it has not been reset since it was made"
+        self._remade: dict[str, Any] | None = None  # why it was made again (a MAKE's "remade"), until a reset
 
     def before_reset(self) -> None:
         """A reset starts: until it returns, the env counts as broken (a reset that raises leaves it so)."""
@@ -92,7 +93,17 @@ class EpisodeState:
     def after_reset(self) -> None:
         """A reset returned: the env may be stepped again."""
         self._blocked = None
+        self._remade = None
         self._pending_reset = False
+
+    def mark_replaced(self) -> None:
+        """The env replaces one whose request overran its deadline (its caller got StepTimeout)."""
+        self._blocked = "it was replaced after its last request overran its deadline"
+
+    def mark_remade(self, remade: dict[str, Any]) -> None:
+        """The env replaces one whose worker died (``remade``: a MAKE's ``{"why", "worker", "code"}``): its
+        next step raises :class:`~aioenv.errors.EnvRemade`, a crash, until a reset."""
+        self._remade = remade
 
     def failed_step(self, exc: BaseException) -> None:
         """A step raised (or was cancelled): refuse steps until the next reset."""
@@ -106,6 +117,15 @@ class EpisodeState:
 
     def before_step(self) -> None:
         """Raise if the env may not be stepped now."""
+        if self._remade is not None and self._blocked is not None:
+            code = self._remade.get("code")
+            raise EnvRemade(
+                f"env {self.env_id} was re-made on a fresh worker since its last reset, while it had no request in "
+                f"flight: {self._remade.get('why')}; reset it before stepping",
+                env_id=self.env_id,
+                worker=str(self._remade.get("worker", "")),
+                exitcode=code if isinstance(code, int) else None,
+            )
         if self._blocked is not None:
             raise UsageError(
                 f"env {self.env_id} cannot be stepped: {self._blocked}; reset it first", env_id=self.env_id

@@ -148,6 +148,7 @@ class Worker:
         errors: dict[int, Any] = {}
         described: dict[str, Any] = {}
         ended = set(header.get(Key.ENDED) or ())
+        remade = header.get(Key.REMADE) if isinstance(header.get(Key.REMADE), dict) else None
         for row, (env_id, key) in enumerate(header[Key.ENVS]):
             try:
                 group = self.groups[key]
@@ -160,6 +161,8 @@ class Worker:
                 self.envs[env_id] = HostedEnv(env_id, env, self.mode)
                 if env_id in ended:
                     self.envs[env_id].mark_ended()
+                elif remade is not None:
+                    self.envs[env_id].mark_remade(remade)
                 self.group_of[env_id] = group
                 if key not in described:
                     described[key] = describe_env(env)

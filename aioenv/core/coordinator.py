@@ -91,6 +91,10 @@ class _Lost(NamedTuple):
     code: int | None
     how: str  # how it ended, in words ("was killed by SIGKILL")
 
+    def remade(self) -> dict[str, Any]:
+        """How the envs it hosted come to be re-made (a MAKE's ``remade``: their next step says so)."""
+        return {"why": f"its worker {self.name} (pid {self.pid}) {self.how}", "worker": self.name, "code": self.code}
+
     def crashed(self, env_id: int, kind: str) -> WorkerCrashed:
         """The error of env ``env_id``'s ``kind`` request, lost with this process."""
         return WorkerCrashed(
@@ -225,15 +229,23 @@ class Coordinator:
         return await fut
 
     def _send_make(
-        self, slot: _Slot, env_ids: np.ndarray, sink: SetupFuture | None, ended: np.ndarray | None = None
+        self,
+        slot: _Slot,
+        env_ids: np.ndarray,
+        sink: SetupFuture | None,
+        ended: np.ndarray | None = None,
+        remade: dict[str, Any] | None = None,
     ) -> None:
         """Ask ``slot``'s worker to make ``env_ids``; ``sink`` gets the spaces (None: a re-make, only logged).
-        ``ended``: envs to start as if just truncated (see ``on_timeout``)."""
+        ``ended``: envs to start as if just truncated (see ``on_timeout``); ``remade``: why the envs are made
+        again (see :meth:`_Lost.remade`), which their next step reports as :class:`EnvRemade`."""
         pairs, sources = self.sources.for_envs(env_ids.tolist())
         req = self.sched.open(slot.index, "make", env_ids, sink=sink)
         fields = {Key.ID: req.id, Key.ENVS: pairs, Key.SOURCES: sources, Key.AUTORESET: self.autoreset_mode}
         if ended is not None and ended.size:
             fields[Key.ENDED] = ended.tolist()
+        if remade is not None:
+            fields[Key.REMADE] = remade
         if self.slab is not None:  # a re-made worker maps the pool's rows before it makes its envs
             fields[Key.SLAB] = self.slab.layout
         self._send(slot, encode(Op.MAKE, fields))
@@ -516,7 +528,7 @@ class Coordinator:
         if not self._respawn(slot, env_ids):
             return
         ended = truncation.owe(env_ids, must_reset, answered) if truncation is not None else None
-        self._send_make(slot, env_ids, None, ended)
+        self._send_make(slot, env_ids, None, ended, lost.remade())
         self.on_remade(env_ids)
 
     def _retire(self, slot: _Slot, how: str) -> _Lost:
@@ -585,9 +597,10 @@ class Coordinator:
         except AioEnvError:
             return False
         log.warning("worker slot %d started again on %s: re-making envs %s", slot.index, slot.name, env_ids.tolist())
+        why = f"its worker slot {slot.index} had no worker for a while ({slot.dead_reason})"
         slot.dead_reason = ""
         slot.waits_for_room = False
-        self._send_make(slot, env_ids, None)
+        self._send_make(slot, env_ids, None, remade={"why": why, "worker": slot.name, "code": None})
         self.on_remade(env_ids)
         return True
 

@@ -28,13 +28,17 @@ def to_wire(exc: BaseException, *, env_id: int | None = None, traceback_text: st
     else:
         kind = "EnvError"
         message = f"{type(exc).__name__}: {exc}"
-    return {
+    desc: dict[str, Any] = {
         "kind": kind if kind in _BY_NAME else "EnvError",
         "env_id": env_id,
         "type": type(exc).__name__,
         "message": message,
         "traceback": traceback_text,
     }
+    if isinstance(exc, WorkerCrashed):  # e.g. EnvRemade: which worker died, and how
+        desc["worker"] = exc.worker
+        desc["exitcode"] = exc.exitcode
+    return desc
 
 
 def relay_wire(err: AioEnvError) -> dict[str, Any]:
@@ -73,16 +77,16 @@ def from_wire(desc: Any, *, context: str = "") -> AioEnvError:
     where = f"env {env_id}" if env_id is not None else "worker"
     prefix = f"{context} failed for {where}: " if context else f"{where}: "
     if issubclass(cls, EnvError):
-        err: AioEnvError = cls(
+        return cls(
             prefix + remote_message,
             env_id=env_id,
             remote_type=remote_type,
             remote_message=remote_message,
             remote_traceback=str(desc.get("traceback", "")),
         )
-    else:
-        err = cls(prefix + remote_message, env_id=env_id)
-    return err
+    if issubclass(cls, WorkerCrashed):
+        return _crashed(cls, prefix + remote_message, desc, env_id)
+    return cls(prefix + remote_message, env_id=env_id)
 
 
 def _relayed(cls: type[AioEnvError], desc: dict[str, Any], env_id: int | None) -> AioEnvError:
@@ -96,8 +100,12 @@ def _relayed(cls: type[AioEnvError], desc: dict[str, Any], env_id: int | None) -
             remote_traceback=str(desc.get("traceback", "")),
         )
     if issubclass(cls, WorkerCrashed):
-        code = desc.get("exitcode")
-        return cls(
-            message, env_id=env_id, worker=str(desc.get("worker", "")), exitcode=code if isinstance(code, int) else None
-        )
+        return _crashed(cls, message, desc, env_id)
     return cls(message, env_id=env_id)
+
+
+def _crashed(cls: type[WorkerCrashed], message: str, desc: dict[str, Any], env_id: int | None) -> WorkerCrashed:
+    code = desc.get("exitcode")
+    return cls(
+        message, env_id=env_id, worker=str(desc.get("worker", "")), exitcode=code if isinstance(code, int) else None
+    )

@@ -121,6 +121,7 @@ class Key:
     AUTORESET = "autoreset"  # MAKE: the autoreset mode's name
     SLAB = "slab"  # MAKE, SLAB: the layout of the pool's shared rows
     ENDED = "ended"  # CANCEL: env ids to start as after a truncation
+    REMADE = "remade"  # MAKE of envs whose worker died: {"why": words, "worker": its name, "code": exit code}
     OBS = "obs"  # RESULT: observation leaves, as array references
     EXTRAS = "x"  # RESULT of a STEP: [reward, terminated, truncated] as array references
     INFO = "info"  # RESULT: one info dict per row (or one env's)

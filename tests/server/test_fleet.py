@@ -24,7 +24,7 @@ import pytest
 import zmq
 
 import aioenv
-from aioenv.errors import CapacityError, WorkerCrashed
+from aioenv.errors import CapacityError, EnvRemade, WorkerCrashed
 from aioenv.server.status import fetch_status
 from aioenv.wire.protocol import Op, decode, encode
 from tests.support.procs import HANG, children, process_gone
@@ -177,6 +177,9 @@ def test_a_worker_killed_on_its_host_fails_in_flight_requests_and_comes_back(
                 killed = r"env 0: its worker [0-9a-f]{6}\.p\d+\.w0\.1 .*killed by SIGKILL on host"
                 with pytest.raises(WorkerCrashed, match=killed):
                     await slow
+                remade = r"env 1 was re-made on a fresh worker since its last reset, .*killed by SIGKILL on host"
+                with pytest.raises(EnvRemade, match=remade):  # env 1 was idle: it hears of the crash now
+                    await pool.step(np.array([1]), env_ids=[1])
                 _, info = await pool.reset(seed=0)  # re-made on a fresh process of the same host
                 assert int(info["pid"][0]) != pid
                 assert int(info["pid"][0]) in hosts[0].workers()

@@ -17,7 +17,7 @@ import pytest
 
 import aioenv
 from aioenv.core import coordinator
-from aioenv.errors import EnvError, StepTimeout, UsageError
+from aioenv.errors import EnvError, EnvRemade, StepTimeout, UsageError
 from tests.envs.waiting import HANG as HANG_ACTION
 from tests.envs.waiting import INSTANT, MEET, SHORT, AsyncWaitEnv, TextEchoEnv, WaitEnv
 from tests.support.procs import HANG, wait_new_worker, worker_pid
@@ -118,7 +118,7 @@ async def test_async_step_timeout_cancels_and_replaces_only_that_env() -> None:
         # the other envs keep their state; the late one is a fresh env that needs a reset
         obs, *_ = await pool.step(acts(INSTANT, INSTANT, INSTANT), env_ids=[1, 2, 3])
         np.testing.assert_array_equal(obs[:, 1], [2, 2, 2])
-        with pytest.raises(UsageError, match="reset"):
+        with pytest.raises(UsageError, match="replaced after its last request overran its deadline; reset it"):
             await pool.step(acts(INSTANT), env_ids=[0])
         obs, _ = await pool.reset(env_ids=[0])
         obs, *_ = await pool.step(acts(INSTANT), env_ids=[0])
@@ -190,8 +190,8 @@ async def test_thread_hang_restarts_its_worker_only() -> None:
         assert worker_pid(pool, 1) == pids[1]
         obs, *_ = await pool.step(acts(INSTANT, INSTANT), env_ids=[2, 3])  # the other worker's envs go on
         np.testing.assert_array_equal(obs[:, 1], [2, 2])
-        with pytest.raises(UsageError, match="reset"):  # env 1 shared the restarted worker: re-made
-            await pool.step(acts(INSTANT), env_ids=[1])
+        with pytest.raises(EnvRemade, match="was killed because a request overran its deadline; reset it"):
+            await pool.step(acts(INSTANT), env_ids=[1])  # env 1 shared the restarted worker: re-made
 
 
 async def test_thread_truncate_ends_every_replaced_envs_episode() -> None:
