@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: demo test extras lint typecheck bench bench-quick clean
+.PHONY: demo test extras lint typecheck bench bench-quick soak clean
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ typecheck: $(VENV)/.installed-test
 
 test: lint typecheck
 	$(PY) -m pytest
+
+# the chaos soak for minutes (tests/chaos): SOAK_SECONDS per scenario, a summary table, exit 1 on any violation or leak
+SOAK_SECONDS ?= 60
+soak: $(VENV)/.installed-test
+	$(PY) -m tests.chaos.soak --seconds $(SOAK_SECONDS)
 
 bench: $(VENV)/.installed-test
 	$(PIP) install -q -e ".[bench]"

@@ -40,6 +40,7 @@ from aioenv.core.launcher import LaunchSpec, LocalProcess, Port, WorkerProc, des
 from aioenv.core.placement import LOCAL, Placement
 from aioenv.errors import AioEnvError, ProtocolError, UsageError
 from aioenv.logs import peer_name
+from aioenv.server.peers import Sweep
 from aioenv.transport.router import Router
 from aioenv.wire.errors import relay_wire
 from aioenv.wire.options import EXECUTORS, choice, positive_int
@@ -172,6 +173,7 @@ class Fleet:
         self._waiting: list[Callable[[], bool]] = []  # retries of workers that found no room
         self._retry_soon = False
         self.protocol_errors = 0
+        self._sweep = Sweep(1.0)
         self._reaper = asyncio.get_running_loop().call_later(1.0, self._reap)
 
     @property
@@ -353,13 +355,14 @@ class Fleet:
             proc.ended(None, how)
 
     def _reap(self) -> None:
-        now = time.monotonic()
+        now, late = time.monotonic(), self._sweep.late()
         for agent in list(self.agents.values()):
+            agent.last_seen += late  # the time the server did not run is not the host's silence
             if now - agent.last_seen > self.worker_timeout:
                 self.lost += 1
                 log.warning("worker host %s silent for %.0f s: dropping it", agent.name, now - agent.last_seen)
                 self._drop(agent, f"was lost: its host {agent.name} stopped answering heartbeats")
-        self._reaper = asyncio.get_running_loop().call_later(1.0, self._reap)
+        self._reaper = asyncio.get_running_loop().call_later(self._sweep.interval, self._reap)
 
     # ------------------------------------------------------------ state
 

@@ -25,13 +25,14 @@ with :class:`~aioenv.errors.ConnectionLost` instead of waiting. Other clients ar
 from __future__ import annotations
 
 import secrets
+import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from aioenv.errors import UsageError
 from aioenv.wire.options import positive_int
 
-__all__ = ["DroppedPeers", "PeerLimits", "Unread"]
+__all__ = ["DroppedPeers", "PeerLimits", "Sweep", "Unread"]
 
 MIB = 1 << 20
 
@@ -116,3 +117,25 @@ class DroppedPeers:
     def why(self, identity: bytes) -> str | None:
         """Why ``identity`` was dropped, or None."""
         return self._why.get(identity)
+
+
+class Sweep:
+    """The clock of a periodic sweep for silent peers (every ``interval`` seconds), which does not count the
+    time this process itself did not run as the peers' silence.
+
+    A server stopped for a while (SIGSTOP, a swapped-out machine, a blocked loop) finds, when it runs
+    again, every peer's last message older than its timeout, although their heartbeats are waiting
+    unread in its sockets. :meth:`late` says by how much this sweep runs late, to be added to every
+    peer's last-heard time before judging it.
+    """
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._last = time.monotonic()
+
+    def late(self) -> float:
+        """Seconds this sweep runs past its time (0.0 when on time); call once per sweep."""
+        now = time.monotonic()
+        late = max(0.0, now - self._last - self.interval)
+        self._last = now
+        return late

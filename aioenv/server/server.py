@@ -58,7 +58,7 @@ from aioenv.core.sources import EnvSources, parse_sources
 from aioenv.errors import AioEnvError, CapacityError, ConnectionLost, PoolClosed, ProtocolError, UsageError
 from aioenv.logs import peer_name
 from aioenv.server.fleet import Fleet
-from aioenv.server.peers import DroppedPeers, PeerLimits, Unread
+from aioenv.server.peers import DroppedPeers, PeerLimits, Sweep, Unread
 from aioenv.transport.router import PeerSocket, Router
 from aioenv.transport.slab import Slab
 from aioenv.transport.zmqio import frames_nbytes
@@ -271,7 +271,8 @@ class Server:
                 max_message_bytes=limits.max_message_bytes,
             )
             log.info("worker hosts join at %s", self.fleet.endpoint)
-        self._reaper = asyncio.get_running_loop().call_later(1.0, self._reap)
+        self._sweep = Sweep(1.0)
+        self._reaper = asyncio.get_running_loop().call_later(self._sweep.interval, self._reap)
         log.info("aioenv server listening on %s (protocol %d, aioenv %s)", self.endpoint, PROTOCOL_VERSION, __version__)
 
     async def aclose(self) -> None:
@@ -608,8 +609,9 @@ class Server:
         self.send(identity, encode(Op.RESULT, {Key.ID: req_id}))
 
     def _reap(self) -> None:
-        now = time.monotonic()
+        now, late = time.monotonic(), self._sweep.late()
         for identity, session in list(self.sessions.items()):
+            session.last_seen += late  # the time the server did not run is not the client's silence
             if now - session.last_seen > self.config.client_timeout:
                 del self.sessions[identity]
                 log.warning(
@@ -620,7 +622,7 @@ class Server:
                 )
                 self._spawn(session.coord.aclose())
         if not self.closing:
-            self._reaper = asyncio.get_running_loop().call_later(1.0, self._reap)
+            self._reaper = asyncio.get_running_loop().call_later(self._sweep.interval, self._reap)
 
     def gauges(self) -> ServerGauges:
         """A snapshot of the state Prometheus reads (:mod:`aioenv.server.metrics`); safe from another thread."""

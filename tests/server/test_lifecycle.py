@@ -1,8 +1,21 @@
-"""A Server closes cleanly from any state: never started, started, closed twice."""
+"""A Server closes cleanly from any state (never started, started, closed twice), and a server that was
+stopped for a while does not take its own pause for its peers' silence."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import time
+
+import numpy as np
+
+import aioenv
+from aioenv.server.peers import Sweep
 from aioenv.server.server import Server, ServerConfig
+from aioenv.server.status import fetch_status
+from tests.support.procs import HANG
+from tests.support.servers import ServerProcess, WorkerHostProcess
 
 
 async def test_aclose_before_start_is_a_no_op_that_leaves_it_closed() -> None:
@@ -21,3 +34,42 @@ async def test_aclose_after_start_is_idempotent() -> None:
     await server.aclose()
     assert server.closing
     await server.aclose()  # a second close is a no-op
+
+
+def test_a_sweep_counts_how_late_it_runs() -> None:
+    sweep = Sweep(0.05)
+    assert sweep.late() == 0.0  # called at once: on time
+    time.sleep(0.3)  # the process "did not run" for 0.25 s beyond the interval
+    assert sweep.late() >= 0.25
+    assert sweep.late() == 0.0
+
+
+def test_a_paused_server_keeps_its_clients_and_hosts() -> None:
+    """Stopped for 4 s, longer than its client and worker-host timeouts (2 s): when it runs again, the
+    heartbeats waiting in its sockets are read before anyone is judged silent, so the client's pool (whose
+    own patience is 10 s) and the worker host are kept."""
+    srv = ServerProcess(
+        "--allow-env", "CartPole-v1", "--client-timeout", "2", "--worker-timeout", "2", "--worker-bind",
+        "tcp://127.0.0.1:0", "--local-capacity", "0",
+    )  # fmt: skip
+    host = WorkerHostProcess(srv.worker_endpoint, name="host-a", capacity=8)
+    try:
+        host.wait_joined()
+
+        async def main() -> None:
+            async with aioenv.Pool("CartPole-v1", 2, endpoint=srv.endpoint, num_workers=1) as pool:
+                await pool.reset(seed=0)
+                os.kill(srv.proc.pid, signal.SIGSTOP)
+                await asyncio.sleep(4.0)
+                os.kill(srv.proc.pid, signal.SIGCONT)
+                for _ in range(20):
+                    await asyncio.wait_for(pool.step(np.zeros(2, np.int64)), HANG)
+                    await asyncio.sleep(0.1)  # 2 s of use after the pause: past any late sweep
+                status = await fetch_status(srv.endpoint)
+                assert [row["name"] for row in status["hosts"]] == ["host-a"]
+
+        aioenv.run(main())
+    finally:
+        host.stop()
+        srv.stop()
+    assert not [line for line in srv.log if "silent for" in line], "".join(srv.log)

@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from tests.support.procs import HANG, children, process_gone
@@ -15,8 +16,11 @@ from tests.support.scripts import ROOT
 __all__ = ["ServerProcess", "WorkerHostProcess"]
 
 
-def terminate(proc: subprocess.Popen[str], workers: list[int], log: list[str], what: str) -> None:
-    """SIGTERM ``proc``: it must exit 0 (its remaining log goes to ``log``) and ``workers`` must be gone."""
+def terminate(
+    proc: subprocess.Popen[str], workers: list[int], log: list[str], what: str, reader: threading.Thread | None = None
+) -> None:
+    """SIGTERM ``proc``: it must exit 0 (its remaining log goes to ``log``, read here or by ``reader``, a thread
+    that reads it already) and ``workers`` must be gone."""
     proc.send_signal(signal.SIGTERM)
     try:
         code = proc.wait(HANG)
@@ -24,8 +28,11 @@ def terminate(proc: subprocess.Popen[str], workers: list[int], log: list[str], w
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    if proc.stderr is not None:
+    if reader is not None:
+        reader.join(HANG)
+    elif proc.stderr is not None:
         log.append(proc.stderr.read())
+    if proc.stderr is not None:
         proc.stderr.close()
     assert code == 0, f"{what} exited with {code}:\n{''.join(log)}"
     deadline = time.monotonic() + HANG
@@ -56,6 +63,14 @@ class ServerProcess:
                 break
             assert line, f"the server did not start: {''.join(self.log)}"
             assert time.monotonic() < deadline, f"the server did not start: {''.join(self.log)}"
+        # From now on a thread reads the log as it comes: a server that logs a lot never blocks on a full pipe.
+        self._reader = threading.Thread(target=self._read_log, daemon=True)
+        self._reader.start()
+
+    def _read_log(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.log.append(line)
 
     def workers(self) -> list[int]:
         """Pids of the server's worker processes."""
@@ -63,7 +78,7 @@ class ServerProcess:
 
     def stop(self) -> None:
         """SIGTERM; it must exit 0 with none of its workers left."""
-        terminate(self.proc, self.workers(), self.log, "the server")
+        terminate(self.proc, self.workers(), self.log, "the server", self._reader)
 
 
 class WorkerHostProcess:
