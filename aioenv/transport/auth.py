@@ -12,7 +12,10 @@ fails with ``ConnectionLost`` after the heartbeat timeout. Traffic of admitted p
 
 from __future__ import annotations
 
+import logging
 import os
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,9 @@ from typing import Any
 import zmq
 import zmq.auth
 
-__all__ = ["ServerAuth", "client_configurer", "create_keys"]
+__all__ = ["Refusals", "ServerAuth", "client_configurer", "create_keys"]
+
+log = logging.getLogger("aioenv.auth")
 
 
 def create_keys(directory: str | os.PathLike[str], name: str) -> tuple[Path, Path]:
@@ -75,10 +80,14 @@ class ServerAuth:
         self.admitted = sorted(clients)
         self._keys = frozenset(clients.values())
         self._authenticator: Any = None
+        self.refusals = Refusals()
 
     def callback(self, domain: str, key: bytes) -> bool:
         """ZAP's question for a CURVE handshake: is this (z85-encoded) client key admitted?"""
-        return key in self._keys
+        if key in self._keys:
+            return True
+        self.refusals.refused(key)
+        return False
 
     def start(self) -> None:
         """Start the ZAP handler (in this event loop) that checks peers' keys."""
@@ -99,3 +108,37 @@ class ServerAuth:
         if self._authenticator is not None:
             self._authenticator.stop()
             self._authenticator = None
+
+
+class Refusals:
+    """Logs refused CURVE handshakes without letting a flood of them flood the log: a line the first time a
+    key is refused and then at most once per ``every`` seconds for it, and at most ``burst`` lines per
+    ``every`` seconds in all (the rest are counted and reported in the next line). Keys appear as the
+    first 8 characters of the public key (never a secret key: the server never sees one)."""
+
+    def __init__(self, every: float = 60.0, burst: int = 10, remember: int = 4096) -> None:
+        self.every, self.burst, self.remember = every, burst, remember
+        self.count = 0  # every refusal since the start
+        self._last: OrderedDict[bytes, float] = OrderedDict()  # key -> when it was last logged
+        self._window = (0.0, 0)  # (start of the current window, lines logged in it)
+        self._unlogged = 0
+
+    def refused(self, key: bytes, now: float | None = None) -> bool:
+        """Count a refusal of ``key`` (z85 public key); True when it was logged."""
+        now = time.monotonic() if now is None else now
+        self.count += 1
+        start, lines = self._window if now - self._window[0] < self.every else (now, 0)
+        seen = self._last.get(key)
+        if (seen is not None and now - seen < self.every) or lines >= self.burst:
+            self._window = (start, lines)
+            self._unlogged += 1
+            return False
+        self._last[key] = now
+        self._last.move_to_end(key)
+        while len(self._last) > self.remember:
+            self._last.popitem(last=False)
+        self._window = (start, lines + 1)
+        more = f" ({self._unlogged} more refusals not logged)" if self._unlogged else ""
+        self._unlogged = 0
+        log.warning("refused a CURVE handshake: key %s... is not admitted%s", key[:8].decode(errors="replace"), more)
+        return True
