@@ -29,6 +29,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections import deque
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -58,8 +59,10 @@ from aioenv.wire.spaces import space_from_description
 
 log = logging.getLogger("aioenv.coordinator")
 
-#: A slot whose worker died this many times is given up (its envs fail fast).
+#: A slot whose worker died by itself more than this many times within ``RESTART_WINDOW`` seconds is
+#: crash-looping and given up (its envs fail fast). Restarts after a deadline are aioenv's own and do not count.
 MAX_RESTARTS = 20
+RESTART_WINDOW = 60.0
 
 _OPS = {"step": Op.STEP, "reset": Op.RESET, "call": Op.CALL}
 #: Requests that set a worker up (their sink is a future, or None for a re-made worker).
@@ -78,7 +81,8 @@ class _Slot:
         self.proc: WorkerProc | None = None
         self.ready = False
         self.outbox: list[list[Any]] = []
-        self.restarts = 0
+        self.restarts = 0  # every restart, for the metrics
+        self.deaths: deque[float] = deque()  # when its workers died by themselves, within RESTART_WINDOW
         self.dead_reason = ""
         self.waits_for_room = False  # given up for want of room: started again once a host has room
 
@@ -522,14 +526,22 @@ class Coordinator:
         must_reset, answered = self._fail_lost(slot, lost, truncation, timed_out or [])
         slot.restarts += 1
         env_ids = self.sched.envs_of(slot.index)
-        if slot.restarts > MAX_RESTARTS:
-            self._give_up(slot, f"died {slot.restarts} times; aioenv gave up restarting it")
+        if timed_out is None and self._crash_looping(slot):
+            self._give_up(slot, f"died {len(slot.deaths)} times in {RESTART_WINDOW:g} s; aioenv gave up restarting it")
             return
         if not self._respawn(slot, env_ids):
             return
         ended = truncation.owe(env_ids, must_reset, answered) if truncation is not None else None
         self._send_make(slot, env_ids, None, ended, lost.remade())
         self.on_remade(env_ids)
+
+    def _crash_looping(self, slot: _Slot) -> bool:
+        """Count a death of the slot's worker; True when there were more than MAX_RESTARTS in the window."""
+        now = self.loop.time()
+        slot.deaths.append(now)
+        while slot.deaths and slot.deaths[0] < now - RESTART_WINDOW:
+            slot.deaths.popleft()
+        return len(slot.deaths) > MAX_RESTARTS
 
     def _retire(self, slot: _Slot, how: str) -> _Lost:
         """Forget the slot's process (``aclose`` still reaps it if it has not exited yet); returns what the

@@ -350,9 +350,30 @@ async def test_idle_worker_killed_then_reset_works() -> None:
         assert obs[:, 1].tolist() == [1, 1, 1, 1]
 
 
+async def test_deaths_older_than_the_window_do_not_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long-lived pool whose worker dies now and then is never given up: only deaths within
+    RESTART_WINDOW count toward MAX_RESTARTS (a lifetime count would end any pool that runs long enough)."""
+    import aioenv.core.coordinator
+
+    monkeypatch.setattr(aioenv.core.coordinator, "MAX_RESTARTS", 1)
+    monkeypatch.setattr(aioenv.core.coordinator, "RESTART_WINDOW", 0.3)
+    async with aioenv.Pool(PROBE, 2, num_workers=1) as pool:
+        await guard(pool.reset(seed=0))
+        pid = worker_pid(pool, 0)
+        for _ in range(3):  # three deaths, each more than the window after the one before
+            os.kill(pid, signal.SIGKILL)
+            pid = await wait_new_worker(pool, 0, pid)
+            await asyncio.sleep(0.5)
+        assert not pool._coord.slots[0].dead_reason
+        await guard(pool.reset(seed=0))
+        obs, *_ = await guard(pool.step(np.zeros(2, dtype=np.int64)))
+        assert obs[:, 1].tolist() == [1, 1]
+
+
 async def test_a_worker_that_keeps_dying_is_given_up_and_its_envs_fail_fast(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past MAX_RESTARTS deaths a slot is not started again: its envs' requests fail at once with
-    WorkerCrashed saying so (no hang, no spawn loop), the other worker's envs go on, close is clean."""
+    """Past MAX_RESTARTS deaths within RESTART_WINDOW a slot is not started again: its envs' requests fail
+    at once with WorkerCrashed saying so (no hang, no spawn loop), the other worker's envs go on, close is
+    clean."""
     import aioenv.core.coordinator
 
     monkeypatch.setattr(aioenv.core.coordinator, "MAX_RESTARTS", 2)
@@ -371,7 +392,7 @@ async def test_a_worker_that_keeps_dying_is_given_up_and_its_envs_fail_fast(monk
             with pytest.raises(WorkerCrashed) as info:
                 await guard(pool.step_env(env_id, 0))
             assert info.value.env_id == env_id
-            assert "died 3 times; aioenv gave up restarting it" in str(info.value)
+            assert "died 3 times in 60 s; aioenv gave up restarting it" in str(info.value)
         with pytest.raises(WorkerCrashed) as info:
             await guard(pool.step(np.zeros(4, dtype=np.int64)))
         assert set(info.value.errors) == {0, 1}

@@ -194,6 +194,23 @@ async def test_thread_hang_restarts_its_worker_only() -> None:
             await pool.step(acts(INSTANT), env_ids=[1])  # env 1 shared the restarted worker: re-made
 
 
+async def test_restarts_after_deadlines_never_give_a_worker_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker restarted because a step overran its deadline did not crash: such restarts do not count
+    toward the crash-loop limit, however many there are."""
+    monkeypatch.setattr(coordinator, "MAX_RESTARTS", 1)
+    async with aioenv.Pool(envs("thread", 2), num_workers=1, executor="thread", step_timeout=0.5) as pool:
+        await pool.reset()
+        for _ in range(3):
+            pid = worker_pid(pool, 0)
+            with pytest.raises(StepTimeout):
+                await pool.step(acts(HANG_ACTION), env_ids=[0])
+            await wait_new_worker(pool, 0, pid)
+            await pool.reset()
+        assert not pool._coord.slots[0].dead_reason
+        obs, *_ = await pool.step(acts(INSTANT, INSTANT))
+        np.testing.assert_array_equal(obs[:, 1], [1, 1])
+
+
 async def test_thread_truncate_ends_every_replaced_envs_episode() -> None:
     """Worker 0 hosts envs 0, 1, 2. Env 0 hangs; env 1's step is in flight when the worker is
     restarted; env 2 is idle. Each gets exactly one truncated row, then starts a new episode."""
