@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: demo test extras lint typecheck bench bench-quick soak clean
+.PHONY: demo test extras lint typecheck bench bench-quick soak fuzz clean
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,12 @@ test: lint typecheck
 SOAK_SECONDS ?= 60
 soak: $(VENV)/.installed-test
 	$(PY) -m tests.chaos.soak --seconds $(SOAK_SECONDS)
+
+# coverage-guided fuzzing of the wire decoders (tests/fuzz): FUZZ_SECONDS per target; the corpus grows in the repo
+FUZZ_SECONDS ?= 60
+fuzz: $(VENV)/.installed-test
+	$(PIP) install -q -e ".[fuzz]"
+	$(PY) -m tests.fuzz.run --seconds $(FUZZ_SECONDS)
 
 bench: $(VENV)/.installed-test
 	$(PIP) install -q -e ".[bench]"

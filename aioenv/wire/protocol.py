@@ -28,6 +28,7 @@ coordinator copies them once into the arrays it hands to users.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -192,13 +193,22 @@ def _default(obj: Any) -> Any:
 _DTYPES: dict[str, np.dtype[Any]] = {}  # valid numeric dtype codes seen so far (a few dozen at most)
 
 
+#: What a dtype code from a peer may look like: byte order, numeric kind, item size (``numpy.dtype.str``).
+_DTYPE_CODE = re.compile(r"[<>|=][biufc][0-9]{1,2}")
+
+
 def _check_dtype(code: Any) -> np.dtype[Any]:
     dtype = _DTYPES.get(code) if type(code) is str else None
     if dtype is not None:
         return dtype
     if not isinstance(code, str):
         raise ValueError(f"dtype must be a string, got {type(code).__name__}")
-    dtype = np.dtype(code)
+    if not _DTYPE_CODE.fullmatch(code):  # a peer's string never reaches numpy's own parser (comma strings, ...)
+        raise ValueError(f"dtype must be a numeric dtype code such as '<f8', got {code[:24]!r}")
+    try:
+        dtype = np.dtype(code)
+    except TypeError as exc:  # e.g. '<f3'
+        raise ValueError(f"dtype {code!r} is not a dtype") from exc
     if dtype.kind not in _NUMERIC_KINDS:
         raise ValueError(f"dtype {code!r} is not numeric")
     if len(_DTYPES) < 256:  # codes come from peers: bound the cache
