@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -70,6 +71,7 @@ async def main(argv: list[str] | None = None) -> int:
         TimeRemainingColumn(),
         TextColumn("{task.fields[counts]}"),
     ]
+    logging.getLogger("aioenv").setLevel(logging.CRITICAL)  # the faults' warnings are the point: keep the bar clean
     results: dict[str, Tally] = {}
     with Progress(*columns, console=console) as progress:
         for i, name in enumerate(args.only or SCENARIOS):
