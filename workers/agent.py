@@ -28,7 +28,7 @@ from typing import Any
 import zmq
 
 from aioenv.errors import ProtocolError
-from aioenv.transport.spawn import worker_command
+from aioenv.transport.spawn import end_group, start_worker
 from aioenv.wire.options import EXECUTORS, choice, positive_int
 from aioenv.wire.protocol import Key, Op, decode, encode
 
@@ -231,10 +231,8 @@ class WorkerHost:
         args = ["--connect", self.endpoint, "--name", name, "--executor", executor, "--parent-pid", str(os.getpid())]
         if self.curve is not None:
             args += ["--curve-secret", self.curve[0], "--server-key", self.curve[1]]
-        cmd, env = worker_command(args)
-        env.pop("AIOENV_TRUSTED_DIR", None)
         try:
-            proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, close_fds=True)
+            proc = start_worker(args)
         except OSError as exc:  # e.g. out of processes or memory: the server re-places it or fails its envs
             log.error("cannot start worker %s: %s", name, exc)
             self._send(encode(Op.EXITED, {Key.ID: 0, Key.NAME: name, Key.CODE: 127}))
@@ -244,6 +242,7 @@ class WorkerHost:
         log.info("started worker %s (pid %d, %s)", name, proc.pid, executor)
 
     def _reap(self, child: _Child) -> None:
+        end_group(child.proc.pid)  # its envs' own processes go with it (exited, not reaped yet)
         code = child.proc.wait()
         os.close(child.pidfd)
         del self.children[child.name]
@@ -262,7 +261,9 @@ class WorkerHost:
             if sig == signal.SIGTERM and grace <= 0:
                 continue
             for child in children:
-                if child.proc.poll() is None:
+                if sig == signal.SIGKILL:
+                    end_group(child.proc.pid)  # the worker and whatever its envs started
+                elif child.proc.poll() is None:
                     with contextlib.suppress(ProcessLookupError):
                         child.proc.send_signal(sig)
             deadline = time.monotonic() + wait

@@ -19,13 +19,12 @@ import logging
 import os
 import signal
 import socket
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aioenv.transport.pipe import PipePort
-from aioenv.transport.spawn import worker_command, worker_sched_policy
+from aioenv.transport.spawn import end_group, start_worker, worker_sched_policy
 
 __all__ = [
     "LaunchSpec",
@@ -161,9 +160,8 @@ class LocalProcess:
         if slab_fd is not None:
             args += ["--slab", str(slab_fd)]
             inherit.append(slab_fd)
-        cmd, env = worker_command(args)
         try:
-            self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, close_fds=True, pass_fds=inherit)
+            self.proc = start_worker(args, inherit)
         except BaseException:
             ours.close()
             raise
@@ -205,6 +203,7 @@ class LocalProcess:
     def _reap(self) -> None:
         self._loop.remove_reader(self._pidfd)
         os.close(self._pidfd)
+        end_group(self.pid)  # its envs' own processes go with it (it has exited, and is not reaped yet)
         self.proc.wait()
         with contextlib.suppress(Exception):  # what it sent before it exited is still handled
             self._pipe.drain()

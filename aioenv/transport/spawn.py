@@ -9,13 +9,16 @@ coordinator's side.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
 import sys
 from collections.abc import Sequence
 
 from aioenv.errors import UsageError
 
-__all__ = ["WORKER_SCHED_ENV", "worker_command", "worker_sched_policy"]
+__all__ = ["WORKER_SCHED_ENV", "end_group", "start_worker", "worker_command", "worker_sched_policy"]
 
 #: Environment variable naming the scheduling policy of worker processes: ``batch`` (the default) or ``default``.
 WORKER_SCHED_ENV = "AIOENV_WORKER_SCHED"
@@ -54,3 +57,21 @@ def worker_command(args: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     paths = [root, main_dir, os.getcwd(), *env.get("PYTHONPATH", "").split(os.pathsep)]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
     return [sys.executable, "-P", "-m", "workers", *args], env
+
+
+def start_worker(args: Sequence[str], pass_fds: Sequence[int] = ()) -> subprocess.Popen[bytes]:
+    """Start ``python -m workers ARGS`` (see :func:`worker_command`) as the leader of a process group of its
+    own, so that whatever its envs start (a browser, a simulator) can be ended with it: :func:`end_group`."""
+    cmd, env = worker_command(args)
+    env.pop("AIOENV_TRUSTED_DIR", None)
+    return subprocess.Popen(
+        cmd, env=env, stdin=subprocess.DEVNULL, close_fds=True, pass_fds=tuple(pass_fds), start_new_session=True
+    )
+
+
+def end_group(pid: int) -> None:
+    """SIGKILL what is left of the process group of worker ``pid`` (its envs' own processes). Call it once the
+    worker has exited and before it is reaped: until then its pid, and so the group's id, cannot be reused.
+    Processes that left the group (a daemon that called ``setsid``) are not reached."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
