@@ -175,6 +175,7 @@ class Pool:
         reset_timeout: float | None = None,
         on_timeout: OnTimeout = "error",
         max_concurrency: int | None = None,
+        max_worker_rss: int | None = None,
         endpoint: str | None = None,
         curve_keys: tuple[str, str] | None = None,
     ) -> None:
@@ -186,6 +187,7 @@ class Pool:
         self.reset_timeout = positive_seconds("reset_timeout", reset_timeout)
         self.on_timeout = _checked_on_timeout(on_timeout, self._mode)
         self.max_concurrency = positive_int("max_concurrency", max_concurrency, allow_none=True)
+        self.max_worker_rss = positive_int("max_worker_rss", max_worker_rss, allow_none=True, unit="number of bytes")
         self._env_name = env if isinstance(env, str) else ""
         self._env_kwargs = env_kwargs
         # a remote pool sends names only: no private directory, callables refused by parse_sources
@@ -251,6 +253,7 @@ class Pool:
                     on_remade=self._on_remade,
                     max_concurrency=self.max_concurrency,
                     on_timeout=self.on_timeout,
+                    max_worker_rss=self.max_worker_rss,
                 )
                 described = await self._coord.start(self.num_workers)
             self._adopt(described)
@@ -267,6 +270,7 @@ class Pool:
             "reset_timeout": self.reset_timeout,
             "on_timeout": self.on_timeout,
             "max_concurrency": self.max_concurrency,
+            "max_worker_rss": self.max_worker_rss,
         }
         remote = RemoteCoordinator(
             endpoint,
@@ -648,6 +652,9 @@ async def make(env: Any, num_envs: int | None = None, **options: Any) -> Pool:
             worker's) end their episodes the same way with ``info["env_replaced"]`` True.
         max_concurrency: at most this many steps/resets running at once across the pool (e.g. an upstream
             rate limit); the rest wait, in order, and their deadlines start when they are sent.
+        max_worker_rss: bytes of resident memory a worker process may hold; one over it is replaced the next
+            moment it has no request in flight, its envs re-made (their next step raises ``EnvRemade``; see
+            :mod:`aioenv.core.memory`). For envs that leak. Local worker processes (and a server's own).
         endpoint: ``"tcp://host:port"`` of an ``aioenv serve`` server: the same pool, run by the server's
             workers (``env`` must then be a name: a gymnasium id or ``"pkg.module:factory"``). The server
             picks ``num_workers`` and ``executor`` when they are not given.

@@ -39,6 +39,7 @@ from aioenv.core.deadlines import DeadlineTimer, Truncation, cancel_fields, time
 from aioenv.core.failures import for_env, unsendable
 from aioenv.core.launcher import LaunchSpec, WorkerProc, launch_local
 from aioenv.core.make_errors import start_failure
+from aioenv.core.memory import MemoryWatch
 from aioenv.core.replies import Block, Outlet, Segment, int_lists, route_block
 from aioenv.core.scheduler import THROTTLED, Build, HeldCall, Request, Scheduler, SetupFuture
 from aioenv.core.sinks import Part, RecvQueue, Sink
@@ -85,6 +86,7 @@ class _Slot:
         self.deaths: deque[float] = deque()  # when its workers died by themselves, within RESTART_WINDOW
         self.dead_reason = ""
         self.waits_for_room = False  # given up for want of room: started again once a host has room
+        self.recycle = ""  # why its worker is to be replaced once idle (see aioenv.core.memory), if it is
 
 
 class _Lost(NamedTuple):
@@ -144,8 +146,11 @@ class Coordinator:
         launch: Callable[[LaunchSpec], WorkerProc] = launch_local,
         name_prefix: str = "",
         when_room: Callable[[Callable[[], bool]], None] | None = None,
+        max_worker_rss: int | None = None,
     ) -> None:
         self.sched = Scheduler(num_envs, max_concurrency)
+        self.max_worker_rss = max_worker_rss
+        self._memory: MemoryWatch | None = None
         #: Truncate mode's last observations and owed rows (None: a late step fails with StepTimeout).
         self.truncation = Truncation(num_envs) if on_timeout == "truncate" else None
         self.sources = sources
@@ -193,6 +198,7 @@ class Coordinator:
             assert isinstance(reply, dict)
             described.update(reply)
         await self._share_rows(described)
+        self._watch_memory()
         return described
 
     async def _share_rows(self, described: dict[str, Any]) -> None:
@@ -376,6 +382,41 @@ class Coordinator:
             self._deliver_or_fail(slot, req, op, header, arrays)
         if self.sched.held:
             self._pump()
+        if slot.recycle:
+            self._recycle_if_idle(slot)
+
+    # ------------------------------------------------------------ memory (see aioenv.core.memory)
+
+    def _watch_memory(self) -> None:
+        if self.max_worker_rss is None or self._launch is not launch_local:
+            return  # only local workers' memory can be read here
+        self._memory = MemoryWatch(
+            self.max_worker_rss,
+            lambda: [(s.index, s.proc.pid) for s in self.slots if s.proc is not None and isinstance(s.proc.pid, int)],
+            self._over_memory,
+        )
+
+    def _over_memory(self, index: int, rss: int) -> None:
+        slot = self.slots[index]
+        if not slot.recycle:
+            mib = 1 << 20
+            slot.recycle = (
+                f"was recycled: its memory (RSS {rss / mib:.0f} MiB) passed max_worker_rss "
+                f"({(self.max_worker_rss or 0) / mib:.0f} MiB)"
+            )
+            log.warning("worker %s %s", slot.name, slot.recycle)
+        self._recycle_if_idle(slot)
+
+    def _recycle_if_idle(self, slot: _Slot) -> None:
+        """Replace the slot's worker now if no request is in flight on it (else after its next reply)."""
+        proc = slot.proc
+        if self.closing or proc is None or not slot.ready:
+            return
+        if any(req.worker == slot.index for req in self.sched.requests.values()):
+            return
+        how, slot.recycle = slot.recycle, ""
+        proc.kill()  # it holds nothing of use now; aclose reaps it (see _retire)
+        self._restart(slot, how, crash=False)
 
     def _deliver_or_fail(
         self, slot: _Slot, req: Request, op: str, header: dict[str, Any], arrays: list[np.ndarray]
@@ -515,7 +556,7 @@ class Coordinator:
         log.warning("worker %s (pid %s) %s", slot.name, proc.pid, proc.describe())
         self._restart(slot, proc.describe())
 
-    def _restart(self, slot: _Slot, how: str, timed_out: list[Request] | None = None) -> None:
+    def _restart(self, slot: _Slot, how: str, timed_out: list[Request] | None = None, *, crash: bool = True) -> None:
         """Fail the slot's in-flight requests with WorkerCrashed, start a fresh worker, re-make its envs.
 
         ``timed_out``: the requests whose deadline caused this restart (already answered). In truncate
@@ -526,7 +567,7 @@ class Coordinator:
         must_reset, answered = self._fail_lost(slot, lost, truncation, timed_out or [])
         slot.restarts += 1
         env_ids = self.sched.envs_of(slot.index)
-        if timed_out is None and self._crash_looping(slot):
+        if crash and timed_out is None and self._crash_looping(slot):
             self._give_up(slot, f"died {len(slot.deaths)} times in {RESTART_WINDOW:g} s; aioenv gave up restarting it")
             return
         if not self._respawn(slot, env_ids):
@@ -700,6 +741,8 @@ class Coordinator:
             return
         self.closing = True
         self._timer.cancel()
+        if self._memory is not None:
+            self._memory.close()
         for req in self.sched.drain():
             if req.kind == "cancel":
                 continue

@@ -113,6 +113,7 @@ class _PoolOptions:
     on_timeout: OnTimeout
     workers: int  # worker processes, at most one per env
     max_concurrency: int | None
+    max_worker_rss: int | None
 
 
 @dataclass(eq=False)
@@ -543,6 +544,7 @@ class Server:
             max_concurrency=positive_int(
                 "max_concurrency", opt.get("max_concurrency"), allow_none=True, error=UsageError
             ),
+            max_worker_rss=positive_int("max_worker_rss", opt.get("max_worker_rss"), allow_none=True, error=UsageError),
         )
 
     async def _start_coordinator(
@@ -572,6 +574,7 @@ class Server:
                 ),
                 max_concurrency=opts.max_concurrency,
                 on_timeout=opts.on_timeout,
+                max_worker_rss=opts.max_worker_rss,
                 **placed,
             )
             return coord, await coord.start(opts.workers)
