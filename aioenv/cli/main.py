@@ -153,6 +153,13 @@ def _endpoint(_ctx: click.Context, param: click.Parameter, value: str | None) ->
 @click.option("--max-envs", type=click.IntRange(1), default=None, help="envs of all clients together")
 @click.option("--max-envs-per-client", type=click.IntRange(1), default=None, help="envs of one client process")
 @click.option(
+    "--max-pools-per-client",
+    type=click.IntRange(1),
+    default=64,
+    show_default=True,
+    help="open pools of one client process (each holds worker processes)",
+)
+@click.option(
     "--allow-env",
     "allow",
     multiple=True,
@@ -188,6 +195,7 @@ def _endpoint(_ctx: click.Context, param: click.Parameter, value: str | None) ->
     help="messages queued for one client before it is dropped",
 )
 @size_option("--max-unread-bytes", "512MiB", "bytes of replies a client may leave unread before it is dropped")
+@size_option("--max-unread-total", "2GiB", "all clients' unread bytes together: past it the one with most is dropped")
 @click.option("--log-json", is_flag=True, help="one JSON object per log line")
 @LOG_LEVEL
 def serve(
@@ -196,6 +204,7 @@ def serve(
     workers: int | None,
     max_envs: int | None,
     max_envs_per_client: int | None,
+    max_pools_per_client: int,
     allow: tuple[str, ...],
     client_timeout: float,
     auth: str | None,
@@ -206,6 +215,7 @@ def serve(
     max_message_bytes: int,
     max_queued: int,
     max_unread_bytes: int,
+    max_unread_total: int,
     log_json: bool,
     log_level: str,
 ) -> None:
@@ -223,19 +233,20 @@ def serve(
     if local_capacity is not None and worker_bind is None:
         raise click.UsageError("--local-capacity needs --worker-bind (without worker hosts every env is local)")
     config = ServerConfig(
-        bind,
-        executor,
-        workers,
-        max_envs,
-        max_envs_per_client,
-        allow,
-        client_timeout,
-        auth,
-        metrics_port,
-        worker_bind,
-        local_capacity,
-        worker_timeout,
-        PeerLimits(max_message_bytes, max_queued, max_unread_bytes),
+        bind=bind,
+        executor=executor,
+        workers=workers,
+        max_envs=max_envs,
+        max_envs_per_client=max_envs_per_client,
+        max_pools_per_client=max_pools_per_client,
+        allow=allow,
+        client_timeout=client_timeout,
+        auth=auth,
+        metrics_port=metrics_port,
+        worker_bind=worker_bind,
+        local_capacity=local_capacity,
+        worker_timeout=worker_timeout,
+        limits=PeerLimits(max_message_bytes, max_queued, max_unread_bytes, max_unread_total),
     )
     try:
         aioenv.run(run_server(config))

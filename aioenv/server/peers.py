@@ -17,6 +17,9 @@ those queues grow without limit, so three bounds apply to each peer (:class:`Pee
   acknowledge what it did not read. A client that is busy but reading acknowledges within one of
   its requests or heartbeats.
 
+The unread bytes of all clients together are bounded too (``max_unread_total``): past it, the client
+with the most unread is dropped.
+
 A peer over a bound is *dropped*: its pool is closed and its envs released, one warning is logged,
 and the client is told why (an EVENT ``dropped``) as soon as its queue has room, so its calls fail
 with :class:`~aioenv.errors.ConnectionLost` instead of waiting. Other clients are not affected.
@@ -48,9 +51,10 @@ class PeerLimits:
     max_message_bytes: int = 256 * MIB
     max_queued: int = 1000
     max_unread_bytes: int = 512 * MIB
+    max_unread_total: int = 2048 * MIB  # all clients together: past it, the client with the most unread is dropped
 
     def __post_init__(self) -> None:
-        for name in ("max_message_bytes", "max_queued", "max_unread_bytes"):
+        for name in ("max_message_bytes", "max_queued", "max_unread_bytes", "max_unread_total"):
             positive_int(name, getattr(self, name), error=UsageError)
 
     @property

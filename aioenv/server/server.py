@@ -59,7 +59,7 @@ from aioenv.errors import AioEnvError, CapacityError, ConnectionLost, PoolClosed
 from aioenv.logs import peer_name
 from aioenv.server.fleet import Fleet
 from aioenv.server.peers import DroppedPeers, PeerLimits, Sweep, Unread
-from aioenv.transport.router import PeerSocket, Router
+from aioenv.transport.router import PeerSocket, Router, Sent
 from aioenv.transport.slab import Slab
 from aioenv.transport.zmqio import frames_nbytes
 from aioenv.wire.errors import relay_wire
@@ -81,6 +81,7 @@ __all__ = ["Server", "ServerConfig"]
 log = logging.getLogger("aioenv.server")
 
 _KINDS = {Op.STEP: "step", Op.RESET: "reset", Op.CALL: "call"}
+_LARGE = 1 << 18  # a message this large (or a mark) makes the server check all clients' unread bytes together
 _OPERATIONAL = frozenset(("StepTimeout", "WorkerCrashed", "ProtocolError", "CapacityError"))  # logged as warnings
 
 
@@ -93,6 +94,7 @@ class ServerConfig:
     workers: int | None = None
     max_envs: int | None = None
     max_envs_per_client: int | None = None
+    max_pools_per_client: int | None = 64  # open pools of one client process (each holds worker processes)
     allow: Sequence[str] = ()
     client_timeout: float = 10.0
     auth: str | None = None  # a key directory (see aioenv.transport.auth); None: no authentication
@@ -341,12 +343,36 @@ class Server:
             return
         try:
             sent = router.offer(identity, frames)
-            if sent == "sent" and session is not None and (nonce := session.unread.add(nbytes)) is not None:
-                sent = router.offer(identity, encode(Op.EVENT, {Key.EVENT: "mark", Key.ID: nonce}))
+            if sent == "sent" and session is not None:
+                sent = self._count_unread(session, nbytes)
         except zmq.ZMQError:  # the socket is closed (shutdown)
             return
         if sent == "full":
             self._drop(identity, f"{limits.max_queued} messages are queued for it unread (aioenv serve --max-queued)")
+
+    def _count_unread(self, session: _Session, nbytes: int) -> Sent:
+        """Count a message sent to ``session``'s client: send a mark when one is due, and check every client's
+        unread bytes together after a large message or a mark."""
+        sent: Sent = "sent"
+        nonce = session.unread.add(nbytes)
+        if nonce is not None and self._router is not None:
+            sent = self._router.offer(session.identity, encode(Op.EVENT, {Key.EVENT: "mark", Key.ID: nonce}))
+        if nbytes >= _LARGE or nonce is not None:
+            self._bound_unread_total()
+        return sent
+
+    def _bound_unread_total(self) -> None:
+        """All clients' unread bytes together within ``max_unread_total``: past it, drop the client with the
+        most (checked after large messages and marks only: a sum over the sessions)."""
+        limit = self.config.limits.max_unread_total
+        total = sum(s.unread.unread for s in self.sessions.values())
+        if total > limit:
+            worst = max(self.sessions.values(), key=lambda s: s.unread.unread)
+            why = (
+                f"the server's clients together have {total} bytes of replies unread (the bound is {limit}: "
+                f"aioenv serve --max-unread-total), and this client had the most ({worst.unread.unread})"
+            )
+            self._drop(worst.identity, why)
 
     def _drop(self, identity: bytes, why: str) -> None:
         """Drop a client over its bounds: close its pool, forget its queued rows, log once."""
@@ -603,6 +629,15 @@ class Server:
                     f"cannot make {n} more envs for this client: it has {mine} active and the server allows "
                     f"{per} per client"
                 )
+        pools = self.config.max_pools_per_client
+        if pools is not None:
+            mine = sum(s.client == client for s in self.sessions.values())
+            mine += sum(c == client for c, _ in self._opening.values())
+            if mine + 1 > pools:
+                raise CapacityError(
+                    f"cannot open another pool for this client: it has {mine} open and the server allows {pools} "
+                    "per client (aioenv serve --max-pools-per-client)"
+                )
 
     async def _close(self, identity: bytes, req_id: Any) -> None:
         session = self.sessions.pop(identity, None)
@@ -661,6 +696,7 @@ class Server:
             "in_flight": sum(len(s.coord.sched.requests) for s in sessions),
             "max_envs": self.config.max_envs,
             "max_envs_per_client": self.config.max_envs_per_client,
+            "max_pools_per_client": self.config.max_pools_per_client,
             "protocol_errors": self.all_protocol_errors,
             "pools": [[s.client, s.env, s.num_envs] for s in sessions],
             "worker_endpoint": self.fleet.endpoint if self.fleet else None,

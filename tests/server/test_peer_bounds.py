@@ -162,3 +162,52 @@ def test_a_peer_that_floods_and_never_reads_is_dropped_once_and_others_are_serve
     assert len(dropped) == 1, "".join(srv.log)
     assert "50 messages are queued for it unread (aioenv serve --max-queued)" in dropped[0]
     assert "client 0x" in dropped[0]  # ZeroMQ's own identity for the peer, readable
+
+
+def _raw_pool(endpoint: str, name: bytes, envs: int) -> tuple[zmq.Socket[bytes], zmq.Socket[bytes]]:
+    """A client that speaks the protocol by hand and never reads past its OPEN: its socket and a monitor
+    of that socket's disconnects."""
+    sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, int(HANG * 1000))
+    sock.setsockopt(zmq.IDENTITY, name)
+    events = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    events.setsockopt(zmq.RCVTIMEO, int(HANG * 1000))
+    sock.connect(endpoint)
+    fields = {Key.ID: -1, Key.ENV: BIG, Key.NUM_ENVS: envs, Key.CLIENT: name.decode(), Key.OPT: {"num_workers": 1}}
+    sock.send_multipart(encode(Op.OPEN, fields))
+    assert decode(sock.recv_multipart())[0][Key.OP] == Op.RESULT
+    return sock, events
+
+
+def _reset_all(sock: zmq.Socket[bytes], req_id: int, envs: int) -> None:
+    sock.send_multipart(encode(Op.RESET, {Key.ID: req_id, Key.ENV: list(range(envs)), Key.SEED: [None] * envs}))
+
+
+def test_all_clients_unread_bytes_are_bounded_together() -> None:
+    """Two clients that do not read, each under its own bound (4 MiB) but together over the server's (3 MiB):
+    the one with the most unread is dropped, the other keeps its pool."""
+    srv = ServerProcess(
+        "--allow-env", "tests.envs.bigenv:*", "--max-unread-bytes", "4MiB", "--max-unread-total", "3MiB"
+    )  # fmt: skip
+    (a, a_events), (b, b_events) = _raw_pool(srv.endpoint, b"raw-a", 20), _raw_pool(srv.endpoint, b"raw-b", 20)
+    try:
+        _reset_all(a, 1, 20)  # about 0.5 MiB each
+        _reset_all(b, 1, 20)
+        time.sleep(1.0)  # both answered (not a speed check: a settling time)
+        for req_id in range(2, 6):  # a asks again and again: its replies pile up, 0.5 MiB each
+            _reset_all(a, req_id, 20)
+            time.sleep(0.3)
+        assert recv_monitor_message(a_events)["event"] == zmq.EVENT_DISCONNECTED  # a was dropped
+        state = asyncio.run(fetch_status(srv.endpoint))
+        assert state["pools"] == [["raw-b", BIG, 20]]
+    finally:
+        for sock, events in ((a, a_events), (b, b_events)):
+            sock.disable_monitor()
+            events.close()
+            sock.close()
+        srv.stop()
+    dropped = [line for line in srv.log if "dropped" in line]
+    assert len(dropped) == 1, "".join(srv.log)
+    assert "client raw-a dropped: the server's clients together have" in dropped[0]
+    assert "aioenv serve --max-unread-total), and this client had the most" in dropped[0]

@@ -199,6 +199,25 @@ def test_capacity_limits_name_the_counts() -> None:
         srv.stop()
 
 
+def test_pools_per_client_are_bounded() -> None:
+    """Each pool holds worker processes on the server: one client process may keep --max-pools-per-client open."""
+    srv = ServerProcess("--max-pools-per-client", "2")
+    try:
+
+        async def main() -> None:
+            first = await aioenv.make("CartPole-v1", 1, endpoint=srv.endpoint, num_workers=1)
+            async with aioenv.Pool("CartPole-v1", 1, endpoint=srv.endpoint, num_workers=1):
+                with pytest.raises(CapacityError, match=r"it has 2 open and the server allows 2 per client \(aioenv"):
+                    await aioenv.make("CartPole-v1", 1, endpoint=srv.endpoint)
+                await first.aclose()
+                async with aioenv.Pool("CartPole-v1", 1, endpoint=srv.endpoint, num_workers=1) as third:
+                    await third.reset()
+
+        aioenv.run(main())
+    finally:
+        srv.stop()
+
+
 def _client_process(endpoint: str, n: int, *, hold: bool = False) -> subprocess.Popen[str]:
     code = (
         "import asyncio, sys, aioenv\n"
