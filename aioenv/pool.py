@@ -23,7 +23,7 @@ from aioenv.core.remote import RemoteCoordinator
 from aioenv.core.scheduler import Request
 from aioenv.core.sinks import Gather, RecvQueue, ResetResult, Single, Sink, StepResult
 from aioenv.core.sources import parse_sources
-from aioenv.errors import InvalidAction, PoolClosed, UsageError
+from aioenv.errors import InvalidAction, PoolClosed, ProtocolError, UsageError
 from aioenv.wire import spaces
 from aioenv.wire.options import (
     EXECUTORS,
@@ -130,6 +130,14 @@ _FOREIGN_LOOP = (
     "replies would never arrive there): use aioenv.SyncPool from threads, or hand the call to the pool's loop "
     "with asyncio.run_coroutine_threadsafe(coro, loop)"
 )
+
+
+def _space(desc: Any, key: str) -> Any:
+    """A space the workers (or a server) described; a description this side cannot read is a ProtocolError."""
+    try:
+        return spaces.space_from_description(desc[key])
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ProtocolError(f"the envs' {key} space came described in a way this pool cannot read: {exc}") from exc
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
@@ -295,10 +303,10 @@ class Pool:
     def _adopt(self, described: dict[str, Any]) -> None:
         descs = list(described.values())
         first = descs[0]
-        self.single_observation_space = spaces.space_from_description(first["obs"])
-        self.single_action_space = spaces.space_from_description(first["act"])
+        self.single_observation_space = _space(first, "obs")
+        self.single_action_space = _space(first, "act")
         for other in descs[1:]:
-            obs, act = (spaces.space_from_description(other[k]) for k in ("obs", "act"))
+            obs, act = _space(other, "obs"), _space(other, "act")
             if obs != self.single_observation_space or act != self.single_action_space:
                 raise ValueError(
                     "all envs of a pool must share their spaces: got observation spaces "

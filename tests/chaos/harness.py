@@ -114,6 +114,8 @@ async def drive_env(pool: aioenv.Pool, env_id: int, rng: random.Random, stop: as
             outcome = await ask(tally, f"reset of env {env_id}", lambda: pool.reset_env(env_id))
         if outcome in ("server lost (ConnectionLost)", "pool closed (PoolClosed)", "violation"):
             return outcome
+        if outcome == "worker crashed (WorkerCrashed)":
+            await asyncio.sleep(0.05)  # as a caller would: its envs may fail fast until a host has room again
     return outcome
 
 

@@ -148,6 +148,33 @@ async def _pause_hosts(hosts: list[WorkerHostProcess], rng: random.Random, stop:
             await pause(rng.choice(hosts).proc.pid, rng.uniform(0.5, 1.5))
 
 
+async def _kill_hosts(
+    hosts: list[WorkerHostProcess],
+    retired: list[WorkerHostProcess],
+    first: float,
+    rng: random.Random,
+    stop: asyncio.Event,
+    tally: Tally,
+) -> None:
+    """``first`` seconds in, then every 8-15 s: a worker host SIGKILLed (its workers die with it) and a new one
+    started under its name, which joins once the server has written the dead one off."""
+    wait = first
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), wait)
+        if stop.is_set():
+            return
+        i = rng.randrange(len(hosts))
+        old = hosts[i]
+        old.proc.kill()
+        while old.proc.poll() is None:  # (not a thread: the harness counts threads left behind)
+            await asyncio.sleep(0.02)
+        retired.append(old)
+        hosts[i] = WorkerHostProcess(*old.args, name=old.name, capacity=old.capacity)
+        tally.faults["worker host SIGKILL, a new one started"] += 1
+        wait = rng.uniform(8.0, 15.0)
+
+
 async def _pause_server(srv: ServerProcess, after: float, stop: asyncio.Event, tally: Tally) -> None:
     """Once, ``after`` seconds in: the server stopped for longer than its clients' patience."""
     with contextlib.suppress(TimeoutError):
@@ -170,7 +197,8 @@ def _patience(seconds: float) -> Iterator[None]:
 async def server_soak(seconds: float, seed: int, *, pause_server: bool = True, tally: Tally | None = None) -> Tally:
     """``aioenv serve`` with two worker hosts, two clients in this process (inline and async pools) and
     client processes that are SIGKILLed mid-step; the hosts' workers SIGKILLed and SIGSTOPped, the hosts
-    stopped for a while, the server paused once (``pause_server``). Counts go to ``tally`` as they happen."""
+    stopped for a while or SIGKILLed (and started again), the server paused once (``pause_server``). Counts
+    go to ``tally`` as they happen."""
     tally, rng, stop = tally or Tally(), random.Random(seed), asyncio.Event()
     await _warm_up()
     before = Leaks.now()
@@ -179,6 +207,7 @@ async def server_soak(seconds: float, seed: int, *, pause_server: bool = True, t
         "--worker-timeout", "3", "--client-timeout", "3",
     )  # fmt: skip
     hosts: list[WorkerHostProcess] = []
+    retired: list[WorkerHostProcess] = []
     try:
         for name, executor in (("host-a", "inline"), ("host-b", "async")):  # a host runs one executor
             host = WorkerHostProcess(srv.worker_endpoint, "--executor", executor, name=name, capacity=64)
@@ -188,6 +217,7 @@ async def server_soak(seconds: float, seed: int, *, pause_server: bool = True, t
             _remote_client(srv.endpoint, "async", random.Random(rng.random()), stop, tally),
             hit_workers(_host_workers(hosts), rng, stop, tally, label="host's worker"),
             _pause_hosts(hosts, rng, stop, tally),
+            _kill_hosts(hosts, retired, 0.3 * seconds, random.Random(rng.random()), stop, tally),
             _doomed_clients(srv.endpoint, random.Random(rng.random()), stop, tally),
         ]
         if pause_server:
@@ -196,7 +226,7 @@ async def server_soak(seconds: float, seed: int, *, pause_server: bool = True, t
             await _run_for(seconds, stop, *tasks)
         tally.leaks += await _sessions_left(srv.endpoint)
     finally:
-        for host in hosts:
+        for host in [*retired, *hosts]:
             host.stop()
         srv.stop()
     tally.leaks += await settled_leaks(before)

@@ -8,13 +8,16 @@ client failed with "already has a request in flight").
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 import zmq
+import zmq.asyncio
 
+import aioenv
 from aioenv.wire.protocol import Key, Op, decode, encode, leaves_to_wire
 from tests.support.procs import HANG
 from tests.support.servers import ServerProcess
@@ -119,3 +122,28 @@ def test_a_malformed_request_never_costs_the_session(client: _Client, kind: str)
         answer = client.ask(op, fields, arrays)
         assert answer[Key.OP] in (Op.RESULT, Op.ERROR), (key, value, answer)
         client.still_served()
+
+
+@pytest.mark.parametrize(
+    "spaces", [{"env": {"obs": {"type": "Nope"}, "act": {"type": "Discrete", "n": 2}}}, {"env": {"obs": 3}}]
+)
+async def test_a_server_that_describes_spaces_wrongly_gets_a_protocol_error(spaces: dict) -> None:
+    """A hostile (or broken) server answers OPEN with spaces this client cannot read: make() raises
+    ProtocolError, not a bare ValueError or KeyError."""
+    router = zmq.asyncio.Context.instance().socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+
+    async def answer_open() -> None:
+        identity, *frames = await router.recv_multipart()
+        header, _ = decode(frames)
+        await router.send_multipart([identity, *encode(Op.RESULT, {Key.ID: header[Key.ID], Key.SPACES: spaces})])
+
+    answering = asyncio.ensure_future(answer_open())
+    try:
+        with pytest.raises(aioenv.ProtocolError, match="space came described in a way this pool cannot read"):
+            await asyncio.wait_for(aioenv.make("CartPole-v1", 2, endpoint=f"tcp://127.0.0.1:{port}"), HANG)
+        await answering
+    finally:
+        answering.cancel()
+        router.close()

@@ -82,27 +82,48 @@ class ServerProcess:
 
 
 class WorkerHostProcess:
-    """``aioenv worker --connect ...``: a worker host; ``wait_joined`` waits for the server to admit it."""
+    """``aioenv worker --connect ...``: a worker host; ``wait_joined`` waits for the server to admit it. A thread
+    reads its log as it comes (a host that logs a lot never blocks on a full pipe); :meth:`wait_for` reads on
+    from where the last call stopped."""
 
     def __init__(self, endpoint: str, *args: str, name: str, capacity: int = 8, prefix: tuple[str, ...] = ()) -> None:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         cmd = [*prefix, sys.executable, "-m", "aioenv.cli", "worker", "--connect", endpoint, "--name", name]
         cmd += ["--capacity", str(capacity), *args]
         self.name = name
+        self.args = (endpoint, *args)
+        self.capacity = capacity
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
         self.log: list[str] = []
+        self._read = 0  # lines of the log wait_for has looked at
+        self._grew = threading.Condition()
+        self._reader = threading.Thread(target=self._read_log, daemon=True)
+        self._reader.start()
+
+    def _read_log(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            with self._grew:
+                self.log.append(line)
+                self._grew.notify_all()
+        with self._grew:
+            self.log.append("")  # the end: it exited
+            self._grew.notify_all()
 
     def wait_for(self, pattern: str) -> str:
-        """Read its log until a line matches ``pattern``; that line."""
-        assert self.proc.stderr is not None
+        """The next line of its log (after those earlier calls looked at) that matches ``pattern``."""
         deadline = time.monotonic() + HANG
-        while True:
-            line = self.proc.stderr.readline()
-            self.log.append(line)
-            if re.search(pattern, line):
-                return line
-            assert line, f"{pattern!r} never came: {''.join(self.log)}"
-            assert time.monotonic() < deadline, f"{pattern!r} never came: {''.join(self.log)}"
+        with self._grew:
+            while True:
+                while self._read < len(self.log):
+                    line = self.log[self._read]
+                    self._read += 1
+                    if re.search(pattern, line):
+                        return line
+                    assert line, f"{pattern!r} never came (it exited): {''.join(self.log)}"
+                left = deadline - time.monotonic()
+                assert left > 0, f"{pattern!r} never came: {''.join(self.log)}"
+                self._grew.wait(left)
 
     def wait_joined(self) -> WorkerHostProcess:
         """Return once the server admitted it."""
@@ -115,9 +136,10 @@ class WorkerHostProcess:
 
     def stop(self) -> None:
         """SIGTERM; it must exit 0 with none of its workers left."""
-        if self.proc.poll() is not None:
+        if self.proc.poll() is not None:  # it exited (or was killed) already
+            self._reader.join(HANG)
             if self.proc.stderr is not None:
                 self.proc.stderr.close()
             return
         os.kill(self.proc.pid, signal.SIGCONT)  # a test may have stopped it
-        terminate(self.proc, self.workers(), self.log, "the worker host")
+        terminate(self.proc, self.workers(), self.log, "the worker host", self._reader)
