@@ -59,6 +59,11 @@ def byte_size(_ctx: click.Context, param: click.Parameter, value: Any) -> int:
     return int(form[1]) * (10 ** (3 * unit) if decimal else 1 << (10 * unit))
 
 
+def count_option(flag: str, default: int, help_text: str) -> Callable[[F], F]:
+    """A bound that counts things (an int >= 1), e.g. a bound per client of ``aioenv serve``."""
+    return click.option(flag, type=click.IntRange(1), default=default, show_default=True, help=help_text)
+
+
 def size_option(flag: str, default: str, help_text: str) -> Callable[[F], F]:
     """A size in bytes (see :func:`byte_size`), e.g. a bound per client of ``aioenv serve``."""
     return click.option(
@@ -152,13 +157,7 @@ def _endpoint(_ctx: click.Context, param: click.Parameter, value: str | None) ->
 @click.option("--workers", type=click.IntRange(1), default=None, help="worker processes per pool (default: cores)")
 @click.option("--max-envs", type=click.IntRange(1), default=None, help="envs of all clients together")
 @click.option("--max-envs-per-client", type=click.IntRange(1), default=None, help="envs of one client process")
-@click.option(
-    "--max-pools-per-client",
-    type=click.IntRange(1),
-    default=64,
-    show_default=True,
-    help="open pools of one client process (each holds worker processes)",
-)
+@count_option("--max-pools-per-client", 64, "open pools of one client process (each holds worker processes)")
 @click.option(
     "--allow-env",
     "allow",
@@ -187,13 +186,7 @@ def _endpoint(_ctx: click.Context, param: click.Parameter, value: str | None) ->
 )
 @silence_option("--worker-timeout", "seconds a worker host may be silent before its envs are re-made elsewhere")
 @size_option("--max-message-bytes", "256MiB", "largest message a client may send (clients refuse larger ones)")
-@click.option(
-    "--max-queued",
-    type=click.IntRange(1),
-    default=1000,
-    show_default=True,
-    help="messages queued for one client before it is dropped",
-)
+@count_option("--max-queued", 1000, "messages queued for one client before it is dropped")
 @size_option("--max-unread-bytes", "512MiB", "bytes of replies a client may leave unread before it is dropped")
 @size_option("--max-unread-total", "2GiB", "all clients' unread bytes together: past it the one with most is dropped")
 @click.option("--log-json", is_flag=True, help="one JSON object per log line")
