@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import json
 import logging
 import os
 import signal
@@ -23,6 +24,33 @@ if TYPE_CHECKING:
 
 #: Sets a ZeroMQ socket's options before it connects (CURVE keys).
 Configure = Callable[["zmq.Socket[Any]"], None]
+
+
+# Where the starting process's search path arrives: the names of aioenv.transport.spawn's SYS_PATH_ENV and
+# PYTHONPATH_ENV, spelled out here because they are read before anything but the standard library is imported.
+_SYS_PATH_ENV = "AIOENV_SYS_PATH"
+_PYTHONPATH_ENV = "AIOENV_PYTHONPATH"
+
+
+def _adopt_parent_path() -> None:
+    """Search modules where the process that started this worker does (see
+    :func:`aioenv.transport.spawn.worker_command`), and give its ``PYTHONPATH`` back to this process's
+    environment. A worker started by hand keeps the interpreter's own path."""
+    raw = os.environ.pop(_SYS_PATH_ENV, None)
+    if raw is None:
+        return
+    try:
+        path = json.loads(raw)
+    except ValueError:
+        path = None
+    if not isinstance(path, list) or not all(isinstance(p, str) for p in path):
+        raise SystemExit(f"{_SYS_PATH_ENV} must be a JSON list of paths, got {raw[:200]!r}")
+    sys.path[:] = path
+    parent = os.environ.pop(_PYTHONPATH_ENV, None)
+    if parent is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = parent
 
 
 def _die_with_parent() -> None:
@@ -142,6 +170,7 @@ def _run(args: argparse.Namespace, configure: Configure | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and run a worker until the coordinator closes it."""
+    _adopt_parent_path()  # first: every import after it must resolve as in the starting process
     parser = _parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")

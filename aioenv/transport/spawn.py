@@ -10,6 +10,7 @@ coordinator's side.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -18,10 +19,22 @@ from collections.abc import Sequence
 
 from aioenv.errors import UsageError
 
-__all__ = ["WORKER_SCHED_ENV", "end_group", "start_worker", "worker_command", "worker_sched_policy"]
+__all__ = [
+    "PYTHONPATH_ENV",
+    "SYS_PATH_ENV",
+    "WORKER_SCHED_ENV",
+    "end_group",
+    "start_worker",
+    "worker_command",
+    "worker_sched_policy",
+]
 
 #: Environment variable naming the scheduling policy of worker processes: ``batch`` (the default) or ``default``.
 WORKER_SCHED_ENV = "AIOENV_WORKER_SCHED"
+#: Environment variable carrying the starting process's ``sys.path`` (a JSON list) to a worker.
+SYS_PATH_ENV = "AIOENV_SYS_PATH"
+#: Environment variable carrying the starting process's ``PYTHONPATH`` to a worker (absent: it had none).
+PYTHONPATH_ENV = "AIOENV_PYTHONPATH"
 
 
 def worker_sched_policy() -> str:
@@ -45,17 +58,25 @@ def worker_sched_policy() -> str:
 def worker_command(args: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     """The command line and environment that start ``python -m workers ARGS`` in a child process.
 
-    The child runs with ``-P``, so the working directory is not put first on its ``sys.path`` (a
-    ``workers`` package of the user's own there must not stand in for aioenv's); its ``PYTHONPATH``
-    names aioenv's own root first, then the directory this process's main code came from (its
-    script's) and the working directory, so an env named ``"pkg.module:factory"`` that is found here,
-    or in the working directory, is found in the worker too.
+    The worker searches modules where this process does: :data:`SYS_PATH_ENV` carries this process's
+    ``sys.path`` as it is now (paths a script, pytest or a notebook added at run time included, ``""``
+    made the working directory), in its order, then the working directory (an env named
+    ``"pkg.module:factory"`` may be found there), as ``multiprocessing``'s spawn does. The worker takes it
+    before it imports anything but the standard library. To find the worker runtime itself, the child
+    runs with ``-P`` (the working directory is not put first on its path) and ``PYTHONPATH`` naming
+    aioenv's own root only, so a user's module named ``workers`` cannot stand in for aioenv's; the
+    caller's ``PYTHONPATH`` travels in :data:`PYTHONPATH_ENV` and is given back to the worker's
+    environment for whatever its envs start.
     """
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    main_dir = os.path.abspath(sys.path[0]) if sys.path and sys.path[0] else ""
+    cwd = os.getcwd()
     env = dict(os.environ)
-    paths = [root, main_dir, os.getcwd(), *env.get("PYTHONPATH", "").split(os.pathsep)]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
+    search = [os.path.join(cwd, p) if p else cwd for p in (*sys.path, cwd)]
+    env[SYS_PATH_ENV] = json.dumps(list(dict.fromkeys(search)))
+    env.pop(PYTHONPATH_ENV, None)
+    if "PYTHONPATH" in env:
+        env[PYTHONPATH_ENV] = env["PYTHONPATH"]
+    env["PYTHONPATH"] = root
     return [sys.executable, "-P", "-m", "workers", *args], env
 
 
