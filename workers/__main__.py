@@ -136,9 +136,15 @@ def _curve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Configu
     return client_configurer((args.curve_secret, args.server_key))
 
 
-def _trust(trusted_dir: str | None) -> None:
+def _trust(trusted_dir: str | None, fd: int | None) -> None:
     """In-worker code (aioenv.compat's helper) loads pickled payloads from this directory only; a worker
-    started without one must not trust a directory inherited through the environment."""
+    started without one must not trust a directory inherited through the environment. A worker on a pipe
+    inherited from its pool talks to that pool alone: values msgpack cannot carry (a user-defined space's)
+    travel pickled on it."""
+    if fd is not None:
+        from aioenv.wire.protocol import trust_parent_pipe
+
+        trust_parent_pipe()
     if trusted_dir:
         os.environ["AIOENV_TRUSTED_DIR"] = trusted_dir
     else:
@@ -185,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:  # a bad AIOENV_WORKER_SCHED
         parser.error(str(exc))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
-    _trust(args.trusted_dir)
+    _trust(args.trusted_dir, args.fd)
     _check_descriptors(parser, args)
     _run(args, _curve(parser, args))
     return 0

@@ -26,7 +26,7 @@ from aioenv.transport.slab import Slab
 from aioenv.wire import spaces
 from aioenv.wire.errors import to_wire
 from aioenv.wire.infos import batch_infos
-from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, leaves_to_wire, pack
+from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, leaves_to_wire, pack, pickle_allowed
 from workers.hosted import HostedEnv, check_executor
 from workers.link import open_link
 from workers.sources import resolve
@@ -317,6 +317,11 @@ def checked_value(value: Any) -> Any:
 
 
 def describe_env(env: Any) -> dict[str, Any]:
+    """The env's spaces, metadata and render mode, for the coordinator; ``TypeError`` for a user-defined space
+    when this worker is not talking to the pool that started it over its own pipe (nothing may be pickled)."""
+    for space in (env.observation_space, env.action_space):
+        if not pickle_allowed() and not spaces.is_portable(space):
+            raise TypeError(spaces.not_portable(space, "a worker that is not a local pool's own"))
     metadata = {}
     for key, value in dict(getattr(env, "metadata", {}) or {}).items():
         try:

@@ -163,6 +163,8 @@ class Coordinator:
         self.closing = False
         self._retired: list[WorkerProc] = []
         self._launch = launch
+        #: Its workers are its own children on pipes of their own: values msgpack cannot carry travel pickled.
+        self._trusted = launch is launch_local
         self._prefix = name_prefix
         self._when_room = when_room
         self.loop = asyncio.get_running_loop()
@@ -318,7 +320,7 @@ class Coordinator:
                 req = self.sched.open(worker, kind, ids, sink=sink, positions=positions, deadline=deadline)
                 opened.append(req)
                 slot = self.slots[worker]
-                frames = None if slot.dead_reason else self._encode_request(kind, req, build)
+                frames = None if slot.dead_reason else self._encode_request(kind, req, build, self._trusted)
                 prepared.append((slot, req, positions, frames))
         except Exception as exc:
             for req in opened:
@@ -328,12 +330,12 @@ class Coordinator:
         return prepared
 
     @staticmethod
-    def _encode_request(kind: str, req: Request, build: Build) -> list[Any]:
+    def _encode_request(kind: str, req: Request, build: Build, trusted: bool) -> list[Any]:
         """The frames of ``req``: its builder's fields and arrays, with its id and env ids."""
         fields, arrays = build(req)
         fields[Key.ID] = req.id
         fields[Key.ENV] = req.env_ids.tolist()
-        return encode(_OPS[kind], fields, arrays)
+        return encode(_OPS[kind], fields, arrays, trusted=trusted)
 
     def _pump(self) -> None:
         """Send held rows that fit under the concurrency limit now (rows that cannot be sent fail their own
@@ -361,7 +363,7 @@ class Coordinator:
             log.warning("dropping a message from unknown peer %r", identity)
             return
         try:
-            header, arrays = decode(frames)
+            header, arrays = decode(frames, trusted=self._trusted)
         except ProtocolError as exc:
             log.error("malformed message from worker %s: %s", slot.name, exc)
             return

@@ -74,6 +74,7 @@ from aioenv.wire.options import (
     positive_int,
 )
 from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire
+from aioenv.wire.spaces import is_portable, not_portable, space_from_description
 from aioenv.wire.version import PROTOCOL_VERSION
 
 __all__ = ["Server", "ServerConfig"]
@@ -103,6 +104,17 @@ class ServerConfig:
     local_capacity: int | None = None  # with worker_bind: envs the server hosts itself (None: as a last resort)
     worker_timeout: float = 10.0  # with worker_bind: seconds of silence before a worker host is dropped
     limits: PeerLimits = field(default_factory=PeerLimits)  # what one client may make the server hold
+
+
+def _unportable(described: dict[str, Any]) -> str:
+    """Why the envs' spaces cannot be served to a client over the network ("" when they can): a user-defined
+    space's values travel only pickled, between a pool and its own workers."""
+    for desc in described.values():
+        for key in ("obs", "act"):
+            space = space_from_description(desc[key])
+            if not is_portable(space):
+                return not_portable(space, "a server")
+    return ""
 
 
 @dataclass(frozen=True)
@@ -511,9 +523,9 @@ class Server:
             coord, described = await self._start_coordinator(identity, n, sources, opts)
         finally:
             self._opening.pop(identity, None)
-        if self.closing:
+        if self.closing or (why := _unportable(described)):
             await coord.aclose()
-            raise PoolClosed("the server is shutting down")
+            raise PoolClosed("the server is shutting down") if self.closing else UsageError(why)
         name = client or peer_name(identity)
         outlet = _Outlet(self, identity, name)
         unread = Unread(self.config.limits.mark_every)

@@ -100,9 +100,10 @@ class Slab:
 
     @staticmethod
     def plan(num_envs: int, obs_space: Any, act_space: Any) -> dict[str, Any] | None:
-        """The layout for these spaces, or None when a leaf cannot live in shared memory (``Text``)."""
+        """The layout for these spaces, or None when a leaf cannot live in shared memory (an object leaf: text,
+        Graph, Sequence, OneOf, user-defined)."""
         obs_specs, act_specs = spaces.leaf_specs(obs_space), spaces.leaf_specs(act_space)
-        if any(dtype == "text" for dtype, _ in (*obs_specs, *act_specs)):
+        if any(dtype in ("text", "value") for dtype, _ in (*obs_specs, *act_specs)):
             return None
         offset = 0
 

@@ -11,15 +11,21 @@ A message is a list of ZeroMQ frames ``[header, *arrays]``:
   typical step message is a single frame.
 
 Values inside the header (infos, call results, space descriptions) use msgpack
-with three extension types, so numpy values keep their dtype and tuples stay
+with extension types, so numpy values keep their dtype and tuples stay
 tuples: ``1`` ndarray (``[dtype, shape, bytes]``; object arrays as a list of
-items), ``2`` tuple, ``3`` numpy scalar (``[dtype, bytes]``). Nothing is ever
-pickled: a value msgpack cannot describe is refused with a ``TypeError`` that
-names its type.
+items), ``2`` tuple, ``3`` numpy scalar (``[dtype, bytes]``), ``4`` a gymnasium
+``GraphInstance`` (``[nodes, edges, edge_links]``). A value msgpack cannot describe
+is refused with a ``TypeError`` that names its type, with one exception: between a
+pool and the worker processes it started itself, over their private pipe (the trust
+``multiprocessing`` gives its children), ``encode(..., trusted=True)`` carries it
+pickled with cloudpickle (``5``), and only ``decode(..., trusted=True)`` (or a worker
+that called :func:`trust_parent_pipe`) unpickles it. Bytes from a network socket are
+never unpickled: an untrusted decode refuses extension ``5`` with a ProtocolError.
 
 Batched observations/actions travel as "leaves" (see :mod:`aioenv.wire.spaces`): a
-numeric leaf is an array frame (its header entry is the frame index), a text
-leaf is a list of str inside the header.
+numeric leaf is an array frame (its header entry is the frame index), an object
+leaf (text, or the values of a Graph, Sequence, OneOf or user-defined space) is a
+list of its rows' values inside the header.
 
 Arrays decoded from frames are read-only views of the received buffers; the
 coordinator copies them once into the arrays it hands to users.
@@ -28,12 +34,16 @@ coordinator copies them once into the arrays it hands to users.
 from __future__ import annotations
 
 import math
+import pickle
 import re
+import threading
 from collections.abc import Sequence
 from typing import Any
 
+import cloudpickle
 import msgpack
 import numpy as np
+from gymnasium.spaces import GraphInstance
 
 from aioenv.errors import ProtocolError
 from aioenv.wire.version import PROTOCOL_VERSION
@@ -49,6 +59,8 @@ __all__ = [
     "leaves_from_wire",
     "leaves_to_wire",
     "pack",
+    "pickle_allowed",
+    "trust_parent_pipe",
     "unpack",
 ]
 
@@ -60,6 +72,8 @@ MAX_HEADER_BYTES = 64 * 1024 * 1024
 _EXT_NDARRAY = 1
 _EXT_TUPLE = 2
 _EXT_SCALAR = 3
+_EXT_GRAPH = 4
+_EXT_PICKLED = 5
 _NUMERIC_KINDS = frozenset("biufc")
 
 
@@ -155,7 +169,37 @@ class Key:
 # ---------------------------------------------------------------- msgpack values
 
 
+class _Trust(threading.local):
+    """Whether this thread is encoding or decoding a message of a trusted pipe right now."""
+
+    on = False
+
+
+_TRUST = _Trust()
+_PROCESS_TRUST = [False]  # a worker that talks only to the pool that started it (trust_parent_pipe)
+
+
+def trust_parent_pipe() -> None:
+    """Carry values msgpack cannot describe pickled, both ways, for the rest of this process's life.
+
+    Only a worker process started by a pool and talking to it alone, over the pipe it inherited
+    (``python -m workers --fd N``), calls this: its only peer is the process that started it.
+    """
+    _PROCESS_TRUST[0] = True
+
+
+def _trusted() -> bool:
+    return _PROCESS_TRUST[0] or _TRUST.on
+
+
+def pickle_allowed() -> bool:
+    """Whether this process carries values msgpack cannot describe pickled (see :func:`trust_parent_pipe`)."""
+    return _PROCESS_TRUST[0]
+
+
 def _default(obj: Any) -> Any:
+    if isinstance(obj, GraphInstance):  # before tuple: it is a NamedTuple
+        return msgpack.ExtType(_EXT_GRAPH, _PACK([obj.nodes, obj.edges, obj.edge_links]))
     if isinstance(obj, np.ndarray):
         if obj.dtype.kind in _NUMERIC_KINDS:
             # tobytes() is C-order whatever the layout; ascontiguousarray would turn 0-d into (1,)
@@ -184,6 +228,8 @@ def _default(obj: Any) -> Any:
         return bytes(obj)
     if isinstance(obj, (list, set, frozenset)):
         return list(obj)
+    if _trusted():
+        return msgpack.ExtType(_EXT_PICKLED, cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
     raise TypeError(
         f"cannot send a value of type {type(obj).__module__}.{type(obj).__qualname__}: "
         "only None, bool, int, float, str, bytes, list, tuple, dict and numpy arrays/scalars cross the wire"
@@ -256,6 +302,12 @@ def _ext_hook(code: int, data: bytes) -> Any:
     if code == _EXT_SCALAR:
         dtype_code, payload = _UNPACK(data)
         return np.frombuffer(payload, dtype=_check_dtype(dtype_code))[0]
+    if code == _EXT_GRAPH:
+        return _graph(_UNPACK(data))
+    if code == _EXT_PICKLED:
+        if not _trusted():
+            raise ValueError("a pickled value arrived from a peer that is not trusted with pickle (never unpickled)")
+        return pickle.loads(data)  # only from a worker this process started, over its own pipe
     raise ValueError(f"unknown msgpack extension type {code}")
 
 
@@ -298,7 +350,7 @@ def unpack(data: bytes | memoryview) -> Any:
 # ---------------------------------------------------------------- messages
 
 
-def encode(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray] = ()) -> list[Any]:
+def encode(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray] = (), *, trusted: bool = False) -> list[Any]:
     """Build the frames of one message.
 
     Args:
@@ -308,6 +360,8 @@ def encode(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray] = ()) -
             together into the header's ``"b"`` blob (every frame costs socket calls whatever its
             size); larger ones get a frame each and are sent zero-copy, so they must be fresh
             arrays that nobody mutates afterwards.
+        trusted: the message goes to a worker this process started, over its own pipe: a value
+            msgpack cannot describe travels pickled instead of raising ``TypeError``.
 
     Returns:
         ``[header_bytes, *array_frames]`` ready for ``send_multipart``.
@@ -316,7 +370,7 @@ def encode(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray] = ()) -
     header[Key.VERSION] = PROTOCOL_VERSION
     header[Key.OP] = op
     if not arrays:
-        return [_PACK(header)]
+        return [_pack_header(header, trusted)]
     frames: list[Any] = [b""]
     specs: list[list[Any]] = []
     blob: list[bytes] = []
@@ -341,8 +395,18 @@ def encode(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray] = ()) -
     if blob:
         header[Key.BLOB] = b"".join(blob)
     header[Key.ARRAYS] = specs
-    frames[0] = _PACK(header)
+    frames[0] = _pack_header(header, trusted)
     return frames
+
+
+def _pack_header(header: dict[str, Any], trusted: bool) -> bytes:
+    if not trusted:
+        return _PACK(header)
+    _TRUST.on = True
+    try:
+        return _PACK(header)
+    finally:
+        _TRUST.on = False
 
 
 #: Wire codes of the numeric dtypes sent so far (``dtype.str`` builds a new string each time).
@@ -358,10 +422,11 @@ def _dtype_code(dtype: np.dtype[Any]) -> str:
     return dtype.str
 
 
-def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
+def decode(frames: Sequence[Any], *, trusted: bool = False) -> tuple[dict[str, Any], list[np.ndarray]]:
     """Parse the frames of one message into ``(header, arrays)``.
 
-    Frames may be ``bytes`` or ``zmq.Frame``. Arrays are read-only views of the frames.
+    Frames may be ``bytes`` or ``zmq.Frame``. Arrays are read-only views of the frames. ``trusted``: the
+    frames came from a worker this process started, over its own pipe (pickled values are unpickled).
 
     Raises:
         ProtocolError: the frames are not a well-formed message of this protocol version
@@ -369,7 +434,7 @@ def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
     """
     if not frames:
         raise ProtocolError("empty message: expected [header, *arrays]")
-    header = _decode_header(_buffer(frames[0]))
+    header = _decode_header(_buffer(frames[0]), trusted)
     specs = header.get(Key.ARRAYS)
     if specs is None:  # no arrays: the common case of control messages
         if len(frames) > 1:
@@ -386,14 +451,17 @@ def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
     return header, _decode_arrays(specs, buffers)
 
 
-def _decode_header(raw: memoryview) -> dict[str, Any]:
+def _decode_header(raw: memoryview, trusted: bool = False) -> dict[str, Any]:
     """The header map of a message, checked: size, msgpack map, protocol version, ``op``."""
     if len(raw) > MAX_HEADER_BYTES:
         raise ProtocolError(f"header of {len(raw)} bytes exceeds the limit of {MAX_HEADER_BYTES}")
+    _TRUST.on = trusted
     try:
         header = _UNPACK(raw)
     except Exception as exc:
         raise ProtocolError(f"malformed header: not a msgpack map ({exc})") from exc
+    finally:
+        _TRUST.on = False
     if not isinstance(header, dict):
         raise ProtocolError(f"malformed header: expected a msgpack map, got {type(header).__name__}")
     version = header.get(Key.VERSION)
@@ -459,6 +527,16 @@ def _cached_spec(dtype_code: Any, shape: Any) -> tuple[np.dtype[Any], tuple[int,
     return hit
 
 
+def _graph(parts: Any) -> GraphInstance:
+    """A GraphInstance from ``[nodes, edges, edge_links]``: nodes an array, the others arrays or None."""
+    if type(parts) is not list or len(parts) != 3:
+        raise ValueError("a graph must be [nodes, edges, edge_links]")
+    nodes, edges, links = parts
+    if not isinstance(nodes, np.ndarray) or not all(p is None or isinstance(p, np.ndarray) for p in (edges, links)):
+        raise ValueError("a graph's nodes must be an array, its edges and edge_links arrays or nil")
+    return GraphInstance(nodes, edges, links)
+
+
 def _buffer(frame: Any) -> memoryview:
     buf = getattr(frame, "buffer", None)  # zmq.Frame
     view = buf if isinstance(buf, memoryview) else memoryview(frame)
@@ -467,11 +545,12 @@ def _buffer(frame: Any) -> memoryview:
 
 def leaves_to_wire(leaves: Sequence[np.ndarray], arrays: list[np.ndarray]) -> list[Any]:
     """Describe batched leaves for a header: numeric leaves are appended to ``arrays``
-    (and described by their frame index), text leaves (object arrays of str) travel inline."""
+    (and described by their frame index), object leaves (text, Graph, Sequence, OneOf and
+    user-defined values) travel inline as the list of their rows' values."""
     out: list[Any] = []
     for leaf in leaves:
         if leaf.dtype.kind == "O":
-            out.append([str(s) for s in leaf.tolist()])
+            out.append(leaf.tolist())
         else:
             out.append(len(arrays))
             arrays.append(leaf)
@@ -479,7 +558,7 @@ def leaves_to_wire(leaves: Sequence[np.ndarray], arrays: list[np.ndarray]) -> li
 
 
 def leaves_from_wire(desc: Any, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Inverse of :func:`leaves_to_wire` (text leaves come back as object arrays)."""
+    """Inverse of :func:`leaves_to_wire` (object leaves come back as object arrays of shape (B,))."""
     if not isinstance(desc, list):
         raise ProtocolError(f"malformed leaves: expected a list, got {type(desc).__name__}")
     out: list[np.ndarray] = []
@@ -487,9 +566,10 @@ def leaves_from_wire(desc: Any, arrays: Sequence[np.ndarray]) -> list[np.ndarray
         if isinstance(item, int) and 0 <= item < len(arrays):
             out.append(arrays[item])
         elif isinstance(item, list):
-            text = np.empty(len(item), dtype=object)
-            text[:] = item
-            out.append(text)
+            rows = np.empty(len(item), dtype=object)
+            for i, value in enumerate(item):  # one by one: a row that is a tuple or list stays one object
+                rows[i] = value
+            out.append(rows)
         else:
-            raise ProtocolError(f"malformed leaf {item!r}: expected a frame index or a list of str")
+            raise ProtocolError(f"malformed leaf {item!r}: expected a frame index or a list of row values")
     return out

@@ -17,9 +17,18 @@ Batched value conventions, for a single-env space and B rows:
   every leaf is an ndarray (fancy indexing, concatenation work the same).
 - ``Dict``: dict with the space's keys, in the space's order, of batched children
 - ``Tuple``: tuple of batched children
+- ``Graph``, ``Sequence``, ``OneOf`` and user-defined ``gymnasium.spaces.Space``
+  subclasses: a *value* leaf, an ndarray (B,) of dtype object holding each env's own
+  value as gymnasium gives it (a ``GraphInstance``; a tuple, or for ``stack=True`` the
+  stacked value; an ``(index, value)`` tuple; whatever the user's space samples).
+  gymnasium batches these as a tuple of B values.
 
 Leaves are ordered depth-first: Dict children in key order, Tuple children in
-order. Other spaces (Graph, Sequence, OneOf, custom) raise ``TypeError``.
+order. Graph, Sequence and OneOf values cross the wire as msgpack (arrays inside
+them as raw bytes, a ``GraphInstance`` as an extension type). A user-defined space
+and its values can only travel pickled: its description is the space object itself,
+which :mod:`aioenv.wire.protocol` carries only between a pool and the workers it
+started itself (``trusted``), never over a network socket.
 
 Per-space plans (row writer/reader, flatten, action checker) are compiled once and
 cached by space identity: a space must not be mutated after its first use here.
@@ -39,6 +48,8 @@ from aioenv.errors import InvalidAction
 
 __all__ = [
     "RowReader",
+    "is_portable",
+    "not_portable",
     "RowWriter",
     "check_actions",
     "concat_leaves",
@@ -61,15 +72,35 @@ _Check = Callable[[Any, Any, list[Leaf]], None]  # (actions, env_ids, out)
 _Flatten = Callable[[Any, list[Leaf]], None]
 _Unflatten = Callable[[list[Leaf]], Any]
 
-_SUPPORTED = "Box, Discrete, MultiDiscrete, MultiBinary, Text, Dict, Tuple"
+_SUPPORTED = "Box, Discrete, MultiDiscrete, MultiBinary, Text, Dict, Tuple, Graph, Sequence, OneOf"
 _MAX_DEPTH = 32
 _DTYPE_RE = re.compile(r"[<>|=]?[biuf]\d{1,2}")
 
 
 def _unsupported(space: Any) -> TypeError:
-    return TypeError(
-        f"unsupported space {space!r} ({type(space).__name__}): aioenv carries only "
-        f"{_SUPPORTED} (nested in Dict/Tuple as needed)"
+    return TypeError(f"unsupported space {space!r} ({type(space).__name__}): not a gymnasium.spaces.Space")
+
+
+def is_portable(space: gs.Space[Any]) -> bool:
+    """Whether ``space`` and its values can cross a network socket: no user-defined space class
+    anywhere inside it (those travel pickled, between a pool and its own workers only)."""
+    if isinstance(space, gs.Dict | gs.Tuple | gs.OneOf):
+        subs = space.spaces.values() if isinstance(space, gs.Dict) else space.spaces
+        return all(is_portable(s) for s in subs)
+    if isinstance(space, gs.Sequence):
+        return is_portable(space.feature_space)
+    if isinstance(space, gs.Graph):
+        return space.edge_space is None or is_portable(space.edge_space)
+    return isinstance(space, _NATIVE)
+
+
+def not_portable(space: gs.Space[Any], where: str) -> str:
+    """Why ``space`` cannot be used ``where`` (a server, a remote pool): the words of the UsageError."""
+    return (
+        f"{where} cannot carry {space!r}: it is (or holds) a user-defined gymnasium space "
+        f"({type(space).__module__}.{type(space).__qualname__}), whose values can only travel pickled, and aioenv "
+        f"never unpickles what arrives over a network socket. Run this env in a local pool, or describe it with "
+        f"gymnasium's own spaces ({_SUPPORTED})"
     )
 
 
@@ -110,7 +141,21 @@ def describe_space(space: gs.Space[Any]) -> dict[str, Any]:
         return {"type": "Dict", "sort_keys": bool(space.sort_keys), "subspaces": subs}
     if isinstance(space, gs.Tuple):
         return {"type": "Tuple", "subspaces": [describe_space(s) for s in space]}
-    raise _unsupported(space)
+    return _describe_variable(space)
+
+
+def _describe_variable(space: gs.Space[Any]) -> dict[str, Any]:
+    """Graph, Sequence, OneOf, and a user-defined space (described by the space object itself)."""
+    if isinstance(space, gs.Graph):
+        edges = None if space.edge_space is None else describe_space(space.edge_space)
+        return {"type": "Graph", "node_space": describe_space(space.node_space), "edge_space": edges}
+    if isinstance(space, gs.Sequence):
+        return {"type": "Sequence", "feature_space": describe_space(space.feature_space), "stack": bool(space.stack)}
+    if isinstance(space, gs.OneOf):
+        return {"type": "OneOf", "subspaces": [describe_space(s) for s in space.spaces]}
+    if not isinstance(space, gs.Space):
+        raise _unsupported(space)
+    return {"type": "Custom", "space": space}
 
 
 def _bad(kind: str, what: str) -> ValueError:
@@ -265,6 +310,33 @@ def _build_dict(desc: Mapping[str, Any], depth: int) -> gs.Space[Any]:
     return _make("Dict", gs.Dict, pairs, sort_keys=sort_keys)
 
 
+def _build_graph(desc: Mapping[str, Any], depth: int) -> gs.Space[Any]:
+    nodes = _build(_field(desc, "node_space", "Graph"), depth + 1)
+    edges_desc = _field(desc, "edge_space", "Graph")
+    edges = None if edges_desc is None else _build(edges_desc, depth + 1)
+    return _make("Graph", gs.Graph, nodes, edges)
+
+
+def _build_sequence(desc: Mapping[str, Any], depth: int) -> gs.Space[Any]:
+    feature = _build(_field(desc, "feature_space", "Sequence"), depth + 1)
+    stack = _field(desc, "stack", "Sequence")
+    if not isinstance(stack, bool):
+        raise _bad("Sequence", f"field 'stack' must be a bool, got {stack!r}")
+    return _make("Sequence", gs.Sequence, feature, stack=stack)
+
+
+def _build_one_of(desc: Mapping[str, Any], depth: int) -> gs.Space[Any]:
+    subs, _ = _subspaces(desc, "OneOf")
+    return _make("OneOf", gs.OneOf, [_build(d, depth + 1) for d in subs])
+
+
+def _build_custom(desc: Mapping[str, Any], _depth: int) -> gs.Space[Any]:
+    space = _field(desc, "space", "Custom")  # an object only a trusted (pickle-carrying) decode can produce
+    if not isinstance(space, gs.Space):
+        raise _bad("Custom", f"field 'space' must be a gymnasium space, got {type(space).__name__}")
+    return space
+
+
 #: One builder per space type a description may name.
 _BUILDERS: dict[str, Callable[[Mapping[str, Any], int], gs.Space[Any]]] = {
     "Box": _build_box,
@@ -274,7 +346,23 @@ _BUILDERS: dict[str, Callable[[Mapping[str, Any], int], gs.Space[Any]]] = {
     "Text": _build_text,
     "Tuple": _build_tuple,
     "Dict": _build_dict,
+    "Graph": _build_graph,
+    "Sequence": _build_sequence,
+    "OneOf": _build_one_of,
+    "Custom": _build_custom,
 }
+_NATIVE = (
+    gs.Box,
+    gs.Discrete,
+    gs.MultiDiscrete,
+    gs.MultiBinary,
+    gs.Text,
+    gs.Dict,
+    gs.Tuple,
+    gs.Graph,
+    gs.Sequence,
+    gs.OneOf,
+)
 
 
 # ------------------------------------------------------------- action checking
@@ -462,6 +550,39 @@ def _tuple_checker(space: Any, parts: list[_Check], path: str) -> _Check:
     return check
 
 
+def _object_rows(values: Any) -> Leaf:
+    """B per-env values as an object ndarray (B,), one value per row (a tuple or array stays one object)."""
+    if isinstance(values, np.ndarray) and values.dtype == object and values.ndim == 1:
+        return values
+    rows = np.empty(len(values), dtype=object)
+    for i, value in enumerate(values):
+        rows[i] = value
+    return rows
+
+
+def _value_checker(space: gs.Space[Any], path: str) -> _Check:
+    """Graph, Sequence, OneOf and user-defined spaces: a sequence of B values, each in the space."""
+    kind = type(space).__name__
+
+    def check(actions: Any, env_ids: Any, out: list[Leaf]) -> None:
+        n = len(env_ids)
+        if not isinstance(actions, list | tuple | np.ndarray) or (isinstance(actions, np.ndarray) and not actions.ndim):
+            raise _batch_error(path, env_ids, f"a sequence of {n} {kind} values", type(actions).__name__)
+        rows = _object_rows(actions)
+        if len(rows) != n:
+            raise _batch_error(path, env_ids, f"{n} {kind} values", f"{len(rows)}")
+        for row, value in enumerate(rows):
+            try:
+                ok = bool(space.contains(value))
+            except Exception:  # noqa: BLE001 - a value the space cannot even inspect is not in it
+                ok = False
+            if not ok:
+                raise _row_error(path, env_ids, row, f"a value of {space!r}", _fmt(value))
+        out.append(rows)
+
+    return check
+
+
 # -------------------------------------------------------------------- plans
 _Parts = tuple[RowWriter, RowReader, _Check, _Flatten, _Unflatten]
 
@@ -524,10 +645,14 @@ class _Plan:
             check = _int_checker(space, space.start, space.nvec, path)
         elif isinstance(space, gs.MultiBinary):
             check = _int_checker(space, 0, np.full(space.shape, 2), path)
+        elif isinstance(space, gs.Space):  # Graph, Sequence, OneOf, user-defined: one object per row
+            check = _value_checker(space, path)
+            self.specs.append(("value", ()))
         else:
             raise _unsupported(space)
         if len(self.specs) == k:
             self.specs.append((np.dtype(space.dtype).str, tuple(space.shape or ())))
+        kind = self.specs[k][0]
 
         def write(leaves: list[Leaf], i: int, value: Any) -> None:
             leaves[k][i] = value
@@ -540,6 +665,8 @@ class _Plan:
                 arr = np.empty(len(value), dtype=object)
                 arr[:] = [str(v) for v in value]
                 value = arr
+            elif kind == "value":
+                value = _object_rows(value)
             out.append(np.asarray(value))
 
         def unflatten(leaves: list[Leaf]) -> Any:
@@ -564,14 +691,16 @@ def _plan(space: gs.Space[Any]) -> _Plan:
 
 # ---------------------------------------------------------------- public API
 def leaf_specs(space: gs.Space[Any]) -> list[tuple[str, tuple[int, ...]]]:
-    """Per leaf: (``np.dtype.str`` or ``"text"``, per-row shape); leaf = (B, *shape)."""
+    """Per leaf: (``np.dtype.str``, ``"text"`` or ``"value"``, per-row shape); leaf = (B, *shape)."""
     return list(_plan(space).specs)
 
 
 def empty_batch(space: gs.Space[Any], n: int) -> list[Leaf]:
-    """Leaves for ``n`` rows: np.empty (n, *shape) numeric, (n,) object of "" text."""
+    """Leaves for ``n`` rows: np.empty (n, *shape) numeric, (n,) object of "" text and of None values."""
+    empty = {"text": "", "value": None}
     return [
-        np.full(n, "", dtype=object) if dt == "text" else np.empty((n, *shape), dt) for dt, shape in _plan(space).specs
+        np.full(n, empty[dt], dtype=object) if dt in empty else np.empty((n, *shape), dt)
+        for dt, shape in _plan(space).specs
     ]
 
 
