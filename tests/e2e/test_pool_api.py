@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import os
+import sys
 import tempfile
 from typing import Any
 
@@ -121,17 +123,24 @@ async def test_a_workers_package_in_the_working_directory_does_not_stand_in_for_
         assert obs.shape == (2, 4)
 
 
-def test_worker_command_puts_aioenv_first_and_keeps_the_working_directory(monkeypatch: pytest.MonkeyPatch) -> None:
-    from aioenv.transport.spawn import worker_command
+def test_worker_command_carries_the_callers_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from aioenv.transport.spawn import PYTHONPATH_ENV, SYS_PATH_ENV, worker_command
 
     monkeypatch.setenv("PYTHONPATH", "/somewhere/else")
+    monkeypatch.setattr(sys, "path", ["", "/added/at/run/time", *sys.path[1:]])
     cmd, env = worker_command(["--fd", "3"])
     assert cmd[1:5] == ["-P", "-m", "workers", "--fd"]
-    paths = env["PYTHONPATH"].split(os.pathsep)
-    assert paths[0] == os.path.dirname(os.path.dirname(os.path.abspath(aioenv.__file__)))
-    assert os.getcwd() in paths
-    assert paths[-1] == "/somewhere/else"
-    assert len(paths) == len(set(paths))
+    assert env["PYTHONPATH"] == os.path.dirname(os.path.dirname(os.path.abspath(aioenv.__file__)))
+    assert env[PYTHONPATH_ENV] == "/somewhere/else"
+    path = json.loads(env[SYS_PATH_ENV])
+    assert path[:2] == [os.getcwd(), "/added/at/run/time"]  # "" is the working directory
+    assert path[-1] == os.getcwd() or os.getcwd() in path
+    assert len(path) == len(set(path))
+    monkeypatch.delenv("PYTHONPATH")
+    _, env = worker_command([])
+    assert PYTHONPATH_ENV not in env  # the worker drops PYTHONPATH again: the caller had none
 
 
 async def test_make_with_lambda_ships_closure_by_value() -> None:
