@@ -20,7 +20,8 @@ PUBLIC = {
     "make_sync run vector",
     "aioenv.errors": ERRORS,
     "aioenv.vector": "AioVectorEnv",
-    "aioenv.compat.envpool": "EnvPool EnvSpec make make_gymnasium make_spec",
+    "aioenv.compat.envpool": "DMEnvPool EnvPool EnvSpec GymnasiumEnvPool list_all_envs make make_dm make_gym "
+    "make_gymnasium make_spec",
     "aioenv.compat.sb3": "AioVecEnv",
 }
 

@@ -12,233 +12,178 @@ Change one line::
         env_id = info["env_id"]
         env.send(policy(obs), env_id)
 
-What matches EnvPool: ``make``/``make_gymnasium``/``make_spec``; ``send(action, env_id)``,
-``recv()`` (the first ``batch_size`` envs to finish), ``async_reset()``, ``step(action, env_id)``,
-``reset(env_id)``; ``info["env_id"]`` (int32), ``info["players"]["env_id"]`` and
-``info["elapsed_step"]``; single-env ``observation_space``/``action_space``; ``config`` and
-``spec.config``; the seed rule (an int gives env ``i`` the seed ``seed + i``; a list gives one
-per env); next-step autoreset (the step after an episode ended resets that env, ignores its
-action and returns its first obs with reward 0); float32 rewards.
+What matches EnvPool (checked side by side against envpool 1.2.5 in ``tests/compat/test_envpool.py``):
+``make``/``make_gym``/``make_gymnasium``/``make_dm``/``make_spec``; ``env_type`` ``"gymnasium"`` and
+``"gym"`` (the same gymnasium 5-tuple, as EnvPool 1.x) and ``"dm"`` (batched ``dm_env.TimeStep``, needs
+the ``dm`` extra); ``send(action, env_id)`` (arrays or EnvPool's dict actions), ``recv()`` (the first
+``batch_size`` envs to finish; with ``batch_size == num_envs`` every env sent, in the order sent),
+``step(action, env_id)`` (``send`` then ``recv``), ``reset(env_id)`` (the reset then ``recv``),
+``async_reset()``; ``info["env_id"]`` (int32), ``info["players"]["env_id"]``, ``info["elapsed_step"]``;
+single-env spaces; ``config``/``spec.config``; the seed rule (an int gives env ``i`` the seed
+``seed + i``; a list gives one per env); next-step autoreset; float32 rewards.
 
-What differs: any gymnasium id (or ``"pkg.module:factory"``) works, envs run in worker
-processes rather than C++ threads (``num_threads`` sets the number of worker processes);
-``step``/``reset`` return exactly the envs asked for, in ``env_id`` order (EnvPool's ``reset``
-in async mode returns ``batch_size`` rows); keyword arguments that are not EnvPool options
-are passed to ``gymnasium.make``; extra env info keys are batched as gymnasium's vector envs do.
+What differs, and every option and method: ``docs/migrating.md``, "From EnvPool". In short: any
+gymnasium id or ``"pkg.module:factory"`` works; envs run in worker processes (``num_threads`` sets how
+many); input EnvPool would crash on, block forever on or silently misread is refused with a clear
+error (``aioenv.InvalidAction`` naming the task, the env, the expected space and what arrived;
+``aioenv.UsageError`` for unknown, repeated or busy env ids and for a ``recv`` that could never return).
 """
 
 from __future__ import annotations
 
-import os
 import warnings
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, Literal, overload
 
 import gymnasium
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from aioenv.compat import envpool_dm
+from aioenv.compat.envpool_spec import EnvSpec, build_spec, worker_count
+from aioenv.errors import EnvError, InvalidAction, StepTimeout, UsageError, WorkerCrashed
 from aioenv.sync import SyncPool
 
-__all__ = ["EnvPool", "EnvSpec", "make", "make_gymnasium", "make_spec"]
+__all__ = [
+    "DMEnvPool",
+    "EnvPool",
+    "EnvSpec",
+    "GymnasiumEnvPool",
+    "list_all_envs",
+    "make",
+    "make_dm",
+    "make_gym",
+    "make_gymnasium",
+    "make_spec",
+]
 
-#: EnvPool options this adapter understands (anything else is an env keyword argument).
-_OPTIONS = (
-    "num_envs",
-    "batch_size",
-    "num_threads",
-    "max_num_players",
-    "thread_affinity_offset",
-    "base_path",
-    "seed",
-    "gym_reset_return_info",
-    "max_episode_steps",
-)
-
-
-class EnvSpec:
-    """What ``envpool.make_spec`` returns: the task's single-env spaces and its ``config`` dict.
-
-    Attributes:
-        task_id: the gymnasium id (or ``"pkg.module:factory"``).
-        config: EnvPool-style configuration (``num_envs``, ``batch_size``, ``seed``, ``max_episode_steps``,
-            ..., plus the env keyword arguments under ``env_kwargs``).
-        observation_space / action_space: one env's spaces (made once, locally, to read them).
-    """
-
-    def __init__(self, task_id: str, config: dict[str, Any]) -> None:
-        self.task_id = task_id
-        self.config = config
-        self._spaces: tuple[gymnasium.Space[Any], gymnasium.Space[Any]] | None = None
-
-    def _read_spaces(self) -> tuple[gymnasium.Space[Any], gymnasium.Space[Any]]:
-        if self._spaces is None:
-            env = _make_local(self.task_id, self.config)
-            try:
-                self._spaces = (env.observation_space, env.action_space)
-            finally:
-                env.close()
-        return self._spaces
-
-    @property
-    def observation_space(self) -> gymnasium.Space[Any]:
-        """One env's observation space."""
-        return self._read_spaces()[0]
-
-    @property
-    def action_space(self) -> gymnasium.Space[Any]:
-        """One env's action space."""
-        return self._read_spaces()[1]
-
-    @property
-    def gymnasium_observation_space(self) -> gymnasium.Space[Any]:
-        """Alias of :attr:`observation_space` (EnvPool's name)."""
-        return self.observation_space
-
-    @property
-    def gymnasium_action_space(self) -> gymnasium.Space[Any]:
-        """Alias of :attr:`action_space` (EnvPool's name)."""
-        return self.action_space
-
-    def __repr__(self) -> str:
-        return f"EnvSpec({self.task_id!r}, config={self.config!r})"
-
-
-def _env_kwargs(config: dict[str, Any]) -> dict[str, Any]:
-    kwargs = dict(config.get("env_kwargs") or {})
-    if config.get("max_episode_steps") is not None:
-        kwargs["max_episode_steps"] = int(config["max_episode_steps"])
-    return kwargs
-
-
-def _make_local(task_id: str, config: dict[str, Any]) -> Any:
-    """One env made in this process, the way the workers make it (to read its spaces)."""
-    kwargs = _env_kwargs(config)
-    module, _, attr = task_id.partition(":")
-    if attr.isidentifier():  # "pkg.module:factory"
-        import importlib
-
-        return getattr(importlib.import_module(module), attr)(**kwargs)
-    return gymnasium.make(task_id, **kwargs)
+_ENV_TYPES = ("dm", "gym", "gymnasium")
+_INTEGER_SPACES = (gymnasium.spaces.Discrete, gymnasium.spaces.MultiDiscrete, gymnasium.spaces.MultiBinary)
+_ROW_FAILURES = (EnvError, WorkerCrashed, StepTimeout)  # a failed env's row, consumed by the recv that raises it
+Rows = tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
 
 
 def make_spec(task_id: str, **kwargs: Any) -> EnvSpec:
-    """EnvPool's ``make_spec``: the spec (spaces and ``config``) of ``task_id`` with these options."""
-    num_envs = int(kwargs.pop("num_envs", 1))
-    batch_size = kwargs.pop("batch_size", None)
-    batch_size = num_envs if batch_size in (None, 0) else int(batch_size)
-    seed = kwargs.pop("seed", 42)
-    max_num_players = int(kwargs.pop("max_num_players", 1))
-    if max_num_players != 1:
-        raise ValueError("aioenv.compat.envpool supports single-player envs only (max_num_players=1)")
-    num_threads = kwargs.pop("num_threads", None)
-    config: dict[str, Any] = {
-        "num_envs": num_envs,
-        "batch_size": batch_size,
-        "num_threads": int(num_threads) if num_threads else min(num_envs, os.cpu_count() or 1),
-        "max_num_players": 1,
-        "thread_affinity_offset": kwargs.pop("thread_affinity_offset", -1),
-        "base_path": kwargs.pop("base_path", ""),
-        "seed": seed,
-        "gym_reset_return_info": bool(kwargs.pop("gym_reset_return_info", True)),
-        "max_episode_steps": kwargs.pop("max_episode_steps", None),
-        "env_kwargs": kwargs,
-    }
-    return EnvSpec(task_id, config)
+    """EnvPool's ``make_spec``: the :class:`EnvSpec` (spaces, ``config``) ``make`` would build, without a pool.
+
+    Raises gymnasium's own error (``gymnasium.error.NameNotFound``) for an unknown gymnasium id, and
+    ``ValueError`` for an option out of range, naming the task, the option and the value.
+    """
+    return build_spec(task_id, dict(kwargs))
 
 
-def make(
-    task_id: str,
-    env_type: str = "gymnasium",
-    num_envs: int = 1,
-    batch_size: int | None = None,
-    seed: int | Sequence[int] = 42,
-    max_episode_steps: int | None = None,
-    **kwargs: Any,
-) -> EnvPool:
-    """EnvPool's ``make``: a pool of ``num_envs`` copies of ``task_id`` with EnvPool's Python interface.
+@overload
+def make(task_id: str, env_type: Literal["dm"], **kwargs: Any) -> DMEnvPool: ...
+@overload
+def make(task_id: str, env_type: Literal["gym", "gymnasium"] = ..., **kwargs: Any) -> GymnasiumEnvPool: ...
+@overload
+def make(task_id: str, env_type: str, **kwargs: Any) -> DMEnvPool | GymnasiumEnvPool: ...
+def make(task_id: str, env_type: str = "gymnasium", **kwargs: Any) -> DMEnvPool | GymnasiumEnvPool:
+    """EnvPool's ``make``: ``num_envs`` copies of ``task_id`` behind EnvPool's Python interface.
 
     Args:
         task_id: a gymnasium id (``"CartPole-v1"``) or ``"pkg.module:factory"``.
-        env_type: ``"gymnasium"`` (the only API offered; ``"gym"`` and ``"dm"`` are refused).
-        num_envs: how many envs.
-        batch_size: rows :meth:`EnvPool.recv` returns (default ``num_envs``: synchronous mode).
-        seed: an int gives env ``i`` the seed ``seed + i``; a sequence gives one seed per env.
-        max_episode_steps: time limit (passed to ``gymnasium.make``).
-        **kwargs: ``num_threads`` (worker processes), EnvPool options accepted for compatibility
-            (``thread_affinity_offset``, ``base_path``, ``gym_reset_return_info``, ``max_num_players=1``),
-            ``step_timeout`` (an aioenv option); anything else goes to ``gymnasium.make``.
+        env_type: ``"gymnasium"`` or ``"gym"`` (both give gymnasium's ``(obs, rew, term, trunc, info)``, as
+            EnvPool 1.x) or ``"dm"`` (a batched ``dm_env.TimeStep``; needs ``pip install "aioenv[dm]"``).
+            EnvPool requires it; here it defaults to ``"gymnasium"``.
+        **kwargs: EnvPool's options: ``num_envs`` (default 1), ``batch_size`` (rows ``recv`` returns; default
+            ``num_envs``), ``num_threads`` (worker processes; 0 = ``min(num_envs, cpu_count)``), ``seed`` (an int
+            gives env ``i`` the seed ``seed + i``, default 42; a sequence gives one per env), ``env_seed``,
+            ``max_episode_steps``, ``reward_threshold``, ``render_mode`` (None or ``"rgb_array"``),
+            ``render_env_id``, ``max_num_players=1``, ``gym_reset_return_info=True``; accepted and ignored with a
+            warning: ``thread_affinity_offset``, ``base_path``; aioenv's ``step_timeout`` (seconds); anything
+            else is a keyword argument of ``gymnasium.make`` (or of the factory).
     """
-    if env_type != "gymnasium":
-        raise ValueError(f"aioenv.compat.envpool offers env_type='gymnasium' only, got {env_type!r}")
+    if env_type not in _ENV_TYPES:
+        raise ValueError(f"{task_id}: env_type should be one of 'dm', 'gym', or 'gymnasium', got {env_type!r}")
+    if env_type == "dm":
+        envpool_dm.import_dm_env()  # a missing dm-env is reported before any worker starts
     step_timeout = kwargs.pop("step_timeout", None)
-    spec = make_spec(
-        task_id, num_envs=num_envs, batch_size=batch_size, seed=seed, max_episode_steps=max_episode_steps, **kwargs
-    )
-    return EnvPool(spec, step_timeout=step_timeout)
+    spec = build_spec(task_id, dict(kwargs))
+    if env_type == "dm":
+        return DMEnvPool(spec, step_timeout=step_timeout)
+    return GymnasiumEnvPool(spec, step_timeout=step_timeout)
 
 
-def make_gymnasium(task_id: str, **kwargs: Any) -> EnvPool:
+def make_gymnasium(task_id: str, **kwargs: Any) -> GymnasiumEnvPool:
     """EnvPool's ``make_gymnasium``: ``make(task_id, env_type="gymnasium", **kwargs)``."""
-    return make(task_id, env_type="gymnasium", **kwargs)
+    return make(task_id, "gymnasium", **kwargs)
+
+
+def make_gym(task_id: str, **kwargs: Any) -> GymnasiumEnvPool:
+    """EnvPool's ``make_gym``: as in EnvPool 1.x, the same gymnasium-API pool as :func:`make_gymnasium`."""
+    return make(task_id, "gym", **kwargs)
+
+
+def make_dm(task_id: str, **kwargs: Any) -> DMEnvPool:
+    """EnvPool's ``make_dm``: ``make(task_id, env_type="dm", **kwargs)`` (needs the ``dm`` extra)."""
+    return make(task_id, "dm", **kwargs)
+
+
+def list_all_envs() -> list[str]:
+    """Every id registered with gymnasium (any of them, or a ``"pkg.module:factory"``, is a valid ``task_id``)."""
+    return list(gymnasium.registry)
+
+
+def _take_rows(tree: Any, idx: np.ndarray, n: int) -> Any:
+    """``tree`` (a batch of ``n`` rows: arrays, dicts and tuples of them) with its rows in order ``idx``."""
+    if isinstance(tree, dict):
+        return {k: _take_rows(v, idx, n) for k, v in tree.items()}
+    if isinstance(tree, tuple):
+        return tuple(_take_rows(v, idx, n) for v in tree)
+    if isinstance(tree, np.ndarray) and tree.ndim and tree.shape[0] == n:
+        return tree[idx]
+    return tree
 
 
 class EnvPool:
-    """An EnvPool-style vectorized env (gymnasium API) backed by :class:`aioenv.SyncPool`.
+    """What EnvPool's pools share, backed by :class:`aioenv.SyncPool`; made by :func:`make`.
 
-    Made by :func:`make`. Rows are named by ``info["env_id"]``; ``send``/``recv`` give the first
-    ``batch_size`` envs to finish; ``step``/``reset`` are ``send`` + wait for exactly those envs.
+    Rows are named by env id (``info["env_id"]``). Each call below returns B rows: ``batch_size`` for
+    ``recv``, and for ``step``/``reset`` in async mode (``batch_size < num_envs``); in sync mode every env
+    sent, in the order sent. How the rows look is the subclass's: :class:`GymnasiumEnvPool` or
+    :class:`DMEnvPool`.
     """
-
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "autoreset_mode": AutoresetMode.NEXT_STEP}
 
     def __init__(self, spec: EnvSpec, *, step_timeout: float | None = None) -> None:
         config = spec.config
         self.spec = spec
-        self.num_envs: int = int(config["num_envs"])
-        self.batch_size: int = int(config["batch_size"])
-        seed = config["seed"]
-        seeds: Any = seed if isinstance(seed, (int, np.integer)) or seed is None else [int(s) for s in seed]
+        self.num_envs: int = int(config.num_envs)
+        self.batch_size: int = int(config.batch_size)
         self._pool = SyncPool(
             spec.task_id,
             self.num_envs,
             batch_size=self.batch_size,
-            num_workers=int(config["num_threads"]),
+            num_workers=worker_count(config),
             autoreset_mode="next_step",
-            seed=seeds,
-            env_kwargs=_env_kwargs(config) or None,
+            seed=list(config.env_seed) or int(config.seed),
+            env_kwargs=spec.env_kwargs or None,
             step_timeout=step_timeout,
         )
         self.observation_space: gymnasium.Space[Any] = self._pool.single_observation_space
         self.action_space: gymnasium.Space[Any] = self._pool.single_action_space
         spec._spaces = (self.observation_space, self.action_space)
-        self.render_mode: str | None = getattr(self._pool, "render_mode", None)
+        self.render_mode: str | None = spec.env_kwargs.get("render_mode")
+        self._all_ids = np.arange(self.num_envs, dtype=np.int32)
+        self._all_ids.flags.writeable = False
         self._elapsed = np.zeros(self.num_envs, dtype=np.int32)
         self._ended = np.zeros(self.num_envs, dtype=np.bool_)  # the env's last row ended an episode
         self._resetting = np.zeros(self.num_envs, dtype=np.bool_)  # the env's request in flight is a reset
+        self._order = np.zeros(self.num_envs, dtype=np.int64)  # when each env was last sent to (sync recv order)
+        self._sends = 0
+        self._outstanding = 0  # rows sent (send, async_reset) and not yet returned by recv
         self.closed = False
 
     # ------------------------------------------------------------ EnvPool attributes
 
     @property
     def config(self) -> dict[str, Any]:
-        """EnvPool's config dict (a copy)."""
-        return dict(self.spec.config)
-
-    @property
-    def single_observation_space(self) -> gymnasium.Space[Any]:
-        """Same as :attr:`observation_space` (EnvPool exposes single-env spaces)."""
-        return self.observation_space
-
-    @property
-    def single_action_space(self) -> gymnasium.Space[Any]:
-        """Same as :attr:`action_space`."""
-        return self.action_space
+        """EnvPool's config as a dict (``spec.config._asdict()``)."""
+        return dict(self.spec.config._asdict())
 
     @property
     def all_env_ids(self) -> np.ndarray:
-        """``np.arange(num_envs)`` as int32."""
-        return np.arange(self.num_envs, dtype=np.int32)
+        """``np.arange(num_envs)``, int32 (read-only)."""
+        return self._all_ids
 
     @property
     def is_async(self) -> bool:
@@ -249,8 +194,8 @@ class EnvPool:
         return self.num_envs
 
     def __repr__(self) -> str:
-        config = ", ".join(f"{k}={v!r}" for k, v in self.spec.config.items())
-        return f"aioenv.compat.envpool.EnvPool({self.spec.task_id!r}, {config})"
+        config = ", ".join(f"{k}={v!r}" for k, v in self.config.items())
+        return f"aioenv.compat.envpool.{type(self).__name__}({self.spec.task_id!r}, {config})"
 
     def seed(self, seed: int | list[int] | None = None) -> None:
         """Abandoned in EnvPool: seeds are fixed by ``make(..., seed=)``. Warns and does nothing."""
@@ -259,80 +204,220 @@ class EnvPool:
             stacklevel=2,
         )
 
-    # ------------------------------------------------------------ helpers
+    def xla(self) -> Any:
+        """EnvPool's XLA interface does not exist here: raises RuntimeError."""
+        raise RuntimeError("aioenv.compat.envpool has no XLA interface: its envs run in worker processes, not C++")
 
-    def _ids(self, env_id: Any) -> np.ndarray:
-        if env_id is None:
-            return self.all_env_ids
-        return np.asarray(env_id, dtype=np.int32).reshape(-1)
+    # ------------------------------------------------------------ actions and rows
 
-    def _actions(self, action: Any, ids: np.ndarray) -> Any:
-        if isinstance(action, dict):
+    def _split_dict(self, action: Any, env_id: Any) -> tuple[Any, Any]:
+        """EnvPool's dict action ``{"action": a, "env_id": ids, "players.env_id": ids}`` as ``(a, env_id)``; an
+        explicit ``env_id`` argument wins over the dict's, as in EnvPool."""
+        if not isinstance(action, dict) or isinstance(self.action_space, gymnasium.spaces.Dict):
+            return action, env_id
+        rest = dict(action)
+        ids = rest.pop("env_id", None)
+        players = rest.pop("players.env_id", None)
+        nested = rest.pop("players", None)
+        if isinstance(nested, dict):
+            players = nested.get("env_id", players)
+        env_id = ids if env_id is None else env_id
+        if set(rest) != {"action"}:
+            raise InvalidAction(
+                f"{self.spec.task_id}: a dict action for {self.action_space} holds 'action' (and optionally "
+                f"'env_id', 'players.env_id'); got keys {sorted(map(str, action))}"
+            )
+        want = self._all_ids if env_id is None else np.asarray(env_id).reshape(-1)
+        if players is not None and not np.array_equal(np.asarray(players).reshape(-1), want):
+            raise ValueError(
+                f"{self.spec.task_id}: players.env_id {np.asarray(players).tolist()} must equal env_id "
+                f"{want.tolist()} (single-player envs: one player per env)"
+            )
+        return rest["action"], env_id
+
+    def _cast(self, action: Any, count: int) -> Any:
+        """EnvPool's leniency kept where it is exact: integral floats and bools for integer spaces, one env's
+        unbatched action; anything else goes to aioenv's check as it is."""
+        space = self.action_space
+        if isinstance(action, dict | tuple) and isinstance(space, gymnasium.spaces.Dict | gymnasium.spaces.Tuple):
             return action
         arr = np.asarray(action)
-        space = self.action_space
-        if isinstance(space, gymnasium.spaces.Box | gymnasium.spaces.Discrete | gymnasium.spaces.MultiDiscrete):
-            dtype = space.dtype
-            if dtype is not None and arr.dtype != dtype and np.can_cast(arr.dtype, dtype, "same_kind"):
-                arr = arr.astype(dtype)
-        if arr.ndim == 0 or (ids.size == 1 and arr.shape == tuple(space.shape or ())):
+        if isinstance(space, _INTEGER_SPACES) and (
+            arr.dtype.kind == "b" or (arr.dtype.kind == "f" and np.isfinite(arr).all() and (arr == np.round(arr)).all())
+        ):
+            arr = arr.astype(space.dtype)
+        if arr.ndim == 0 or (count == 1 and space.shape and arr.shape == tuple(space.shape)):
             arr = arr.reshape(1, *arr.shape)
         return arr
 
-    def _finish(self, out: tuple[Any, ...]) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """EnvPool's row bookkeeping: ``elapsed_step``, ``players``, float32 reward."""
+    def _call(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` with the task id added to the message of an ``InvalidAction`` or a ``UsageError``
+        (raised before anything was sent)."""
+        try:
+            return fn(*args)
+        except (InvalidAction, UsageError) as err:
+            raise type(err)(f"{self.spec.task_id}: {err.message}", env_id=err.env_id) from err
+
+    def _sent(self, ids: np.ndarray, *, resetting: bool) -> None:
+        self._resetting[ids] = resetting
+        self._order[ids] = self._sends + np.arange(ids.size)
+        self._sends += ids.size
+        self._outstanding += ids.size
+
+    def _finish(self, out: tuple[Any, ...]) -> Rows:
+        """EnvPool's row bookkeeping: ``elapsed_step`` (0 on a reset row), ``players``, float32 reward."""
         obs, rew, term, trunc, info = out
         ids = np.asarray(info["env_id"], dtype=np.int32)
         fresh = self._resetting[ids] | self._ended[ids]
         self._elapsed[ids] = np.where(fresh, 0, self._elapsed[ids] + 1)
         self._resetting[ids] = False
-        self._ended[ids] = np.asarray(term, dtype=np.bool_) | np.asarray(trunc, dtype=np.bool_)
+        term, trunc = np.asarray(term, dtype=np.bool_), np.asarray(trunc, dtype=np.bool_)
+        self._ended[ids] = term | trunc
         info = dict(info)
         info["env_id"] = ids
         info["players"] = {"env_id": ids.copy()}
         info["elapsed_step"] = self._elapsed[ids].copy()
-        return obs, np.asarray(rew, dtype=np.float32), np.asarray(term), np.asarray(trunc), info
+        return obs, np.asarray(rew, dtype=np.float32), term, trunc, info
+
+    def _take(self, n: int) -> tuple[Any, ...]:
+        try:
+            out: tuple[Any, ...] = self._pool.recv(min_results=n, max_results=n)
+        except _ROW_FAILURES:
+            self._outstanding -= 1
+            raise
+        self._outstanding -= len(out[4]["env_id"])
+        return out
+
+    def _recv_rows(self) -> Rows:
+        """The next rows of what was sent: ``batch_size`` rows in async mode; in sync mode all of them, in the
+        order sent (none sent: an empty batch, as EnvPool)."""
+        n = self._outstanding
+        if self.is_async:
+            if n < self.batch_size:
+                raise UsageError(
+                    f"{self.spec.task_id}: recv() returns batch_size={self.batch_size} rows, but only {n} "
+                    "requests are in flight (EnvPool would wait forever): send() to more envs first"
+                )
+            return self._finish(self._take(self.batch_size))
+        if n == 0:
+            return self._finish(self._pool.recv(min_results=0, max_results=1, timeout=0))
+        out = self._take(n)
+        order = self._order[np.asarray(out[4]["env_id"])]
+        if order.size > 1 and not bool(np.all(order[1:] > order[:-1])):
+            out = _take_rows(out, np.argsort(order, kind="stable"), order.size)
+        return self._finish(out)
+
+    def _ids(self, env_id: Any) -> np.ndarray:
+        return self._all_ids if env_id is None else np.asarray(env_id).reshape(-1)
+
+    def _step_rows(self, action: Any, env_id: Any) -> Rows:
+        if self.is_async or self._outstanding:
+            self.send(action, env_id)
+            return self._recv_rows()
+        action, env_id = self._split_dict(action, env_id)
+        ids = self._ids(env_id)  # sync mode, nothing in flight: one step call, rows in env_id order
+        return self._finish(self._call(self._pool.step, self._cast(action, ids.size), env_id))
+
+    def _reset_rows(self, env_id: Any) -> Rows:
+        ids = self._ids(env_id)
+        if self.is_async or self._outstanding:
+            self._call(self._pool.send_reset, env_id)
+            self._sent(ids, resetting=True)
+            return self._recv_rows()
+        obs, info = self._call(self._pool.reset, env_id)
+        self._resetting[ids] = True
+        n = len(info["env_id"])
+        return self._finish((obs, np.zeros(n, np.float32), np.zeros(n, np.bool_), np.zeros(n, np.bool_), info))
+
+    def _to(self, rows: Rows, reset: bool) -> Any:
+        raise NotImplementedError
 
     # ------------------------------------------------------------ EnvPool API
 
     def send(self, action: Any, env_id: Any = None) -> None:
-        """Dispatch one step for each env in ``env_id`` (all when None); returns at once."""
-        ids = self._ids(env_id)
-        self._pool.send(self._actions(action, ids), ids)
-        self._resetting[ids] = False
+        """Dispatch one step for each env in ``env_id`` (all when None) and return at once.
 
-    def recv(
-        self, reset: bool = False, return_info: bool = True
-    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]] | tuple[Any, dict[str, Any]]:
-        """The first ``batch_size`` results of ``send``/``async_reset``: ``(obs, rew, term, trunc, info)``.
+        ``action``: one row per env, ``(len(env_id), *action_space.shape)``, or EnvPool's dict
+        ``{"action": ..., "env_id": ..., "players.env_id": ...}``. Checked before anything is sent.
 
-        ``reset=True`` returns ``(obs, info)`` (as EnvPool's ``reset`` does internally).
+        Raises:
+            InvalidAction: an action that does not fit the space or the env count (task, env, space, value).
+            UsageError: an unknown or repeated env id, or an env whose last request is still in flight or unread.
         """
-        out = self._finish(self._pool.recv())
-        if reset:
-            return out[0], out[4]
-        return out
+        action, env_id = self._split_dict(action, env_id)
+        ids = self._ids(env_id)
+        self._call(self._pool.send, self._cast(action, ids.size), env_id)
+        self._sent(ids, resetting=False)
+
+    def recv(self, reset: bool = False, return_info: bool = True) -> Any:
+        """The next rows of ``send``/``async_reset``: the first ``batch_size`` to finish (async mode), or every env
+        sent, in the order sent (sync mode). ``reset=True``: the gymnasium pool returns ``(obs, info)``.
+
+        Raises:
+            UsageError: async mode with fewer than ``batch_size`` requests in flight (EnvPool would hang).
+        """
+        return self._to(self._recv_rows(), reset)
 
     def async_reset(self) -> None:
-        """Dispatch a reset of every env; the first obs come through :meth:`recv` (reward 0)."""
-        ids = self.all_env_ids
-        self._pool.send_reset(ids)
-        self._resetting[ids] = True
+        """Dispatch a reset of every env; their first rows come through :meth:`recv` (reward 0)."""
+        self._call(self._pool.send_reset, None)
+        self._sent(self._all_ids, resetting=True)
 
-    def step(self, action: Any, env_id: Any = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """Step the envs in ``env_id`` (all when None) and wait for all of them; rows in ``env_id`` order."""
-        ids = self._ids(env_id)
-        out = self._pool.step(self._actions(action, ids), ids)
-        self._resetting[ids] = False
-        return self._finish(out)
+    def step(self, action: Any, env_id: Any = None) -> Any:
+        """EnvPool's ``step``: ``send(action, env_id)`` then ``recv()``. In sync mode that is exactly the envs of
+        ``env_id`` (all when None), in that order; in async mode the first ``batch_size`` rows to finish."""
+        return self._to(self._step_rows(action, env_id), False)
+
+    def render(self, env_ids: Any = None, camera_id: int | None = None) -> np.ndarray:
+        """RGB frames ``(B, H, W, 3)`` of ``env_ids`` (default ``render_env_id``); needs ``render_mode="rgb_array"``."""
+        if self.render_mode != "rgb_array":
+            raise RuntimeError(f"{self.spec.task_id}: make the pool with render_mode='rgb_array' to render it")
+        if camera_id is not None:
+            raise ValueError(f"{self.spec.task_id}: camera_id is not supported; pass the env's own camera option")
+        ids = np.asarray(self.spec.render_env_id if env_ids is None else env_ids).reshape(-1)
+        return np.asarray(self._pool.render(ids))
+
+    def close(self, **kwargs: Any) -> None:
+        """Close the envs and stop the workers. Idempotent; keyword arguments are accepted and ignored."""
+        if not self.closed:
+            self.closed = True
+            self._pool.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class GymnasiumEnvPool(EnvPool, gymnasium.vector.VectorEnv[Any, Any, Any]):  # type: ignore[misc]
+    """EnvPool's gymnasium pool (``env_type="gymnasium"`` or ``"gym"``), a ``gymnasium.vector.VectorEnv``.
+
+    ``step``/``recv`` return ``(obs, rew, term, trunc, info)``: obs ``(B, *obs_shape)``, rew ``(B,)`` float32,
+    term/trunc ``(B,)`` bool, ``info["env_id"]``/``info["elapsed_step"]`` ``(B,)`` int32,
+    ``info["players"]["env_id"]``; ``reset`` returns ``(obs, info)``. ``observation_space``/``action_space``
+    are one env's, as EnvPool's (``single_*`` are the same).
+    """
+
+    is_vector_env = True
+
+    def __init__(self, spec: EnvSpec, *, step_timeout: float | None = None) -> None:
+        super().__init__(spec, step_timeout=step_timeout)
+        self.single_observation_space = self.observation_space
+        self.single_action_space = self.action_space
+        self.metadata = {"render_modes": ["rgb_array"], "autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def _to(self, rows: Rows, reset: bool) -> Any:
+        return (rows[0], rows[4]) if reset else rows
 
     def reset(
         self, env_id: Any = None, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
-        """Reset the envs in ``env_id`` (all when None) and wait: ``(obs, info)``, rows in ``env_id`` order.
+        """Reset the envs in ``env_id`` (all when None) and ``recv``: ``(obs, info)``, obs ``(B, *obs_shape)``.
 
-        As EnvPool's gymnasium API: ``seed`` is ignored with a warning (seeds are fixed by ``make``);
-        ``options={"reset_mask": mask}`` selects the envs to reset.
+        In sync mode the rows are exactly ``env_id``'s, in that order; in async mode the first ``batch_size``
+        rows to finish (EnvPool's ``reset`` is ``send`` + ``recv`` too). As EnvPool's gymnasium API: ``seed`` is
+        ignored with a warning (seeds are fixed by ``make``); ``options={"reset_mask": mask}`` picks the envs.
         """
         if seed is not None:
             warnings.warn(
@@ -340,37 +425,71 @@ class EnvPool:
                 "pass seed to envpool.make instead.",
                 stacklevel=2,
             )
-        if options is not None:
-            unknown = set(options) - {"reset_mask"}
-            if unknown:
-                raise ValueError(f"Unsupported Gymnasium reset options for EnvPool: {sorted(unknown)}")
-            mask = options.get("reset_mask")
-            if mask is not None:
-                if env_id is not None:
-                    raise ValueError("Pass either env_id or options['reset_mask'], not both.")
-                mask = np.asarray(mask, dtype=np.bool_)
-                if mask.shape != (self.num_envs,) or not mask.any():
-                    raise ValueError(f"reset_mask must have shape ({self.num_envs},) and select at least one env")
-                env_id = np.flatnonzero(mask).astype(np.int32)
-        ids = self._ids(env_id)
-        self._resetting[ids] = True
-        obs, info = self._pool.reset(ids)
-        out = self._finish((obs, np.zeros(ids.size), np.zeros(ids.size, bool), np.zeros(ids.size, bool), info))
-        return out[0], out[4]
+        masked = self._masked_ids(options)
+        if masked is not None:
+            if env_id is not None:
+                raise ValueError("Pass either env_id or options['reset_mask'], not both.")
+            env_id = masked
+        rows = self._reset_rows(env_id)
+        return rows[0], rows[4]
 
-    def render(self, env_ids: Any = None) -> np.ndarray:
-        """RGB frames ``(B, H, W, 3)`` of ``env_ids`` (default: env 0), made with ``render_mode="rgb_array"``."""
-        ids = np.asarray([0] if env_ids is None else env_ids, dtype=np.int32).reshape(-1)
-        return np.asarray(self._pool.render(ids))
+    def _masked_ids(self, options: dict[str, Any] | None) -> np.ndarray | None:
+        if options is None:
+            return None
+        unknown = set(options) - {"reset_mask"}
+        if unknown:
+            raise ValueError(f"Unsupported Gymnasium reset options for EnvPool: {sorted(unknown)}")
+        if options.get("reset_mask") is None:
+            return None
+        mask = np.asarray(options["reset_mask"], dtype=np.bool_)
+        if mask.shape != (self.num_envs,):
+            raise ValueError(f"reset_mask must have shape ({self.num_envs},), got {mask.shape}")
+        if not mask.any():
+            raise ValueError("reset_mask must select at least one environment.")
+        return np.flatnonzero(mask).astype(np.int32)
 
-    def close(self) -> None:
-        """Close the envs and stop the workers. Idempotent."""
-        if not self.closed:
-            self.closed = True
-            self._pool.close()
+    def render(self, env_ids: Any = None, camera_id: int | None = None) -> np.ndarray:  # type: ignore[override]
+        """See :meth:`EnvPool.render`."""
+        return super().render(env_ids, camera_id)
 
-    def __enter__(self) -> EnvPool:
-        return self
+    def close(self, **kwargs: Any) -> None:
+        """See :meth:`EnvPool.close`."""
+        super().close(**kwargs)
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+
+class DMEnvPool(EnvPool):
+    """EnvPool's dm_env pool (``env_type="dm"``; needs ``pip install "aioenv[dm]"``); a virtual subclass of
+    ``dm_env.Environment``.
+
+    ``step``/``recv``/``reset`` return one batched ``dm_env.TimeStep``: ``step_type`` ``(B,)`` int32 (0 FIRST,
+    1 MID, 2 LAST), ``reward`` ``(B,)`` float32, ``discount`` ``(B,)`` float32 (0 on LAST), ``observation`` a
+    ``State`` namedtuple ``(env_id (B,) int32, players(env_id), obs (B, *obs_shape))``; a ``Dict`` observation
+    space gives one field per key instead of ``obs``. The env's own info keys are not part of it.
+    """
+
+    def __init__(self, spec: EnvSpec, *, step_timeout: float | None = None) -> None:
+        envpool_dm.import_dm_env().Environment.register(DMEnvPool)
+        super().__init__(spec, step_timeout=step_timeout)
+
+    def _to(self, rows: Rows, reset: bool) -> Any:
+        return envpool_dm.timestep(self.observation_space, rows)
+
+    def reset(self, env_id: Any = None) -> Any:
+        """Reset the envs in ``env_id`` (all when None) and ``recv``: a TimeStep of FIRST rows (see :meth:`step`)."""
+        return self._to(self._reset_rows(env_id), True)
+
+    def observation_spec(self) -> Any:
+        """dm_env specs of ``TimeStep.observation``: ``State(env_id, players(env_id), obs)``."""
+        return envpool_dm.observation_spec(self.observation_space)
+
+    def action_spec(self) -> Any:
+        """dm_env spec of one env's action (``DiscreteArray`` for ``Discrete(n)``, ``BoundedArray`` for ``Box``)."""
+        return envpool_dm.space_spec(self.action_space, "action")
+
+    def reward_spec(self) -> Any:
+        """dm_env's default reward spec: a float64 scalar ``Array`` named ``reward``."""
+        return envpool_dm.reward_spec()
+
+    def discount_spec(self) -> Any:
+        """dm_env's default discount spec: a float64 scalar in [0, 1] named ``discount``."""
+        return envpool_dm.discount_spec()
