@@ -18,20 +18,28 @@ keep their types, as with ``SubprocVecEnv``: msgpack values travel inline, anyth
 pickled with cloudpickle into a file of the pool's private 0700 directory and only the file's
 name crosses the socket (see :mod:`aioenv.compat`). A step is one message per worker.
 
-Differences: ``start_method`` is accepted and ignored (aioenv starts its own worker
-processes, several envs per worker: ``num_workers`` defaults to ``min(n_envs, cpu_count)``);
-rewards are float32 (as ``DummyVecEnv``); any other keyword argument is an aioenv pool option
-(``num_workers``, ``step_timeout``, ``seed``, ``env_kwargs``); errors are aioenv's
-(``aioenv.EnvError`` with the remote traceback) except that ``get_attr``/``env_method``
-re-raise the env's own exception type (an ``AttributeError`` stays one).
+As with ``SubprocVecEnv``, ``actions[i]`` goes to env ``i`` whatever the action space: ``Dict`` and
+``Tuple`` actions are a sequence of per-env dicts/tuples (checked for the whole batch before anything is
+sent; a bad one raises ``aioenv.InvalidAction`` naming the env, the space and what arrived). ``indices``
+resolve exactly as SB3's ``_get_indices`` and ``SubprocVecEnv``'s remotes do (an int, a negative int, a
+repeated index, the same ``IndexError``/``TypeError`` for a bad one). ``start_method`` is validated as
+``SubprocVecEnv`` validates it (``ValueError`` for one ``multiprocessing`` does not know).
+
+Differences (docs/migrating.md has the table): workers are never forked (``start_method="fork"`` warns),
+several envs run per worker (``num_workers`` defaults to ``min(n_envs, cpu_count)``); rewards are float32
+(as ``DummyVecEnv``); any other keyword argument is an aioenv pool option (``num_workers``,
+``step_timeout``, ``seed``, ``env_kwargs``); errors are aioenv's (``aioenv.EnvError`` with the remote
+traceback) except that ``get_attr``/``env_method`` re-raise the env's own exception type (an
+``AttributeError`` stays one); a closed ``AioVecEnv`` raises ``aioenv.PoolClosed``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import multiprocessing
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -46,6 +54,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
 )
 
 from aioenv.compat.payloads import HELPER_NAME, CompatFactory, Transfer, class_key, is_plain
+from aioenv.errors import InvalidAction, PoolClosed
 from aioenv.sync import SyncPool
 from aioenv.wire.spaces import check_actions
 
@@ -89,16 +98,133 @@ async def _gather(dispatch: Callable[[int], asyncio.Future[Any]], count: int) ->
     return results
 
 
+def _checked_start_method(start_method: Any) -> None:
+    """Validate ``start_method`` as ``SubprocVecEnv`` does (``multiprocessing.get_context`` raises ValueError for
+    a method it does not know); warn for ``"fork"``, the one method whose semantics aioenv does not give."""
+    if start_method is None:
+        return
+    multiprocessing.get_context(start_method)
+    if start_method == "fork":
+        warnings.warn(
+            "AioVecEnv ignores start_method='fork': aioenv never forks, its workers are fresh interpreters that "
+            "receive the env factories pickled with cloudpickle (as with 'spawn' or 'forkserver')",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+# ------------------------------------------------------------ per-env Dict/Tuple actions (SB3's actions[i])
+
+
+def _show(value: Any) -> str:
+    """A short description of what arrived: its type (an array's dtype and shape too) and a repr cut short."""
+    text = " ".join(repr(value).split())
+    kind = f"ndarray {value.dtype} {value.shape}" if isinstance(value, np.ndarray) else type(value).__name__
+    return f"{kind} {text if len(text) <= 80 else text[:77] + '...'}"
+
+
+def _row_error(env_id: int, path: str, expected: str, row: Any) -> InvalidAction:
+    at = f" at action{path}" if path else ""
+    return InvalidAction(f"invalid action for env {env_id}{at}: expected {expected}, got {_show(row)}", env_id=env_id)
+
+
+def _columns(space: spaces.Space[Any], rows: Sequence[Any], env_ids: Sequence[int], path: str = "") -> Any:
+    """Per-env actions (``rows[j]`` for env ``env_ids[j]``) in the batched form ``check_actions`` takes: a dict or
+    tuple of columns for ``Dict``/``Tuple`` spaces, recursively; a structure that does not fit names its env."""
+    if isinstance(space, spaces.Dict):
+        keys = list(space.spaces)
+        for env_id, row in zip(env_ids, rows, strict=True):
+            if not isinstance(row, Mapping) or len(row) != len(keys) or any(key not in row for key in keys):
+                raise _row_error(env_id, path, f"a dict with the keys {keys} of {space!r}", row)
+        return {key: _columns(space[key], [row[key] for row in rows], env_ids, f"{path}[{key!r}]") for key in keys}
+    if isinstance(space, spaces.Tuple):
+        size = len(space.spaces)
+        for env_id, row in zip(env_ids, rows, strict=True):
+            sequence = isinstance(row, tuple | list) or (isinstance(row, np.ndarray) and row.ndim == 1)
+            if not sequence or len(row) != size:
+                raise _row_error(env_id, path, f"a tuple of {size} values of {space!r}", row)
+        return tuple(_columns(sub, [row[k] for row in rows], env_ids, f"{path}[{k}]") for k, sub in enumerate(space))
+    return rows
+
+
+def _blame(space: spaces.Space[Any], rows: Sequence[Any], env_ids: Sequence[int], path: str = "") -> None:
+    """After a whole-batch error (a shape or dtype that does not stack) in rows that :func:`_columns` accepted:
+    raise an ``InvalidAction`` naming the first env whose value does not fit, and where."""
+    if isinstance(space, spaces.Dict | spaces.Tuple):
+        items: Iterable[tuple[Any, spaces.Space[Any]]]
+        items = space.spaces.items() if isinstance(space, spaces.Dict) else enumerate(space.spaces)
+        for key, sub in items:
+            _blame(sub, [row[key] for row in rows], env_ids, f"{path}[{key!r}]")
+        return
+    for env_id, value in zip(env_ids, rows, strict=True):
+        try:
+            check_actions(space, [value], np.array([env_id]))
+        except InvalidAction as exc:
+            raise _row_error(env_id, path, f"a value of {space!r}", value) from exc
+
+
+def _check_per_env(space: spaces.Space[Any], actions: Any, all_ids: np.ndarray) -> list[np.ndarray]:
+    """Check a sequence of per-env ``Dict``/``Tuple`` actions (``actions[i]`` for env ``i``, as SB3 passes them)
+    and return the pool's leaves; every error is an ``InvalidAction`` that names the env."""
+    if isinstance(actions, Mapping):
+        raise InvalidAction(
+            f"invalid action batch: expected a sequence of {len(all_ids)} per-env actions, each in {space!r} "
+            f"(actions[i] goes to env i, as in SubprocVecEnv), got {_show(actions)}"
+        )
+    if len(actions) != len(all_ids):
+        raise ValueError(f"expected {len(all_ids)} actions (actions[i] for env i), got {len(actions)}")
+    rows, ids = list(actions), all_ids.tolist()
+    try:
+        return check_actions(space, _columns(space, rows, ids), all_ids)
+    except InvalidAction as exc:
+        if exc.env_id is None:
+            _blame(space, rows, ids)
+        raise
+
+
+def _rounds(env_ids: list[int]) -> list[tuple[list[int], list[int]]]:
+    """Split ``env_ids`` (repeats allowed, as in SB3's ``indices``) into rounds of distinct envs, in order: each
+    round is (positions in ``env_ids``, env ids); the k-th occurrence of an env goes to round k."""
+    seen: dict[int, int] = {}
+    rounds: list[tuple[list[int], list[int]]] = []
+    for position, env_id in enumerate(env_ids):
+        k = seen.get(env_id, 0)
+        seen[env_id] = k + 1
+        if k == len(rounds):
+            rounds.append(([], []))
+        rounds[k][0].append(position)
+        rounds[k][1].append(env_id)
+    return rounds
+
+
+def _no_subprocesses(name: str) -> property:
+    """A ``SubprocVecEnv`` attribute that has no meaning here: reading it raises a clear ``AttributeError``."""
+
+    def refuse(_self: AioVecEnv) -> Any:
+        raise AttributeError(
+            f"AioVecEnv has no {name!r} (a SubprocVecEnv attribute): its envs run in aioenv worker processes, "
+            "several per worker; AioVecEnv.pool is the aioenv.SyncPool that runs them"
+        )
+
+    return property(refuse, doc=f"Not offered: ``SubprocVecEnv.{name}`` (raises ``AttributeError``).")
+
+
 class AioVecEnv(VecEnv):
     """A Stable-Baselines3 ``VecEnv`` whose envs run in aioenv worker processes.
 
     Args:
         env_fns: one callable per env, each returning a ``gymnasium.Env`` (as for ``SubprocVecEnv``).
             They are shipped to the workers with cloudpickle.
-        start_method: accepted for compatibility with ``SubprocVecEnv`` and ignored.
+        start_method: validated as ``SubprocVecEnv`` validates it (``ValueError`` for a method ``multiprocessing``
+            does not know); workers are fresh interpreters whatever it is, as with ``"spawn"``/``"forkserver"``
+            (``"fork"`` warns: aioenv never forks).
         **aioenv_options: options of :class:`aioenv.Pool` (``num_workers``, ``step_timeout``, ``seed``,
             ``env_kwargs``). ``autoreset_mode`` and ``batch_size`` are fixed by SB3's semantics.
     """
+
+    processes = _no_subprocesses("processes")
+    remotes = _no_subprocesses("remotes")
+    work_remotes = _no_subprocesses("work_remotes")
 
     def __init__(
         self,
@@ -111,6 +237,7 @@ class AioVecEnv(VecEnv):
                 raise TypeError(f"AioVecEnv fixes {fixed!r} (SB3 semantics); do not pass it")
         if not env_fns:
             raise ValueError("AioVecEnv needs at least one env factory")
+        _checked_start_method(start_method)
         self.waiting = False
         self.closed = False
         self.start_method = start_method
@@ -118,25 +245,40 @@ class AioVecEnv(VecEnv):
         by_id: dict[int, CompatFactory] = {}  # the same callable twice stays one source
         factories = [by_id.setdefault(id(fn), CompatFactory(fn)) for fn in env_fns]
         self._all_ids = np.arange(len(env_fns))
+        self._positions = tuple(range(len(env_fns)))  # indexed as SubprocVecEnv indexes its tuple of remotes
         self.pool = SyncPool(factories, autoreset_mode="same_step", **aioenv_options)
         try:
             super().__init__(len(env_fns), self.pool.single_observation_space, self.pool.single_action_space)
         except BaseException:
             self.pool.close()
             raise
+        # SB3 passes Dict and Tuple actions as a sequence of per-env values (plain spaces pay nothing for this)
+        self._per_env_actions = isinstance(self.action_space, spaces.Dict | spaces.Tuple)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise PoolClosed("this AioVecEnv is closed: make a new one")
 
     # ------------------------------------------------------------ stepping
 
     def step_async(self, actions: np.ndarray) -> None:
         """Dispatch a step of every env (``actions[i]`` for env ``i``, one message per worker);
-        :meth:`step_wait` collects them."""
+        :meth:`step_wait` collects them.
+
+        ``actions`` is a batch array for Box/Discrete/MultiDiscrete/MultiBinary spaces and, for Dict and Tuple
+        spaces, a sequence of per-env dicts/tuples (a list or an object array), as SB3 passes them. Nothing is
+        sent unless every env's action fits: ``aioenv.InvalidAction`` names the env, the space and what arrived."""
         if self.waiting:
             raise RuntimeError("step_async was already called: call step_wait() first")
-        if len(actions) != self.num_envs:
-            raise ValueError(f"expected {self.num_envs} actions, got {len(actions)}")
+        self._check_open()
         # The whole batch is checked before anything is sent (InvalidAction, a ValueError, names the env),
         # here and once: the pool takes the checked leaves as they are.
-        leaves = check_actions(self.pool.single_action_space, actions, self._all_ids)
+        if self._per_env_actions:
+            leaves = _check_per_env(self.pool.single_action_space, actions, self._all_ids)
+        else:
+            if len(actions) != self.num_envs:
+                raise ValueError(f"expected {self.num_envs} actions (actions[i] for env i), got {len(actions)}")
+            leaves = check_actions(self.pool.single_action_space, actions, self._all_ids)
         owned = [np.array(leaf, copy=True) for leaf in leaves]  # a leaf may be the caller's array, reused later
         # Pool._step_info_list: one message per worker, each env's own info dict back (SB3's infos).
         self._pending = self.pool.submit("_step_info_list_checked", owned, self._all_ids)
@@ -169,6 +311,7 @@ class AioVecEnv(VecEnv):
 
     def reset(self) -> VecEnvObs:
         """Reset every env with the seeds and options set by :meth:`seed`/:meth:`set_options` (used once)."""
+        self._check_open()
         self._drain()
         seeds, options, core = list(self._seeds), list(self._options), self.pool.pool
         results = self._on_loop(
@@ -205,6 +348,7 @@ class AioVecEnv(VecEnv):
 
     def get_images(self) -> Sequence[np.ndarray | None]:
         """One RGB frame per env (``render_mode="rgb_array"``), as ``SubprocVecEnv.get_images``."""
+        self._check_open()
         if self.render_mode != "rgb_array":
             warnings.warn(
                 f"The render mode is {self.render_mode}, but this method assumes it is `rgb_array` to obtain images.",
@@ -225,16 +369,45 @@ class AioVecEnv(VecEnv):
         pickled: Any = None,
         plain: bool = True,
     ) -> list[Any]:
-        """Run the compat helper on each env in ``indices``: one value per env, the envs' own exceptions.
+        """Run the compat helper on each env in ``indices``: one value per index, the envs' own exceptions.
 
+        ``indices`` resolve as in ``SubprocVecEnv`` (:meth:`_env_ids`); an env named twice runs twice, in order.
         The request carries ``inline`` when ``plain``, else ``pickled`` goes through a file of the pool's
         private directory (see :class:`aioenv.compat.payloads.Transfer`; every file is gone when this returns)."""
-        ids = [int(i) for i in self._get_indices(indices)]
+        self._check_open()
+        ids = self._env_ids(indices)
         private_dir = self.pool.pool._private_dir
         assert private_dir is not None, "AioVecEnv takes env factories: its pool is always local"
+        results: list[Any] = [None] * len(ids)
         with Transfer(private_dir) as transfer:
             fields = transfer.payload(inline, pickled, plain=plain)
-            return transfer.decode(self.pool.call(HELPER_NAME, op, name, fields, env_ids=ids))
+            for positions, env_ids in _rounds(ids):
+                values = transfer.decode(self.pool.call(HELPER_NAME, op, name, fields, env_ids=env_ids))
+                for position, value in zip(positions, values, strict=True):
+                    results[position] = value
+        return results
+
+    def _env_ids(self, indices: VecEnvIndices) -> list[int]:
+        """SB3's ``_get_indices``, then each index looked up as ``SubprocVecEnv`` looks up its tuple of remotes: a
+        negative index counts from the end; a bad one raises the ``IndexError``/``TypeError`` it raises there, with
+        a message that names it."""
+        n, positions, ids = self.num_envs, self._positions, []
+        try:
+            indexes: Iterable[Any] = iter(self._get_indices(indices))
+        except TypeError:
+            got = f"{type(indices).__name__} {indices!r}"
+            hint = ": pass int(i) or [i], SB3 takes no numpy integer alone" if isinstance(indices, np.integer) else ""
+            raise TypeError(
+                f"indices must be None, an int or an iterable of ints (as in SB3), got {got}{hint}"
+            ) from None
+        for index in indexes:
+            try:
+                ids.append(positions[index])
+            except IndexError:
+                raise IndexError(f"env index {index!r} is out of range: {n} envs, 0..{n - 1} (or -{n}..-1)") from None
+            except TypeError:
+                raise TypeError(f"an env index must be an int, got {type(index).__name__} {index!r}") from None
+        return ids
 
     def has_attr(self, attr_name: str) -> bool:
         """True when every env has ``attr_name`` (looked up through its wrappers)."""

@@ -1,4 +1,5 @@
-"""``aioenv.compat.sb3.AioVecEnv`` against Stable-Baselines3's own ``DummyVecEnv`` (real workers, real SB3).
+"""``aioenv.compat.sb3.AioVecEnv`` against Stable-Baselines3's own ``SubprocVecEnv`` and ``DummyVecEnv``, side by
+side (real workers, real SB3 processes): outputs and errors must agree.
 
 Env factories are ``functools.partial`` of importable functions, so worker processes
 unpickle them without importing this module (and with it SB3 and torch).
@@ -6,8 +7,11 @@ unpickle them without importing this module (and with it SB3 and torch).
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import multiprocessing
 import os
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from fractions import Fraction
@@ -28,6 +32,7 @@ from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import (
     DummyVecEnv,
+    SubprocVecEnv,
     VecEnv,
     VecFrameStack,
     VecMonitor,
@@ -37,9 +42,14 @@ from stable_baselines3.common.vec_env import (
 from aioenv.compat.sb3 import AioVecEnv
 from tests.envs.dictenv import make_dict_env
 from tests.envs.faulty import make_probe
+from tests.envs.sb3_spaces import make_echo_env
 from tests.support.scripts import run_example
 
 pytestmark = pytest.mark.timeout(120)
+
+# SubprocVecEnv starts its env processes with forkserver (its default here): with SB3 preloaded in the fork
+# server, each env process starts in milliseconds instead of importing torch on its own.
+multiprocessing.set_forkserver_preload(["stable_baselines3.common.vec_env.subproc_vec_env", "tests.envs.sb3_spaces"])
 
 
 def cartpole(n: int, max_episode_steps: int = 12) -> list[Callable[[], gym.Env[Any, Any]]]:
@@ -102,6 +112,55 @@ def run_both(fns: list[Callable[[], Any]], steps: int, seed: int, **options: Any
     finally:
         ours.close()
         ref.close()
+
+
+def echo(n: int, **kwargs: Any) -> list[Callable[[], gym.Env[Any, Any]]]:
+    return [functools.partial(make_echo_env, **kwargs) for _ in range(n)]
+
+
+@contextlib.contextmanager
+def side_by_side(fns: list[Callable[[], Any]], **options: Any) -> Iterator[tuple[AioVecEnv, SubprocVecEnv]]:
+    """An AioVecEnv and a SubprocVecEnv (its default start method) of the same env factories."""
+    ours = AioVecEnv(fns, **options)
+    try:
+        ref = SubprocVecEnv(fns)
+        try:
+            yield ours, ref
+        finally:
+            ref.close()
+    finally:
+        ours.close()
+
+
+def outcome(call: Callable[[], Any]) -> tuple[Any, ...]:
+    """What a call did: ``("ok", value, warnings)`` or ``("raises", type, message, warnings)``."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result: tuple[Any, ...] = ("ok", call())
+        except Exception as exc:  # noqa: BLE001 - the exception is the outcome compared
+            result = ("raises", type(exc), str(exc))
+    return (*result, [f"{w.category.__name__}: {w.message}" for w in caught])
+
+
+def assert_same_outcome(ours: tuple[Any, ...], theirs: tuple[Any, ...], where: str) -> None:
+    assert ours[0] == theirs[0], f"{where}: {ours} != {theirs}"
+    if ours[0] == "ok":
+        assert_same(ours[1], theirs[1], where)
+        assert ours[2] == theirs[2], f"{where}: warnings {ours[2]} != {theirs[2]}"
+    else:
+        assert ours[1:] == theirs[1:], f"{where}: {ours} != {theirs}"
+
+
+def assert_close(a: Any, b: Any, where: str = "") -> None:
+    """Recursive closeness (float rounding aside: SubprocVecEnv's rewards are float64, AioVecEnv's float32)."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict), where
+        assert sorted(a) == sorted(b), f"{where}: keys {sorted(a)} != {sorted(b)}"
+        for k in a:
+            assert_close(a[k], b[k], f"{where}[{k!r}]")
+    else:
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=where)
 
 
 def test_trajectories_match_dummy_vec_env_cartpole() -> None:
@@ -204,37 +263,39 @@ def test_render_and_get_images() -> None:
         env.close()
 
 
-def test_vec_wrappers_match_dummy_vec_env() -> None:
-    """VecNormalize, VecFrameStack and VecMonitor on top of AioVecEnv give what they give on DummyVecEnv."""
+@pytest.mark.parametrize("source", ["cartpole", "dict-obs-dict-actions"])
+def test_vec_wrappers_match_subproc_vec_env(source: str) -> None:
+    """VecNormalize, VecFrameStack and VecMonitor on top of AioVecEnv give what they give on SubprocVecEnv:
+    obs, rewards, dones, episode stats and the normalised, stacked terminal observations."""
 
     def stack(base: VecEnv) -> VecEnv:
         return VecMonitor(VecFrameStack(VecNormalize(base, gamma=0.9), n_stack=3))
 
-    ours, ref = stack(AioVecEnv(cartpole(2), num_workers=1)), stack(DummyVecEnv(cartpole(2)))
-    try:
+    fns = cartpole(2) if source == "cartpole" else echo(2, action="dict", obs="dict")
+    with side_by_side(fns, num_workers=1) as (aio, subproc):
+        ours, ref = stack(aio), stack(subproc)
         for env in (ours, ref):
             env.seed(21)
-        np.testing.assert_allclose(ours.reset(), ref.reset(), rtol=1e-6)
-        rng = np.random.default_rng(0)
+        assert_close(ours.reset(), ref.reset(), "reset")
+        space = ref.action_space
+        space.seed(0)
         episodes = 0
-        for _ in range(30):
-            actions = rng.integers(0, 2, size=2)
-            o1, r1, d1, i1 = ours.step(actions)
-            o2, r2, d2, i2 = ref.step(actions)
-            np.testing.assert_allclose(o1, o2, rtol=1e-5, atol=1e-6)
-            np.testing.assert_allclose(r1, r2, rtol=1e-5)
+        for t in range(30):
+            actions = [space.sample() for _ in range(2)]
+            batch = np.array(actions) if source == "cartpole" else actions  # SB3 passes Dict actions as a list
+            o1, r1, d1, i1 = ours.step(batch)
+            o2, r2, d2, i2 = ref.step(batch)
+            assert_close(o1, o2, f"step {t} obs")
+            assert_close(r1, r2, f"step {t} rewards")
             np.testing.assert_array_equal(d1, d2)
             for a, b in zip(i1, i2, strict=True):
                 assert ("episode" in a) == ("episode" in b)
                 if "episode" in a:
-                    assert a["episode"]["r"] == b["episode"]["r"]
+                    assert a["episode"]["r"] == pytest.approx(b["episode"]["r"], rel=1e-5)
                     assert a["episode"]["l"] == b["episode"]["l"]
-                    np.testing.assert_allclose(a["terminal_observation"], b["terminal_observation"], rtol=1e-5)
+                    assert_close(a["terminal_observation"], b["terminal_observation"], f"step {t} terminal obs")
                     episodes += 1
         assert episodes > 0
-    finally:
-        ours.close()
-        ref.close()
 
 
 def test_ppo_learns_and_evaluates_on_aiovecenv() -> None:
@@ -264,9 +325,23 @@ def test_misuse_and_close() -> None:
     env.step_async(np.zeros(2, dtype=np.int64))
     with pytest.raises(RuntimeError, match="step_async"):
         env.step_async(np.zeros(2, dtype=np.int64))
+    with pytest.raises(AttributeError, match=r"AioVecEnv has no 'processes' .* AioVecEnv.pool is the"):
+        _ = env.processes  # SubprocVecEnv's own attributes have no meaning here
+    assert not hasattr(env, "remotes")
     env.close()  # with a step pending: waited out
     env.close()  # idempotent
     assert env.closed
+    calls: list[Callable[[], Any]] = [
+        lambda: env.step(np.zeros(2, dtype=np.int64)),
+        env.reset,
+        lambda: env.get_attr("gravity"),
+        lambda: env.env_method("render", indices=0),
+        lambda: env.has_attr("gravity"),
+        env.get_images,
+    ]
+    for call in calls:  # SubprocVecEnv raises OSError("handle is closed") here
+        with pytest.raises(aioenv.PoolClosed, match="this AioVecEnv is closed"):
+            call()
 
 
 def test_example_sb3_ppo_runs() -> None:
@@ -448,3 +523,191 @@ def test_step_is_one_batched_call_not_one_per_env(venv: AioVecEnv, monkeypatch: 
     assert obs.shape == (3, 4)
     assert rewards.tolist() == [1.0] * 3
     assert len(infos) == 3
+
+
+# ------------------------------------------------------------ side by side with SubprocVecEnv
+
+
+def assert_same_step(ours: Any, ref: Any, where: str) -> None:
+    """One step's ``(obs, rewards, dones, infos)`` of both envs agree (rewards by float32 value: SubprocVecEnv
+    stacks the envs' Python floats as float64)."""
+    (o1, r1, d1, i1), (o2, r2, d2, i2) = ours, ref
+    assert_same(o1, o2, f"{where} obs")
+    assert_same(r1, r2.astype(np.float32), f"{where} rewards")
+    assert_same(d1, d2, f"{where} dones")
+    assert_same(list(i1), list(i2), f"{where} infos")
+
+
+@pytest.mark.parametrize("kind", ["dict", "tuple", "nested"])
+def test_dict_and_tuple_actions_as_sb3_passes_them_match_subproc_vec_env(kind: str) -> None:
+    """SB3 passes Dict and Tuple actions as a sequence of per-env values (``actions[i]`` for env ``i``): a list, or
+    an object array; a Tuple action may be a list. Every env gets its own action: same outputs as SubprocVecEnv."""
+    with side_by_side(echo(3, action=kind), num_workers=2) as (ours, ref):
+        assert ours.action_space == ref.action_space
+        for env in (ours, ref):
+            env.seed(7)
+        assert_same(ours.reset(), ref.reset(), "reset obs")
+        space = ref.action_space
+        space.seed(3)
+        ended = 0
+        for t in range(24):
+            actions: Any = [space.sample() for _ in range(3)]
+            if kind != "dict" and t % 2:
+                actions[1] = list(actions[1])  # gymnasium's Tuple takes a list too
+            if kind == "dict" and t % 2:
+                actions = np.array(actions, dtype=object)  # shape (3,): one dict per row
+            results = ours.step(actions), ref.step(actions)
+            assert_same_step(*results, f"step {t}")
+            assert_same(list(ours.reset_infos), list(ref.reset_infos), f"step {t} reset_infos")
+            ended += int(results[1][2].sum())
+        assert ended >= 3, "the trajectory should cross episode ends"
+
+
+def test_bad_per_env_actions_name_the_env_and_lose_nothing() -> None:
+    """A bad Dict/Tuple action is refused before anything is sent, naming the env, the space and what arrived;
+    the envs then go on exactly as SubprocVecEnv's, which never saw it."""
+    with side_by_side(echo(3, action="nested"), num_workers=2) as (ours, ref):
+        for env in (ours, ref):
+            env.seed(1)
+        assert_same(ours.reset(), ref.reset(), "reset obs")
+        space = ref.action_space
+        space.seed(2)
+        good = [space.sample() for _ in range(3)]
+        force = good[0][1]["force"]
+        flag = np.zeros(3, dtype=np.int8)
+        out_of_bounds = {"force": force, "flag": np.array([0, 2, 1], np.int8)}
+        bad: dict[str, tuple[int, Any, str, str]] = {  # the env that gets it, what is expected there, what arrived
+            "not a tuple": (1, {"a": 1}, ": expected a tuple of 2 values of Tuple(Discrete(2), Dict(",
+                            "got dict {'a': 1}"),
+            "missing key": (2, (1, {"force": force}), " at action[1]: expected a dict with the keys ['flag', 'force']",
+                            "got dict {'force': array(["),
+            "out of bounds": (0, (1, out_of_bounds), " at action[1]['flag']: expected an action in MultiBinary(3)",
+                              "got [0, 2, 1] (element (1,) is outside [0, 1])"),
+            "wrong shape": (2, (0, {"force": np.zeros(3, np.float32), "flag": flag}),
+                            " at action[1]['force']: expected a value of Box(-1.0, 1.0, (2,), float32)",
+                            "got ndarray float32 (3,) array([0., 0., 0.], dtype=float32)"),
+            "wrong type": (1, (1.5, {"force": force, "flag": flag}), " at action[0]: expected a value of Discrete(2)",
+                           "got float 1.5"),
+        }  # fmt: skip
+        for case, (env_id, action, expected, got) in bad.items():
+            actions = list(good)
+            actions[env_id] = action
+            with pytest.raises(aioenv.InvalidAction) as caught:
+                ours.step_async(actions)
+            message = str(caught.value)
+            assert caught.value.env_id == env_id, case
+            assert message.startswith(f"invalid action for env {env_id}{expected}"), message
+            assert got in message, message
+            assert not ours.waiting
+        with pytest.raises(aioenv.InvalidAction, match=r"expected a sequence of 3 per-env actions, each in Tuple\("):
+            ours.step_async({"a": good[0], "b": good[1], "c": good[2]})  # a batched form: SB3 never passes one
+        for t in range(6):  # nothing was lost: both envs take the same steps from where they were
+            actions = [space.sample() for _ in range(3)]
+            assert_same_step(ours.step(actions), ref.step(actions), f"step {t}")
+        short = [space.sample() for _ in range(2)]
+        theirs = outcome(lambda: ref.step_async(short))  # SubprocVecEnv: ValueError (after stepping envs 0 and 1)
+        assert outcome(lambda: ours.step_async(short))[:2] == theirs[:2] == ("raises", ValueError)
+        assert not ours.waiting
+
+
+INDICES: list[Any] = [None, 0, -1, -3, [-1, 0], [2, 0, 2, 2], [], range(1, 3), np.array([2, 0]), True]
+BAD_INDICES: dict[str, Any] = {  # what our message says about each
+    "env index 3 is out of range: 3 envs, 0..2 (or -3..-1)": 3,
+    "env index -4 is out of range": -4,
+    "an iterable of ints (as in SB3), got int64 np.int64(1): pass int(i) or [i]": np.int64(1),
+    "an env index must be an int, got float 1.0": [1.0],
+    "got slice slice(0, 2, None)": slice(0, 2),
+    "env index 5 is out of range": [0, 5],
+}
+
+
+def test_indices_resolve_as_in_subproc_vec_env() -> None:
+    """``indices`` as SB3's ``_get_indices`` gives them: an int, a negative int, repeats (the env is called twice),
+    an empty list, any iterable; a bad index raises the type of error SubprocVecEnv raises, naming it. Where
+    SubprocVecEnv's env process dies instead (a missing attribute, a method that raises), the env's own exception, as
+    DummyVecEnv raises it."""
+    with side_by_side(echo(3, action="tuple", render_mode="ansi"), num_workers=2) as (ours, ref):
+        for env in (ours, ref):
+            env.seed(10)
+            env.reset()  # ident = 10, 11, 12
+        for k, indices in enumerate(INDICES + list(BAD_INDICES.values())):
+            calls: dict[str, Callable[[VecEnv], Any]] = {
+                "get_attr": lambda env, i=indices: env.get_attr("ident", indices=i),
+                "set_attr": lambda env, i=indices, k=k: env.set_attr("tag", k, indices=i),
+                "env_method": lambda env, i=indices: env.env_method("render", indices=i),  # counts its calls
+                "env_is_wrapped": lambda env, i=indices: env.env_is_wrapped(gym.Wrapper, indices=i),
+            }
+            for name, call in calls.items():
+                theirs, mine = outcome(lambda call=call: call(ref)), outcome(lambda call=call: call(ours))
+                if k < len(INDICES):
+                    assert_same_outcome(mine, theirs, f"{name}(indices={indices!r})")
+                    continue
+                assert mine[:2] == theirs[:2], (name, indices, mine, theirs)  # ("raises", IndexError or TypeError)
+                said = list(BAD_INDICES)[k - len(INDICES)]
+                assert said in mine[2], (name, indices, mine)
+        dummy = DummyVecEnv(echo(3, action="tuple", render_mode="ansi"))  # where SubprocVecEnv's env process dies
+        dummy_calls: dict[str, Callable[[VecEnv], Any]] = {
+            "get_attr": lambda env: env.get_attr("nope", indices=-1),  # SB3 catches this AttributeError
+            "has_attr": lambda env: env.has_attr("nope"),
+            "env_method": lambda env: env.env_method("nope", indices=[0]),
+            "raising env_method": lambda env: env.env_method("step", "not an action", indices=1),
+        }
+        for name, call in dummy_calls.items():
+            theirs = outcome(lambda call=call: call(dummy))
+            assert_same_outcome(outcome(lambda call=call: call(ours)), theirs, name)
+        dummy.close()
+        assert ref.get_attr("renders") == [6, 3, 8]  # env 2 rendered three times for [2, 0, 2, 2]; none for a bad one
+        assert ours.get_attr("renders") == ref.get_attr("renders")
+        assert ours.get_attr("tag") == ref.get_attr("tag") == [8, 9, 8]  # the last good indices naming each env
+
+
+def test_start_method_is_validated_as_subproc_vec_env_validates_it() -> None:
+    for bad in ("bogus", 5):
+        with pytest.raises(ValueError, match="cannot find context") as theirs:
+            SubprocVecEnv(echo(1), start_method=bad)
+        with pytest.raises(ValueError, match="cannot find context") as caught:
+            AioVecEnv(echo(1), start_method=bad)
+        assert str(caught.value) == str(theirs.value)
+    with pytest.warns(UserWarning, match="ignores start_method='fork': aioenv never forks"):
+        env = AioVecEnv(echo(1), start_method="fork")
+    try:
+        assert env.start_method == "fork"
+        env.reset()
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("mode", ["rgb_array", "human", "ansi", None])
+def test_render_modes_match_subproc_vec_env(mode: str | None) -> None:
+    """``render()``, ``render(mode)``, ``get_images()``, ``metadata`` and their warnings, in every render mode."""
+    with side_by_side(echo(3, action="dict", render_mode=mode), num_workers=2) as (ours, ref):
+        assert ours.render_mode == ref.render_mode == mode
+        assert ours.metadata == ref.metadata
+        for env in (ours, ref):
+            env.seed(5)
+            env.reset()
+        calls: dict[str, Callable[[VecEnv], Any]] = {
+            "render()": lambda env: env.render(),
+            "get_images()": lambda env: env.get_images(),
+            "render('rgb_array')": lambda env: env.render("rgb_array"),
+            "render('ansi')": lambda env: env.render("ansi"),
+        }
+        if mode != "rgb_array":  # with rgb_array frames, render("human") opens an OpenCV window
+            calls["render('human')"] = lambda env: env.render("human")
+        for name, call in calls.items():
+            theirs = outcome(lambda call=call: call(ref))
+            assert_same_outcome(outcome(lambda call=call: call(ours)), theirs, name)
+        if mode == "rgb_array":
+            tiled = ours.render()
+            assert tiled is not None
+            assert tiled.shape == (8, 10, 3)  # 3 frames of (4, 5) tiled 2 x 2
+        assert ours.get_attr("renders") == ref.get_attr("renders")
+
+
+def test_mixed_render_modes_refused_as_sb3_refuses_them() -> None:
+    fns = [functools.partial(make_echo_env, render_mode=mode) for mode in ("human", None)]
+    with pytest.raises(AssertionError) as theirs:
+        DummyVecEnv(fns)
+    with pytest.raises(AssertionError) as caught:
+        AioVecEnv(fns, num_workers=1)  # and its workers are gone (the autouse fixture checks)
+    assert str(caught.value) == str(theirs.value)
