@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from aioenv.errors import EnvRemade, EpisodeEnded, UsageError
+from aioenv.wire.spaces import for_wire
 
 NEXT_STEP = "next_step"
 SAME_STEP = "same_step"
@@ -170,7 +171,7 @@ class HostedEnv(EpisodeState):
         ended = bool(terminated or truncated)
         if self.mode == SAME_STEP:
             if ended:
-                final = {"final_obs": obs, "final_info": info}
+                final = {"final_obs": for_wire(env.observation_space, obs), "final_info": info}
                 obs, info = env.reset()
                 final.update(info)
                 info = final
@@ -216,7 +217,7 @@ class AsyncHostedEnv(EpisodeState):
         ended = bool(terminated or truncated)
         if self.mode == SAME_STEP:
             if ended:
-                final = {"final_obs": obs, "final_info": info}
+                final = {"final_obs": for_wire(env.observation_space, obs), "final_info": info}
                 obs, info = await env.reset()
                 final.update(info)
                 info = final

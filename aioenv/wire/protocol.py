@@ -15,12 +15,14 @@ with extension types, so numpy values keep their dtype and tuples stay
 tuples: ``1`` ndarray (``[dtype, shape, bytes]``; object arrays as a list of
 items), ``2`` tuple, ``3`` numpy scalar (``[dtype, bytes]``), ``4`` a gymnasium
 ``GraphInstance`` (``[nodes, edges, edge_links]``). A value msgpack cannot describe
-is refused with a ``TypeError`` that names its type, with one exception: between a
-pool and the worker processes it started itself, over their private pipe (the trust
-``multiprocessing`` gives its children), ``encode(..., trusted=True)`` carries it
-pickled with cloudpickle (``5``), and only ``decode(..., trusted=True)`` (or a worker
-that called :func:`trust_parent_pipe`) unpickles it. Bytes from a network socket are
-never unpickled: an untrusted decode refuses extension ``5`` with a ProtocolError.
+is refused with a ``TypeError`` that names its type. One kind of value is pickled: a
+:class:`Pickled` wrapper (a user-defined space, or a value of one), carried with
+cloudpickle (``5``) only between a pool and the worker processes it started itself,
+over their private pipe (the trust ``multiprocessing`` gives its children):
+``encode(..., trusted=True)`` or a worker that called :func:`trust_parent_pipe`.
+Only ``decode(..., trusted=True)`` (or such a worker) unpickles it, and gives back the
+wrapped value itself. Bytes from a network socket are never unpickled: an untrusted
+decode refuses extension ``5`` with a ProtocolError.
 
 Batched observations/actions travel as "leaves" (see :mod:`aioenv.wire.spaces`): a
 numeric leaf is an array frame (its header entry is the frame index), an object
@@ -54,6 +56,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "Key",
     "Op",
+    "Pickled",
     "decode",
     "encode",
     "leaves_from_wire",
@@ -188,6 +191,20 @@ def trust_parent_pipe() -> None:
     _PROCESS_TRUST[0] = True
 
 
+class Pickled:
+    """A value that may only travel pickled (a user-defined space, or one of its values): see the module
+    docstring. Encoded where pickle is trusted, refused with a ``TypeError`` elsewhere; decoded as
+    ``value`` itself."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"Pickled({self.value!r})"
+
+
 def _trusted() -> bool:
     return _PROCESS_TRUST[0] or _TRUST.on
 
@@ -228,12 +245,21 @@ def _default(obj: Any) -> Any:
         return bytes(obj)
     if isinstance(obj, (list, set, frozenset)):
         return list(obj)
-    if _trusted():
-        return msgpack.ExtType(_EXT_PICKLED, cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+    if type(obj) is Pickled:
+        return _pickled(obj.value)
     raise TypeError(
         f"cannot send a value of type {type(obj).__module__}.{type(obj).__qualname__}: "
         "only None, bool, int, float, str, bytes, list, tuple, dict and numpy arrays/scalars cross the wire"
     )
+
+
+def _pickled(value: Any) -> msgpack.ExtType:
+    if not _trusted():
+        raise TypeError(
+            f"cannot send a value of type {type(value).__module__}.{type(value).__qualname__} to this peer: "
+            "it travels only pickled, between a pool and the worker processes it started itself"
+        )
+    return msgpack.ExtType(_EXT_PICKLED, cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 _DTYPES: dict[str, np.dtype[Any]] = {}  # valid numeric dtype codes seen so far (a few dozen at most)
@@ -360,8 +386,8 @@ def encode(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray] = (), *
             together into the header's ``"b"`` blob (every frame costs socket calls whatever its
             size); larger ones get a frame each and are sent zero-copy, so they must be fresh
             arrays that nobody mutates afterwards.
-        trusted: the message goes to a worker this process started, over its own pipe: a value
-            msgpack cannot describe travels pickled instead of raising ``TypeError``.
+        trusted: the message goes to a worker this process started, over its own pipe: its
+            :class:`Pickled` values travel pickled instead of raising ``TypeError``.
 
     Returns:
         ``[header_bytes, *array_frames]`` ready for ``send_multipart``.

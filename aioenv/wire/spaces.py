@@ -45,6 +45,7 @@ import numpy.typing as npt
 from gymnasium import spaces as gs
 
 from aioenv.errors import InvalidAction
+from aioenv.wire.protocol import Pickled
 
 __all__ = [
     "RowReader",
@@ -54,6 +55,7 @@ __all__ = [
     "check_actions",
     "concat_leaves",
     "describe_space",
+    "for_wire",
     "empty_batch",
     "from_leaves",
     "leaf_specs",
@@ -92,6 +94,19 @@ def is_portable(space: gs.Space[Any]) -> bool:
     if isinstance(space, gs.Graph):
         return space.edge_space is None or is_portable(space.edge_space)
     return isinstance(space, _NATIVE)
+
+
+def for_wire(space: gs.Space[Any], value: Any) -> Any:
+    """One env's ``value`` of ``space`` ready for a message: the parts of user-defined spaces in it wrapped as
+    :class:`~aioenv.wire.protocol.Pickled` (a final observation in an info, say); ``value`` itself when
+    ``space`` is portable."""
+    if is_portable(space):
+        return value
+    if isinstance(space, gs.Dict):
+        return {key: for_wire(sub, value[key]) for key, sub in space.spaces.items()}
+    if isinstance(space, gs.Tuple):
+        return tuple(for_wire(sub, v) for sub, v in zip(space.spaces, value, strict=True))
+    return Pickled(value)
 
 
 def not_portable(space: gs.Space[Any], where: str) -> str:
@@ -155,7 +170,7 @@ def _describe_variable(space: gs.Space[Any]) -> dict[str, Any]:
         return {"type": "OneOf", "subspaces": [describe_space(s) for s in space.spaces]}
     if not isinstance(space, gs.Space):
         raise _unsupported(space)
-    return {"type": "Custom", "space": space}
+    return {"type": "Custom", "space": Pickled(space)}
 
 
 def _bad(kind: str, what: str) -> ValueError:
@@ -332,6 +347,8 @@ def _build_one_of(desc: Mapping[str, Any], depth: int) -> gs.Space[Any]:
 
 def _build_custom(desc: Mapping[str, Any], _depth: int) -> gs.Space[Any]:
     space = _field(desc, "space", "Custom")  # an object only a trusted (pickle-carrying) decode can produce
+    if isinstance(space, Pickled):  # a description that did not cross the wire
+        space = space.value
     if not isinstance(space, gs.Space):
         raise _bad("Custom", f"field 'space' must be a gymnasium space, got {type(space).__name__}")
     return space
@@ -560,8 +577,9 @@ def _object_rows(values: Any) -> Leaf:
     return rows
 
 
-def _value_checker(space: gs.Space[Any], path: str) -> _Check:
-    """Graph, Sequence, OneOf and user-defined spaces: a sequence of B values, each in the space."""
+def _value_checker(space: gs.Space[Any], path: str, wrap: bool) -> _Check:
+    """Graph, Sequence, OneOf and user-defined spaces: a sequence of B values, each in the space (``wrap``: the
+    rows of a space that is not portable come out :class:`~aioenv.wire.protocol.Pickled`, ready for the wire)."""
     kind = type(space).__name__
 
     def check(actions: Any, env_ids: Any, out: list[Leaf]) -> None:
@@ -578,6 +596,8 @@ def _value_checker(space: gs.Space[Any], path: str) -> _Check:
                 ok = False
             if not ok:
                 raise _row_error(path, env_ids, row, f"a value of {space!r}", _fmt(value))
+        if wrap:
+            rows = _object_rows([Pickled(value) for value in rows])
         out.append(rows)
 
     return check
@@ -646,7 +666,7 @@ class _Plan:
         elif isinstance(space, gs.MultiBinary):
             check = _int_checker(space, 0, np.full(space.shape, 2), path)
         elif isinstance(space, gs.Space):  # Graph, Sequence, OneOf, user-defined: one object per row
-            check = _value_checker(space, path)
+            check = _value_checker(space, path, wrap=not is_portable(space))
             self.specs.append(("value", ()))
         else:
             raise _unsupported(space)
@@ -656,6 +676,16 @@ class _Plan:
 
         def write(leaves: list[Leaf], i: int, value: Any) -> None:
             leaves[k][i] = value
+
+        if kind == "text":
+
+            def write(leaves: list[Leaf], i: int, value: Any) -> None:
+                leaves[k][i] = value if type(value) is str else str(value)
+
+        elif kind == "value" and not is_portable(space):
+
+            def write(leaves: list[Leaf], i: int, value: Any) -> None:
+                leaves[k][i] = Pickled(value)  # a user-defined space's value: only a trusted pipe carries it
 
         def read(leaves: list[Leaf], i: int) -> Any:
             return leaves[k][i]

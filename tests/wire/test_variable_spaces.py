@@ -13,11 +13,12 @@ from gymnasium import spaces as gs
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
 from aioenv.errors import InvalidAction, ProtocolError
-from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, leaves_to_wire, pack, unpack
+from aioenv.wire.protocol import Key, Op, Pickled, decode, encode, leaves_from_wire, leaves_to_wire, pack, unpack
 from aioenv.wire.spaces import (
     check_actions,
     describe_space,
     empty_batch,
+    for_wire,
     from_leaves,
     is_portable,
     leaf_specs,
@@ -163,7 +164,11 @@ def test_graph_instances_cross_msgpack_and_malformed_ones_are_protocol_errors() 
 def test_a_user_defined_space_is_described_by_itself_and_is_not_portable() -> None:
     space = gs.Dict({"card": CardSpace(), "n": gs.Discrete(2)})
     desc = describe_space(space)
-    assert desc["subspaces"][0][1] == {"type": "Custom", "space": space["card"]}
+    custom = desc["subspaces"][0][1]
+    assert custom["type"] == "Custom"
+    assert isinstance(custom["space"], Pickled)
+    assert custom["space"].value is space["card"]
+    assert space_from_description(desc) == space
     assert not is_portable(space)
     assert not is_portable(gs.Sequence(CardSpace()))
     why = not_portable(space, "a server")
@@ -176,13 +181,31 @@ def test_a_user_defined_space_is_described_by_itself_and_is_not_portable() -> No
 
 def test_only_a_trusted_pipe_carries_pickled_values() -> None:
     card = Card(12, "H")
-    frames = encode(
-        Op.RESULT, {Key.OBS: [[card, None]], Key.SPACES: {"obs": describe_space(CardSpace())}}, trusted=True
-    )
+    fields = {Key.OBS: [[Pickled(card), None]], Key.SPACES: {"obs": describe_space(CardSpace())}}
+    frames = encode(Op.RESULT, fields, trusted=True)
     header, _ = decode(frames, trusted=True)
-    assert header[Key.OBS] == [[card, None]]
+    assert header[Key.OBS] == [[card, None]]  # unwrapped
     assert header[Key.SPACES]["obs"]["space"] == CardSpace()
     with pytest.raises(ProtocolError, match="not trusted with pickle"):
         decode(frames)  # the same bytes from anywhere else are refused, never unpickled
-    with pytest.raises(TypeError, match="Card"):
-        encode(Op.RESULT, {Key.OBS: [[card]]})
+    with pytest.raises(TypeError, match=r"tests\.envs\.variable\.Card to this peer: it travels only pickled"):
+        encode(Op.RESULT, {Key.OBS: [[Pickled(card)]]})
+    with pytest.raises(TypeError, match=r"cannot send a value of type tests\.envs\.variable\.Card"):
+        encode(Op.RESULT, {Key.OBS: [[card]]}, trusted=True)  # only what is marked Pickled is ever pickled
+
+
+def test_rows_and_actions_of_user_defined_spaces_are_marked_for_pickle() -> None:
+    space = gs.Tuple((CardSpace(), gs.Discrete(3)))
+    leaves = empty_batch(space, 2)
+    row_writer(space)(leaves, 0, (Card(1, "S"), 2))
+    assert isinstance(leaves[0][0], Pickled)
+    assert leaves[1][0] == 2
+    cards, picks = check_actions(space, ((Card(2, "H"), Card(3, "D")), np.array([0, 1])), np.arange(2))
+    assert [c.value for c in cards] == [Card(2, "H"), Card(3, "D")]
+    assert picks.tolist() == [0, 1]
+    final = for_wire(space, (Card(4, "C"), 1))
+    assert isinstance(final[0], Pickled)
+    assert final[1] == 1
+    graph = gs.Graph(BOX, None)
+    value = graph.sample()
+    assert for_wire(graph, value) is value  # portable: untouched
