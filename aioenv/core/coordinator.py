@@ -365,7 +365,7 @@ class Coordinator:
         try:
             header, arrays = decode(frames, trusted=self._trusted)
         except ProtocolError as exc:
-            log.error("malformed message from worker %s: %s", slot.name, exc)
+            self._on_malformed(slot, exc)
             return
         op = header[Key.OP]
         if op == Op.HELLO:
@@ -550,6 +550,15 @@ class Coordinator:
             env_id=env_id,
             worker=slot.name,
         )
+
+    def _on_malformed(self, slot: _Slot, exc: ProtocolError) -> None:
+        """A worker's message this side cannot read: whatever it answered is lost, so the worker is replaced and
+        its requests fail with WorkerCrashed now (dropping the message would leave them waiting for ever)."""
+        log.error("malformed message from worker %s: %s", slot.name, exc)
+        if slot.proc is None or self.closing:
+            return
+        slot.proc.kill()
+        self._restart(slot, f"sent a message this pool cannot read ({exc}) and was replaced")
 
     def _on_exit(self, proc: WorkerProc) -> None:
         slot = next((s for s in self.slots if s.proc is proc), None)

@@ -554,12 +554,13 @@ def _cached_spec(dtype_code: Any, shape: Any) -> tuple[np.dtype[Any], tuple[int,
 
 
 def _graph(parts: Any) -> GraphInstance:
-    """A GraphInstance from ``[nodes, edges, edge_links]``: nodes an array, the others arrays or None."""
+    """A GraphInstance from ``[nodes, edges, edge_links]`` (nodes and edges are whatever the graph's node and
+    edge spaces batch to: arrays, or dicts and tuples of them; whether they fit a space is the space's to say)."""
     if type(parts) is not list or len(parts) != 3:
         raise ValueError("a graph must be [nodes, edges, edge_links]")
     nodes, edges, links = parts
-    if not isinstance(nodes, np.ndarray) or not all(p is None or isinstance(p, np.ndarray) for p in (edges, links)):
-        raise ValueError("a graph's nodes must be an array, its edges and edge_links arrays or nil")
+    if nodes is None or not (links is None or isinstance(links, np.ndarray)):
+        raise ValueError("a graph needs nodes, and its edge_links must be an array or nil")
     return GraphInstance(nodes, edges, links)
 
 

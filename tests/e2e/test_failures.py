@@ -273,6 +273,25 @@ async def test_worker_that_corrupts_its_pipe_is_stopped_and_replaced(caplog: pyt
         assert process_gone(old)
 
 
+async def test_a_reply_the_pool_cannot_read_fails_its_requests_and_replaces_the_worker(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A worker's message the pool cannot decode (here a header over the size limit) is not dropped with its
+    requests left waiting: the worker is replaced and the requests fail with WorkerCrashed saying why."""
+    async with aioenv.Pool("tests.envs.faulty:HugeInfoEnv", 2, num_workers=1) as pool:
+        await guard(pool.reset())
+        old = worker_pid(pool, 0)
+        with pytest.raises(WorkerCrashed, match="sent a message this pool cannot read") as info:
+            await guard(pool.step(np.array([1, 0])))
+        assert "exceeds the limit" in str(info.value)
+        assert any("malformed message from worker" in r.getMessage() for r in caplog.records)
+        await wait_new_worker(pool, 0, old)
+        await guard(pool.reset())
+        obs, *_ = await guard(pool.step(np.zeros(2, dtype=np.int64)))
+        assert obs[:, 0].tolist() == [1, 1]
+        assert process_gone(old)
+
+
 async def test_worker_alive_after_its_pipe_ended_is_stopped_after_the_grace() -> None:
     """A worker whose pipe ends while it keeps running (here an env shut it down, then hangs) gets
     ``EOF_GRACE`` seconds to exit, then is killed: its request fails with WorkerCrashed, not a hang."""

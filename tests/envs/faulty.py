@@ -278,3 +278,24 @@ class PipeVandalEnv(gym.Env):
             time.sleep(120)
         self.t += 1
         return np.array([self.t], dtype=np.float32), 0.0, False, False, {}
+
+
+class HugeInfoEnv(gym.Env):
+    """Obs ``[t]``; action 1 puts 65 MiB of bytes in the step's info: a reply whose header is over the limit a
+    pool reads (``aioenv.wire.protocol.MAX_HEADER_BYTES``), so the worker's message is malformed to the pool."""
+
+    observation_space = spaces.Box(-np.inf, np.inf, (1,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([self.t], dtype=np.float32), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.t += 1
+        info = {"blob": b"x" * (65 << 20)} if int(action) == 1 else {}
+        return np.array([self.t], dtype=np.float32), 0.0, False, False, info

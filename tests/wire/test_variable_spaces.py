@@ -37,6 +37,7 @@ BOX = gs.Box(0.0, 1.0, (3,), np.float32)
 SPACES: dict[str, gym.Space[Any]] = {
     "graph": gs.Graph(BOX, gs.Discrete(4)),
     "graph_no_edges": gs.Graph(gs.Discrete(5), None),
+    "graph_of_dicts_and_tuples": gs.Graph(gs.Dict({"a": BOX, "b": gs.Discrete(3)}), gs.Tuple((gs.Discrete(2), BOX))),
     "sequence": gs.Sequence(gs.Discrete(5)),
     "sequence_stacked": gs.Sequence(BOX, stack=True),
     "sequence_of_dicts": gs.Sequence(gs.Dict({"a": gs.Discrete(2), "b": BOX})),
@@ -153,7 +154,7 @@ def test_graph_instances_cross_msgpack_and_malformed_ones_are_protocol_errors() 
     graph = gs.GraphInstance(np.ones((2, 3), np.float32), None, np.array([[0, 1]]))
     back = unpack(pack({"g": graph, "t": (1, graph)}))
     assert_same(back, {"g": graph, "t": (1, graph)})
-    for parts in ([np.ones(2)], [1, None, None], [np.ones(2), "edges", None]):
+    for parts in ([np.ones(2)], [None, None, None], [np.ones(2), None, "links"], "abc"):
         with pytest.raises(ProtocolError, match="graph"):
             unpack(msgpack.packb(msgpack.ExtType(4, pack(parts))))
 
