@@ -8,30 +8,43 @@ Change one line::
 and everything else (``reset(seed=..., options={"reset_mask": mask})``, ``step``, the
 ``*_async``/``*_wait`` pairs, ``call``/``get_attr``/``set_attr``, ``render``, ``close``,
 gymnasium's vector wrappers) behaves as before: the same seeds and actions give the same
-observations, rewards, terminations, truncations and infos as ``SyncVectorEnv``. The envs
-run in aioenv worker processes (started with ``python -m workers``, not forked) driven
-by a :class:`aioenv.SyncPool`.
+observations, rewards, terminations, truncations and infos as ``AsyncVectorEnv``, and code that
+catches ``AsyncVectorEnv``'s exceptions catches this one's (:mod:`aioenv.compat.vector_errors`). The
+envs run in aioenv worker processes (started with ``python -m workers``, not forked) driven by a
+:class:`aioenv.SyncPool`. docs/migrating.md has the table of every argument and method.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import copy as _copy
-import multiprocessing
 from collections.abc import Callable, Sequence
 from enum import Enum
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import gymnasium
 import numpy as np
 from gymnasium import Space, logger
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import create_empty_array, iterate
 
+from aioenv.compat import vector_args as args
+from aioenv.compat import vector_batch as batch
+from aioenv.compat.payloads import HELPER_NAME, Transfer, is_plain
+from aioenv.compat.vector_errors import WaitTimeout, as_peer_error, combined_error, log_env_errors, seed_error
+from aioenv.compat.vector_worker import PEER_CALL
+from aioenv.errors import AioEnvError, InvalidAction
 from aioenv.sync import SyncPool
 from aioenv.wire.options import Executor
+from aioenv.wire.spaces import check_actions
 
 __all__ = ["AioVectorEnv"]
+
+#: Names ``AsyncVectorEnv.call`` refuses (its worker's commands).
+_RESERVED = ("reset", "step", "close", "_setattr", "_check_spaces")
+#: ``AsyncVectorEnv`` attributes with no counterpart here.
+_PEER_ONLY = ("parent_pipes", "processes", "error_queue")
 
 
 class _State(Enum):
@@ -43,144 +56,54 @@ class _State(Enum):
     WAITING_CALL = "call"
 
 
-def _has_text(space: Space[Any]) -> bool:
-    if isinstance(space, gymnasium.spaces.Text):
-        return True
-    if isinstance(space, gymnasium.spaces.Dict):
-        return any(_has_text(s) for s in space.spaces.values())
-    if isinstance(space, gymnasium.spaces.Tuple):
-        return any(_has_text(s) for s in space.spaces)
-    return False
-
-
-def _to_gymnasium(space: Space[Any], value: Any) -> Any:
-    """aioenv's batched obs -> gymnasium's: Text leaves (object arrays ``(B,)``) become tuples of str."""
-    if isinstance(space, gymnasium.spaces.Text):
-        return tuple(value.tolist())
-    if isinstance(space, gymnasium.spaces.Dict):
-        return {key: _to_gymnasium(sub, value[key]) for key, sub in space.spaces.items()}
-    if isinstance(space, gymnasium.spaces.Tuple):
-        return tuple(_to_gymnasium(sub, v) for sub, v in zip(space.spaces, value, strict=True))
-    return value
-
-
-def _copy_tree(value: Any) -> Any:
-    """A copy of a batched obs (dicts/tuples of arrays) that shares no array with it."""
-    if isinstance(value, dict):
-        return {k: _copy_tree(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return tuple(_copy_tree(v) for v in value)
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    return _copy.deepcopy(value)
-
-
-def _set_rows(full: Any, rows: Any, ids: np.ndarray) -> Any:
-    """``full`` (a batch of ``num_envs`` rows) with rows ``ids`` replaced by ``rows`` (``len(ids)`` rows)."""
-    if isinstance(full, dict):
-        return {k: _set_rows(v, rows[k], ids) for k, v in full.items()}
-    if isinstance(full, tuple):
-        return tuple(_set_rows(f, r, ids) for f, r in zip(full, rows, strict=True))
-    out = np.array(full, copy=True)
-    out[ids] = rows
-    return out
-
-
-def _scatter_info(info: dict[str, Any], ids: np.ndarray, n: int) -> dict[str, Any]:
-    """A batched info over ``len(ids)`` rows spread to ``n`` rows (rows ``ids``), as gymnasium's
-    ``_add_info`` builds it for a partial reset: absent rows are 0 / None with their ``_key`` mask False."""
-    out: dict[str, Any] = {}
-    for key, value in info.items():
-        if isinstance(value, dict):
-            out[key] = _scatter_info(value, ids, n)
-        elif isinstance(value, np.ndarray) and value.ndim >= 1 and value.shape[0] == ids.size:
-            if value.dtype == object:
-                full = np.full((n, *value.shape[1:]), None, dtype=object)
-            else:
-                full = np.zeros((n, *value.shape[1:]), dtype=value.dtype)
-            full[ids] = value
-            out[key] = full
-        else:
-            out[key] = value
-    return out
-
-
-def _without_env_id(info: dict[str, Any]) -> dict[str, Any]:
-    if "env_id" in info:
-        info = {k: v for k, v in info.items() if k not in ("env_id", "_env_id")}
-    return info
-
-
-def _checked_concurrency(max_concurrency: object) -> int | None:
-    """``max_concurrency`` as gymnasium's ``AsyncVectorEnv`` checks it (same messages)."""
-    if max_concurrency is None:
-        return None
-    if not isinstance(max_concurrency, (int, np.integer)) or isinstance(max_concurrency, bool):
-        raise ValueError(f"`max_concurrency` must be an integer or None, got {type(max_concurrency)}.")
-    if max_concurrency < 1:
-        raise ValueError(f"`max_concurrency` must be a positive or None, got {max_concurrency}.")
-    return int(max_concurrency)
-
-
-def _custom_spaces(observation_mode: object) -> tuple[Space[Any], Space[Any]] | None:
-    """The ``(observation_space, single_observation_space)`` an ``observation_mode`` tuple gives; None for
-    ``"same"``; an error for ``"different"`` (an aioenv pool's envs share their spaces) or anything else."""
-    if isinstance(observation_mode, tuple) and len(observation_mode) == 2:
-        if not all(isinstance(s, Space) for s in observation_mode):
-            raise TypeError(
-                "Expected both elements of observation_mode to be Spaces, got "
-                f"{type(observation_mode[0])} and {type(observation_mode[1])}"
-            )
-        return observation_mode[0], observation_mode[1]
-    if observation_mode == "different":
-        raise ValueError(
-            "AioVectorEnv does not support observation_mode='different': every env of an aioenv pool must "
-            "have the same spaces (pass a tuple (observation_space, single_observation_space) instead)"
-        )
-    if observation_mode != "same":
-        raise ValueError(
-            "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and batch "
-            f"observation space, actual got {observation_mode}"
-        )
-    return None
+# ---------------------------------------------------------------- the vector env
 
 
 class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
     """A ``gymnasium.vector.VectorEnv`` whose envs run in aioenv worker processes; a drop-in for
-    ``gymnasium.vector.AsyncVectorEnv`` (same constructor, methods, results and misuse errors).
+    ``gymnasium.vector.AsyncVectorEnv`` (same constructor, methods, results and errors).
 
     Args:
-        env_fns: one callable per env, each returning a ``gymnasium.Env`` (shipped to the workers
-            with cloudpickle; every env must have the same spaces).
-        shared_memory: accepted and ignored: observations travel as raw array frames (over a pipe, or ZeroMQ).
-        copy: accepted and ignored: every call returns fresh arrays (as ``copy=True``).
-        context: accepted and ignored: workers are started with ``python -m workers``, never forked.
-        daemon: accepted and ignored: workers always die with the pool (and with this process).
-        worker: must be None; a custom multiprocessing worker function cannot run in aioenv's
-            workers (``ValueError`` otherwise).
-        observation_mode: ``"same"``, or a tuple ``(observation_space, single_observation_space)``
-            that only replaces the advertised spaces (as gymnasium). ``"different"`` is refused
-            (``ValueError``): an aioenv pool requires identical spaces.
+        env_fns: one callable per env, each returning a ``gymnasium.Env`` (shipped to the workers with
+            cloudpickle).
+        shared_memory: as ``AsyncVectorEnv``: True refuses observation spaces gymnasium cannot put in shared
+            memory, with its errors (a user-defined space ``ValueError``, ``Graph``/``Sequence`` ``TypeError``).
+            Observations travel as raw arrays either way.
+        copy: as ``AsyncVectorEnv``: with ``copy=False`` and ``shared_memory=True`` the returned observations are
+            the vector env's own last observations (what a partial reset returns for the envs it does not reset),
+            so changing them in place changes that; otherwise it keeps a private copy. Unlike ``AsyncVectorEnv``,
+            every call returns new arrays (a later step never writes into arrays returned earlier).
+        context: a ``multiprocessing`` start method name, checked as ``AsyncVectorEnv`` does (``ValueError`` for an
+            unknown one); workers are always fresh interpreters (``python -m workers``), as with ``"spawn"``;
+            ``"fork"`` warns.
+        daemon: accepted: workers always end with this vector env (and with this process), and envs may start
+            processes of their own whatever its value.
+        worker: must be None; a custom multiprocessing worker function cannot run in aioenv's workers
+            (``ValueError`` otherwise).
+        observation_mode: ``"same"``; ``"different"`` (observation spaces may differ in their bounds, not in shape
+            or dtype: each env is made once in this process to read its space, as ``AsyncVectorEnv`` does); or a
+            tuple ``(observation_space, single_observation_space)``.
         autoreset_mode: a ``gymnasium.vector.AutoresetMode`` or its value (``"NextStep"``, ...).
-        max_concurrency: at most this many envs run at once (the pool's ``max_concurrency``); it also
-            bounds ``num_workers`` (the ``inline`` executor runs one env at a time per worker).
+        max_concurrency: at most this many envs run at once (the pool's ``max_concurrency``); it also bounds
+            ``num_workers`` (the ``inline`` executor runs one env at a time per worker).
         num_workers: aioenv worker processes (default ``min(num_envs, os.cpu_count(), max_concurrency)``).
-        step_timeout: seconds; a step or reset that overruns fails with ``aioenv.StepTimeout``.
-        executor: ``"inline"`` (default), or ``"thread"`` for envs that block on I/O: each env on
-            its own thread, so their steps overlap (see ``docs/api.md``).
+        step_timeout: seconds; a step or reset that overruns fails with ``aioenv.StepTimeout`` (also a
+            ``multiprocessing.TimeoutError``) and its env is replaced.
+        executor: ``"inline"`` (default), or ``"thread"`` for envs that block on I/O: each env on its own thread,
+            so their steps overlap (see ``docs/api.md``).
 
     Shapes: ``N = num_envs``. Observations are batched as gymnasium does (``(N, *shape)`` arrays,
-    dicts/tuples of them, tuples of ``N`` str for ``Text``); rewards ``(N,)`` float64;
-    terminations/truncations ``(N,)`` bool; infos are gymnasium's dict of ``(N, ...)`` arrays with
+    dicts/tuples of them, tuples of ``N`` values for ``Text`` and other object spaces); rewards ``(N,)``
+    float64; terminations/truncations ``(N,)`` bool; infos are gymnasium's dict of ``(N, ...)`` arrays with
     ``_key`` masks.
 
     Errors: misuse raises gymnasium's ``AlreadyPendingCallError``, ``NoAsyncCallError`` and
-    ``ClosedEnvironmentError``; a ``*_wait(timeout)`` that times out raises
-    ``multiprocessing.TimeoutError`` (as ``AsyncVectorEnv``); an env that raised surfaces as
-    ``aioenv.EnvError`` carrying the remote traceback (``err.remote_traceback``).
-
-    Calls of env methods (``call``, ``get_attr``, ``set_attr``, ``render``) move arguments and results
-    as msgpack: numbers, str, lists, tuples, dicts and numpy arrays, not arbitrary objects.
+    ``ClosedEnvironmentError``; a ``*_wait(timeout)`` that expires raises ``multiprocessing.TimeoutError``; an
+    env that raised surfaces as ``aioenv.EnvError`` that is also the env's own exception type (when this process
+    knows it), with the remote traceback, logged as ``AsyncVectorEnv`` logs it; the other envs' rows are in
+    ``err.partial``. An action that does not fit the action space raises ``aioenv.InvalidAction`` (a
+    ``ValueError``; a ``TypeError`` too for what ``AsyncVectorEnv`` cannot iterate) before anything is sent;
+    the action of an env that autoresets in this step is not used and not checked.
     """
 
     def __init__(
@@ -207,49 +130,96 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         self.worker = worker
         self.observation_mode = observation_mode
         mode = autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
+        self.autoreset_mode = mode
+        self.max_concurrency = args.checked_concurrency(max_concurrency)
         if worker is not None:
             raise ValueError(
                 "AioVectorEnv does not support a custom `worker`: envs run in aioenv's own worker processes "
                 "(python -m workers), not in a multiprocessing target; pass worker=None"
             )
-        self.max_concurrency = _checked_concurrency(max_concurrency)
-        custom_spaces = _custom_spaces(observation_mode)
+        args.checked_context(context, type(self).__name__)
         fns = list(env_fns)
         if not fns:
             raise ValueError("env_fns is empty: give at least one env factory")
-        if num_workers is None and max_concurrency is not None:
-            num_workers = min(len(fns), int(max_concurrency))
-        self.autoreset_mode = mode
+        self.num_envs = len(fns)
+        spaces = self._given_spaces(fns)
+        if num_workers is None and self.max_concurrency is not None:
+            num_workers = min(len(fns), self.max_concurrency)
         self._state = _State.DEFAULT
         self._pending: concurrent.futures.Future[Any] | None = None
+        self._transfer: Transfer | None = None
         self._reset_ids: np.ndarray | None = None
         self._last_obs: Any = None
-        self._sp = SyncPool(
-            fns,
-            autoreset_mode=mode,
-            num_workers=num_workers,
-            step_timeout=step_timeout,
-            executor=executor,
-            max_concurrency=max_concurrency,
-        )
-        self._adopt(mode, custom_spaces)
+        self._autoreset = np.zeros(self.num_envs, dtype=np.bool_)
+        self._ids = np.arange(self.num_envs)
+        self._filler: list[Any] = []  # one valid action, made when first needed
+        self._sp = self._start_pool(fns, spaces, num_workers, step_timeout, executor)
+        try:
+            self._adopt(spaces)
+        except BaseException:
+            self._sp.close()
+            raise
 
-    def _adopt(self, mode: AutoresetMode, custom_spaces: tuple[Space[Any], Space[Any]] | None) -> None:
-        """Take the started pool's size, metadata and spaces (the observation spaces given, if any)."""
+    def _given_spaces(self, fns: list[Callable[..., Any]]) -> tuple[Space[Any], Space[Any]] | None:
+        """``(observation_space, single_observation_space)`` fixed by ``observation_mode`` before the pool starts
+        (checked against ``shared_memory``), or None for ``"same"`` (the pool's own)."""
+        spaces = args.custom_spaces(self.observation_mode)
+        if spaces is None and self.observation_mode == "different":
+            spaces = args.different_spaces(fns)
+        if spaces is not None and self.shared_memory:
+            error = args.shared_memory_error(spaces[1])
+            if error is not None:
+                raise error
+        return spaces
+
+    def _start_pool(
+        self,
+        fns: list[Callable[..., Any]],
+        spaces: tuple[Space[Any], Space[Any]] | None,
+        num_workers: int | None,
+        step_timeout: float | None,
+        executor: Executor,
+    ) -> SyncPool:
+        """Start the pool on :class:`~aioenv.compat.vector_worker.VectorFactory` env factories; errors as
+        ``AsyncVectorEnv``'s callers catch them."""
+        owner = type(self).__name__
+        try:
+            return SyncPool(
+                args.factories(fns, None if spaces is None else spaces[1], owner),
+                autoreset_mode=self.autoreset_mode,
+                num_workers=num_workers,
+                step_timeout=step_timeout,
+                executor=executor,
+                max_concurrency=self.max_concurrency,
+            )
+        except ValueError as exc:
+            mismatch = args.space_mismatch_error(exc, self.observation_mode, owner)
+            if mismatch is None:
+                raise
+            raise mismatch from None
+        except AioEnvError as exc:
+            _raise_as_peer(exc)
+
+    def _adopt(self, spaces: tuple[Space[Any], Space[Any]] | None) -> None:
+        """Take the started pool's spaces (or those ``observation_mode`` gave), metadata and render mode."""
         sp = self._sp
-        self.num_envs = sp.num_envs
-        self.metadata = dict(sp.metadata)
-        self.metadata["autoreset_mode"] = mode
-        self.render_mode = sp.render_mode
         self.single_action_space = sp.single_action_space
         self.action_space = sp.action_space
         self._pool_obs_space = sp.single_observation_space
-        if custom_spaces is not None:
-            self.observation_space, self.single_observation_space = custom_spaces
+        if spaces is not None:
+            self.observation_space, self.single_observation_space = spaces
         else:
             self.single_observation_space = sp.single_observation_space
             self.observation_space = sp.observation_space
-        self._text = _has_text(self._pool_obs_space)
+            error = args.shared_memory_error(self.single_observation_space) if self.shared_memory else None
+            if error is not None:
+                raise error
+        self._objects = batch.has_objects(self._pool_obs_space)
+        self._shares_obs = not self.copy and self.shared_memory
+        metadata = self._helper_wait(*self._helper_start("get", "metadata", env_ids=[0]))[0]
+        self.metadata = dict(metadata or {})  # the env's own, every value (the pool keeps msgpack values only)
+        self.metadata["autoreset_mode"] = self.autoreset_mode
+        self.render_mode = sp.render_mode
 
     # ------------------------------------------------------------ helpers
 
@@ -269,38 +239,47 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                 str(self._state.value),
             )
 
-    def _start(self, state: _State, name: str, *args: Any, **kwargs: Any) -> None:
-        self._pending = self._sp.submit(name, *args, **kwargs)
+    def _start(self, state: _State, name: str, *call_args: Any, **kwargs: Any) -> None:
+        self._pending = self._sp.submit(name, *call_args, **kwargs)
         self._state = state
 
     def _wait(self, state: _State, call: str, timeout: float | None) -> Any:
+        """The pending call's result; its error as ``AsyncVectorEnv``'s callers catch it (env errors logged)."""
         self._assert_is_running()
         if self._state != state:
-            raise NoAsyncCallError(
-                f"Calling `{call}_wait` without any prior call to `{call}_async`.",
-                state.value,
-            )
+            raise NoAsyncCallError(f"Calling `{call}_wait` without any prior call to `{call}_async`.", state.value)
         fut = self._pending
         assert fut is not None
         try:
-            try:
-                return fut.result(timeout)
-            except TimeoutError:
-                if fut.done():
-                    raise  # the call's own error (StepTimeout is a TimeoutError too)
-                if fut.cancel():  # the envs' requests finish in the background
-                    message = f"The call to `{call}_wait` has timed out after {timeout} second(s)."
-                    raise multiprocessing.TimeoutError(message) from None
-                return fut.result()  # it finished just now
-        except BaseException:  # KeyboardInterrupt: cancel, as above
-            if not fut.done():
-                fut.cancel()
-            raise
+            return _result(fut, call, timeout)
+        except AioEnvError as exc:
+            if state != _State.WAITING_CALL:
+                log_env_errors(exc)
+            _raise_as_peer(exc)
         finally:
             self._state, self._pending = _State.DEFAULT, None
 
     def _obs_out(self, obs: Any) -> Any:
-        return _to_gymnasium(self._pool_obs_space, obs) if self._text else obs
+        return batch.to_gymnasium(self._pool_obs_space, obs) if self._objects else obs
+
+    def _keep(self, obs: Any) -> None:
+        """Remember the last batch (what a partial reset returns for the envs it does not reset). As in
+        ``AsyncVectorEnv``, with ``copy=False`` and ``shared_memory=True`` that is the very batch returned (changing
+        it in place changes what a partial reset returns), otherwise a private copy."""
+        self._last_obs = obs if self._shares_obs else batch.copy_tree(obs)
+
+    def _absorb_partial(self, exc: BaseException, step: bool) -> None:
+        """After a failed call: the rows of the envs that succeeded (``err.partial``) become their last obs."""
+        partial = getattr(exc, "partial", None)
+        if not isinstance(exc, AioEnvError) or partial is None or self._last_obs is None:
+            return
+        obs, info = partial[0], partial[-1]
+        ids = np.asarray(info.get("env_id", []), dtype=np.int64)
+        if ids.size:
+            self._last_obs = batch.set_rows(self._last_obs, obs, ids)
+            if step and self.autoreset_mode == AutoresetMode.NEXT_STEP:
+                self._autoreset[:] = False
+                self._autoreset[ids] = np.logical_or(partial[2], partial[3])
 
     # ------------------------------------------------------------ reset
 
@@ -333,40 +312,50 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         Raises:
             ClosedEnvironmentError: after :meth:`close`.
             AlreadyPendingCallError: another ``*_async`` call is pending.
+            gymnasium.error.Error: a negative seed or one that is not an int (also ``aioenv.UsageError``).
         """
         self._assert_is_running()
         if seed is None:
-            seeds: list[int | None] = [None] * self.num_envs
+            seeds: list[Any] = [None] * self.num_envs
         elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
             seeds = [int(seed) + i for i in range(self.num_envs)]
         else:
-            seeds = list(cast(Sequence[int | None], seed))
+            seeds = list(cast(Sequence[Any], seed))
         if len(seeds) != self.num_envs:
             raise ValueError(
                 f"If seeds are passed as a list the length must match num_envs={self.num_envs} "
                 f"but got length={len(seeds)}."
             )
         self._assert_default("reset_async")
-        ids: np.ndarray | None = None
-        if options is not None and "reset_mask" in options:
-            mask = options.pop("reset_mask")  # popped from the caller's dict, exactly as gymnasium does
-            if not isinstance(mask, np.ndarray):
-                raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
-            if mask.shape != (self.num_envs,):
-                raise ValueError(f"`options['reset_mask']` must have shape `({self.num_envs},)`, got {mask.shape}")
-            if mask.dtype != np.bool_:
-                raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
-            if not np.any(mask):
-                raise ValueError(
-                    "`options['reset_mask']` must contain a boolean array with at least one True value, "
-                    f"got reset_mask={mask}"
-                )
-            if self._last_obs is None and not mask.all():
-                raise ValueError("a partial reset (reset_mask) needs a full reset first")
-            ids = np.flatnonzero(mask)
+        ids = self._reset_mask(options)
+        if ids is not None:
             seeds = [seeds[int(i)] for i in ids]
+        error = seed_error(seeds, self._ids.tolist() if ids is None else ids.tolist())
+        if error is not None:
+            raise error
         self._start(_State.WAITING_RESET, "reset", ids, seed=seeds, options=options)
         self._reset_ids = ids
+
+    def _reset_mask(self, options: dict[str, Any] | None) -> np.ndarray | None:
+        """The env ids of ``options["reset_mask"]`` (popped from the caller's dict, as gymnasium does), checked
+        with gymnasium's errors; None without one."""
+        if options is None or "reset_mask" not in options:
+            return None
+        mask = options.pop("reset_mask")
+        if not isinstance(mask, np.ndarray):
+            raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
+        if mask.shape != (self.num_envs,):
+            raise ValueError(f"`options['reset_mask']` must have shape `({self.num_envs},)`, got {mask.shape}")
+        if mask.dtype != np.bool_:
+            raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
+        if not np.any(mask):
+            raise ValueError(
+                "`options['reset_mask']` must contain a boolean array with at least one True value, "
+                f"got reset_mask={mask}"
+            )
+        if self._last_obs is None and not mask.all():
+            raise ValueError("a partial reset (reset_mask) needs a full reset first")
+        return np.flatnonzero(mask)
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         """Wait for :meth:`reset_async` and return ``(obs, info)`` as :meth:`reset` does.
@@ -374,14 +363,20 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         Raises:
             NoAsyncCallError: no :meth:`reset_async` is pending.
             multiprocessing.TimeoutError: not done after ``timeout`` seconds.
+            aioenv.EnvError: an env raised (also the env's own exception type; ``err.partial``: the others).
         """
         ids = self._reset_ids
-        obs, info = self._wait(_State.WAITING_RESET, "reset", timeout)
-        info = _without_env_id(info)
+        try:
+            obs, info = self._wait(_State.WAITING_RESET, "reset", timeout)
+        except (AioEnvError, TimeoutError) as exc:
+            self._absorb_partial(exc, step=False)
+            raise
+        info = batch.without_env_id(info)
         if ids is not None and ids.size != self.num_envs:
-            obs = _set_rows(self._last_obs, obs, ids)
-            info = _scatter_info(info, ids, self.num_envs)
-        self._last_obs = _copy_tree(obs)
+            obs = batch.set_rows(self._last_obs, obs, ids)
+            info = batch.scatter_info(info, ids, self.num_envs)
+        self._autoreset[slice(None) if ids is None else ids] = False
+        self._keep(obs)
         return self._obs_out(obs), info
 
     # ------------------------------------------------------------ step
@@ -397,15 +392,57 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         return self.step_wait()
 
     def step_async(self, actions: Any) -> None:
-        """Start a step of every env; collect it with :meth:`step_wait`.
+        """Check ``actions`` and start a step of every env; collect it with :meth:`step_wait`.
 
         Raises:
             ClosedEnvironmentError: after :meth:`close`.
             AlreadyPendingCallError: another ``*_async`` call is pending.
+            aioenv.InvalidAction: (a ``ValueError``; also a ``TypeError`` for what ``AsyncVectorEnv`` cannot
+                iterate, e.g. one scalar) an action does not fit the action space, or not ``N`` actions;
+                nothing was sent.
         """
         self._assert_is_running()
         self._assert_default("step_async")
-        self._start(_State.WAITING_STEP, "step", actions)
+        leaves = self._checked_actions(actions)
+        self._start(_State.WAITING_STEP, "step", leaves, None, checked=True)
+
+    def _checked_actions(self, actions: Any) -> list[np.ndarray]:
+        """The pool's checked leaves for ``actions``; the actions of envs that autoreset in this step are not
+        used (``next_step``), so a bad one there is replaced by a valid action instead of refused."""
+        space = self.single_action_space
+        try:
+            return check_actions(space, actions, self._ids)
+        except InvalidAction as exc:
+            error = exc
+        mask = self._autoreset
+        if self.autoreset_mode == AutoresetMode.NEXT_STEP and mask.any():
+            replaced = batch.replace_rows(space, actions, mask, self._valid_action())
+            if replaced is not None:
+                try:
+                    return check_actions(space, replaced, self._ids)
+                except InvalidAction as exc:
+                    if exc.env_id is not None and not mask[exc.env_id]:
+                        error = exc  # it names an env that does step
+        raise self._peer_action_error(actions, error) from None
+
+    def _valid_action(self) -> Any:
+        """One action of the action space (sampled once from a seeded copy: the caller's space RNG is untouched)."""
+        if not self._filler:
+            space = _copy.deepcopy(self.single_action_space)
+            space.seed(0)
+            self._filler.append(space.sample())
+        return self._filler[0]
+
+    def _peer_action_error(self, actions: Any, error: InvalidAction) -> InvalidAction:
+        """``error``, also a ``TypeError`` when ``AsyncVectorEnv`` raises one for ``actions`` (cannot iterate them)."""
+        try:
+            iterate(self.action_space, actions)
+        except TypeError:
+            combined = combined_error(type(error), TypeError, error.message, env_id=error.env_id)
+            return cast(InvalidAction, combined)
+        except Exception:  # noqa: BLE001 - the peer's own other failures: InvalidAction says it better
+            pass
+        return error
 
     def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Wait for :meth:`step_async`; returns what :meth:`step` returns.
@@ -416,13 +453,42 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         Raises:
             NoAsyncCallError: no :meth:`step_async` is pending.
             multiprocessing.TimeoutError: not done after ``timeout`` seconds.
-            aioenv.EnvError: an env raised (``remote_traceback`` has the worker-side traceback).
+            aioenv.EnvError: an env raised, also the env's own exception type (``remote_traceback`` has the
+                worker-side traceback; ``err.partial`` the other envs' rows, named by ``info["env_id"]``).
         """
-        obs, reward, terminated, truncated, info = self._wait(_State.WAITING_STEP, "step", timeout)
-        self._last_obs = _copy_tree(obs)
-        return self._obs_out(obs), reward, terminated, truncated, _without_env_id(info)
+        try:
+            obs, reward, terminated, truncated, info = self._wait(_State.WAITING_STEP, "step", timeout)
+        except (AioEnvError, TimeoutError) as exc:
+            self._absorb_partial(exc, step=True)
+            raise
+        if self.autoreset_mode == AutoresetMode.NEXT_STEP:
+            np.logical_or(terminated, truncated, out=self._autoreset)
+        self._keep(obs)
+        return self._obs_out(obs), reward, terminated, truncated, batch.without_env_id(info)
 
     # ------------------------------------------------------------ methods and attributes
+
+    def _helper_start(
+        self, op: str, name: str, *, inline: Any = None, pickled: Any = None, plain: bool = True, env_ids: Any = None
+    ) -> tuple[concurrent.futures.Future[Any], Transfer]:
+        """Start the compat helper (:mod:`aioenv.compat.payloads`) on the envs: any picklable value both ways."""
+        private_dir = self._sp.pool._private_dir
+        assert private_dir is not None, "AioVectorEnv takes env factories: its pool is always local"
+        transfer = Transfer(private_dir)
+        try:
+            fields = transfer.payload(inline, pickled, plain=plain)
+            return self._sp.submit("call", HELPER_NAME, op, name, fields, env_ids=env_ids), transfer
+        except BaseException:
+            transfer.cleanup()
+            raise
+
+    def _helper_wait(self, fut: concurrent.futures.Future[Any], transfer: Transfer) -> list[Any]:
+        with transfer:
+            try:
+                replies = self._sp.wait(fut)
+            except AioEnvError as exc:
+                _raise_as_peer(exc)
+            return transfer.decode(replies)
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call method ``name`` (or read attribute ``name``) of every env; a tuple of ``N`` results."""
@@ -430,31 +496,49 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         return self.call_wait()
 
     def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
-        """Start :meth:`call`; collect it with :meth:`call_wait`.
+        """Start :meth:`call`; collect it with :meth:`call_wait`. Arguments may be any picklable values.
 
         Raises:
             ClosedEnvironmentError: after :meth:`close`.
             AlreadyPendingCallError: another ``*_async`` call is pending.
+            ValueError: ``name`` is ``reset``, ``step`` or ``close`` (``AsyncVectorEnv``'s refusal; nothing is sent).
         """
         self._assert_is_running()
         self._assert_default("call_async")
-        self._start(_State.WAITING_CALL, "call", name, *args, **kwargs)
+        if name in _RESERVED:
+            raise ValueError(f"Trying to call function `{name}` with `call`, use `{name}` directly instead.")
+        inline = {"args": [name, *args], "kw": dict(kwargs)}
+        fut, transfer = self._helper_start(
+            "call", PEER_CALL, inline=inline, pickled=((name, *args), kwargs), plain=is_plain(inline)
+        )
+        self._pending, self._transfer, self._state = fut, transfer, _State.WAITING_CALL
 
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
-        """Wait for :meth:`call_async`; a tuple with one result per env.
+        """Wait for :meth:`call_async`; a tuple with one result per env (any picklable value).
 
         Raises:
             NoAsyncCallError: no :meth:`call_async` is pending.
             multiprocessing.TimeoutError: not done after ``timeout`` seconds.
+            Exception: the env's own exception (e.g. ``AttributeError`` for a missing attribute).
         """
-        return tuple(self._wait(_State.WAITING_CALL, "call", timeout))
+        transfer = self._transfer
+        try:
+            replies = self._wait(_State.WAITING_CALL, "call", timeout)
+            if transfer is None:
+                raise NoAsyncCallError("Calling `call_wait` without any prior call to `call_async`.", "call")
+            return tuple(transfer.decode(replies))
+        finally:
+            if transfer is not None and self._state == _State.DEFAULT:
+                transfer.cleanup()
+                self._transfer = None
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
-        """Attribute ``name`` of every env; a tuple of ``N`` values."""
+        """Attribute ``name`` of every env (called when it is a method, as in ``AsyncVectorEnv``); a tuple of ``N``."""
         return self.call(name)
 
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | object) -> None:
-        """Set attribute ``name`` of every env: a list/tuple gives one value per env, anything else is set on all.
+        """Set attribute ``name`` of every env (``env.set_wrapper_attr``): a list/tuple gives one value per env,
+        anything else is set on all. Values may be any picklable objects.
 
         Raises:
             ValueError: a list/tuple whose length is not ``N``.
@@ -469,16 +553,47 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                 f"Got `{len(values)}` values for {self.num_envs} environments."
             )
         self._assert_default("set_attr")
-        self._sp.set_attr(name, list(values))
+        if is_plain(list(values)):
+            try:
+                self._sp.set_attr(name, list(values))
+            except AioEnvError as exc:
+                _raise_as_peer(exc)
+            return
+        started = [
+            self._helper_start("call", "set_wrapper_attr", pickled=((name, value), {}), plain=False, env_ids=[i])
+            for i, value in enumerate(values)
+        ]
+        for fut, transfer in started:
+            self._helper_wait(fut, transfer)
 
     @property
     def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]  # as AsyncVectorEnv
         """The ``np_random_seed`` of every env."""
         return self.get_attr("np_random_seed")
 
+    @property  # type: ignore[misc]  # read-only, as AsyncVectorEnv's
+    def np_random(self) -> tuple[np.random.Generator, ...]:  # type: ignore[override]  # as AsyncVectorEnv
+        """The ``np_random`` generator of every env (copies: changing them changes nothing in the envs)."""
+        return self.get_attr("np_random")
+
+    @property
+    def observations(self) -> Any:
+        """The last observations (``AsyncVectorEnv``'s buffer): zeros before the first reset."""
+        if self._last_obs is None:
+            return create_empty_array(self.single_observation_space, self.num_envs, fn=np.zeros)
+        return self._obs_out(self._last_obs)
+
     def render(self) -> tuple[Any, ...] | None:
         """Every env's ``render()`` result: a tuple of ``N`` frames (e.g. ``(H, W, 3)`` uint8 arrays)."""
         return self.call("render")
+
+    def __getattr__(self, name: str) -> NoReturn:
+        if name in _PEER_ONLY:
+            raise AttributeError(
+                f"{type(self).__name__} has no `{name}`: its envs run in aioenv worker processes, several per "
+                "worker; `.pool` is the aioenv.SyncPool that runs them"
+            )
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     # ------------------------------------------------------------ close
 
@@ -491,13 +606,41 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         if self._state != _State.DEFAULT:
             logger.warn(f"Calling `close` while waiting for a pending call to `{self._state.value}` to complete.")
             self._state, self._pending = _State.DEFAULT, None
-        sp = getattr(self, "_sp", None)
+        if self._transfer is not None:
+            self._transfer.cleanup()
+            self._transfer = None
+        sp = self.__dict__.get("_sp")
         if sp is not None:
             sp.close()
 
     def __del__(self) -> None:
-        if getattr(self, "_sp", None) is not None and not getattr(self, "closed", True):
+        if self.__dict__.get("_sp") is not None and not self.__dict__.get("closed", True):
             self.close()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(num_envs={getattr(self, 'num_envs', '?')})"
+        if "num_envs" not in self.__dict__:
+            return f"{type(self).__name__}(num_envs=?)"
+        return super().__repr__()
+
+
+def _result(fut: concurrent.futures.Future[Any], call: str, timeout: float | None) -> Any:
+    """``fut``'s result within ``timeout``; :class:`WaitTimeout` (the call cancelled: its requests finish in the
+    background) when it is not done by then."""
+    try:
+        return fut.result(timeout)
+    except concurrent.futures.TimeoutError:
+        if not fut.done() and fut.cancel():
+            raise WaitTimeout(f"The call to `{call}_wait` has timed out after {timeout} second(s).") from None
+        return fut.result()  # done meanwhile, or the call's own error (StepTimeout is a TimeoutError too)
+    except BaseException:  # KeyboardInterrupt: cancel, as above
+        if not fut.done():
+            fut.cancel()
+        raise
+
+
+def _raise_as_peer(exc: AioEnvError) -> NoReturn:
+    """Raise ``exc`` as ``AsyncVectorEnv``'s callers catch it (:func:`~aioenv.compat.vector_errors.as_peer_error`)."""
+    peer = as_peer_error(exc)
+    if peer is exc:
+        raise exc
+    raise peer from None

@@ -15,6 +15,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import aioenv
 from aioenv.errors import InvalidAction, UsageError
+from aioenv.vector import AioVectorEnv
 from tests.envs.asyncwrap import wrapped
 from tests.envs.variable import GraphEnv, SequenceEnv, UserSpaceEnv
 from tests.support.compare import assert_same
@@ -128,3 +129,25 @@ async def test_a_server_refuses_a_user_defined_space_and_says_why(server: Server
         await aioenv.make("tests.envs.variable:user_env", 2, endpoint=server.endpoint)
     async with aioenv.Pool("tests.envs.variable:graph_env", 1, endpoint=server.endpoint) as pool:
         await pool.reset(seed=0)  # the server is fine and serves the next pool
+
+
+# ------------------------------------------------------------------ the gymnasium drop-in
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_aio_vector_env_gives_async_vector_envs_values(case: str) -> None:
+    """Side by side with the peer (which needs ``shared_memory=False`` for these spaces, as AioVectorEnv does):
+    equal spaces, and the same tuples of per-env values for the same seeds and actions."""
+    factory = CASES[case][2]
+    peer = gym.vector.AsyncVectorEnv([factory] * N, shared_memory=False)
+    ours = AioVectorEnv([factory] * N, shared_memory=False)
+    try:
+        assert (ours.observation_space, ours.action_space) == (peer.observation_space, peer.action_space)
+        assert_same(ours.reset(seed=5), peer.reset(seed=5))
+        peer.action_space.seed(3)
+        for t in range(STEPS):
+            actions = peer.action_space.sample()
+            assert_same(ours.step(actions), peer.step(actions), f"step {t}")
+    finally:
+        ours.close()
+        peer.close()
