@@ -80,6 +80,7 @@ class EnvError(AioEnvError):
     Attributes:
         env_id: the env that raised.
         remote_type: the exception's type name on the worker, e.g. ``"ValueError"``.
+        remote_module: the module that defines that type, e.g. ``"builtins"`` ("" if unknown).
         remote_message: ``str()`` of the remote exception.
         remote_traceback: the formatted traceback text from the worker ("" if none).
 
@@ -94,9 +95,11 @@ class EnvError(AioEnvError):
         remote_type: str = "",
         remote_message: str = "",
         remote_traceback: str = "",
+        remote_module: str = "",
     ) -> None:
         super().__init__(message, env_id=env_id)
         self.remote_type = remote_type
+        self.remote_module = remote_module
         self.remote_message = remote_message
         self.remote_traceback = remote_traceback
 

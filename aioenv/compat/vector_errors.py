@@ -7,7 +7,8 @@ raises in that case (:func:`as_peer_error`), so ``except aioenv.EnvError`` and `
 - :class:`aioenv.EnvError` (an env raised in ``reset``/``step``, or its factory raised): also the env's own
   exception type, as ``AsyncVectorEnv`` re-raises it, when this process knows that type: a builtin exception,
   or a class of a module this process has imported (code that catches a class has imported it). The type is
-  read from the remote traceback's last line (``module.QualName: message``); anything else stays ``EnvError``.
+  the error's ``remote_module`` and ``remote_type`` (from a peer that does not send the module: the remote
+  traceback's last line, ``module.QualName: message``); anything else stays ``EnvError``.
 - :class:`aioenv.StepTimeout` (``step_timeout``): also ``multiprocessing.TimeoutError``, what a
   ``step_wait(timeout)`` raises there.
 - :class:`aioenv.WorkerCrashed` (the worker died): also ``EOFError``, what ``AsyncVectorEnv`` raises when an env
@@ -78,7 +79,20 @@ def remote_class(err: EnvError) -> type[Exception] | None:
     name = err.remote_type
     if not name.isidentifier():
         return None
-    qualified = _raised_name(err.remote_traceback, name) or name
+    module = err.remote_module
+    tried = [name if module in ("builtins", "__main__") else f"{module}.{name}"] if module else []
+    # a nested class, or a peer that does not send the module: the traceback's last line names the type
+    tried.append(_raised_name(err.remote_traceback, name) or name)
+    for qualified in tried:
+        found = _lookup(qualified, name)
+        if found is not None:
+            return found
+    return None
+
+
+def _lookup(qualified: str, name: str) -> type[Exception] | None:
+    """The exception class ``qualified`` (``module.QualName``, or a bare builtin or ``__main__`` name) names among
+    the modules already imported here, or None."""
     if "." not in qualified:
         for namespace in (builtins, sys.modules.get("__main__")):
             found = _exception_class(getattr(namespace, qualified, None), name)

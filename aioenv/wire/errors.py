@@ -2,9 +2,9 @@
 exception of the :mod:`aioenv.errors` tree back (:func:`from_wire`).
 
 A map: ``{"kind": class name in the tree, "env_id", "type": the remote exception's type name,
-"message", "traceback": formatted remote traceback text}``; a relayed one (a server passing an error on
-to its client) adds ``"final": True`` and what the rebuilt error carried (``remote_message``, a crashed
-worker's name and exit code). Nothing is pickled.
+"module": the module defining that type, "message", "traceback": formatted remote traceback text}``;
+a relayed one (a server passing an error on to its client) adds ``"final": True`` and what the
+rebuilt error carried (``remote_message``, a crashed worker's name and exit code). Nothing is pickled.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ def to_wire(exc: BaseException, *, env_id: int | None = None, traceback_text: st
         "kind": kind if kind in _BY_NAME else "EnvError",
         "env_id": env_id,
         "type": type(exc).__name__,
+        "module": type(exc).__module__,
         "message": message,
         "traceback": traceback_text,
     }
@@ -54,6 +55,7 @@ def relay_wire(err: AioEnvError) -> dict[str, Any]:
     }
     if isinstance(err, EnvError):
         desc["remote_message"] = err.remote_message
+        desc["module"] = err.remote_module
     if isinstance(err, WorkerCrashed):
         desc["worker"] = err.worker
         desc["exitcode"] = err.exitcode
@@ -83,6 +85,7 @@ def from_wire(desc: Any, *, context: str = "") -> AioEnvError:
             remote_type=remote_type,
             remote_message=remote_message,
             remote_traceback=str(desc.get("traceback", "")),
+            remote_module=str(desc.get("module", "")),
         )
     if issubclass(cls, WorkerCrashed):
         return _crashed(cls, prefix + remote_message, desc, env_id)
@@ -98,6 +101,7 @@ def _relayed(cls: type[AioEnvError], desc: dict[str, Any], env_id: int | None) -
             remote_type=str(desc.get("type", "")),
             remote_message=str(desc.get("remote_message", "")),
             remote_traceback=str(desc.get("traceback", "")),
+            remote_module=str(desc.get("module", "")),
         )
     if issubclass(cls, WorkerCrashed):
         return _crashed(cls, message, desc, env_id)
