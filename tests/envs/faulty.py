@@ -251,12 +251,10 @@ def make_info() -> InfoEnv:
     return InfoEnv()
 
 
-class PipeVandalEnv(gym.Env):
-    """Obs ``[t]``; action 1 writes garbage into the worker's pipe (``python -m workers --fd N``) first,
-    action 2 shuts the pipe down and hangs (a worker alive but deaf)."""
+class _CountingEnv(gym.Env):
+    """Obs ``[t]``, the steps since the last reset; subclasses say what their actions do besides counting."""
 
     observation_space = spaces.Box(-np.inf, np.inf, (1,), np.float32)
-    action_space = spaces.Discrete(3)
 
     def __init__(self) -> None:
         self.t = 0
@@ -265,6 +263,13 @@ class PipeVandalEnv(gym.Env):
         super().reset(seed=seed)
         self.t = 0
         return np.array([self.t], dtype=np.float32), {}
+
+
+class PipeVandalEnv(_CountingEnv):
+    """Obs ``[t]``; action 1 writes garbage into the worker's pipe (``python -m workers --fd N``) first,
+    action 2 shuts the pipe down and hangs (a worker alive but deaf)."""
+
+    action_space = spaces.Discrete(3)
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         import socket
@@ -280,20 +285,11 @@ class PipeVandalEnv(gym.Env):
         return np.array([self.t], dtype=np.float32), 0.0, False, False, {}
 
 
-class HugeInfoEnv(gym.Env):
+class HugeInfoEnv(_CountingEnv):
     """Obs ``[t]``; action 1 puts 65 MiB of bytes in the step's info: a reply whose header is over the limit a
     pool reads (``aioenv.wire.protocol.MAX_HEADER_BYTES``), so the worker's message is malformed to the pool."""
 
-    observation_space = spaces.Box(-np.inf, np.inf, (1,), np.float32)
     action_space = spaces.Discrete(2)
-
-    def __init__(self) -> None:
-        self.t = 0
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
-        super().reset(seed=seed)
-        self.t = 0
-        return np.array([self.t], dtype=np.float32), {}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         self.t += 1
