@@ -8,7 +8,6 @@ gymnasium-style tuples whose rows follow the ids given; ``info["env_id"]``
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +23,7 @@ from aioenv.core.scheduler import Request
 from aioenv.core.sinks import Gather, RecvQueue, ResetResult, Single, Sink, StepResult
 from aioenv.core.sources import parse_sources
 from aioenv.errors import InvalidAction, PoolClosed, ProtocolError, UsageError
+from aioenv.transport.spawn import usable_cpus
 from aioenv.wire import spaces
 from aioenv.wire.options import (
     EXECUTORS,
@@ -229,7 +229,7 @@ class Pool:
         if self.batch_size > self.num_envs:
             raise ValueError(f"batch_size={self.batch_size} exceeds num_envs={self.num_envs}")
         self._asked_workers = positive_int("num_workers", num_workers, allow_none=True)
-        workers = self._asked_workers or min(self.num_envs, os.cpu_count() or 1)
+        workers = self._asked_workers or min(self.num_envs, usable_cpus())
         self.num_workers = min(workers, self.num_envs)
         self._seeds = self._initial_seeds(seed)
 
@@ -643,7 +643,8 @@ async def make(env: Any, num_envs: int | None = None, **options: Any) -> Pool:
             (shipped to local workers with cloudpickle), or a sequence of callables, one per env.
         num_envs: how many envs (may be omitted with a sequence of callables).
         batch_size: rows :meth:`Pool.recv` returns by default (default ``num_envs``).
-        num_workers: worker processes (default ``min(num_envs, os.cpu_count())``).
+        num_workers: worker processes (default ``min(num_envs, usable CPUs)``: the CPUs this process may run
+            on, its affinity mask, see :func:`aioenv.transport.spawn.usable_cpus`).
         executor: ``"inline"`` (envs stepped one after another in each worker: CPU-bound envs), ``"thread"``
             (each env on its own thread: blocking I/O envs) or ``"async"`` (:class:`aioenv.AsyncEnv` coroutines,
             thousands per worker: LLM/HTTP envs).

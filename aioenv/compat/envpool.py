@@ -86,7 +86,7 @@ def make(task_id: str, env_type: str = "gymnasium", **kwargs: Any) -> DMEnvPool 
             EnvPool 1.x) or ``"dm"`` (a batched ``dm_env.TimeStep``; needs ``pip install "aioenv[dm]"``).
             EnvPool requires it; here it defaults to ``"gymnasium"``.
         **kwargs: EnvPool's options: ``num_envs`` (default 1), ``batch_size`` (rows ``recv`` returns; default
-            ``num_envs``), ``num_threads`` (worker processes; 0 = ``min(num_envs, cpu_count)``), ``seed`` (an int
+            ``num_envs``), ``num_threads`` (worker processes; 0 = ``min(num_envs, usable CPUs)``), ``seed`` (an int
             gives env ``i`` the seed ``seed + i``, default 42; a sequence gives one per env), ``env_seed``,
             ``max_episode_steps``, ``reward_threshold``, ``render_mode`` (None or ``"rgb_array"``),
             ``render_env_id``, ``max_num_players=1``, ``gym_reset_return_info=True``; accepted and ignored with a

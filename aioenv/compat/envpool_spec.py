@@ -9,7 +9,6 @@ argument of ``gymnasium.make`` (or of the ``"pkg.module:factory"`` callable).
 from __future__ import annotations
 
 import importlib
-import os
 import warnings
 from collections import namedtuple
 from collections.abc import Sequence
@@ -18,6 +17,8 @@ from typing import Any
 
 import gymnasium
 import numpy as np
+
+from aioenv.transport.spawn import usable_cpus
 
 #: The fields every ``config`` has, in EnvPool's order; the env's own keyword arguments follow them.
 BASE_FIELDS = (
@@ -241,5 +242,5 @@ def build_spec(task_id: str, kwargs: dict[str, Any]) -> EnvSpec:
 
 
 def worker_count(config: Any) -> int:
-    """Worker processes for ``config``: ``num_threads``, or ``min(num_envs, cpu_count)`` when it is 0."""
-    return int(config.num_threads) or min(int(config.num_envs), os.cpu_count() or 1)
+    """Worker processes for ``config``: ``num_threads``, or ``min(num_envs, usable CPUs)`` when it is 0."""
+    return int(config.num_threads) or min(int(config.num_envs), usable_cpus())

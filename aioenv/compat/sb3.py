@@ -26,7 +26,7 @@ repeated index, the same ``IndexError``/``TypeError`` for a bad one). ``start_me
 ``SubprocVecEnv`` validates it (``ValueError`` for one ``multiprocessing`` does not know).
 
 Differences (docs/migrating.md has the table): workers are never forked (``start_method="fork"`` warns),
-several envs run per worker (``num_workers`` defaults to ``min(n_envs, cpu_count)``); rewards are float32
+several envs run per worker (``num_workers`` defaults to ``min(n_envs, usable CPUs)``); rewards are float32
 (as ``DummyVecEnv``); any other keyword argument is an aioenv pool option (``num_workers``,
 ``step_timeout``, ``seed``, ``env_kwargs``); errors are aioenv's (``aioenv.EnvError`` with the remote
 traceback) except that ``get_attr``/``env_method`` re-raise the env's own exception type (an

@@ -61,6 +61,7 @@ from aioenv.server.fleet import Fleet
 from aioenv.server.peers import DroppedPeers, PeerLimits, Sweep, Unread
 from aioenv.transport.router import PeerSocket, Router, Sent
 from aioenv.transport.slab import Slab
+from aioenv.transport.spawn import usable_cpus
 from aioenv.transport.zmqio import frames_nbytes
 from aioenv.wire.errors import relay_wire
 from aioenv.wire.options import (
@@ -818,6 +819,4 @@ def _call_fields(header: dict[str, Any]) -> dict[str, Any]:
 
 
 def _cpus() -> int:
-    import os
-
-    return os.cpu_count() or 1
+    return usable_cpus()

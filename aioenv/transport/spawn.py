@@ -25,6 +25,7 @@ __all__ = [
     "WORKER_SCHED_ENV",
     "end_group",
     "start_worker",
+    "usable_cpus",
     "worker_command",
     "worker_sched_policy",
 ]
@@ -35,6 +36,16 @@ WORKER_SCHED_ENV = "AIOENV_WORKER_SCHED"
 SYS_PATH_ENV = "AIOENV_SYS_PATH"
 #: Environment variable carrying the starting process's ``PYTHONPATH`` to a worker (absent: it had none).
 PYTHONPATH_ENV = "AIOENV_PYTHONPATH"
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask (``taskset``, a cgroup cpuset, a container's or
+    Kubernetes pod's pinned CPUs), which may be fewer than the machine has; ``os.cpu_count()`` where there is no
+    mask. Default worker counts follow it, so a pool pinned to 2 of 64 CPUs does not start 64 workers."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no affinity masks on this platform
+        return os.cpu_count() or 1
 
 
 def worker_sched_policy() -> str:

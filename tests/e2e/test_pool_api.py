@@ -24,6 +24,7 @@ import aioenv
 from aioenv import AioEnvError, InvalidAction, ResetResult, StepResult, UsageError
 from tests.envs.faulty import SLOW, DictObsEnv, InfoEnv, ProbeEnv, make_probe
 from tests.support.procs import HANG
+from tests.support.scripts import run_python
 
 PROBE = "tests.envs.faulty:make_probe"
 
@@ -141,6 +142,32 @@ def test_worker_command_carries_the_callers_path(
     monkeypatch.delenv("PYTHONPATH")
     _, env = worker_command([])
     assert PYTHONPATH_ENV not in env  # the worker drops PYTHONPATH again: the caller had none
+
+
+PINNED = """
+import asyncio, json, os, sys
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # as taskset or a container's cpuset would
+import aioenv
+from aioenv.compat.envpool import make_spec
+from aioenv.compat.envpool_spec import worker_count
+
+async def main():
+    async with await aioenv.make("CartPole-v1", 4) as pool:
+        await pool.reset(seed=0)
+        spec = make_spec("CartPole-v1", num_envs=4)
+        print(json.dumps({"pool": pool.num_workers, "envpool": worker_count(spec.config), "cpus": os.cpu_count()}))
+
+asyncio.run(main())
+"""
+
+
+def test_default_worker_counts_follow_the_cpus_this_process_may_use() -> None:
+    """Pinned to one CPU, a pool (and EnvPool's num_threads=0) starts one worker, however many the machine has."""
+    done = run_python("-c", PINNED)
+    assert done.returncode == 0, done.stderr[-2000:]
+    counts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert counts["pool"] == 1
+    assert counts["envpool"] == 1
 
 
 async def test_make_with_lambda_ships_closure_by_value() -> None:
