@@ -154,7 +154,7 @@ def _endpoint(_ctx: click.Context, param: click.Parameter, value: str | None) ->
     "--bind", default="tcp://0.0.0.0:5555", show_default=True, callback=_endpoint, help="where clients connect"
 )
 @executor_option("executor of pools whose client does not choose one")
-@click.option("--workers", type=click.IntRange(1), default=None, help="worker processes per pool (default: usable cores)")
+@click.option("--workers", type=click.IntRange(1), default=None, help="workers per pool (default: usable cores)")
 @click.option("--max-envs", type=click.IntRange(1), default=None, help="envs of all clients together")
 @click.option("--max-envs-per-client", type=click.IntRange(1), default=None, help="envs of one client process")
 @count_option("--max-pools-per-client", 64, "open pools of one client process (each holds worker processes)")
