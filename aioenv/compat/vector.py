@@ -37,7 +37,7 @@ from aioenv.compat.vector_worker import PEER_CALL
 from aioenv.errors import AioEnvError, InvalidAction
 from aioenv.sync import SyncPool
 from aioenv.wire.options import Executor
-from aioenv.wire.spaces import check_actions
+from aioenv.wire.spaces import check_actions, has_object_leaves
 
 __all__ = ["AioVectorEnv"]
 
@@ -214,7 +214,7 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             error = args.shared_memory_error(self.single_observation_space) if self.shared_memory else None
             if error is not None:
                 raise error
-        self._objects = batch.has_objects(self._pool_obs_space)
+        self._objects = has_object_leaves(self._pool_obs_space)
         self._shares_obs = not self.copy and self.shared_memory
         metadata = self._helper_wait(*self._helper_start("get", "metadata", env_ids=[0]))[0]
         self.metadata = dict(metadata or {})  # the env's own, every value (the pool keeps msgpack values only)

@@ -3,7 +3,8 @@ partial reset keeps, and actions whose unused rows are replaced.
 
 An aioenv pool batches an object leaf (``Text``, and ``Graph``/``Sequence``/``OneOf``/user-defined spaces) as a
 numpy object array ``(B,)`` of each env's value; gymnasium batches it as a tuple: :func:`to_gymnasium` converts.
-Nothing here runs per step for spaces whose leaves are all numeric arrays (:func:`has_objects`).
+Nothing here runs per step for spaces whose leaves are all numeric arrays
+(:func:`aioenv.wire.spaces.has_object_leaves`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import gymnasium
 import numpy as np
 from gymnasium import Space
 
-__all__ = ["copy_tree", "has_objects", "replace_rows", "scatter_info", "set_rows", "to_gymnasium", "without_env_id"]
+__all__ = ["copy_tree", "replace_rows", "scatter_info", "set_rows", "to_gymnasium", "without_env_id"]
 
 #: Spaces whose batch is one numeric array.
 ARRAY_SPACES = (
@@ -25,15 +26,6 @@ ARRAY_SPACES = (
     gymnasium.spaces.MultiDiscrete,
     gymnasium.spaces.MultiBinary,
 )
-
-
-def has_objects(space: Space[Any]) -> bool:
-    """Whether a batch of ``space`` has a leaf that is not a numeric array (Text and other object leaves)."""
-    if isinstance(space, gymnasium.spaces.Dict):
-        return any(has_objects(s) for s in space.spaces.values())
-    if isinstance(space, gymnasium.spaces.Tuple):
-        return any(has_objects(s) for s in space.spaces)
-    return not isinstance(space, ARRAY_SPACES)
 
 
 def to_gymnasium(space: Space[Any], value: Any) -> Any:

@@ -102,9 +102,9 @@ class Slab:
     def plan(num_envs: int, obs_space: Any, act_space: Any) -> dict[str, Any] | None:
         """The layout for these spaces, or None when a leaf cannot live in shared memory (an object leaf: text,
         Graph, Sequence, OneOf, user-defined)."""
-        obs_specs, act_specs = spaces.leaf_specs(obs_space), spaces.leaf_specs(act_space)
-        if any(dtype in ("text", "value") for dtype, _ in (*obs_specs, *act_specs)):
+        if spaces.has_object_leaves(obs_space) or spaces.has_object_leaves(act_space):
             return None
+        obs_specs, act_specs = spaces.leaf_specs(obs_space), spaces.leaf_specs(act_space)
         offset = 0
 
         def place(dtype: str, shape: Sequence[int]) -> Entry:

@@ -66,6 +66,7 @@ __all__ = [
     "concat_leaves",
     "describe_space",
     "for_wire",
+    "has_object_leaves",
     "empty_batch",
     "from_leaves",
     "leaf_specs",
@@ -108,7 +109,7 @@ def for_wire(space: gs.Space[Any], value: Any) -> Any:
     """One env's ``value`` of ``space`` ready for a message: the parts of user-defined spaces in it wrapped as
     :class:`~aioenv.wire.protocol.Pickled` (a final observation in an info, say); ``value`` itself when
     ``space`` is portable."""
-    if is_portable(space):
+    if _plan(space).portable:
         return value
     if isinstance(space, gs.Dict):
         return {key: for_wire(sub, value[key]) for key, sub in space.spaces.items()}
@@ -397,12 +398,14 @@ _Parts = tuple[RowWriter, RowReader, Check, _Flatten, _Unflatten]
 class _Plan:
     """Closures compiled once per space; leaf indices and paths are baked in."""
 
-    __slots__ = ("check", "flatten", "read", "specs", "unflatten", "write")
+    __slots__ = ("check", "flatten", "objects", "portable", "read", "specs", "unflatten", "write")
 
     def __init__(self, space: gs.Space[Any]) -> None:
         self.specs: list[tuple[str, tuple[int, ...]]] = []
         parts = self._compile(space, "")
         self.write, self.read, self.check, self.flatten, self.unflatten = parts
+        self.objects = any(dt in ("text", "value") for dt, _ in self.specs)
+        self.portable = is_portable(space)
 
     def _compile(self, space: gs.Space[Any], path: str) -> _Parts:
         if not isinstance(space, gs.Dict | gs.Tuple):
@@ -441,6 +444,7 @@ class _Plan:
 
     def _leaf(self, space: gs.Space[Any], path: str) -> _Parts:
         k = len(self.specs)
+        pickled = False
         if isinstance(space, gs.Text):
             check = text_checker(space, path)
             self.specs.append(("text", ()))
@@ -453,7 +457,8 @@ class _Plan:
         elif isinstance(space, gs.MultiBinary):
             check = int_checker(space, 0, np.full(space.shape, 2), path)
         elif isinstance(space, gs.Space):  # Graph, Sequence, OneOf, user-defined: one object per row
-            check = value_checker(space, path, wrap=not is_portable(space))
+            pickled = not is_portable(space)  # a user-defined space's values: only a trusted pipe carries them
+            check = value_checker(space, path, wrap=pickled)
             self.specs.append(("value", ()))
         else:
             raise _unsupported(space)
@@ -461,18 +466,16 @@ class _Plan:
             self.specs.append((np.dtype(space.dtype).str, tuple(space.shape or ())))
         kind = self.specs[k][0]
 
-        def write(leaves: list[Leaf], i: int, value: Any) -> None:
+        def write_as_is(leaves: list[Leaf], i: int, value: Any) -> None:
             leaves[k][i] = value
 
-        if kind == "text":
+        def write_text(leaves: list[Leaf], i: int, value: Any) -> None:
+            leaves[k][i] = value if type(value) is str else str(value)
 
-            def write(leaves: list[Leaf], i: int, value: Any) -> None:
-                leaves[k][i] = value if type(value) is str else str(value)
+        def write_pickled(leaves: list[Leaf], i: int, value: Any) -> None:
+            leaves[k][i] = Pickled(value)
 
-        elif kind == "value" and not is_portable(space):
-
-            def write(leaves: list[Leaf], i: int, value: Any) -> None:
-                leaves[k][i] = Pickled(value)  # a user-defined space's value: only a trusted pipe carries it
+        write = write_text if kind == "text" else write_pickled if kind == "value" and pickled else write_as_is
 
         def read(leaves: list[Leaf], i: int) -> Any:
             return leaves[k][i]
@@ -507,6 +510,12 @@ def _plan(space: gs.Space[Any]) -> _Plan:
 
 
 # ---------------------------------------------------------------- public API
+def has_object_leaves(space: gs.Space[Any]) -> bool:
+    """Whether a batch of ``space`` has a leaf that is not a numeric array (text, or a Graph, Sequence, OneOf or
+    user-defined value): such a batch cannot live in shared memory and is not a tree of plain arrays."""
+    return _plan(space).objects
+
+
 def leaf_specs(space: gs.Space[Any]) -> list[tuple[str, tuple[int, ...]]]:
     """Per leaf: (``np.dtype.str``, ``"text"`` or ``"value"``, per-row shape); leaf = (B, *shape)."""
     return list(_plan(space).specs)

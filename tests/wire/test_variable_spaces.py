@@ -20,6 +20,7 @@ from aioenv.wire.spaces import (
     empty_batch,
     for_wire,
     from_leaves,
+    has_object_leaves,
     is_portable,
     leaf_specs,
     not_portable,
@@ -106,6 +107,9 @@ def test_rows_written_read_and_sent_are_gymnasiums_values(name: str) -> None:
 def test_value_leaves_are_object_rows_that_never_share_memory() -> None:
     space = SPACES["dict_nesting"]
     assert [dt for dt, _ in leaf_specs(space)] == ["value", "<f4", "value"]
+    assert has_object_leaves(space)
+    assert has_object_leaves(gs.Tuple((BOX, gs.Text(3))))
+    assert not has_object_leaves(gs.Dict({"a": BOX, "b": gs.MultiDiscrete([2, 3])}))
     leaves = empty_batch(space, 2)
     assert leaves[0].dtype == object
     assert leaves[0].tolist() == [None, None]
