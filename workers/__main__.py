@@ -139,8 +139,8 @@ def _curve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Configu
 def _trust(trusted_dir: str | None, fd: int | None) -> None:
     """In-worker code (aioenv.compat's helper) loads pickled payloads from this directory only; a worker
     started without one must not trust a directory inherited through the environment. A worker on a pipe
-    inherited from its pool talks to that pool alone: values msgpack cannot carry (a user-defined space's)
-    travel pickled on it."""
+    inherited from its pool talks to that pool alone: a user-defined space's values (wrapped as
+    ``Pickled``) travel pickled on it."""
     if fd is not None:
         from aioenv.wire.protocol import trust_parent_pipe
 

@@ -570,7 +570,7 @@ class Server:
         workers = (
             positive_int("num_workers", opt.get("num_workers"), allow_none=True, error=UsageError)
             or self.config.workers
-            or min(n, _cpus())
+            or min(n, usable_cpus())
         )
         return _PoolOptions(
             env_kwargs=kwargs,
@@ -816,7 +816,3 @@ def _call_fields(header: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(fields.get(Key.ARGS, []), list) or not isinstance(fields.get(Key.KW, {}), dict):
         raise ProtocolError("a call's args must be a list and its kw a map")
     return fields
-
-
-def _cpus() -> int:
-    return usable_cpus()

@@ -183,7 +183,7 @@ _PROCESS_TRUST = [False]  # a worker that talks only to the pool that started it
 
 
 def trust_parent_pipe() -> None:
-    """Carry values msgpack cannot describe pickled, both ways, for the rest of this process's life.
+    """Carry :class:`Pickled` values pickled, both ways, for the rest of this process's life.
 
     Only a worker process started by a pool and talking to it alone, over the pipe it inherited
     (``python -m workers --fd N``), calls this: its only peer is the process that started it.
@@ -210,7 +210,7 @@ def _trusted() -> bool:
 
 
 def pickle_allowed() -> bool:
-    """Whether this process carries values msgpack cannot describe pickled (see :func:`trust_parent_pipe`)."""
+    """Whether this process carries :class:`Pickled` values pickled (see :func:`trust_parent_pipe`)."""
     return _PROCESS_TRUST[0]
 
 
