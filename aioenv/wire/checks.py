@@ -223,10 +223,7 @@ def object_rows(values: Any) -> Leaf:
     """B per-env values as an object ndarray (B,), one value per row (a tuple or array stays one object)."""
     if isinstance(values, np.ndarray) and values.dtype == object and values.ndim == 1:
         return values
-    rows = np.empty(len(values), dtype=object)
-    for i, value in enumerate(values):
-        rows[i] = value
-    return rows
+    return np.fromiter(values, dtype=object, count=len(values))  # item by item: nothing is broadcast
 
 
 def value_checker(space: gs.Space[Any], path: str, wrap: bool) -> Check:

@@ -593,10 +593,8 @@ def leaves_from_wire(desc: Any, arrays: Sequence[np.ndarray]) -> list[np.ndarray
         if isinstance(item, int) and 0 <= item < len(arrays):
             out.append(arrays[item])
         elif isinstance(item, list):
-            rows = np.empty(len(item), dtype=object)
-            for i, value in enumerate(item):  # one by one: a row that is a tuple or list stays one object
-                rows[i] = value
-            out.append(rows)
+            # item by item (a row that is a tuple or list stays one object), at numpy's speed, not a Python loop's
+            out.append(np.fromiter(item, dtype=object, count=len(item)))
         else:
             raise ProtocolError(f"malformed leaf {item!r}: expected a frame index or a list of row values")
     return out
