@@ -215,16 +215,16 @@ def pickle_allowed() -> bool:
 
 
 def _default(obj: Any) -> Any:
-    if isinstance(obj, GraphInstance):  # before tuple: it is a NamedTuple
-        return msgpack.ExtType(_EXT_GRAPH, _PACK([obj.nodes, obj.edges, obj.edge_links]))
-    if isinstance(obj, np.ndarray):
+    if isinstance(obj, np.ndarray):  # the most common by far: tested first
         if obj.dtype.kind in _NUMERIC_KINDS:
             # tobytes() is C-order whatever the layout; ascontiguousarray would turn 0-d into (1,)
             return msgpack.ExtType(_EXT_NDARRAY, _PACK([obj.dtype.str, list(obj.shape), obj.tobytes()]))
-        if obj.dtype.kind in "OUS":  # object arrays: only str items survive the trip
+        if obj.dtype.kind in "OUS":  # object and str arrays: their items, each packed as a value of its own
             return msgpack.ExtType(_EXT_NDARRAY, _PACK(["|O", list(obj.shape), obj.ravel().tolist()]))
         raise TypeError(f"cannot send a numpy array of dtype {obj.dtype} (only numeric, str or object arrays)")
     if isinstance(obj, tuple):
+        if isinstance(obj, GraphInstance):  # a NamedTuple that must come back as one
+            return msgpack.ExtType(_EXT_GRAPH, _PACK([obj.nodes, obj.edges, obj.edge_links]))
         return msgpack.ExtType(_EXT_TUPLE, _PACK(list(obj)))
     if isinstance(obj, np.generic):
         if obj.dtype.kind in _NUMERIC_KINDS:
