@@ -8,6 +8,7 @@ gymnasium-style tuples whose rows follow the ids given; ``info["env_id"]``
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 from collections.abc import Sequence
 from typing import Any
@@ -17,6 +18,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
+from aioenv.core import costs
 from aioenv.core.coordinator import Coordinator, reset_builder, step_builder
 from aioenv.core.remote import RemoteCoordinator
 from aioenv.core.scheduler import Request
@@ -26,11 +28,12 @@ from aioenv.errors import InvalidAction, PoolClosed, ProtocolError, UsageError
 from aioenv.transport.spawn import usable_cpus
 from aioenv.wire import spaces
 from aioenv.wire.options import (
-    EXECUTORS,
     ON_TIMEOUT,
+    POOL_EXECUTORS,
     AutoresetName,
     Executor,
     OnTimeout,
+    PoolExecutor,
     choice,
     positive_int,
     positive_seconds,
@@ -38,6 +41,8 @@ from aioenv.wire.options import (
 from aioenv.wire.protocol import Key
 
 __all__ = ["Pool", "make"]
+
+log = logging.getLogger("aioenv.pool")
 
 _MODES: dict[AutoresetName, AutoresetMode] = {
     "next_step": AutoresetMode.NEXT_STEP,
@@ -58,9 +63,33 @@ def _mode_name(mode: object) -> AutoresetName:
     raise ValueError(f"autoreset_mode must be one of {sorted(_MODES)} or a gymnasium AutoresetMode, got {mode!r}")
 
 
-def _executor(value: object) -> Executor:
+def _executor(value: object) -> PoolExecutor:
     """``executor`` as given to :func:`make`, checked (``ValueError`` naming the choices)."""
-    return choice("executor", value, EXECUTORS)
+    return choice("executor", value, POOL_EXECUTORS)
+
+
+def _worker_executor(executor: PoolExecutor) -> Executor:
+    """The executor of a local pool's worker processes (and of its in-process worker: ``inline``)."""
+    return "thread" if executor == "thread" else "async" if executor == "async" else "inline"
+
+
+def _check_in_process(executor: PoolExecutor | None, **options: Any) -> None:
+    """Refuse what envs run in the caller's own thread cannot do (``executor="in_process"``): ``ValueError``
+    naming the option and the executor that can."""
+    if executor != "in_process":
+        return
+    if options["endpoint"] is not None:
+        raise ValueError(
+            "executor='in_process' runs envs in this process; a remote pool's envs run on the server's workers: "
+            "use 'inline', 'thread', 'async' or 'auto' (the server's choice)"
+        )
+    given = [name for name in ("step_timeout", "reset_timeout", "max_worker_rss", "num_workers") if options[name]]
+    if executor == "in_process" and given:
+        raise ValueError(
+            f"{given[0]} is for envs in worker processes: executor='in_process' runs them on this event loop, "
+            "where a hung step cannot be interrupted and a worker's memory cannot be told apart; use "
+            "'inline', 'thread' or 'async' (or 'auto', which then keeps them in worker processes)"
+        )
 
 
 def _on_timeout(value: object) -> OnTimeout:
@@ -132,6 +161,12 @@ _FOREIGN_LOOP = (
 )
 
 
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    """Mark the outcome of a call its caller never got (it raised, e.g. on Ctrl-C) as seen."""
+    if not fut.cancelled():
+        fut.exception()
+
+
 def _space(desc: Any, key: str) -> Any:
     """A space the workers (or a server) described; a description this side cannot read is a ProtocolError."""
     try:
@@ -175,7 +210,7 @@ class Pool:
         *,
         batch_size: int | None = None,
         num_workers: int | None = None,
-        executor: Executor | None = None,
+        executor: PoolExecutor | None = None,
         autoreset_mode: AutoresetName | str | AutoresetMode = "next_step",
         seed: int | Sequence[int | None] | None = None,
         env_kwargs: dict[str, Any] | None = None,
@@ -190,6 +225,14 @@ class Pool:
         self.endpoint = _checked_endpoint(endpoint)
         self._curve_keys = _checked_curve_keys(curve_keys, endpoint)
         self._asked_executor = None if executor is None else _executor(executor)
+        _check_in_process(
+            self._asked_executor,
+            endpoint=endpoint,
+            step_timeout=step_timeout,
+            reset_timeout=reset_timeout,
+            max_worker_rss=max_worker_rss,
+            num_workers=num_workers,
+        )
         self._mode = _mode_name(autoreset_mode)
         self.step_timeout = positive_seconds("step_timeout", step_timeout)
         self.reset_timeout = positive_seconds("reset_timeout", reset_timeout)
@@ -205,7 +248,11 @@ class Pool:
         except BaseException:
             self._remove_private_dir()
             raise
-        self.executor: Executor = self._asked_executor or "inline"
+        self.executor: PoolExecutor = self._asked_executor or "auto"
+        #: How many envs (the first ones) run in this process (see ``executor="in_process"`` and ``"auto"``).
+        self.envs_in_process = self.num_envs if self.executor == "in_process" else 0
+        #: Why ``executor="auto"`` chose what it did ("" until it did).
+        self.placement_reason = ""
         self._recorded = list(self._seeds)
         self.closed = False
         self._started = False
@@ -230,7 +277,8 @@ class Pool:
             raise ValueError(f"batch_size={self.batch_size} exceeds num_envs={self.num_envs}")
         self._asked_workers = positive_int("num_workers", num_workers, allow_none=True)
         workers = self._asked_workers or min(self.num_envs, usable_cpus())
-        self.num_workers = min(workers, self.num_envs)
+        # in-process envs need no worker process: they all run in this thread
+        self.num_workers = 0 if self._asked_executor == "in_process" else min(workers, self.num_envs)
         self._seeds = self._initial_seeds(seed)
 
     def _initial_seeds(self, seed: Any) -> list[int | None]:
@@ -252,16 +300,19 @@ class Pool:
                 described = await self._start_remote(self.endpoint)
             else:
                 assert self._private_dir is not None
+                if self.executor == "auto":
+                    await self._place_by_cost()
                 self._coord = Coordinator(
                     self.num_envs,
                     self._sources,
                     self._private_dir,
                     autoreset_mode=self._mode,
-                    executor=self.executor,
+                    executor=_worker_executor(self.executor),
                     on_remade=self._on_remade,
                     max_concurrency=self.max_concurrency,
                     on_timeout=self.on_timeout,
                     max_worker_rss=self.max_worker_rss,
+                    in_process=self.envs_in_process,
                 )
                 described = await self._coord.start(self.num_workers)
             self._adopt(described)
@@ -270,10 +321,49 @@ class Pool:
             raise
         return self
 
+    async def _place_by_cost(self) -> None:
+        """``executor="auto"``: time one env of this pool in this process and choose where the envs run
+        (:mod:`aioenv.core.costs`). Options that need worker processes keep the envs in them."""
+        needs_workers = self.step_timeout or self.reset_timeout or self.max_worker_rss
+        cpus = usable_cpus()
+        try:
+            assert self._private_dir is not None
+            cost = await costs.probe(self._sources, 0, self._seeds[0], self._private_dir)
+        except TimeoutError:
+            cost, why = None, f"timing one env took over {costs.PROBE_LIMIT:g} s"
+        except Exception as exc:  # noqa: BLE001 - the workers will make the envs and report what fails
+            cost, why = None, f"timing one env failed ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+        if cost is None:
+            choice = costs.Choice("inline", self.num_workers, 0, why)
+        else:
+            choice = costs.choose(cost, self.num_envs, cpus)
+            if needs_workers and choice.in_process:
+                why = "step_timeout, reset_timeout or max_worker_rss needs worker processes"
+                choice = costs.Choice("inline", max(1, min(self.num_envs, cpus)), 0, why)
+        if self._asked_workers is not None:  # worker processes asked for by number: every env goes to them
+            executor = "inline" if choice.executor == "in_process" else choice.executor
+            why = choice.why if executor == choice.executor and not choice.in_process else ""
+            why = why or f"num_workers={self._asked_workers} asks for worker processes"
+            choice = costs.Choice(executor, self._asked_workers, 0, why)
+        self.executor = choice.executor  # type: ignore[assignment]  # a PoolExecutor by construction
+        self.num_workers, self.envs_in_process = choice.num_workers, choice.in_process
+        self.placement_reason = choice.why
+        log.info("executor='auto' chose %s", self.describe_placement())
+
+    def describe_placement(self) -> str:
+        """Where the envs run, in words (``"32 envs in this process"``, ``"20 here, 12 on 1 inline worker"``)."""
+        here = f"{self.envs_in_process} envs in this process"
+        if not self.num_workers:
+            placed = here
+        else:
+            there = f"{self.num_envs - self.envs_in_process} on {self.num_workers} {self.executor} worker(s)"
+            placed = f"{here}, {there}" if self.envs_in_process else there
+        return f"{placed} ({self.placement_reason})" if self.placement_reason else placed
+
     async def _start_remote(self, endpoint: str) -> dict[str, Any]:
         options = {
             "autoreset": self._mode,
-            "executor": self._asked_executor,
+            "executor": None if self._asked_executor == "auto" else self._asked_executor,  # auto: the server's
             "step_timeout": self.step_timeout,
             "reset_timeout": self.reset_timeout,
             "on_timeout": self.on_timeout,
@@ -367,7 +457,10 @@ class Pool:
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else ("running" if self._started else "not started")
-        return f"<aioenv.Pool num_envs={self.num_envs} workers={self.num_workers} executor={self.executor} {state}>"
+        here = f" in_process={self.envs_in_process}" if self.envs_in_process else ""
+        return (
+            f"<aioenv.Pool num_envs={self.num_envs} workers={self.num_workers} executor={self.executor}{here} {state}>"
+        )
 
     # ------------------------------------------------------------ dispatch helpers
 
@@ -444,7 +537,11 @@ class Pool:
         :class:`aioenv.SyncPool`, which completes it from another thread without a task per call)."""
         ids = self._ids(env_ids)
         sink = Gather("reset", ids, self.single_observation_space)
-        self._dispatch_reset(ids, seed, options, sink)
+        try:
+            self._dispatch_reset(ids, seed, options, sink)
+        except BaseException:  # as in _start_step
+            sink.future.add_done_callback(_retrieved)
+            raise
         return sink.future
 
     async def step(
@@ -473,7 +570,11 @@ class Pool:
         the future of its result (see :meth:`_start_reset`; ``checked``: see :meth:`_dispatch_step`)."""
         ids = self._ids(env_ids)
         sink = Gather("step", ids, self.single_observation_space, info_list=info_list)
-        self._dispatch_step(actions, ids, sink, info_list=info_list, checked=checked)
+        try:
+            self._dispatch_step(actions, ids, sink, info_list=info_list, checked=checked)
+        except BaseException:  # e.g. Ctrl-C inside an env stepped in this process: its rows were answered
+            sink.future.add_done_callback(_retrieved)  # with that error, which the caller gets as it is
+            raise
         return sink.future
 
     async def _step_info_list(

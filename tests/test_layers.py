@@ -3,7 +3,8 @@
 Layers, from the bottom (docs/architecture.md): the ground (errors, env, logs, the loop, the version),
 ``aioenv.wire``, ``aioenv.transport``, ``aioenv.core``, the public face (``aioenv.pool``,
 ``aioenv.sync``), ``aioenv.server``, ``aioenv.compat`` and ``aioenv.cli``. The worker runtime
-(``workers``) stands beside the coordinator and may use the ground, wire and transport only.
+(``workers``) stands beside the coordinator and may use the ground, wire and transport only; the
+coordinator may run it in its own process (``executor="in_process"``), so core may import it.
 Imports are read from the source (every ``import`` statement, also those inside functions or under
 ``TYPE_CHECKING``), so a lazy import cannot hide a wrong edge.
 """
@@ -59,7 +60,7 @@ ALLOWED = {
     "ground": {"ground"},
     "wire": {"ground"},
     "transport": {"ground", "wire"},
-    "core": {"ground", "wire", "transport"},
+    "core": {"ground", "wire", "transport", "workers"},
     "face": {"ground", "wire", "transport", "core", "compat"},
     "server": {"ground", "wire", "transport", "core"},
     "compat": {"ground", "wire", "transport", "core", "face"},

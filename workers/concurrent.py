@@ -50,7 +50,7 @@ from aioenv._loop import run as run_loop
 from aioenv.errors import ProtocolError
 from aioenv.transport.pipe import LinkClosed
 from aioenv.wire import spaces
-from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire
+from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, pickle_allowed
 from workers.hosted import AsyncHostedEnv, HostedEnv, check_executor
 from workers.link import Link, open_link
 from workers.runtime import CallSpec, Group, batch_reply, checked_value, describe_env, encode_reply, error_fields
@@ -475,7 +475,7 @@ class ConcurrentWorker:
             elif remade is not None:
                 env.hosted.mark_remade(remade)
             if key not in described:
-                described[key] = describe_env(env.hosted.env)
+                described[key] = describe_env(env.hosted.env, pickle_allowed())
         return {Key.SPACES: described, Key.ERRORS: errors}
 
     async def _on_call(self, header: dict[str, Any]) -> dict[str, Any]:

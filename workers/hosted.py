@@ -38,13 +38,19 @@ DISABLED = "disabled"
 StepOut = tuple[Any, float, bool, bool, dict[str, Any]]
 
 
-def _check_reward(reward: Any) -> None:
+#: The types almost every reward has, checked by identity before the general (slower) test.
+_PLAIN_REWARDS = frozenset((float, int, bool, np.float64, np.float32, np.int64, np.bool_))
+
+
+def _check_reward(reward: Any) -> Any:
     """A reward is a real number (a bool, a numpy scalar or a one-element numeric array will do): anything
-    else, None above all, would turn into NaN in the batch without a word."""
-    if isinstance(reward, numbers.Real | np.bool_):
-        return
+    else, None above all, would turn into NaN in the batch without a word. Returns it as a scalar (a
+    one-element array's item), so that a worker writes a batch's rewards with one numpy call."""
+    if type(reward) in _PLAIN_REWARDS or isinstance(reward, numbers.Real | np.bool_):
+        return reward
     if not (isinstance(reward, np.ndarray) and reward.size == 1 and reward.dtype.kind in "biuf"):  # e.g. shape ()
         raise TypeError(f"step returned reward {reward!r} ({type(reward).__name__}): a reward must be a real number")
+    return reward.item()
 
 
 def is_async_env(env: Any) -> bool:
@@ -108,7 +114,8 @@ class EpisodeState:
 
     def failed_step(self, exc: BaseException) -> None:
         """A step raised (or was cancelled): refuse steps until the next reset."""
-        self._blocked = f"its last step raised {type(exc).__name__}: {exc}"
+        detail = f": {exc}" if str(exc) else ""
+        self._blocked = f"its last step raised {type(exc).__name__}{detail}"
 
     def mark_ended(self) -> None:
         """The env was replaced after its episode was cut short (``on_timeout="truncate"``): the
@@ -153,7 +160,8 @@ class HostedEnv(EpisodeState):
 
     def step(self, action: Any) -> StepOut:
         """One step with the autoreset rules of the mode. Any exception marks the env broken."""
-        self.before_step()
+        if self._blocked is not None or (self._pending_reset and self.mode == DISABLED):
+            self.before_step()  # raises: the env may not be stepped now
         try:
             return self._step(action)
         except BaseException as exc:
@@ -167,7 +175,7 @@ class HostedEnv(EpisodeState):
             self._pending_reset = False
             return obs, 0.0, False, False, info
         obs, reward, terminated, truncated, info = env.step(action)
-        _check_reward(reward)
+        reward = _check_reward(reward)
         ended = bool(terminated or truncated)
         if self.mode == SAME_STEP:
             if ended:
@@ -213,7 +221,7 @@ class AsyncHostedEnv(EpisodeState):
             self._pending_reset = False
             return obs, 0.0, False, False, info
         obs, reward, terminated, truncated, info = await env.step(action)
-        _check_reward(reward)
+        reward = _check_reward(reward)
         ended = bool(terminated or truncated)
         if self.mode == SAME_STEP:
             if ended:

@@ -29,6 +29,7 @@ from aioenv.wire.infos import batch_infos
 from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, leaves_to_wire, pack, pickle_allowed
 from workers.hosted import HostedEnv, check_executor
 from workers.link import open_link
+from workers.probe import probe_env
 from workers.sources import resolve
 
 log = logging.getLogger("aioenv.worker")
@@ -87,52 +88,71 @@ class Worker:
         self.group_of: dict[int, Group] = {}
         self.groups: dict[str, Group] = {}
         self.mode = "next_step"
+        #: Pickled values travel both ways (a pool's in-process worker: its peer is its own process).
+        self.trusted = False
+        self.handlers: dict[str, Callable[[dict[str, Any], list[np.ndarray]], Reply]] = {
+            Op.MAKE: self.on_make,
+            Op.STEP: self.on_step,
+            Op.RESET: self.on_reset,
+            Op.CALL: self.on_call,
+            Op.SLAB: self.on_slab,
+            Op.PROBE: self.on_probe,
+        }
 
     # ------------------------------------------------------------------ loop
 
     def run(self) -> None:
         """Connect, say HELLO, serve until CLOSE (or until the coordinator's end is gone)."""
         link = open_link(self.endpoint, self.name, self.configure)
-        hello = {Key.NAME: self.name, Key.PID: os.getpid(), Key.EXECUTOR: self.executor}
-        link.send(encode(Op.HELLO, hello))
-        handlers: dict[str, Callable[[dict[str, Any], list[np.ndarray]], Reply]] = {
-            Op.MAKE: self.on_make,
-            Op.STEP: self.on_step,
-            Op.RESET: self.on_reset,
-            Op.CALL: self.on_call,
-            Op.SLAB: self.on_slab,
-        }
+        link.send(self.hello())
         try:
             while True:
-                frames = link.recv()
-                req_id: Any = None
-                try:
-                    header, arrays = decode(frames)
-                    req_id = header.get(Key.ID)
-                    op = header[Key.OP]
-                    if op == Op.CLOSE:
-                        self.close_all()
-                        link.send(encode(Op.RESULT, {Key.ID: req_id}))
-                        return
-                    if op == Op.PING:
-                        link.send(encode(Op.PONG, {Key.ID: req_id}))
-                        continue
-                    handler = handlers.get(op)
-                    if handler is None:
-                        raise ProtocolError(f"worker {self.name} got unknown op {op!r}")
-                    fields, out = handler(header, arrays)
-                    fields[Key.ID] = req_id
-                    link.send(encode_reply(fields, out, header.get(Key.ENV) or [], bool(header.get(Key.INFO_LIST))))
-                except LinkClosed:
-                    raise
-                except Exception as exc:
-                    log.debug("request %s failed", req_id, exc_info=True)
-                    link.send(encode(Op.ERROR, {Key.ID: req_id, Key.ERROR: error_fields(exc, None)}))
+                reply, done = self.handle(link.recv())
+                link.send(reply)
+                if done:
+                    return
         except LinkClosed:
             log.debug("worker %s: the coordinator closed the pipe", self.name)
         finally:
             self.close_all()
             link.close()
+
+    def interrupted(self, frames: Sequence[Any], exc: BaseException) -> list[Any]:
+        """The ERROR reply to a request that ``exc`` (a ``KeyboardInterrupt`` or ``SystemExit`` raised in env code,
+        which :meth:`handle` lets through) cut short: the request still gets its one reply."""
+        try:
+            req_id = decode(frames, trusted=self.trusted)[0].get(Key.ID)
+        except ProtocolError:
+            req_id = None
+        return encode(Op.ERROR, {Key.ID: req_id, Key.ERROR: error_fields(exc, None)})
+
+    def hello(self) -> list[Any]:
+        """The HELLO message a worker sends first: its name, process id and executor."""
+        return encode(Op.HELLO, {Key.NAME: self.name, Key.PID: os.getpid(), Key.EXECUTOR: self.executor})
+
+    def handle(self, frames: Sequence[Any]) -> tuple[list[Any], bool]:
+        """Answer one request: its reply (exactly one RESULT, PONG or ERROR carrying the request's id), and
+        whether it was CLOSE (the envs are closed then, and the worker is done)."""
+        req_id: Any = None
+        try:
+            header, arrays = decode(frames, trusted=self.trusted)
+            req_id = header.get(Key.ID)
+            op = header[Key.OP]
+            if op == Op.CLOSE:
+                self.close_all()
+                return encode(Op.RESULT, {Key.ID: req_id}), True
+            if op == Op.PING:
+                return encode(Op.PONG, {Key.ID: req_id}), False
+            handler = self.handlers.get(op)
+            if handler is None:
+                raise ProtocolError(f"worker {self.name} got unknown op {op!r}")
+            fields, out = handler(header, arrays)
+            fields[Key.ID] = req_id
+            info_list = bool(header.get(Key.INFO_LIST))
+            return encode_reply(fields, out, header.get(Key.ENV) or [], info_list, trusted=self.trusted), False
+        except Exception as exc:  # every request gets a reply, a failed one an ERROR
+            log.debug("request %s failed", req_id, exc_info=True)
+            return encode(Op.ERROR, {Key.ID: req_id, Key.ERROR: error_fields(exc, None)}), False
 
     # ------------------------------------------------------------------ ops
 
@@ -165,10 +185,16 @@ class Worker:
                     self.envs[env_id].mark_remade(remade)
                 self.group_of[env_id] = group
                 if key not in described:
-                    described[key] = describe_env(env)
+                    described[key] = describe_env(env, self.trusted or pickle_allowed())
             except Exception as exc:  # noqa: BLE001
                 errors[row] = error_fields(exc, env_id)
         return {Key.SPACES: described, Key.ERRORS: errors}, []
+
+    def on_probe(self, header: dict[str, Any], _arrays: list[np.ndarray]) -> Reply:
+        """Time one env made from ``header["sources"]`` (a source), reset with ``header["seed"]``: see
+        :mod:`workers.probe`; ``{"values": {"step", "cpu"} or {"async": True}}``."""
+        seed = header.get(Key.SEED)
+        return {Key.VALUES: probe_env(resolve(header[Key.SOURCES], self.trusted_dir), seed)}, []
 
     def on_slab(self, header: dict[str, Any], _arrays: list[np.ndarray]) -> Reply:
         """Map the pool's shared rows as ``header["slab"]`` lays them out (see :mod:`aioenv.transport.slab`)."""
@@ -204,19 +230,28 @@ class Worker:
             rows = range(n)
         infos: list[Any] | None = None
         errors: dict[int, Any] = {}
-        hosted = self.hosted
+        envs = self.envs
         write_obs = group.write_obs
         read_action = group.read_action
+        # Rewards and flags are gathered in lists and written in one numpy call each: a numpy element
+        # assignment per env costs more than the list append.
+        rewards: list[Any] = [0.0] * n
+        terminated: list[Any] = [False] * n
+        truncated: list[Any] = [False] * n
         for i, (env_id, row) in enumerate(zip(env_ids, rows, strict=True)):
             try:
-                o, rew[row], term[row], trunc[row], info = hosted(env_id).step(read_action(acts, row))
+                hosted = envs.get(env_id) or self.hosted(env_id)
+                o, rewards[i], terminated[i], truncated[i], info = hosted.step(read_action(acts, row))
                 write_obs(obs, row, o)
                 if info:
                     if infos is None:
                         infos = [None] * n
                     infos[i] = info
             except Exception as exc:  # noqa: BLE001 - one env's failure is its row's alone
+                rewards[i], terminated[i], truncated[i] = 0.0, False, False
                 errors[i] = error_fields(exc, env_id)
+        at = env_ids if slab is not None else slice(None)
+        rew[at], term[at], trunc[at] = rewards, terminated, truncated
         if slab is not None:
             return shared_reply(infos, errors)
         return batch_reply(obs, infos, errors, [rew, term, trunc])
@@ -316,11 +351,11 @@ def checked_value(value: Any) -> Any:
     return value
 
 
-def describe_env(env: Any) -> dict[str, Any]:
+def describe_env(env: Any, may_pickle: bool) -> dict[str, Any]:
     """The env's spaces, metadata and render mode, for the coordinator; ``TypeError`` for a user-defined space
-    when this worker is not talking to the pool that started it over its own pipe (nothing may be pickled)."""
+    unless ``may_pickle`` (this worker talks only to the pool that started it: nothing else may be pickled)."""
     for space in (env.observation_space, env.action_space):
-        if not pickle_allowed() and not spaces.is_portable(space):
+        if not may_pickle and not spaces.is_portable(space):
             raise TypeError(spaces.not_portable(space, "a worker that is not a local pool's own"))
     metadata = {}
     for key, value in dict(getattr(env, "metadata", {}) or {}).items():
@@ -362,14 +397,19 @@ def shared_reply(infos: list[Any] | None, errors: dict[int, Any]) -> Reply:
 
 
 def encode_reply(
-    fields: dict[str, Any], arrays: list[np.ndarray], env_ids: list[int], info_list: bool = False
+    fields: dict[str, Any],
+    arrays: list[np.ndarray],
+    env_ids: list[int],
+    info_list: bool = False,
+    *,
+    trusted: bool = False,
 ) -> list[Any]:
     """Encode a reply. A batch's infos travel column-batched (``"binfo"``, see
     :func:`aioenv.wire.infos.batch_infos`); a single env's, or every env's when the request asked for
     ``"ilist"``, as raw dicts (``"info"``)."""
     infos = fields.pop("info", None)
     try:
-        return encode(Op.RESULT, _with_infos(fields, infos, info_list), arrays)
+        return encode(Op.RESULT, _with_infos(fields, infos, info_list), arrays, trusted=trusted)
     except (TypeError, OverflowError):  # OverflowError: an int beyond 64 bits
         pass
     # Some env's info holds a value msgpack cannot carry: fail that row alone.
@@ -383,7 +423,7 @@ def encode_reply(
             infos[i] = None
             err = TypeError(f"env {env_ids[i]}'s info cannot cross the wire: {exc}")
             errors[i] = error_fields(err, env_ids[i])
-    return encode(Op.RESULT, _with_infos(fields, infos, info_list), arrays)
+    return encode(Op.RESULT, _with_infos(fields, infos, info_list), arrays, trusted=trusted)
 
 
 def _with_infos(fields: dict[str, Any], infos: list[Any] | None, info_list: bool) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from aioenv.compat.vector_errors import WaitTimeout, as_peer_error, combined_err
 from aioenv.compat.vector_worker import PEER_CALL
 from aioenv.errors import AioEnvError, InvalidAction
 from aioenv.sync import SyncPool
-from aioenv.wire.options import Executor
+from aioenv.wire.options import PoolExecutor
 from aioenv.wire.spaces import check_actions, has_object_leaves
 
 __all__ = ["AioVectorEnv"]
@@ -89,8 +89,10 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         num_workers: aioenv worker processes (default ``min(num_envs, usable CPUs, max_concurrency)``).
         step_timeout: seconds; a step or reset that overruns fails with ``aioenv.StepTimeout`` (also a
             ``multiprocessing.TimeoutError``) and its env is replaced.
-        executor: ``"inline"`` (default), or ``"thread"`` for envs that block on I/O: each env on its own thread,
-            so their steps overlap (see ``docs/api.md``).
+        executor: ``"inline"`` (default: worker processes, as ``AsyncVectorEnv`` has), ``"thread"`` for envs that
+            block on I/O (each env on its own thread, so their steps overlap), ``"auto"`` (chosen from what one
+            env's steps cost: cheap envs then step in this process, faster than any process can) or
+            ``"in_process"`` (see ``docs/api.md``).
 
     Shapes: ``N = num_envs``. Observations are batched as gymnasium does (``(N, *shape)`` arrays,
     dicts/tuples of them, tuples of ``N`` values for ``Text`` and other object spaces); rewards ``(N,)``
@@ -120,7 +122,7 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         *,
         num_workers: int | None = None,
         step_timeout: float | None = None,
-        executor: Executor = "inline",
+        executor: PoolExecutor = "inline",
     ) -> None:
         self.env_fns = env_fns
         self.shared_memory = shared_memory
@@ -178,7 +180,7 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         spaces: tuple[Space[Any], Space[Any]] | None,
         num_workers: int | None,
         step_timeout: float | None,
-        executor: Executor,
+        executor: PoolExecutor,
     ) -> SyncPool:
         """Start the pool on :class:`~aioenv.compat.vector_worker.VectorFactory` env factories; errors as
         ``AsyncVectorEnv``'s callers catch them."""

@@ -37,7 +37,7 @@ import numpy as np
 
 from aioenv.core.deadlines import DeadlineTimer, Truncation, cancel_fields, timeout_error
 from aioenv.core.failures import for_env, unsendable
-from aioenv.core.launcher import LaunchSpec, WorkerProc, launch_local
+from aioenv.core.launcher import LaunchSpec, WorkerProc, launch_in_process, launch_local
 from aioenv.core.make_errors import start_failure
 from aioenv.core.memory import MemoryWatch
 from aioenv.core.replies import Block, Outlet, Segment, int_lists, route_block
@@ -75,8 +75,9 @@ CANCEL_GRACE = 5.0
 class _Slot:
     """A worker position; its process is replaced when it dies."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, in_process: bool = False) -> None:
         self.index = index
+        self.in_process = in_process  # its worker runs in this process (see workers.inproc)
         self.generation = 0
         self.name = ""
         self.proc: WorkerProc | None = None
@@ -130,6 +131,9 @@ class Coordinator:
         when_room: with a launcher that can run out of room: ``when_room(retry)`` calls ``retry()`` each
             time room may have freed up, until it returns True (a worker that could not be restarted for
             want of room is started then, and its envs re-made).
+        in_process: the first this many envs run in this process, stepped on the event loop by a worker of
+            its own (:mod:`workers.inproc`); the others on the launched workers. Requests to launched workers
+            go out first, so they step while this process steps its own share.
     """
 
     def __init__(
@@ -147,8 +151,11 @@ class Coordinator:
         name_prefix: str = "",
         when_room: Callable[[Callable[[], bool]], None] | None = None,
         max_worker_rss: int | None = None,
+        in_process: int = 0,
     ) -> None:
         self.sched = Scheduler(num_envs, max_concurrency)
+        #: How many envs (the first ones) run in this process, on the event loop (see workers.inproc).
+        self.in_process = in_process
         self.max_worker_rss = max_worker_rss
         self._memory: MemoryWatch | None = None
         #: Truncate mode's last observations and owed rows (None: a late step fails with StepTimeout).
@@ -163,7 +170,8 @@ class Coordinator:
         self.closing = False
         self._retired: list[WorkerProc] = []
         self._launch = launch
-        #: Its workers are its own children on pipes of their own: values msgpack cannot carry travel pickled.
+        #: Its workers are its own children on pipes of their own (or run in this process): values msgpack
+        #: cannot carry travel pickled.
         self._trusted = launch is launch_local
         self._prefix = name_prefix
         self._when_room = when_room
@@ -172,7 +180,7 @@ class Coordinator:
         #: The shared rows of this pool's local inline workers (None: arrays travel in the messages).
         self.slab: Slab | None = None
         self._slab_fd: int | None = None
-        if launch is launch_local and executor == "inline" and slab_enabled():
+        if self._trusted and executor == "inline" and slab_enabled():
             with contextlib.suppress(OSError):  # no memfd here (a sandbox may refuse it): messages it is
                 self._slab_fd = Slab.new_fd()
 
@@ -184,10 +192,12 @@ class Coordinator:
     # ------------------------------------------------------------ start
 
     async def start(self, num_workers: int) -> dict[str, Any]:
-        """Start workers, make every env; returns the env description ({"obs", "act", "metadata", ...})."""
-        blocks = self.sched.place(num_workers)
+        """Start ``num_workers`` launched workers (plus one in this process when ``in_process`` envs run here),
+        make every env; returns the env description ({"obs", "act", "metadata", ...})."""
+        here = 1 if self.in_process else 0
+        blocks = self.sched.place(num_workers + here, self.in_process)
         for index, ids in enumerate(blocks):
-            slot = _Slot(index)
+            slot = _Slot(index, in_process=index < here)
             self.slots.append(slot)
             self._spawn(slot, ids.size)
         makes = [self._make(slot, ids) for slot, ids in zip(self.slots, blocks, strict=True)]
@@ -232,7 +242,7 @@ class Coordinator:
         spec = LaunchSpec(
             slot.name, self.executor, envs, self.private_dir, self._on_exit, self._on_message, self._slab_fd
         )
-        slot.proc = self._launch(spec)
+        slot.proc = launch_in_process(spec) if slot.in_process else self._launch(spec)
         self._by_name[slot.name.encode()] = slot
 
     async def _make(self, slot: _Slot, env_ids: np.ndarray) -> dict[str, Any]:
@@ -292,7 +302,10 @@ class Coordinator:
             if env_ids.size == 0:
                 return
         deadline = None if timeout is None else self.loop.time() + timeout
-        for slot, req, positions, frames in self._prepare(kind, env_ids, at, sink, build, deadline):
+        prepared = self._prepare(kind, env_ids, at, sink, build, deadline)
+        if len(prepared) > 1 and prepared[0][0].in_process:  # answered inside send: the other workers go first
+            prepared.append(prepared.pop(0))
+        for slot, req, positions, frames in prepared:
             if frames is None:  # its worker is gone for good
                 self.sched.finish(req.id)
                 dead = lambda e, s=slot: self._no_worker(s, e, kind)  # noqa: E731
@@ -394,7 +407,11 @@ class Coordinator:
             return  # only local workers' memory can be read here
         self._memory = MemoryWatch(
             self.max_worker_rss,
-            lambda: [(s.index, s.proc.pid) for s in self.slots if s.proc is not None and isinstance(s.proc.pid, int)],
+            lambda: [
+                (s.index, s.proc.pid)
+                for s in self.slots
+                if s.proc is not None and isinstance(s.proc.pid, int) and not s.in_process
+            ],
             self._over_memory,
         )
 

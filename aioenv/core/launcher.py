@@ -8,7 +8,8 @@ the coordinator dies (``PR_SET_PDEATHSIG``), so none outlive it.
 
 A coordinator starts its workers through a *launch* function (:func:`launch_local` by default) that
 takes a :class:`LaunchSpec` and returns a :class:`WorkerProc`; a server with remote worker hosts
-passes its own (:mod:`aioenv.server.fleet`), which may start the process on another machine.
+passes its own (:mod:`aioenv.server.fleet`), which may start the process on another machine;
+:func:`launch_in_process` runs the worker runtime in this very process (``executor="in_process"``).
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from typing import Any, Protocol
 
 from aioenv.transport.pipe import PipePort
 from aioenv.transport.spawn import end_group, start_worker, worker_sched_policy
+from workers.inproc import InProcessWorker
 
 __all__ = [
     "LaunchSpec",
     "LocalProcess",
     "WorkerProc",
     "describe_exit",
+    "launch_in_process",
     "launch_local",
 ]
 
@@ -106,6 +109,12 @@ class LaunchSpec:
 def launch_local(spec: LaunchSpec) -> LocalProcess:
     """Start the worker as a child process of this one, talking to the coordinator over a pipe of its own."""
     return LocalProcess(spec.name, spec.private_dir, spec.executor, spec.on_exit, spec.on_message, slab_fd=spec.slab_fd)
+
+
+def launch_in_process(spec: LaunchSpec) -> InProcessWorker:
+    """Run the worker in this process, served by the running event loop (``executor="in_process"``, see
+    :mod:`workers.inproc`): no process, no pipe, no copy of the rows."""
+    return InProcessWorker(spec.name, spec.private_dir, spec.on_exit, spec.on_message, slab_fd=spec.slab_fd)
 
 
 def describe_exit(code: int | None) -> str:

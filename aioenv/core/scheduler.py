@@ -130,11 +130,19 @@ class Scheduler:
 
     # ------------------------------------------------------------ placement
 
-    def place(self, num_workers: int) -> list[np.ndarray]:
-        """Spread envs over ``num_workers`` workers in contiguous blocks; returns each worker's env ids."""
+    def place(self, num_workers: int, first: int = 0) -> list[np.ndarray]:
+        """Spread envs over ``num_workers`` workers in contiguous blocks; returns each worker's env ids.
+        ``first``: the first worker takes exactly this many envs (the others share the rest evenly)."""
         if not 1 <= num_workers <= self.num_envs:
             raise ValueError(f"num_workers must be between 1 and num_envs={self.num_envs}, got {num_workers}")
-        blocks = np.array_split(np.arange(self.num_envs, dtype=np.int64), num_workers)
+        ids = np.arange(self.num_envs, dtype=np.int64)
+        if first:
+            rest = self.num_envs - first
+            if not 0 < first <= self.num_envs or (num_workers == 1) != (rest == 0) or rest < num_workers - 1:
+                raise ValueError(f"the first worker cannot take {first} of {self.num_envs} envs over {num_workers}")
+            blocks = [ids[:first], *np.array_split(ids[first:], num_workers - 1)] if num_workers > 1 else [ids]
+        else:
+            blocks = np.array_split(ids, num_workers)
         for worker, ids in enumerate(blocks):
             self.worker_of[ids] = worker
         self._split_all = None

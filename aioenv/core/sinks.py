@@ -121,6 +121,15 @@ def _raise_first(errors: dict[int, AioEnvError], partial: Any) -> None:
     raise first
 
 
+def _own_rows(part: Part) -> bool:
+    """Whether ``part``'s arrays may become a caller's batch as they are: writable, so not views of a message's
+    frames (those are read-only) but copies made for this reply (the shared rows' :meth:`Slab.results`)."""
+    if part.obs is None:
+        return False
+    arrays = (*part.obs, part.reward, part.terminated, part.truncated)
+    return all(a.flags.writeable for a in arrays)
+
+
 class Gather:
     """Collects the parts of one batched call over ``env_ids`` (B rows, caller's order)."""
 
@@ -131,26 +140,25 @@ class Gather:
         self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._left = env_ids.size  # rows still to come (a reply may carry some rows of a request)
         self._obs_space = obs_space
-        n = env_ids.size
         self._obs: list[np.ndarray] | None = None
-        self._reward = np.zeros(n, dtype=np.float64)
-        self._terminated = np.zeros(n, dtype=np.bool_)
-        self._truncated = np.zeros(n, dtype=np.bool_)
+        self._reward: np.ndarray | None = None
+        self._terminated: np.ndarray | None = None
+        self._truncated: np.ndarray | None = None
         self._infos: list[tuple[dict[str, Any], np.ndarray]] = []  # merged at the end (dtypes by row order)
-        self._values: list[Any] = [None] * n
+        self._values: list[Any] = [None] * env_ids.size
         self._errors: dict[int, AioEnvError] = {}
 
     def deliver(self, part: Part, positions: np.ndarray) -> None:
         """Place one part's rows at ``positions``; resolves the future once every row arrived."""
         n = self.env_ids.size
         if part.obs is not None:
-            if self._obs is None:
-                self._obs = spaces.empty_batch(self._obs_space, n)
-            for out, leaf in zip(self._obs, part.obs, strict=True):
-                out[positions] = leaf
-            self._reward[positions] = part.reward
-            self._terminated[positions] = part.terminated
-            self._truncated[positions] = part.truncated
+            if part.env_ids.size == n and _own_rows(part):
+                # The whole call in one part: its positions are every row in order (see Scheduler.split),
+                # and its arrays are fresh copies no one else holds, so they become the batch as they are.
+                self._obs = part.obs
+                self._reward, self._terminated, self._truncated = part.reward, part.terminated, part.truncated
+            else:
+                self._place(part, positions)
             if self._info_list is not None:  # each env's own dict (adapters that want SB3-style infos)
                 for pos, env_info in zip(positions, part.infos or (), strict=False):
                     if env_info:
@@ -167,6 +175,22 @@ class Gather:
         self._left -= part.env_ids.size
         if self._left == 0:
             self._finish()
+
+    def _place(self, part: Part, positions: np.ndarray) -> None:
+        """Copy ``part``'s rows into the batch at ``positions``."""
+        n = self.env_ids.size
+        if self._obs is None:
+            self._obs = spaces.empty_batch(self._obs_space, n)
+        if self._reward is None or self._terminated is None or self._truncated is None:
+            self._reward = np.zeros(n, dtype=np.float64)
+            self._terminated = np.zeros(n, dtype=np.bool_)
+            self._truncated = np.zeros(n, dtype=np.bool_)
+        assert part.obs is not None
+        for out, leaf in zip(self._obs, part.obs, strict=True):
+            out[positions] = leaf
+        self._reward[positions] = part.reward
+        self._terminated[positions] = part.terminated
+        self._truncated[positions] = part.truncated
 
     def _finish(self) -> None:
         if self.future.done():
@@ -191,6 +215,10 @@ class Gather:
         else:
             info = merge_infos(self._infos, n) if self._infos else {}
             info["env_id"] = self.env_ids.astype(np.int32)
+        if self._reward is None or self._terminated is None or self._truncated is None:  # a reset: no rewards
+            self._reward = np.zeros(n, dtype=np.float64)
+            self._terminated = np.zeros(n, dtype=np.bool_)
+            self._truncated = np.zeros(n, dtype=np.bool_)
         full = (obs_leaves, self._reward, self._terminated, self._truncated, info)
         if self._errors:
             ok = np.ones(self.env_ids.size, dtype=np.bool_)

@@ -17,9 +17,11 @@ __all__ = [
     "AUTORESET_MODES",
     "EXECUTORS",
     "ON_TIMEOUT",
+    "POOL_EXECUTORS",
     "AutoresetName",
     "Executor",
     "OnTimeout",
+    "PoolExecutor",
     "choice",
     "positive_int",
     "positive_seconds",
@@ -31,6 +33,11 @@ Name = TypeVar("Name", bound=str)
 #: coroutines of one event loop (``async``).
 Executor = Literal["inline", "thread", "async"]
 EXECUTORS: tuple[Executor, ...] = get_args(Executor)
+
+#: What a local pool accepts: a worker executor, ``in_process`` (the envs run in the pool's own process
+#: and thread, no worker process) or ``auto`` (chosen from what the envs' first steps cost).
+PoolExecutor = Literal["inline", "thread", "async", "in_process", "auto"]
+POOL_EXECUTORS: tuple[PoolExecutor, ...] = get_args(PoolExecutor)
 
 #: gymnasium's autoreset modes by name (``gymnasium.vector.AutoresetMode`` values).
 AutoresetName = Literal["next_step", "same_step", "disabled"]

@@ -89,6 +89,7 @@ class Op:
     RESET = "reset"  # coordinator -> worker: {"env": [ids], "seed": [..], "opt": dict|None}
     CALL = "call"  # coordinator -> worker: {"env": [ids], "kind": call|get|set, "name", "args", "kw", "values"}
     SLAB = "slab"  # coordinator -> local inline worker: {"slab": layout} map the pool's shared rows (transport.slab)
+    PROBE = "probe"  # pool -> a local worker of its own: {"sources": source, "seed"} time one env (core.costs)
     CANCEL = "cancel"  # coordinator -> worker: {"env": [ids], "ended": [ids]} give up their requests, replace them
     CLOSE = "close"  # coordinator -> worker: close all envs and exit (server: close the client's pool)
     RESULT = "result"  # reply to any request with the same "id"; rows of STEP/RESET may come in several:

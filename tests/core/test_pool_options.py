@@ -21,8 +21,14 @@ import aioenv
 def test_autoreset_mode_is_taken_by_name_or_value(given: object, stored: AutoresetMode) -> None:
     pool = aioenv.Pool("CartPole-v1", 2, autoreset_mode=given)  # type: ignore[arg-type]
     assert pool.autoreset_mode is stored
-    assert pool.executor == "inline"
+    assert pool.executor == "auto"  # decided when the pool starts
     assert pool.on_timeout == "error"
+
+
+def test_an_in_process_pool_has_no_worker_process() -> None:
+    pool = aioenv.Pool("CartPole-v1", 3, executor="in_process")
+    assert (pool.num_workers, pool.envs_in_process) == (0, 3)
+    assert "in_process=3" in repr(pool)
 
 
 def test_executor_and_on_timeout_are_kept_as_given() -> None:
@@ -40,6 +46,12 @@ def test_executor_and_on_timeout_are_kept_as_given() -> None:
         ({"curve_keys": ("a", "b")}, "curve_keys are for a remote pool"),
         ({"endpoint": "http://x"}, "endpoint must be an aioenv server address"),
         ({"endpoint": "tcp://h:1", "curve_keys": "ab"}, "curve_keys must be (your .key_secret file"),
+        ({"executor": "process"}, "executor must be one of ['inline', 'thread', 'async', 'in_process', 'auto']"),
+        ({"executor": "in_process", "endpoint": "tcp://h:1"}, "a remote pool's envs run on the server's workers"),
+        ({"executor": "in_process", "step_timeout": 1.0}, "step_timeout is for envs in worker processes"),
+        ({"executor": "in_process", "reset_timeout": 1.0}, "reset_timeout is for envs in worker processes"),
+        ({"executor": "in_process", "max_worker_rss": 1 << 30}, "max_worker_rss is for envs in worker processes"),
+        ({"executor": "in_process", "num_workers": 2}, "num_workers is for envs in worker processes"),
     ],
 )
 def test_refused_options_say_why(options: dict[str, object], words: str) -> None:

@@ -26,16 +26,22 @@ def _array_reward() -> gym.Env[Any, Any]:
     return TransformReward(gym.make("CartPole-v1"), lambda reward: np.array(reward))
 
 
-@pytest.mark.parametrize("executor", ["inline", "thread"])
+def _row_reward() -> gym.Env[Any, Any]:
+    return TransformReward(gym.make("CartPole-v1"), lambda reward: np.array([reward], dtype=np.float32))
+
+
+@pytest.mark.parametrize("executor", ["inline", "thread", "in_process"])
 async def test_a_reward_of_none_fails_its_env_only(executor: str) -> None:
-    async with aioenv.Pool([_good, _no_reward, _array_reward], num_workers=1, executor=executor) as pool:
+    workers = None if executor == "in_process" else 1
+    factories = [_good, _no_reward, _array_reward, _row_reward]
+    async with aioenv.Pool(factories, num_workers=workers, executor=executor) as pool:
         await pool.reset(seed=0)
         with pytest.raises(EnvError) as caught:
-            await pool.step(np.ones(3, dtype=np.int64))
+            await pool.step(np.ones(4, dtype=np.int64))
         err = caught.value
         assert err.env_id == 1
         assert err.remote_type == "TypeError"
         assert "step returned reward None (NoneType): a reward must be a real number" in str(err)
-        _, reward, _, _, info = err.partial  # the others' rows: a float and a one-element array both count
-        assert info["env_id"].tolist() == [0, 2]
-        assert reward.tolist() == [1.0, 1.0]
+        _, reward, _, _, info = err.partial  # the others' rows: a float and one-element arrays all count
+        assert info["env_id"].tolist() == [0, 2, 3]
+        assert reward.tolist() == [1.0, 1.0, 1.0]

@@ -7,7 +7,9 @@ spaces), rewards, terminations, truncations and infos (recursively, dtypes inclu
 aioenv's only extra is ``info["env_id"]`` (int32, one row per env).
 
 The batched-step tests run on every executor: ``inline``, ``thread`` and ``async`` (each env
-wrapped in an ``AsyncEnv``, so the async autoreset state machine is held to the same trajectories).
+wrapped in an ``AsyncEnv``, so the async autoreset state machine is held to the same trajectories),
+``in_process`` (every env stepped in the test's own process) and ``shared`` (what ``executor="auto"``
+chooses for cheap envs on several CPUs: the first envs in this process, the others on a worker process).
 
 Two envs: CartPole-v1 with ``max_episode_steps=20`` (both terminations and
 truncations happen) and ``tests.envs.dictenv`` (Dict observations, rich infos,
@@ -29,6 +31,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import batch_space
 
 import aioenv
+from aioenv.core import costs
 from tests.envs.asyncwrap import wrapped
 from tests.envs.dictenv import make_dict_env
 from tests.support.compare import assert_same
@@ -56,7 +59,7 @@ CASES = {
     "dict": Case("tests.envs.dictenv:make_dict_env", None, make_dict_env),
 }
 CASE_NAMES = sorted(CASES)
-EXECUTORS = ["inline", "thread", "async"]
+EXECUTORS = ["inline", "thread", "async", "in_process", "shared"]
 MODES = {"next_step": AutoresetMode.NEXT_STEP, "same_step": AutoresetMode.SAME_STEP, "disabled": AutoresetMode.DISABLED}
 
 
@@ -67,9 +70,19 @@ def make_sync(case: Case, mode: str) -> SyncVectorEnv:
     return SyncVectorEnv([case.factory] * N, autoreset_mode=MODES[mode])
 
 
+@pytest.fixture
+def shared_placement(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``executor="auto"`` places the first 2 envs in this process and the other 2 on one inline worker."""
+    monkeypatch.setattr(costs, "choose", lambda *_: costs.Choice("inline", 1, 2, "the test's placement"))
+
+
 def make_pool(case: Case, mode: str, executor: str = "inline", **options: Any) -> aioenv.Pool:
-    """The case's envs on ``executor``; for ``async`` each env is wrapped in an ``AsyncEnv``."""
-    options.setdefault("num_workers", WORKERS)
+    """The case's envs on ``executor``; for ``async`` each env is wrapped in an ``AsyncEnv``; ``shared`` is
+    ``auto`` under the :func:`shared_placement` fixture."""
+    if executor == "shared":
+        executor = "auto"
+    elif executor != "in_process":
+        options.setdefault("num_workers", WORKERS)
     if executor == "async":
         return aioenv.Pool(
             functools.partial(wrapped, case.factory), N, autoreset_mode=mode, executor="async", **options
@@ -152,7 +165,9 @@ async def lockstep(
 @pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("mode", ["next_step", "same_step"])
 @pytest.mark.parametrize("case_name", CASE_NAMES)
-async def test_step_trajectory_matches_sync_vector_env(case_name: str, mode: str, executor: str) -> None:
+async def test_step_trajectory_matches_sync_vector_env(
+    case_name: str, mode: str, executor: str, shared_placement: None
+) -> None:
     case = CASES[case_name]
     sync = make_sync(case, mode)
     actions = sample_actions(sync.action_space, STEPS)
@@ -160,6 +175,7 @@ async def test_step_trajectory_matches_sync_vector_env(case_name: str, mode: str
     try:
         async with make_pool(case, mode, executor) as pool:
             assert pool.num_envs == N
+            assert pool.envs_in_process == {"in_process": N, "shared": 2}.get(executor, 0)
             assert pool.autoreset_mode is MODES[mode]
             assert pool.single_observation_space == sync.single_observation_space
             assert pool.single_action_space == sync.single_action_space
@@ -190,7 +206,9 @@ async def test_step_trajectory_matches_sync_vector_env(case_name: str, mode: str
 @pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("mode", ["next_step", "same_step"])
 @pytest.mark.parametrize("case_name", CASE_NAMES)
-async def test_send_recv_full_batches_match_sync_vector_env(case_name: str, mode: str, executor: str) -> None:
+async def test_send_recv_full_batches_match_sync_vector_env(
+    case_name: str, mode: str, executor: str, shared_placement: None
+) -> None:
     """send/recv with batch_size=n: every recv is a full batch; sorted by env_id it is SyncVectorEnv's step.
     (With the thread and async executors rows come back in the order they finished, often split.)"""
     case = CASES[case_name]

@@ -152,22 +152,27 @@ from aioenv.compat.envpool import make_spec
 from aioenv.compat.envpool_spec import worker_count
 
 async def main():
-    async with await aioenv.make("CartPole-v1", 4) as pool:
+    async with await aioenv.make("CartPole-v1", 4, executor="inline") as pool:
         await pool.reset(seed=0)
         spec = make_spec("CartPole-v1", num_envs=4)
-        print(json.dumps({"pool": pool.num_workers, "envpool": worker_count(spec.config), "cpus": os.cpu_count()}))
+        counts = {"pool": pool.num_workers, "envpool": worker_count(spec.config), "cpus": os.cpu_count()}
+    async with await aioenv.make("CartPole-v1", 4) as auto:  # executor="auto": one CPU, no worker to share with
+        counts["auto"] = [auto.executor, auto.num_workers, auto.envs_in_process]
+    print(json.dumps(counts))
 
 asyncio.run(main())
 """
 
 
 def test_default_worker_counts_follow_the_cpus_this_process_may_use() -> None:
-    """Pinned to one CPU, a pool (and EnvPool's num_threads=0) starts one worker, however many the machine has."""
+    """Pinned to one CPU, a pool (and EnvPool's num_threads=0) starts one worker, however many the machine has;
+    ``executor="auto"`` keeps the envs in the pinned process, with no worker to compete with it."""
     done = run_python("-c", PINNED)
     assert done.returncode == 0, done.stderr[-2000:]
     counts = json.loads(done.stdout.strip().splitlines()[-1])
     assert counts["pool"] == 1
     assert counts["envpool"] == 1
+    assert counts["auto"] == ["in_process", 0, 4]
 
 
 async def test_make_with_lambda_ships_closure_by_value() -> None:

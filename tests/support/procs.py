@@ -103,7 +103,9 @@ def process_gone(pid: int, marker: str = "workers") -> bool:
 
 def worker_pid(pool: Any, index: int) -> int:
     """The pid of the process in worker slot ``index``."""
-    return int(pool._coord.slots[index].proc.pid)
+    slot = pool._coord.slots[index]
+    assert not slot.in_process, f'worker slot {index} runs in this process: the test needs executor="inline"'
+    return int(slot.proc.pid)
 
 
 async def wait_new_worker(pool: Any, index: int, old_pid: int) -> int:

@@ -48,7 +48,7 @@ async def test_steps_of_one_worker_overlap(executor: str) -> None:
 
 async def test_inline_steps_do_not_overlap() -> None:
     """The control for the test above: one after another, the MEET steps cannot all arrive."""
-    async with aioenv.Pool(envs("thread", 2, parties=2, meet_timeout=0.5), num_workers=1) as pool:
+    async with aioenv.Pool(envs("thread", 2, parties=2, meet_timeout=0.5), num_workers=1, executor="inline") as pool:
         await pool.reset()
         with pytest.raises(EnvError, match="never overlapped"):
             await pool.step(acts(MEET, MEET))

@@ -1,0 +1,98 @@
+"""``executor="auto"``: the choice is pure arithmetic over a measured cost (:mod:`aioenv.core.costs`), and the
+probe (:mod:`workers.probe`) measures real envs: a cheap one, one that sleeps and a coroutine one."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from aioenv.core.costs import ROUND_TRIP, SHARE_LIMIT, Cost, choose
+from aioenv.envs.latency import AsyncSleepEnv
+from workers.probe import probe_env
+
+US = 1e-6
+
+
+def test_a_batch_cheaper_than_a_round_trip_runs_in_this_process() -> None:
+    choice = choose(Cost(5 * US, 5 * US), 8, cpus=2)
+    assert (choice.executor, choice.num_workers, choice.in_process) == ("in_process", 0, 8)
+    assert "less than a round trip" in choice.why
+
+
+def test_one_usable_cpu_keeps_every_cheap_env_here() -> None:
+    choice = choose(Cost(40 * US, 40 * US), 256, cpus=1)
+    assert (choice.executor, choice.in_process) == ("in_process", 256)
+    assert choice.why == "one usable CPU"
+
+
+@pytest.mark.parametrize(("num_envs", "cpus"), [(32, 2), (128, 2), (128, 4), (1000, 8)])
+def test_cheap_envs_on_several_cpus_are_shared_so_both_sides_finish_together(num_envs: int, cpus: int) -> None:
+    step = 5 * US
+    choice = choose(Cost(step, step), num_envs, cpus)
+    assert choice.executor == "inline"
+    assert choice.num_workers == cpus - 1
+    assert 0 < choice.in_process < num_envs
+    here = choice.in_process * step  # this process's share, against the workers' share plus a round trip
+    there = ROUND_TRIP + (num_envs - choice.in_process) * step / choice.num_workers
+    assert abs(here - there) <= step * 2 + ROUND_TRIP / 2
+
+
+def test_dear_steps_run_in_worker_processes_only() -> None:
+    choice = choose(Cost(SHARE_LIMIT * 2, SHARE_LIMIT * 2), 32, cpus=2)
+    assert (choice.executor, choice.num_workers, choice.in_process) == ("inline", 2, 0)
+
+
+def test_steps_that_mostly_wait_get_threads_and_coroutines_get_async() -> None:
+    assert choose(Cost(20e-3, 0.1e-3), 64, cpus=2).executor == "thread"
+    assert choose(Cost(2e-3, 1.9e-3), 64, cpus=2).executor == "inline"  # busy, not waiting
+    assert choose(Cost(asynchronous=True), 1024, cpus=2).executor == "async"
+
+
+class Sleepy(gym.Env[np.ndarray, int]):
+    """Each step sleeps 3 ms (an env waiting on I/O)."""
+
+    observation_space = gym.spaces.Box(-1, 1, (1,))
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        time.sleep(0.003)
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+
+def _cost(timed: dict[str, Any]) -> Cost:
+    return Cost(asynchronous=True) if timed.get("async") else Cost(timed["step"], timed["cpu"])
+
+
+def test_the_probe_times_real_steps() -> None:
+    cheap = _cost(probe_env(lambda: gym.make("CartPole-v1"), seed=0))
+    assert 0 < cheap.step < 1e-3
+    assert cheap.cpu > 0
+    assert not cheap.asynchronous
+    sleepy = _cost(probe_env(Sleepy, seed=0))
+    assert sleepy.step >= 3e-3
+    assert sleepy.cpu < sleepy.step / 2
+    assert choose(sleepy, 16, cpus=2).executor == "thread"
+    assert probe_env(lambda: AsyncSleepEnv(mean=0.001), seed=0) == {"async": True}
+
+
+def test_the_probe_env_is_closed_even_when_a_step_raises() -> None:
+    closed: list[bool] = []
+
+    class Broken(Sleepy):
+        def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+            raise RuntimeError("broken step")
+
+        def close(self) -> None:
+            closed.append(True)
+
+    with pytest.raises(RuntimeError, match="broken step"):
+        probe_env(Broken, seed=0)
+    assert closed == [True]

@@ -1,0 +1,224 @@
+"""Envs in the caller's own process (``executor="in_process"``) and the placement ``executor="auto"`` chooses.
+
+Trajectories against SyncVectorEnv are in test_equivalence.py (``in_process`` and ``shared``); here: what the
+caller gives up and keeps (errors stay per env, a stopped in-process worker is re-made, nothing is left
+behind), and that ``auto`` picks in-process, shared, thread or async placements for real envs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import aioenv
+from aioenv.core import costs
+from aioenv.errors import EnvError, EnvRemade, UsageError
+from tests.support.procs import HANG, children
+
+ASYNC_SLEEP = "aioenv.envs.latency:AsyncSleepEnv"
+
+
+class Flaky(gym.Env[np.ndarray, int]):
+    """Raises on the step where its action is 1; counts its closes in ``closed`` (a class list)."""
+
+    observation_space = gym.spaces.Box(-1, 1, (2,), dtype=np.float32)
+    action_space = gym.spaces.Discrete(2)
+    closed: ClassVar[list[int]] = []
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        if action == 1:
+            raise ValueError("this env refuses action 1")
+        return np.ones(2, np.float32), 1.0, False, False, {"seen": int(action)}
+
+    def close(self) -> None:
+        Flaky.closed.append(1)
+
+
+class Blocking(Flaky):
+    """Each step sleeps 2 ms, holding no CPU (an env waiting on I/O)."""
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        time.sleep(0.002)
+        return super().step(0)
+
+
+async def guard(awaitable: Any) -> Any:
+    return await asyncio.wait_for(awaitable, HANG)
+
+
+async def test_an_env_error_fails_its_own_row_only_and_no_process_is_started() -> None:
+    async with aioenv.Pool(Flaky, 3, executor="in_process") as pool:
+        assert children(os.getpid()) == []  # no worker process: the envs are this process's
+        await guard(pool.reset(seed=0))
+        with pytest.raises(EnvError) as caught:
+            await guard(pool.step(np.array([0, 1, 0])))
+        err = caught.value
+        assert err.env_id == 1
+        assert sorted(err.errors) == [1]
+        assert err.remote_type == "ValueError"
+        assert "this env refuses action 1" in err.remote_traceback
+        _, rew, *_ = err.partial
+        np.testing.assert_array_equal(rew, [1.0, 1.0])
+        *_, info = await guard(pool.step(np.array([0, 0]), env_ids=[0, 2]))
+        np.testing.assert_array_equal(info["env_id"], [0, 2])
+        np.testing.assert_array_equal(info["seen"], [0, 0])
+
+
+async def test_closing_an_in_process_pool_closes_its_envs() -> None:
+    Flaky.closed.clear()
+    pool = await aioenv.make(Flaky, 4, executor="in_process")
+    await guard(pool.reset())
+    await guard(pool.aclose())
+    assert len(Flaky.closed) == 4
+
+
+async def test_a_stopped_in_process_worker_is_made_again_and_its_envs_say_so() -> None:
+    async with aioenv.Pool("CartPole-v1", 2, executor="in_process", seed=0) as pool:
+        await guard(pool.reset())
+        coord = pool._coord
+        assert coord is not None
+        old = coord.slots[0].proc
+        assert old is not None
+        old.kill()  # what a deadline or max_worker_rss would do to a worker: its envs are closed and re-made
+        async with asyncio.timeout(HANG):
+            while coord.slots[0].proc is old or not coord.slots[0].ready:
+                await asyncio.sleep(0.01)
+        with pytest.raises(EnvRemade) as caught:
+            await guard(pool.step(np.array([0, 1])))
+        assert sorted(caught.value.errors) == [0, 1]
+        await guard(pool.reset(seed=1))
+        obs, *_ = await guard(pool.step(np.array([0, 1])))
+        assert obs.shape == (2, 4)
+
+
+async def test_send_recv_and_single_env_calls_work_in_process() -> None:
+    async with aioenv.Pool("CartPole-v1", 4, executor="in_process", batch_size=2, seed=0) as pool:
+        pool.send_reset()
+        *_, info = await guard(pool.recv())
+        assert info["env_id"].size == 2
+        *_, info2 = await guard(pool.recv())
+        assert sorted([*info["env_id"], *info2["env_id"]]) == [0, 1, 2, 3]
+        first = await guard(pool.step_env(3, 1))
+        assert first.env_id == 3
+        assert first.obs.shape == (4,)
+        assert await guard(pool.get_attr("render_mode", env_ids=[0])) == [None]
+        await guard(pool.set_attr("marker", [7, 8], env_ids=[1, 2]))
+        assert await guard(pool.get_attr("marker", env_ids=[1, 2])) == [7, 8]
+
+
+def test_the_sync_facade_runs_an_in_process_pool() -> None:
+    with aioenv.SyncPool("CartPole-v1", 3, executor="in_process", seed=5) as pool:
+        obs, _ = pool.reset()
+        expected = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 3)
+        e_obs, _ = expected.reset(seed=5)
+        np.testing.assert_array_equal(obs, e_obs)
+        for t in range(30):
+            action = np.array([t % 2, 1, 0])
+            np.testing.assert_array_equal(pool.step(action)[0], expected.step(action)[0])
+        expected.close()
+
+
+@pytest.mark.parametrize(
+    ("env", "n", "options", "executor", "here"),
+    [
+        ("CartPole-v1", 2, {}, "in_process", 2),  # 2 steps of a few µs (a loaded machine: tens): no message pays
+        (Blocking, 8, {}, "thread", 0),  # waits 2 ms a step, mostly off the CPU
+        (ASYNC_SLEEP, 8, {"env_kwargs": {"mean": 0.001}}, "async", 0),  # a coroutine step
+        ("CartPole-v1", 2, {"step_timeout": 5.0}, "inline", 0),  # a deadline needs worker processes
+        ("CartPole-v1", 2, {"num_workers": 1}, "inline", 0),  # worker processes asked for by number
+        (Blocking, 8, {"num_workers": 1}, "thread", 0),  # ... of the executor the probe suggests
+    ],
+    ids=["cheap", "blocking", "coroutine", "deadline", "workers", "blocking-workers"],
+)
+async def test_auto_places_real_envs_by_what_they_cost(
+    env: Any, n: int, options: dict, executor: str, here: int
+) -> None:
+    async with aioenv.Pool(env, n, seed=0, **options) as pool:  # executor="auto" is the default
+        assert (pool.executor, pool.envs_in_process) == (executor, here)
+        assert pool.num_workers == options.get("num_workers", pool.num_workers)
+        assert pool.placement_reason
+        await guard(pool.reset())
+        result = await guard(pool.step(np.zeros(n, dtype=np.int64)))
+        assert result[1].shape == (n,)
+
+
+async def test_auto_shares_cheap_envs_between_this_process_and_a_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def five_microseconds(*_: Any) -> costs.Cost:  # as measured on a quiet machine
+        return costs.Cost(5e-6, 5e-6)
+
+    monkeypatch.setattr(aioenv.pool, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(costs, "probe", five_microseconds)
+    async with aioenv.Pool("CartPole-v1", 200, seed=0) as pool:
+        assert pool.executor == "inline"
+        assert pool.num_workers == 1
+        assert 0 < pool.envs_in_process < 200
+        assert "this process shares the work" in pool.describe_placement()
+        assert len(children(os.getpid())) == 1
+        await guard(pool.reset())
+        obs, rew, *_ = await guard(pool.step(np.ones(200, dtype=np.int64)))
+        assert obs.shape == (200, 4)
+        assert rew.sum() == 200
+
+
+class Hangs(Flaky):
+    """Every step sleeps for a minute (an env stuck in a call)."""
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        time.sleep(60)
+        return super().step(0)
+
+
+async def test_an_env_that_hangs_costs_the_probe_process_not_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(costs, "PROBE_LIMIT", 1.0)
+    before = children(os.getpid())
+    async with aioenv.Pool(Hangs, 2) as pool:
+        assert pool.executor == "inline"
+        assert pool.envs_in_process == 0
+        assert "timing one env took over 1 s" in pool.placement_reason
+        obs, _ = await guard(pool.reset())
+        assert obs.shape == (2, 2)
+        assert len(children(os.getpid())) == len(before) + pool.num_workers  # the probe's process is gone
+
+
+async def test_an_env_that_fails_to_be_timed_goes_to_worker_processes_which_report_it() -> None:
+    def broken() -> gym.Env[Any, Any]:
+        raise RuntimeError("cannot make this env")
+
+    pool = aioenv.Pool(broken, 2)
+    with pytest.raises(Exception, match="cannot make this env"):
+        await guard(pool.start())
+    assert pool.executor == "inline"
+    assert "timing one env failed" in pool.placement_reason
+
+
+class Interrupted(Flaky):
+    """Raises KeyboardInterrupt on action 1 (Ctrl-C arriving while this env steps in the caller's thread)."""
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        if action == 1:
+            raise KeyboardInterrupt
+        return super().step(0)
+
+
+async def test_ctrl_c_inside_an_in_process_step_reaches_the_caller_and_leaves_the_pool_usable() -> None:
+    async with aioenv.Pool(Interrupted, 3, executor="in_process") as pool:
+        await guard(pool.reset(seed=0))
+        with pytest.raises(KeyboardInterrupt):
+            await pool.step(np.array([0, 1, 0]))
+        # every env was released (none is left "busy"); the interrupted one needs a reset, as after any error
+        with pytest.raises(UsageError, match="its last step raised KeyboardInterrupt; reset it first") as caught:
+            await guard(pool.step(np.array([0, 0, 0])))
+        assert sorted(caught.value.errors) == [1]
+        await guard(pool.reset(seed=1))
+        _, rew, *_ = await guard(pool.step(np.array([0, 0, 0])))
+        np.testing.assert_array_equal(rew, [1.0, 1.0, 1.0])
