@@ -53,22 +53,28 @@ DEFAULT_OUT = ROOT / "benchmarks" / "results" / "core.json"
 ACTION_BATCHES = 64  # pre-sampled action batches, cycled through
 STARTUP_ENVS = 32
 RT_COUNT, RT_WARMUP = 2000, 200
-IMPLS = ("sync", "async", "floor", "aioenv_step", "aioenv_sendrecv")
+# aioenv_*: a pool as `aioenv.make` gives it (executor="auto": placed by what the env costs);
+# workers_*: the same pool with every env in worker processes (executor="inline").
+IMPLS = ("sync", "async", "floor", "aioenv_step", "aioenv_sendrecv", "workers_step", "workers_sendrecv")
 RATIOS = {
     "aioenv_step/sync": ("aioenv_step", "sync"),
     "aioenv_step/async": ("aioenv_step", "async"),
     "aioenv_sendrecv/sync": ("aioenv_sendrecv", "sync"),
     "aioenv_step/floor": ("aioenv_step", "floor"),
+    "workers_step/sync": ("workers_step", "sync"),
+    "workers_sendrecv/sync": ("workers_sendrecv", "sync"),
 }
 WORKLOADS = {  # name -> (env id, number of envs)
+    "cartpole-8": ("CartPole-v1", 8),
     "cartpole-32": ("CartPole-v1", 32),
     "cartpole-128": ("CartPole-v1", 128),
     "ant-32": ("Ant-v5", 32),
 }
 TARGETS = {  # name -> {ratio: minimum}; informative only, never fails the run
-    "cartpole-32": {"aioenv_step/async": 5.0},
-    "cartpole-128": {"aioenv_step/sync": 0.9, "aioenv_sendrecv/sync": 1.0},
-    "ant-32": {"aioenv_step/sync": 1.6},
+    "cartpole-8": {"aioenv_step/sync": 1.0},
+    "cartpole-32": {"aioenv_step/sync": 1.0, "aioenv_step/async": 5.0},
+    "cartpole-128": {"aioenv_sendrecv/sync": 1.6},
+    "ant-32": {"aioenv_step/sync": 1.9},
 }
 SECTIONS = (*WORKLOADS, "startup", "roundtrip")
 RT_LABELS = {"aioenv": "aioenv step_env", "raw_zmq": "raw pyzmq DEALER/ROUTER"}
@@ -234,9 +240,11 @@ def lockstep_throughput(env: Any, n: int, warm: float, secs: float) -> float:
         env.close()
 
 
-async def aioenv_throughput(aio: ModuleType, env_id: str, n: int, sendrecv: bool, warm: float, secs: float) -> float:
+async def aioenv_throughput(
+    aio: ModuleType, env_id: str, n: int, sendrecv: bool, warm: float, secs: float, executor: str = "auto"
+) -> float:
     """Env-steps/s of ``await pool.step`` or of the send/recv loop (batch n/2)."""
-    pool = await aio.make(env_id, n, batch_size=n // 2 if sendrecv else None, seed=0)
+    pool = await aio.make(env_id, n, batch_size=n // 2 if sendrecv else None, seed=0, executor=executor)
     try:
         await pool.reset(seed=0)
         acts = presample(pool.single_action_space, n)
@@ -269,6 +277,8 @@ def bench_workload(name: str, args: argparse.Namespace, aio: Aio) -> dict[str, A
         "floor": floor_cell(*a, *t),
         "aioenv_step": aio_cell(aio, args.timeout, aioenv_throughput, *a, False, *t),
         "aioenv_sendrecv": aio_cell(aio, args.timeout, aioenv_throughput, *a, True, *t),
+        "workers_step": aio_cell(aio, args.timeout, aioenv_throughput, *a, False, *t, "inline"),
+        "workers_sendrecv": aio_cell(aio, args.timeout, aioenv_throughput, *a, True, *t, "inline"),
     }
     if env_id.startswith("Ant") and isinstance(mj := try_import("mujoco"), str):
         cells = dict.fromkeys(cells, f"skipped: mujoco not importable ({mj})")
@@ -365,8 +375,9 @@ async def raw_roundtrip() -> tuple[float, float]:
 
 
 async def aioenv_roundtrip(aio: ModuleType) -> tuple[float, float]:
-    """Latency of ``await pool.step_env(0, a)`` on a 1-env, 1-worker pool."""
-    pool = await aio.make("CartPole-v1", 1, num_workers=1, seed=0)
+    """Latency of ``await pool.step_env(0, a)`` on a 1-env, 1-worker pool (a worker process: the round trip is
+    what is measured, against raw pyzmq's)."""
+    pool = await aio.make("CartPole-v1", 1, num_workers=1, seed=0, executor="inline")
     try:
         await pool.reset(seed=0)  # episode ends: the pool auto-resets (next step)
         acts = itertools.cycle([a[0] for a in presample(pool.single_action_space, 1)])
@@ -426,8 +437,9 @@ def md_table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 def md_workloads(workloads: dict[str, Any]) -> list[str]:
     """Throughput table: env-steps/s per implementation, ratios, targets."""
-    head = ["workload", "Sync", "Async", "floor", "aioenv step", "aioenv send/recv"]
-    head += ["step/Sync", "step/Async", "send-recv/Sync", "step/floor", "targets"]
+    head = ["workload", "Sync", "Async", "floor", "aioenv step", "aioenv send/recv", "workers step", "workers s/r"]
+    head += ["step/Sync", "step/Async", "send-recv/Sync", "step/floor", "workers step/Sync", "workers s/r/Sync"]
+    head += ["targets"]
     rows = []
     for wl in workloads.values():
         row = [f"{wl['env_id']} n={wl['num_envs']}"] + [fmt(wl[i]["steps_per_s"]) for i in IMPLS]

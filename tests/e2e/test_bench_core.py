@@ -37,15 +37,17 @@ def test_core_benchmark_smoke(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
     cells = result["workloads"]["cartpole-32"]
-    for impl in ("sync", "async", "floor", "aioenv_step", "aioenv_sendrecv"):
+    impls = ("sync", "async", "floor", "aioenv_step", "aioenv_sendrecv", "workers_step", "workers_sendrecv")
+    for impl in impls:
         assert cells[impl]["status"] == "ok", (impl, cells[impl])
         assert cells[impl]["steps_per_s"] > 0, (impl, cells[impl])
     ratios = {"aioenv_step/sync", "aioenv_step/async", "aioenv_sendrecv/sync", "aioenv_step/floor"}
+    ratios |= {"workers_step/sync", "workers_sendrecv/sync"}
     assert set(cells["ratios"]) == ratios
     for name, ratio in cells["ratios"].items():  # each ratio is the quotient of the figures beside it
         top, bottom = name.split("/")
         assert ratio == pytest.approx(cells[top]["steps_per_s"] / cells[bottom]["steps_per_s"], rel=1e-4), name
-    for impl in ("sync", "async", "floor", "aioenv_step", "aioenv_sendrecv"):  # the median of the repeats
+    for impl in impls:  # the median of the repeats
         assert cells[impl]["steps_per_s"] == pytest.approx(float(np.median(cells[impl]["repeats"])), rel=1e-5), impl
     assert result["startup"]["aioenv"]["status"] == "ok"
     assert result["startup"]["aioenv"]["seconds"] > 0

@@ -30,9 +30,14 @@ def test_latency_benchmark_smoke(tmp_path: Path) -> None:
     assert cell["memory"]["processes"] >= 2
     assert {b["name"].rpartition(": ")[2] for b in result["bars"]} == {
         "of ideal",
+        "of loop ceiling",
         "aioenv / AsyncVectorEnv",
         "process tree RSS",
     }
+    # every loop of the thread and 1k-async cases is held to what it allows (its batch-aware ceiling)
+    ceilings = [b for b in result["bars"] if b["name"].endswith("of loop ceiling")]
+    loops = [*result["sections"]["thread64"]["params"]["loops"][:1], *result["sections"]["async1k"]["params"]["loops"]]
+    assert len(ceilings) == len(loops)
     for bar in result["bars"]:  # "met" is the bar's own comparison, not a free flag
         compare = {">=": float.__ge__, "<": float.__lt__}[bar["op"]]
         assert bar["met"] is compare(float(bar["value"]), float(bar["threshold"])), bar
