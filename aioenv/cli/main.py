@@ -1,6 +1,6 @@
 """The ``aioenv`` command line: ``demo`` (a real pool, what it did), ``bench`` (env-steps/s of a pool),
-``serve`` (a server many clients share), ``worker`` (a worker host for a server), ``status`` (the state of a
-server) and ``keygen`` (CURVE keys)."""
+``serve`` (a server many clients share), ``worker`` (a worker host for a server), ``ray-hosts`` (worker hosts
+placed by Ray), ``status`` (the state of a server) and ``keygen`` (CURVE keys)."""
 
 from __future__ import annotations
 
@@ -303,6 +303,44 @@ def worker(
         raise click.ClickException(str(exc)) from exc
     if code:
         raise SystemExit(code)
+
+
+@main.command("ray-hosts")
+@click.option("--connect", required=True, callback=_endpoint, help="the server's worker port (0.0.0.0: this node's)")
+@click.option("--count", type=click.IntRange(1), required=True, help="worker hosts (Ray actors) to place")
+@click.option("--capacity", type=click.IntRange(1), required=True, help="envs each host may run at once")
+@executor_option("executor of the hosts' worker processes")
+@click.option("--num-cpus", type=click.FloatRange(0), default=1.0, show_default=True, help="CPUs per host")
+@click.option("--resource", multiple=True, metavar="NAME=AMOUNT", help="a custom Ray resource per host (repeatable)")
+@click.option(
+    "--strategy",
+    type=click.Choice(["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]),
+    default="SPREAD",
+    show_default=True,
+    help="how the hosts go on the nodes (a placement group)",
+)
+@click.option("--max-restarts", type=click.IntRange(-1), default=-1, show_default=True, help="-1: no limit")
+@click.option("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or this machine's)")
+@click.option("--name-prefix", default=None, help="hosts are named PREFIX-0, PREFIX-1, ... (default: ray-XXXX)")
+@silence_option("--server-timeout", "seconds of server silence before a host stops its workers and joins again")
+@KEY
+@SERVER_KEY
+@LOG_LEVEL
+def ray_hosts(
+    address: str | None, resource: tuple[str, ...], key: str | None, server_key: str | None, **kw: Any
+) -> None:
+    """Place worker hosts on a Ray cluster as Ray actors (pip install 'aioenv[ray]'); see docs/ray.md.
+
+    Runs until SIGTERM or SIGINT, then stops the hosts and removes their actors and placement group.
+    """
+    from aioenv.logs import configure_logging
+    from aioenv.ray.command import parse_resources, run_ray_hosts
+
+    configure_logging(kw["log_level"], json_lines=False)
+    try:
+        run_ray_hosts(address, {**kw, "resources": parse_resources(resource), "keys": _key_pair(key, server_key)})
+    except (aioenv.AioEnvError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 @main.command()
