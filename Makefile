@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: demo test extras lint typecheck bench bench-quick soak fuzz clean
+.PHONY: demo test extras lint typecheck bench bench-quick soak fuzz image image-test clean
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -31,11 +31,13 @@ extras: $(VENV)/.installed
 	$(PIP) install -q -e ".[examples,sb3]"
 
 lint: $(VENV)/.installed-test
-	$(VENV)/bin/ruff check aioenv workers tests benchmarks examples
-	$(VENV)/bin/ruff format --check aioenv workers tests benchmarks examples
+	$(VENV)/bin/ruff check aioenv workers tests benchmarks examples docker
+	$(VENV)/bin/ruff format --check aioenv workers tests benchmarks examples docker
 
+# the packages (pyproject's [tool.mypy]), then the image test and the manifest test, under the same config
 typecheck: $(VENV)/.installed-test
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy docker/image_test.py tests/deploy/test_manifests.py
 
 test: lint typecheck
 	$(PY) -m pytest
@@ -58,6 +60,25 @@ bench: $(VENV)/.installed-test
 bench-quick: $(VENV)/.installed-test
 	$(PIP) install -q -e ".[bench]"
 	$(PY) benchmarks/bench_core.py --quick
+
+# The server image (docker/Dockerfile) with whichever engine answers: docker, else podman (podman builds in
+# docker format, the one that keeps HEALTHCHECK; a docker CLI whose daemon is podman's API counts as podman).
+# `make image ENGINE=podman IMAGE=aioenv:dev` to choose. No engine here? Install Docker, or podman and
+# podman-compose (docs/deployment.md). Neither target is part of `make test`.
+ENGINE ?= $(shell \
+	if docker version 2>/dev/null | grep -q 'Podman Engine' && podman version >/dev/null 2>&1; then echo podman; \
+	elif docker version >/dev/null 2>&1; then echo docker; \
+	elif podman version >/dev/null 2>&1; then echo podman; fi)
+IMAGE ?= aioenv:latest
+image:
+	@test -n "$(ENGINE)" || { echo "make image: no container engine answers (docker version, podman version fail)" >&2; exit 1; }
+	$(ENGINE) build $(if $(filter podman,$(ENGINE)),--format docker) -f docker/Dockerfile -t $(IMAGE) .
+
+# builds the image and runs it for real: a remote pool equal to SyncVectorEnv, the health check, compose with
+# worker-host replicas, SIGTERM, nothing left running (docker/image_test.py; exit 1 says why)
+image-test: $(VENV)/.installed
+	@test -n "$(ENGINE)" || { echo "make image-test: no container engine answers (docker version, podman version fail)" >&2; exit 1; }
+	$(PY) docker/image_test.py --engine $(ENGINE)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info
