@@ -20,6 +20,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
 from aioenv.core import costs
 from aioenv.core.coordinator import Coordinator, reset_builder, step_builder
+from aioenv.core.launcher import in_process_unavailable
 from aioenv.core.remote import RemoteCoordinator
 from aioenv.core.scheduler import Request
 from aioenv.core.sinks import Gather, RecvQueue, ResetResult, Single, Sink, StepResult
@@ -173,6 +174,14 @@ def _space(desc: Any, key: str) -> Any:
         return spaces.space_from_description(desc[key])
     except (ValueError, TypeError, KeyError) as exc:
         raise ProtocolError(f"the envs' {key} space came described in a way this pool cannot read: {exc}") from exc
+
+
+def _no_envs_here(needs_workers: object) -> str | None:
+    """Why ``executor="auto"`` may not keep envs in this process (or None): the pool's options need worker
+    processes, or a module of the caller's shadows the worker runtime."""
+    if needs_workers:
+        return "step_timeout, reset_timeout or max_worker_rss needs worker processes"
+    return in_process_unavailable()
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
@@ -337,9 +346,8 @@ class Pool:
             choice = costs.Choice("inline", self.num_workers, 0, why)
         else:
             choice = costs.choose(cost, self.num_envs, cpus)
-            if needs_workers and choice.in_process:
-                why = "step_timeout, reset_timeout or max_worker_rss needs worker processes"
-                choice = costs.Choice("inline", max(1, min(self.num_envs, cpus)), 0, why)
+            if choice.in_process and (not_here := _no_envs_here(needs_workers)):
+                choice = costs.Choice("inline", max(1, min(self.num_envs, cpus)), 0, not_here)
         if self._asked_workers is not None:  # worker processes asked for by number: every env goes to them
             executor = "inline" if choice.executor == "in_process" else choice.executor
             why = choice.why if executor == choice.executor and not choice.in_process else ""

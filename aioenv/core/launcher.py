@@ -16,23 +16,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 import os
 import signal
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
+from aioenv.errors import UsageError
 from aioenv.transport.pipe import PipePort
 from aioenv.transport.spawn import end_group, start_worker, worker_sched_policy
-from workers.inproc import InProcessWorker
+
+if TYPE_CHECKING:
+    from workers.inproc import InProcessWorker
 
 __all__ = [
     "LaunchSpec",
     "LocalProcess",
     "WorkerProc",
     "describe_exit",
+    "in_process_unavailable",
     "launch_in_process",
     "launch_local",
 ]
@@ -111,9 +117,39 @@ def launch_local(spec: LaunchSpec) -> LocalProcess:
     return LocalProcess(spec.name, spec.private_dir, spec.executor, spec.on_exit, spec.on_message, slab_fd=spec.slab_fd)
 
 
+#: Where aioenv's worker runtime lives: beside the ``aioenv`` package (both are installed side by side).
+_RUNTIME_DIR = Path(__file__).resolve().parents[2] / "workers"
+
+
+def in_process_unavailable() -> str | None:
+    """Why this process cannot run the worker runtime itself, or None when it can.
+
+    The runtime is the top-level package ``workers``; in a caller's process a module of the user's with
+    that name (a ``workers.py`` beside their script) would stand in for it. Worker processes cannot be
+    fooled that way (they start with aioenv's root first on their path), and neither may this check: it
+    finds the package without importing it, so a user's module is never run."""
+    try:
+        spec = importlib.util.find_spec("workers")
+    except (ImportError, ValueError) as exc:
+        return f"the module 'workers' cannot be looked up here ({exc})"
+    origin = Path(spec.origin).resolve().parent if spec is not None and spec.origin else None
+    if origin != _RUNTIME_DIR:
+        where = spec.origin if spec is not None else "nowhere"
+        return (
+            f"the module named 'workers' this process imports is {where}, not aioenv's worker runtime "
+            f"({_RUNTIME_DIR}): rename your module, or let the envs run in worker processes"
+        )
+    return None
+
+
 def launch_in_process(spec: LaunchSpec) -> InProcessWorker:
     """Run the worker in this process, served by the running event loop (``executor="in_process"``, see
-    :mod:`workers.inproc`): no process, no pipe, no copy of the rows."""
+    :mod:`workers.inproc`): no process, no pipe, no copy of the rows. :class:`UsageError` when a module of
+    the caller's shadows the runtime (:func:`in_process_unavailable`)."""
+    if (why := in_process_unavailable()) is not None:
+        raise UsageError(f"executor='in_process' cannot run here: {why}")
+    from workers.inproc import InProcessWorker  # here, not at import: only once it is known to be aioenv's
+
     return InProcessWorker(spec.name, spec.private_dir, spec.on_exit, spec.on_message, slab_fd=spec.slab_fd)
 
 

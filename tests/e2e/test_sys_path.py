@@ -127,3 +127,47 @@ def test_workers_search_the_callers_path_in_its_order(tmp_path: Path) -> None:
         assert got["probe"] == "user", how
         assert got["gymnasium"] == result["gymnasium"], how
         assert got["pythonpath"] == result["pythonpath"], how  # given back for what the envs start
+
+
+SHADOWED_RUNTIME = """
+    import asyncio, json
+    import aioenv
+
+    async def main():
+        out = {}
+        async with aioenv.Pool("CartPole-v1", 2, seed=0) as pool:  # auto: 2 cheap envs would run here
+            obs, _ = await pool.reset()
+            out["auto"] = [pool.executor, pool.envs_in_process, pool.placement_reason, obs.shape[0]]
+        try:
+            await aioenv.make("CartPole-v1", 2, executor="in_process")
+        except aioenv.UsageError as exc:
+            out["in_process"] = str(exc)
+        print(json.dumps(out))
+
+    asyncio.run(main())
+"""
+
+
+def test_a_users_workers_module_never_stands_in_for_the_runtime_in_the_callers_process(tmp_path: Path) -> None:
+    """Envs run in the caller's process through aioenv's ``workers`` package: a ``workers.py`` beside the
+    user's script is never imported; ``auto`` keeps the envs in worker processes and says why, and
+    ``executor="in_process"`` refuses with the reason."""
+    _write(tmp_path / "workers.py", "raise SystemExit('the user module workers.py was imported')\n")
+    _write(tmp_path / "run.py", SHADOWED_RUNTIME)
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "run.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    executor, here, why, rows = out["auto"]
+    assert (executor, here, rows) == ("inline", 0, 2)
+    assert f"the module named 'workers' this process imports is {tmp_path / 'workers.py'}" in why
+    assert "executor='in_process' cannot run here" in out["in_process"]
+    assert "not aioenv's worker runtime" in out["in_process"]
