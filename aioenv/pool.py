@@ -8,6 +8,7 @@ gymnasium-style tuples whose rows follow the ids given; ``info["env_id"]``
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import shutil
 from collections.abc import Sequence
@@ -358,6 +359,17 @@ class Pool:
         self.placement_reason = choice.why
         log.info("executor='auto' chose %s", self.describe_placement())
 
+    @functools.cached_property
+    def observation_space(self) -> gymnasium.Space[Any]:
+        """The observation space batched over ``num_envs`` (gymnasium's ``batch_space``), built on first use:
+        for spaces that do not batch into arrays (``Text``, ``Graph``) it holds a copy per env."""
+        return batch_space(self.single_observation_space, self.num_envs)
+
+    @functools.cached_property
+    def action_space(self) -> gymnasium.Space[Any]:
+        """The action space batched over ``num_envs``, built on first use (see :attr:`observation_space`)."""
+        return batch_space(self.single_action_space, self.num_envs)
+
     def describe_placement(self) -> str:
         """Where the envs run, in words (``"32 envs in this process"``, ``"20 here, 12 on 1 inline worker"``)."""
         here = f"{self.envs_in_process} envs in this process"
@@ -404,14 +416,14 @@ class Pool:
         self.single_observation_space = _space(first, "obs")
         self.single_action_space = _space(first, "act")
         for other in descs[1:]:
+            if other.get("obs") == first.get("obs") and other.get("act") == first.get("act"):
+                continue  # described alike (almost always): no need to decode the same spaces again
             obs, act = _space(other, "obs"), _space(other, "act")
             if obs != self.single_observation_space or act != self.single_action_space:
                 raise ValueError(
                     "all envs of a pool must share their spaces: got observation spaces "
                     f"{self.single_observation_space} and {obs}, action spaces {self.single_action_space} and {act}"
                 )
-        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.metadata = dict(first.get("metadata") or {})
         self.metadata["autoreset_mode"] = self.autoreset_mode
         self.render_mode = first.get("render_mode")

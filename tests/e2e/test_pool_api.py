@@ -19,10 +19,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector.utils import batch_space
 
 import aioenv
 from aioenv import AioEnvError, InvalidAction, ResetResult, StepResult, UsageError
-from tests.envs.faulty import SLOW, DictObsEnv, InfoEnv, ProbeEnv, make_probe
+from tests.envs.faulty import SLOW, DictObsEnv, InfoEnv, ProbeEnv, TextEnv, make_probe
 from tests.support.procs import HANG
 from tests.support.scripts import run_python
 
@@ -96,7 +97,7 @@ async def test_make_gymnasium_id_attributes_match_sync_vector_env() -> None:
 
 
 async def test_make_with_entry_point_string_and_env_kwargs() -> None:
-    async with aioenv.Pool(PROBE, 2, num_workers=1, env_kwargs={"tag": 7}) as pool:
+    async with aioenv.Pool(PROBE, 2, executor="inline", num_workers=1, env_kwargs={"tag": 7}) as pool:
         assert pool.num_envs == 2
         assert pool.single_action_space == gym.spaces.Discrete(3)
         assert await guard(pool.get_attr("tag")) == [7, 7]
@@ -241,7 +242,7 @@ async def test_autoreset_mode_accepts_enum_and_string() -> None:
         finally:
             await pool.aclose()  # never started: must still clean up
         assert not os.path.exists(pool._private_dir)
-    async with aioenv.Pool(PROBE, 2, num_workers=1, autoreset_mode="same_step") as pool:
+    async with aioenv.Pool(PROBE, 2, executor="inline", num_workers=1, autoreset_mode="same_step") as pool:
         assert pool.metadata["autoreset_mode"] is AutoresetMode.SAME_STEP
 
 
@@ -249,7 +250,7 @@ async def test_autoreset_mode_accepts_enum_and_string() -> None:
 
 
 async def test_reset_all_subset_order_and_int_seed_per_env_id() -> None:
-    async with aioenv.Pool(PROBE, 4, num_workers=2) as pool:
+    async with aioenv.Pool(PROBE, 4, executor="inline", num_workers=2) as pool:
         obs, info = await guard(pool.reset(seed=10))
         assert obs[:, 0].tolist() == [10, 11, 12, 13]  # env i gets seed + i
         assert info["env_id"].dtype == np.int32
@@ -295,13 +296,13 @@ async def test_reset_seeds_match_gymnasium() -> None:
 
 
 async def test_make_seed_list_is_used_by_first_reset() -> None:
-    async with aioenv.Pool(PROBE, 3, num_workers=1, seed=[9, None, 4]) as pool:
+    async with aioenv.Pool(PROBE, 3, executor="inline", num_workers=1, seed=[9, None, 4]) as pool:
         obs, _ = await guard(pool.reset())
         assert obs[:, 0].tolist() == [9, -1, 4]  # None: the env was reset without a seed
 
 
 async def test_reset_options_are_passed_through() -> None:
-    async with aioenv.Pool(PROBE, 3, num_workers=2) as pool:
+    async with aioenv.Pool(PROBE, 3, executor="inline", num_workers=2) as pool:
         _, info = await guard(pool.reset(seed=0, options={"level": 3, "name": "hard"}))
         assert info["options"]["level"].tolist() == [3, 3, 3]
         assert info["options"]["name"].tolist() == ["hard"] * 3
@@ -323,7 +324,7 @@ async def test_reset_options_are_passed_through() -> None:
 
 
 async def test_step_all_and_subset_in_given_order() -> None:
-    async with aioenv.Pool(PROBE, 4, num_workers=2) as pool:
+    async with aioenv.Pool(PROBE, 4, executor="inline", num_workers=2) as pool:
         await guard(pool.reset(seed=10))
         obs, rew, term, trunc, info = await guard(pool.step(np.array([0, 1, 0, 1])))
         assert obs.shape == (4, 4)
@@ -361,7 +362,7 @@ async def test_step_all_and_subset_in_given_order() -> None:
 
 async def test_recv_returns_first_finished(gate: Any) -> None:
     """Envs 0-3 (worker 0) are held by the gate: the first recv can only return envs 4-7."""
-    async with aioenv.Pool(PROBE, 8, num_workers=2, batch_size=4, env_kwargs=gate.kwargs()) as pool:
+    async with aioenv.Pool(PROBE, 8, executor="inline", num_workers=2, batch_size=4, env_kwargs=gate.kwargs()) as pool:
         await guard(pool.reset(seed=0))
         pool.send(np.array([SLOW] * 4 + [0] * 4))
         obs, rew, term, trunc, info = await guard(pool.recv())
@@ -381,7 +382,7 @@ async def test_recv_returns_first_finished(gate: Any) -> None:
 async def test_send_recv_every_result_exactly_once() -> None:
     """EnvPool loop with batch_size 3 over 8 envs: each recv gives 3 distinct envs, every send is
     answered exactly once, and each env's step counter advances by one per answer."""
-    async with aioenv.Pool(PROBE, 8, num_workers=2, batch_size=3) as pool:
+    async with aioenv.Pool(PROBE, 8, executor="inline", num_workers=2, batch_size=3) as pool:
         await guard(pool.reset(seed=0))
         steps = np.zeros(8, dtype=np.int64)
         sent = np.zeros(8, dtype=np.int64)
@@ -411,7 +412,7 @@ async def test_send_recv_every_result_exactly_once() -> None:
 
 
 async def test_recv_min_and_max_results() -> None:
-    async with aioenv.Pool(PROBE, 4, num_workers=2) as pool:
+    async with aioenv.Pool(PROBE, 4, executor="inline", num_workers=2) as pool:
         await guard(pool.reset(seed=0))
         pool.send(np.zeros(4, dtype=np.int64))
         first = await guard(pool.recv(min_results=1, max_results=2))
@@ -429,7 +430,7 @@ async def test_recv_min_and_max_results() -> None:
 async def test_concurrent_recvs_each_get_their_own_rows(gate: Any) -> None:
     """recv() calls waiting at once are all served (the oldest first), none twice, none forever; one that
     can no longer be satisfied says so; closing the pool fails every one still waiting."""
-    async with aioenv.Pool(PROBE, 4, num_workers=2, env_kwargs=gate.kwargs()) as pool:
+    async with aioenv.Pool(PROBE, 4, executor="inline", num_workers=2, env_kwargs=gate.kwargs()) as pool:
         await guard(pool.reset(seed=0))
         pool.send([SLOW, SLOW], env_ids=[0, 2])
         first = asyncio.create_task(pool.recv(min_results=1, max_results=1))
@@ -446,7 +447,7 @@ async def test_concurrent_recvs_each_get_their_own_rows(gate: Any) -> None:
         pool.send([SLOW, SLOW], env_ids=[1, 3])  # the gate is open: quick
         both = await guard(asyncio.gather(pool.recv(min_results=1), pool.recv(min_results=1, timeout=HANG)))
         assert sorted(i for b in both for i in ids_of(b)) == [1, 3]
-    async with aioenv.Pool(PROBE, 2, num_workers=1, env_kwargs={"slow_seconds": HANG}) as pool:
+    async with aioenv.Pool(PROBE, 2, executor="inline", num_workers=1, env_kwargs={"slow_seconds": HANG}) as pool:
         await guard(pool.reset(seed=0))
         pool.send([SLOW, SLOW])
         waiting = [asyncio.create_task(pool.recv(min_results=2)) for _ in range(2)]
@@ -458,7 +459,7 @@ async def test_concurrent_recvs_each_get_their_own_rows(gate: Any) -> None:
 
 
 async def test_recv_timeout_returns_what_is_ready_and_keeps_the_rest(gate: Any) -> None:
-    async with aioenv.Pool(PROBE, 4, num_workers=2, env_kwargs=gate.kwargs()) as pool:
+    async with aioenv.Pool(PROBE, 4, executor="inline", num_workers=2, env_kwargs=gate.kwargs()) as pool:
         await guard(pool.reset(seed=0))
         pool.send([SLOW, SLOW], env_ids=[0, 1])  # worker 0, held by the gate
         obs, rew, term, trunc, info = await guard(pool.recv(timeout=0.1))
@@ -482,7 +483,7 @@ async def test_recv_timeout_returns_what_is_ready_and_keeps_the_rest(gate: Any) 
 
 
 async def test_recv_that_can_never_be_satisfied_raises_at_once() -> None:
-    async with aioenv.Pool(PROBE, 4, num_workers=2, batch_size=2) as pool:
+    async with aioenv.Pool(PROBE, 4, executor="inline", num_workers=2, batch_size=2) as pool:
         await guard(pool.reset(seed=0))
         with pytest.raises(UsageError, match="min_results"):
             await guard(pool.recv())
@@ -496,7 +497,7 @@ async def test_recv_that_can_never_be_satisfied_raises_at_once() -> None:
 
 
 async def test_send_reset_rows_come_through_recv() -> None:
-    async with aioenv.Pool(PROBE, 4, num_workers=2, batch_size=4) as pool:
+    async with aioenv.Pool(PROBE, 4, executor="inline", num_workers=2, batch_size=4) as pool:
         pool.send_reset(seed=[30, 31, 32, 33])
         obs, rew, term, trunc, info = await guard(pool.recv())
         order = np.argsort(info["env_id"])
@@ -522,7 +523,7 @@ async def test_send_reset_rows_come_through_recv() -> None:
 
 
 async def test_step_env_and_reset_env_results() -> None:
-    async with aioenv.Pool(PROBE, 4, num_workers=2) as pool:
+    async with aioenv.Pool(PROBE, 4, executor="inline", num_workers=2) as pool:
         fut = pool.reset_env(2, seed=5)
         assert isinstance(fut, asyncio.Future)
         res = await guard(fut)
@@ -553,7 +554,7 @@ async def test_step_env_and_reset_env_results() -> None:
 
 
 async def test_step_env_results_do_not_appear_in_recv() -> None:
-    async with aioenv.Pool(PROBE, 4, num_workers=2) as pool:
+    async with aioenv.Pool(PROBE, 4, executor="inline", num_workers=2) as pool:
         await guard(pool.reset(seed=0))
         fut = pool.step_env(0, 1)
         pool.send([0, 0, 0], env_ids=[1, 2, 3])
@@ -569,7 +570,7 @@ async def test_step_env_results_do_not_appear_in_recv() -> None:
 
 
 async def test_second_request_for_busy_env_raises_usage_error(gate: Any) -> None:
-    async with aioenv.Pool(PROBE, 4, num_workers=2, env_kwargs=gate.kwargs()) as pool:
+    async with aioenv.Pool(PROBE, 4, executor="inline", num_workers=2, env_kwargs=gate.kwargs()) as pool:
         await guard(pool.reset(seed=0))
         first = pool.step_env(0, SLOW)
         with pytest.raises(UsageError, match="env 0"):
@@ -603,7 +604,7 @@ async def _until_ready(pool: aioenv.Pool, rows: int) -> None:
 async def test_an_env_whose_result_waits_for_recv_takes_no_new_request() -> None:
     """Whether a result had arrived yet never decides whether the next call is accepted: until recv()
     returns (or raises) an env's result, every new request for it is refused, naming the env."""
-    async with aioenv.Pool(PROBE, 4, num_workers=2, env_kwargs={"fail_at": 2}) as pool:
+    async with aioenv.Pool(PROBE, 4, executor="inline", num_workers=2, env_kwargs={"fail_at": 2}) as pool:
         await guard(pool.reset(seed=0))
         pool.send(np.zeros(2, dtype=np.int64), env_ids=[1, 3])
         await _until_ready(pool, 2)  # both results are in recv()'s queue, unread
@@ -640,7 +641,7 @@ async def test_an_env_whose_result_waits_for_recv_takes_no_new_request() -> None
 
 
 async def test_call_get_attr_set_attr() -> None:
-    async with aioenv.Pool(PROBE, 4, num_workers=2) as pool:
+    async with aioenv.Pool(PROBE, 4, executor="inline", num_workers=2) as pool:
         await guard(pool.reset(seed=10))
         assert await guard(pool.get_attr("tag")) == [0, 0, 0, 0]
         await guard(pool.set_attr("tag", [1, 2, 3, 4]))
@@ -666,7 +667,7 @@ async def test_call_get_attr_set_attr() -> None:
 
 
 async def test_render_rgb_array() -> None:
-    async with aioenv.Pool(PROBE, 3, num_workers=2, env_kwargs={"render_mode": "rgb_array"}) as pool:
+    async with aioenv.Pool(PROBE, 3, executor="inline", num_workers=2, env_kwargs={"render_mode": "rgb_array"}) as pool:
         assert pool.render_mode == "rgb_array"
         await guard(pool.reset(seed=[10, 20, 30]))
         frames = await guard(pool.render())
@@ -680,7 +681,7 @@ async def test_render_rgb_array() -> None:
 
 
 async def test_render_without_rgb_array_mode_is_usage_error() -> None:
-    async with aioenv.Pool(PROBE, 2, num_workers=1) as pool:
+    async with aioenv.Pool(PROBE, 2, executor="inline", num_workers=1) as pool:
         await guard(pool.reset(seed=0))
         with pytest.raises(UsageError, match="rgb_array") as info:
             await guard(pool.render())
@@ -691,7 +692,7 @@ async def test_render_without_rgb_array_mode_is_usage_error() -> None:
 
 
 async def test_env_id_usage_errors() -> None:
-    async with aioenv.Pool(PROBE, 4, num_workers=2) as pool:
+    async with aioenv.Pool(PROBE, 4, executor="inline", num_workers=2) as pool:
         await guard(pool.reset(seed=0))
         with pytest.raises(UsageError, match=r"unknown env id 9.*0\.\.3"):
             await guard(pool.step([0, 0], env_ids=[0, 9]))
@@ -805,7 +806,7 @@ async def test_envs_that_fail_to_make_are_all_named() -> None:
 
 
 async def test_invalid_discrete_actions_raise_and_send_nothing() -> None:
-    async with aioenv.Pool(PROBE, 4, num_workers=2) as pool:
+    async with aioenv.Pool(PROBE, 4, executor="inline", num_workers=2) as pool:
         await guard(pool.reset(seed=0))
         with pytest.raises(InvalidAction, match="shape") as info:
             await guard(pool.step(np.zeros(3, dtype=np.int64)))
@@ -996,7 +997,7 @@ async def test_info_values_batch_like_gymnasium() -> None:
 
 def test_run_helper_runs_a_coroutine() -> None:
     async def main() -> tuple[int, list[int]]:
-        async with aioenv.Pool(PROBE, 2, num_workers=1) as pool:
+        async with aioenv.Pool(PROBE, 2, executor="inline", num_workers=1) as pool:
             obs, _ = await guard(pool.reset(seed=4))
             return pool.num_envs, obs[:, 0].astype(int).tolist()
 
@@ -1045,3 +1046,13 @@ async def test_step_info_list_gives_each_envs_own_info_in_one_batch() -> None:
                 add_info(rebuilt, env_info, row, 4)
             del info_a["env_id"]
             assert_same(rebuilt, info_a)
+
+
+async def test_batched_spaces_are_built_on_first_use() -> None:
+    """A pool of Text envs starts without copying the Text space once per env (gymnasium's batch_space does)."""
+    async with aioenv.Pool(TextEnv, 300, executor="in_process") as pool:
+        assert "observation_space" not in vars(pool)
+        assert "action_space" not in vars(pool)
+        assert pool.observation_space == batch_space(pool.single_observation_space, 300)
+        assert pool.action_space == batch_space(pool.single_action_space, 300)
+        assert pool.observation_space is pool.observation_space  # built once
