@@ -106,7 +106,7 @@ async def test_env_error_in_step_fails_only_its_row() -> None:
 
 
 async def test_env_error_in_reset_fails_only_its_row() -> None:
-    async with aioenv.Pool(PROBE, 3, num_workers=1, env_kwargs={"fail_reset_seed": 666}) as pool:
+    async with aioenv.Pool(PROBE, 3, executor="inline", num_workers=1, env_kwargs={"fail_reset_seed": 666}) as pool:
         with pytest.raises(EnvError) as info:
             await guard(pool.reset(seed=[0, 666, 2]))
         err = info.value
@@ -191,7 +191,9 @@ async def test_info_that_cannot_cross_the_wire_fails_only_its_row() -> None:
 
 
 async def test_disabled_autoreset_raises_episode_ended_until_reset() -> None:
-    async with aioenv.Pool(PROBE, 2, num_workers=1, autoreset_mode="disabled", env_kwargs={"max_steps": 1}) as pool:
+    async with aioenv.Pool(
+        PROBE, 2, executor="inline", num_workers=1, autoreset_mode="disabled", env_kwargs={"max_steps": 1}
+    ) as pool:
         await guard(pool.reset(seed=0))
         *_, trunc, _ = await guard(pool.step(np.zeros(2, dtype=np.int64)))
         assert trunc.tolist() == [True, True]
@@ -211,7 +213,7 @@ async def test_disabled_autoreset_raises_episode_ended_until_reset() -> None:
 
 
 async def test_worker_killed_mid_step_fails_in_flight_with_worker_crashed(gate: Any) -> None:
-    async with aioenv.Pool(PROBE, 4, num_workers=2, env_kwargs=gate.kwargs()) as pool:
+    async with aioenv.Pool(PROBE, 4, executor="inline", num_workers=2, env_kwargs=gate.kwargs()) as pool:
         await guard(pool.reset(seed=[10, 11, 12, 13]))
         old, other = worker_pid(pool, 0), worker_pid(pool, 1)
         old_name = pool._coord.slots[0].name
@@ -310,7 +312,7 @@ async def test_worker_alive_after_its_pipe_ended_is_stopped_after_the_grace() ->
 async def test_worker_crash_in_batched_step_keeps_other_rows_in_partial(gate: Any) -> None:
     """Pool.step's contract: ``WorkerCrashed`` fails only the envs concerned; like EnvError,
     ``err.partial`` holds the rows of the envs whose worker is alive."""
-    async with aioenv.Pool(PROBE, 4, num_workers=2, env_kwargs=gate.kwargs()) as pool:
+    async with aioenv.Pool(PROBE, 4, executor="inline", num_workers=2, env_kwargs=gate.kwargs()) as pool:
         await guard(pool.reset(seed=[10, 11, 12, 13]))
         task = asyncio.ensure_future(pool.step(np.array([SLOW, 0, 1, 1])))
         await gate.started(10)
@@ -331,7 +333,7 @@ async def test_worker_crash_in_batched_step_keeps_other_rows_in_partial(gate: An
 
 
 async def test_worker_crash_through_send_recv_loses_nothing(gate: Any) -> None:
-    async with aioenv.Pool(PROBE, 4, num_workers=2, batch_size=4, env_kwargs=gate.kwargs()) as pool:
+    async with aioenv.Pool(PROBE, 4, executor="inline", num_workers=2, batch_size=4, env_kwargs=gate.kwargs()) as pool:
         await guard(pool.reset(seed=[10, 11, 12, 13]))
         pool.send(np.array([SLOW, 0, 0, 0]))
         await gate.started(10)
@@ -353,7 +355,7 @@ async def test_worker_crash_through_send_recv_loses_nothing(gate: Any) -> None:
 
 
 async def test_idle_worker_killed_then_reset_works() -> None:
-    async with aioenv.Pool(PROBE, 4, num_workers=2) as pool:
+    async with aioenv.Pool(PROBE, 4, executor="inline", num_workers=2) as pool:
         await guard(pool.reset(seed=0))
         old = worker_pid(pool, 1)
         os.kill(old, signal.SIGKILL)
@@ -376,7 +378,7 @@ async def test_deaths_older_than_the_window_do_not_count(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(aioenv.core.coordinator, "MAX_RESTARTS", 1)
     monkeypatch.setattr(aioenv.core.coordinator, "RESTART_WINDOW", 0.3)
-    async with aioenv.Pool(PROBE, 2, num_workers=1) as pool:
+    async with aioenv.Pool(PROBE, 2, executor="inline", num_workers=1) as pool:
         await guard(pool.reset(seed=0))
         pid = worker_pid(pool, 0)
         for _ in range(3):  # three deaths, each more than the window after the one before
@@ -396,7 +398,7 @@ async def test_a_worker_that_keeps_dying_is_given_up_and_its_envs_fail_fast(monk
     import aioenv.core.coordinator
 
     monkeypatch.setattr(aioenv.core.coordinator, "MAX_RESTARTS", 2)
-    async with aioenv.Pool(PROBE, 4, num_workers=2) as pool:
+    async with aioenv.Pool(PROBE, 4, executor="inline", num_workers=2) as pool:
         await guard(pool.reset(seed=0))
         pid = worker_pid(pool, 0)
         for _ in range(2):  # two restarts are allowed
@@ -457,7 +459,9 @@ async def test_reset_after_crash_uses_recorded_seed() -> None:
 
 
 async def test_step_timeout_fails_the_env_and_the_pool_keeps_working(gate: Any) -> None:
-    async with aioenv.Pool(PROBE, 4, num_workers=2, step_timeout=2.0, env_kwargs=gate.kwargs()) as pool:
+    async with aioenv.Pool(
+        PROBE, 4, executor="inline", num_workers=2, step_timeout=2.0, env_kwargs=gate.kwargs()
+    ) as pool:
         await guard(pool.reset(seed=[10, 11, 12, 13]))
         old, other = worker_pid(pool, 0), worker_pid(pool, 1)
         fut = pool.step_env(0, SLOW)
@@ -487,7 +491,9 @@ async def test_step_timeout_fails_the_env_and_the_pool_keeps_working(gate: Any) 
 async def test_reset_right_after_step_timeout_works(gate: Any) -> None:
     """The StepTimeout message says "reset it before stepping": doing exactly that, at once,
     must work (not fail with WorkerCrashed because the reset went to the worker being killed)."""
-    async with aioenv.Pool(PROBE, 2, num_workers=1, step_timeout=1.5, env_kwargs=gate.kwargs()) as pool:
+    async with aioenv.Pool(
+        PROBE, 2, executor="inline", num_workers=1, step_timeout=1.5, env_kwargs=gate.kwargs()
+    ) as pool:
         await guard(pool.reset(seed=[10, 11]))
         fut = pool.step_env(0, SLOW)
         with pytest.raises(StepTimeout):
@@ -497,7 +503,9 @@ async def test_reset_right_after_step_timeout_works(gate: Any) -> None:
 
 
 async def test_step_timeout_in_batched_step_keeps_other_rows_in_partial(gate: Any) -> None:
-    async with aioenv.Pool(PROBE, 4, num_workers=2, step_timeout=1.5, env_kwargs=gate.kwargs()) as pool:
+    async with aioenv.Pool(
+        PROBE, 4, executor="inline", num_workers=2, step_timeout=1.5, env_kwargs=gate.kwargs()
+    ) as pool:
         await guard(pool.reset(seed=[10, 11, 12, 13]))
         old = worker_pid(pool, 0)
         with pytest.raises(StepTimeout) as info:
@@ -518,7 +526,7 @@ async def test_step_timeout_in_batched_step_keeps_other_rows_in_partial(gate: An
 
 
 async def test_aclose_leaves_no_process_and_no_temp_dir() -> None:
-    pool = await aioenv.make(PROBE, 4, num_workers=2)
+    pool = await aioenv.make(PROBE, 4, executor="inline", num_workers=2)
     pids = [worker_pid(pool, 0), worker_pid(pool, 1)]
     private = pool._private_dir
     assert os.path.isdir(private)
@@ -534,7 +542,7 @@ async def test_aclose_leaves_no_process_and_no_temp_dir() -> None:
 
 async def test_async_with_body_error_still_closes() -> None:
     with pytest.raises(KeyError):  # noqa: PT012 - the body of `async with` raising is the point
-        async with aioenv.Pool(PROBE, 2, num_workers=2) as pool:
+        async with aioenv.Pool(PROBE, 2, executor="inline", num_workers=2) as pool:
             pids = [worker_pid(pool, 0), worker_pid(pool, 1)]
             private = pool._private_dir
             raise KeyError("body failed")
@@ -544,7 +552,7 @@ async def test_async_with_body_error_still_closes() -> None:
 
 
 async def test_aclose_fails_in_flight_requests_with_pool_closed(gate: Any) -> None:
-    pool = await aioenv.make(PROBE, 4, num_workers=2, env_kwargs=gate.kwargs())
+    pool = await aioenv.make(PROBE, 4, executor="inline", num_workers=2, env_kwargs=gate.kwargs())
     pids = [worker_pid(pool, 0), worker_pid(pool, 1)]
     try:
         await guard(pool.reset(seed=[10, 11, 12, 13]))
@@ -567,7 +575,7 @@ async def test_aclose_fails_in_flight_requests_with_pool_closed(gate: Any) -> No
 
 
 async def test_calls_after_close_raise_pool_closed() -> None:
-    pool = await aioenv.make(PROBE, 2, num_workers=1)
+    pool = await aioenv.make(PROBE, 2, executor="inline", num_workers=1)
     await guard(pool.reset(seed=0))
     await guard(pool.aclose())
     await guard(pool.aclose())
@@ -601,7 +609,7 @@ async def test_calls_after_close_raise_pool_closed() -> None:
 async def test_start_after_close_raises_pool_closed() -> None:
     """``start()`` is idempotent while the pool runs, but a closed pool cannot be started again:
     it says so instead of handing back a closed pool (``async with`` on it must fail too)."""
-    pool = await aioenv.make(PROBE, 2, num_workers=1)
+    pool = await aioenv.make(PROBE, 2, executor="inline", num_workers=1)
     await guard(pool.aclose())
     with pytest.raises(PoolClosed):
         await guard(pool.start())
@@ -612,7 +620,7 @@ async def test_start_after_close_raises_pool_closed() -> None:
 
 async def test_aclose_stops_a_worker_hanging_in_close() -> None:
     """env.close() sleeps for an hour: CLOSE is not answered, aclose escalates to SIGTERM."""
-    pool = await aioenv.make(PROBE, 2, num_workers=1, env_kwargs={"hang_in_close": True})
+    pool = await aioenv.make(PROBE, 2, executor="inline", num_workers=1, env_kwargs={"hang_in_close": True})
     pid = worker_pid(pool, 0)
     private = pool._private_dir
     await guard(pool.reset(seed=0))
@@ -623,7 +631,9 @@ async def test_aclose_stops_a_worker_hanging_in_close() -> None:
 
 async def test_coordinator_escalates_to_sigkill_when_sigterm_is_ignored() -> None:
     """env.close() ignores SIGTERM and sleeps: only SIGKILL stops it (short grace via Coordinator.aclose)."""
-    pool = await aioenv.make(PROBE, 2, num_workers=1, env_kwargs={"hang_in_close": True, "ignore_sigterm": True})
+    pool = await aioenv.make(
+        PROBE, 2, executor="inline", num_workers=1, env_kwargs={"hang_in_close": True, "ignore_sigterm": True}
+    )
     pid = worker_pid(pool, 0)
     private = pool._private_dir
     stopped = False
@@ -681,7 +691,7 @@ async def test_env_raising_key_error_is_an_env_error_not_a_missing_env() -> None
 async def test_a_cancelled_close_still_leaves_nothing_behind(gate: Any) -> None:
     """A server shutting down cancels its sessions' closes: the workers must still go and the private
     directory must still be removed (it used to stay in /tmp)."""
-    pool = await aioenv.make(PROBE, 2, num_workers=2, env_kwargs=gate.kwargs())
+    pool = await aioenv.make(PROBE, 2, executor="inline", num_workers=2, env_kwargs=gate.kwargs())
     await guard(pool.reset(seed=0))
     pids = [worker_pid(pool, 0), worker_pid(pool, 1)]
     private = pool._private_dir

@@ -78,7 +78,7 @@ def test_same_trajectory_as_sync_vector_env() -> None:
 
 
 def test_attributes_mirror_the_pool() -> None:
-    with aioenv.make_sync(PROBE, 3, num_workers=2, batch_size=2, autoreset_mode="same_step") as sp:
+    with aioenv.make_sync(PROBE, 3, executor="inline", num_workers=2, batch_size=2, autoreset_mode="same_step") as sp:
         pool = sp.pool
         assert (sp.num_envs, sp.batch_size, sp.num_workers) == (3, 2, 2)
         assert sp.single_observation_space == pool.single_observation_space
@@ -94,7 +94,7 @@ def test_attributes_mirror_the_pool() -> None:
 
 
 def test_send_recv_and_per_env_futures() -> None:
-    with SyncPool(PROBE, 4, num_workers=2, batch_size=2, seed=0) as sp:
+    with SyncPool(PROBE, 4, executor="inline", num_workers=2, batch_size=2, seed=0) as sp:
         sp.send_reset()
         seen: list[int] = []
         for _ in range(2):
@@ -122,7 +122,7 @@ def test_send_recv_and_per_env_futures() -> None:
 
 
 def test_call_get_set_attr_and_render() -> None:
-    with SyncPool(PROBE, 3, seed=10, env_kwargs={"render_mode": "rgb_array"}) as sp:
+    with SyncPool(PROBE, 3, executor="inline", seed=10, env_kwargs={"render_mode": "rgb_array"}) as sp:
         sp.reset()
         assert sp.call("describe", 2, scale=3) == [{"ident": i, "value": 6} for i in (10, 11, 12)]
         sp.set_attr("tag", [5, 6, 7])
@@ -139,7 +139,7 @@ def test_call_get_set_attr_and_render() -> None:
 
 
 def test_exceptions_propagate_unchanged() -> None:
-    with SyncPool(PROBE, 2, num_workers=2, seed=0, env_kwargs={"fail_at": 1}) as sp:
+    with SyncPool(PROBE, 2, executor="inline", num_workers=2, seed=0, env_kwargs={"fail_at": 1}) as sp:
         sp.reset()
         with pytest.raises(EnvError) as caught:
             sp.step(np.array([0, 0]))
@@ -164,7 +164,7 @@ def test_exceptions_propagate_unchanged() -> None:
 
 
 def test_busy_env_raises_at_dispatch(gate: Any) -> None:
-    with SyncPool(PROBE, 2, seed=0, env_kwargs=gate.kwargs()) as sp:
+    with SyncPool(PROBE, 2, executor="inline", seed=0, env_kwargs=gate.kwargs()) as sp:
         sp.reset()
         fut = sp.step_env(0, SLOW)
         with pytest.raises(UsageError, match="env 0"):
@@ -174,7 +174,7 @@ def test_busy_env_raises_at_dispatch(gate: Any) -> None:
 
 
 def test_call_from_the_loop_thread_is_refused(gate: Any) -> None:
-    with SyncPool(PROBE, 2, seed=0, env_kwargs=gate.kwargs()) as sp:
+    with SyncPool(PROBE, 2, executor="inline", seed=0, env_kwargs=gate.kwargs()) as sp:
         sp.reset()
         caught: list[BaseException] = []
         done = threading.Event()
@@ -212,7 +212,7 @@ async def test_works_inside_a_running_event_loop() -> None:
 def test_bad_arguments_raise_before_any_thread() -> None:
     before = threading.active_count()
     with pytest.raises(ValueError, match="batch_size"):
-        SyncPool(PROBE, 2, batch_size=5)
+        SyncPool(PROBE, 2, executor="inline", batch_size=5)
     assert threading.active_count() == before
 
 
@@ -227,7 +227,7 @@ def test_failed_start_leaves_nothing_behind() -> None:
 
 
 def test_wait_timeout_does_not_corrupt_the_pool(gate: Any) -> None:
-    with SyncPool(PROBE, 2, seed=0, env_kwargs=gate.kwargs()) as sp:
+    with SyncPool(PROBE, 2, executor="inline", seed=0, env_kwargs=gate.kwargs()) as sp:
         sp.reset()
         fut = sp.submit("step", np.array([SLOW, 0]))
         wait_marker(gate, 0)
@@ -241,7 +241,7 @@ def test_wait_timeout_does_not_corrupt_the_pool(gate: Any) -> None:
 
 
 def test_interrupted_recv_loses_no_rows(gate: Any) -> None:
-    with SyncPool(PROBE, 2, seed=0, batch_size=2, env_kwargs=gate.kwargs()) as sp:
+    with SyncPool(PROBE, 2, executor="inline", seed=0, batch_size=2, env_kwargs=gate.kwargs()) as sp:
         sp.reset()
         sp.send(np.array([SLOW, 0]))
         fut = sp.submit("recv")
@@ -254,7 +254,7 @@ def test_interrupted_recv_loses_no_rows(gate: Any) -> None:
 
 
 def test_keyboard_interrupt_does_not_corrupt_the_pool(gate: Any) -> None:
-    with SyncPool(PROBE, 2, seed=0, env_kwargs=gate.kwargs()) as sp:
+    with SyncPool(PROBE, 2, executor="inline", seed=0, env_kwargs=gate.kwargs()) as sp:
         sp.reset()
 
         def interrupt() -> None:
@@ -273,7 +273,7 @@ def test_keyboard_interrupt_does_not_corrupt_the_pool(gate: Any) -> None:
 
 
 def test_close_is_idempotent_and_stops_everything() -> None:
-    sp = SyncPool(PROBE, 2, num_workers=2)
+    sp = SyncPool(PROBE, 2, executor="inline", num_workers=2)
     pids = worker_pids(sp)
     thread = sp._rt.thread
     sp.close()
@@ -286,7 +286,7 @@ def test_close_is_idempotent_and_stops_everything() -> None:
 
 
 def test_close_fails_a_blocked_call_with_pool_closed(gate: Any) -> None:
-    sp = SyncPool(PROBE, 2, seed=0, env_kwargs=gate.kwargs())
+    sp = SyncPool(PROBE, 2, executor="inline", seed=0, env_kwargs=gate.kwargs())
     sp.reset()
     fut = sp.submit("step", np.array([SLOW, 0]))
     wait_marker(gate, 0)
@@ -301,7 +301,7 @@ def test_close_fails_a_blocked_call_with_pool_closed(gate: Any) -> None:
 
 
 def test_garbage_collected_pool_is_closed() -> None:
-    sp = SyncPool(PROBE, 2, num_workers=2)
+    sp = SyncPool(PROBE, 2, executor="inline", num_workers=2)
     pids = worker_pids(sp)
     thread = sp._rt.thread
     del sp
