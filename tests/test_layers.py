@@ -2,8 +2,8 @@
 
 Layers, from the bottom (docs/architecture.md): the ground (errors, env, logs, the loop, the version),
 ``aioenv.wire``, ``aioenv.transport``, ``aioenv.core``, the public face (``aioenv.pool``,
-``aioenv.sync``), ``aioenv.server``, ``aioenv.compat``, ``aioenv.ray`` (worker hosts as Ray actors) and
-``aioenv.cli``. The worker runtime
+``aioenv.sync``), ``aioenv.server``, ``aioenv.compat``, ``aioenv.collect`` (collectors over the public face),
+``aioenv.ray`` (worker hosts as Ray actors) and ``aioenv.cli``. The worker runtime
 (``workers``) stands beside the coordinator and may use the ground, wire and transport only; the
 coordinator may run it in its own process (``executor="in_process"``), so core may import it.
 Imports are read from the source (every ``import`` statement, also those inside functions or under
@@ -67,6 +67,8 @@ ALLOWED = {
     "compat": {"ground", "wire", "transport", "core", "face"},
     "cli": {"ground", "wire", "transport", "core", "face", "server", "compat", "workers", "ray"},
     "workers": {"ground", "wire", "transport"},
+    # collectors (aioenv.collect): batches and episodes from a Pool or SyncPool and a policy
+    "collect": {"ground", "wire", "transport", "core", "face"},
     # worker hosts placed by Ray (aioenv.ray): runs the worker host (workers.agent) inside Ray actors
     "ray": {"ground", "wire", "transport", "workers"},
 }

@@ -1,0 +1,442 @@
+"""The stepping core of every collector: one pool, one policy, each env's trajectory, as :class:`Chunk`\\ s.
+
+Two ways to step, chosen by ``mode``:
+
+- ``sync`` (:meth:`Engine.lockstep`): every env each step, one ``pool.step`` (lock-step). A ``next_step``
+  reset step stays in its row, marked ``valid=False``, so each chunk has all ``num_envs`` rows.
+- ``async`` (:meth:`Engine.advance`): ``pool.send``/``pool.recv``. Each ``recv`` returns the rows that
+  finished first; the policy is called with those rows and their actions are sent at once, while the other
+  envs are still stepping. An ``async`` policy runs as a task, so rows keep arriving while it thinks; with
+  ``per_env`` each env gets its own call. Reset steps are not recorded (they are not transitions).
+
+Whatever the autoreset mode, ``next_obs`` is the observation the step really produced: at an episode's end,
+the final one (``next_step`` and ``disabled`` return it; ``same_step`` carries it in ``info["final_obs"]``).
+The engine resets an env itself when ``max_frames_per_traj`` truncates it, when its episode ends under
+``autoreset_mode="disabled"``, and (``on_error="reset"``) after a failed step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from typing import Any
+
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+import aioenv.collect._tree as _tree
+from aioenv.collect.chunk import Chunk, Trajectories
+from aioenv.collect.options import Options
+from aioenv.collect.policy import PolicyRunner, RandomActions
+from aioenv.errors import AioEnvError, PoolClosed, UsageError
+from aioenv.pool import Pool
+
+__all__ = ["Engine"]
+
+READY, STEP, AUTORESET, RESET, POLICY = range(5)
+
+
+def _error_text(exc: BaseException) -> str:
+    """``Type: message``, the message's first line only (an ``EnvError`` also carries the remote traceback)."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
+def _expand_info(info: dict[str, Any], rows: np.ndarray, n: int) -> dict[str, Any]:
+    """A batched info of some rows spread out over ``n`` rows (the others empty)."""
+    out: dict[str, Any] = {}
+    for key, value in info.items():
+        if isinstance(value, dict):
+            out[key] = _expand_info(value, rows, n)
+        elif isinstance(value, np.ndarray) and value.shape[:1] == rows.shape:
+            full = np.zeros((n, *value.shape[1:]), dtype=value.dtype)
+            full[rows] = value
+            out[key] = full
+    return out
+
+
+def _flag(info: dict[str, Any], key: str, rows: np.ndarray) -> np.ndarray:
+    """Rows ``rows`` of a boolean info entry (``info[key]`` with its ``_key`` mask), False where absent."""
+    value = info.get(key)
+    if value is None:
+        return np.zeros(rows.size, dtype=np.bool_)
+    picked = np.asarray(value)[rows]
+    flags = np.array([bool(v) for v in picked], dtype=np.bool_) if picked.dtype == object else picked.astype(bool)
+    mask = info.get(f"_{key}")
+    return flags & np.asarray(mask)[rows] if mask is not None else flags
+
+
+class Engine:
+    """Steps ``pool`` with ``runner``'s actions and records each env's transitions (see the module)."""
+
+    def __init__(self, pool: Pool, runner: PolicyRunner, opts: Options, *, keep_info: bool = False) -> None:
+        self.pool = pool
+        self.runner = runner
+        self.opts = opts
+        self.keep_info = keep_info
+        self.n = pool.num_envs
+        self.all_ids = np.arange(self.n, dtype=np.int32)
+        mode = pool.autoreset_mode
+        self.next_step = mode == AutoresetMode.NEXT_STEP
+        self.same_step = mode == AutoresetMode.SAME_STEP
+        self.disabled = mode == AutoresetMode.DISABLED
+        self.trajs = Trajectories(self.n)
+        self.phase = np.full(self.n, READY, dtype=np.int8)
+        self.sent_at = np.zeros(self.n)
+        self.version = np.zeros(self.n, dtype=np.int64)
+        self.policy_s = np.zeros(self.n)
+        self.pending = np.zeros(self.n, dtype=np.bool_)  # sync mode: the env's next step is next_step's reset
+        self.cur_obs: Any = None
+        self.cur_action: Any = None
+        self.random_actions = RandomActions(pool.single_action_space, opts.seed)
+        #: Choose actions at random (``init_random_frames``) instead of calling the policy.
+        self.random = False
+        #: Valid transitions recorded so far.
+        self.frames = 0
+        self.in_flight = 0
+        self._tasks: dict[asyncio.Future[Any], tuple[np.ndarray, float, int]] = {}
+        self._recv_task: asyncio.Future[Any] | None = None
+        self._finished: collections.deque[asyncio.Future[Any]] = collections.deque()  # done, not yet handled
+        self._wake = asyncio.Event()
+
+    # ------------------------------------------------------------ recording
+
+    def _record(
+        self,
+        ids: np.ndarray,
+        action: Any,
+        step: tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]],
+        info_rows: np.ndarray,
+        valid: np.ndarray,
+        times: tuple[np.ndarray, np.ndarray, np.ndarray],
+    ) -> tuple[Chunk, np.ndarray, np.ndarray]:
+        """Record rows of envs ``ids`` (``step``: their obs, reward, terminated, truncated; ``info`` with the
+        rows at ``info_rows``). ``times``: env seconds, policy seconds, policy version of each row.
+
+        Returns the chunk, the rows whose env will reset in its next step (``next_step``), and those the
+        engine must reset itself."""
+        o, reward, terminated, truncated, info = step
+        ended = terminated | truncated
+        next_obs = o
+        finals = valid & ended
+        if self.same_step and finals.any():
+            next_obs = _tree.tmap(np.copy, o)
+            final_obs = info["final_obs"]
+            for row in np.flatnonzero(finals):
+                _tree.put_row(next_obs, int(row), final_obs[info_rows[row]])
+        steps = self.trajs.steps[ids]
+        cap = self.opts.max_frames_per_traj
+        # as a TimeLimit (and TorchRL's StepCounter): truncated at the cap even if it also terminated there
+        ours = valid & (steps + 1 >= cap) if cap else np.zeros_like(ended)
+        if cap and ours.any():
+            truncated = truncated | ours
+        done = valid & (terminated | truncated)
+        env_s, pol_s, versions = times
+        chunk = Chunk(
+            env_id=ids.astype(np.int32),
+            obs=_tree.take(self.cur_obs, ids),
+            action=action,
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            next_obs=next_obs,
+            valid=valid,
+            cut=np.zeros(ids.size, dtype=np.bool_),
+            traj_id=np.where(valid, self.trajs.traj[ids], -1),
+            step_count=np.where(valid, steps, -1),
+            policy_version=versions,
+            env_seconds=env_s,
+            policy_seconds=pol_s,
+            timeout=_flag(info, "timeout", info_rows),
+            info=info if self.keep_info else None,
+            info_row=info_rows if self.keep_info else None,
+        )
+        self.frames += int(np.count_nonzero(valid))
+        self.trajs.steps[ids[valid]] += 1
+        self.trajs.restart(ids[done])
+        natural = valid & ended
+        explicit = (ours & ~ended) | (natural & self.disabled)
+        return chunk, natural & self.next_step, explicit
+
+    def _failed(self, ids: np.ndarray, action: Any, text: str, env_s: np.ndarray) -> Chunk:
+        """Rows for steps (or policy calls) of ``ids`` that failed: not transitions, their trajectory cut."""
+        n = ids.size
+        obs = _tree.take(self.cur_obs, ids)
+        chunk = Chunk(
+            env_id=ids.astype(np.int32),
+            obs=obs,
+            action=action,
+            reward=np.zeros(n),
+            terminated=np.zeros(n, dtype=np.bool_),
+            truncated=np.zeros(n, dtype=np.bool_),
+            next_obs=obs,
+            valid=np.zeros(n, dtype=np.bool_),
+            cut=np.ones(n, dtype=np.bool_),
+            traj_id=self.trajs.traj[ids].copy(),
+            step_count=self.trajs.steps[ids].copy(),
+            policy_version=self.version[ids].copy(),
+            env_seconds=env_s,
+            policy_seconds=self.policy_s[ids].copy(),
+            timeout=np.zeros(n, dtype=np.bool_),
+            error=[text] * n,
+        )
+        self.trajs.restart(ids)
+        return chunk
+
+    # ------------------------------------------------------------ lock-step (mode="sync")
+
+    async def start(self) -> None:
+        """Reset every env (a fresh start for every trajectory)."""
+        if self.opts.mode == "sync":
+            self.cur_obs, _ = await self.pool.reset()
+            self.pending[:] = False
+        else:
+            self._reset(self.all_ids)
+
+    async def reset_all(self) -> None:
+        """Cut every trajectory and reset every env (``reset_at_each_iter``); steps in flight are dropped."""
+        await self.drain()
+        self.trajs.restart(self.all_ids)
+        await self.start()
+
+    async def _actions(self, ids: np.ndarray) -> tuple[Any, int]:
+        if self.random:
+            return self.random_actions(ids.size), -1
+        version = self.runner.version
+        if self.runner.is_async:
+            return await self.runner.acall(self.cur_obs, ids), version
+        return self.runner.call(self.cur_obs, ids), version
+
+    async def lockstep(self) -> Chunk:
+        """Step every env once with the policy's actions; their ``num_envs`` rows, in env order."""
+        ids = self.all_ids
+        t0 = time.perf_counter()
+        actions, version = await self._actions(ids)
+        actions = _tree.tmap(np.array, actions)  # ours to keep, whatever the policy does with its output
+        t1 = time.perf_counter()
+        failed = np.zeros(self.n, dtype=np.bool_)
+        errors: dict[int, AioEnvError] = {}
+        try:
+            step = await self.pool.step(actions)
+        except AioEnvError as exc:
+            if self.opts.on_error == "raise" or not exc.errors or -1 in exc.errors:
+                raise
+            step, failed = self._merge_partial(exc)
+            errors = exc.errors
+        t2 = time.perf_counter()
+        valid = ~self.pending & ~failed
+        times = (np.full(self.n, t2 - t1), np.full(self.n, t1 - t0), np.full(self.n, version, dtype=np.int64))
+        chunk, autoreset, explicit = self._record(ids, actions, step, ids, valid, times)
+        if failed.any():
+            chunk.cut = failed.copy()
+            chunk.traj_id[failed] = self.trajs.traj[failed]
+            chunk.error = [f"env: {_error_text(errors[int(e)])}" if failed[e] else None for e in ids]
+            self.trajs.restart(ids[failed])
+            explicit = explicit | failed
+        self.pending = autoreset
+        self.cur_obs = step[0]
+        if explicit.any():
+            if chunk.next_obs is self.cur_obs:
+                self.cur_obs = _tree.tmap(np.copy, self.cur_obs)
+            reset_ids = ids[explicit]
+            reset_obs, _ = await self.pool.reset(env_ids=reset_ids)
+            _tree.put(self.cur_obs, reset_ids, reset_obs)
+        return chunk
+
+    def _merge_partial(self, exc: AioEnvError) -> tuple[tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any], Any]:
+        """A whole step's rows out of a failed ``pool.step``: the rows that succeeded, the others empty."""
+        failed = np.zeros(self.n, dtype=np.bool_)
+        failed[list(exc.errors)] = True
+        obs = _tree.tmap(np.copy, self.cur_obs)
+        reward = np.zeros(self.n)
+        terminated = np.zeros(self.n, dtype=np.bool_)
+        truncated = np.zeros(self.n, dtype=np.bool_)
+        info: dict[str, Any] = {}
+        if exc.partial is not None:
+            p_obs, p_reward, p_term, p_trunc, p_info = exc.partial
+            rows = np.asarray(p_info["env_id"], dtype=np.intp)
+            _tree.put(obs, rows, p_obs)
+            reward[rows], terminated[rows], truncated[rows] = p_reward, p_term, p_trunc
+            info = _expand_info(p_info, rows, self.n)
+        return (obs, reward, terminated, truncated, info), failed
+
+    # ------------------------------------------------------------ first finished (mode="async")
+
+    def _send(self, ids: np.ndarray, actions: Any, version: int, policy_s: float) -> None:
+        if self.cur_action is None:
+            self.cur_action = _tree.empty_rows(actions, self.n)
+        _tree.put(self.cur_action, ids, actions)
+        self.pool.send(actions, ids)
+        self.phase[ids] = STEP
+        self.sent_at[ids] = time.perf_counter()
+        self.version[ids] = version
+        self.policy_s[ids] = policy_s
+        self.in_flight += ids.size
+
+    def _reset(self, ids: np.ndarray) -> None:
+        if ids.size:
+            self.pool.send_reset(ids)
+            self.phase[ids] = RESET
+            self.in_flight += ids.size
+
+    def _autoreset(self, ids: np.ndarray) -> None:
+        """The step that resets ``ids`` (``next_step``): their last actions again; the pool ignores them."""
+        if ids.size:
+            self.pool.send(_tree.take(self.cur_action, ids), ids)
+            self.phase[ids] = AUTORESET
+            self.in_flight += ids.size
+
+    def _act(self, ids: np.ndarray) -> None:
+        """Choose and send actions for ``ids`` (at random, at once, or as policy tasks)."""
+        if not ids.size:
+            return
+        if self.random:
+            self._send(ids, self.random_actions(ids.size), -1, 0.0)
+            return
+        obs = _tree.take(self.cur_obs, ids)
+        t0 = time.perf_counter()
+        version = self.runner.version
+        if not self.runner.is_async:
+            self._send(ids, self.runner.call(obs, ids), version, time.perf_counter() - t0)
+            return
+        self.phase[ids] = POLICY
+        if self.runner.per_env:
+            for j in range(ids.size):
+                task = self._watch(asyncio.ensure_future(self.runner.acall_one(_tree.take(obs, j), int(ids[j]))))
+                self._tasks[task] = (ids[j : j + 1], t0, version)
+        else:
+            self._tasks[self._watch(asyncio.ensure_future(self.runner.acall(obs, ids)))] = (ids, t0, version)
+
+    async def _recv(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        least = min(self.opts.min_results, self.in_flight)
+        return await self.pool.recv(min_results=least, max_results=self.opts.max_results)
+
+    def _watch(self, fut: asyncio.Future[Any]) -> asyncio.Future[Any]:
+        """Have ``fut`` wake :meth:`advance` when it is done (O(1), however many calls are in flight)."""
+        fut.add_done_callback(self._on_done)
+        return fut
+
+    def _on_done(self, fut: asyncio.Future[Any]) -> None:
+        self._finished.append(fut)
+        self._wake.set()
+
+    async def advance(self) -> list[Chunk]:
+        """Wait for the next rows that finish (or policy answers), send what follows; the chunks recorded."""
+        if not self._tasks and self._recv_task is None:
+            if not self.in_flight:
+                raise UsageError("the collector has nothing in flight: call start() first")
+            try:
+                return self._on_rows(await self._recv())
+            except AioEnvError as exc:
+                return self._on_error(exc)
+        if self.in_flight and self._recv_task is None:
+            self._recv_task = self._watch(asyncio.ensure_future(self._recv()))
+        while not self._finished:
+            self._wake.clear()
+            await self._wake.wait()
+        chunks: list[Chunk] = []
+        while self._finished:
+            fut = self._finished.popleft()
+            if fut is self._recv_task:
+                self._recv_task = None
+                try:
+                    chunks += self._on_rows(fut.result())
+                except AioEnvError as exc:
+                    chunks += self._on_error(exc)
+            elif fut in self._tasks:
+                chunks += self._on_policy(fut)
+        return chunks
+
+    def _on_policy(self, fut: asyncio.Future[Any]) -> list[Chunk]:
+        ids, t0, version = self._tasks.pop(fut)
+        try:
+            actions = fut.result()
+        except Exception as exc:  # the user's policy: any failure is that env's failed turn
+            if self.opts.on_error == "raise":
+                raise
+            filler = self.random_actions(ids.size)
+            chunk = self._failed(ids, filler, f"policy: {_error_text(exc)}", np.zeros(ids.size))
+            self._reset(ids)
+            return [chunk]
+        self._send(ids, actions, version, time.perf_counter() - t0)
+        return []
+
+    def _on_error(self, exc: AioEnvError) -> list[Chunk]:
+        self.in_flight -= 1
+        env = exc.env_id
+        if self.opts.on_error == "raise" or env is None or self.phase[env] == RESET:
+            raise exc
+        ids = np.array([env], dtype=np.int32)
+        chunks = []
+        if self.phase[env] == STEP:
+            env_s = np.array([time.perf_counter() - self.sent_at[env]])
+            chunks.append(self._failed(ids, _tree.take(self.cur_action, ids), f"env: {_error_text(exc)}", env_s))
+        else:
+            self.trajs.restart(ids)
+        self._reset(ids)
+        return chunks
+
+    def _on_rows(self, step: tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]) -> list[Chunk]:
+        o, reward, terminated, truncated, info = step
+        ids = np.asarray(info["env_id"], dtype=np.int32)
+        now = time.perf_counter()
+        self.in_flight -= ids.size
+        if self.cur_obs is None:
+            self.cur_obs = _tree.empty_rows(o, self.n)
+        stepped = self.phase[ids] == STEP
+        chunks: list[Chunk] = []
+        ready = np.ones(ids.size, dtype=np.bool_)
+        if stepped.any():
+            rows = np.flatnonzero(stepped)
+            sids = ids[rows]
+            part = (_tree.take(o, rows), reward[rows], terminated[rows], truncated[rows], info)
+            times = (now - self.sent_at[sids], self.policy_s[sids], self.version[sids])
+            chunk, autoreset, explicit = self._record(
+                sids, _tree.take(self.cur_action, sids), part, rows, np.ones(rows.size, dtype=np.bool_), times
+            )
+            chunks.append(chunk)
+            ready[rows[autoreset | explicit]] = False
+            _tree.put(self.cur_obs, ids, o)
+            self._autoreset(sids[autoreset])
+            self._reset(sids[explicit])
+        else:
+            _tree.put(self.cur_obs, ids, o)
+        self._act(ids[ready])
+        return chunks
+
+    async def drain(self, timeout: float = 30.0) -> None:
+        """Cancel policy calls and take (and drop) every row still in flight, within ``timeout`` seconds."""
+        tasks = list(self._tasks)
+        self._tasks.clear()
+        self._finished.clear()
+        if self._recv_task is not None:
+            tasks.append(self._recv_task)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        for task in tasks[: len(tasks) - (self._recv_task is not None)]:
+            if not task.cancelled():
+                task.exception()  # retrieved: a policy call that failed as it was being dropped is not logged
+        if self._recv_task is not None:
+            task, self._recv_task = self._recv_task, None
+            if not task.cancelled():
+                exc = task.exception()
+                self.in_flight -= 1 if exc is not None else int(task.result()[4]["env_id"].size)
+        deadline = time.monotonic() + timeout
+        while self.in_flight > 0 and not self.pool.closed:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                step = await self.pool.recv(min_results=self.in_flight, max_results=self.in_flight, timeout=left)
+            except PoolClosed:
+                break
+            except AioEnvError:
+                self.in_flight -= 1
+                continue
+            self.in_flight -= int(step[4]["env_id"].size)
+        self.phase[:] = READY
+        self.in_flight = 0
+        self._finished.clear()

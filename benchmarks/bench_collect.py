@@ -1,0 +1,433 @@
+"""``aioenv.collect.Collector`` against TorchRL's collectors and env pools (issue 19's collector workloads).
+
+Three workloads, each cell in a fresh Python process with ``torch.set_num_threads(1)``:
+
+1. ``cartpole``: CartPole-v1, 32 envs, a 64x64 MLP policy (a torch module sampling from its logits), 1,024
+   frames per batch. Frames/s of ``Collector(aioenv.SyncPool("CartPole-v1", 32), module)`` (``aioenv``), and of
+   TorchRL's ``Collector`` with the same MLP over ``SerialEnv(32, GymEnv)`` (``torchrl serial``) and over
+   ``ParallelEnv(2, SerialEnv(16, GymEnv))`` (``torchrl parallel``), as ``bench_torchrl.py`` builds them. Goal:
+   aioenv >= 5x the faster TorchRL setup.
+2. ``latency``: 256 envs whose steps only wait (lognormal, mean 20 ms, sigma 0.5, cap 200 ms:
+   ``aioenv/envs/latency.py``; ideal = 256 / 20 ms). ``aioenv``: ``AsyncSleepEnv`` on ``executor="async"``,
+   ``Collector(mode="async")`` with a numpy policy; ``torchrl pool``: TorchRL's ``AsyncEnvPool`` (threading
+   backend) of ``GymWrapper(SleepEnv)``, driven by its own ``async_step_send`` / ``async_step_recv(min_get=1)``
+   loop (the way to use it first-finished). Each is given as a fraction of the batch-aware ideal
+   ``ideal / (1 + (b - 1) / (2 n))``, ``b`` the mean rows the policy got per call. Goal: aioenv >= 95% of it.
+3. ``memory``: a background collection (``background=True, queue_size=2``) over CartPole-v1 x 32 for
+   ``--memory-seconds``: resident memory of the whole process tree (this process and its workers) sampled
+   after a warm-up and at the end. Goal: no growth after warm-up (< 16 MiB).
+
+Cells of a workload run in interleaved rounds with a rotating order; a figure is the median per cell, a ratio
+the median over rounds of the ratio within a round.
+
+Run: ``python benchmarks/bench_collect.py [--seconds 5] [--repeats 3] [--memory-seconds 60] [--only WORKLOAD]
+[--quick] [--out DIR]``. Writes ``collect.json`` and ``collect.md`` to ``benchmarks/results`` (or ``--out``)
+and prints the tables. ``--quick``: 1 round of 1 s per cell and 3 s of memory, a smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+for _path in (ROOT, HERE):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+NUM_ENVS = 32
+LATENCY_ENVS = 256
+LATENCY = {"mean": 0.02, "sigma": 0.5, "cap": 0.2, "episode_steps": 10**9}
+FRAMES_PER_BATCH = 1024
+MIB = 2**20
+MEMORY_BAR_MIB = 16.0
+
+#: workload -> cell -> what it measures
+WORKLOADS: dict[str, dict[str, str]] = {
+    "cartpole": {
+        "aioenv": 'Collector(SyncPool("CartPole-v1", 32), MLP module)',
+        "torchrl serial": 'TorchRL Collector over SerialEnv(32, GymEnv("CartPole-v1"))',
+        "torchrl parallel": "TorchRL Collector over ParallelEnv(2, SerialEnv(16, GymEnv))",
+    },
+    "latency": {
+        "aioenv": 'Collector(Pool(AsyncSleepEnv, 256, executor="async"), mode="async")',
+        "torchrl pool": 'AsyncEnvPool(256 x GymWrapper(SleepEnv), backend="threading"), recv(min_get=1) loop',
+    },
+    "memory": {"aioenv": "Collector(SyncPool(CartPole-v1, 32), background=True, queue_size=2)"},
+}
+RATIOS = {
+    "cartpole": {
+        "aioenv / torchrl serial": ("aioenv", "torchrl serial"),
+        "aioenv / torchrl parallel": ("aioenv", "torchrl parallel"),
+    },
+    "latency": {"aioenv / torchrl pool": ("aioenv", "torchrl pool")},
+    "memory": {},
+}
+
+
+# ----------------------------------------------------------------------------- cells (in their own process)
+def mlp_policy() -> Any:
+    """The 64x64 MLP of bench_torchrl.py as a plain module: observations (B, 4) -> sampled actions (B,)."""
+    import torch
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 2)
+    )
+
+    class Sample(torch.nn.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = net
+
+        def forward(self, obs: Any) -> Any:
+            return torch.distributions.Categorical(logits=self.net(obs)).sample()
+
+    return Sample()
+
+
+def timed(batches: Any, seconds: float, count: Any) -> dict[str, Any]:
+    """Pull two batches to warm up, then batches for ``seconds``; frames/s (``count(batch)`` frames each)."""
+    for _ in range(2):
+        next(batches)
+    frames = n = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        frames += count(next(batches))
+        n += 1
+    elapsed = time.perf_counter() - start
+    return {"value": frames / elapsed, "frames": frames, "batches": n, "seconds": elapsed}
+
+
+def cartpole_aioenv(seconds: float) -> dict[str, Any]:
+    import aioenv
+    from aioenv.collect import Collector
+
+    with (
+        aioenv.SyncPool("CartPole-v1", NUM_ENVS, seed=0) as pool,
+        Collector(pool, mlp_policy(), frames_per_batch=FRAMES_PER_BATCH) as collector,
+    ):
+        out = timed(iter(collector), seconds, lambda b: b.frames)
+        out["note"] = pool.pool.describe_placement()
+    return out
+
+
+def cartpole_torchrl(cell: str, seconds: float) -> dict[str, Any]:
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import bench_torchrl
+    from torchrl.collectors import Collector
+
+    env, _ = bench_torchrl.build_env("serial" if cell == "torchrl serial" else "parallel")
+    collector = Collector(
+        env,
+        bench_torchrl.build_policy(env),
+        frames_per_batch=FRAMES_PER_BATCH,
+        total_frames=-1,
+        auto_register_policy_transforms=False,
+    )
+    try:
+        return timed(iter(collector), seconds, lambda b: b.numel())
+    finally:
+        collector.shutdown()
+        if not env.is_closed:
+            env.close()
+
+
+def latency_aioenv(seconds: float) -> dict[str, Any]:
+    import numpy as np
+
+    import aioenv
+    from aioenv.collect import Collector
+    from aioenv.envs.latency import AsyncSleepEnv
+
+    calls = [0, 0]
+
+    def policy(obs: Any, env_ids: Any) -> Any:
+        calls[0] += 1
+        calls[1] += len(env_ids)
+        return np.zeros(len(env_ids), dtype=np.int64)
+
+    async def run() -> dict[str, Any]:
+        async with (
+            aioenv.Pool(AsyncSleepEnv, LATENCY_ENVS, executor="async", env_kwargs=LATENCY, seed=0) as pool,
+            Collector(pool, policy, frames_per_batch=FRAMES_PER_BATCH, mode="async") as collector,
+        ):
+            it = aiter(collector)
+            for _ in range(2):
+                await anext(it)
+            calls[:] = [0, 0]
+            frames, start = 0, time.perf_counter()
+            while time.perf_counter() - start < seconds:
+                frames += (await anext(it)).frames
+            elapsed = time.perf_counter() - start
+        return {"frames": frames, "seconds": elapsed, "value": frames / elapsed}
+
+    out = aioenv.run(run())
+    out["rows_per_call"] = calls[1] / max(calls[0], 1)
+    return out
+
+
+def make_sleep_env() -> Any:
+    """One TorchRL env over a blocking ``SleepEnv`` (module level: picklable)."""
+    from torchrl.envs import GymWrapper
+
+    from aioenv.envs.latency import SleepEnv
+
+    return GymWrapper(SleepEnv(**LATENCY))  # type: ignore[arg-type]
+
+
+def latency_torchrl(seconds: float) -> dict[str, Any]:
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from torchrl.envs import AsyncEnvPool
+
+    pool = AsyncEnvPool([make_sleep_env] * LATENCY_ENVS, backend="threading")
+    rows = [0, 0]
+    try:
+        td = pool.reset()
+        pool.async_step_send(pool.rand_action(td))
+        frames, start, warm = 0, time.perf_counter(), 1.0
+        counting = False
+        while True:
+            out = pool.async_step_recv(min_get=1)
+            ids = list(out["env_index"])
+            now = time.perf_counter()
+            if not counting and now - start >= warm:
+                counting, start, frames, rows = True, now, 0, [0, 0]
+            elif counting and now - start >= seconds:
+                break
+            frames += len(ids)
+            rows[0] += 1
+            rows[1] += len(ids)
+            send = out["next"].exclude("reward")  # the next observation and flags, as a reset gives them
+            send.set("action", out["action"])  # a fixed policy (the env ignores its action)
+            send.set("env_index", out["env_index"])
+            pool.async_step_send(send)
+        elapsed = time.perf_counter() - start
+    finally:
+        pool.close(raise_if_closed=False)
+    return {"frames": frames, "seconds": elapsed, "value": frames / elapsed, "rows_per_call": rows[1] / max(rows[0], 1)}
+
+
+def tree_rss() -> int:
+    """Resident memory of this process and its children (bytes)."""
+    import psutil
+
+    me = psutil.Process()
+    total = 0
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            total += proc.memory_info().rss
+        except psutil.Error:
+            continue
+    return total
+
+
+def memory_aioenv(seconds: float) -> dict[str, Any]:
+    import numpy as np
+
+    import aioenv
+    from aioenv.collect import Collector
+
+    def policy(obs: Any) -> Any:
+        return (obs[:, 2] > 0).astype(np.int64)
+
+    samples: list[tuple[float, int]] = []
+    with (
+        aioenv.SyncPool("CartPole-v1", NUM_ENVS, seed=0) as pool,
+        Collector(pool, policy, frames_per_batch=FRAMES_PER_BATCH, background=True, queue_size=2) as collector,
+    ):
+        start = time.perf_counter()
+        frames = 0
+        for batch in collector:
+            frames += batch.frames
+            _ = batch.obs.sum()  # the consumer touches what it gets
+            now = time.perf_counter() - start
+            if not samples or now - samples[-1][0] >= seconds / 20:
+                samples.append((now, tree_rss()))
+            if now >= seconds:
+                break
+    warm = next(rss for t, rss in samples if t >= seconds / 4)
+    peak_after = max(rss for t, rss in samples if t >= seconds / 4)
+    return {
+        "value": (samples[-1][1] - warm) / MIB,
+        "growth_mib": (samples[-1][1] - warm) / MIB,
+        "peak_growth_mib": (peak_after - warm) / MIB,
+        "rss_after_warmup_mib": warm / MIB,
+        "rss_end_mib": samples[-1][1] / MIB,
+        "frames": frames,
+        "seconds": seconds,
+        "samples": [[round(t, 2), rss] for t, rss in samples],
+    }
+
+
+def run_cell(workload: str, cell: str, seconds: float) -> dict[str, Any]:
+    """One cell's figures (in this process)."""
+    import torch
+
+    torch.set_num_threads(1)
+    if workload == "cartpole":
+        return cartpole_aioenv(seconds) if cell == "aioenv" else cartpole_torchrl(cell, seconds)
+    if workload == "latency":
+        return latency_aioenv(seconds) if cell == "aioenv" else latency_torchrl(seconds)
+    if workload == "memory":
+        return memory_aioenv(seconds)
+    raise ValueError(f"unknown workload {workload!r}")
+
+
+# ----------------------------------------------------------------------------- rounds (the parent process)
+def spawn(workload: str, cell: str, seconds: float) -> dict[str, Any]:
+    """Run a cell in a fresh interpreter; its result, or RuntimeError with its stderr."""
+    cmd = [sys.executable, __file__, "--cell", f"{workload}/{cell}", "--seconds", str(seconds)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300 + 4 * seconds)
+    if done.returncode != 0:
+        raise RuntimeError(f"exit {done.returncode}: {done.stderr.strip()[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def run_workload(workload: str, seconds: float, repeats: int) -> dict[str, Any]:
+    """Every cell of ``workload`` once per round, ``repeats`` rounds, each starting at the next cell."""
+    cells = list(WORKLOADS[workload])
+    rounds: list[dict[str, dict[str, Any]]] = []
+    errors: dict[str, str] = {}
+    for r in range(repeats):
+        this: dict[str, dict[str, Any]] = {}
+        for cell in cells[r % len(cells) :] + cells[: r % len(cells)]:
+            if cell in errors:
+                continue
+            try:
+                this[cell] = spawn(workload, cell, seconds)
+            except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
+                errors[cell] = f"{type(exc).__name__}: {exc}"
+                print(f"[{workload} {r + 1}/{repeats}] {cell}: failed ({errors[cell][:300]})", flush=True)
+                continue
+            print(f"[{workload} {r + 1}/{repeats}] {cell}: {this[cell]['value']:,.1f}", flush=True)
+        rounds.append(this)
+    medians = {c: statistics.median(rnd[c]["value"] for rnd in rounds if c in rnd) for c in cells if c not in errors}
+    ratios = {}
+    for label, (num, den) in RATIOS[workload].items():
+        paired = [rnd[num]["value"] / rnd[den]["value"] for rnd in rounds if num in rnd and den in rnd]
+        if paired:
+            ratios[label] = statistics.median(paired)
+    return {"cells": cells, "values": medians, "ratios": ratios, "rounds": rounds, "errors": errors}
+
+
+def batch_aware_ideal(rows_per_call: float) -> float:
+    """``ideal / (1 + (b - 1) / (2 n))``: steps/s at best when the policy answers ``b`` envs at a time."""
+    ideal = LATENCY_ENVS / LATENCY["mean"]
+    return ideal / (1 + (max(rows_per_call, 1.0) - 1) / (2 * LATENCY_ENVS))
+
+
+def goals(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's goals, met or missed (informative: a missed goal never fails the run)."""
+    out = []
+    cart = result["workloads"].get("cartpole", {}).get("values", {})
+    best = max((cart[c] for c in ("torchrl serial", "torchrl parallel") if c in cart), default=None)
+    if best and "aioenv" in cart:
+        out.append({"goal": "cartpole: aioenv >= 5x the faster TorchRL setup", "value": cart["aioenv"] / best,
+                    "threshold": 5.0, "met": cart["aioenv"] / best >= 5.0})  # fmt: skip
+    lat = result["workloads"].get("latency", {})
+    for cell in lat.get("values", {}):
+        rounds = [rnd[cell] for rnd in lat["rounds"] if cell in rnd]
+        fractions = [r["value"] / batch_aware_ideal(r["rows_per_call"]) for r in rounds]
+        lat.setdefault("of_ideal", {})[cell] = statistics.median(fractions)
+    if "aioenv" in lat.get("of_ideal", {}):
+        value = lat["of_ideal"]["aioenv"]
+        out.append({"goal": "latency: aioenv >= 95% of the batch-aware ideal", "value": value, "threshold": 0.95,
+                    "met": value >= 0.95})  # fmt: skip
+    mem = result["workloads"].get("memory", {}).get("values", {})
+    if "aioenv" in mem:
+        out.append({"goal": f"memory: growth after warm-up < {MEMORY_BAR_MIB:g} MiB", "value": mem["aioenv"],
+                    "threshold": MEMORY_BAR_MIB, "met": mem["aioenv"] < MEMORY_BAR_MIB})  # fmt: skip
+    return out
+
+
+def to_markdown(result: dict[str, Any]) -> str:
+    """The results as Markdown tables."""
+    v = result["versions"]
+    lines = [
+        f"`{result['command']}`",
+        "",
+        f"{result['cpus']} CPUs, Python {v['python']}, torch {v['torch']}, torchrl {v['torchrl']}, "
+        f"gymnasium {v['gymnasium']}, {result['date']}; {result['seconds']:g} s per cell, median of "
+        f"{result['repeats']} round(s)",
+    ]
+    units = {"cartpole": "frames/s", "latency": "steps/s", "memory": "MiB of growth after warm-up"}
+    for workload, w in result["workloads"].items():
+        lines += ["", f"**{workload}**", "", f"| cell | {units[workload]} |", "| --- | --: |"]
+        for cell in w["cells"]:
+            value = w["values"].get(cell)
+            shown = f"{value:,.1f}" if value is not None else w["errors"].get(cell, "-")[:200]
+            if workload == "latency" and cell in w.get("of_ideal", {}):
+                shown += f" ({100 * w['of_ideal'][cell]:.1f}% of the batch-aware ideal)"
+            lines.append(f"| {WORKLOADS[workload][cell]} | {shown} |")
+        lines += [f"| {name} | {value:.2f}x |" for name, value in w["ratios"].items()]
+    lines += ["", "| goal | value | met |", "| --- | --: | --- |"]
+    lines += [f"| {g['goal']} | {g['value']:.3g} | {'yes' if g['met'] else 'MISSED'} |" for g in result["goals"]]
+    return "\n".join(lines) + "\n"
+
+
+def versions() -> dict[str, str]:
+    """The versions that matter here."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for name in ("aioenv", "torch", "torchrl", "tensordict", "gymnasium"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "-"
+    return out
+
+
+def main() -> None:
+    """Run one cell (``--cell``) or every workload, write JSON and Markdown, print them."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0, help="measuring time per cell (default 5)")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds; the median is reported (default 3)")
+    parser.add_argument("--memory-seconds", type=float, default=60.0, help="length of the memory run (default 60)")
+    parser.add_argument("--only", action="append", choices=list(WORKLOADS), help="run these workloads (repeatable)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 1 round of 1 s per cell, 3 s of memory")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="directory for the results")
+    parser.add_argument("--cell", help=argparse.SUPPRESS)  # internal: run WORKLOAD/CELL, print its JSON
+    args = parser.parse_args()
+    if args.cell:
+        workload, _, cell = args.cell.partition("/")
+        print(json.dumps(run_cell(workload, cell, args.seconds)), flush=True)
+        return
+    seconds, repeats, memory_s = (1.0, 1, 3.0) if args.quick else (args.seconds, args.repeats, args.memory_seconds)
+    result: dict[str, Any] = {"workloads": {}}
+    for workload in args.only or list(WORKLOADS):
+        cell_s = memory_s if workload == "memory" else seconds
+        result["workloads"][workload] = run_workload(workload, cell_s, 1 if workload == "memory" else repeats)
+    result.update(
+        command="python " + " ".join([os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]]),
+        seconds=seconds,
+        repeats=repeats,
+        cpus=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        versions=versions(),
+        machine={"platform": platform.platform()},
+        date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    )
+    result["goals"] = goals(result)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "collect.json").write_text(json.dumps(result, indent=2))
+    markdown = to_markdown(result)
+    (args.out / "collect.md").write_text(markdown)
+    print()
+    print(markdown)
+
+
+if __name__ == "__main__":
+    main()

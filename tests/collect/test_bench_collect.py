@@ -1,0 +1,67 @@
+"""``benchmarks/bench_collect.py`` still runs (a short smoke run of its memory workload, and its bookkeeping on
+fake cells; speed is never asserted here)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.scripts import ROOT, run_python
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def bench() -> Any:
+    spec = importlib.util.spec_from_file_location("bench_collect", ROOT / "benchmarks" / "bench_collect.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_memory_workload_smoke(tmp_path: Path) -> None:
+    proc = run_python("benchmarks/bench_collect.py", "--quick", "--only", "memory", "--out", str(tmp_path), timeout=80)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((tmp_path / "collect.json").read_text())
+    cell = result["workloads"]["memory"]["rounds"][0]["aioenv"]
+    assert cell["frames"] > 0
+    assert cell["rss_after_warmup_mib"] > 0
+    assert cell["growth_mib"] == pytest.approx(cell["rss_end_mib"] - cell["rss_after_warmup_mib"], abs=1e-6)
+    (goal,) = result["goals"]
+    assert goal["met"] is (goal["value"] < goal["threshold"])
+    assert (tmp_path / "collect.md").read_text().startswith("`")
+
+
+def test_rounds_rotate_and_ratios_pair_within_a_round(monkeypatch: Any) -> None:
+    module = bench()
+    order: list[str] = []
+    speeds = iter([1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5])  # the machine slows down during round 2
+    base = {"aioenv": 100.0, "torchrl serial": 10.0, "torchrl parallel": 20.0}
+
+    def fake(workload: str, cell: str, seconds: float) -> dict[str, Any]:
+        order.append(cell)
+        return {"value": base[cell] * next(speeds)}
+
+    monkeypatch.setattr(module, "spawn", fake)
+    out = module.run_workload("cartpole", 1.0, 3)
+    cells = list(base)
+    assert order == cells + cells[1:] + cells[:1] + cells[2:] + cells[:2]
+    assert out["ratios"]["aioenv / torchrl serial"] == pytest.approx(10.0)
+    assert out["ratios"]["aioenv / torchrl parallel"] == pytest.approx(5.0)
+    assert out["values"]["aioenv"] == 50.0  # median of 100, 50, 50
+    result = {"workloads": {"cartpole": out}}
+    (goal,) = module.goals(result)
+    assert goal["value"] == pytest.approx(50.0 / 10.0)  # against the faster TorchRL setup (medians 10, 5)
+
+
+def test_the_batch_aware_ideal() -> None:
+    module = bench()
+    ideal = module.LATENCY_ENVS / module.LATENCY["mean"]
+    assert module.batch_aware_ideal(1.0) == pytest.approx(ideal)
+    n = module.LATENCY_ENVS
+    assert module.batch_aware_ideal(n) == pytest.approx(ideal / (1 + (n - 1) / (2 * n)))
