@@ -185,6 +185,15 @@ def _no_envs_here(needs_workers: object) -> str | None:
     return in_process_unavailable()
 
 
+def _same_description(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two envs described their spaces identically (descriptions holding arrays, such as a Box's
+    bounds, compare as unequal: they are then decoded and compared as spaces)."""
+    try:
+        return bool(a.get("obs") == b.get("obs") and a.get("act") == b.get("act"))
+    except ValueError:  # numpy arrays inside: "the truth value of an array ... is ambiguous"
+        return False
+
+
 def _running_loop() -> asyncio.AbstractEventLoop | None:
     """The event loop running in this thread, or None."""
     try:
@@ -416,7 +425,7 @@ class Pool:
         self.single_observation_space = _space(first, "obs")
         self.single_action_space = _space(first, "act")
         for other in descs[1:]:
-            if other.get("obs") == first.get("obs") and other.get("act") == first.get("act"):
+            if _same_description(other, first):
                 continue  # described alike (almost always): no need to decode the same spaces again
             obs, act = _space(other, "obs"), _space(other, "act")
             if obs != self.single_observation_space or act != self.single_action_space:

@@ -154,6 +154,7 @@ class EnvPool:
             self.num_envs,
             batch_size=self.batch_size,
             num_workers=worker_count(config),
+            executor="inline",  # EnvPool's num_threads are worker processes here, each stepping its envs in turn
             autoreset_mode="next_step",
             seed=list(config.env_seed) or int(config.seed),
             env_kwargs=spec.env_kwargs or None,

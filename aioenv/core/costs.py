@@ -43,7 +43,7 @@ CALL_COST = 25e-6
 SHARE_LIMIT = 50e-6
 #: Seconds the process timing an env gets (making the env, a reset, its steps): past them it is killed
 #: and the envs go to ``inline`` worker processes.
-PROBE_LIMIT = 10.0
+PROBE_LIMIT = 5.0
 
 
 @dataclass(frozen=True)

@@ -248,7 +248,7 @@ def test_attributes_methods_and_wrappers(venv: AioVecEnv) -> None:
 
 def test_render_and_get_images() -> None:
     fns = [functools.partial(make_probe, render_mode="rgb_array") for _ in range(2)]
-    env = AioVecEnv(fns, num_workers=1)
+    env = AioVecEnv(fns, num_workers=1, executor="inline")
     try:
         assert env.render_mode == "rgb_array"
         env.reset()
@@ -353,7 +353,9 @@ def test_example_sb3_ppo_runs() -> None:
 
 
 def test_env_errors_surface_in_step_wait_and_reset_recovers() -> None:
-    env = AioVecEnv([functools.partial(make_probe, fail_at=2), functools.partial(make_probe)], num_workers=1)
+    env = AioVecEnv(
+        [functools.partial(make_probe, fail_at=2), functools.partial(make_probe)], num_workers=1, executor="inline"
+    )
     try:
         env.reset()
         env.step(np.array([0, 0]))

@@ -69,7 +69,7 @@ def faulty_fns(n: int, failing: dict[int, dict[str, Any]]) -> list[Any]:
 
 
 async def test_env_error_in_step_fails_only_its_row() -> None:
-    async with aioenv.Pool(faulty_fns(4, {1: {"fail_at": 2}}), num_workers=2) as pool:
+    async with aioenv.Pool(faulty_fns(4, {1: {"fail_at": 2}}), num_workers=2, executor="inline") as pool:
         await guard(pool.reset(seed=10))
         await guard(pool.step(np.zeros(4, dtype=np.int64)))
         with pytest.raises(EnvError) as info:
@@ -129,7 +129,7 @@ async def test_env_error_in_reset_fails_only_its_row() -> None:
 
 
 async def test_env_error_in_step_env_future() -> None:
-    async with aioenv.Pool(faulty_fns(2, {0: {"fail_at": 2}}), num_workers=1) as pool:
+    async with aioenv.Pool(faulty_fns(2, {0: {"fail_at": 2}}), num_workers=1, executor="inline") as pool:
         await guard(pool.reset(seed=3))
         res = await guard(pool.step_env(0, 1))
         assert res.obs[1] == 1
@@ -158,7 +158,7 @@ async def test_env_error_in_step_env_future() -> None:
 
 
 async def test_env_error_through_send_recv() -> None:
-    async with aioenv.Pool(faulty_fns(4, {2: {"fail_at": 1}}), num_workers=2, batch_size=4) as pool:
+    async with aioenv.Pool(faulty_fns(4, {2: {"fail_at": 1}}), num_workers=2, executor="inline", batch_size=4) as pool:
         await guard(pool.reset(seed=20))
         pool.send(np.zeros(4, dtype=np.int64))
         rows, errors = await drain_recv(pool, 4)
@@ -178,7 +178,7 @@ async def test_env_error_through_send_recv() -> None:
 
 
 async def test_info_that_cannot_cross_the_wire_fails_only_its_row() -> None:
-    async with aioenv.Pool(faulty_fns(3, {1: {"bad_info": True}}), num_workers=1) as pool:
+    async with aioenv.Pool(faulty_fns(3, {1: {"bad_info": True}}), num_workers=1, executor="inline") as pool:
         await guard(pool.reset(seed=0))
         with pytest.raises(EnvError) as info:
             await guard(pool.step(np.zeros(3, dtype=np.int64)))

@@ -178,7 +178,7 @@ def test_default_worker_counts_follow_the_cpus_this_process_may_use() -> None:
 
 async def test_make_with_lambda_ships_closure_by_value() -> None:
     tag = 42  # captured by the lambda: must travel with it (cloudpickle)
-    async with aioenv.Pool(lambda: ProbeEnv(tag=tag), 3, num_workers=2) as pool:
+    async with aioenv.Pool(lambda: ProbeEnv(tag=tag), 3, num_workers=2, executor="inline") as pool:
         assert pool.num_envs == 3
         assert await guard(pool.get_attr("tag")) == [42, 42, 42]
     async with aioenv.Pool(lambda: gym.make("CartPole-v1"), 2, num_workers=1) as pool:
@@ -189,12 +189,12 @@ async def test_make_with_lambda_ships_closure_by_value() -> None:
 
 async def test_make_with_list_of_callables_one_per_env() -> None:
     fns = [functools.partial(make_probe, tag=10 + i) for i in range(3)]
-    async with aioenv.Pool(fns, num_workers=2) as pool:
+    async with aioenv.Pool(fns, num_workers=2, executor="inline") as pool:
         assert pool.num_envs == 3
         assert pool.batch_size == 3
         assert await guard(pool.get_attr("tag")) == [10, 11, 12]
     lambdas = [lambda i=i: ProbeEnv(tag=i * 100) for i in range(2)]
-    pool = await aioenv.make(lambdas)
+    pool = await aioenv.make(lambdas, executor="inline")
     try:
         assert pool.num_envs == 2
         assert await guard(pool.get_attr("tag")) == [0, 100]

@@ -319,7 +319,7 @@ def test_no_worker_outlives_a_program_that_forgot_close(tmp_path: Path, how: str
             f"""
             import sys
             import aioenv
-            pool = aioenv.SyncPool({PROBE!r}, 3, num_workers=3)
+            pool = aioenv.SyncPool({PROBE!r}, 3, num_workers=3, executor="inline")
             pool.reset()
             print(" ".join(str(s.proc.pid) for s in pool.pool._coord.slots), flush=True)
             if {how!r} == "exception":

@@ -188,7 +188,9 @@ async def test_an_inline_pool_shares_rows_and_answers_exactly_as_with_messages(m
 
 
 async def test_a_failing_env_fails_its_own_row_through_the_slab() -> None:
-    async with aioenv.Pool("tests.envs.faulty:make_probe", 4, num_workers=2, env_kwargs={"fail_at": 3}) as pool:
+    async with aioenv.Pool(
+        "tests.envs.faulty:make_probe", 4, num_workers=2, executor="inline", env_kwargs={"fail_at": 3}
+    ) as pool:
         assert pool._coord is not None
         assert pool._coord.slab is not None
         await asyncio.wait_for(pool.reset(seed=0), HANG)
