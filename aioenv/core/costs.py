@@ -1,18 +1,21 @@
 """``executor="auto"``: where a pool's envs run, decided from what one env's steps cost.
 
-A message to a worker process and back costs ~100-150 µs on a small VM (two wake-ups of another
-process, see docs/performance.md). An env whose whole batch steps faster than that runs fastest in the
-caller's own process, with no message at all; an env that computes for longer gains from more cores;
-an env that mostly waits (I/O) wants threads; an ``aioenv.AsyncEnv`` wants an ``async`` worker.
+A message to a worker process and back costs ~100-150 µs on a quiet small VM (two wake-ups of another
+process, see docs/performance.md), and several times that on a busy one. An env whose whole batch steps
+faster than that runs fastest in the caller's own process, with no message at all; an env that computes
+for longer gains from more cores; an env that mostly waits (I/O) wants threads; an ``aioenv.AsyncEnv``
+wants an ``async`` worker.
 
 :func:`probe` starts a worker process for the purpose, which makes one extra env, resets it and
 times a few steps with sampled actions (about 20 ms of steps, :mod:`workers.probe`), then closes it:
 an env that hangs or crashes costs that process (killed after :data:`PROBE_LIMIT`), not the caller.
+The same process then answers a few PINGs: their median round trip plus :data:`MESSAGE_WORK` is what a
+batch's message costs on this machine now, in place of the :data:`ROUND_TRIP` estimate.
 :func:`choose` turns the timings into a :class:`Choice`, pure arithmetic (unit-tested without envs):
 
 - a coroutine ``step``: ``async`` workers;
 - a step that takes over 1 ms of wall time while using under half of it on the CPU: ``thread`` workers;
-- ``num_envs x step`` under :data:`ROUND_TRIP`, or a single usable CPU: every env in this process;
+- ``num_envs x step`` under the round trip, or a single usable CPU: every env in this process;
 - a step under :data:`SHARE_LIMIT` and more than one CPU: this process steps a share of the envs while
   worker processes step the rest at the same time (the share balances this process's batch against the
   workers' batch plus a round trip);
@@ -22,6 +25,8 @@ an env that hangs or crashes costs that process (killed after :data:`PROBE_LIMIT
 from __future__ import annotations
 
 import asyncio
+import statistics
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,11 +36,17 @@ from aioenv.errors import WorkerCrashed
 from aioenv.wire.errors import from_wire
 from aioenv.wire.protocol import Key, Op, decode, encode
 
-__all__ = ["PROBE_LIMIT", "ROUND_TRIP", "SHARE_LIMIT", "Choice", "Cost", "choose", "probe"]
+__all__ = ["MESSAGE_WORK", "PROBE_LIMIT", "ROUND_TRIP", "SHARE_LIMIT", "Choice", "Cost", "choose", "probe"]
 
 #: Seconds of a batch's round trip to worker processes and back (messages, wake-ups, the pool's own
-#: work per message), as measured on a 2-vCPU VM; a batch cheaper than this runs faster in-process.
+#: work per message), as measured on a quiet 2-vCPU VM; a batch cheaper than this runs faster in-process.
+#: The probe measures it for the machine at hand (:attr:`Cost.round_trip`); this is the estimate without.
 ROUND_TRIP = 150e-6
+#: The pool's own seconds per message beyond a bare PING's round trip (encoding the batch, routing the
+#: reply, gathering the rows), added to the probe's measured PING.
+MESSAGE_WORK = 50e-6
+#: PINGs the probe's process answers, for the median round trip.
+PINGS = 7
 #: The pool's own seconds per call in this process, which a share stepped here adds to that share.
 CALL_COST = 25e-6
 #: Steps dearer than this run in worker processes only (an expensive env gains little from sharing the
@@ -48,11 +59,13 @@ PROBE_LIMIT = 5.0
 
 @dataclass(frozen=True)
 class Cost:
-    """What one env's steps cost: mean wall and CPU seconds per step (``asynchronous``: a coroutine env)."""
+    """What one env's steps cost: mean wall and CPU seconds per step (``asynchronous``: a coroutine env),
+    and the seconds of a batch's round trip to a worker process on this machine."""
 
     step: float = 0.0
     cpu: float = 0.0
     asynchronous: bool = False
+    round_trip: float = ROUND_TRIP
 
 
 @dataclass(frozen=True)
@@ -69,9 +82,11 @@ class Choice:
 async def probe(sources: EnvSources, env_id: int, seed: int | None, private_dir: str) -> Cost:
     """Time env ``env_id``'s steps in a worker process of its own, started for this and stopped after
     (see :mod:`workers.probe`); raises :class:`TimeoutError` past :data:`PROBE_LIMIT` (the process is
-    killed), :class:`~aioenv.errors.WorkerCrashed` if it dies, or what the env raised."""
+    killed), :class:`~aioenv.errors.WorkerCrashed` if it dies, or what the env raised. The cost's
+    ``round_trip`` is measured with PINGs to the same process."""
     loop = asyncio.get_running_loop()
     answer: asyncio.Future[dict[str, Any]] = loop.create_future()
+    pong: list[asyncio.Future[None]] = []
     _pairs, found = sources.for_envs([env_id])
     request = encode(Op.PROBE, {Key.ID: 1, Key.SOURCES: next(iter(found.values())), Key.SEED: seed}, trusted=True)
 
@@ -79,6 +94,9 @@ async def probe(sources: EnvSources, env_id: int, seed: int | None, private_dir:
         header, _ = decode(frames, trusted=True)
         if header[Key.OP] == Op.HELLO:
             proc.port.send(identity, request)
+        elif header[Key.OP] == Op.PONG:
+            if pong and not pong[-1].done():
+                pong[-1].set_result(None)
         elif not answer.done():
             answer.set_result(header)
 
@@ -90,13 +108,29 @@ async def probe(sources: EnvSources, env_id: int, seed: int | None, private_dir:
     try:
         async with asyncio.timeout(PROBE_LIMIT):
             header = await answer
+            round_trip = await _ping(proc, pong) if header[Key.OP] != Op.ERROR else ROUND_TRIP
     finally:
         asked = proc.port.send(b"probe", encode(Op.CLOSE, {Key.ID: 0})) if answer.done() else False
         await proc.stop(1.0, ask_first=asked)
     if header[Key.OP] == Op.ERROR:
         raise from_wire(header[Key.ERROR])
     timed = header[Key.VALUES]
-    return Cost(asynchronous=True) if timed.get("async") else Cost(float(timed["step"]), float(timed["cpu"]))
+    if timed.get("async"):
+        return Cost(asynchronous=True, round_trip=round_trip)
+    return Cost(float(timed["step"]), float(timed["cpu"]), round_trip=round_trip)
+
+
+async def _ping(proc: WorkerProc, pong: list[asyncio.Future[None]]) -> float:
+    """The median of :data:`PINGS` round trips to the probe's process, plus :data:`MESSAGE_WORK`."""
+    loop = asyncio.get_running_loop()
+    times = []
+    for _ in range(PINGS):
+        pong.append(loop.create_future())
+        start = time.perf_counter()
+        proc.port.send(b"probe", encode(Op.PING, {Key.ID: 0}))
+        await pong[-1]
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) + MESSAGE_WORK
 
 
 def choose(cost: Cost, num_envs: int, cpus: int) -> Choice:
@@ -107,17 +141,21 @@ def choose(cost: Cost, num_envs: int, cpus: int) -> Choice:
     step_us = f"{cost.step * 1e6:.0f} µs"
     if cost.step > 1e-3 and cost.cpu < cost.step / 2:
         return Choice("thread", workers, 0, f"a step takes {step_us}, mostly waiting")
-    batch = num_envs * cost.step
-    if cpus < 2 or batch <= ROUND_TRIP:
-        why = "one usable CPU" if cpus < 2 else f"{num_envs} steps take {batch * 1e6:.0f} µs, less than a round trip"
+    batch, trip = num_envs * cost.step, cost.round_trip
+    if cpus < 2 or batch <= trip:
+        why = (
+            "one usable CPU"
+            if cpus < 2
+            else f"{num_envs} steps take {batch * 1e6:.0f} µs, less than a round trip ({trip * 1e6:.0f} µs)"
+        )
         return Choice("in_process", 0, num_envs, why)
     if cost.step > SHARE_LIMIT:
         return Choice("inline", workers, 0, f"a step takes {step_us}")
     others = min(cpus - 1, num_envs - 1)
-    # Balance CALL_COST + here * step (this process) against ROUND_TRIP + (n - here) * step / others
-    # (the workers at the same time): here = (ROUND_TRIP - CALL_COST + n * step / others) / (step * (1 + 1/others)).
-    # (A batch dearer than ROUND_TRIP leaves the workers at least one env each.)
+    # Balance CALL_COST + here * step (this process) against trip + (n - here) * step / others
+    # (the workers at the same time): here = (trip - CALL_COST + n * step / others) / (step * (1 + 1/others)).
+    # (A batch dearer than the round trip leaves the workers at least one env each.)
     step = max(cost.step, 1e-9)
-    here = round((ROUND_TRIP - CALL_COST + num_envs * step / others) / (step * (1 + 1 / others)))
+    here = round((trip - CALL_COST + num_envs * step / others) / (step * (1 + 1 / others)))
     here = max(1, min(here, num_envs - others))
     return Choice("inline", others, here, f"a step takes {step_us}: this process shares the work")

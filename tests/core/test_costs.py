@@ -23,6 +23,17 @@ def test_a_batch_cheaper_than_a_round_trip_runs_in_this_process() -> None:
     assert "less than a round trip" in choice.why
 
 
+def test_the_measured_round_trip_decides_not_the_estimate() -> None:
+    """The same 20 µs steps: with messages as slow as on a busy VM (400 µs) 8 envs stay here; with fast
+    messages (60 µs) they are shared with a worker process."""
+    slow = choose(Cost(20 * US, 20 * US, round_trip=400 * US), 8, cpus=2)
+    assert (slow.executor, slow.in_process) == ("in_process", 8)
+    assert "less than a round trip (400 µs)" in slow.why
+    fast = choose(Cost(20 * US, 20 * US, round_trip=60 * US), 8, cpus=2)
+    assert (fast.executor, fast.num_workers) == ("inline", 1)
+    assert 0 < fast.in_process < 8
+
+
 def test_one_usable_cpu_keeps_every_cheap_env_here() -> None:
     choice = choose(Cost(40 * US, 40 * US), 256, cpus=1)
     assert (choice.executor, choice.in_process) == ("in_process", 256)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 from typing import Any, ClassVar
 
@@ -170,6 +171,19 @@ async def test_auto_shares_cheap_envs_between_this_process_and_a_worker(monkeypa
         obs, rew, *_ = await guard(pool.step(np.ones(200, dtype=np.int64)))
         assert obs.shape == (200, 4)
         assert rew.sum() == 200
+
+
+async def test_auto_weighs_the_steps_against_a_round_trip_measured_on_this_machine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The probe's process answers PINGs; their round trip (plus the pool's own work per message, here
+    made half a second) is what the envs' batch is weighed against, not a fixed estimate."""
+    monkeypatch.setattr(costs, "MESSAGE_WORK", 0.5)
+    async with aioenv.Pool("CartPole-v1", 300, seed=0) as pool:  # 300 steps of µs: far less than 0.5 s
+        assert (pool.executor, pool.envs_in_process) == ("in_process", 300)
+        trip = re.search(r"less than a round trip \((\d+) µs\)", pool.placement_reason)
+        assert trip is not None, pool.placement_reason
+        assert int(trip.group(1)) > 500_000  # 0.5 s plus the PINGs' measured median
 
 
 class Hangs(Flaky):
