@@ -355,7 +355,7 @@ class Pool:
         if cost is None:
             choice = costs.Choice("inline", self.num_workers, 0, why)
         else:
-            choice = costs.choose(cost, self.num_envs, cpus)
+            choice = costs.choose(cost, self.num_envs, cpus, self.batch_size)
             if choice.in_process and (not_here := _no_envs_here(needs_workers)):
                 choice = costs.Choice("inline", max(1, min(self.num_envs, cpus)), 0, not_here)
         if self._asked_workers is not None:  # worker processes asked for by number: every env goes to them

@@ -16,9 +16,10 @@ batch's message costs on this machine now, in place of the :data:`ROUND_TRIP` es
 - a coroutine ``step``: ``async`` workers;
 - a step that takes over 1 ms of wall time while using under half of it on the CPU: ``thread`` workers;
 - ``num_envs x step`` under the round trip, or a single usable CPU: every env in this process;
-- a step under :data:`SHARE_LIMIT` and more than one CPU: this process steps a share of the envs while
-  worker processes step the rest at the same time (the share balances this process's batch against the
-  workers' batch plus a round trip);
+- a step under :data:`SHARE_LIMIT` and more than one CPU, for a pool whose ``recv`` waits for every row
+  (lock-step): this process steps a share of the envs while worker processes step the rest at the same time
+  (the share balances this process's batch against the workers' batch plus a round trip). With a smaller
+  ``batch_size`` (first-finished results) the share would always finish first and starve the workers;
 - otherwise ``inline`` worker processes, one per usable CPU.
 """
 
@@ -133,8 +134,9 @@ async def _ping(proc: WorkerProc, pong: list[asyncio.Future[None]]) -> float:
     return statistics.median(times) + MESSAGE_WORK
 
 
-def choose(cost: Cost, num_envs: int, cpus: int) -> Choice:
-    """Where ``num_envs`` envs of this ``cost`` run best with ``cpus`` usable CPUs; see the module docstring."""
+def choose(cost: Cost, num_envs: int, cpus: int, batch_size: int | None = None) -> Choice:
+    """Where ``num_envs`` envs of this ``cost`` run best with ``cpus`` usable CPUs, for a pool whose ``recv``
+    returns ``batch_size`` rows (None: all of them); see the module docstring."""
     workers = max(1, min(num_envs, cpus))
     if cost.asynchronous:
         return Choice("async", workers, 0, "the env's step is a coroutine")
@@ -151,6 +153,11 @@ def choose(cost: Cost, num_envs: int, cpus: int) -> Choice:
         return Choice("in_process", 0, num_envs, why)
     if cost.step > SHARE_LIMIT:
         return Choice("inline", workers, 0, f"a step takes {step_us}")
+    if batch_size is not None and batch_size < num_envs:
+        # First-finished results: the share stepped inside send() would always finish first, recv() would
+        # hand out its rows and the next send() step them again, while the workers' envs wait their turn.
+        why = f"a step takes {step_us}, and recv() returns the first {batch_size} of {num_envs} rows to finish"
+        return Choice("inline", workers, 0, why)
     others = min(cpus - 1, num_envs - 1)
     # Balance CALL_COST + here * step (this process) against trip + (n - here) * step / others
     # (the workers at the same time): here = (trip - CALL_COST + n * step / others) / (step * (1 + 1/others)).

@@ -52,6 +52,16 @@ def test_cheap_envs_on_several_cpus_are_shared_so_both_sides_finish_together(num
     assert abs(here - there) <= step * 2 + ROUND_TRIP / 2
 
 
+def test_first_finished_pools_are_not_shared_with_this_process() -> None:
+    """recv() of the first 64 of 128 rows: a share stepped inside send() would always be those 64."""
+    lockstep = choose(Cost(5 * US, 5 * US), 128, cpus=2, batch_size=128)
+    assert 0 < lockstep.in_process < 128
+    first_finished = choose(Cost(5 * US, 5 * US), 128, cpus=2, batch_size=64)
+    assert (first_finished.executor, first_finished.num_workers, first_finished.in_process) == ("inline", 2, 0)
+    assert "recv() returns the first 64 of 128 rows" in first_finished.why
+    assert choose(Cost(5 * US, 5 * US), 16, cpus=2, batch_size=4).executor == "in_process"  # no round trip pays
+
+
 def test_dear_steps_run_in_worker_processes_only() -> None:
     choice = choose(Cost(SHARE_LIMIT * 2, SHARE_LIMIT * 2), 32, cpus=2)
     assert (choice.executor, choice.num_workers, choice.in_process) == ("inline", 2, 0)
