@@ -19,6 +19,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
+from aioenv._loop import consume
 from aioenv.core import costs
 from aioenv.core.coordinator import Coordinator, reset_builder, step_builder
 from aioenv.core.launcher import in_process_unavailable
@@ -86,7 +87,7 @@ def _check_in_process(executor: PoolExecutor | None, **options: Any) -> None:
             "use 'inline', 'thread', 'async' or 'auto' (the server's choice)"
         )
     given = [name for name in ("step_timeout", "reset_timeout", "max_worker_rss", "num_workers") if options[name]]
-    if executor == "in_process" and given:
+    if given:
         raise ValueError(
             f"{given[0]} is for envs in worker processes: executor='in_process' runs them on this event loop, "
             "where a hung step cannot be interrupted and a worker's memory cannot be told apart; use "
@@ -161,12 +162,6 @@ _FOREIGN_LOOP = (
     "replies would never arrive there): use aioenv.SyncPool from threads, or hand the call to the pool's loop "
     "with asyncio.run_coroutine_threadsafe(coro, loop)"
 )
-
-
-def _retrieved(fut: asyncio.Future[Any]) -> None:
-    """Mark the outcome of a call its caller never got (it raised, e.g. on Ctrl-C) as seen."""
-    if not fut.cancelled():
-        fut.exception()
 
 
 def _space(desc: Any, key: str) -> Any:
@@ -341,8 +336,8 @@ class Pool:
         return self
 
     async def _place_by_cost(self) -> None:
-        """``executor="auto"``: time one env of this pool in this process and choose where the envs run
-        (:mod:`aioenv.core.costs`). Options that need worker processes keep the envs in them."""
+        """``executor="auto"``: time one env of this pool in a short-lived worker process and choose where the
+        envs run (:mod:`aioenv.core.costs`). Options that need worker processes keep the envs in them."""
         needs_workers = self.step_timeout or self.reset_timeout or self.max_worker_rss
         cpus = usable_cpus()
         try:
@@ -569,7 +564,7 @@ class Pool:
         try:
             self._dispatch_reset(ids, seed, options, sink)
         except BaseException:  # as in _start_step
-            sink.future.add_done_callback(_retrieved)
+            sink.future.add_done_callback(consume)
             raise
         return sink.future
 
@@ -602,7 +597,7 @@ class Pool:
         try:
             self._dispatch_step(actions, ids, sink, info_list=info_list, checked=checked)
         except BaseException:  # e.g. Ctrl-C inside an env stepped in this process: its rows were answered
-            sink.future.add_done_callback(_retrieved)  # with that error, which the caller gets as it is
+            sink.future.add_done_callback(consume)  # with that error, which the caller gets as it is
             raise
         return sink.future
 

@@ -49,7 +49,7 @@ from typing import Any, TypeVar
 
 from gymnasium.vector import AutoresetMode
 
-from aioenv._loop import new_event_loop
+from aioenv._loop import consume, new_event_loop
 from aioenv.core.sinks import ResetResult, StepResult
 from aioenv.errors import PoolClosed, UsageError
 from aioenv.pool import Pool
@@ -75,7 +75,7 @@ _CLOSE_BOUND = 120.0
 def _settle(done: concurrent.futures.Future[Any], fut: asyncio.Future[Any]) -> None:
     """Hand the loop-side ``fut``'s outcome to ``done`` (unless ``done`` was cancelled: then it is dropped)."""
     if not done.set_running_or_notify_cancel():
-        _consume(fut)
+        consume(fut)
         return
     if fut.cancelled():
         done.set_exception(concurrent.futures.CancelledError())
@@ -83,12 +83,6 @@ def _settle(done: concurrent.futures.Future[Any], fut: asyncio.Future[Any]) -> N
         done.set_exception(exc)
     else:
         done.set_result(fut.result())
-
-
-def _consume(fut: asyncio.Future[Any]) -> None:
-    """Retrieve a background future's exception so asyncio does not log it as never retrieved."""
-    if not fut.cancelled():
-        fut.exception()
 
 
 class _Runtime:
@@ -200,7 +194,7 @@ class _Runtime:
         """The loop-side futures of an interrupted call: they finish in the background (their outcome is
         discarded) and later calls wait for them first."""
         for fut in inner:
-            fut.add_done_callback(_consume)
+            fut.add_done_callback(consume)
             if not fut.done():
                 self.orphans.add(fut)
                 fut.add_done_callback(self.orphans.discard)

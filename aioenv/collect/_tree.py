@@ -53,29 +53,20 @@ def take(tree: Tree, index: Any) -> Tree:
 
 def put(tree: Tree, index: Any, value: Tree) -> None:
     """``tree[index] = value`` for every leaf (``value`` batched like ``tree``)."""
-    if isinstance(tree, Mapping):
-        for k, v in tree.items():
-            put(v, index, value[k])
-    elif isinstance(tree, tuple):
-        for i, v in enumerate(tree):
-            put(v, index, value[i])
-    elif tree.dtype == object:
-        for j, row in zip(np.arange(tree.shape[0])[index].reshape(-1), list(value), strict=True):
-            tree[j] = row  # element by element: numpy would try to broadcast a row that is itself an array
+    tmap(lambda leaf, rows: _put_leaf(leaf, index, rows), tree, value)
+
+
+def _put_leaf(leaf: np.ndarray, index: Any, rows: Any) -> None:
+    if leaf.dtype == object:
+        for j, row in zip(np.arange(leaf.shape[0])[index].reshape(-1), list(rows), strict=True):
+            leaf[j] = row  # element by element: numpy would try to broadcast a row that is itself an array
     else:
-        tree[index] = value
+        leaf[index] = rows
 
 
 def put_row(tree: Tree, row: int, value: Tree) -> None:
     """Row ``row`` of ``tree`` set to one env's unbatched ``value``."""
-    if isinstance(tree, Mapping):
-        for k, v in tree.items():
-            put_row(v, row, value[k])
-    elif isinstance(tree, tuple):
-        for i, v in enumerate(tree):
-            put_row(v, row, value[i])
-    else:
-        tree[row] = value
+    tmap(lambda leaf, one: leaf.__setitem__(row, one), tree, value)
 
 
 def concat(trees: Sequence[Tree]) -> Tree:

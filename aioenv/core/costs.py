@@ -102,8 +102,11 @@ async def probe(sources: EnvSources, env_id: int, seed: int | None, private_dir:
             answer.set_result(header)
 
     def on_exit(ended: WorkerProc) -> None:
+        crashed = WorkerCrashed(f"the process timing the env {ended.describe()}", worker=ended.name)
         if not answer.done():
-            answer.set_exception(WorkerCrashed(f"the process timing the env {ended.describe()}", worker=ended.name))
+            answer.set_exception(crashed)
+        elif pong and not pong[-1].done():  # it died between two PINGs
+            pong[-1].set_exception(crashed)
 
     proc = launch_local(LaunchSpec("probe", "inline", 1, private_dir, on_exit, on_message))
     try:

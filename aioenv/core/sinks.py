@@ -178,19 +178,25 @@ class Gather:
 
     def _place(self, part: Part, positions: np.ndarray) -> None:
         """Copy ``part``'s rows into the batch at ``positions``."""
-        n = self.env_ids.size
         if self._obs is None:
-            self._obs = spaces.empty_batch(self._obs_space, n)
-        if self._reward is None or self._terminated is None or self._truncated is None:
-            self._reward = np.zeros(n, dtype=np.float64)
-            self._terminated = np.zeros(n, dtype=np.bool_)
-            self._truncated = np.zeros(n, dtype=np.bool_)
+            self._obs = spaces.empty_batch(self._obs_space, self.env_ids.size)
+        reward, terminated, truncated = self._flags()
         assert part.obs is not None
         for out, leaf in zip(self._obs, part.obs, strict=True):
             out[positions] = leaf
-        self._reward[positions] = part.reward
-        self._terminated[positions] = part.terminated
-        self._truncated[positions] = part.truncated
+        reward[positions] = part.reward
+        terminated[positions] = part.terminated
+        truncated[positions] = part.truncated
+
+    def _flags(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The batch's reward ``(B,)`` float64, terminated and truncated ``(B,)`` bool, made (zeros) on first use:
+        a reset has none, and a whole-call part brings its own."""
+        if self._reward is None or self._terminated is None or self._truncated is None:
+            n = self.env_ids.size
+            self._reward = np.zeros(n, dtype=np.float64)
+            self._terminated = np.zeros(n, dtype=np.bool_)
+            self._truncated = np.zeros(n, dtype=np.bool_)
+        return self._reward, self._terminated, self._truncated
 
     def _finish(self) -> None:
         if self.future.done():
@@ -215,11 +221,7 @@ class Gather:
         else:
             info = merge_infos(self._infos, n) if self._infos else {}
             info["env_id"] = self.env_ids.astype(np.int32)
-        if self._reward is None or self._terminated is None or self._truncated is None:  # a reset: no rewards
-            self._reward = np.zeros(n, dtype=np.float64)
-            self._terminated = np.zeros(n, dtype=np.bool_)
-            self._truncated = np.zeros(n, dtype=np.bool_)
-        full = (obs_leaves, self._reward, self._terminated, self._truncated, info)
+        full = (obs_leaves, *self._flags(), info)
         if self._errors:
             ok = np.ones(self.env_ids.size, dtype=np.bool_)
             ok[list(self._errors)] = False
