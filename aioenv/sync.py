@@ -168,7 +168,10 @@ class _Runtime:
                     done.set_exception(exc)
                 return
             inner.append(fut)
-            fut.add_done_callback(lambda f: _settle(done, f))
+            if fut.done():  # answered inside the call (envs in this process): no callback, no extra loop turn
+                _settle(done, fut)
+            else:
+                fut.add_done_callback(lambda f: _settle(done, f))
 
         def interrupted(f: concurrent.futures.Future[Any]) -> None:
             if f.cancelled():
