@@ -189,12 +189,9 @@ def _same_description(a: dict[str, Any], b: dict[str, Any]) -> bool:
         return False
 
 
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    """The event loop running in this thread, or None."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
+#: The event loop running in this thread, or None (asyncio's own, for loop implementations: no exception to catch
+#: on the path every call takes).
+_running_loop = asyncio._get_running_loop
 
 
 def _is_int(value: Any) -> bool:

@@ -159,33 +159,35 @@ class HostedEnv(EpisodeState):
         return obs, info
 
     def step(self, action: Any) -> StepOut:
-        """One step with the autoreset rules of the mode. Any exception marks the env broken."""
+        """One step with the autoreset rules of the mode. Any exception marks the env broken.
+
+        This runs once per env per step in every worker (and per env in the caller's process for
+        ``executor="in_process"``), so it is one method: the checks of :meth:`before_step` guard the call to it,
+        and a plain reward skips :func:`_check_reward`."""
         if self._blocked is not None or (self._pending_reset and self.mode == DISABLED):
             self.before_step()  # raises: the env may not be stepped now
+        env = self.env
         try:
-            return self._step(action)
+            if self._pending_reset and self.mode == NEXT_STEP:
+                obs, info = env.reset()
+                self._pending_reset = False
+                return obs, 0.0, False, False, info
+            obs, reward, terminated, truncated, info = env.step(action)
+            if type(reward) not in _PLAIN_REWARDS:
+                reward = _check_reward(reward)
+            ended = bool(terminated or truncated)
+            if self.mode == SAME_STEP:
+                if ended:
+                    final = {"final_obs": for_wire(env.observation_space, obs), "final_info": info}
+                    obs, info = env.reset()
+                    final.update(info)
+                    info = final
+            else:
+                self._pending_reset = ended
+            return obs, reward, terminated, truncated, info
         except BaseException as exc:
             self.failed_step(exc)
             raise
-
-    def _step(self, action: Any) -> StepOut:
-        env = self.env
-        if self.mode == NEXT_STEP and self._pending_reset:
-            obs, info = env.reset()
-            self._pending_reset = False
-            return obs, 0.0, False, False, info
-        obs, reward, terminated, truncated, info = env.step(action)
-        reward = _check_reward(reward)
-        ended = bool(terminated or truncated)
-        if self.mode == SAME_STEP:
-            if ended:
-                final = {"final_obs": for_wire(env.observation_space, obs), "final_info": info}
-                obs, info = env.reset()
-                final.update(info)
-                info = final
-        else:
-            self._pending_reset = ended
-        return obs, reward, terminated, truncated, info
 
     def close(self) -> None:
         """Close the env, ignoring its errors (it is going away)."""

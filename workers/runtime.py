@@ -40,7 +40,7 @@ Reply = tuple[dict[str, Any], list[np.ndarray]]
 class Group:
     """Envs made from one source share spaces and the row readers/writers built for them."""
 
-    __slots__ = ("act_space", "factory", "obs_space", "read_action", "write_obs")
+    __slots__ = ("act_space", "factory", "obs_space", "plain_act", "plain_obs", "read_action", "write_obs")
 
     def __init__(self, factory: Callable[[], Any]) -> None:
         self.factory = factory
@@ -48,6 +48,8 @@ class Group:
         self.act_space: Any = None
         self.write_obs: Any = None
         self.read_action: Any = None
+        #: One numeric leaf each (see ``spaces.is_plain_leaf``): the step loop indexes the row itself.
+        self.plain_obs = self.plain_act = False
 
     def adopt_spaces(self, env: Any) -> None:
         """Take the spaces of the group's first env."""
@@ -56,6 +58,8 @@ class Group:
             self.act_space = env.action_space
             self.write_obs = spaces.row_writer(self.obs_space)
             self.read_action = spaces.row_reader(self.act_space)
+            self.plain_obs = spaces.is_plain_leaf(self.obs_space)
+            self.plain_act = spaces.is_plain_leaf(self.act_space)
 
 
 def error_fields(exc: BaseException, env_id: int | None) -> dict[str, Any]:
@@ -233,6 +237,9 @@ class Worker:
         envs = self.envs
         write_obs = group.write_obs
         read_action = group.read_action
+        # A plain space's row is indexed here, without a call per env (the common Box/Discrete case).
+        act0 = acts[0] if group.plain_act else None
+        obs0 = obs[0] if group.plain_obs else None
         # Rewards and flags are gathered in lists and written in one numpy call each: a numpy element
         # assignment per env costs more than the list append.
         rewards: list[Any] = [0.0] * n
@@ -241,8 +248,12 @@ class Worker:
         for i, (env_id, row) in enumerate(zip(env_ids, rows, strict=True)):
             try:
                 hosted = envs.get(env_id) or self.hosted(env_id)
-                o, rewards[i], terminated[i], truncated[i], info = hosted.step(read_action(acts, row))
-                write_obs(obs, row, o)
+                action = act0[row] if act0 is not None else read_action(acts, row)
+                o, rewards[i], terminated[i], truncated[i], info = hosted.step(action)
+                if obs0 is not None:
+                    obs0[row] = o
+                else:
+                    write_obs(obs, row, o)
                 if info:
                     if infos is None:
                         infos = [None] * n

@@ -488,7 +488,8 @@ class Coordinator:
             part = Part.failed(env_ids, lambda e: from_wire({**(desc or {}), "env_id": e}, context=kind))
             self._deliver_part(req, part, req.positions)
             return
-        errors = {int(row): from_wire(d, context=kind) for row, d in (header.get(Key.ERRORS) or {}).items()}
+        described = header.get(Key.ERRORS)
+        errors = {int(row): from_wire(d, context=kind) for row, d in described.items()} if described else {}
         if kind in _SETUP:
             self._made(req, header, errors)
         elif kind == "cancel":

@@ -59,6 +59,7 @@ from aioenv.wire.protocol import Pickled
 
 __all__ = [
     "RowReader",
+    "is_plain_leaf",
     "is_portable",
     "not_portable",
     "RowWriter",
@@ -537,6 +538,13 @@ def row_writer(space: gs.Space[Any]) -> RowWriter:
     one ``leaves[0][i] = value``).
     """
     return _plan(space).write
+
+
+def is_plain_leaf(space: gs.Space[Any]) -> bool:
+    """True for a space of one numeric leaf (Box, Discrete, MultiDiscrete, MultiBinary): its row ``i`` is read
+    as ``leaves[0][i]`` and written with ``leaves[0][i] = value``, which hot loops do without a call."""
+    specs = _plan(space).specs
+    return len(specs) == 1 and specs[0][0] not in ("text", "value")
 
 
 def write_row(space: gs.Space[Any], leaves: list[Leaf], i: int, value: Any) -> None:
