@@ -22,7 +22,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 from aioenv._loop import consume
 from aioenv.core import costs
 from aioenv.core.coordinator import Coordinator, reset_builder, step_builder
-from aioenv.core.launcher import in_process_unavailable
+from aioenv.core.launcher import LocalProcess, in_process_unavailable
 from aioenv.core.remote import RemoteCoordinator
 from aioenv.core.scheduler import Request
 from aioenv.core.sinks import Gather, RecvQueue, ResetResult, Single, Sink, StepResult
@@ -311,8 +311,7 @@ class Pool:
                 described = await self._start_remote(self.endpoint)
             else:
                 assert self._private_dir is not None
-                if self.executor == "auto":
-                    await self._place_by_cost()
+                adopt = await self._place_by_cost() if self.executor == "auto" else None
                 self._coord = Coordinator(
                     self.num_envs,
                     self._sources,
@@ -324,6 +323,7 @@ class Pool:
                     on_timeout=self.on_timeout,
                     max_worker_rss=self.max_worker_rss,
                     in_process=self.envs_in_process,
+                    adopt=adopt,
                 )
                 described = await self._coord.start(self.num_workers)
             self._adopt(described)
@@ -332,22 +332,25 @@ class Pool:
             raise
         return self
 
-    async def _place_by_cost(self) -> None:
-        """``executor="auto"``: time one env of this pool in a short-lived worker process and choose where the
-        envs run (:mod:`aioenv.core.costs`). Options that need worker processes keep the envs in them."""
+    async def _place_by_cost(self) -> tuple[LocalProcess, int | None] | None:
+        """``executor="auto"``: time one env of this pool in a worker process and choose where the envs run
+        (:mod:`aioenv.core.costs`). Options that need worker processes keep the envs in them. Returns that
+        process and its rows' descriptor when the envs go to ``inline`` workers (it becomes the first), else
+        None (it was closed)."""
         needs_workers = self.step_timeout or self.reset_timeout or self.max_worker_rss
         cpus = usable_cpus()
+        probed: costs.Probed | None = None
         try:
             assert self._private_dir is not None
-            cost = await costs.probe(self._sources, 0, self._seeds[0], self._private_dir)
+            probed = await costs.probe(self._sources, 0, self._seeds[0], self._private_dir)
         except TimeoutError:
-            cost, why = None, f"timing one env took over {costs.PROBE_LIMIT:g} s"
+            why = f"timing one env took over {costs.PROBE_LIMIT:g} s"
         except Exception as exc:  # noqa: BLE001 - the workers will make the envs and report what fails
-            cost, why = None, f"timing one env failed ({type(exc).__name__}: {str(exc).splitlines()[0]})"
-        if cost is None:
+            why = f"timing one env failed ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+        if probed is None:
             choice = costs.Choice("inline", self.num_workers, 0, why)
         else:
-            choice = costs.choose(cost, self.num_envs, cpus, self.batch_size)
+            choice = costs.choose(probed.cost, self.num_envs, cpus, self.batch_size)
             if choice.in_process and (not_here := _no_envs_here(needs_workers)):
                 choice = costs.Choice("inline", max(1, min(self.num_envs, cpus)), 0, not_here)
         if self._asked_workers is not None:  # worker processes asked for by number: every env goes to them
@@ -359,6 +362,12 @@ class Pool:
         self.num_workers, self.envs_in_process = choice.num_workers, choice.in_process
         self.placement_reason = choice.why
         log.info("executor='auto' chose %s", self.describe_placement())
+        if probed is None:
+            return None
+        if choice.executor == "inline" and choice.num_workers > 0:
+            return probed.take()
+        await probed.release()
+        return None
 
     @functools.cached_property
     def observation_space(self) -> gymnasium.Space[Any]:

@@ -37,7 +37,7 @@ import numpy as np
 
 from aioenv.core.deadlines import DeadlineTimer, Truncation, cancel_fields, timeout_error
 from aioenv.core.failures import for_env, unsendable
-from aioenv.core.launcher import LaunchSpec, WorkerProc, launch_in_process, launch_local
+from aioenv.core.launcher import LaunchSpec, LocalProcess, WorkerProc, launch_in_process, launch_local
 from aioenv.core.make_errors import start_failure
 from aioenv.core.memory import MemoryWatch
 from aioenv.core.replies import Block, Outlet, Segment, int_lists, route_block
@@ -134,6 +134,9 @@ class Coordinator:
         in_process: the first this many envs run in this process, stepped on the event loop by a worker of
             its own (:mod:`workers.inproc`); the others on the launched workers. Requests to launched workers
             go out first, so they step while this process steps its own share.
+        adopt: a running local ``inline`` worker with no envs and the shared rows' descriptor it inherited
+            (``executor="auto"``'s probe, see :class:`aioenv.core.costs.Probed`): it becomes the first launched
+            worker, and the descriptor the pool's rows. Both are the coordinator's from here on.
     """
 
     def __init__(
@@ -152,6 +155,7 @@ class Coordinator:
         when_room: Callable[[Callable[[], bool]], None] | None = None,
         max_worker_rss: int | None = None,
         in_process: int = 0,
+        adopt: tuple[LocalProcess, int | None] | None = None,
     ) -> None:
         self.sched = Scheduler(num_envs, max_concurrency)
         #: How many envs (the first ones) run in this process, on the event loop (see workers.inproc).
@@ -180,7 +184,10 @@ class Coordinator:
         #: The shared rows of this pool's local inline workers (None: arrays travel in the messages).
         self.slab: Slab | None = None
         self._slab_fd: int | None = None
-        if self._trusted and executor == "inline" and slab_enabled():
+        self._adopt = adopt[0] if adopt is not None else None
+        if adopt is not None:
+            self._slab_fd = adopt[1]
+        elif self._trusted and executor == "inline" and slab_enabled():
             with contextlib.suppress(OSError):  # no memfd here (a sandbox may refuse it): messages it is
                 self._slab_fd = Slab.new_fd()
 
@@ -199,7 +206,11 @@ class Coordinator:
         for index, ids in enumerate(blocks):
             slot = _Slot(index, in_process=index < here)
             self.slots.append(slot)
-            self._spawn(slot, ids.size)
+            if index == here and self._adopt is not None:
+                self._take(slot, self._adopt)
+                self._adopt = None
+            else:
+                self._spawn(slot, ids.size)
         makes = [self._make(slot, ids) for slot, ids in zip(self.slots, blocks, strict=True)]
         replies = await asyncio.gather(*makes, return_exceptions=True)
         failed = [r for r in replies if isinstance(r, BaseException)]
@@ -243,6 +254,16 @@ class Coordinator:
             slot.name, self.executor, envs, self.private_dir, self._on_exit, self._on_message, self._slab_fd
         )
         slot.proc = launch_in_process(spec) if slot.in_process else self._launch(spec)
+        self._by_name[slot.name.encode()] = slot
+
+    def _take(self, slot: _Slot, proc: LocalProcess) -> None:
+        """Make the running worker ``proc`` (it said HELLO to its first owner) ``slot``'s worker."""
+        slot.generation += 1
+        slot.name = f"{self._prefix}w{slot.index}.{slot.generation}"
+        slot.ready = True
+        slot.outbox = []
+        proc.rebind(slot.name, self._on_message, self._on_exit)
+        slot.proc = proc
         self._by_name[slot.name.encode()] = slot
 
     async def _make(self, slot: _Slot, env_ids: np.ndarray) -> dict[str, Any]:
@@ -782,6 +803,10 @@ class Coordinator:
                 req.rows_sink().fail(err)
         for held in self.sched.drop_held():
             held.item.sink.fail(PoolClosed(f"the pool was closed while env {int(held.env_ids[0])} waited to run"))
+        if self._adopt is not None:  # closed before it started: the worker it was given never served
+            self._retired.append(self._adopt)
+            self._adopt.kill()
+            self._adopt = None
         procs = [*self._retired, *(slot.proc for slot in self.slots if slot.proc is not None)]
         stops = [p.stop(grace, ask_first=False) for p in self._retired]
         for slot in self.slots:

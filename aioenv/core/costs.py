@@ -6,11 +6,13 @@ faster than that runs fastest in the caller's own process, with no message at al
 for longer gains from more cores; an env that mostly waits (I/O) wants threads; an ``aioenv.AsyncEnv``
 wants an ``async`` worker.
 
-:func:`probe` starts a worker process for the purpose, which makes one extra env, resets it and
+:func:`probe` starts an ``inline`` worker process for the purpose, which makes one extra env, resets it and
 times a few steps with sampled actions (about 20 ms of steps, :mod:`workers.probe`), then closes it:
 an env that hangs or crashes costs that process (killed after :data:`PROBE_LIMIT`), not the caller.
 The same process then answers a few PINGs: their median round trip plus :data:`MESSAGE_WORK` is what a
-batch's message costs on this machine now, in place of the :data:`ROUND_TRIP` estimate.
+batch's message costs on this machine now, in place of the :data:`ROUND_TRIP` estimate. It was started
+with the pool's shared rows, so a pool whose envs go to ``inline`` workers keeps it as its first worker
+(:class:`Probed`): ``auto`` then costs no process start of its own.
 :func:`choose` turns the timings into a :class:`Choice`, pure arithmetic (unit-tested without envs):
 
 - a coroutine ``step``: ``async`` workers;
@@ -26,18 +28,20 @@ batch's message costs on this machine now, in place of the :data:`ROUND_TRIP` es
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from aioenv.core.launcher import LaunchSpec, WorkerProc, launch_local
+from aioenv.core.launcher import LaunchSpec, LocalProcess, WorkerProc, launch_local
 from aioenv.core.sources import EnvSources
 from aioenv.errors import WorkerCrashed
+from aioenv.transport.slab import Slab, slab_enabled
 from aioenv.wire.errors import from_wire
 from aioenv.wire.protocol import Key, Op, decode, encode
 
-__all__ = ["MESSAGE_WORK", "PROBE_LIMIT", "ROUND_TRIP", "SHARE_LIMIT", "Choice", "Cost", "choose", "probe"]
+__all__ = ["MESSAGE_WORK", "PROBE_LIMIT", "ROUND_TRIP", "SHARE_LIMIT", "Choice", "Cost", "Probed", "choose", "probe"]
 
 #: Seconds of a batch's round trip to worker processes and back (messages, wake-ups, the pool's own
 #: work per message), as measured on a quiet 2-vCPU VM; a batch cheaper than this runs faster in-process.
@@ -80,11 +84,62 @@ class Choice:
     why: str
 
 
-async def probe(sources: EnvSources, env_id: int, seed: int | None, private_dir: str) -> Cost:
-    """Time env ``env_id``'s steps in a worker process of its own, started for this and stopped after
-    (see :mod:`workers.probe`); raises :class:`TimeoutError` past :data:`PROBE_LIMIT` (the process is
-    killed), :class:`~aioenv.errors.WorkerCrashed` if it dies, or what the env raised. The cost's
-    ``round_trip`` is measured with PINGs to the same process."""
+@dataclass
+class Probed:
+    """What :func:`probe` found, and the worker process that found it, still running with no envs, with the
+    descriptor of the shared rows it inherited (None: none, see :mod:`aioenv.transport.slab`).
+
+    A pool whose envs go to ``inline`` worker processes takes that process as its first worker
+    (:meth:`take`), which saves starting one; otherwise it is closed (:meth:`release`)."""
+
+    cost: Cost
+    proc: LocalProcess | None
+    slab_fd: int | None
+
+    def take(self) -> tuple[LocalProcess, int | None] | None:
+        """The process, if it still runs, and the rows' descriptor, for a pool to adopt (both are the pool's
+        then); None (and both closed) when it has ended. This object holds neither after."""
+        proc, fd, self.proc, self.slab_fd = self.proc, self.slab_fd, None, None
+        if proc is not None and proc.returncode is None and not proc.exited.is_set():
+            return proc, fd
+        _close_fd(fd)
+        return None
+
+    async def release(self) -> None:
+        """Close the process (a CLOSE, then signals: see ``LocalProcess.stop``) and the descriptor; idempotent."""
+        proc, fd, self.proc, self.slab_fd = self.proc, self.slab_fd, None, None
+        _close_fd(fd)
+        if proc is not None:
+            await _close(proc, asked=True)
+
+
+async def _close(proc: LocalProcess, *, asked: bool) -> None:
+    """Stop the probe's process: ``asked``, a CLOSE goes first (it answered, so it reads its pipe)."""
+    asked = asked and proc.port.send(proc.name.encode(), encode(Op.CLOSE, {Key.ID: 0}))
+    await proc.stop(1.0, ask_first=asked)
+
+
+def _close_fd(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)
+
+
+def _rows_fd() -> int | None:
+    """A descriptor for a pool's shared rows, as a coordinator makes it for local inline workers (None: none)."""
+    if not slab_enabled():
+        return None
+    try:
+        return Slab.new_fd()
+    except OSError:  # no memfd here (a sandbox may refuse it): messages carry the arrays
+        return None
+
+
+async def probe(sources: EnvSources, env_id: int, seed: int | None, private_dir: str) -> Probed:
+    """Time env ``env_id``'s steps in an ``inline`` worker process started for this (see :mod:`workers.probe`),
+    which goes on running with no envs (see :class:`Probed`); raises :class:`TimeoutError` past
+    :data:`PROBE_LIMIT` (the process is killed), :class:`~aioenv.errors.WorkerCrashed` if it dies, or what the
+    env raised (the process is stopped). The cost's ``round_trip`` is measured with PINGs to the same process,
+    which inherits a descriptor for the pool's shared rows, so that it can go on as the pool's worker."""
     loop = asyncio.get_running_loop()
     answer: asyncio.Future[dict[str, Any]] = loop.create_future()
     pong: list[asyncio.Future[None]] = []
@@ -108,20 +163,26 @@ async def probe(sources: EnvSources, env_id: int, seed: int | None, private_dir:
         elif pong and not pong[-1].done():  # it died between two PINGs
             pong[-1].set_exception(crashed)
 
-    proc = launch_local(LaunchSpec("probe", "inline", 1, private_dir, on_exit, on_message))
+    slab_fd = _rows_fd()
+    try:
+        proc = launch_local(LaunchSpec("probe", "inline", 1, private_dir, on_exit, on_message, slab_fd))
+    except BaseException:
+        _close_fd(slab_fd)
+        raise
     try:
         async with asyncio.timeout(PROBE_LIMIT):
             header = await answer
-            round_trip = await _ping(proc, pong) if header[Key.OP] != Op.ERROR else ROUND_TRIP
-    finally:
-        asked = proc.port.send(b"probe", encode(Op.CLOSE, {Key.ID: 0})) if answer.done() else False
-        await proc.stop(1.0, ask_first=asked)
-    if header[Key.OP] == Op.ERROR:
-        raise from_wire(header[Key.ERROR])
+            if header[Key.OP] == Op.ERROR:
+                raise from_wire(header[Key.ERROR])
+            round_trip = await _ping(proc, pong)
+    except BaseException:
+        _close_fd(slab_fd)
+        await _close(proc, asked=answer.done())
+        raise
     timed = header[Key.VALUES]
     if timed.get("async"):
-        return Cost(asynchronous=True, round_trip=round_trip)
-    return Cost(float(timed["step"]), float(timed["cpu"]), round_trip=round_trip)
+        return Probed(Cost(asynchronous=True, round_trip=round_trip), proc, slab_fd)
+    return Probed(Cost(float(timed["step"]), float(timed["cpu"]), round_trip=round_trip), proc, slab_fd)
 
 
 async def _ping(proc: WorkerProc, pong: list[asyncio.Future[None]]) -> float:

@@ -219,6 +219,15 @@ class LocalProcess:
         self._pidfd = os.pidfd_open(self.pid)
         self._loop.add_reader(self._pidfd, self._reap)
 
+    def rebind(
+        self, name: str, on_message: Callable[[bytes, list[Any]], None], on_exit: Callable[[LocalProcess], None]
+    ) -> None:
+        """Hand the running worker to a new owner: its messages reach ``on_message`` under ``name``, its exit
+        ``on_exit`` (the process that timed an env for ``executor="auto"`` goes on as a pool's worker)."""
+        self.name = name
+        self._on_exit = on_exit
+        self._pipe.rebind(name.encode(), on_message)
+
     @property
     def returncode(self) -> int | None:
         """The exit code once exited (negative: the signal that killed it)."""

@@ -234,6 +234,11 @@ class PipePort:
         self.closed = False
         self._loop.add_reader(self._fd, self._readable)
 
+    def rebind(self, identity: bytes, on_message: Callable[[bytes, list[Any]], None]) -> None:
+        """Deliver the worker's messages to ``on_message`` under ``identity`` from now on (a new owner)."""
+        self._identity = identity
+        self._on_message = on_message
+
     def send(self, identity: bytes, frames: Sequence[Any]) -> bool:
         """Send one message (``identity`` must be this port's worker); False once the pipe is closed."""
         if self.closed:

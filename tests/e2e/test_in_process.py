@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import signal
 import time
 from typing import Any, ClassVar
 
@@ -19,8 +20,8 @@ import pytest
 
 import aioenv
 from aioenv.core import costs
-from aioenv.errors import EnvError, EnvRemade, UsageError
-from tests.support.procs import HANG, children
+from aioenv.errors import EnvError, EnvRemade, UsageError, WorkerCrashed
+from tests.support.procs import HANG, children, descendants
 
 ASYNC_SLEEP = "aioenv.envs.latency:AsyncSleepEnv"
 
@@ -155,8 +156,8 @@ async def test_auto_places_real_envs_by_what_they_cost(
 
 
 async def test_auto_shares_cheap_envs_between_this_process_and_a_worker(monkeypatch: pytest.MonkeyPatch) -> None:
-    async def five_microseconds(*_: Any) -> costs.Cost:  # as measured on a quiet machine
-        return costs.Cost(5e-6, 5e-6)
+    async def five_microseconds(*_: Any) -> costs.Probed:  # as measured on a quiet machine (no process kept)
+        return costs.Probed(costs.Cost(5e-6, 5e-6), None, None)
 
     monkeypatch.setattr(aioenv.pool, "usable_cpus", lambda: 2)
     monkeypatch.setattr(costs, "probe", five_microseconds)
@@ -184,6 +185,47 @@ async def test_auto_weighs_the_steps_against_a_round_trip_measured_on_this_machi
         trip = re.search(r"less than a round trip \((\d+) µs\)", pool.placement_reason)
         assert trip is not None, pool.placement_reason
         assert int(trip.group(1)) > 500_000  # 0.5 s plus the PINGs' measured median
+
+
+async def first_refused_step(pool: aioenv.Pool) -> Exception:
+    """Step every env until a step fails as after a crash: with WorkerCrashed (the step was in flight) or
+    EnvRemade (the next step, once the exit was noticed and the envs made again)."""
+    while True:
+        try:
+            await guard(pool.step(np.zeros(pool.num_envs, dtype=np.int64)))
+        except (EnvRemade, WorkerCrashed) as exc:
+            return exc
+        await asyncio.sleep(0.05)
+
+
+async def test_the_process_that_timed_the_env_goes_on_as_the_first_worker() -> None:
+    """``auto`` starts no process of its own for envs that go to inline workers: the one that timed the env
+    serves, and a crash of it is handled as any worker's."""
+    before = set(children(os.getpid()))
+    async with aioenv.Pool("CartPole-v1", 4, seed=0, num_workers=2) as pool:  # inline workers, however cheap
+        assert (pool.executor, pool.num_workers, pool.envs_in_process) == ("inline", 2, 0)
+        started = {pid: cmd for pid, cmd in descendants(os.getpid()) if pid not in before}
+        assert len(started) == 2, started  # no third process was started, and none is left over
+        probe_pid = next(pid for pid, cmd in started.items() if "--name probe" in cmd)
+        await guard(pool.reset())
+        obs, rew, *_ = await guard(pool.step(np.zeros(4, dtype=np.int64)))
+        assert obs.shape == (4, 4)
+        assert rew.tolist() == [1.0] * 4
+        os.kill(probe_pid, signal.SIGKILL)  # the adopted worker dies: its envs are made again elsewhere
+        crash = await first_refused_step(pool)
+        assert "re-made" in str(crash)
+        await guard(pool.reset())
+        _, rew, *_ = await guard(pool.step(np.zeros(4, dtype=np.int64)))
+        assert rew.tolist() == [1.0] * 4
+    assert set(children(os.getpid())) == before
+
+
+async def test_envs_that_stay_in_this_process_leave_no_process_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(costs, "MESSAGE_WORK", 0.5)  # a round trip dearer than any batch, however busy the machine
+    before = set(children(os.getpid()))
+    async with aioenv.Pool("CartPole-v1", 2, seed=0) as pool:
+        assert (pool.executor, pool.envs_in_process) == ("in_process", 2)
+        assert set(children(os.getpid())) == before  # the process that timed the env is gone
 
 
 class Hangs(Flaky):
