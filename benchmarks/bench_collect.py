@@ -45,6 +45,8 @@ for _path in (ROOT, HERE):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
+from freshcell import run_fresh, versions  # noqa: E402 - found through the path set above
+
 NUM_ENVS = 32
 LATENCY_ENVS = 256
 LATENCY = {"mean": 0.02, "sigma": 0.5, "cap": 0.2, "episode_steps": 10**9}
@@ -287,13 +289,8 @@ def run_cell(workload: str, cell: str, seconds: float) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- rounds (the parent process)
 def spawn(workload: str, cell: str, seconds: float) -> dict[str, Any]:
     """Run a cell in a fresh interpreter; its result, or RuntimeError with its stderr."""
-    cmd = [sys.executable, __file__, "--cell", f"{workload}/{cell}", "--seconds", str(seconds)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300 + 4 * seconds)
-    if done.returncode != 0:
-        raise RuntimeError(f"exit {done.returncode}: {done.stderr.strip()[-2000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    args = ["--cell", f"{workload}/{cell}", "--seconds", str(seconds)]
+    return run_fresh(__file__, args, 300 + 4 * seconds, f"cell {workload}/{cell}")
 
 
 def run_workload(workload: str, seconds: float, repeats: int) -> dict[str, Any]:
@@ -376,19 +373,6 @@ def to_markdown(result: dict[str, Any]) -> str:
     lines += ["", "| goal | value | met |", "| --- | --: | --- |"]
     lines += [f"| {g['goal']} | {g['value']:.3g} | {'yes' if g['met'] else 'MISSED'} |" for g in result["goals"]]
     return "\n".join(lines) + "\n"
-
-
-def versions() -> dict[str, str]:
-    """The versions that matter here."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": platform.python_version()}
-    for name in ("aioenv", "torch", "torchrl", "tensordict", "gymnasium"):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = "-"
-    return out
 
 
 def main() -> None:

@@ -37,6 +37,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from freshcell import run_fresh, versions  # noqa: E402 - found through the path set above
 
 ENV_ID = "CartPole-v1"
 NUM_ENVS = 32
@@ -142,22 +145,8 @@ def run_cell(cell: str, seconds: float, frames_per_batch: int) -> dict[str, Any]
 # ----------------------------------------------------------------------------- the rounds (parent process)
 def spawn_cell(cell: str, seconds: float, frames_per_batch: int) -> dict[str, Any]:
     """Run ``cell`` in a fresh interpreter; its result, or RuntimeError with its stderr."""
-    cmd = [
-        sys.executable,
-        __file__,
-        "--cell",
-        cell,
-        "--seconds",
-        str(seconds),
-        "--frames-per-batch",
-        str(frames_per_batch),
-    ]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600 + 4 * seconds)
-    if done.returncode != 0:
-        raise RuntimeError(f"cell {cell!r} exited with code {done.returncode}: {done.stderr.strip()[-2000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    args = ["--cell", cell, "--seconds", str(seconds), "--frames-per-batch", str(frames_per_batch)]
+    return run_fresh(__file__, args, 600 + 4 * seconds, f"cell {cell!r}")
 
 
 def run(seconds: float, repeats: int, frames_per_batch: int, cells: list[str]) -> dict[str, Any]:
@@ -199,19 +188,6 @@ def run(seconds: float, repeats: int, frames_per_batch: int, cells: list[str]) -
         }
     return {"frames_per_s": medians, "samples": samples, "ratios": ratios, "errors": errors, "notes": notes,
             "target": target}  # fmt: skip
-
-
-def versions() -> dict[str, str]:
-    """The versions that matter here."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": platform.python_version()}
-    for name in ("aioenv", "torch", "torchrl", "tensordict", "gymnasium"):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = "-"
-    return out
 
 
 def to_markdown(result: dict[str, Any]) -> str:
