@@ -26,7 +26,18 @@ from aioenv.transport.slab import Slab
 from aioenv.wire import spaces
 from aioenv.wire.errors import to_wire
 from aioenv.wire.infos import batch_infos
-from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, leaves_to_wire, pack, pickle_allowed
+from aioenv.wire.protocol import (
+    Key,
+    Local,
+    Op,
+    decode,
+    encode,
+    leaves_from_wire,
+    leaves_to_wire,
+    local,
+    pack,
+    pickle_allowed,
+)
 from workers.hosted import HostedEnv, check_executor
 from workers.link import open_link
 from workers.probe import probe_env
@@ -152,6 +163,8 @@ class Worker:
                 raise ProtocolError(f"worker {self.name} got unknown op {op!r}")
             fields, out = handler(header, arrays)
             fields[Key.ID] = req_id
+            if type(frames[0]) is Local and not out and Key.INFO not in fields and Key.ERRORS not in fields:
+                return local(Op.RESULT, fields), False  # ids and flags back to this process (see Local)
             info_list = bool(header.get(Key.INFO_LIST))
             return encode_reply(fields, out, header.get(Key.ENV) or [], info_list, trusted=self.trusted), False
         except Exception as exc:  # every request gets a reply, a failed one an ERROR

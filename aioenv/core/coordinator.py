@@ -55,7 +55,7 @@ from aioenv.transport.slab import Slab, slab_enabled
 from aioenv.wire import spaces
 from aioenv.wire.errors import from_wire
 from aioenv.wire.options import AutoresetName, Executor, OnTimeout
-from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, leaves_to_wire
+from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, leaves_to_wire, local
 from aioenv.wire.spaces import space_from_description
 
 log = logging.getLogger("aioenv.coordinator")
@@ -354,7 +354,7 @@ class Coordinator:
                 req = self.sched.open(worker, kind, ids, sink=sink, positions=positions, deadline=deadline)
                 opened.append(req)
                 slot = self.slots[worker]
-                frames = None if slot.dead_reason else self._encode_request(kind, req, build, self._trusted)
+                frames = None if slot.dead_reason else self._encode_request(kind, req, build, self._trusted, slot)
                 prepared.append((slot, req, positions, frames))
         except Exception as exc:
             for req in opened:
@@ -364,11 +364,14 @@ class Coordinator:
         return prepared
 
     @staticmethod
-    def _encode_request(kind: str, req: Request, build: Build, trusted: bool) -> list[Any]:
-        """The frames of ``req``: its builder's fields and arrays, with its id and env ids."""
+    def _encode_request(kind: str, req: Request, build: Build, trusted: bool, slot: _Slot) -> list[Any]:
+        """The frames of ``req``: its builder's fields and arrays, with its id and env ids. A step over shared
+        rows for the worker in this process is ids and flags only: it is passed as it is (``protocol.Local``)."""
         fields, arrays = build(req)
         fields[Key.ID] = req.id
         fields[Key.ENV] = req.env_ids.tolist()
+        if slot.in_process and kind == "step" and not arrays and Key.SHARED in fields:
+            return local(Op.STEP, fields)
         return encode(_OPS[kind], fields, arrays, trusted=trusted)
 
     def _pump(self) -> None:

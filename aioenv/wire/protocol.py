@@ -55,12 +55,14 @@ __all__ = [
     "MAX_HEADER_BYTES",
     "PROTOCOL_VERSION",
     "Key",
+    "Local",
     "Op",
     "Pickled",
     "decode",
     "encode",
     "leaves_from_wire",
     "leaves_to_wire",
+    "local",
     "pack",
     "pickle_allowed",
     "trust_parent_pipe",
@@ -426,6 +428,27 @@ def encode(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray] = (), *
     return frames
 
 
+class Local:
+    """The one frame of a message that never leaves its process: an in-process worker's request or reply
+    (:mod:`workers.inproc`), its header as the dict :func:`decode` would return. Only messages whose fields
+    are plain ids and flags go this way (a step's request over shared rows, its reply without infos or
+    errors): what could fail to cross a wire is still encoded, so an in-process pool refuses what any other
+    refuses. It is no bytes: a socket cannot carry it."""
+
+    __slots__ = ("header",)
+
+    def __init__(self, header: dict[str, Any]) -> None:
+        self.header = header
+
+
+def local(op: str, fields: dict[str, Any]) -> list[Any]:
+    """The frames of a message passed within this process (see :class:`Local`): no serialisation at all."""
+    header = dict(fields)
+    header[Key.VERSION] = PROTOCOL_VERSION
+    header[Key.OP] = op
+    return [Local(header)]
+
+
 def _pack_header(header: dict[str, Any], trusted: bool) -> bytes:
     if not trusted:
         return _PACK(header)
@@ -461,6 +484,8 @@ def decode(frames: Sequence[Any], *, trusted: bool = False) -> tuple[dict[str, A
     """
     if not frames:
         raise ProtocolError("empty message: expected [header, *arrays]")
+    if type(frames[0]) is Local:  # from this process (see Local): nothing to parse
+        return frames[0].header, []
     header = _decode_header(_buffer(frames[0]), trusted)
     specs = header.get(Key.ARRAYS)
     if specs is None:  # no arrays: the common case of control messages

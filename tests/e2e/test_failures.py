@@ -177,8 +177,12 @@ async def test_env_error_through_send_recv() -> None:
         assert not errors
 
 
-async def test_info_that_cannot_cross_the_wire_fails_only_its_row() -> None:
-    async with aioenv.Pool(faulty_fns(3, {1: {"bad_info": True}}), num_workers=1, executor="inline") as pool:
+@pytest.mark.parametrize(
+    "where", [{"num_workers": 1, "executor": "inline"}, {"executor": "in_process"}], ids=["worker", "in_process"]
+)
+async def test_info_that_cannot_cross_the_wire_fails_only_its_row(where: dict[str, Any]) -> None:
+    """Also in the pool's own process, where a step's messages are otherwise passed as they are."""
+    async with aioenv.Pool(faulty_fns(3, {1: {"bad_info": True}}), **where) as pool:
         await guard(pool.reset(seed=0))
         with pytest.raises(EnvError) as info:
             await guard(pool.step(np.zeros(3, dtype=np.int64)))

@@ -77,6 +77,34 @@ async def test_an_env_error_fails_its_own_row_only_and_no_process_is_started() -
         np.testing.assert_array_equal(info["seen"], [0, 0])
 
 
+async def test_a_plain_step_in_process_serialises_nothing_and_a_step_with_infos_still_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A step's request and reply between a pool and its in-process worker are ids and flags: they pass as
+    they are (``protocol.Local``). A reply with infos is encoded as for any worker (so what cannot cross a
+    wire fails here too: test_failures.py)."""
+    import aioenv.core.coordinator as coordinator
+    import workers.runtime as runtime
+
+    encoded: list[str] = []
+    for module in (coordinator, runtime):
+        real = module.encode
+        monkeypatch.setattr(module, "encode", lambda op, *a, _real=real, **k: encoded.append(op) or _real(op, *a, **k))
+    async with aioenv.Pool(Flaky, 3, executor="in_process") as pool:
+        await guard(pool.reset(seed=0))
+        encoded.clear()
+        obs, rew, *_ = await guard(pool.step(np.zeros(3, dtype=np.int64)))  # Flaky's step has an info
+        assert encoded == ["result"]  # that reply alone
+    async with aioenv.Pool("CartPole-v1", 3, executor="in_process") as pool:
+        await guard(pool.reset(seed=0))
+        encoded.clear()
+        for _ in range(5):
+            obs, rew, *_ = await guard(pool.step(np.zeros(3, dtype=np.int64)))
+        assert obs.shape == (3, 4)
+        assert rew.tolist() == [1.0, 1.0, 1.0]
+        assert encoded == []
+
+
 async def test_closing_an_in_process_pool_closes_its_envs() -> None:
     Flaky.closed.clear()
     pool = await aioenv.make(Flaky, 4, executor="in_process")

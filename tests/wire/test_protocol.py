@@ -21,7 +21,7 @@ from hypothesis.extra import numpy as hnp
 
 from aioenv import PROTOCOL_VERSION
 from aioenv.errors import AioEnvError, ProtocolError
-from aioenv.wire.protocol import Op, decode, encode, leaves_from_wire, leaves_to_wire, pack, unpack
+from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, leaves_to_wire, local, pack, unpack
 
 NUMERIC_DTYPES = [
     np.bool_,
@@ -155,6 +155,13 @@ def test_header_fields_round_trip() -> None:
     assert header["op"] == Op.CALL
     for key, value in fields.items():
         assert_same_value(header[key], value, f"header[{key!r}]")
+
+
+def test_a_local_message_decodes_to_its_header_without_bytes() -> None:
+    frames = local(Op.STEP, {Key.ID: 7, Key.SHARED: 1, "v": 0, "op": "x"})
+    header, arrays = decode(frames)
+    assert header == {Key.ID: 7, Key.SHARED: 1, Key.VERSION: PROTOCOL_VERSION, Key.OP: Op.STEP}
+    assert arrays == []
 
 
 def test_caller_cannot_override_version_or_op() -> None:
