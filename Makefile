@@ -39,8 +39,10 @@ typecheck: $(VENV)/.installed-test
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy docker/image_test.py tests/deploy/test_manifests.py
 
+# the suite in 2 test processes (pytest-xdist), one per core of a 2-core machine (its tests start worker
+# processes and wait on them: one test process alone leaves a core idle); `$(PY) -m pytest` runs it in one
 test: lint typecheck
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2
 
 # the chaos soak for minutes (tests/chaos): SOAK_SECONDS per scenario, a summary table, exit 1 on any violation or leak
 SOAK_SECONDS ?= 60

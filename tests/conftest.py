@@ -1,12 +1,14 @@
 """Fixtures shared by every test directory: no test leaves a worker process behind; the gate of the probe
 env's slow steps; a second network namespace. Plain helpers that tests call with arguments live in
-:mod:`tests.support`."""
+:mod:`tests.support`. Under pytest-xdist, each test process has a temporary directory of its own."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,53 @@ import pytest
 
 from tests.support.procs import HANG, child_processes
 from tests.support.servers import ServerProcess
+
+#: This test process's own temporary directory (under pytest-xdist), removed when the process ends.
+_OWN_TMPDIR = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``-n``), give this test process a temporary directory of its own, for it and every
+    process it starts (``TMPDIR``): the checks that nothing is left (a pool's private ``aioenv-*`` directory,
+    the chaos harness's leak census of the temporary directory) then see only what this process's tests made,
+    never what a test running beside it in another process holds at that moment."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        return
+    own = tempfile.mkdtemp(prefix=f"pytest-{worker}-")
+    os.environ["TMPDIR"] = own
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+    config.stash[_OWN_TMPDIR] = own
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    own = config.stash.get(_OWN_TMPDIR, None)
+    if own is not None:
+        shutil.rmtree(own, ignore_errors=True)
+
+
+#: Tests that must run in one test process, one after the other, under pytest-xdist: a path prefix and its
+#: group. The Ray modules each start a local Ray cluster; two on this machine at once must never meet.
+ONE_PROCESS = {"tests/ray/": "ray"}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist's ``load`` distribution (what ``-n`` does), except that each group of :data:`ONE_PROCESS`
+    goes to one test process as a whole, and first (the largest units first). (xdist's own ``xdist_group``
+    mark does not take with pytest 9, which no longer reads the node id xdist rewrites.)"""
+    if config.getoption("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduler(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            for prefix, group in ONE_PROCESS.items():
+                if nodeid.startswith(prefix):
+                    return group
+            return nodeid  # every other test on its own: as ``load`` does
+
+    return Scheduler(config, log)
 
 
 @pytest.fixture(autouse=True)

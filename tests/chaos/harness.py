@@ -22,6 +22,7 @@ import contextlib
 import os
 import random
 import signal
+import tempfile
 import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -181,7 +182,7 @@ class Leaks:
             fds=frozenset(_descriptors()),
             threads=threading.active_count(),
             shm=frozenset(n for n in os.listdir("/dev/shm") if "aioenv" in n),
-            private_dirs=frozenset(n for n in os.listdir("/tmp") if n.startswith("aioenv-")),
+            private_dirs=frozenset(n for n in os.listdir(tempfile.gettempdir()) if n.startswith("aioenv-")),
         )
 
     def grown_since(self, before: Leaks) -> list[str]:
@@ -191,7 +192,8 @@ class Leaks:
         if self.threads > before.threads:
             found.append(f"{self.threads - before.threads} threads")
         found += [f"shared memory {n}" for n in sorted(self.shm - before.shm)]
-        found += [f"private directory /tmp/{n}" for n in sorted(self.private_dirs - before.private_dirs)]
+        tmp = tempfile.gettempdir()
+        found += [f"private directory {tmp}/{n}" for n in sorted(self.private_dirs - before.private_dirs)]
         return found
 
 
