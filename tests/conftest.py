@@ -5,6 +5,7 @@ env's slow steps; a second network namespace. Plain helpers that tests call with
 from __future__ import annotations
 
 import asyncio
+import multiprocessing.util
 import os
 import shutil
 import subprocess
@@ -39,7 +40,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     own = config.stash.get(_OWN_TMPDIR, None)
     if own is not None:
-        shutil.rmtree(own, ignore_errors=True)
+        # At exit, after multiprocessing removed its own temporary directory inside this one (its finalizer
+        # has priority -100): removed before, that finalizer would print a FileNotFoundError.
+        multiprocessing.util.Finalize(None, shutil.rmtree, args=(own, True), exitpriority=-200)
 
 
 #: Tests that must run in one test process, one after the other, under pytest-xdist: a path prefix and its
