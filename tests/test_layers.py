@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -104,3 +106,29 @@ def test_no_import_circles() -> None:
 
     for module in sorted(graph):
         visit(module, [])
+
+
+def _loaded_by(code: str) -> set[str]:
+    """The project modules a fresh interpreter has loaded after running ``code``."""
+    probe = f"{code}\nimport sys\nprint(' '.join(m for m in sys.modules if m.split('.')[0] in ('aioenv', 'workers')))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
+    return set(out.stdout.split())
+
+
+def test_a_worker_process_loads_no_layer_above_transport() -> None:
+    """A worker imports ``aioenv.errors``, which runs ``aioenv/__init__`` first: the package's public names load
+    on first use, so a worker's start does not pay for the coordinator, the pool or the vector facade."""
+    loaded = _loaded_by("import workers.__main__, workers.runtime, workers.concurrent, workers.hosted")
+    above = sorted(m for m in loaded if _layer(m) not in ALLOWED["workers"] | {"workers"} and m != "aioenv")
+    assert not above, f"a worker process loads {above}"
+    assert {"workers.runtime", "aioenv.errors", "aioenv.wire.protocol"} <= loaded  # the probe sees real imports
+
+
+def test_public_names_of_the_package_load_on_first_use() -> None:
+    assert "aioenv.pool" not in _loaded_by("import aioenv")
+    loaded = _loaded_by("import aioenv\nassert aioenv.Pool is __import__('aioenv.pool').pool.Pool")
+    assert {"aioenv.pool", "aioenv.core.coordinator"} <= loaded
+    import aioenv
+
+    with pytest.raises(AttributeError, match="module 'aioenv' has no attribute 'Poool'"):
+        aioenv.Poool  # type: ignore[attr-defined]  # noqa: B018
