@@ -23,7 +23,6 @@ only what is not an array.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import os
@@ -51,7 +50,7 @@ from aioenv.errors import (
     UsageError,
     WorkerCrashed,
 )
-from aioenv.transport.slab import Slab, slab_enabled
+from aioenv.transport.slab import Slab
 from aioenv.wire import spaces
 from aioenv.wire.errors import from_wire
 from aioenv.wire.options import AutoresetName, Executor, OnTimeout
@@ -187,9 +186,8 @@ class Coordinator:
         self._adopt = adopt[0] if adopt is not None else None
         if adopt is not None:
             self._slab_fd = adopt[1]
-        elif self._trusted and executor == "inline" and slab_enabled():
-            with contextlib.suppress(OSError):  # no memfd here (a sandbox may refuse it): messages it is
-                self._slab_fd = Slab.new_fd()
+        elif self._trusted and executor == "inline":
+            self._slab_fd = Slab.try_new_fd()
 
     @staticmethod
     def private_directory() -> str:

@@ -37,7 +37,7 @@ from typing import Any
 from aioenv.core.launcher import LaunchSpec, LocalProcess, WorkerProc, launch_local
 from aioenv.core.sources import EnvSources
 from aioenv.errors import WorkerCrashed
-from aioenv.transport.slab import Slab, slab_enabled
+from aioenv.transport.slab import Slab
 from aioenv.wire.errors import from_wire
 from aioenv.wire.protocol import Key, Op, decode, encode
 
@@ -124,16 +124,6 @@ def _close_fd(fd: int | None) -> None:
         os.close(fd)
 
 
-def _rows_fd() -> int | None:
-    """A descriptor for a pool's shared rows, as a coordinator makes it for local inline workers (None: none)."""
-    if not slab_enabled():
-        return None
-    try:
-        return Slab.new_fd()
-    except OSError:  # no memfd here (a sandbox may refuse it): messages carry the arrays
-        return None
-
-
 async def probe(sources: EnvSources, env_id: int, seed: int | None, private_dir: str) -> Probed:
     """Time env ``env_id``'s steps in an ``inline`` worker process started for this (see :mod:`workers.probe`),
     which goes on running with no envs (see :class:`Probed`); raises :class:`TimeoutError` past
@@ -163,7 +153,7 @@ async def probe(sources: EnvSources, env_id: int, seed: int | None, private_dir:
         elif pong and not pong[-1].done():  # it died between two PINGs
             pong[-1].set_exception(crashed)
 
-    slab_fd = _rows_fd()
+    slab_fd = Slab.try_new_fd()  # as a coordinator makes it for local inline workers
     try:
         proc = launch_local(LaunchSpec("probe", "inline", 1, private_dir, on_exit, on_message, slab_fd))
     except BaseException:

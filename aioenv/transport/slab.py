@@ -99,6 +99,17 @@ class Slab:
         return os.memfd_create("aioenv-slab", os.MFD_CLOEXEC)
 
     @staticmethod
+    def try_new_fd() -> int | None:
+        """:meth:`new_fd` where slabs are enabled (:func:`slab_enabled`) and memfd is allowed, else None (a
+        sandbox may refuse memfd): the pool's messages then carry the arrays."""
+        if not slab_enabled():
+            return None
+        try:
+            return Slab.new_fd()
+        except OSError:
+            return None
+
+    @staticmethod
     def plan(num_envs: int, obs_space: Any, act_space: Any) -> dict[str, Any] | None:
         """The layout for these spaces, or None when a leaf cannot live in shared memory (an object leaf: text,
         Graph, Sequence, OneOf, user-defined)."""

@@ -134,6 +134,22 @@ def test_aioenv_slab_switches_slabs_off_and_refuses_other_values(monkeypatch: py
         slab_enabled()
 
 
+def test_try_new_fd_gives_none_when_slabs_are_off_or_memfd_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SLAB_ENV, "off")
+    assert Slab.try_new_fd() is None
+    monkeypatch.setenv(SLAB_ENV, "on")
+    fd = Slab.try_new_fd()
+    assert fd is not None
+    assert os.fstat(fd).st_size == 0  # a fresh, empty file
+    os.close(fd)
+
+    def refuse(name: str, flags: int = 0) -> int:
+        raise PermissionError(1, "Operation not permitted")  # as a seccomp sandbox answers memfd_create
+
+    monkeypatch.setattr(os, "memfd_create", refuse)
+    assert Slab.try_new_fd() is None
+
+
 # ---------------------------------------------------------------- pools
 
 N = 6
