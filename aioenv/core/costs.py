@@ -18,16 +18,20 @@ with the pool's shared rows, so a pool whose envs go to ``inline`` workers keeps
 - a coroutine ``step``: ``async`` workers;
 - a step that takes over 1 ms of wall time while using under half of it on the CPU: ``thread`` workers;
 - ``num_envs x step`` under the round trip, or a single usable CPU: every env in this process;
-- a step under :data:`SHARE_LIMIT` and more than one CPU, for a pool whose ``recv`` waits for every row
-  (lock-step): this process steps a share of the envs while worker processes step the rest at the same time
-  (the share balances this process's batch against the workers' batch plus a round trip). With a smaller
-  ``batch_size`` (first-finished results) the share would always finish first and starve the workers;
-- otherwise ``inline`` worker processes, one per usable CPU.
+- a step over :data:`SHARE_LIMIT`: ``inline`` worker processes, one per usable CPU;
+- otherwise (cheap steps, a batch dearer than a round trip) the predicted seconds of one batch decide between
+  every env here, worker processes only, and (for a pool whose ``recv`` waits for every row: lock-step) a
+  share of the envs stepped here while worker processes step the rest at the same time. Each message costs
+  this process CPU of its own (:attr:`Cost.message_cpu`, measured with the PINGs: on a VM it can be half the
+  round trip), which the share pays before its own steps. A placement with workers must predict at most
+  :data:`WORKER_GAIN` of the all-here time: a second process is worth it only when it clearly pays. With a
+  smaller ``batch_size`` (first-finished results) a share would always finish first and starve the workers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import statistics
 import time
@@ -41,7 +45,19 @@ from aioenv.transport.slab import Slab
 from aioenv.wire.errors import from_wire
 from aioenv.wire.protocol import Key, Op, decode, encode
 
-__all__ = ["MESSAGE_WORK", "PROBE_LIMIT", "ROUND_TRIP", "SHARE_LIMIT", "Choice", "Cost", "Probed", "choose", "probe"]
+__all__ = [
+    "MESSAGE_CPU",
+    "MESSAGE_WORK",
+    "PROBE_LIMIT",
+    "ROUND_TRIP",
+    "SHARE_LIMIT",
+    "WORKER_GAIN",
+    "Choice",
+    "Cost",
+    "Probed",
+    "choose",
+    "probe",
+]
 
 #: Seconds of a batch's round trip to worker processes and back (messages, wake-ups, the pool's own
 #: work per message), as measured on a quiet 2-vCPU VM; a batch cheaper than this runs faster in-process.
@@ -50,6 +66,9 @@ ROUND_TRIP = 150e-6
 #: The pool's own seconds per message beyond a bare PING's round trip (encoding the batch, routing the
 #: reply, gathering the rows), added to the probe's measured PING.
 MESSAGE_WORK = 50e-6
+#: Seconds of this process's own CPU per message to a worker and back (sending, waking, reading, routing),
+#: as on a quiet 2-vCPU VM; the probe measures it (:attr:`Cost.message_cpu`). This is the estimate without.
+MESSAGE_CPU = 80e-6
 #: PINGs the probe's process answers, for the median round trip.
 PINGS = 7
 #: The pool's own seconds per call in this process, which a share stepped here adds to that share.
@@ -57,6 +76,9 @@ CALL_COST = 25e-6
 #: Steps dearer than this run in worker processes only (an expensive env gains little from sharing the
 #: caller's core, and keeps the safety of a process of its own).
 SHARE_LIMIT = 50e-6
+#: A placement with worker processes must predict at most this fraction of the seconds all envs take in this
+#: process (the model ignores the other process's wake-ups under load, which a VM makes dear and erratic).
+WORKER_GAIN = 0.8
 #: Seconds the process timing an env gets (making the env, a reset, its steps): past them it is killed
 #: and the envs go to ``inline`` worker processes.
 PROBE_LIMIT = 5.0
@@ -64,13 +86,15 @@ PROBE_LIMIT = 5.0
 
 @dataclass(frozen=True)
 class Cost:
-    """What one env's steps cost: mean wall and CPU seconds per step (``asynchronous``: a coroutine env),
-    and the seconds of a batch's round trip to a worker process on this machine."""
+    """What one env's steps cost: wall and CPU seconds per step (``asynchronous``: a coroutine env), the
+    seconds of a batch's round trip to a worker process on this machine, and this process's own CPU seconds
+    per such message."""
 
     step: float = 0.0
     cpu: float = 0.0
     asynchronous: bool = False
     round_trip: float = ROUND_TRIP
+    message_cpu: float = MESSAGE_CPU
 
 
 @dataclass(frozen=True)
@@ -164,28 +188,32 @@ async def probe(sources: EnvSources, env_id: int, seed: int | None, private_dir:
             header = await answer
             if header[Key.OP] == Op.ERROR:
                 raise from_wire(header[Key.ERROR])
-            round_trip = await _ping(proc, pong)
+            round_trip, message_cpu = await _ping(proc, pong)
     except BaseException:
         _close_fd(slab_fd)
         await _close(proc, asked=answer.done())
         raise
     timed = header[Key.VALUES]
     if timed.get("async"):
-        return Probed(Cost(asynchronous=True, round_trip=round_trip), proc, slab_fd)
-    return Probed(Cost(float(timed["step"]), float(timed["cpu"]), round_trip=round_trip), proc, slab_fd)
+        return Probed(Cost(asynchronous=True, round_trip=round_trip, message_cpu=message_cpu), proc, slab_fd)
+    cost = Cost(float(timed["step"]), float(timed["cpu"]), round_trip=round_trip, message_cpu=message_cpu)
+    return Probed(cost, proc, slab_fd)
 
 
-async def _ping(proc: WorkerProc, pong: list[asyncio.Future[None]]) -> float:
-    """The median of :data:`PINGS` round trips to the probe's process, plus :data:`MESSAGE_WORK`."""
+async def _ping(proc: WorkerProc, pong: list[asyncio.Future[None]]) -> tuple[float, float]:
+    """The median of :data:`PINGS` round trips to the probe's process, and this process's CPU seconds per
+    PING; each plus :data:`MESSAGE_WORK` (the pool's own work per message, on this process's CPU)."""
     loop = asyncio.get_running_loop()
     times = []
+    cpu = time.process_time()
     for _ in range(PINGS):
         pong.append(loop.create_future())
         start = time.perf_counter()
         proc.port.send(b"probe", encode(Op.PING, {Key.ID: 0}))
         await pong[-1]
         times.append(time.perf_counter() - start)
-    return statistics.median(times) + MESSAGE_WORK
+    cpu = (time.process_time() - cpu) / PINGS
+    return statistics.median(times) + MESSAGE_WORK, cpu + MESSAGE_WORK
 
 
 def choose(cost: Cost, num_envs: int, cpus: int, batch_size: int | None = None) -> Choice:
@@ -202,21 +230,61 @@ def choose(cost: Cost, num_envs: int, cpus: int, batch_size: int | None = None) 
         why = (
             "one usable CPU"
             if cpus < 2
-            else f"{num_envs} steps take {batch * 1e6:.0f} µs, less than a round trip ({trip * 1e6:.0f} µs)"
+            else f"{num_envs} steps take {_us(batch)}, less than a round trip ({_us(trip)})"
         )
         return Choice("in_process", 0, num_envs, why)
     if cost.step > SHARE_LIMIT:
         return Choice("inline", workers, 0, f"a step takes {step_us}")
+    return _cheapest(cost, num_envs, cpus, batch_size)
+
+
+def _cheapest(cost: Cost, num_envs: int, cpus: int, batch_size: int | None) -> Choice:
+    """Cheap steps, a batch dearer than a round trip: the placement of the fewest predicted seconds per batch,
+    where one with workers must beat every env here by :data:`WORKER_GAIN`."""
+    here = CALL_COST + num_envs * cost.step
+    workers = max(1, min(num_envs, cpus))
+    options = [(_workers_only(cost, num_envs, workers), Choice("inline", workers, 0, ""))]
+    if batch_size is None or batch_size >= num_envs:
+        options.append(_share(cost, num_envs, cpus))
+    seconds, best = min(options, key=lambda option: option[0])
+    if seconds > WORKER_GAIN * here:
+        why = (
+            f"{num_envs} steps take {_us(here)} here; with worker processes {_us(seconds)} "
+            f"(a round trip {_us(cost.round_trip)}, {_us(cost.message_cpu)} of this process per message)"
+        )
+        return Choice("in_process", 0, num_envs, why)
+    if best.in_process:
+        return dataclasses.replace(best, why=f"a step takes {_us(cost.step)}: this process shares the work")
+    why = f"a step takes {_us(cost.step)}, {num_envs} take {_us(seconds)} on {workers} worker processes"
     if batch_size is not None and batch_size < num_envs:
-        # First-finished results: the share stepped inside send() would always finish first, recv() would
+        # First-finished results: a share stepped inside send() would always finish first, recv() would
         # hand out its rows and the next send() step them again, while the workers' envs wait their turn.
-        why = f"a step takes {step_us}, and recv() returns the first {batch_size} of {num_envs} rows to finish"
-        return Choice("inline", workers, 0, why)
+        why += f" (recv() returns the first {batch_size} of {num_envs} rows to finish: no share here)"
+    return dataclasses.replace(best, why=why)
+
+
+def _workers_only(cost: Cost, num_envs: int, workers: int) -> float:
+    """Predicted seconds of a batch on ``workers`` processes: a round trip, their envs in parallel, and this
+    process's CPU for each further message."""
+    return cost.round_trip + (workers - 1) * cost.message_cpu + num_envs * cost.step / workers
+
+
+def _share(cost: Cost, num_envs: int, cpus: int) -> tuple[float, Choice]:
+    """The share of envs stepped here that finishes with the workers' envs, and its predicted seconds.
+
+    This process sends the workers' messages (``others x message_cpu`` of its CPU), then steps ``here`` envs;
+    the workers step the rest at the same time and answer after a round trip. Balance
+    ``CALL_COST + others x message_cpu + here x step`` against ``trip + (n - here) x step / others``:
+    ``here = (trip - CALL_COST - others x message_cpu + n x step / others) / (step x (1 + 1/others))``.
+    (A batch dearer than the round trip leaves the workers at least one env each.)"""
     others = min(cpus - 1, num_envs - 1)
-    # Balance CALL_COST + here * step (this process) against trip + (n - here) * step / others
-    # (the workers at the same time): here = (trip - CALL_COST + n * step / others) / (step * (1 + 1/others)).
-    # (A batch dearer than the round trip leaves the workers at least one env each.)
     step = max(cost.step, 1e-9)
-    here = round((trip - CALL_COST + num_envs * step / others) / (step * (1 + 1 / others)))
+    mine = CALL_COST + others * cost.message_cpu
+    here = round((cost.round_trip - mine + num_envs * step / others) / (step * (1 + 1 / others)))
     here = max(1, min(here, num_envs - others))
-    return Choice("inline", others, here, f"a step takes {step_us}: this process shares the work")
+    seconds = max(mine + here * step, cost.round_trip + (num_envs - here) * step / others)
+    return seconds, Choice("inline", others, here, "")
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:.0f} µs"

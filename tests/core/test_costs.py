@@ -3,6 +3,7 @@ probe (:mod:`workers.probe`) measures real envs: a cheap one, one that sleeps an
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
 
@@ -10,9 +11,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from aioenv.core.costs import ROUND_TRIP, SHARE_LIMIT, Cost, choose
+from aioenv.core.costs import CALL_COST, MESSAGE_CPU, ROUND_TRIP, SHARE_LIMIT, WORKER_GAIN, Cost, choose
 from aioenv.envs.latency import AsyncSleepEnv
-from workers.probe import probe_env
+from workers.probe import probe_env, robust_mean
 
 US = 1e-6
 
@@ -25,11 +26,11 @@ def test_a_batch_cheaper_than_a_round_trip_runs_in_this_process() -> None:
 
 def test_the_measured_round_trip_decides_not_the_estimate() -> None:
     """The same 20 µs steps: with messages as slow as on a busy VM (400 µs) 8 envs stay here; with fast
-    messages (60 µs) they are shared with a worker process."""
+    messages (60 µs, 20 µs of this process's CPU) they are shared with a worker process."""
     slow = choose(Cost(20 * US, 20 * US, round_trip=400 * US), 8, cpus=2)
     assert (slow.executor, slow.in_process) == ("in_process", 8)
     assert "less than a round trip (400 µs)" in slow.why
-    fast = choose(Cost(20 * US, 20 * US, round_trip=60 * US), 8, cpus=2)
+    fast = choose(Cost(20 * US, 20 * US, round_trip=60 * US, message_cpu=20 * US), 8, cpus=2)
     assert (fast.executor, fast.num_workers) == ("inline", 1)
     assert 0 < fast.in_process < 8
 
@@ -40,26 +41,44 @@ def test_one_usable_cpu_keeps_every_cheap_env_here() -> None:
     assert choice.why == "one usable CPU"
 
 
-@pytest.mark.parametrize(("num_envs", "cpus"), [(32, 2), (128, 2), (128, 4), (1000, 8)])
+@pytest.mark.parametrize(("num_envs", "cpus"), [(128, 2), (128, 4), (1000, 8)])
 def test_cheap_envs_on_several_cpus_are_shared_so_both_sides_finish_together(num_envs: int, cpus: int) -> None:
     step = 5 * US
     choice = choose(Cost(step, step), num_envs, cpus)
     assert choice.executor == "inline"
     assert choice.num_workers == cpus - 1
     assert 0 < choice.in_process < num_envs
-    here = choice.in_process * step  # this process's share, against the workers' share plus a round trip
+    assert "this process shares the work" in choice.why
+    # This process sends the workers' messages and steps its share; the workers step theirs after a round trip.
+    here = CALL_COST + choice.num_workers * MESSAGE_CPU + choice.in_process * step
     there = ROUND_TRIP + (num_envs - choice.in_process) * step / choice.num_workers
-    assert abs(here - there) <= step * 2 + ROUND_TRIP / 2
+    assert abs(here - there) <= step * 2
+    assert max(here, there) <= WORKER_GAIN * (CALL_COST + num_envs * step)
+
+
+def test_a_share_that_would_not_clearly_pay_keeps_every_env_here() -> None:
+    """32 steps of 14 µs (CartPole on a slow VM), a 400 µs round trip and 250 µs of this process's CPU per
+    message (as measured there): a share or two workers would save under a fifth of the batch, or nothing."""
+    choice = choose(Cost(14 * US, 14 * US, round_trip=400 * US, message_cpu=250 * US), 32, cpus=2)
+    assert (choice.executor, choice.num_workers, choice.in_process) == ("in_process", 0, 32)
+    assert choice.why.startswith("32 steps take 473 µs here; with worker processes")
+    assert "250 µs of this process per message" in choice.why
+    # The same envs with 128 of them: sharing now clearly pays.
+    shared = choose(Cost(14 * US, 14 * US, round_trip=400 * US, message_cpu=250 * US), 128, cpus=2)
+    assert (shared.executor, shared.num_workers) == ("inline", 1)
+    assert 0 < shared.in_process < 128
 
 
 def test_first_finished_pools_are_not_shared_with_this_process() -> None:
-    """recv() of the first 64 of 128 rows: a share stepped inside send() would always be those 64."""
-    lockstep = choose(Cost(5 * US, 5 * US), 128, cpus=2, batch_size=128)
-    assert 0 < lockstep.in_process < 128
-    first_finished = choose(Cost(5 * US, 5 * US), 128, cpus=2, batch_size=64)
+    """recv() of the first 500 of 1000 rows: a share stepped inside send() would always be those 500."""
+    lockstep = choose(Cost(5 * US, 5 * US), 1000, cpus=2, batch_size=1000)
+    assert 0 < lockstep.in_process < 1000
+    first_finished = choose(Cost(5 * US, 5 * US), 1000, cpus=2, batch_size=500)
     assert (first_finished.executor, first_finished.num_workers, first_finished.in_process) == ("inline", 2, 0)
-    assert "recv() returns the first 64 of 128 rows" in first_finished.why
+    assert "recv() returns the first 500 of 1000 rows to finish: no share here" in first_finished.why
     assert choose(Cost(5 * US, 5 * US), 16, cpus=2, batch_size=4).executor == "in_process"  # no round trip pays
+    # Without a share, 128 such envs gain too little from two workers to leave this process.
+    assert choose(Cost(5 * US, 5 * US), 128, cpus=2, batch_size=64).executor == "in_process"
 
 
 def test_dear_steps_run_in_worker_processes_only() -> None:
@@ -117,3 +136,35 @@ def test_the_probe_env_is_closed_even_when_a_step_raises() -> None:
     with pytest.raises(RuntimeError, match="broken step"):
         probe_env(Broken, seed=0)
     assert closed == [True]
+
+
+class SlowSampling(gym.spaces.Discrete):
+    """Sampling an action sleeps 2 ms: the probe must not count it as the env's step."""
+
+    def sample(self, mask: Any = None, probability: Any = None) -> np.int64:
+        time.sleep(0.002)
+        return super().sample(mask, probability)
+
+
+class Instant(Sleepy):
+    action_space = SlowSampling(2)
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+
+def test_the_probe_times_the_step_not_the_sampling_of_its_action() -> None:
+    timed = _cost(probe_env(Instant, seed=0))
+    assert timed.step < 1e-3  # 2 ms per sample: counted, it would be over
+
+
+def test_robust_mean_keeps_periodic_dear_steps_and_drops_one_preemption() -> None:
+    steps = [10 * US] * 40
+    steps[::4] = [50 * US] * 10  # every 4th step is dear (a reset): the mean counts it
+    assert robust_mean(steps) == pytest.approx(statistics.fmean(steps))
+    preempted = [*steps]
+    preempted[7] = 5e-3  # one preemption of 5 ms: a plain mean would grow 6-fold
+    assert statistics.fmean(preempted) > 5 * statistics.fmean(steps)
+    assert robust_mean(preempted) == pytest.approx(statistics.fmean(steps))
+    assert robust_mean([3 * US]) == 3 * US
+    assert robust_mean([1 * US, 3 * US]) == pytest.approx(2 * US)  # two runs of one: their median
