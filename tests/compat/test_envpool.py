@@ -92,15 +92,21 @@ def error_of(fn: Any) -> tuple[type[BaseException], str] | None:
 # ---------------------------------------------------------------- the documented async loop
 
 
-def documented_loop(env: Any, rounds: int, batch: int) -> tuple[list[Any], set[int], int]:
+def documented_loop(env: Any, rounds: int, batch: int, num_envs: int = 8) -> tuple[list[Any], set[int], int]:
     """EnvPool's documented loop with action 1 (CartPole episodes end every ~10 steps). Checks EnvPool's row
-    bookkeeping on every row; returns each round's layout, the env ids seen and how many episodes ended."""
+    bookkeeping on every row; returns the first ``rounds`` rounds' layouts, the env ids seen and how many
+    episodes ended. It goes on past ``rounds`` (up to 100 times as many) until every env was seen: which rows
+    finish first is the scheduler's to decide, and on a loaded machine one worker can answer every round of
+    ``rounds`` before the other is scheduled; no env may wait for ever."""
     env.async_reset()
     layouts, seen, ended = [], set(), 0
     last: dict[int, tuple[int, bool]] = {}  # env id -> (elapsed_step, episode ended)
-    for _ in range(rounds):
+    for turn in range(rounds * 100):
+        if turn >= rounds and len(seen) == num_envs:
+            break
         out = env.recv()
-        layouts.append(layout(out))
+        if turn < rounds:
+            layouts.append(layout(out))
         ids = out[4]["env_id"]
         assert len(set(ids.tolist())) == batch
         for env_id, elapsed, rew, term, trunc in rows(out):
