@@ -249,8 +249,8 @@ def _cheapest(cost: Cost, num_envs: int, cpus: int, batch_size: int | None) -> C
     seconds, best = min(options, key=lambda option: option[0])
     if seconds > WORKER_GAIN * here:
         why = (
-            f"{num_envs} steps take {_us(here)} here; with worker processes {_us(seconds)} "
-            f"(a round trip {_us(cost.round_trip)}, {_us(cost.message_cpu)} of this process per message)"
+            f"{num_envs} steps take {_us(here)} here; with worker processes {_us(seconds)}, over {WORKER_GAIN}x "
+            f"of it (a round trip {_us(cost.round_trip)}, {_us(cost.message_cpu)} of this process per message)"
         )
         return Choice("in_process", 0, num_envs, why)
     if best.in_process:
