@@ -31,7 +31,6 @@ with the pool's shared rows, so a pool whose envs go to ``inline`` workers keeps
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import statistics
 import time
@@ -222,9 +221,8 @@ def choose(cost: Cost, num_envs: int, cpus: int, batch_size: int | None = None) 
     workers = max(1, min(num_envs, cpus))
     if cost.asynchronous:
         return Choice("async", workers, 0, "the env's step is a coroutine")
-    step_us = f"{cost.step * 1e6:.0f} µs"
     if cost.step > 1e-3 and cost.cpu < cost.step / 2:
-        return Choice("thread", workers, 0, f"a step takes {step_us}, mostly waiting")
+        return Choice("thread", workers, 0, f"a step takes {_us(cost.step)}, mostly waiting")
     batch, trip = num_envs * cost.step, cost.round_trip
     if cpus < 2 or batch <= trip:
         why = (
@@ -234,33 +232,34 @@ def choose(cost: Cost, num_envs: int, cpus: int, batch_size: int | None = None) 
         )
         return Choice("in_process", 0, num_envs, why)
     if cost.step > SHARE_LIMIT:
-        return Choice("inline", workers, 0, f"a step takes {step_us}")
-    return _cheapest(cost, num_envs, cpus, batch_size)
+        return Choice("inline", workers, 0, f"a step takes {_us(cost.step)}")
+    return _cheapest(cost, num_envs, workers, batch_size)
 
 
-def _cheapest(cost: Cost, num_envs: int, cpus: int, batch_size: int | None) -> Choice:
-    """Cheap steps, a batch dearer than a round trip: the placement of the fewest predicted seconds per batch,
-    where one with workers must beat every env here by :data:`WORKER_GAIN`."""
-    here = CALL_COST + num_envs * cost.step
-    workers = max(1, min(num_envs, cpus))
-    options = [(_workers_only(cost, num_envs, workers), Choice("inline", workers, 0, ""))]
+def _cheapest(cost: Cost, num_envs: int, workers: int, batch_size: int | None) -> Choice:
+    """Cheap steps, a batch dearer than a round trip, ``workers`` usable CPUs: the placement of the fewest
+    predicted seconds per batch, where one with workers must beat every env here by :data:`WORKER_GAIN`."""
+    all_here = CALL_COST + num_envs * cost.step
+    # (predicted seconds, worker processes, envs in this process) of each placement with workers
+    options = [(_workers_only(cost, num_envs, workers), workers, 0)]
     if batch_size is None or batch_size >= num_envs:
-        options.append(_share(cost, num_envs, cpus))
-    seconds, best = min(options, key=lambda option: option[0])
-    if seconds > WORKER_GAIN * here:
+        options.append(_share(cost, num_envs, workers))
+    seconds, num_workers, in_process = min(options, key=lambda option: option[0])  # a tie: workers only
+    if seconds > WORKER_GAIN * all_here:
         why = (
-            f"{num_envs} steps take {_us(here)} here; with worker processes {_us(seconds)}, over {WORKER_GAIN}x "
+            f"{num_envs} steps take {_us(all_here)} here; with worker processes {_us(seconds)}, over {WORKER_GAIN}x "
             f"of it (a round trip {_us(cost.round_trip)}, {_us(cost.message_cpu)} of this process per message)"
         )
         return Choice("in_process", 0, num_envs, why)
-    if best.in_process:
-        return dataclasses.replace(best, why=f"a step takes {_us(cost.step)}: this process shares the work")
-    why = f"a step takes {_us(cost.step)}, {num_envs} take {_us(seconds)} on {workers} worker processes"
+    if in_process:
+        why = f"a step takes {_us(cost.step)}: this process shares the work"
+    else:
+        why = f"a step takes {_us(cost.step)}, {num_envs} take {_us(seconds)} on {workers} worker processes"
     if batch_size is not None and batch_size < num_envs:
         # First-finished results: a share stepped inside send() would always finish first, recv() would
         # hand out its rows and the next send() step them again, while the workers' envs wait their turn.
         why += f" (recv() returns the first {batch_size} of {num_envs} rows to finish: no share here)"
-    return dataclasses.replace(best, why=why)
+    return Choice("inline", num_workers, in_process, why)
 
 
 def _workers_only(cost: Cost, num_envs: int, workers: int) -> float:
@@ -269,8 +268,9 @@ def _workers_only(cost: Cost, num_envs: int, workers: int) -> float:
     return cost.round_trip + (workers - 1) * cost.message_cpu + num_envs * cost.step / workers
 
 
-def _share(cost: Cost, num_envs: int, cpus: int) -> tuple[float, Choice]:
-    """The share of envs stepped here that finishes with the workers' envs, and its predicted seconds.
+def _share(cost: Cost, num_envs: int, cpus: int) -> tuple[float, int, int]:
+    """``(predicted seconds, worker processes, envs here)`` of the share of envs stepped here that finishes
+    with the workers' envs.
 
     This process sends the workers' messages (``others x message_cpu`` of its CPU), then steps ``here`` envs;
     the workers step the rest at the same time and answer after a round trip. Balance
@@ -283,7 +283,7 @@ def _share(cost: Cost, num_envs: int, cpus: int) -> tuple[float, Choice]:
     here = round((cost.round_trip - mine + num_envs * step / others) / (step * (1 + 1 / others)))
     here = max(1, min(here, num_envs - others))
     seconds = max(mine + here * step, cost.round_trip + (num_envs - here) * step / others)
-    return seconds, Choice("inline", others, here, "")
+    return seconds, others, here
 
 
 def _us(seconds: float) -> str:
