@@ -274,7 +274,7 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - one env's failure is its row's alone
                 rewards[i], terminated[i], truncated[i] = 0.0, False, False
                 errors[i] = error_fields(exc, env_id)
-        at = env_ids if slab is not None else slice(None)
+        at = shared_rows(env_ids) if slab is not None else slice(None)
         rew[at], term[at], trunc[at] = rewards, terminated, truncated
         if slab is not None:
             return shared_reply(infos, errors)
@@ -408,6 +408,16 @@ def batch_reply(
     if errors:
         fields[Key.ERRORS] = errors
     return fields, arrays
+
+
+def shared_rows(env_ids: list[int]) -> slice | np.ndarray:
+    """The index of ``env_ids``' rows in the shared slab, made once for the writes of a reply: a slice when
+    they are one ascending run (a whole pool's or worker's step), else an index array. Indexing with the list
+    itself would convert it again for every write (~3 µs each for 8 envs, 13 µs for 128)."""
+    first, last = env_ids[0], env_ids[-1]
+    if last - first + 1 == len(env_ids) and env_ids == list(range(first, last + 1)):
+        return slice(first, last + 1)
+    return np.array(env_ids, dtype=np.intp)
 
 
 def shared_reply(infos: list[Any] | None, errors: dict[int, Any]) -> Reply:

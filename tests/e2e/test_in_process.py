@@ -149,6 +149,24 @@ async def test_send_recv_and_single_env_calls_work_in_process() -> None:
         assert await guard(pool.get_attr("marker", env_ids=[1, 2])) == [7, 8]
 
 
+@pytest.mark.parametrize("executor", ["in_process", "inline"])
+async def test_rewards_and_flags_land_on_their_own_envs_whatever_the_order_of_env_ids(executor: str) -> None:
+    # The worker writes rewards and flags into the shared rows by slice for an ascending run of ids and by
+    # an index array otherwise: every order of env_ids must put each env's values on its own row.
+    kwargs = {"max_steps": 3}  # envs 1, 2 and 3 reach it in the last call, none earlier
+    async with aioenv.Pool("tests.envs.faulty:make_probe", 6, env_kwargs=kwargs, executor=executor) as pool:
+        await guard(pool.reset(seed=100))
+        calls = (([1, 2, 3], [0, 1, 0]), ([0, 2, 1, 3], [1, 0, 1, 0]), ([5, 4], [1, 0]), (None, [0, 1] * 3))
+        for ids, acts in calls:
+            obs, reward, terminated, truncated, info = await guard(pool.step(np.array(acts), ids))
+            expected_ids = list(range(6)) if ids is None else ids
+            assert info["env_id"].tolist() == expected_ids
+            assert obs[:, 0].tolist() == [100 + e for e in expected_ids]  # each row is its env's observation
+            assert reward.tolist() == [a + 0.5 for a in acts]
+            assert truncated.tolist() == (obs[:, 1] >= 3).tolist()
+            assert not terminated.any()
+
+
 def test_the_sync_facade_runs_an_in_process_pool() -> None:
     with aioenv.SyncPool("CartPole-v1", 3, executor="in_process", seed=5) as pool:
         obs, _ = pool.reset()
