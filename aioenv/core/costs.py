@@ -268,16 +268,16 @@ def _workers_only(cost: Cost, num_envs: int, workers: int) -> float:
     return cost.round_trip + (workers - 1) * cost.message_cpu + num_envs * cost.step / workers
 
 
-def _share(cost: Cost, num_envs: int, cpus: int) -> tuple[float, int, int]:
+def _share(cost: Cost, num_envs: int, workers: int) -> tuple[float, int, int]:
     """``(predicted seconds, worker processes, envs here)`` of the share of envs stepped here that finishes
-    with the workers' envs.
+    with the workers' envs; ``workers``: the usable CPUs, one of which is this process's.
 
     This process sends the workers' messages (``others x message_cpu`` of its CPU), then steps ``here`` envs;
     the workers step the rest at the same time and answer after a round trip. Balance
     ``CALL_COST + others x message_cpu + here x step`` against ``trip + (n - here) x step / others``:
     ``here = (trip - CALL_COST - others x message_cpu + n x step / others) / (step x (1 + 1/others))``.
     (A batch dearer than the round trip leaves the workers at least one env each.)"""
-    others = min(cpus - 1, num_envs - 1)
+    others = min(workers - 1, num_envs - 1)
     step = max(cost.step, 1e-9)
     mine = CALL_COST + others * cost.message_cpu
     here = round((cost.round_trip - mine + num_envs * step / others) / (step * (1 + 1 / others)))
