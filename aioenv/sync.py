@@ -7,11 +7,23 @@ call to that thread and block until it is done (the pattern of anyio's
 threads at once, and from code whose own thread already runs an event loop (a
 Jupyter cell): the caller's loop is simply blocked for the duration of the call.
 
+Calls in the caller's thread: when every env runs in this process (``executor="in_process"``,
+or what ``"auto"`` chose for cheap envs), a call is answered inside itself and nothing
+happens on the loop between calls. Handing each call to another thread and back would then
+cost more than the call (two thread wake-ups, 200-500 µs on a small VM, against ~200 µs
+for 8 CartPole steps), so after the start the loop thread is parked and each call runs
+the loop in the caller's own thread, one call at a time (:attr:`SyncPool.runs_in_caller`).
+The caller's own running loop, if any, is set aside for the call and restored. The
+rules below hold in both ways; reading :attr:`SyncPool.loop` (to schedule work of one's
+own there) gives the loop back to its thread for good, and so does a ``step_env`` whose
+result is still to come.
+
 Rules:
 
 - Calling a SyncPool method from its own loop thread (e.g. from a done-callback of a
   :meth:`SyncPool.step_env` future, which runs there) raises :class:`UsageError`:
-  the call would wait for the very thread that has to run it (a deadlock).
+  the call would wait for the very thread that has to run it (a deadlock); so does a
+  call from inside another call (an env's own code, when calls run in the caller's thread).
 - Exceptions from the async core propagate unchanged: same type, same attributes
   (``env_id``, ``partial``, ``remote_traceback``, ...); the exception object is the
   one raised on the loop thread, so its traceback starts with the loop-side frames.
@@ -44,7 +56,7 @@ import inspect
 import logging
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from gymnasium.vector import AutoresetMode
@@ -67,6 +79,11 @@ _STARTERS: dict[str, tuple[str, dict[str, Any]]] = {
     "_step_info_list": ("_start_step", {"info_list": True}),  # the SB3 adapter's step
     "_step_info_list_checked": ("_start_step", {"info_list": True, "checked": True}),  # ... its actions checked
 }
+
+_NESTED = (
+    "a SyncPool method was called from inside one of its own calls (from an env's code, or a callback run by "
+    "the call): it would wait for the call it is part of. Call it once that call has returned"
+)
 
 #: Upper bound on waiting for ``Pool.aclose()`` (which escalates to SIGKILL by itself, so it never hangs).
 _CLOSE_BOUND = 120.0
@@ -96,6 +113,13 @@ class _Runtime:
         self._close_lock = threading.Lock()
         #: Tasks of interrupted calls whose requests are still in flight (loop thread only).
         self.orphans: set[asyncio.Future[Any]] = set()
+        #: Direct mode (see :meth:`go_direct`): the loop thread is parked and each call runs the loop in its own
+        #: thread, one at a time (``_drive``); ``_driver`` is the thread inside a call.
+        self.direct = False
+        self._drive = threading.Lock()
+        self._driver: int | None = None
+        self._parked = threading.Event()
+        self._resume = threading.Event()
         started = threading.Event()
         self.thread = threading.Thread(target=self._main, args=(started,), name=name, daemon=True)
         self.thread.start()
@@ -106,6 +130,11 @@ class _Runtime:
         self.loop.call_soon(started.set)
         try:
             self.loop.run_forever()
+            while self.direct:  # stopped to lend the loop to the callers' threads: wait until it is taken back
+                self._parked.set()
+                self._resume.wait()
+                self._resume.clear()
+                self.loop.run_forever()
         finally:
             try:
                 tasks = asyncio.all_tasks(self.loop)
@@ -120,6 +149,10 @@ class _Runtime:
 
     def in_loop_thread(self) -> bool:
         return threading.get_ident() == self.thread.ident
+
+    def driven_here(self) -> bool:
+        """Whether this thread is inside a call that runs the loop here (direct mode)."""
+        return self._driver == threading.get_ident()
 
     async def invoke(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], shield: bool) -> Any:
         """Run ``fn(*args, **kwargs)`` on the loop (awaiting it if it returns an awaitable).
@@ -151,7 +184,9 @@ class _Runtime:
         wait): the call then becomes an orphan that the next call waits for, as with :meth:`submit`.
         """
         self._check_caller()
-        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        if self.direct and (done := self._here(starter, args, kwargs, shield=True)) is not None:
+            return done
+        done = concurrent.futures.Future()
         inner: list[asyncio.Future[Any]] = []  # the loop-side future, once dispatched (loop thread only)
 
         def run() -> None:
@@ -203,6 +238,8 @@ class _Runtime:
                 fut.add_done_callback(self.orphans.discard)
 
     def _check_caller(self) -> None:
+        if self.driven_here():
+            raise UsageError(_NESTED)
         if self.in_loop_thread():
             raise UsageError(
                 "a SyncPool method was called from the SyncPool's own event-loop thread (e.g. from a future's "
@@ -216,7 +253,77 @@ class _Runtime:
         self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, shield: bool = True
     ) -> concurrent.futures.Future[Any]:
         self._check_caller()
+        if self.direct and (done := self._here(fn, args, kwargs, shield=shield)) is not None:
+            return done
         return asyncio.run_coroutine_threadsafe(self.invoke(fn, args, kwargs, shield), self.loop)
+
+    # ------------------------------------------------------------ direct mode
+
+    def go_direct(self) -> None:
+        """Park the loop thread: from now on each call runs the loop in the caller's own thread.
+
+        For a pool whose envs all run in this process (nothing then happens on the loop between calls: every
+        request is answered inside the call that sent it), so a call costs no thread hop at all. The loop
+        thread stays, parked, until :meth:`to_thread` or :meth:`close` takes the loop back.
+        """
+        with self._drive:  # held until the loop thread is out of the loop: no call may run here before
+            self.direct = True
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._parked.wait()
+
+    def to_thread(self) -> None:
+        """Leave direct mode for good: the loop runs on its own thread again (what callers queued on it
+        meanwhile runs there). For callers that schedule work of their own on the loop (:attr:`SyncPool.loop`)."""
+        if self.driven_here():
+            raise UsageError(_NESTED)
+        with self._drive:
+            if self.direct:
+                self.direct = False
+                self._resume.set()
+
+    def _here(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, shield: bool
+    ) -> concurrent.futures.Future[Any] | None:
+        """Run ``fn(*args, **kwargs)`` in this thread, on the loop the parked loop thread lent (direct mode),
+        and return its done outcome; None when the loop was taken back meanwhile (the caller then hands the
+        call to the loop thread). The loop is this thread's running loop for the length of the call only."""
+        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._drive:
+            if not self.direct:
+                return None
+            prev = asyncio._get_running_loop()
+            self._driver = threading.get_ident()
+            asyncio._set_running_loop(self.loop)
+            try:
+                done.set_result(self._outcome(fn(*args, **kwargs), shield))
+            except Exception as exc:  # noqa: BLE001 - the call's error is its caller's (Ctrl-C goes on as it is)
+                done.set_exception(exc)
+            finally:
+                asyncio._set_running_loop(prev)
+                self._driver = None
+        return done
+
+    def _outcome(self, result: Any, shield: bool) -> Any:
+        """What a call returned, awaited: a future answered inside the call (envs in this process) at once,
+        anything else by running the loop here until it is done."""
+        if isinstance(result, asyncio.Future) and result.done():
+            return result.result()
+        if not inspect.isawaitable(result):
+            return result
+        fut = asyncio.ensure_future(result)
+        asyncio._set_running_loop(None)  # run_until_complete refuses a thread whose loop is running
+        try:
+            return self.loop.run_until_complete(fut)
+        except BaseException:
+            if fut.done():
+                pass
+            elif shield:  # interrupted: as on the loop thread, the call's requests finish as an orphan
+                self._adopt([fut])
+            else:
+                fut.cancel()
+            raise
+        finally:
+            asyncio._set_running_loop(self.loop)
 
     @staticmethod
     def wait(future: concurrent.futures.Future[T], timeout: float | None = None) -> T:
@@ -235,6 +342,7 @@ class _Runtime:
             self.closed = True
         if not self.thread.is_alive() or self.loop.is_closed():
             return
+        self.to_thread()  # the pool closes on the loop thread, which joins afterwards
         if self.in_loop_thread():  # finalized on its own thread: cannot block here, so let the loop do it
 
             async def close_then_stop() -> None:
@@ -279,6 +387,8 @@ class SyncPool:
         except BaseException:
             self._finalizer()
             raise
+        if pool.envs_in_process == pool.num_envs:  # every call is answered inside itself: no thread hop needed
+            self._rt.go_direct()
 
     # ------------------------------------------------------------ plumbing
 
@@ -289,11 +399,34 @@ class SyncPool:
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
-        """The private event loop that runs the pool (on its own thread)."""
+        """The private event loop that runs the pool, on its own thread (for coroutines and callbacks of your
+        own: ``asyncio.run_coroutine_threadsafe(coro, sp.loop)``). A pool whose envs all run in this process
+        runs its calls in the caller's thread instead; asking for ``loop`` gives the loop back to its thread
+        for good, so that what you schedule on it runs."""
+        self._rt.to_thread()
         return self._rt.loop
 
+    @property
+    def runs_in_caller(self) -> bool:
+        """True while calls run in the calling thread rather than on the loop thread: the pool's envs all run
+        in this process (``executor="in_process"``, or what ``"auto"`` chose), so no call needs the loop between
+        calls and none pays a hop between threads. See the module docstring."""
+        return self._rt.direct
+
+    def run_coroutine(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Run ``coro`` (which may use :attr:`pool`) on the pool's loop; a ``concurrent.futures.Future`` of
+        its result. When calls run in the caller's thread (:attr:`runs_in_caller`), ``coro`` runs to its end
+        before this returns; otherwise it runs on the loop thread and this returns at once."""
+
+        async def run() -> T:
+            return await coro
+
+        future: concurrent.futures.Future[T] = self._rt.submit(run, (), {}, shield=False)
+        return future
+
     def submit(self, name: str, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
-        """Start ``Pool.<name>(*args, **kwargs)`` on the loop thread without waiting for it.
+        """Start ``Pool.<name>(*args, **kwargs)`` on the loop thread without waiting for it (when calls run in
+        the caller's thread, :attr:`runs_in_caller`, it runs here and is done when this returns).
 
         Returns a ``concurrent.futures.Future`` with the call's result (or exception); wait for it
         with :meth:`wait`. A later call first waits for this one if it was interrupted. For the
@@ -443,11 +576,16 @@ class SyncPool:
                 if d.cancelled() and not loop.is_closed():
                     loop.call_soon_threadsafe(source.cancel)
 
-            source.add_done_callback(copy)
-            dest.add_done_callback(cancel_source)
+            if source.done():  # answered inside the call (envs in this process): no loop turn to wait for
+                copy(source)
+            else:
+                source.add_done_callback(copy)
+                dest.add_done_callback(cancel_source)
             return dest
 
         fut: concurrent.futures.Future[T] = self._rt.wait(self._rt.submit(start, (), {}))
+        if not fut.done():
+            self._rt.to_thread()  # a result to come between calls: only a running loop can deliver it
         return fut
 
     def step_env(self, env_id: int, action: Any) -> concurrent.futures.Future[StepResult]:
@@ -491,6 +629,8 @@ class SyncPool:
         """
         if self._rt.in_loop_thread():
             raise UsageError("SyncPool.close() was called from its own event-loop thread: call it from another thread")
+        if self._rt.driven_here():
+            raise UsageError(_NESTED)
         self._finalizer()
 
     def __enter__(self) -> SyncPool:

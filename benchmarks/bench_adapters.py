@@ -8,9 +8,12 @@ On the same workload (CartPole-v1, n envs, random actions pre-sampled), env-step
 - ``aioenv.SyncPool.step`` and ``aioenv.vector.AioVectorEnv.step`` (the sync facade and the
   gymnasium drop-in);
 - ``aioenv.compat.sb3.AioVecEnv.step`` (the Stable-Baselines3 drop-in), when SB3 is installed;
-- the peers they replace: ``gymnasium.vector.AsyncVectorEnv`` and SB3's ``SubprocVecEnv``.
+- the peers they replace: ``gymnasium.vector.AsyncVectorEnv`` and SB3's ``SubprocVecEnv``, and the simplest
+  peers, which step every env in the caller's own thread: ``gymnasium.vector.SyncVectorEnv`` and SB3's
+  ``DummyVecEnv`` (cheap envs such as CartPole make them the ones to beat; the pools run such envs in the
+  caller's process, and the sync facades then run each call in the caller's thread).
 
-Run: ``python benchmarks/bench_adapters.py [--num-envs 32] [--seconds 2] [--repeats 5] [--quick]``.
+Run: ``python benchmarks/bench_adapters.py [--num-envs 8 32] [--seconds 2] [--repeats 5] [--quick]``.
 Ratios are medians over rounds of the ratio within a round (see :func:`run`).
 Writes ``benchmarks/results/adapters.json`` and ``adapters.md`` (or ``--out DIR``).
 """
@@ -102,6 +105,28 @@ def bench_async_vector(n: int, seconds: float) -> float:
         env.close()
 
 
+def bench_sync_vector(n: int, seconds: float) -> float:
+    """gymnasium's ``SyncVectorEnv`` (every env stepped in the caller's thread, in turn)."""
+    env = gym.vector.SyncVectorEnv([lambda: gym.make(ENV_ID)] * n)
+    try:
+        env.reset(seed=0)
+        return _loop(env.step, _actions(n), n, seconds)
+    finally:
+        env.close()
+
+
+def bench_dummy(n: int, seconds: float) -> float:
+    """SB3's ``DummyVecEnv`` (every env stepped in the caller's thread, in turn)."""
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    env = DummyVecEnv([lambda: gym.make(ENV_ID)] * n)
+    try:
+        env.reset()
+        return _loop(env.step, _actions(n), n, seconds)
+    finally:
+        env.close()
+
+
 def bench_aio_vecenv(n: int, seconds: float) -> float:
     """``aioenv.compat.sb3.AioVecEnv.step`` (SB3 drop-in)."""
     from aioenv.compat.sb3 import AioVecEnv
@@ -134,6 +159,8 @@ CELLS: dict[str, Callable[[int, float], float]] = {
     "AsyncVectorEnv.step": bench_async_vector,
     "AioVecEnv.step (SB3)": bench_aio_vecenv,
     "SubprocVecEnv.step (SB3)": bench_subproc,
+    "SyncVectorEnv.step": bench_sync_vector,
+    "DummyVecEnv.step (SB3)": bench_dummy,
 }
 
 
@@ -146,6 +173,8 @@ RATIOS = {
     "AioVecEnv.step (SB3) / Pool.step same_step": ("AioVecEnv.step (SB3)", "Pool.step (async core, same_step)"),
     "AioVectorEnv.step / AsyncVectorEnv.step": ("AioVectorEnv.step", "AsyncVectorEnv.step"),
     "AioVecEnv.step (SB3) / SubprocVecEnv.step (SB3)": ("AioVecEnv.step (SB3)", "SubprocVecEnv.step (SB3)"),
+    "SyncPool.step / SyncVectorEnv.step": ("SyncPool.step", "SyncVectorEnv.step"),
+    "AioVecEnv.step (SB3) / DummyVecEnv.step (SB3)": ("AioVecEnv.step (SB3)", "DummyVecEnv.step (SB3)"),
 }
 
 
@@ -179,23 +208,26 @@ def run(n: int, seconds: float, repeats: int) -> dict[str, Any]:
     return {"steps_per_s": medians, "samples": samples, "errors": errors, "ratios": ratios}
 
 
-def to_markdown(result: dict[str, Any], n: int, command: str) -> str:
-    """The results as Markdown tables."""
-    lines = [f"`{command}`", "", f"{ENV_ID}, n={n}", "", "| implementation | env-steps/s |", "| --- | --: |"]
-    for name in CELLS:
-        value = result["steps_per_s"].get(name)
-        lines.append(f"| {name} | {value:,.0f} |" if value else f"| {name} | {result['errors'].get(name, '-')} |")
-    lines += ["", "| ratio | value |", "| --- | --: |"]
-    for name, value in result["ratios"].items():
-        note = f" (facade cost {1 - value:.0%})" if "/ Pool.step" in name else ""
-        lines.append(f"| {name} | {value:.2f}x{note} |")
+def to_markdown(results: dict[int, dict[str, Any]], command: str) -> str:
+    """The results (one per number of envs) as Markdown tables."""
+    lines = [f"`{command}`"]
+    for n, result in results.items():
+        lines += ["", f"{ENV_ID}, n={n}", "", "| implementation | env-steps/s |", "| --- | --: |"]
+        for name in CELLS:
+            value = result["steps_per_s"].get(name)
+            cell = f"{value:,.0f}" if value else result["errors"].get(name, "-")
+            lines.append(f"| {name} | {cell} |")
+        lines += ["", "| ratio | value |", "| --- | --: |"]
+        for name, value in result["ratios"].items():
+            note = f" (facade cost {1 - value:.0%})" if "/ Pool.step" in name else ""
+            lines.append(f"| {name} | {value:.2f}x{note} |")
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     """Parse arguments, run the cells, write JSON and Markdown, print the tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--num-envs", type=int, default=32)
+    parser.add_argument("--num-envs", type=int, nargs="+", default=[8, 32], help="one run per value")
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="1 repeat of 1 s per cell")
@@ -203,16 +235,16 @@ def main() -> None:
     args = parser.parse_args()
     seconds, repeats = (1.0, 1) if args.quick else (args.seconds, args.repeats)
     command = "python " + " ".join(sys.argv)
-    result = run(args.num_envs, seconds, repeats)
-    result.update(
-        command=command,
-        num_envs=args.num_envs,
-        machine={"python": platform.python_version(), "platform": platform.platform()},
-        date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    )
+    results = {n: run(n, seconds, repeats) for n in args.num_envs}
+    payload = {
+        "command": command,
+        "runs": {str(n): result for n, result in results.items()},
+        "machine": {"python": platform.python_version(), "platform": platform.platform()},
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "adapters.json").write_text(json.dumps(result, indent=2))
-    markdown = to_markdown(result, args.num_envs, command)
+    (args.out / "adapters.json").write_text(json.dumps(payload, indent=2))
+    markdown = to_markdown(results, command)
     (args.out / "adapters.md").write_text(markdown)
     print()
     print(markdown)

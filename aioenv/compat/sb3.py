@@ -279,9 +279,11 @@ class AioVecEnv(VecEnv):
             if len(actions) != self.num_envs:
                 raise ValueError(f"expected {self.num_envs} actions (actions[i] for env i), got {len(actions)}")
             leaves = check_actions(self.pool.single_action_space, actions, self._all_ids)
-        owned = [np.array(leaf, copy=True) for leaf in leaves]  # a leaf may be the caller's array, reused later
-        # Pool._step_info_list: one message per worker, each env's own info dict back (SB3's infos).
-        self._pending = self.pool.submit("_step_info_list_checked", owned, self._all_ids)
+        if not self.pool.runs_in_caller:  # the loop thread sends later: a leaf may be the caller's array, reused
+            leaves = [np.array(leaf, copy=True) for leaf in leaves]
+        # Pool._step_info_list: one message per worker, each env's own info dict back (SB3's infos); every env
+        # in order is env_ids=None, which the pool knows without checking the ids.
+        self._pending = self.pool.submit("_step_info_list_checked", leaves, None)
         self.waiting = True
 
     def step_wait(self) -> VecEnvStepReturn:
@@ -324,7 +326,7 @@ class AioVecEnv(VecEnv):
 
     def _on_loop(self, dispatch: Callable[[int], asyncio.Future[Any]]) -> Future[list[Any]]:
         """Dispatch one request per env in a single hop to the pool's event loop; all results, env order."""
-        return asyncio.run_coroutine_threadsafe(_gather(dispatch, self.num_envs), self.pool.loop)
+        return self.pool.run_coroutine(_gather(dispatch, self.num_envs))
 
     def _drain(self) -> None:
         """Wait out steps still in flight (their results are dropped)."""

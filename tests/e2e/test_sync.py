@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def worker_pids(sp: SyncPool) -> list[int]:
     coord = sp.pool._coord
     assert coord is not None
-    return [int(slot.proc.pid) for slot in coord.slots if slot.proc is not None]
+    return [slot.proc.pid for slot in coord.slots if slot.proc is not None and isinstance(slot.proc.pid, int)]
 
 
 def wait_gone(pids: list[int]) -> None:
@@ -286,11 +286,141 @@ def test_keyboard_interrupt_does_not_corrupt_the_pool(gate: Any) -> None:
         assert obs[:, 1].tolist() == [2, 2]
 
 
+# ---------------------------------------------------------------- envs in this process: calls in the caller's thread
+
+
+class ThreadEnv(gym.Env[np.ndarray, np.int64]):
+    """Says in its info which thread ran its step; calls ``NESTED[0]`` (a SyncPool) from inside action 2."""
+
+    observation_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+    action_space = gym.spaces.Discrete(3)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: Any) -> Any:
+        if action == 2:
+            NESTED[0].step(np.zeros(NESTED[0].num_envs, np.int64))
+        return np.zeros(1, np.float32), 1.0, False, False, {"thread": threading.get_ident()}
+
+
+NESTED: list[SyncPool] = []
+
+
+def test_a_pool_whose_envs_run_here_runs_each_call_in_the_callers_thread() -> None:
+    with SyncPool(ThreadEnv, 3, executor="in_process") as sp:
+        assert sp.runs_in_caller
+        me = threading.get_ident()
+        sp.reset()
+        *_, info = sp.step(np.array([0, 1, 0]))
+        assert info["thread"].tolist() == [me] * 3  # no hop to the loop thread and back
+        fut = sp.step_env(1, 0)
+        assert fut.done()  # answered inside the call: nothing left for a loop to deliver
+        assert fut.result().info["thread"] == me
+        sp.send(np.array([0, 0]), [0, 2])
+        *_, info = sp.recv(min_results=2)
+        assert sorted(info["env_id"].tolist()) == [0, 2]
+        assert info["thread"].tolist() == [me, me]
+        assert sp.call("reset", seed=1)[0][0].shape == (1,)  # a coroutine call runs the loop here
+        called = sp.run_coroutine(sp.pool.call("step", 0, env_ids=[0])).result(HANG)  # env.step as a method
+        assert called[0][4]["thread"] == me
+
+
+def test_asking_for_the_loop_gives_it_back_to_its_thread_for_good() -> None:
+    with SyncPool(ThreadEnv, 2, executor="in_process") as sp:
+        sp.reset()
+        loop = sp.loop
+        assert not sp.runs_in_caller
+        loop_thread = sp._rt.thread.ident
+        *_, info = sp.step(np.array([0, 0]))
+        assert info["thread"].tolist() == [loop_thread] * 2
+        # work of the caller's own on the loop runs there now
+        result = asyncio.run_coroutine_threadsafe(sp.pool.step(np.array([1, 1])), loop).result(HANG)
+        assert result[4]["thread"].tolist() == [loop_thread] * 2
+        assert sp.run_coroutine(sp.pool.reset()).result(HANG)[0].shape == (2, 1)
+
+
+def test_a_pool_with_worker_processes_keeps_its_loop_thread() -> None:
+    with SyncPool(ThreadEnv, 2, executor="inline", num_workers=1) as sp:
+        assert not sp.runs_in_caller
+        sp.reset()
+        *_, info = sp.step(np.array([0, 0]))
+        assert threading.get_ident() not in info["thread"].tolist()
+
+
+def test_calls_from_several_threads_take_turns() -> None:
+    with SyncPool(PROBE, 4, executor="in_process", seed=0) as sp:
+        assert sp.runs_in_caller
+        sp.reset()
+        errors: list[BaseException] = []
+
+        def steps(env_id: int) -> None:
+            try:
+                for _ in range(40):
+                    sp.step(np.array([0]), [env_id])
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=steps, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(HANG)
+        assert errors == []
+        obs, *_ = sp.step(np.zeros(4, np.int64))
+        assert obs[:, 1].tolist() == [41] * 4  # every step of every thread reached its own env
+
+
+def test_a_call_from_inside_a_call_is_refused_and_the_pool_goes_on() -> None:
+    with SyncPool(ThreadEnv, 2, executor="in_process") as sp:
+        NESTED[:] = [sp]
+        try:
+            sp.reset()
+            with pytest.raises(UsageError) as caught:  # raised by the env's own step: its row's error
+                sp.step(np.array([0, 2]))
+            assert caught.value.env_id == 1
+            assert "from inside one of its own calls" in str(caught.value)
+            sp.reset()
+            _, reward, *_ = sp.step(np.array([0, 0]))
+            assert reward.tolist() == [1.0, 1.0]
+        finally:
+            NESTED.clear()
+
+
+async def test_a_call_in_the_callers_thread_leaves_the_callers_own_loop_running() -> None:
+    outer = asyncio.get_running_loop()
+    with SyncPool(ThreadEnv, 2, executor="in_process") as sp:
+        assert sp.runs_in_caller
+        sp.reset()
+        sp.step(np.array([0, 0]))
+        assert sp.call("reset")[0][0].shape == (1,)  # runs the pool's loop here, then gives this one back
+        assert asyncio.get_running_loop() is outer
+        await asyncio.sleep(0)
+
+
+def test_ctrl_c_inside_a_step_in_the_callers_thread_leaves_the_pool_usable() -> None:
+    from tests.e2e.test_in_process import Interrupted
+
+    with SyncPool(Interrupted, 3, executor="in_process") as sp:
+        assert sp.runs_in_caller
+        sp.reset(seed=0)
+        with pytest.raises(KeyboardInterrupt):
+            sp.step(np.array([0, 1, 0]))
+        with pytest.raises(UsageError, match="reset it first"):
+            sp.step(np.array([0, 0, 0]))
+        sp.reset(seed=1)
+        _, reward, *_ = sp.step(np.array([0, 0, 0]))
+        assert reward.tolist() == [1.0, 1.0, 1.0]
+
+
 # ---------------------------------------------------------------- shutdown
 
 
-def test_close_is_idempotent_and_stops_everything() -> None:
-    sp = SyncPool(PROBE, 2, executor="inline", num_workers=2)
+@pytest.mark.parametrize("executor", ["inline", "in_process"])
+def test_close_is_idempotent_and_stops_everything(executor: str) -> None:
+    sp = SyncPool(PROBE, 2, executor=executor, num_workers=2 if executor == "inline" else None)
+    assert sp.runs_in_caller == (executor == "in_process")
     pids = worker_pids(sp)
     thread = sp._rt.thread
     sp.close()
@@ -317,8 +447,9 @@ def test_close_fails_a_blocked_call_with_pool_closed(gate: Any) -> None:
     assert sp.closed
 
 
-def test_garbage_collected_pool_is_closed() -> None:
-    sp = SyncPool(PROBE, 2, executor="inline", num_workers=2)
+@pytest.mark.parametrize("executor", ["inline", "in_process"])
+def test_garbage_collected_pool_is_closed(executor: str) -> None:
+    sp = SyncPool(PROBE, 2, executor=executor, num_workers=2 if executor == "inline" else None)
     pids = worker_pids(sp)
     thread = sp._rt.thread
     del sp
