@@ -11,6 +11,7 @@ import concurrent.futures
 import functools
 import gc
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -412,6 +413,127 @@ def test_ctrl_c_inside_a_step_in_the_callers_thread_leaves_the_pool_usable() -> 
         sp.reset(seed=1)
         _, reward, *_ = sp.step(np.array([0, 0, 0]))
         assert reward.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_a_call_in_the_callers_thread_first_waits_for_an_interrupted_one() -> None:
+    # As on the loop thread: what an interrupted call left in flight (an orphan) ends before the next call runs
+    with SyncPool(ThreadEnv, 2, executor="in_process") as sp:
+        sp.reset()
+        loop = sp._rt.loop
+        orphan = loop.create_future()
+        loop.call_later(0.05, orphan.set_result, None)  # the loop runs only inside calls now
+        sp._rt._adopt([orphan])
+        sp.step(np.zeros(2, np.int64))
+        assert orphan.done()
+        assert not sp._rt.orphans
+
+
+class CtrlCEnv(gym.Env[np.ndarray, np.int64]):
+    """Counts its steps; action ``k`` sends ``k`` SIGINTs to the main thread from inside its step (Ctrl-C
+    pressed while the step runs), each taken there before the step goes on."""
+
+    observation_space = gym.spaces.Box(0, 1e9, (1,), np.float64)
+    action_space = gym.spaces.Discrete(3)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1), {}
+
+    def step(self, action: Any) -> Any:
+        self.t += 1
+        for _ in range(int(action)):
+            self.press_ctrl_c()
+        return np.array([self.t], np.float64), 1.0, False, False, {}
+
+    def press_ctrl_c(self) -> int:
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        for _ in range(1000):  # a signal is taken between bytecodes: it is taken here, inside the env's code
+            pass
+        return self.t
+
+
+@pytest.mark.usefixtures("ctrl_c_raises")
+def test_ctrl_c_in_the_callers_thread_raises_once_the_call_is_done() -> None:
+    # The call finishes (every env stepped, nothing broken) and raises KeyboardInterrupt when it returns: a
+    # KeyboardInterrupt inside the coordinator's or the event loop's code would corrupt the pool.
+    with SyncPool(CtrlCEnv, 3, executor="in_process") as sp:
+        assert sp.runs_in_caller
+        sp.reset()
+        with pytest.raises(KeyboardInterrupt):
+            sp.step(np.array([0, 1, 0]))
+        obs, *_ = sp.step(np.array([0, 0, 0]))  # no env needs a reset
+        assert obs[:, 0].tolist() == [2, 2, 2]  # the interrupted step happened, for every env
+        with pytest.raises(KeyboardInterrupt):
+            sp.call("press_ctrl_c", env_ids=[1])  # a call that runs the event loop here: the same
+        obs, *_ = sp.step(np.array([0, 0, 0]))
+        assert obs[:, 0].tolist() == [3, 3, 3]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.usefixtures("ctrl_c_raises")
+def test_a_second_ctrl_c_in_one_call_raises_at_once() -> None:
+    # For a step that would not end: the second Ctrl-C raises inside the env, which needs a reset after it
+    with SyncPool(CtrlCEnv, 3, executor="in_process") as sp:
+        sp.reset()
+        with pytest.raises(KeyboardInterrupt):
+            sp.step(np.array([0, 2, 0]))
+        with pytest.raises(UsageError, match="env 1 cannot be stepped: its last step raised KeyboardInterrupt"):
+            sp.step(np.array([0, 0, 0]))
+        sp.reset()
+        obs, *_ = sp.step(np.array([0, 0, 0]))
+        assert obs[:, 0].tolist() == [1, 1, 1]
+
+
+@pytest.mark.usefixtures("ctrl_c_raises")
+def test_ctrl_c_at_any_moment_of_calls_in_the_callers_thread_leaves_the_pool_usable() -> None:
+    # Ctrl-C at random moments of steps, resets and attribute reads (which run the event loop here). SIGINT is
+    # blocked in this thread except during a call, so each lands inside one (or at its very start); the next
+    # comes once this one was caught. Each call either completes or raises KeyboardInterrupt; none fails.
+    interrupts, caught = 60, threading.Event()
+    block = {signal.SIGINT}
+
+    def press() -> None:
+        rng = random.Random(0)
+        for _ in range(interrupts):
+            time.sleep(rng.uniform(0.0, 0.002))
+            caught.clear()
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+            assert caught.wait(HANG), "a Ctrl-C was never raised"
+
+    with SyncPool("CartPole-v1", 4, executor="in_process", seed=0) as sp:
+        sp.reset()
+        presser = threading.Thread(target=press, daemon=True)
+        signal.pthread_sigmask(signal.SIG_BLOCK, block)
+        try:
+            presser.start()
+            hits, calls = 0, 0
+            while presser.is_alive():
+                try:
+                    signal.pthread_sigmask(signal.SIG_UNBLOCK, block)
+                    try:
+                        calls += 1
+                        if calls % 4 == 0:
+                            sp.reset()
+                        elif calls % 4 == 1:
+                            sp.get_attr("render_mode")
+                        else:
+                            sp.step(np.zeros(4, np.int64))
+                    finally:
+                        signal.pthread_sigmask(signal.SIG_BLOCK, block)
+                except KeyboardInterrupt:
+                    signal.pthread_sigmask(signal.SIG_BLOCK, block)
+                    hits += 1
+                    caught.set()
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, block)
+        presser.join(HANG)
+        assert hits == interrupts
+        assert sp._rt._driver is None
+        assert asyncio._get_running_loop() is None
+        obs, *_ = sp.step(np.zeros(4, np.int64))
+        assert obs.shape == (4, 4)
+        assert sp.get_attr("render_mode") == [None] * 4
 
 
 # ---------------------------------------------------------------- shutdown
