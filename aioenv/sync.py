@@ -152,8 +152,11 @@ class _CtrlC:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         if self._armed:
             _setsignal(signal.SIGINT, signal.default_int_handler)
-        if self.hit and (exc_type is None or issubclass(exc_type, asyncio.CancelledError)):
-            raise KeyboardInterrupt from None
+        if not self.hit or (exc_type is not None and issubclass(exc_type, KeyboardInterrupt)):
+            return
+        if exc_type is not None and issubclass(exc_type, asyncio.CancelledError):
+            raise KeyboardInterrupt from None  # the wait it cancelled
+        raise KeyboardInterrupt  # over the call's own error, if any (its context), as on the loop thread
 
 
 def _nothing() -> None:

@@ -430,10 +430,10 @@ def test_a_call_in_the_callers_thread_first_waits_for_an_interrupted_one() -> No
 
 class CtrlCEnv(gym.Env[np.ndarray, np.int64]):
     """Counts its steps; action ``k`` sends ``k`` SIGINTs to the main thread from inside its step (Ctrl-C
-    pressed while the step runs), each taken there before the step goes on."""
+    pressed while the step runs), each taken there before the step goes on; action 3 sends one, then fails."""
 
     observation_space = gym.spaces.Box(0, 1e9, (1,), np.float64)
-    action_space = gym.spaces.Discrete(3)
+    action_space = gym.spaces.Discrete(4)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
         super().reset(seed=seed)
@@ -442,6 +442,8 @@ class CtrlCEnv(gym.Env[np.ndarray, np.int64]):
 
     def step(self, action: Any) -> Any:
         self.t += 1
+        if action == 3:
+            self.press_ctrl_c_then_fail()
         for _ in range(int(action)):
             self.press_ctrl_c()
         return np.array([self.t], np.float64), 1.0, False, False, {}
@@ -451,6 +453,10 @@ class CtrlCEnv(gym.Env[np.ndarray, np.int64]):
         for _ in range(1000):  # a signal is taken between bytecodes: it is taken here, inside the env's code
             pass
         return self.t
+
+    def press_ctrl_c_then_fail(self) -> None:
+        self.press_ctrl_c()
+        raise ValueError("failed after Ctrl-C")
 
 
 @pytest.mark.usefixtures("ctrl_c_raises")
@@ -468,6 +474,13 @@ def test_ctrl_c_in_the_callers_thread_raises_once_the_call_is_done() -> None:
             sp.call("press_ctrl_c", env_ids=[1])  # a call that runs the event loop here: the same
         obs, *_ = sp.step(np.array([0, 0, 0]))
         assert obs[:, 0].tolist() == [3, 3, 3]
+        with pytest.raises(KeyboardInterrupt):  # Ctrl-C wins over the call's own error, as on the loop thread
+            sp.call("press_ctrl_c_then_fail", env_ids=[1])
+        with pytest.raises(KeyboardInterrupt) as caught:
+            sp.step(np.array([0, 3, 0]))
+        assert isinstance(caught.value.__context__, EnvError)  # the step's error stays as its context
+        with pytest.raises(UsageError, match="env 1 cannot be stepped: its last step raised ValueError"):
+            sp.step(np.array([0, 0, 0]))
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
