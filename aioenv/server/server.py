@@ -724,17 +724,24 @@ async def serve(config: ServerConfig, ready: Any = None) -> None:
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for sig in signals:
         loop.add_signal_handler(sig, stop.set)
-    server = Server(config)
-    await server.start()
     try:
-        if ready is not None:
-            ready(server)
-        await stop.wait()
-        log.info("shutting down: closing %d sessions", len(server.sessions))
+        server = Server(config)
+        await server.start()
+        try:
+            if ready is not None:
+                ready(server)
+            await stop.wait()
+            log.info("shutting down: closing %d sessions", len(server.sessions))
+        finally:
+            await server.aclose()
     finally:
-        await server.aclose()
+        # given back while the loop runs: uvloop restores a handler only then (its close() leaves SIGINT a no-op
+        # for the rest of the process), which matters to a program that runs serve() among other things
+        for sig in signals:
+            loop.remove_signal_handler(sig)
 
 
 def _step_actions(header: dict[str, Any], arrays: list[np.ndarray], n: int, slab: Slab | None) -> list[np.ndarray]:

@@ -11,8 +11,9 @@ import time
 import numpy as np
 
 import aioenv
+from aioenv._loop import run
 from aioenv.server.peers import Sweep
-from aioenv.server.server import Server, ServerConfig
+from aioenv.server.server import Server, ServerConfig, serve
 from aioenv.server.status import fetch_status
 from tests.support.procs import HANG
 from tests.support.servers import ServerProcess, WorkerHostProcess
@@ -73,3 +74,24 @@ def test_a_paused_server_keeps_its_clients_and_hosts() -> None:
         host.stop()
         srv.stop()
     assert not [line for line in srv.log if "silent for" in line], "".join(srv.log)
+
+
+def test_serve_gives_sigint_and_sigterm_back_when_it_returns() -> None:
+    # serve() runs on aioenv's loop (uvloop) in this, the main, thread; SIGTERM stops it. Afterwards Ctrl-C
+    # raises KeyboardInterrupt again and SIGTERM is back to its default: a program that served for a while
+    # and goes on is not left with signals that do nothing.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        stopped: list[str] = []
+
+        def ready(server: Server) -> None:
+            stopped.append(server.endpoint)
+            os.kill(os.getpid(), signal.SIGTERM)  # taken by serve()'s own handler
+
+        run(serve(ServerConfig(bind="tcp://127.0.0.1:0"), ready))
+        assert stopped
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
