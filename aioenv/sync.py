@@ -230,7 +230,7 @@ class _Runtime:
         cancel the pool's call itself: it finishes in the background as an orphan.
         """
         if self.orphans:
-            await asyncio.gather(*list(self.orphans), return_exceptions=True)
+            await self._orphans_done()
         result = fn(*args, **kwargs)
         if not inspect.isawaitable(result):
             return result
@@ -292,10 +292,14 @@ class _Runtime:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
-        await asyncio.gather(*list(self.orphans), return_exceptions=True)
+        await self._orphans_done()
         if done.cancelled():
             return None  # interrupted while it waited: nothing was sent
         return await starter(*args, **kwargs)
+
+    def _orphans_done(self) -> asyncio.Future[list[Any]]:
+        """Done once every interrupted call still in flight has ended (their outcomes are discarded)."""
+        return asyncio.gather(*list(self.orphans), return_exceptions=True)
 
     def _adopt(self, inner: list[asyncio.Future[Any]]) -> None:
         """The loop-side futures of an interrupted call: they finish in the background (their outcome is
@@ -367,8 +371,7 @@ class _Runtime:
                 asyncio._set_running_loop(self.loop)
                 with ctrl_c:
                     if self.orphans:  # as on the loop thread (invoke): an interrupted call finishes first
-                        gathered = asyncio.gather(*list(self.orphans), return_exceptions=True)
-                        self._outcome(gathered, shield=True, ctrl_c=ctrl_c)
+                        self._outcome(self._orphans_done(), shield=True, ctrl_c=ctrl_c)
                     value = self._outcome(fn(*args, **kwargs), shield, ctrl_c=ctrl_c)
                 done.set_result(value)
             except Exception as exc:  # noqa: BLE001 - the call's error is its caller's (Ctrl-C goes on as it is)
