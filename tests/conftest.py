@@ -8,6 +8,7 @@ import asyncio
 import multiprocessing.util
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -142,3 +143,18 @@ def cartpole_server() -> Iterator[ServerProcess]:
         yield srv
     finally:
         srv.stop()
+
+
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in the main thread for the test, as in any foreground Python program.
+
+    A process started as a background job of a non-interactive shell (``make test &``) inherits SIGINT
+    *ignored*, and Python then installs no handler for it: a Ctrl-C test would wait for a signal that never
+    comes. The handler is restored afterwards."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if previous is not None:  # None: a handler not set from Python, which cannot be put back from here
+            signal.signal(signal.SIGINT, previous)

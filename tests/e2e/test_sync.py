@@ -19,7 +19,6 @@ import textwrap
 import threading
 import time
 import traceback
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -253,21 +252,6 @@ def test_interrupted_recv_loses_no_rows(gate: Any) -> None:
         gate.open()
         *_, info = sp.recv()
         assert sorted(info["env_id"].tolist()) == [0, 1]
-
-
-@pytest.fixture
-def ctrl_c_raises() -> Iterator[None]:
-    """SIGINT raises KeyboardInterrupt in the main thread for the test, as in any foreground Python program.
-
-    A process started as a background job of a non-interactive shell (``make test &``) inherits SIGINT
-    *ignored*, and Python then installs no handler for it: a Ctrl-C test would wait for a signal that never
-    comes. The handler is restored afterwards."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        if previous is not None:  # None: a handler not set from Python, which cannot be put back from here
-            signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.usefixtures("ctrl_c_raises")

@@ -9,6 +9,7 @@ import signal
 import time
 
 import numpy as np
+import pytest
 
 import aioenv
 from aioenv._loop import run
@@ -76,22 +77,18 @@ def test_a_paused_server_keeps_its_clients_and_hosts() -> None:
     assert not [line for line in srv.log if "silent for" in line], "".join(srv.log)
 
 
+@pytest.mark.usefixtures("ctrl_c_raises")
 def test_serve_gives_sigint_and_sigterm_back_when_it_returns() -> None:
     # serve() runs on aioenv's loop (uvloop) in this, the main, thread; SIGTERM stops it. Afterwards Ctrl-C
     # raises KeyboardInterrupt again and SIGTERM is back to its default: a program that served for a while
     # and goes on is not left with signals that do nothing.
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        stopped: list[str] = []
+    stopped: list[str] = []
 
-        def ready(server: Server) -> None:
-            stopped.append(server.endpoint)
-            os.kill(os.getpid(), signal.SIGTERM)  # taken by serve()'s own handler
+    def ready(server: Server) -> None:
+        stopped.append(server.endpoint)
+        os.kill(os.getpid(), signal.SIGTERM)  # taken by serve()'s own handler
 
-        run(serve(ServerConfig(bind="tcp://127.0.0.1:0"), ready))
-        assert stopped
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+    run(serve(ServerConfig(bind="tcp://127.0.0.1:0"), ready))
+    assert stopped
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
