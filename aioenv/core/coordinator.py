@@ -311,6 +311,9 @@ class Coordinator:
                 sched.release(env_ids[room:])  # the rows that would have waited are the caller's again
                 raise
         sched.hold(HeldCall(kind, sink, build, timeout), env_ids[room:], positions[room:])
+        # Rows answered inside the send above (envs in this process) freed their room before any row was
+        # held, so no reply will come to pump these: send what fits now.
+        self._pump()
 
     def _send_rows(
         self, kind: str, env_ids: np.ndarray, at: np.ndarray | None, sink: Sink, build: Build, timeout: float | None

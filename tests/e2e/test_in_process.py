@@ -107,6 +107,21 @@ async def test_a_plain_step_in_process_serialises_nothing_and_a_step_with_infos_
         assert encoded == []
 
 
+async def test_an_in_process_pool_under_a_concurrency_limit_below_its_size_steps_every_env() -> None:
+    """Rows beyond ``max_concurrency`` wait for others to finish; here the others finish inside the call that
+    sent them, before any row waits: the waiting rows must still go."""
+    async with aioenv.Pool("CartPole-v1", 4, executor="in_process", max_concurrency=3) as pool:
+        obs, info = await guard(pool.reset(seed=3))
+        assert obs.shape == (4, 4)
+        np.testing.assert_array_equal(info["env_id"], [0, 1, 2, 3])
+        for _ in range(3):
+            _, rew, *_, info = await guard(pool.step(np.array([0, 1, 0, 1])))
+            np.testing.assert_array_equal(rew, [1.0] * 4)
+        pool.send(np.zeros(4, dtype=np.int64))
+        *_, info = await guard(pool.recv())
+        assert sorted(info["env_id"].tolist()) == [0, 1, 2, 3]
+
+
 async def test_closing_an_in_process_pool_closes_its_envs() -> None:
     Flaky.closed.clear()
     pool = await aioenv.make(Flaky, 4, executor="in_process")
