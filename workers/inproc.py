@@ -5,7 +5,9 @@ For envs whose step takes microseconds, a message to another process costs more 
 machine. An in-process worker is the same :class:`~workers.runtime.Worker` (same autoreset rules, same
 errors, same replies), called by the coordinator instead of reading a pipe: a message "sent" to it is
 answered at once, and the reply goes straight to the coordinator's handler, so a lock-step ``step()``
-finds its result ready and returns without a turn of the event loop.
+finds its result ready and returns without a turn of the event loop. When it hosts every env of its pool,
+a step skips the message too (:meth:`InProcessWorker.step_now`): the envs are stepped by the same
+:meth:`~workers.runtime.Worker.step_rows` and their rows handed back as arrays.
 
 What the caller gives up, and why it is a choice (``executor="in_process"``, or what ``"auto"`` picks
 for cheap envs): a step runs in the caller's thread, so an env that hangs holds the event loop (no
@@ -22,11 +24,31 @@ import asyncio
 import os
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
-from workers.runtime import Worker
+import numpy as np
 
-__all__ = ["InProcessWorker"]
+from aioenv.wire import spaces
+from aioenv.wire.protocol import Key, decode
+from workers.runtime import Worker, encode_reply, error_fields
+
+__all__ = ["InProcessWorker", "Stepped"]
+
+
+class Stepped(NamedTuple):
+    """The rows of a step answered in this process without a message (:meth:`InProcessWorker.step_now`).
+
+    ``obs``: observation leaves, ``extras``: ``[reward (k,) float64, terminated (k,) bool, truncated (k,) bool]``,
+    all fresh arrays of k rows (None: every row failed); ``infos`` (each env's info dict or None) or ``binfo``
+    (the rows' infos batched column-wise), as a reply from a worker process carries them; ``errors``: row ->
+    error fields.
+    """
+
+    obs: list[np.ndarray] | None
+    extras: list[np.ndarray] | None
+    infos: list[Any] | None
+    binfo: dict[str, Any] | None
+    errors: dict[int, Any]
 
 
 class _Port(Protocol):
@@ -126,6 +148,34 @@ class InProcessWorker:
                 self._on_message(self._identity, reply)
         finally:
             self._serving = False
+
+    def idle(self) -> bool:
+        """Whether it serves and answers nothing right now: a step may then run at once (:meth:`step_now`)."""
+        return self._code is None and not self._serving
+
+    def step_now(self, env_ids: list[int], leaves: list[np.ndarray], info_list: bool) -> Stepped:
+        """Step ``env_ids`` with the checked action ``leaves`` (row ``i`` for ``env_ids[i]``) now, with no
+        message: what a STEP request would answer, for a pool whose every env runs here (see
+        ``Coordinator.step_here``).
+
+        The same :meth:`Worker.step_rows` steps the envs. Infos still make the trip through the wire's encoding
+        that a reply from a worker process makes: a value msgpack cannot carry fails its row here too, and
+        the caller gets values of their own, not the objects the env keeps. ``info_list``: each env's own
+        dict (``infos``), else ``binfo``. A ``KeyboardInterrupt`` in an env goes on to the caller."""
+        worker = self._worker
+        try:
+            group = worker.group(env_ids)
+            n = len(env_ids)
+            obs = spaces.empty_batch(group.obs_space, n)
+            rewards, terminated, truncated, infos, errors = worker.step_rows(env_ids, group, leaves, obs, range(n))
+            extras = [np.array(rewards, np.float64), np.array(terminated, np.bool_), np.array(truncated, np.bool_)]
+            if infos is None:
+                return Stepped(obs, extras, None, None, errors)
+            fields: dict[str, Any] = {Key.INFO: infos, Key.ERRORS: errors}
+            header, _ = decode(encode_reply(fields, [], env_ids, info_list, trusted=True), trusted=True)
+        except Exception as exc:  # noqa: BLE001 - what Worker.handle answers with an ERROR: every row fails with it
+            return Stepped(None, None, None, None, {i: error_fields(exc, e) for i, e in enumerate(env_ids)})
+        return Stepped(obs, extras, header.get(Key.INFO), header.get(Key.BATCHED_INFO), header.get(Key.ERRORS) or {})
 
     # ------------------------------------------------------------ WorkerProc
 

@@ -232,7 +232,7 @@ class Worker:
         observation leaves, reward, terminated and truncated."""
         env_ids: list[int] = header[Key.ENV]
         n = len(env_ids)
-        group = self._group(env_ids)
+        group = self.group(env_ids)
         slab = self._shared() if header.get(Key.SHARED) else None
         rows: Sequence[int]
         if slab is not None:
@@ -245,6 +245,24 @@ class Worker:
             term = np.zeros(n, dtype=np.bool_)
             trunc = np.zeros(n, dtype=np.bool_)
             rows = range(n)
+        rewards, terminated, truncated, infos, errors = self.step_rows(env_ids, group, acts, obs, rows)
+        at = shared_rows(env_ids) if slab is not None else slice(None)
+        rew[at], term[at], trunc[at] = rewards, terminated, truncated
+        if slab is not None:
+            return shared_reply(infos, errors)
+        return batch_reply(obs, infos, errors, [rew, term, trunc])
+
+    def step_rows(
+        self, env_ids: list[int], group: Group, acts: list[np.ndarray], obs: list[np.ndarray], rows: Sequence[int]
+    ) -> tuple[list[Any], list[Any], list[Any], list[Any] | None, dict[int, Any]]:
+        """Step each env of ``env_ids`` (all of ``group``'s spaces) with row ``rows[i]`` of the action leaves
+        ``acts`` and write its observation to that row of the leaves ``obs``.
+
+        Returns ``(rewards, terminated, truncated, infos, errors)``: three lists of ``len(env_ids)`` values (a
+        failed row's are 0.0, False, False), each env's info dict (None: no env had one) and row -> error
+        fields. An env that raises fails its own row only; a ``KeyboardInterrupt`` or ``SystemExit`` goes on
+        to the caller (the env it cut short is broken until reset)."""
+        n = len(env_ids)
         infos: list[Any] | None = None
         errors: dict[int, Any] = {}
         envs = self.envs
@@ -253,8 +271,8 @@ class Worker:
         # A plain space's row is indexed here, without a call per env (the common Box/Discrete case).
         act0 = acts[0] if group.plain_act else None
         obs0 = obs[0] if group.plain_obs else None
-        # Rewards and flags are gathered in lists and written in one numpy call each: a numpy element
-        # assignment per env costs more than the list append.
+        # Rewards and flags are gathered in lists and written in one numpy call each by the caller: a numpy
+        # element assignment per env costs more than the list append.
         rewards: list[Any] = [0.0] * n
         terminated: list[Any] = [False] * n
         truncated: list[Any] = [False] * n
@@ -274,11 +292,7 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - one env's failure is its row's alone
                 rewards[i], terminated[i], truncated[i] = 0.0, False, False
                 errors[i] = error_fields(exc, env_id)
-        at = shared_rows(env_ids) if slab is not None else slice(None)
-        rew[at], term[at], trunc[at] = rewards, terminated, truncated
-        if slab is not None:
-            return shared_reply(infos, errors)
-        return batch_reply(obs, infos, errors, [rew, term, trunc])
+        return rewards, terminated, truncated, infos, errors
 
     def on_reset(self, header: dict[str, Any], _arrays: list[np.ndarray]) -> Reply:
         """Reset ``header["env"]`` with per-env seeds (``"seed"``) and shared options (``"opt"``); with
@@ -286,7 +300,7 @@ class Worker:
         env_ids: list[int] = header[Key.ENV]
         seeds = header.get(Key.SEED) or [None] * len(env_ids)
         options = header.get(Key.OPT)
-        group = self._group(env_ids)
+        group = self.group(env_ids)
         slab = self._shared() if header.get(Key.SHARED) else None
         obs = slab.obs if slab is not None else spaces.empty_batch(group.obs_space, len(env_ids))
         infos: list[Any] | None = None
@@ -332,7 +346,8 @@ class Worker:
             raise ProtocolError(f"worker {self.name} hosts no env {env_id}", env_id=env_id)
         return env
 
-    def _group(self, env_ids: list[int]) -> Group:
+    def group(self, env_ids: list[int]) -> Group:
+        """The group (spaces, readers, writers) of the envs ``env_ids``, which share their spaces."""
         for env_id in env_ids:
             group = self.group_of.get(env_id)
             if group is not None:

@@ -30,7 +30,7 @@ import shutil
 import tempfile
 from collections import deque
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 
@@ -56,6 +56,9 @@ from aioenv.wire.errors import from_wire
 from aioenv.wire.options import AutoresetName, Executor, OnTimeout
 from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, leaves_to_wire, local
 from aioenv.wire.spaces import space_from_description
+
+if TYPE_CHECKING:
+    from workers.inproc import InProcessWorker  # imported by the launcher, once it is known to be aioenv's
 
 log = logging.getLogger("aioenv.coordinator")
 
@@ -374,6 +377,43 @@ class Coordinator:
         if slot.in_process and kind == "step" and not arrays and Key.SHARED in fields:
             return local(Op.STEP, fields)
         return encode(_OPS[kind], fields, arrays, trusted=trusted)
+
+    def step_here(self, env_ids: np.ndarray, leaves: list[np.ndarray], sink: Sink, info_list: bool) -> bool:
+        """Step ``env_ids`` (claimed) with the checked action ``leaves`` at once, without a message, when every
+        env of the pool runs in this process and its worker is idle; the rows go to ``sink`` before this
+        returns. False (nothing done): send them as usual (:meth:`submit`).
+
+        What a STEP to the in-process worker would do, minus its bookkeeping: no request is opened (it is
+        answered before anything else can run on the loop, so nothing can time out, be cancelled or be
+        held), no message is encoded and no shared row is written or read. The envs are released on every
+        way out; a ``KeyboardInterrupt`` inside an env reaches the caller with nothing delivered (the caller
+        forgets the call: see ``Pool._start_step`` and ``Pool.send``)."""
+        here = self._sole_here()
+        if here is None:
+            return False
+        try:
+            stepped = here.step_now(env_ids.tolist(), leaves, info_list)
+        finally:
+            self.sched.release(env_ids)
+        errors = {int(r): from_wire(d, context="step") for r, d in stepped.errors.items()} if stepped.errors else {}
+        part = Part(env_ids, stepped.obs, stepped.extras, stepped.infos, errors, binfo=stepped.binfo)
+        if self.truncation is not None:
+            self.truncation.remember(part)
+        sink.deliver(part, self.sched.split(env_ids)[0][1])  # one worker: every row, in order
+        return True
+
+    def _sole_here(self) -> InProcessWorker | None:
+        """The in-process worker when it hosts every env, serves, and nothing waits or is owed (no concurrency
+        limit, no outbox, no row owed after a deadline): the conditions of :meth:`step_here`."""
+        if len(self.slots) != 1 or self.closing or self.sched.limit is not None:
+            return None
+        slot = self.slots[0]
+        if not (slot.in_process and slot.ready and slot.proc is not None) or slot.outbox:
+            return None
+        proc = cast("InProcessWorker", slot.proc)  # what launch_in_process starts
+        if self.truncation is not None and self.truncation.replaced_count:
+            return None
+        return proc if proc.idle() else None
 
     def _pump(self) -> None:
         """Send held rows that fit under the concurrency limit now (rows that cannot be sent fail their own

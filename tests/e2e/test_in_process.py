@@ -107,6 +107,66 @@ async def test_a_plain_step_in_process_serialises_nothing_and_a_step_with_infos_
         assert encoded == []
 
 
+def _count_messages(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ops of the requests the pool's in-process worker answers from now on (what crossed as a message)."""
+    import workers.runtime as runtime
+    from aioenv.wire.protocol import Key, decode
+
+    ops: list[str] = []
+    real = runtime.Worker.handle
+
+    def handle(self: runtime.Worker, frames: Any) -> Any:
+        ops.append(decode(frames, trusted=True)[0][Key.OP])
+        return real(self, frames)
+
+    monkeypatch.setattr(runtime.Worker, "handle", handle)
+    return ops
+
+
+async def test_steps_of_a_pool_whose_every_env_runs_here_cross_no_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every env in this process: a step (whole, partial, send/recv, one env, with infos and errors) is answered
+    by stepping the envs at once, without a request to the in-process worker; a reset still is one."""
+    ops = _count_messages(monkeypatch)
+    async with aioenv.Pool(Flaky, 4, executor="in_process", batch_size=2) as pool:
+        ops.clear()  # the envs' MAKE and the like
+        await guard(pool.reset(seed=0))
+        assert ops == ["reset"]
+        *_, info = await guard(pool.step(np.zeros(4, dtype=np.int64)))
+        np.testing.assert_array_equal(info["seen"], [0, 0, 0, 0])  # infos as a worker's reply carries them
+        *_, info = await guard(pool.step(np.array([0, 0]), env_ids=[3, 1]))
+        np.testing.assert_array_equal(info["env_id"], [3, 1])
+        with pytest.raises(EnvError) as caught:
+            await guard(pool.step(np.array([0, 1]), env_ids=[0, 2]))
+        assert (caught.value.env_id, caught.value.remote_type) == (2, "ValueError")
+        assert "this env refuses action 1" in caught.value.remote_traceback
+        pool.send(np.zeros(2, dtype=np.int64), env_ids=[0, 1])
+        *_, info = await guard(pool.recv())
+        np.testing.assert_array_equal(info["env_id"], [0, 1])
+        one = await guard(pool.step_env(3, 0))
+        assert (one.env_id, one.reward, one.info) == (3, 1.0, {"seen": 0})
+        assert ops == ["reset"]
+
+
+async def test_under_a_concurrency_limit_steps_go_as_messages_with_the_same_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rows held back by ``max_concurrency`` wait for others to finish: such a pool's steps take the message
+    path, and a seeded CartPole pool gives the same trajectory either way."""
+    ops = _count_messages(monkeypatch)
+    trajectories = []
+    for limit in (None, 3):
+        async with aioenv.Pool("CartPole-v1", 4, executor="in_process", max_concurrency=limit) as pool:
+            await guard(pool.reset(seed=3))
+            ops.clear()
+            rows = [await guard(pool.step(np.array([t % 2, 1, 0, t % 3 % 2]))) for t in range(40)]
+            assert ops == ([] if limit is None else ["step"] * 80)  # 3 rows, then the fourth as one finishes
+            trajectories.append(rows)
+    for here, sent in zip(*trajectories, strict=True):
+        for a, b in zip(here[:4], sent[:4], strict=True):
+            np.testing.assert_array_equal(a, b, strict=True)
+        np.testing.assert_array_equal(here[4]["env_id"], sent[4]["env_id"], strict=True)
+
+
 async def test_an_in_process_pool_under_a_concurrency_limit_below_its_size_steps_every_env() -> None:
     """Rows beyond ``max_concurrency`` wait for others to finish; here the others finish inside the call that
     sent them, before any row waits: the waiting rows must still go."""
@@ -373,4 +433,18 @@ async def test_ctrl_c_inside_an_in_process_step_reaches_the_caller_and_leaves_th
         assert sorted(caught.value.errors) == [1]
         await guard(pool.reset(seed=1))
         _, rew, *_ = await guard(pool.step(np.array([0, 0, 0])))
+        np.testing.assert_array_equal(rew, [1.0, 1.0, 1.0])
+
+
+async def test_ctrl_c_inside_an_in_process_send_leaves_no_row_owed_to_recv() -> None:
+    """``send`` that a Ctrl-C cuts short raises it and queues nothing: no env is left in flight or unread,
+    and ``recv`` then returns the rows of the next ``send``, not stale ones."""
+    async with aioenv.Pool(Interrupted, 3, executor="in_process", batch_size=3) as pool:
+        await guard(pool.reset(seed=0))
+        with pytest.raises(KeyboardInterrupt):
+            pool.send(np.array([0, 1, 0]))
+        await guard(pool.reset(seed=1))  # no env is "in flight" or has an unread result
+        pool.send(np.array([0, 0, 0]))
+        _, rew, *_, info = await guard(pool.recv())
+        np.testing.assert_array_equal(info["env_id"], [0, 1, 2])
         np.testing.assert_array_equal(rew, [1.0, 1.0, 1.0])
