@@ -514,7 +514,7 @@ class Pool:
         coord = self._core()
         leaves = actions if checked else spaces.check_actions(self.single_action_space, actions, ids)
         coord.sched.claim(ids)
-        if isinstance(coord, Coordinator) and coord.step_here(ids, leaves, sink, info_list):
+        if isinstance(coord, Coordinator) and coord.step_here(ids, leaves, sink):
             return  # every env runs in this process: stepped already, no message
         # after the claim: none of these envs' shared rows is in use
         build = step_builder(coord.slab, ids, leaves, info_list, ids is coord.sched.all_ids)

@@ -378,7 +378,7 @@ class Coordinator:
             return local(Op.STEP, fields)
         return encode(_OPS[kind], fields, arrays, trusted=trusted)
 
-    def step_here(self, env_ids: np.ndarray, leaves: list[np.ndarray], sink: Sink, info_list: bool) -> bool:
+    def step_here(self, env_ids: np.ndarray, leaves: list[np.ndarray], sink: Sink) -> bool:
         """Step ``env_ids`` (claimed) with the checked action ``leaves`` at once, without a message, when every
         env of the pool runs in this process and its worker is idle; the rows go to ``sink`` before this
         returns. False (nothing done): send them as usual (:meth:`submit`).
@@ -392,11 +392,11 @@ class Coordinator:
         if here is None:
             return False
         try:
-            stepped = here.step_now(env_ids.tolist(), leaves, info_list)
+            stepped = here.step_now(env_ids.tolist(), leaves)
         finally:
             self.sched.release(env_ids)
         errors = {int(r): from_wire(d, context="step") for r, d in stepped.errors.items()} if stepped.errors else {}
-        part = Part(env_ids, stepped.obs, stepped.extras, stepped.infos, errors, binfo=stepped.binfo)
+        part = Part(env_ids, stepped.obs, stepped.extras, stepped.infos, errors)
         if self.truncation is not None:
             self.truncation.remember(part)
         sink.deliver(part, self.sched.split(env_ids)[0][1])  # one worker: every row, in order
