@@ -88,6 +88,9 @@ _STARTERS: dict[str, tuple[str, dict[str, Any]]] = {
     "_step_info_list_checked": ("_start_step", {"info_list": True, "checked": True}),  # ... its actions checked
 }
 
+#: What :meth:`_Runtime.call_here` returns when the loop was taken back before the call could run here.
+_TAKEN_BACK: Any = object()
+
 _NESTED = (
     "a SyncPool method was called from inside one of its own calls (from an env's code, or a callback run by "
     "the call): it would wait for the call it is part of. Call it once that call has returned"
@@ -252,7 +255,7 @@ class _Runtime:
         The returned future stays pending until the result is in, so it can be cancelled (an interrupted
         wait): the call then becomes an orphan that the next call waits for, as with :meth:`submit`.
         """
-        self._check_caller()
+        self.check_caller()
         if self.direct and (done := self._here(starter, args, kwargs, shield=True)) is not None:
             return done
         done = concurrent.futures.Future()
@@ -310,7 +313,8 @@ class _Runtime:
                 self.orphans.add(fut)
                 fut.add_done_callback(self.orphans.discard)
 
-    def _check_caller(self) -> None:
+    def check_caller(self) -> None:
+        """Refuse a call from inside a call of this pool, from the loop thread, or after close."""
         if self.driven_here():
             raise UsageError(_NESTED)
         if self.in_loop_thread():
@@ -325,7 +329,7 @@ class _Runtime:
     def submit(
         self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, shield: bool = True
     ) -> concurrent.futures.Future[Any]:
-        self._check_caller()
+        self.check_caller()
         if self.direct and (done := self._here(fn, args, kwargs, shield=shield)) is not None:
             return done
         return asyncio.run_coroutine_threadsafe(self.invoke(fn, args, kwargs, shield), self.loop)
@@ -357,13 +361,26 @@ class _Runtime:
     def _here(
         self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, shield: bool
     ) -> concurrent.futures.Future[Any] | None:
-        """Run ``fn(*args, **kwargs)`` in this thread, on the loop the parked loop thread lent (direct mode),
-        and return its done outcome; None when the loop was taken back meanwhile (the caller then hands the
-        call to the loop thread). The loop is this thread's running loop for the length of the call only."""
+        """:meth:`call_here` as a done future (for :meth:`submit` and :meth:`start`); None when the loop was taken
+        back meanwhile (the caller then hands the call to the loop thread)."""
         done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        try:
+            value = self.call_here(fn, args, kwargs, shield=shield)
+        except Exception as exc:  # noqa: BLE001 - the call's error is its caller's (Ctrl-C goes on as it is)
+            done.set_exception(exc)
+            return done
+        if value is _TAKEN_BACK:
+            return None
+        done.set_result(value)
+        return done
+
+    def call_here(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, shield: bool) -> Any:
+        """Run ``fn(*args, **kwargs)`` in this thread, on the loop the parked loop thread lent (direct mode), and
+        return what it returned, awaited (its error raised as it is); :data:`_TAKEN_BACK` when the loop was taken
+        back meanwhile. The loop is this thread's running loop for the length of the call only."""
         with self._drive:
             if not self.direct:
-                return None
+                return _TAKEN_BACK
             prev = asyncio._get_running_loop()
             ctrl_c = _CtrlC(self.loop)
             try:  # set inside the try: a Ctrl-C landing anywhere here must not leave this thread marked
@@ -372,14 +389,10 @@ class _Runtime:
                 with ctrl_c:
                     if self.orphans:  # as on the loop thread (invoke): an interrupted call finishes first
                         self._outcome(self._orphans_done(), shield=True, ctrl_c=ctrl_c)
-                    value = self._outcome(fn(*args, **kwargs), shield, ctrl_c=ctrl_c)
-                done.set_result(value)
-            except Exception as exc:  # noqa: BLE001 - the call's error is its caller's (Ctrl-C goes on as it is)
-                done.set_exception(exc)
+                    return self._outcome(fn(*args, **kwargs), shield, ctrl_c=ctrl_c)
             finally:
                 asyncio._set_running_loop(prev)
                 self._driver = None
-        return done
 
     def _outcome(self, result: Any, shield: bool, ctrl_c: _CtrlC) -> Any:
         """What a call returned, awaited: a future answered inside the call (envs in this process) at once,
@@ -520,6 +533,20 @@ class SyncPool:
         fn = getattr(self._rt.pool, name)
         return self._rt.submit(fn, args, kwargs, shield=name != "recv")
 
+    def _run(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        rt = self._rt
+        if rt.direct:  # in this thread, with no future to hand the outcome over (see _Runtime.call_here)
+            rt.check_caller()
+            starter = _STARTERS.get(name)
+            if starter is not None:
+                method, extra = starter
+                value = rt.call_here(getattr(rt.pool, method), args, {**kwargs, **extra}, shield=True)
+            else:
+                value = rt.call_here(getattr(rt.pool, name), args, kwargs, shield=name != "recv")
+            if value is not _TAKEN_BACK:
+                return value
+        return rt.wait(self.submit(name, *args, **kwargs))
+
     def wait(self, future: concurrent.futures.Future[T], timeout: float | None = None) -> T:
         """Block until ``future`` (from :meth:`submit`) is done and return its result.
 
@@ -528,9 +555,6 @@ class SyncPool:
                 docstring (its env requests finish in the background and are discarded).
         """
         return self._rt.wait(future, timeout)
-
-    def _run(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
-        return self._rt.wait(self.submit(name, *args, **kwargs))
 
     # ------------------------------------------------------------ attributes
 
