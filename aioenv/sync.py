@@ -526,23 +526,26 @@ class SyncPool:
         with :meth:`wait`. A later call first waits for this one if it was interrupted. For the
         building of ``step_async``/``step_wait`` style adapters.
         """
-        starter = _STARTERS.get(name)
-        if starter is not None:  # the common calls take the lighter path (no task per call)
-            method, extra = starter
-            return self._rt.start(getattr(self._rt.pool, method), args, {**kwargs, **extra})
-        fn = getattr(self._rt.pool, name)
+        fn, kwargs, starts = self._target(name, kwargs)
+        if starts:  # the common calls take the lighter path (no task per call)
+            return self._rt.start(fn, args, kwargs)
         return self._rt.submit(fn, args, kwargs, shield=name != "recv")
+
+    def _target(self, name: str, kwargs: dict[str, Any]) -> tuple[Callable[..., Any], dict[str, Any], bool]:
+        """The pool method that performs ``name``, its keyword arguments, and whether it is a starter (it
+        dispatches and returns the future of its result: ``_STARTERS``)."""
+        starter = _STARTERS.get(name)
+        if starter is None:
+            return getattr(self._rt.pool, name), kwargs, False
+        method, extra = starter
+        return getattr(self._rt.pool, method), {**kwargs, **extra}, True
 
     def _run(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
         rt = self._rt
         if rt.direct:  # in this thread, with no future to hand the outcome over (see _Runtime.call_here)
             rt.check_caller()
-            starter = _STARTERS.get(name)
-            if starter is not None:
-                method, extra = starter
-                value = rt.call_here(getattr(rt.pool, method), args, {**kwargs, **extra}, shield=True)
-            else:
-                value = rt.call_here(getattr(rt.pool, name), args, kwargs, shield=name != "recv")
+            fn, fn_kwargs, starts = self._target(name, kwargs)
+            value = rt.call_here(fn, args, fn_kwargs, shield=starts or name != "recv")
             if value is not _TAKEN_BACK:
                 return value
         return rt.wait(self.submit(name, *args, **kwargs))
