@@ -2,18 +2,11 @@
 
 It owns the ROUTER socket (:mod:`aioenv.transport.router`), the local worker processes
 (:mod:`aioenv.core.launcher`) and the env/request tables (:mod:`aioenv.core.scheduler`).
-It never runs env code. Failures it handles:
-
-- a worker process that exits (any signal) is noticed at once through its pidfd:
-  its in-flight requests fail with :class:`WorkerCrashed`, a fresh process takes
-  its slot and re-makes its envs (they need a reset before stepping);
-- a request past its deadline fails with :class:`StepTimeout` (or, with
-  ``on_timeout="truncate"``, comes back as a truncated row: :mod:`aioenv.core.deadlines`); an ``async`` worker
-  cancels the late steps and replaces those envs, any other worker (stuck inside
-  env code) is killed and replaced as above;
-- under ``max_concurrency``, rows beyond the limit wait in the scheduler and go
-  out, in order, as others finish;
-- shutdown: CLOSE, wait, SIGTERM, wait, SIGKILL; never hangs.
+It never runs env code. What it does when a worker fails it (a process that exits, a message it cannot
+read, a request past its deadline: answer what was lost, start a fresh process in the slot, re-make the
+envs) is :mod:`aioenv.core.recovery`'s, a part of this class. Under ``max_concurrency``, rows beyond the
+limit wait in the scheduler and go out, in order, as others finish. Shutdown: CLOSE, wait, SIGTERM, wait,
+SIGKILL; never hangs.
 
 Messages to a worker that has not said HELLO yet wait in its outbox. A pool's own inline workers
 exchange step and reset rows through shared memory (:mod:`aioenv.transport.slab`), their messages carrying
@@ -28,17 +21,17 @@ import logging
 import os
 import shutil
 import tempfile
-from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from aioenv.core.deadlines import DeadlineTimer, Truncation, cancel_fields, timeout_error
+from aioenv.core.deadlines import DeadlineTimer, Truncation
 from aioenv.core.failures import for_env, unsendable
 from aioenv.core.launcher import LaunchSpec, LocalProcess, WorkerProc, launch_in_process, launch_local
 from aioenv.core.make_errors import start_failure
 from aioenv.core.memory import MemoryWatch
+from aioenv.core.recovery import SETUP, Recovery, Slot
 from aioenv.core.replies import Block, Outlet, Segment, int_lists, route_block
 from aioenv.core.scheduler import THROTTLED, Build, HeldCall, Request, Scheduler, SetupFuture
 from aioenv.core.sinks import Part, RecvQueue, Sink
@@ -48,7 +41,6 @@ from aioenv.errors import (
     PoolClosed,
     ProtocolError,
     UsageError,
-    WorkerCrashed,
 )
 from aioenv.transport.slab import Slab
 from aioenv.wire import spaces
@@ -62,60 +54,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("aioenv.coordinator")
 
-#: A slot whose worker died by itself more than this many times within ``RESTART_WINDOW`` seconds is
-#: crash-looping and given up (its envs fail fast). Restarts after a deadline are aioenv's own and do not count.
-MAX_RESTARTS = 20
-RESTART_WINDOW = 60.0
-
 _OPS = {"step": Op.STEP, "reset": Op.RESET, "call": Op.CALL}
-#: Requests that set a worker up (their sink is a future, or None for a re-made worker).
-_SETUP = frozenset(("make", "slab"))
-#: Seconds an ``async`` worker gets to cancel and replace envs after a deadline before it is restarted.
-CANCEL_GRACE = 5.0
 
 
-class _Slot:
-    """A worker position; its process is replaced when it dies."""
-
-    def __init__(self, index: int, in_process: bool = False) -> None:
-        self.index = index
-        self.in_process = in_process  # its worker runs in this process (see workers.inproc)
-        self.generation = 0
-        self.name = ""
-        self.proc: WorkerProc | None = None
-        self.ready = False
-        self.outbox: list[list[Any]] = []
-        self.restarts = 0  # every restart, for the metrics
-        self.deaths: deque[float] = deque()  # when its workers died by themselves, within RESTART_WINDOW
-        self.dead_reason = ""
-        self.waits_for_room = False  # given up for want of room: started again once a host has room
-        self.recycle = ""  # why its worker is to be replaced once idle (see aioenv.core.memory), if it is
-
-
-class _Lost(NamedTuple):
-    """A worker process that is gone, as the errors of its lost requests name it."""
-
-    name: str
-    pid: object
-    code: int | None
-    how: str  # how it ended, in words ("was killed by SIGKILL")
-
-    def remade(self) -> dict[str, Any]:
-        """How the envs it hosted come to be re-made (a MAKE's ``remade``: their next step says so)."""
-        return {"why": f"its worker {self.name} (pid {self.pid}) {self.how}", "worker": self.name, "code": self.code}
-
-    def crashed(self, env_id: int, kind: str) -> WorkerCrashed:
-        """The error of env ``env_id``'s ``kind`` request, lost with this process."""
-        return WorkerCrashed(
-            f"{kind} failed for env {env_id}: its worker {self.name} (pid {self.pid}) {self.how} while the request "
-            "was in flight; the env is re-made on a fresh worker: reset it before stepping",
-            env_id=env_id,
-            worker=self.name,
-            exitcode=self.code,
-        )
-
-
-class Coordinator:
+class Coordinator(Recovery):
     """Local workers behind one ROUTER socket, for one pool.
 
     Args:
@@ -171,8 +113,8 @@ class Coordinator:
         self.autoreset_mode = autoreset_mode
         self.executor = executor
         self.on_remade = on_remade
-        self.slots: list[_Slot] = []
-        self._by_name: dict[bytes, _Slot] = {}
+        self.slots: list[Slot] = []
+        self._by_name: dict[bytes, Slot] = {}
         self.closing = False
         self._retired: list[WorkerProc] = []
         self._launch = launch
@@ -205,7 +147,7 @@ class Coordinator:
         here = 1 if self.in_process else 0
         blocks = self.sched.place(num_workers + here, self.in_process)
         for index, ids in enumerate(blocks):
-            slot = _Slot(index, in_process=index < here)
+            slot = Slot(index, in_process=index < here)
             self.slots.append(slot)
             if index == here and self._adopt is not None:
                 self._take(slot, self._adopt)
@@ -245,7 +187,7 @@ class Coordinator:
             mapped.append(fut)
         await asyncio.gather(*mapped)
 
-    def _spawn(self, slot: _Slot, envs: int) -> None:
+    def _spawn(self, slot: Slot, envs: int) -> None:
         """Start a worker process for ``slot`` (may raise CapacityError from a fleet's launcher)."""
         slot.generation += 1
         slot.name = f"{self._prefix}w{slot.index}.{slot.generation}"
@@ -257,7 +199,7 @@ class Coordinator:
         slot.proc = launch_in_process(spec) if slot.in_process else self._launch(spec)
         self._by_name[slot.name.encode()] = slot
 
-    def _take(self, slot: _Slot, proc: LocalProcess) -> None:
+    def _take(self, slot: Slot, proc: LocalProcess) -> None:
         """Make the running worker ``proc`` (it said HELLO to its first owner) ``slot``'s worker."""
         slot.generation += 1
         slot.name = f"{self._prefix}w{slot.index}.{slot.generation}"
@@ -267,14 +209,14 @@ class Coordinator:
         slot.proc = proc
         self._by_name[slot.name.encode()] = slot
 
-    async def _make(self, slot: _Slot, env_ids: np.ndarray) -> dict[str, Any]:
+    async def _make(self, slot: Slot, env_ids: np.ndarray) -> dict[str, Any]:
         fut: SetupFuture = self.loop.create_future()
         self._send_make(slot, env_ids, fut)
         return await fut
 
     def _send_make(
         self,
-        slot: _Slot,
+        slot: Slot,
         env_ids: np.ndarray,
         sink: SetupFuture | None,
         ended: np.ndarray | None = None,
@@ -282,7 +224,7 @@ class Coordinator:
     ) -> None:
         """Ask ``slot``'s worker to make ``env_ids``; ``sink`` gets the spaces (None: a re-make, only logged).
         ``ended``: envs to start as if just truncated (see ``on_timeout``); ``remade``: why the envs are made
-        again (see :meth:`_Lost.remade`), which their next step reports as :class:`EnvRemade`."""
+        again (see :meth:`Lost.remade`), which their next step reports as :class:`EnvRemade`."""
         pairs, sources = self.sources.for_envs(env_ids.tolist())
         req = self.sched.open(slot.index, "make", env_ids, sink=sink)
         fields = {Key.ID: req.id, Key.ENVS: pairs, Key.SOURCES: sources, Key.AUTORESET: self.autoreset_mode}
@@ -342,14 +284,14 @@ class Coordinator:
 
     def _prepare(
         self, kind: str, env_ids: np.ndarray, at: np.ndarray | None, sink: Sink, build: Build, deadline: float | None
-    ) -> list[tuple[_Slot, Request, np.ndarray, list[Any] | None]]:
+    ) -> list[tuple[Slot, Request, np.ndarray, list[Any] | None]]:
         """Open one request per worker and encode its message (None for a worker that is gone).
 
         Every message is built before any is sent: a value the wire cannot carry (an int beyond 64 bits,
         an object msgpack does not know) fails the whole call here, with every request closed and every
         env released, so nothing stays claimed and no worker got half of a call.
         """
-        prepared: list[tuple[_Slot, Request, np.ndarray, list[Any] | None]] = []
+        prepared: list[tuple[Slot, Request, np.ndarray, list[Any] | None]] = []
         opened: list[Request] = []
         try:
             for worker, rows in self.sched.split(env_ids):
@@ -368,7 +310,7 @@ class Coordinator:
         return prepared
 
     @staticmethod
-    def _encode_request(kind: str, req: Request, build: Build, trusted: bool, slot: _Slot) -> list[Any]:
+    def _encode_request(kind: str, req: Request, build: Build, trusted: bool, slot: Slot) -> list[Any]:
         """The frames of ``req``: its builder's fields and arrays, with its id and env ids. A step over shared
         rows for the worker in this process is ids and flags only: it is passed as it is (``protocol.Local``)."""
         fields, arrays = build(req)
@@ -425,7 +367,7 @@ class Coordinator:
             except UsageError as err:
                 sink.deliver(Part.failed(held.env_ids, functools.partial(for_env, err)), held.positions)
 
-    def _send(self, slot: _Slot, frames: list[Any]) -> None:
+    def _send(self, slot: Slot, frames: list[Any]) -> None:
         if not slot.ready:
             slot.outbox.append(frames)
             return
@@ -491,7 +433,7 @@ class Coordinator:
             log.warning("worker %s %s", slot.name, slot.recycle)
         self._recycle_if_idle(slot)
 
-    def _recycle_if_idle(self, slot: _Slot) -> None:
+    def _recycle_if_idle(self, slot: Slot) -> None:
         """Replace the slot's worker now if no request is in flight on it (else after its next reply)."""
         proc = slot.proc
         if self.closing or proc is None or not slot.ready:
@@ -503,7 +445,7 @@ class Coordinator:
         self._restart(slot, how, crash=False)
 
     def _deliver_or_fail(
-        self, slot: _Slot, req: Request, op: str, header: dict[str, Any], arrays: list[np.ndarray]
+        self, slot: Slot, req: Request, op: str, header: dict[str, Any], arrays: list[np.ndarray]
     ) -> None:
         env_ids, positions = req.env_ids, req.positions
         try:
@@ -513,7 +455,7 @@ class Coordinator:
             err = ProtocolError(f"malformed reply from worker {slot.name}: {exc}")
             self._deliver_part(req, Part.failed(env_ids, lambda e: _with_env(err, e)), positions)
 
-    def _on_rows(self, slot: _Slot, op: str, header: dict[str, Any], arrays: list[np.ndarray], multi: Any) -> None:
+    def _on_rows(self, slot: Slot, op: str, header: dict[str, Any], arrays: list[np.ndarray], multi: Any) -> None:
         """A thread/async worker's RESULT with finished rows of several requests (``"multi"``, see
         :mod:`workers.concurrent`): each request gets its slice (see :func:`aioenv.core.replies.route_block`)."""
         try:
@@ -555,7 +497,7 @@ class Coordinator:
             return
         described = header.get(Key.ERRORS)
         errors = {int(row): from_wire(d, context=kind) for row, d in described.items()} if described else {}
-        if kind in _SETUP:
+        if kind in SETUP:
             self._made(req, header, errors)
         elif kind == "cancel":
             for err in errors.values():
@@ -592,7 +534,7 @@ class Coordinator:
         self._deliver_part(req, part, req.positions)
 
     def _deliver_part(self, req: Request, part: Part, positions: np.ndarray | None = None) -> None:
-        if req.kind in _SETUP:  # the whole MAKE failed (e.g. its env source cannot be imported)
+        if req.kind in SETUP:  # the whole MAKE failed (e.g. its env source cannot be imported)
             self._made(req, {}, part.errors)
             return
         if req.kind == "cancel":
@@ -624,205 +566,6 @@ class Coordinator:
         elif not fut.done():
             fut.set_exception(err)
 
-    # ------------------------------------------------------------ failures
-
-    def _no_worker(self, slot: _Slot, env_id: int, kind: str) -> WorkerCrashed:
-        later = " (it is started as soon as a host has room)" if slot.waits_for_room else ""
-        return WorkerCrashed(
-            f"{kind} failed for env {env_id}: it has no worker: worker slot {slot.index} {slot.dead_reason}{later}",
-            env_id=env_id,
-            worker=slot.name,
-        )
-
-    def _on_malformed(self, slot: _Slot, exc: ProtocolError) -> None:
-        """A worker's message this side cannot read: whatever it answered is lost, so the worker is replaced and
-        its requests fail with WorkerCrashed now (dropping the message would leave them waiting for ever)."""
-        log.error("malformed message from worker %s: %s", slot.name, exc)
-        if slot.proc is None or self.closing:
-            return
-        slot.proc.kill()
-        self._restart(slot, f"sent a message this pool cannot read ({exc}) and was replaced")
-
-    def _on_exit(self, proc: WorkerProc) -> None:
-        slot = next((s for s in self.slots if s.proc is proc), None)
-        if slot is None or self.closing:
-            return  # a retired process (already replaced), or shutdown
-        log.warning("worker %s (pid %s) %s", slot.name, proc.pid, proc.describe())
-        self._restart(slot, proc.describe())
-
-    def _restart(self, slot: _Slot, how: str, timed_out: list[Request] | None = None, *, crash: bool = True) -> None:
-        """Fail the slot's in-flight requests with WorkerCrashed, start a fresh worker, re-make its envs.
-
-        ``timed_out``: the requests whose deadline caused this restart (already answered). In truncate
-        mode the envs it replaces end their episodes with a truncated row instead of an error.
-        """
-        lost = self._retire(slot, how)
-        truncation = self.truncation if timed_out is not None else None
-        must_reset, answered = self._fail_lost(slot, lost, truncation, timed_out or [])
-        slot.restarts += 1
-        env_ids = self.sched.envs_of(slot.index)
-        if crash and timed_out is None and self._crash_looping(slot):
-            self._give_up(slot, f"died {len(slot.deaths)} times in {RESTART_WINDOW:g} s; aioenv gave up restarting it")
-            return
-        if not self._respawn(slot, env_ids):
-            return
-        ended = truncation.owe(env_ids, must_reset, answered) if truncation is not None else None
-        self._send_make(slot, env_ids, None, ended, lost.remade())
-        self.on_remade(env_ids)
-
-    def _crash_looping(self, slot: _Slot) -> bool:
-        """Count a death of the slot's worker; True when there were more than MAX_RESTARTS in the window."""
-        now = self.loop.time()
-        slot.deaths.append(now)
-        while slot.deaths and slot.deaths[0] < now - RESTART_WINDOW:
-            slot.deaths.popleft()
-        return len(slot.deaths) > MAX_RESTARTS
-
-    def _retire(self, slot: _Slot, how: str) -> _Lost:
-        """Forget the slot's process (``aclose`` still reaps it if it has not exited yet); returns what the
-        errors of its lost requests say about it."""
-        proc = slot.proc
-        lost = _Lost(slot.name, proc.pid if proc else "?", proc.returncode if proc else None, how)
-        if proc is not None and not proc.exited.is_set():
-            self._retired.append(proc)  # killed, not yet reaped: aclose waits for it
-        self._by_name.pop(slot.name.encode(), None)
-        return lost
-
-    def _fail_lost(
-        self, slot: _Slot, lost: _Lost, truncation: Truncation | None, timed_out: list[Request]
-    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Answer the requests the slot's worker took with it: a lost MAKE fails ``start()``; a step gets a
-        truncated row (``truncation``: the restart is a deadline's) or, as any other request, WorkerCrashed.
-
-        Returns the env ids whose reset was lost (they must not start as truncated) and those whose caller
-        was told already (the ``timed_out`` steps and the steps answered here)."""
-        must_reset = [r.env_ids for r in timed_out if r.kind == "reset"]
-        answered = [r.env_ids for r in timed_out if r.kind == "step"]
-        for req in self.sched.lose_worker(slot.index):
-            if req.kind in _SETUP:
-                self._fail_make(
-                    req, WorkerCrashed(f"worker {lost.name} {lost.how} while making its envs", worker=lost.name)
-                )
-                continue
-            crashed = lambda e, k=req.kind: lost.crashed(e, k)  # noqa: E731
-            if truncation is not None and req.kind == "step":
-                self._deliver_truncated(truncation, req, {"env_replaced": True}, crashed)
-                answered.append(req.env_ids)
-            else:
-                if req.kind == "reset":
-                    must_reset.append(req.env_ids)
-                self._deliver_part(req, Part.failed(req.env_ids, crashed))
-        return must_reset, answered
-
-    def _respawn(self, slot: _Slot, env_ids: np.ndarray) -> bool:
-        """Start a fresh worker for ``slot``; False when no host has room for its envs (the slot is given up,
-        and started again once room frees up, with a launcher that says when)."""
-        try:
-            self._spawn(slot, env_ids.size)
-        except AioEnvError as exc:
-            self._give_up(slot, f"could not be restarted: {exc}")
-            if self._when_room is not None:
-                slot.waits_for_room = True
-                self._when_room(lambda: self._revive(slot))
-            return False
-        return True
-
-    def _give_up(self, slot: _Slot, reason: str) -> None:
-        """The slot's envs fail fast from now on (requests get ``WorkerCrashed`` saying why)."""
-        slot.dead_reason = reason
-        slot.proc = None
-        self._by_name.pop(slot.name.encode(), None)
-        log.error("worker slot %d %s", slot.index, reason)
-
-    def _revive(self, slot: _Slot) -> bool:
-        """Try again to start the worker of a slot given up for want of room; True when done (or moot)."""
-        if self.closing or not slot.dead_reason:
-            return True
-        env_ids = self.sched.envs_of(slot.index)
-        try:
-            self._spawn(slot, env_ids.size)
-        except AioEnvError:
-            return False
-        log.warning("worker slot %d started again on %s: re-making envs %s", slot.index, slot.name, env_ids.tolist())
-        why = f"its worker slot {slot.index} had no worker for a while ({slot.dead_reason})"
-        slot.dead_reason = ""
-        slot.waits_for_room = False
-        self._send_make(slot, env_ids, None, remade={"why": why, "worker": slot.name, "code": None})
-        self.on_remade(env_ids)
-        return True
-
-    # ------------------------------------------------------------ deadlines (see aioenv.core.deadlines)
-
-    def _arm_timer(self) -> None:
-        self._timer.arm(self.sched.next_deadline())
-
-    def _on_timer(self) -> None:
-        """Answer the requests past their deadline, then free their envs: an ``async`` worker cancels and
-        replaces them; any other worker (stuck inside env code) is killed and restarted."""
-        late: dict[int, list[Request]] = {}
-        for req in self.sched.expire(self.loop.time()):
-            late.setdefault(req.worker, []).append(req)
-            if req.kind != "cancel":
-                self._time_out(req)
-        for worker, reqs in late.items():
-            self._free_late(self.slots[worker], reqs)
-        self._arm_timer()
-        if self.sched.held:
-            self._pump()
-
-    def _free_late(self, slot: _Slot, reqs: list[Request]) -> None:
-        """Free the envs of ``slot``'s late ``reqs`` (answered already)."""
-        if slot.proc is None:
-            return
-        if self.executor == "async" and all(r.kind != "cancel" for r in reqs):
-            self._send_cancel(slot, reqs)
-        else:  # stuck inside the env's code (or its loop is): only a new process frees the slot
-            slot.proc.kill()
-            self._restart(slot, "was killed because a request overran its deadline", reqs)
-
-    def _time_out(self, req: Request) -> None:
-        """Answer a late request: StepTimeout, or in truncate mode a step's truncated rows."""
-        slot = self.slots[req.worker]
-        cancels = self.executor == "async"
-        # slot.name read when the error is made: after a restart, the name of the worker that was stuck
-        late = lambda e, k=req.kind: timeout_error(k, e, cancels=cancels, worker=slot.name)  # noqa: E731
-        if self.truncation is not None and req.kind == "step":
-            self._deliver_truncated(self.truncation, req, {"timeout": True}, late)
-        else:
-            self._deliver_part(req, Part.failed(req.env_ids, late))
-
-    def _send_cancel(self, slot: _Slot, reqs: list[Request]) -> None:
-        """Ask an ``async`` worker to cancel the late requests' envs and replace them; if it does not answer
-        within ``CANCEL_GRACE`` it is stuck and gets restarted."""
-        fields = cancel_fields(reqs, self.truncation)
-        if fields is None:
-            return
-        no_envs = self.sched.all_ids[:0]  # the envs are not busy with the cancel: they are free for new requests
-        req = self.sched.open(slot.index, "cancel", no_envs, deadline=self.loop.time() + CANCEL_GRACE)
-        fields[Key.ID] = req.id
-        self._send(slot, encode(Op.CANCEL, fields))
-
-    # ------------------------------------------------------------ truncate mode (on_timeout="truncate")
-
-    def _deliver_truncated(
-        self, truncation: Truncation, req: Request, info: dict[str, Any], otherwise: Callable[[int], AioEnvError]
-    ) -> None:
-        """Answer ``req``'s rows as truncated (envs with a last observation) or with ``otherwise(env_id)``."""
-        for part, positions in truncation.answer(req, info, otherwise):
-            self._deliver_part(req, part, positions)
-
-    def _pay_debts(
-        self, truncation: Truncation, kind: str, env_ids: np.ndarray, at: np.ndarray | None, sink: Sink
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Envs replaced behind the caller's back owe a truncated row: a step gets it here (the next one
-        starts a new episode); a reset simply clears the debt. Returns the rows still to send."""
-        env_ids, at, paid = truncation.settle(kind, env_ids, at)
-        if paid is not None:
-            part, positions = paid
-            self.sched.release(part.env_ids)
-            sink.deliver(part, positions)
-        return env_ids, at
-
     # ------------------------------------------------------------ shutdown
 
     async def aclose(self, grace: float = 5.0) -> None:
@@ -840,7 +583,7 @@ class Coordinator:
         for req in self.sched.drain():
             if req.kind == "cancel":
                 continue
-            if req.kind in _SETUP:
+            if req.kind in SETUP:
                 self._fail_make(req, PoolClosed(f"the pool was closed while its workers were set up ({req.kind})"))
             else:
                 err = PoolClosed(f"the pool was closed while env {int(req.env_ids[0])}'s {req.kind} was in flight")

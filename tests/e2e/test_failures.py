@@ -378,10 +378,10 @@ async def test_idle_worker_killed_then_reset_works() -> None:
 async def test_deaths_older_than_the_window_do_not_count(monkeypatch: pytest.MonkeyPatch) -> None:
     """A long-lived pool whose worker dies now and then is never given up: only deaths within
     RESTART_WINDOW count toward MAX_RESTARTS (a lifetime count would end any pool that runs long enough)."""
-    import aioenv.core.coordinator
+    import aioenv.core.recovery
 
-    monkeypatch.setattr(aioenv.core.coordinator, "MAX_RESTARTS", 1)
-    monkeypatch.setattr(aioenv.core.coordinator, "RESTART_WINDOW", 0.3)
+    monkeypatch.setattr(aioenv.core.recovery, "MAX_RESTARTS", 1)
+    monkeypatch.setattr(aioenv.core.recovery, "RESTART_WINDOW", 0.3)
     async with aioenv.Pool(PROBE, 2, executor="inline", num_workers=1) as pool:
         await guard(pool.reset(seed=0))
         pid = worker_pid(pool, 0)
@@ -399,9 +399,9 @@ async def test_a_worker_that_keeps_dying_is_given_up_and_its_envs_fail_fast(monk
     """Past MAX_RESTARTS deaths within RESTART_WINDOW a slot is not started again: its envs' requests fail
     at once with WorkerCrashed saying so (no hang, no spawn loop), the other worker's envs go on, close is
     clean."""
-    import aioenv.core.coordinator
+    import aioenv.core.recovery
 
-    monkeypatch.setattr(aioenv.core.coordinator, "MAX_RESTARTS", 2)
+    monkeypatch.setattr(aioenv.core.recovery, "MAX_RESTARTS", 2)
     async with aioenv.Pool(PROBE, 4, executor="inline", num_workers=2) as pool:
         await guard(pool.reset(seed=0))
         pid = worker_pid(pool, 0)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import aioenv
-from aioenv.core import coordinator
+from aioenv.core import recovery
 from aioenv.errors import EnvError, EnvRemade, StepTimeout, UsageError
 from tests.envs.waiting import HANG as HANG_ACTION
 from tests.envs.waiting import INSTANT, MEET, SHORT, AsyncWaitEnv, TextEchoEnv, WaitEnv
@@ -161,7 +161,7 @@ async def test_async_truncate_on_timeout() -> None:
 
 
 async def test_async_worker_whose_loop_is_blocked_is_restarted(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(coordinator, "CANCEL_GRACE", 0.5)
+    monkeypatch.setattr(recovery, "CANCEL_GRACE", 0.5)
     async with aioenv.Pool(
         envs("async", 2, block_loop=True), num_workers=1, executor="async", step_timeout=0.5
     ) as pool:
@@ -197,7 +197,7 @@ async def test_thread_hang_restarts_its_worker_only() -> None:
 async def test_restarts_after_deadlines_never_give_a_worker_up(monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker restarted because a step overran its deadline did not crash: such restarts do not count
     toward the crash-loop limit, however many there are."""
-    monkeypatch.setattr(coordinator, "MAX_RESTARTS", 1)
+    monkeypatch.setattr(recovery, "MAX_RESTARTS", 1)
     async with aioenv.Pool(envs("thread", 2), num_workers=1, executor="thread", step_timeout=0.5) as pool:
         await pool.reset()
         for _ in range(3):
