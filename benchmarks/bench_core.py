@@ -1,8 +1,12 @@
-"""Core benchmark: aioenv against gymnasium's SyncVectorEnv / AsyncVectorEnv, and the floor.
+"""Core benchmark: aioenv against gymnasium's SyncVectorEnv / AsyncVectorEnv, the floor and the ceiling.
 
 The floor (``floor.py``) is the leanest lock-step pool of Python envs in worker processes that can be
 written (shared memory, one byte each way, nothing checked): ``step/floor`` says how much of the cost
-of a step is aioenv's own and how much the machine's.
+of a step is aioenv's own and how much the machine's. The ceiling (``cores.py``) is the same envs split
+over as many processes, each stepping its slice on its own with no pool at all: free-running, the most
+any pool of processes reaches on this machine; lock-step, the most a lock-step ``step()`` can reach when
+each batch waits for its slowest slice. ``cores/Sync`` and ``cores lock-step/Sync`` say what the
+machine allows a ratio against ``SyncVectorEnv`` to be.
 
 Every cell is measured in the same run, interleaved round by round (rotating
 order), so the ratios stay meaningful on a small, noisy machine.  Results go to
@@ -55,7 +59,8 @@ STARTUP_ENVS = 32
 RT_COUNT, RT_WARMUP = 2000, 200
 # aioenv_*: a pool as `aioenv.make` gives it (executor="auto": placed by what the env costs);
 # workers_*: the same pool with every env in worker processes (executor="inline").
-IMPLS = ("sync", "async", "floor", "aioenv_step", "aioenv_sendrecv", "workers_step", "workers_sendrecv")
+# cores: the ceiling (cores.py), free-running ("steps_per_s") and lock-step ("lockstep_per_s").
+IMPLS = ("sync", "async", "floor", "aioenv_step", "aioenv_sendrecv", "workers_step", "workers_sendrecv", "cores")
 RATIOS = {
     "aioenv_step/sync": ("aioenv_step", "sync"),
     "aioenv_step/async": ("aioenv_step", "async"),
@@ -63,6 +68,8 @@ RATIOS = {
     "aioenv_step/floor": ("aioenv_step", "floor"),
     "workers_step/sync": ("workers_step", "sync"),
     "workers_sendrecv/sync": ("workers_sendrecv", "sync"),
+    "cores/sync": ("cores", "sync"),
+    "cores_lockstep/sync": ("cores_lockstep", "sync"),
 }
 WORKLOADS = {  # name -> (env id, number of envs)
     "cartpole-8": ("CartPole-v1", 8),
@@ -201,9 +208,11 @@ def run_rounds(label: str, cells: dict[str, Cell], repeats: int, metrics: tuple[
             gc.collect()
     out: dict[str, dict[str, Any]] = {}
     for name, rows in vals.items():
-        cols = [[r[i] for r in rows] for i in range(len(metrics))]
+        # a cell may report fewer metrics than listed (the ceiling reports two, the others one)
+        cols = [[r[i] for r in rows if len(r) > i] for i in range(len(metrics))]
         out[name] = {m: sig(statistics.median(c)) if c else None for m, c in zip(metrics, cols, strict=True)}
-        out[name]["repeats"] = [r[0] if len(r) == 1 else dict(zip(metrics, r, strict=True)) for r in rows]
+        out[name] = {m: v for i, (m, v) in enumerate(out[name].items()) if i == 0 or v is not None}
+        out[name]["repeats"] = [r[0] if len(r) == 1 else dict(zip(metrics, r, strict=False)) for r in rows]
         out[name]["status"] = status[name]
     return out
 
@@ -223,6 +232,13 @@ def floor_cell(env_id: str, n: int, warm: float, secs: float) -> Cell:
 def floor_throughput(floor: ModuleType, env_id: str, n: int, warm: float, secs: float) -> float:
     """Env-steps/s of the floor (``floor.py``) with as many workers as aioenv's default."""
     return lockstep_throughput(floor.FloorVectorEnv(env_id, n, min(n, os.cpu_count() or 1)), n, warm, secs)
+
+
+def cores_cell(env_id: str, n: int, warm: float, secs: float) -> Cell:
+    """The ceiling's cell (``(free-running, lock-step)`` env-steps/s), or why ``cores.py`` cannot be imported."""
+    cores = try_import("cores")
+    workers = min(n, len(os.sched_getaffinity(0)))  # as many processes as aioenv's default workers
+    return cores if isinstance(cores, str) else functools.partial(cores.ceiling, env_id, n, workers, warm, secs)
 
 
 def lockstep_throughput(env: Any, n: int, warm: float, secs: float) -> float:
@@ -279,12 +295,14 @@ def bench_workload(name: str, args: argparse.Namespace, aio: Aio) -> dict[str, A
         "aioenv_sendrecv": aio_cell(aio, args.timeout, aioenv_throughput, *a, True, *t),
         "workers_step": aio_cell(aio, args.timeout, aioenv_throughput, *a, False, *t, "inline"),
         "workers_sendrecv": aio_cell(aio, args.timeout, aioenv_throughput, *a, True, *t, "inline"),
+        "cores": cores_cell(*a, *t),
     }
     if env_id.startswith("Ant") and isinstance(mj := try_import("mujoco"), str):
         cells = dict.fromkeys(cells, f"skipped: mujoco not importable ({mj})")
     res: dict[str, Any] = {"env_id": env_id, "num_envs": n}
-    res |= run_rounds(name, cells, args.repeats, ("steps_per_s",))
+    res |= run_rounds(name, cells, args.repeats, ("steps_per_s", "lockstep_per_s"))
     sps = {k: res[k]["steps_per_s"] for k in IMPLS}
+    sps["cores_lockstep"] = res["cores"].get("lockstep_per_s")
     res["ratios"] = {r: ratio(sps[a], sps[b]) for r, (a, b) in RATIOS.items()}
     res["targets"] = {r: target(">=", v, res["ratios"][r]) for r, v in TARGETS[name].items()}
     return res
@@ -438,7 +456,8 @@ def md_table(head: list[str], rows: list[list[str]]) -> list[str]:
 def md_workloads(workloads: dict[str, Any]) -> list[str]:
     """Throughput table: env-steps/s per implementation, ratios, targets."""
     head = ["workload", "Sync", "Async", "floor", "aioenv step", "aioenv send/recv", "workers step", "workers s/r"]
-    head += ["step/Sync", "step/Async", "send-recv/Sync", "step/floor", "workers step/Sync", "workers s/r/Sync"]
+    head += ["cores", "step/Sync", "step/Async", "send-recv/Sync", "step/floor", "workers step/Sync"]
+    head += ["workers s/r/Sync", "cores/Sync", "cores lock-step/Sync"]
     head += ["targets"]
     rows = []
     for wl in workloads.values():

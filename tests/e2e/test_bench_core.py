@@ -37,18 +37,23 @@ def test_core_benchmark_smoke(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
     cells = result["workloads"]["cartpole-32"]
-    impls = ("sync", "async", "floor", "aioenv_step", "aioenv_sendrecv", "workers_step", "workers_sendrecv")
+    impls = ("sync", "async", "floor", "aioenv_step", "aioenv_sendrecv", "workers_step", "workers_sendrecv", "cores")
     for impl in impls:
         assert cells[impl]["status"] == "ok", (impl, cells[impl])
         assert cells[impl]["steps_per_s"] > 0, (impl, cells[impl])
+    # the ceiling reports a lock-step figure too, which waits for the slowest slice each batch: never more
+    assert 0 < cells["cores"]["lockstep_per_s"] <= cells["cores"]["steps_per_s"]
     ratios = {"aioenv_step/sync", "aioenv_step/async", "aioenv_sendrecv/sync", "aioenv_step/floor"}
-    ratios |= {"workers_step/sync", "workers_sendrecv/sync"}
+    ratios |= {"workers_step/sync", "workers_sendrecv/sync", "cores/sync", "cores_lockstep/sync"}
     assert set(cells["ratios"]) == ratios
+    figures = {impl: cells[impl]["steps_per_s"] for impl in impls}
+    figures["cores_lockstep"] = cells["cores"]["lockstep_per_s"]
     for name, ratio in cells["ratios"].items():  # each ratio is the quotient of the figures beside it
         top, bottom = name.split("/")
-        assert ratio == pytest.approx(cells[top]["steps_per_s"] / cells[bottom]["steps_per_s"], rel=1e-4), name
+        assert ratio == pytest.approx(figures[top] / figures[bottom], rel=1e-4), name
     for impl in impls:  # the median of the repeats
-        assert cells[impl]["steps_per_s"] == pytest.approx(float(np.median(cells[impl]["repeats"])), rel=1e-5), impl
+        repeats = [r["steps_per_s"] if isinstance(r, dict) else r for r in cells[impl]["repeats"]]
+        assert cells[impl]["steps_per_s"] == pytest.approx(float(np.median(repeats)), rel=1e-5), impl
     assert result["startup"]["aioenv"]["status"] == "ok"
     assert result["startup"]["aioenv"]["seconds"] > 0
     assert (tmp_path / "core.md").read_text().startswith("`")
@@ -97,6 +102,17 @@ def test_the_floor_steps_the_trajectories_of_sync_vector_env() -> None:
         ref.close()
     assert all(p.poll() is not None for p in procs)
     assert not Path(shared).exists()
+
+
+def test_the_ceiling_sums_free_running_slices_and_waits_for_the_slowest_in_lock_step() -> None:
+    """The ceiling's arithmetic (``cores.rates``): free-running, each slice's own rate summed; lock-step, every
+    batch as slow as its slowest slice, the processes' k-th batches paired up to the shortest record."""
+    cores = _bench_module("cores")
+    steady, uneven = np.array([1.0, 1.0, 1.0, 1.0]), np.array([1.0, 3.0, 1.0, 3.0, 9.0])
+    free, lockstep = cores.rates([4, 4], [steady, uneven])
+    assert free == pytest.approx(4 / 1.0 + 4 / 3.4)  # each slice at its own pace
+    assert lockstep == pytest.approx(8 / 2.0)  # batch k takes max(1, uneven[k]) over the first 4 batches
+    assert cores.rates([3], [steady]) == pytest.approx((3.0, 3.0))  # one slice: nobody to wait for
 
 
 def test_adapter_benchmark_pairs_ratios_within_rounds_and_rotates_cells(monkeypatch: Any) -> None:
