@@ -194,6 +194,17 @@ def _same_description(a: dict[str, Any], b: dict[str, Any]) -> bool:
 _running_loop = asyncio._get_running_loop
 
 
+async def _poll_turn() -> None:
+    """Let the event loop read the replies that have arrived, before a ``recv`` that waits for nothing returns.
+
+    Without it, ``recv(min_results=0)`` with nothing ready would return without ever suspending, and a loop
+    that polls with it would spin for ever: the replies on their way are read by the loop's I/O callbacks,
+    which never get a turn. Two yields: asyncio runs the I/O callbacks one turn's poll finds after the
+    callbacks already queued, this task's wake-up among them (uvloop needs only the first)."""
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int | np.integer) and not isinstance(value, bool)
 
@@ -657,8 +668,9 @@ class Pool:
 
         Waits for at least ``min_results`` (default ``batch_size``) and returns at most ``max_results``
         (default ``max(batch_size, min_results)``). With ``timeout`` (s) it returns what is ready when
-        time is up, possibly nothing; the rest stay queued. A failed env's error is raised by the recv
-        that reaches it (rows before it are returned first).
+        time is up, possibly nothing; the rest stay queued. ``min_results=0`` polls: the replies that have
+        arrived are read first (the event loop gets a turn), then what is ready returns, possibly nothing.
+        A failed env's error is raised by the recv that reaches it (rows before it are returned first).
 
         Raises:
             UsageError: without a timeout, when fewer results are ready and in flight than ``min_results``.
@@ -670,6 +682,8 @@ class Pool:
             raise UsageError(f"recv needs 0 <= min_results <= max_results and max_results >= 1, got {need} and {most}")
         queue = self._recv
         deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+        if need == 0 and not queue.ready and queue.in_flight:
+            await _poll_turn()
         while True:
             if timeout is None and queue.ready + queue.in_flight < need:
                 if need > self.num_envs:

@@ -569,6 +569,30 @@ async def test_step_env_results_do_not_appear_in_recv() -> None:
             await guard(pool.recv(min_results=1))
 
 
+async def test_a_loop_of_recv_min_results_0_polls_until_every_row_arrives() -> None:
+    """``recv(min_results=0)`` returns at once with what is ready, but lets the event loop read the replies
+    that arrived first: a loop that polls with it (nothing else awaited) gets every row, where it would spin
+    for ever if recv never suspended. Rows from worker processes, each env's exactly once."""
+    async with aioenv.Pool("CartPole-v1", 4, executor="inline", num_workers=2) as pool:
+        await guard(pool.reset(seed=0))
+        pool.send(np.zeros(4, np.int64))
+        seen: list[int] = []
+        polls = 0
+
+        async def poll() -> None:
+            nonlocal polls
+            while len(seen) < 4:
+                *_, info = await pool.recv(min_results=0, max_results=4)
+                seen.extend(info["env_id"].tolist())
+                polls += 1
+
+        await guard(poll())
+        assert sorted(seen) == [0, 1, 2, 3]
+        assert polls >= 1
+        *_, info = await guard(pool.recv(min_results=0, max_results=4))  # nothing in flight: empty, at once
+        assert info["env_id"].size == 0
+
+
 async def test_second_request_for_busy_env_raises_usage_error(gate: Any) -> None:
     async with aioenv.Pool(PROBE, 4, executor="inline", num_workers=2, env_kwargs=gate.kwargs()) as pool:
         await guard(pool.reset(seed=0))
