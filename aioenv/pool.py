@@ -194,6 +194,18 @@ def _same_description(a: dict[str, Any], b: dict[str, Any]) -> bool:
 _running_loop = asyncio._get_running_loop
 
 
+def _take_back(queue: RecvQueue, rows: int, delivered: int, exc: BaseException) -> None:
+    """A ``send``/``send_reset`` of ``rows`` rows raised ``exc``: no longer expect the rows that will not come.
+
+    An ``Exception`` (a bad action, a busy env, a value the wire cannot carry) is raised before anything goes
+    out: none of them comes. A Ctrl-C (or SystemExit) inside an env stepped in this process comes after: a
+    step stepped here at once is taken back whole, nothing delivered (``Coordinator.step_here``); a call that
+    went out as messages stands, and every row of it is answered, the interrupted ones with the interruption
+    (some are delivered before the interrupt reaches here)."""
+    if isinstance(exc, Exception) or queue.delivered == delivered:
+        queue.expect(-rows)
+
+
 async def _poll_turn() -> None:
     """Let the event loop read the replies that have arrived, before a ``recv`` that waits for nothing returns.
 
@@ -634,10 +646,11 @@ class Pool:
         ids = self._ids(env_ids)
         queue = self._recv_sink()
         queue.expect(ids.size)  # before dispatch: a row may be answered at once (see Coordinator.submit)
+        delivered = queue.delivered
         try:
             self._dispatch_step(actions, ids, queue)
-        except BaseException:
-            queue.expect(-ids.size)
+        except BaseException as exc:
+            _take_back(queue, ids.size, delivered, exc)
             raise
 
     def send_reset(
@@ -651,10 +664,11 @@ class Pool:
         ids = self._ids(env_ids)
         queue = self._recv_sink()
         queue.expect(ids.size)
+        delivered = queue.delivered
         try:
             self._dispatch_reset(ids, seed, options, queue)
-        except BaseException:
-            queue.expect(-ids.size)
+        except BaseException as exc:
+            _take_back(queue, ids.size, delivered, exc)
             raise
 
     def _recv_sink(self) -> RecvQueue:

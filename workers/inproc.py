@@ -138,8 +138,12 @@ class InProcessWorker:
                     reply, done = self._worker.handle(frames)
                 except BaseException as exc:  # Ctrl-C (or SystemExit) inside env code, in the caller's thread:
                     # the request is answered (its envs are released, the one that was running is broken until
-                    # reset), then the interrupt goes on to the caller
+                    # reset), and so is every request queued behind it (sent while this one was answered,
+                    # rows the pool held back under max_concurrency): none runs, each gets the interruption as
+                    # its reply. Then the interrupt goes on to the caller.
                     self._on_message(self._identity, self._worker.interrupted(frames, exc))
+                    while inbox and self._code is None:
+                        self._on_message(self._identity, self._worker.interrupted(inbox.popleft(), exc))
                     raise
                 if done:
                     self._end(0, "exited with code 0")

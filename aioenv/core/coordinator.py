@@ -21,6 +21,7 @@ import logging
 import os
 import shutil
 import tempfile
+import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -44,7 +45,7 @@ from aioenv.errors import (
 )
 from aioenv.transport.slab import Slab
 from aioenv.wire import spaces
-from aioenv.wire.errors import from_wire
+from aioenv.wire.errors import from_wire, to_wire
 from aioenv.wire.options import AutoresetName, Executor, OnTimeout
 from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, leaves_to_wire, local
 from aioenv.wire.spaces import space_from_description
@@ -255,6 +256,9 @@ class Coordinator(Recovery):
             except UsageError:
                 sched.release(env_ids[room:])  # the rows that would have waited are the caller's again
                 raise
+            except BaseException as exc:  # Ctrl-C inside an env in this process: the rows sent were answered
+                self._answer_unsent(kind, env_ids[room:], positions[room:], sink, exc)
+                raise
         sched.hold(HeldCall(kind, sink, build, timeout), env_ids[room:], positions[room:])
         # Rows answered inside the send above (envs in this process) freed their room before any row was
         # held, so no reply will come to pump these: send what fits now.
@@ -345,9 +349,13 @@ class Coordinator(Recovery):
         return True
 
     def _sole_here(self) -> InProcessWorker | None:
-        """The in-process worker when it hosts every env, serves, and nothing waits or is owed (no concurrency
-        limit, no outbox, no row owed after a deadline): the conditions of :meth:`step_here`."""
-        if len(self.slots) != 1 or self.closing or self.sched.limit is not None:
+        """The in-process worker when it hosts every env, serves, and nothing waits or is owed (no rows held
+        under ``max_concurrency``, no outbox, no row owed after a deadline): the conditions of :meth:`step_here`.
+
+        A concurrency limit does not hold it back: envs in this process step one after the other, never more
+        than one at a time, and a call's rows over the limit would go out as soon as the rows before them were
+        answered, within the same call (rows that wait already go first: then the message path keeps order)."""
+        if len(self.slots) != 1 or self.closing or self.sched.held:
             return None
         slot = self.slots[0]
         if not (slot.in_process and slot.ready and slot.proc is not None) or slot.outbox:
@@ -357,15 +365,31 @@ class Coordinator(Recovery):
             return None
         return proc if proc.idle() else None
 
+    def _answer_unsent(
+        self, kind: str, env_ids: np.ndarray, positions: np.ndarray, sink: Sink, exc: BaseException
+    ) -> None:
+        """Rows of a call that an interrupt (``exc``: Ctrl-C or SystemExit inside an env stepped in this process)
+        cut off before they went out: released, and answered with it (each row of a call gets its reply)."""
+        self.sched.release(env_ids)
+        desc = to_wire(exc, traceback_text="".join(traceback.format_exception(exc)))
+        desc["message"] = f"not sent: the call was cut short by this {type(exc).__name__} in an env stepped here"
+        cut = lambda e: from_wire({**desc, "env_id": e}, context=kind)  # noqa: E731
+        sink.deliver(Part.failed(env_ids, cut), positions)
+
     def _pump(self) -> None:
         """Send held rows that fit under the concurrency limit now (rows that cannot be sent fail their own
         sink: their caller returned long ago)."""
-        for held in self.sched.unhold():
+        fits = self.sched.unhold()
+        for i, held in enumerate(fits):
             kind, sink, build, timeout = held.item
             try:
                 self._send_rows(kind, held.env_ids, held.positions, sink, build, timeout)
             except UsageError as err:
                 sink.deliver(Part.failed(held.env_ids, functools.partial(for_env, err)), held.positions)
+            except BaseException as exc:  # Ctrl-C inside an env in this process: the rows taken out to go now
+                for rest in fits[i + 1 :]:  # and not sent yet are answered with it
+                    self._answer_unsent(rest.item.kind, rest.env_ids, rest.positions, rest.item.sink, exc)
+                raise
 
     def _send(self, slot: Slot, frames: list[Any]) -> None:
         if not slot.ready:

@@ -21,7 +21,7 @@ import pytest
 
 import aioenv
 from aioenv.core import costs
-from aioenv.errors import EnvError, EnvRemade, UsageError, WorkerCrashed
+from aioenv.errors import AioEnvError, EnvError, EnvRemade, UsageError, WorkerCrashed
 from aioenv.transport.spawn import usable_cpus
 from tests.support.procs import HANG, children, descendants
 
@@ -147,19 +147,22 @@ async def test_steps_of_a_pool_whose_every_env_runs_here_cross_no_message(monkey
         assert ops == ["reset"]
 
 
-async def test_under_a_concurrency_limit_steps_go_as_messages_with_the_same_rows(
+async def test_under_a_concurrency_limit_steps_here_still_cross_no_message_with_the_same_rows(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Rows held back by ``max_concurrency`` wait for others to finish: such a pool's steps take the message
-    path, and a seeded CartPole pool gives the same trajectory either way."""
+    """Envs in this process step one at a time, so ``max_concurrency`` never holds their steps back: a pool
+    under it steps them at once too (its reset, a message, waits its turn as before), and a seeded CartPole
+    pool gives the same trajectory either way."""
     ops = _count_messages(monkeypatch)
     trajectories = []
     for limit in (None, 3):
         async with aioenv.Pool("CartPole-v1", 4, executor="in_process", max_concurrency=limit) as pool:
+            ops.clear()  # the envs' MAKE and the like
             await guard(pool.reset(seed=3))
+            assert ops == (["reset"] if limit is None else ["reset", "reset"])  # 3 rows, then the fourth
             ops.clear()
             rows = [await guard(pool.step(np.array([t % 2, 1, 0, t % 3 % 2]))) for t in range(40)]
-            assert ops == ([] if limit is None else ["step"] * 80)  # 3 rows, then the fourth as one finishes
+            assert ops == []
             trajectories.append(rows)
     for here, sent in zip(*trajectories, strict=True):
         for a, b in zip(here[:4], sent[:4], strict=True):
@@ -422,6 +425,61 @@ class Interrupted(Flaky):
         return super().step(0)
 
 
+#: The pid of the process whose :class:`InterruptedHere` envs raise (the test's, not a worker's).
+INTERRUPT_PID = "AIOENV_TEST_INTERRUPT_PID"
+
+
+class InterruptedHere(Flaky):
+    """Raises KeyboardInterrupt on action 1 in the process named by ``INTERRUPT_PID`` only (the pool's own); in a
+    worker process, or the one that times the env for ``auto``, it steps as usual."""
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        if action == 1 and os.environ.get(INTERRUPT_PID) == str(os.getpid()):
+            raise KeyboardInterrupt
+        return super().step(0)
+
+
+@pytest.mark.parametrize("limit", [None, 1, 2])
+async def test_ctrl_c_inside_an_env_here_of_a_pool_shared_with_a_worker_answers_every_row_once(
+    monkeypatch: pytest.MonkeyPatch, limit: int | None
+) -> None:
+    """2 envs here, 2 on a worker process: a Ctrl-C inside env 1 (here) cuts ``send`` short after its messages
+    went out, so the call stands and ``recv`` answers each of its envs exactly once, env 1 with the
+    interruption. Under ``max_concurrency`` the rows held back are sent as room frees (limit 1: envs 2 and 3
+    after env 1's interruption) or answered with it (limit 2: envs 0 and 1 go first, together, and 2 and 3
+    never go out), never lost: nothing stays in flight or busy, and the pool goes on."""
+    monkeypatch.setenv(INTERRUPT_PID, str(os.getpid()))
+    monkeypatch.setattr(costs, "choose", lambda *_: costs.Choice("inline", 1, 2, "the test's placement"))
+    async with aioenv.Pool(InterruptedHere, 4, batch_size=4, max_concurrency=limit) as pool:
+        assert (pool.envs_in_process, pool.num_workers) == (2, 1)
+        await guard(pool.reset(seed=0))
+        with pytest.raises(KeyboardInterrupt):
+            pool.send(np.array([0, 1, 0, 0]))
+        answered: list[int] = []
+        failed: dict[int | None, AioEnvError] = {}
+        for _ in range(4):
+            try:
+                *_, info = await guard(pool.recv(min_results=1, max_results=1))
+                answered += info["env_id"].tolist()
+            except AioEnvError as err:
+                failed[err.env_id] = err
+        assert None not in failed, failed  # every error names its env
+        assert sorted(answered + [e for e in failed if e is not None]) == [0, 1, 2, 3]  # each env once
+        assert isinstance(failed[1], EnvError)
+        assert failed[1].remote_type == "KeyboardInterrupt"
+        if limit == 2:  # cut off before they went out, and told so
+            assert sorted(failed) == [0, 1, 2, 3]
+            assert "not sent: the call was cut short by this KeyboardInterrupt" in str(failed[3])
+        assert (pool._recv.in_flight, pool._recv.ready) == (0, 0)
+        with pytest.raises(UsageError, match="can never be satisfied"):
+            await guard(pool.recv(min_results=1))
+        await guard(pool.reset(seed=1))
+        pool.send(np.zeros(4, dtype=np.int64))
+        _, rew, *_, info = await guard(pool.recv())
+        assert sorted(info["env_id"].tolist()) == [0, 1, 2, 3]
+        np.testing.assert_array_equal(rew, [1.0] * 4)
+
+
 async def test_ctrl_c_inside_an_in_process_step_reaches_the_caller_and_leaves_the_pool_usable() -> None:
     async with aioenv.Pool(Interrupted, 3, executor="in_process") as pool:
         await guard(pool.reset(seed=0))
@@ -436,13 +494,16 @@ async def test_ctrl_c_inside_an_in_process_step_reaches_the_caller_and_leaves_th
         np.testing.assert_array_equal(rew, [1.0, 1.0, 1.0])
 
 
-async def test_ctrl_c_inside_an_in_process_send_leaves_no_row_owed_to_recv() -> None:
+@pytest.mark.parametrize("limit", [None, 2])
+async def test_ctrl_c_inside_an_in_process_send_leaves_no_row_owed_to_recv(limit: int | None) -> None:
     """``send`` that a Ctrl-C cuts short raises it and queues nothing: no env is left in flight or unread,
-    and ``recv`` then returns the rows of the next ``send``, not stale ones."""
-    async with aioenv.Pool(Interrupted, 3, executor="in_process", batch_size=3) as pool:
+    and ``recv`` then returns the rows of the next ``send``, not stale ones; under ``max_concurrency`` too
+    (whose limit does not hold back steps in this process: they run one at a time anyway)."""
+    async with aioenv.Pool(Interrupted, 3, executor="in_process", batch_size=3, max_concurrency=limit) as pool:
         await guard(pool.reset(seed=0))
         with pytest.raises(KeyboardInterrupt):
             pool.send(np.array([0, 1, 0]))
+        assert (pool._recv.in_flight, pool._recv.ready) == (0, 0)
         await guard(pool.reset(seed=1))  # no env is "in flight" or has an unread result
         pool.send(np.array([0, 0, 0]))
         _, rew, *_, info = await guard(pool.recv())
