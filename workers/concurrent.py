@@ -50,10 +50,11 @@ from aioenv._loop import run as run_loop
 from aioenv.errors import ProtocolError
 from aioenv.transport.pipe import LinkClosed
 from aioenv.wire import spaces
+from aioenv.wire.errors import error_fields
 from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, pickle_allowed
 from workers.hosted import AsyncHostedEnv, HostedEnv, check_executor
 from workers.link import Link, open_link
-from workers.runtime import CallSpec, Group, batch_reply, checked_value, describe_env, encode_reply, error_fields
+from workers.runtime import CallSpec, Group, batch_reply, checked_value, describe_env, encode_reply
 from workers.sources import resolve
 
 log = logging.getLogger("aioenv.worker")

@@ -29,8 +29,9 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from aioenv.wire import spaces
+from aioenv.wire.errors import error_fields
 from aioenv.wire.protocol import Key, decode
-from workers.runtime import Worker, encode_reply, error_fields
+from workers.runtime import Worker, encode_reply
 
 __all__ = ["InProcessWorker", "Stepped"]
 

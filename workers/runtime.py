@@ -13,18 +13,17 @@ from __future__ import annotations
 
 import logging
 import os
-import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import zmq
 
-from aioenv.errors import AioEnvError, ProtocolError
+from aioenv.errors import ProtocolError
 from aioenv.transport.pipe import LinkClosed
 from aioenv.transport.slab import Slab
 from aioenv.wire import spaces
-from aioenv.wire.errors import to_wire
+from aioenv.wire.errors import error_fields
 from aioenv.wire.infos import batch_infos
 from aioenv.wire.protocol import (
     Key,
@@ -71,12 +70,6 @@ class Group:
             self.read_action = spaces.row_reader(self.act_space)
             self.plain_obs = spaces.is_plain_leaf(self.obs_space)
             self.plain_act = spaces.is_plain_leaf(self.act_space)
-
-
-def error_fields(exc: BaseException, env_id: int | None) -> dict[str, Any]:
-    """``exc`` as an error description for the wire, with its formatted traceback (env errors)."""
-    tb = "".join(traceback.format_exception(exc)) if not isinstance(exc, AioEnvError) else ""
-    return to_wire(exc, env_id=env_id, traceback_text=tb)
 
 
 class Worker:

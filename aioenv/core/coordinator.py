@@ -21,7 +21,6 @@ import logging
 import os
 import shutil
 import tempfile
-import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -45,7 +44,7 @@ from aioenv.errors import (
 )
 from aioenv.transport.slab import Slab
 from aioenv.wire import spaces
-from aioenv.wire.errors import from_wire, to_wire
+from aioenv.wire.errors import error_fields, from_wire
 from aioenv.wire.options import AutoresetName, Executor, OnTimeout
 from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, leaves_to_wire, local
 from aioenv.wire.spaces import space_from_description
@@ -371,7 +370,7 @@ class Coordinator(Recovery):
         """Rows of a call that an interrupt (``exc``: Ctrl-C or SystemExit inside an env stepped in this process)
         cut off before they went out: released, and answered with it (each row of a call gets its reply)."""
         self.sched.release(env_ids)
-        desc = to_wire(exc, traceback_text="".join(traceback.format_exception(exc)))
+        desc = error_fields(exc, None)
         desc["message"] = f"not sent: the call was cut short by this {type(exc).__name__} in an env stepped here"
         cut = lambda e: from_wire({**desc, "env_id": e}, context=kind)  # noqa: E731
         sink.deliver(Part.failed(env_ids, cut), positions)

@@ -9,12 +9,13 @@ rebuilt error carried (``remote_message``, a crashed worker's name and exit code
 
 from __future__ import annotations
 
+import traceback
 from typing import Any
 
 import aioenv.errors as tree
 from aioenv.errors import AioEnvError, EnvError, ProtocolError, WorkerCrashed
 
-__all__ = ["from_wire", "relay_wire", "to_wire"]
+__all__ = ["error_fields", "from_wire", "relay_wire", "to_wire"]
 
 #: Every class of the public tree by name: the ``kind`` an error crosses the wire as.
 _BY_NAME: dict[str, type[AioEnvError]] = {name: getattr(tree, name) for name in tree.__all__}
@@ -40,6 +41,13 @@ def to_wire(exc: BaseException, *, env_id: int | None = None, traceback_text: st
         desc["worker"] = exc.worker
         desc["exitcode"] = exc.exitcode
     return desc
+
+
+def error_fields(exc: BaseException, env_id: int | None) -> dict[str, Any]:
+    """``exc`` as an error description for the wire, with its formatted traceback (env errors; an aioenv
+    error carries none): what a worker answers for a failed row."""
+    tb = "".join(traceback.format_exception(exc)) if not isinstance(exc, AioEnvError) else ""
+    return to_wire(exc, env_id=env_id, traceback_text=tb)
 
 
 def relay_wire(err: AioEnvError) -> dict[str, Any]:
