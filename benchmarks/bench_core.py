@@ -208,10 +208,11 @@ def run_rounds(label: str, cells: dict[str, Cell], repeats: int, metrics: tuple[
             gc.collect()
     out: dict[str, dict[str, Any]] = {}
     for name, rows in vals.items():
-        # a cell may report fewer metrics than listed (the ceiling reports two, the others one)
+        # a cell may report fewer metrics than listed (the ceiling reports two, the others one): the first is
+        # always there (None without a value), the others only when the cell reported them
         cols = [[r[i] for r in rows if len(r) > i] for i in range(len(metrics))]
-        out[name] = {m: sig(statistics.median(c)) if c else None for m, c in zip(metrics, cols, strict=True)}
-        out[name] = {m: v for i, (m, v) in enumerate(out[name].items()) if i == 0 or v is not None}
+        medians = enumerate(zip(metrics, cols, strict=True))
+        out[name] = {m: sig(statistics.median(c)) if c else None for i, (m, c) in medians if i == 0 or c}
         out[name]["repeats"] = [r[0] if len(r) == 1 else dict(zip(metrics, r, strict=False)) for r in rows]
         out[name]["status"] = status[name]
     return out
@@ -231,14 +232,22 @@ def floor_cell(env_id: str, n: int, warm: float, secs: float) -> Cell:
 
 def floor_throughput(floor: ModuleType, env_id: str, n: int, warm: float, secs: float) -> float:
     """Env-steps/s of the floor (``floor.py``) with as many workers as aioenv's default."""
-    return lockstep_throughput(floor.FloorVectorEnv(env_id, n, min(n, os.cpu_count() or 1)), n, warm, secs)
+    return lockstep_throughput(floor.FloorVectorEnv(env_id, n, default_workers(n)), n, warm, secs)
+
+
+def default_workers(n: int) -> int:
+    """As many processes as aioenv's default worker count for ``n`` envs: one per usable CPU, at most ``n``
+    (aioenv's own ``usable_cpus``; the machine's CPU count where aioenv cannot be imported)."""
+    spawn = try_import("aioenv.transport.spawn")
+    return min(n, (os.cpu_count() or 1) if isinstance(spawn, str) else spawn.usable_cpus())
 
 
 def cores_cell(env_id: str, n: int, warm: float, secs: float) -> Cell:
     """The ceiling's cell (``(free-running, lock-step)`` env-steps/s), or why ``cores.py`` cannot be imported."""
     cores = try_import("cores")
-    workers = min(n, len(os.sched_getaffinity(0)))  # as many processes as aioenv's default workers
-    return cores if isinstance(cores, str) else functools.partial(cores.ceiling, env_id, n, workers, warm, secs)
+    if isinstance(cores, str):
+        return cores
+    return functools.partial(cores.ceiling, env_id, n, default_workers(n), warm, secs)
 
 
 def lockstep_throughput(env: Any, n: int, warm: float, secs: float) -> float:
