@@ -72,11 +72,15 @@ class FrameReader:
     ``reader.advance(n)`` says ``n`` bytes arrived there and returns the messages now complete, each a
     list of read-only memoryviews (one per frame).
 
+    ``max_message``: the largest message accepted, in bytes (prefix included).
+
     Raises:
-        ProtocolError: from :meth:`advance`, when the stream is not framed as this module frames it.
+        ProtocolError: from :meth:`advance`, when the stream is not framed as this module frames it, or a
+            message is larger than ``max_message``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_message: int = MAX_MESSAGE) -> None:
+        self.max_message = max_message
         self._buf = bytearray(_CHUNK)
         self._start = 0  # first byte not yet parsed
         self._end = 0  # first free byte
@@ -130,8 +134,8 @@ class FrameReader:
                 break
             sizes = struct.unpack_from(f"<{count}Q", buf, pos + 4)
             total = head + sum(sizes)
-            if total > MAX_MESSAGE:
-                raise ProtocolError(f"malformed pipe stream: a message of {total} bytes (the limit is {MAX_MESSAGE})")
+            if total > self.max_message:
+                raise ProtocolError(f"a message of {total} bytes (the limit is {self.max_message})")
             if end - pos < total:
                 if total >= BIG_MESSAGE:  # receive the rest in place, into a buffer of its own
                     big = bytearray(total)
@@ -213,6 +217,8 @@ class PipePort:
         on_lost: called once as ``on_lost(reason, eof)`` when the pipe ends or breaks from the worker's
             side (the port is closed by then). ``eof``: the worker closed its end, as it does when it
             exits; otherwise it sent bytes that are no message (the stream cannot be resynchronised).
+        max_message: the largest message the peer may send (a larger one ends the connection as ``on_lost``
+            with ``eof`` False).
     """
 
     def __init__(
@@ -221,6 +227,8 @@ class PipePort:
         identity: bytes,
         on_message: Callable[[bytes, list[Any]], None],
         on_lost: Callable[[str, bool], None] | None = None,
+        *,
+        max_message: int = MAX_MESSAGE,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self._sock = sock
@@ -229,7 +237,7 @@ class PipePort:
         self._identity = identity
         self._on_message = on_message
         self._on_lost = on_lost
-        self._reader = FrameReader()
+        self._reader = FrameReader(max_message)
         self._backlog: collections.deque[memoryview] = collections.deque()
         self.closed = False
         self._loop.add_reader(self._fd, self._readable)

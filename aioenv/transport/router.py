@@ -17,13 +17,13 @@ import os
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import zmq
 
 from aioenv.transport.zmqio import has_input, recv_frames, send_frames
 
-__all__ = ["Dealer", "PeerSocket", "Router", "Sent"]
+__all__ = ["Dealer", "Peer", "PeerSocket", "Router", "Sent"]
 
 #: What became of a message given to :meth:`Router.send`: queued for its peer, not deliverable because the
 #: peer is not connected, or not deliverable because the peer's queue is at its bound.
@@ -145,6 +145,10 @@ class Router(_Drained):
             self._after_send()
         return "sent"
 
+    def peer(self, _identity: bytes, frame: zmq.Frame) -> PeerSocket | None:
+        """The connection a received message's ``frame`` came in on, to cut it off later (see :class:`Peer`)."""
+        return PeerSocket.of(frame)
+
     def _handle(self, frames: list[zmq.Frame]) -> None:
         self._on_message(frames[0].bytes, frames[1:])
 
@@ -188,6 +192,14 @@ class Dealer(_Drained):
 
     def _handle(self, frames: list[zmq.Frame]) -> None:
         self._on_message(frames)
+
+
+class Peer(Protocol):
+    """A client's connection, which a server cuts off when it drops the client: :class:`PeerSocket` over ZeroMQ,
+    :class:`~aioenv.transport.stream.StreamPeer` on a unix socket."""
+
+    def cut(self) -> bool:
+        """End the connection; False when it had ended already."""
 
 
 @dataclass(frozen=True)

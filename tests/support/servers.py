@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 from tests.support.procs import HANG, children, process_gone
 from tests.support.scripts import ROOT
 
-__all__ = ["ServerProcess", "WorkerHostProcess"]
+__all__ = ["ServerProcess", "WorkerHostProcess", "unix_bind"]
+
+
+def unix_bind() -> tuple[str, str]:
+    """``(unix:///.../s.sock, its directory)``: a new directory of its own under /tmp, short enough for a socket
+    path (108 bytes at most, which pytest's ``tmp_path`` can pass)."""
+    where = tempfile.mkdtemp(prefix="aioenv-", dir="/tmp")
+    return f"unix://{where}/s.sock", where
 
 
 def terminate(
@@ -42,9 +51,13 @@ def terminate(
 
 
 class ServerProcess:
-    """``aioenv serve`` on a free local port; :meth:`stop` sends SIGTERM and checks a clean exit."""
+    """``aioenv serve`` on a free local port (or, ``bind="unix"``, a unix socket in a directory of its own);
+    :meth:`stop` sends SIGTERM and checks a clean exit (and, on a unix socket, that the server removed its file)."""
 
     def __init__(self, *args: str, bind: str = "tcp://127.0.0.1:0", prefix: tuple[str, ...] = ()) -> None:
+        self._dir: str | None = None
+        if bind == "unix":
+            bind, self._dir = unix_bind()
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         cmd = [*prefix, sys.executable, "-m", "aioenv.cli", "serve", "--bind", bind, *args]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
@@ -57,7 +70,7 @@ class ServerProcess:
             hosts = re.search(r"worker hosts join at (tcp://\S+)", line)
             if hosts:
                 self.worker_endpoint = hosts.group(1)
-            found = re.search(r"listening on (tcp://\S+)", line)
+            found = re.search(r"listening on ((?:tcp|unix)://\S+)", line)
             if found:
                 self.endpoint = found.group(1)
                 break
@@ -77,8 +90,14 @@ class ServerProcess:
         return children(self.proc.pid)
 
     def stop(self) -> None:
-        """SIGTERM; it must exit 0 with none of its workers left."""
-        terminate(self.proc, self.workers(), self.log, "the server", self._reader)
+        """SIGTERM; it must exit 0 with none of its workers left (and no socket file)."""
+        try:
+            terminate(self.proc, self.workers(), self.log, "the server", self._reader)
+            if self._dir is not None:
+                assert os.listdir(self._dir) == [], "the server left its socket file behind"
+        finally:
+            if self._dir is not None:
+                shutil.rmtree(self._dir, ignore_errors=True)
 
 
 class WorkerHostProcess:
