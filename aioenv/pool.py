@@ -101,9 +101,16 @@ def _on_timeout(value: object) -> OnTimeout:
 
 
 def _checked_endpoint(endpoint: object) -> str | None:
-    """``endpoint`` if it is None or an aioenv server's address (``tcp://``, ``ipc://``)."""
-    if endpoint is not None and not (isinstance(endpoint, str) and endpoint.startswith(("tcp://", "ipc://"))):
-        raise ValueError(f"endpoint must be an aioenv server address such as 'tcp://host:5555', got {endpoint!r}")
+    """``endpoint`` if it is None or an aioenv server's address (``tcp://``, ``ipc://``, ``unix://``)."""
+    if endpoint is not None and not (
+        isinstance(endpoint, str)
+        and endpoint.startswith(("tcp://", "ipc://", "unix://"))
+        and not endpoint.endswith("://")
+    ):
+        raise ValueError(
+            "endpoint must be an aioenv server address such as 'tcp://host:5555' or 'unix:///run/aioenv.sock', "
+            f"got {endpoint!r}"
+        )
     return endpoint
 
 
@@ -113,6 +120,8 @@ def _checked_curve_keys(curve_keys: object, endpoint: str | None) -> tuple[str, 
         return None
     if endpoint is None:
         raise ValueError("curve_keys are for a remote pool: give endpoint= too")
+    if endpoint.startswith("unix://"):
+        raise ValueError("curve_keys are for tcp:// servers: a unix:// socket is guarded by its file's mode")
     if not (isinstance(curve_keys, (tuple, list)) and len(curve_keys) == 2):
         raise ValueError(f"curve_keys must be (your .key_secret file, the server's .key file), got {curve_keys!r}")
     return str(curve_keys[0]), str(curve_keys[1])
@@ -827,7 +836,8 @@ async def make(env: Any, num_envs: int | None = None, **options: Any) -> Pool:
             :mod:`aioenv.core.memory`). For envs that leak. Local worker processes (and a server's own).
         endpoint: ``"tcp://host:port"`` of an ``aioenv serve`` server: the same pool, run by the server's
             workers (``env`` must then be a name: a gymnasium id or ``"pkg.module:factory"``). The server
-            picks ``num_workers`` and ``executor`` when they are not given.
+            picks ``num_workers`` and ``executor`` when they are not given. ``"unix:///path"``: a server on
+            this machine started with ``--bind unix:///path``, reached without ZeroMQ (faster round trips).
         curve_keys: for a server started with ``--auth``: ``(your .key_secret file, the server's .key file)``,
             as written by ``aioenv keygen``.
     """

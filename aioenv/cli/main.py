@@ -140,6 +140,7 @@ def bench(env: str, num_envs: int, seconds: float, num_workers: int | None) -> N
 
 
 _ENDPOINT = re.compile(r"(tcp://[^/\s]+:(\d+|\*)|ipc://\S+)")
+_UNIX = re.compile(r"unix://\S+")
 
 
 def _endpoint(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -149,9 +150,23 @@ def _endpoint(_ctx: click.Context, param: click.Parameter, value: str | None) ->
     raise click.BadParameter(f"expected an address such as tcp://HOST:PORT (e.g. tcp://0.0.0.0:5555), got {value!r}")
 
 
+def _client_endpoint(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An address of the server's client port: ZeroMQ's, or a unix socket's (``unix:///path``: clients on this
+    machine, without ZeroMQ; see aioenv.transport.stream)."""
+    if value is None or _ENDPOINT.fullmatch(value) or _UNIX.fullmatch(value):
+        return value
+    raise click.BadParameter(
+        f"expected an address such as tcp://HOST:PORT (e.g. tcp://0.0.0.0:5555) or unix:///PATH, got {value!r}"
+    )
+
+
 @main.command()
 @click.option(
-    "--bind", default="tcp://0.0.0.0:5555", show_default=True, callback=_endpoint, help="where clients connect"
+    "--bind",
+    default="tcp://0.0.0.0:5555",
+    show_default=True,
+    callback=_client_endpoint,
+    help="where clients connect (unix:///PATH: clients on this machine, without ZeroMQ)",
 )
 @executor_option("executor of pools whose client does not choose one")
 @click.option("--workers", type=click.IntRange(1), default=None, help="workers per pool (default: usable cores)")
@@ -243,7 +258,7 @@ def serve(
     )
     try:
         aioenv.run(run_server(config))
-    except zmq_error() as exc:
+    except (zmq_error(), OSError) as exc:  # OSError: a unix:// path in use or not writable
         raise click.ClickException(f"cannot serve on {bind}: {exc}") from exc
     except ValueError as exc:  # e.g. an --auth directory without the server's key
         raise click.ClickException(str(exc)) from exc
@@ -369,7 +384,7 @@ def _key_pair(key: str | None, server_key: str | None) -> tuple[str, str] | None
 
 
 @main.command()
-@click.argument("endpoint", callback=_endpoint)
+@click.argument("endpoint", callback=_client_endpoint)
 @click.option("--timeout", type=click.FloatRange(0.1), default=3.0, show_default=True, help="seconds to wait")
 @click.option("--quiet", "-q", is_flag=True, help="print nothing: the exit code says whether the server answered")
 @click.option("--json", "as_json", is_flag=True, help="print the state as JSON")

@@ -59,9 +59,10 @@ from aioenv.errors import AioEnvError, CapacityError, ConnectionLost, PoolClosed
 from aioenv.logs import peer_name
 from aioenv.server.fleet import Fleet
 from aioenv.server.peers import DroppedPeers, PeerLimits, Sweep, Unread
-from aioenv.transport.router import PeerSocket, Router, Sent
+from aioenv.transport.router import Peer, Router, Sent
 from aioenv.transport.slab import Slab
 from aioenv.transport.spawn import usable_cpus
+from aioenv.transport.stream import StreamRouter, is_stream
 from aioenv.transport.zmqio import frames_nbytes
 from aioenv.wire.errors import relay_wire
 from aioenv.wire.options import (
@@ -141,7 +142,7 @@ class _Session:
     last_seen: float
     outlet: _Outlet
     unread: Unread
-    socket: PeerSocket | None  # the connection it opened the pool on (to cut it off when it is dropped)
+    socket: Peer | None  # the connection it opened the pool on (to cut it off when it is dropped)
     opened: float = field(default_factory=time.time)
 
 
@@ -228,7 +229,7 @@ class Server:
         self.sessions: dict[bytes, _Session] = {}
         self._opening: dict[bytes, tuple[str, int]] = {}  # identity -> (client, envs) while being made
         self._tasks: set[asyncio.Future[Any]] = set()
-        self._router: Router | None = None
+        self._router: Router | StreamRouter | None = None
         self.started = time.time()
         self.protocol_errors = 0
         self.closing = False
@@ -259,19 +260,28 @@ class Server:
     async def start(self) -> None:
         """Bind and start serving."""
         configure = None
+        if self.config.auth is not None and is_stream(self.config.bind):
+            raise ValueError(
+                "--auth (CURVE keys) is for tcp:// addresses; a unix:// socket is guarded by its file's mode"
+            )
         if self.config.auth is not None:
             self._auth = ServerAuth(self.config.auth)
             self._auth.start()
             configure = self._auth.configure
             log.info("CURVE authentication: admitting %d keys from %s", len(self._auth.admitted), self.config.auth)
         limits = self.config.limits
-        self._router = Router(
-            self.config.bind,
-            self._on_message,
-            configure,
-            queue=limits.max_queued,
-            max_message_bytes=limits.max_message_bytes,
-        )
+        if is_stream(self.config.bind):  # clients on this machine, without ZeroMQ (aioenv.transport.stream)
+            self._router = StreamRouter(
+                self.config.bind, self._on_message, on_gone=self._on_gone, max_message_bytes=limits.max_message_bytes
+            )
+        else:
+            self._router = Router(
+                self.config.bind,
+                self._on_message,
+                configure,
+                queue=limits.max_queued,
+                max_message_bytes=limits.max_message_bytes,
+            )
         if self.config.metrics_port is not None:
             from aioenv.server.metrics import ServerMetrics
 
@@ -439,7 +449,8 @@ class Server:
                     raise UsageError("this client has no open pool on the server (it was closed or timed out)")
                 self._submit(session, _KINDS[op], header, arrays)
             elif op == Op.OPEN:
-                self._spawn(self._open(identity, req_id, header, PeerSocket.of(frames[0])))
+                peer = self._router.peer(identity, frames[0]) if self._router is not None else None
+                self._spawn(self._open(identity, req_id, header, peer))
             elif op == Op.CLOSE:
                 self._spawn(self._close(identity, req_id))
             elif op == Op.STATUS:
@@ -459,6 +470,19 @@ class Server:
             err = ProtocolError(f"malformed request: {type(exc).__name__}: {exc}")
             log.warning("protocol error from client %s: %s", peer_name(identity), err)
             self._refuse(identity, req_id, err)
+
+    def _on_gone(self, identity: bytes, reason: str, eof: bool) -> None:
+        """A client's unix-socket connection ended (``eof``: it closed it or exited; else it sent bytes that are no
+        message, or one over --max-message-bytes): its pool is closed now, not after --client-timeout of silence."""
+        self._outbox.pop(identity, None)
+        session = self.sessions.pop(identity, None)
+        name = session.client if session is not None else peer_name(identity)
+        if not eof:
+            self.protocol_errors += 1
+            log.warning("protocol error from client %s: it %s; its connection is closed", name, reason)
+        if session is not None:
+            log.info("client %s's connection ended: releasing its %d envs", name, session.num_envs)
+            self._spawn(session.coord.aclose())
 
     def _refuse(self, identity: bytes, req_id: Any, err: AioEnvError) -> None:
         """Answer a request (or a message too broken to have an id) with an error."""
@@ -499,7 +523,7 @@ class Server:
 
     # ------------------------------------------------------------ sessions
 
-    async def _open(self, identity: bytes, req_id: Any, header: dict[str, Any], sock: PeerSocket | None) -> None:
+    async def _open(self, identity: bytes, req_id: Any, header: dict[str, Any], sock: Peer | None) -> None:
         try:
             reply = await self._make_session(identity, header, sock)
         except AioEnvError as exc:
@@ -512,7 +536,7 @@ class Server:
         else:
             self.send(identity, encode(Op.RESULT, {Key.ID: req_id, **reply}))
 
-    async def _make_session(self, identity: bytes, header: dict[str, Any], sock: PeerSocket | None) -> dict[str, Any]:
+    async def _make_session(self, identity: bytes, header: dict[str, Any], sock: Peer | None) -> dict[str, Any]:
         """Open a client's pool: check the request and the limits, start its coordinator, keep it as a session;
         returns the OPEN reply's fields (the envs' spaces and how the pool runs)."""
         env, n, client = self._check_open(identity, header)

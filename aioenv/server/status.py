@@ -11,6 +11,7 @@ import zmq
 from aioenv.errors import ProtocolError
 from aioenv.transport.auth import client_configurer
 from aioenv.transport.router import Dealer
+from aioenv.transport.stream import StreamDealer, is_stream
 from aioenv.wire.errors import from_wire
 from aioenv.wire.protocol import Key, Op, decode, encode
 
@@ -43,8 +44,16 @@ async def fetch_status(
         else:
             answer.set_result(header)
 
-    configure = client_configurer(curve_keys) if curve_keys is not None else None
-    dealer = Dealer(endpoint, f"status-{uuid.uuid4().hex[:12]}".encode(), on_message, configure)
+    def on_lost(reason: str) -> None:
+        if not answer.done():
+            answer.set_exception(ConnectionError(f"the aioenv server at {endpoint}: {reason}"))
+
+    dealer: Dealer | StreamDealer
+    if is_stream(endpoint):  # raises ConnectionError when nothing listens there
+        dealer = StreamDealer(endpoint, on_message, on_lost)
+    else:
+        configure = client_configurer(curve_keys) if curve_keys is not None else None
+        dealer = Dealer(endpoint, f"status-{uuid.uuid4().hex[:12]}".encode(), on_message, configure)
     try:
         dealer.send(encode(Op.STATUS, {Key.ID: 1}))
         header = await asyncio.wait_for(answer, timeout)

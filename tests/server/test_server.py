@@ -2,7 +2,9 @@
 
 The server runs as a user runs it (``python -m aioenv.cli serve``); clients are pools in this
 process (``endpoint=``) or client processes of their own. Every test stops its server with SIGTERM
-and checks it exits 0 and leaves none of its worker processes behind.
+and checks it exits 0 and leaves none of its worker processes behind. The tests of what a remote pool
+does (``any_server``) run over both transports: ZeroMQ on tcp and a unix socket (``unix://``, see
+tests/server/test_unix_socket.py for what is its own).
 """
 
 from __future__ import annotations
@@ -44,6 +46,17 @@ def server() -> Iterator[ServerProcess]:
         srv.stop()
 
 
+@pytest.fixture(params=["tcp", "unix"])
+def any_server(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
+    """The same server on ZeroMQ over tcp, then on a unix socket: a remote pool behaves the same over both."""
+    bind = "tcp://127.0.0.1:0" if request.param == "tcp" else "unix"
+    srv = ServerProcess("--allow-env", "CartPole-*", "--allow-env", "tests.envs.*", bind=bind)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
 def acts(*values: int) -> np.ndarray:
     return np.array(values, dtype=np.int64)
 
@@ -51,12 +64,12 @@ def acts(*values: int) -> np.ndarray:
 # ---------------------------------------------------------------- the same pool, over the network
 
 
-async def test_remote_pool_gives_the_embedded_trajectories(server: ServerProcess) -> None:
+async def test_remote_pool_gives_the_embedded_trajectories(any_server: ServerProcess) -> None:
     rng = np.random.default_rng(0)
     actions = [rng.integers(0, 2, size=6) for _ in range(80)]
     options: dict[str, Any] = {"seed": 3, "env_kwargs": {"max_episode_steps": 25}, "num_workers": 2}
     async with (
-        aioenv.Pool("CartPole-v1", 6, endpoint=server.endpoint, **options) as remote_pool,
+        aioenv.Pool("CartPole-v1", 6, endpoint=any_server.endpoint, **options) as remote_pool,
         aioenv.Pool("CartPole-v1", 6, **options) as local_pool,
     ):
         assert remote_pool.observation_space == local_pool.observation_space
@@ -78,8 +91,8 @@ def _same(a: Any, b: Any) -> None:
         np.testing.assert_array_equal(a, b, strict=True)
 
 
-async def test_remote_pool_api(server: ServerProcess) -> None:
-    async with aioenv.Pool(PROBE, 4, endpoint=server.endpoint, batch_size=2, seed=10) as pool:
+async def test_remote_pool_api(any_server: ServerProcess) -> None:
+    async with aioenv.Pool(PROBE, 4, endpoint=any_server.endpoint, batch_size=2, seed=10) as pool:
         assert pool.num_workers == 2
         assert pool.executor == "inline"
         obs, info = await pool.reset()
@@ -105,9 +118,9 @@ async def test_remote_pool_api(server: ServerProcess) -> None:
         await asyncio.sleep(0.2)
 
 
-async def test_sync_pool_with_endpoint(server: ServerProcess) -> None:
+async def test_sync_pool_with_endpoint(any_server: ServerProcess) -> None:
     def run() -> list[float]:
-        with aioenv.SyncPool("CartPole-v1", 2, endpoint=server.endpoint, seed=0) as pool:
+        with aioenv.SyncPool("CartPole-v1", 2, endpoint=any_server.endpoint, seed=0) as pool:
             pool.reset()
             return pool.step(acts(1, 0))[1].tolist()
 
@@ -117,9 +130,9 @@ async def test_sync_pool_with_endpoint(server: ServerProcess) -> None:
 # ---------------------------------------------------------------- failures cross the network intact
 
 
-async def test_env_errors_timeouts_and_crashes_reach_the_client(server: ServerProcess) -> None:
+async def test_env_errors_timeouts_and_crashes_reach_the_client(any_server: ServerProcess) -> None:
     async with aioenv.Pool(
-        PROBE, 2, endpoint=server.endpoint, num_workers=2, step_timeout=1.0, env_kwargs={"fail_at": 2}
+        PROBE, 2, endpoint=any_server.endpoint, num_workers=2, step_timeout=1.0, env_kwargs={"fail_at": 2}
     ) as pool:
         _, info = await pool.reset(seed=0)
         await pool.step(acts(0, 0))
@@ -142,19 +155,19 @@ async def test_env_errors_timeouts_and_crashes_reach_the_client(server: ServerPr
 # ---------------------------------------------------------------- sessions, admission, liveness
 
 
-async def test_two_clients_are_isolated(server: ServerProcess) -> None:
-    async with aioenv.Pool(PROBE, 2, endpoint=server.endpoint, seed=0) as a:
-        b = await aioenv.make(PROBE, 3, endpoint=server.endpoint, seed=100)
+async def test_two_clients_are_isolated(any_server: ServerProcess) -> None:
+    async with aioenv.Pool(PROBE, 2, endpoint=any_server.endpoint, seed=0) as a:
+        b = await aioenv.make(PROBE, 3, endpoint=any_server.endpoint, seed=100)
         await a.reset()
         obs_b, _ = await b.reset()
         assert obs_b[:, 0].tolist() == [100, 101, 102]
-        state = await fetch_status(server.endpoint)
+        state = await fetch_status(any_server.endpoint)
         assert state["sessions"] == 2
         assert state["envs"] == 5
         await b.aclose()
         obs, *_ = await a.step(acts(1, 1))
         assert obs[:, 1].tolist() == [1, 1]
-        assert (await fetch_status(server.endpoint))["envs"] == 2
+        assert (await fetch_status(any_server.endpoint))["envs"] == 2
 
 
 def test_allow_env_and_names_only() -> None:

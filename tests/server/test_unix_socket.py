@@ -1,0 +1,146 @@
+"""``aioenv serve --bind unix:///path``: what a server on a unix socket does of its own.
+
+What a remote pool does is the same over both transports (tests/server/test_server.py runs those tests on
+each); here: a connection's end is known at once (no heartbeat timeout either way), a client that breaks
+the framing or goes over the message bound loses its connection alone, and the command line's checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import aioenv
+from aioenv.core import remote
+from aioenv.errors import ConnectionLost
+from aioenv.server.status import fetch_status
+from aioenv.transport.pipe import framed
+from aioenv.transport.stream import unix_path
+from tests.support.procs import HANG, process_gone
+from tests.support.scripts import ROOT
+from tests.support.servers import ServerProcess, unix_bind
+
+CLI = [sys.executable, "-m", "aioenv.cli"]
+ENV = dict(os.environ, PYTHONPATH=str(ROOT))
+
+
+def _client_process(endpoint: str) -> subprocess.Popen[str]:
+    code = (
+        "import asyncio, aioenv\n"
+        "async def main():\n"
+        f"    pool = await aioenv.make('CartPole-v1', 3, endpoint={endpoint!r})\n"
+        "    await pool.reset()\n"
+        "    print('ready', flush=True)\n"
+        "    await asyncio.sleep(3600)\n"
+        "aioenv.run(main())\n"
+    )
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)
+
+
+def test_a_client_that_dies_has_its_envs_released_at_once() -> None:
+    srv = ServerProcess("--client-timeout", "3600", bind="unix")  # silence alone would take an hour
+    try:
+        client = _client_process(srv.endpoint)
+        assert client.stdout is not None
+        assert client.stdout.readline().strip() == "ready"
+        workers = srv.workers()
+        assert len(workers) == 2
+        client.kill()  # no goodbye: the kernel closes its connection
+        client.wait()
+        client.stdout.close()
+        deadline = time.monotonic() + HANG
+        while aioenv.run(fetch_status(srv.endpoint))["envs"] != 0:
+            assert time.monotonic() < deadline, "the dead client's envs were never released"
+            time.sleep(0.05)
+        while not all(process_gone(pid) for pid in workers):
+            assert time.monotonic() < deadline, "the dead client's workers were never stopped"
+            time.sleep(0.05)
+        assert any("connection ended: releasing its 3 envs" in line for line in srv.log)
+    finally:
+        srv.stop()
+
+
+async def test_a_server_that_dies_fails_the_pool_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(remote, "SERVER_TIMEOUT", 3600.0)  # only the connection's end can tell
+    srv = ServerProcess(bind="unix")
+    path = unix_path(srv.endpoint)
+    pool = await aioenv.make("CartPole-v1", 2, endpoint=srv.endpoint)
+    try:
+        await pool.reset()
+        workers = srv.workers()
+        os.kill(srv.proc.pid, 9)  # no "closing" event: the connection's end is all the pool hears
+        srv.proc.wait()
+        with pytest.raises(ConnectionLost, match="aioenv server at unix://"):
+            await asyncio.wait_for(pool.step(np.zeros(2, np.int64)), HANG)
+        with pytest.raises(ConnectionLost, match="the server closed the connection"):
+            await pool.step(np.zeros(2, np.int64))
+        deadline = time.monotonic() + HANG
+        while not all(process_gone(pid) for pid in workers):  # its pipes closed: they exit by themselves
+            assert time.monotonic() < deadline, "a dead server's workers stayed"
+            time.sleep(0.05)
+    finally:
+        await pool.aclose()
+        assert srv.proc.stderr is not None
+        srv.proc.stderr.close()
+        os.unlink(path)  # a server killed by SIGKILL leaves its socket file (the next one replaces it)
+        os.rmdir(os.path.dirname(path))
+
+
+async def test_garbage_and_oversized_messages_cost_only_their_connection() -> None:
+    srv = ServerProcess("--max-message-bytes", "65536", bind="unix")
+    try:
+        async with aioenv.Pool("CartPole-v1", 2, endpoint=srv.endpoint, seed=0) as pool:
+            await pool.reset()
+            path = unix_path(srv.endpoint)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as raw:
+                raw.connect(path)
+                raw.sendall(struct.pack("<I", 1 << 30) + os.urandom(256))  # no framing at all
+                assert raw.recv(1) == b""  # the server closed this connection
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as raw:
+                raw.connect(path)
+                prefix = framed([b"\x80" * (1 << 20)])[0][0]
+                raw.sendall(prefix + b"\x80" * 4096)  # announces 1 MiB over a 64 KiB bound: cut before it comes
+                assert raw.recv(1) == b""
+            _, reward, *_ = await pool.step(np.array([0, 1]))  # and this pool goes on
+            assert reward.tolist() == [1.0, 1.0]
+            assert (await fetch_status(srv.endpoint))["protocol_errors"] == 2
+        assert sum("protocol error from client" in line for line in srv.log) == 2
+    finally:
+        srv.stop()
+
+
+def test_command_line_and_options() -> None:
+    srv = ServerProcess(bind="unix")
+    try:
+        shown = subprocess.run([*CLI, "status", srv.endpoint], capture_output=True, text=True, env=ENV)
+        assert shown.returncode == 0, shown.stderr
+        assert "clients / pools" in shown.stdout
+        taken = subprocess.run([*CLI, "serve", "--bind", srv.endpoint], capture_output=True, text=True, env=ENV)
+        assert taken.returncode == 1
+        assert f"cannot serve on {srv.endpoint}" in taken.stderr
+        assert "already listens" in taken.stderr
+        with pytest.raises(ValueError, match="curve_keys are for tcp:// servers"):
+            aioenv.Pool("CartPole-v1", 1, endpoint=srv.endpoint, curve_keys=("a", "b"))
+    finally:
+        srv.stop()
+    gone = subprocess.run([*CLI, "status", srv.endpoint, "--timeout", "1"], capture_output=True, text=True, env=ENV)
+    assert gone.returncode == 1
+    assert f"cannot connect to the aioenv server at {srv.endpoint}" in gone.stderr
+    with pytest.raises(ConnectionLost, match=r"is `aioenv serve --bind unix://.*` running"):
+        aioenv.run(aioenv.make("CartPole-v1", 1, endpoint=srv.endpoint))
+    address, where = unix_bind()
+    keys = os.path.join(where, "keys")
+    os.mkdir(keys)
+    auth = subprocess.run([*CLI, "serve", "--bind", address, "--auth", keys], capture_output=True, text=True, env=ENV)
+    assert auth.returncode == 1
+    assert "a unix:// socket is guarded by its file's mode" in auth.stderr
+    os.rmdir(keys)
+    os.rmdir(where)
