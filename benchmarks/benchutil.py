@@ -33,10 +33,12 @@ import platform
 import queue
 import re
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -203,20 +205,32 @@ class Managed:
 
 class Server(Managed):
     """``aioenv serve`` on a free local port with ``extra`` arguments; :attr:`endpoint` is where clients connect,
-    :attr:`worker_endpoint` where worker hosts join (with ``--worker-bind`` in ``extra``; None without)."""
+    :attr:`worker_endpoint` where worker hosts join (with ``--worker-bind`` in ``extra``; None without).
+    ``unix``: on a unix socket in a new directory of its own instead (``--bind unix:///...``), removed by
+    :meth:`stop`."""
 
     what = "the server"
 
-    def __init__(self, extra: Sequence[str] = ()) -> None:
-        cmd = [sys.executable, "-m", "aioenv.cli", "serve", "--bind", "tcp://127.0.0.1:0"]
+    def __init__(self, extra: Sequence[str] = (), *, unix: bool = False) -> None:
+        self._dir = tempfile.mkdtemp(prefix="aioenv-bench-", dir="/tmp") if unix else None
+        bind = f"unix://{self._dir}/s.sock" if self._dir else "tcp://127.0.0.1:0"
+        cmd = [sys.executable, "-m", "aioenv.cli", "serve", "--bind", bind]
         cmd += [arg for pattern in ALLOW for arg in ("--allow-env", pattern)]
-        patterns = {"listening": r"listening on (tcp://\S+)", "workers": r"worker hosts join at (tcp://\S+)"}
+        patterns = {"listening": r"listening on ((?:tcp|unix)://\S+)", "workers": r"worker hosts join at (tcp://\S+)"}
         super().__init__([*cmd, *extra], patterns)
         self.endpoint = self.wait_for("listening")  # logged after the worker port's line
         self.worker_endpoint = self.found.get("workers")
         if "--worker-bind" in extra and self.worker_endpoint is None:
             self._kill()
             raise RuntimeError(f"the server did not say where worker hosts join: {''.join(self.log)}")
+
+    def stop(self) -> dict[str, Any]:
+        """See :meth:`Managed.stop`; a unix socket's directory goes too."""
+        try:
+            return super().stop()
+        finally:
+            if self._dir is not None:
+                shutil.rmtree(self._dir, ignore_errors=True)
 
 
 class WorkerHost(Managed):

@@ -27,14 +27,20 @@ def test_remote_benchmark_smoke(tmp_path: Path) -> None:
     assert result["endpoint"].startswith("tcp://127.0.0.1:")
 
     cartpole = result["sections"]["cartpole"]
-    assert set(cartpole["cells"]) == {"embedded", "remote"}
+    assert set(cartpole["cells"]) == {"embedded", "remote", "remote unix"}
     for where, cell in cartpole["cells"].items():
         assert cell["status"] == "ok", (where, cell["status"])
         assert cell["steps_per_s"] > 0, where
         assert cell["num_workers"] == 2, where
         assert cell["leftover_processes"] == [], where
+        # the workers counted are the serving server's (the other server idles, its pool closed)
+        assert cell["processes"]["server_workers"] == (0 if where == "embedded" else 2), where
+        assert cell["processes"]["local_workers"] == (2 if where == "embedded" else 0), where
     steps = {where: cell["steps_per_s"] for where, cell in cartpole["cells"].items()}
     assert cartpole["ratio_remote_embedded"] == pytest.approx(steps["remote"] / steps["embedded"], rel=1e-4)
+    assert cartpole["ratio_unix_embedded"] == pytest.approx(steps["remote unix"] / steps["embedded"], rel=1e-4)
+    assert cartpole["unix_server"]["exit_code"] == 0  # the unix-socket server, stopped cleanly, nothing left
+    assert cartpole["unix_server"]["workers_left"] == []
 
     async1k = result["sections"]["async1k"]
     ideal = async1k["params"]["ideal_steps_per_s"]
@@ -93,8 +99,9 @@ def test_remote_benchmark_smoke(tmp_path: Path) -> None:
     assert result["server"]["exit_code"] == 0  # stopped cleanly with SIGTERM
     assert result["server"]["workers_left"] == []
     assert result["leftover_processes_at_exit"] == []
-    assert len(result["bars"]) == 2
+    assert len(result["bars"]) == 3
     assert result["bars"][0]["value"] == cartpole["ratio_remote_embedded"]
+    assert result["bars"][1]["value"] == cartpole["ratio_unix_embedded"]
     for bar in result["bars"]:  # "met" is the bar's own comparison, not a free flag
         assert bar["op"] == ">="
         assert bar["met"] is (bar["value"] >= bar["threshold"]), bar
