@@ -225,6 +225,7 @@ class _RecvRun:
     def end(self) -> None:
         """Deliver the rows of the run, if any, and begin none."""
         if self.sink is not None and self.ids:
-            part = self.block.part(np.concatenate(self.ids), self.start, self.stop)
+            ids = self.ids[0] if len(self.ids) == 1 else np.concatenate(self.ids)
+            part = self.block.part(ids, self.start, self.stop)
             self.deliver(self.sink, None, part, None)
         self.sink, self.ids = None, []

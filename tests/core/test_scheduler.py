@@ -640,6 +640,30 @@ def test_finish_rows_refuses_bad_rows_and_changes_nothing_then(k: int) -> None:
     assert req.left == 16 - k
 
 
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_a_whole_request_in_order_closes_at_once_and_anything_else_is_checked(dtype: type) -> None:
+    sched = placed(16, 1)
+    env_ids = np.arange(4, 14, dtype=np.int64)
+    sched.claim(env_ids)
+    req = sched.open(0, "step", env_ids)
+    assert sched.finish_rows(req.id, np.arange(10, dtype=dtype)) is req  # every row, 0..9 in order
+    assert req.id not in sched.requests
+    assert req.left == 0
+    assert not sched.busy.any()
+    assert sched.running == 0
+    assert sched.finish_rows(req.id, np.arange(10, dtype=dtype)) is None  # closed
+    sched.claim(env_ids)
+    req = sched.open(0, "step", env_ids)
+    for bad in ([0, 1, 2, 3, 4, 5, 6, 7, 8, 8], [0, 1, 2, 3, 4, 5, 6, 7, 8, 10], [1, 0, 2, 3, 4, 5, 6, 7, 8, 8]):
+        with pytest.raises(ValueError, match=r"answered already|out of range"):  # as many rows, not every row
+            sched.finish_rows(req.id, np.array(bad, dtype=dtype))
+        assert sched.busy[env_ids].all()
+        assert req.left == 10
+    assert sched.finish_rows(req.id, np.array([9, 8, 7, 6, 5, 4, 3, 2, 1, 0], dtype=dtype)) is req  # any order
+    assert req.id not in sched.requests
+    assert not sched.busy.any()
+
+
 def test_finish_rows_refuses_bad_rows() -> None:
     sched = placed(4, 1)
     req = sched.open(0, "step", ids(0, 1))
