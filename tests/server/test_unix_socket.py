@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import socket
 import struct
 import subprocess
@@ -25,7 +26,7 @@ from aioenv.server.status import fetch_status
 from aioenv.transport.pipe import framed
 from aioenv.transport.stream import unix_path
 from tests.support.procs import HANG, process_gone
-from tests.support.scripts import ROOT
+from tests.support.scripts import ROOT, run_example
 from tests.support.servers import ServerProcess, unix_bind
 
 CLI = [sys.executable, "-m", "aioenv.cli"]
@@ -144,3 +145,19 @@ def test_command_line_and_options() -> None:
     assert "a unix:// socket is guarded by its file's mode" in auth.stderr
     os.rmdir(keys)
     os.rmdir(where)
+
+
+def test_shared_server_example_runs() -> None:
+    proc = run_example("shared_server.py", "--num-envs", "8", "--seconds", "0.3", timeout=HANG * 3)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert re.search(r"server listening on unix:///tmp/aioenv-example-\S+/aioenv.sock", out), out
+    assert re.search(r"socket file mode\s+0o600", out), out
+    assert re.search(r"sessions / envs\s+1 / 8", out), out  # the remote pool of the comparison
+    assert re.search(r"same trajectories\s+yes", out), out
+    assert float(re.search(r"steps/s, unix socket\s+([\d,]+)", out).group(1).replace(",", "")) > 0  # type: ignore[union-attr]
+    assert re.search(r"server exit code\s+0", out), out
+    assert re.search(r"socket file removed\s+yes", out), out
+    bad = run_example("shared_server.py", "--num-envs", "1")
+    assert bad.returncode == 2
+    assert "--num-envs must be at least 2" in bad.stderr
