@@ -476,7 +476,7 @@ class Server:
         message, or one over --max-message-bytes): its pool is closed now, not after --client-timeout of silence."""
         self._outbox.pop(identity, None)
         session = self.sessions.pop(identity, None)
-        name = session.client if session is not None else peer_name(identity)
+        name = (session.client if session is not None else "") or peer_name(identity)
         if not eof:
             self.protocol_errors += 1
             log.warning("protocol error from client %s: it %s; its connection is closed", name, reason)
@@ -548,8 +548,11 @@ class Server:
             coord, described = await self._start_coordinator(identity, n, sources, opts)
         finally:
             self._opening.pop(identity, None)
-        if self.closing or (why := _unportable(described)):
+        gone = isinstance(self._router, StreamRouter) and not self._router.connected(identity)
+        if self.closing or gone or (why := _unportable(described)):
             await coord.aclose()
+            if gone:  # the client's unix-socket connection ended meanwhile: nobody would ever close this pool
+                raise ConnectionLost("the client's connection ended while its pool was being made")
             raise PoolClosed("the server is shutting down") if self.closing else UsageError(why)
         name = client or peer_name(identity)
         outlet = _Outlet(self, identity, name)

@@ -164,6 +164,10 @@ class StreamRouter:
         if self._on_gone is not None and not self._closed:
             self._on_gone(identity, "closed its connection" if eof else reason, eof)
 
+    def connected(self, identity: bytes) -> bool:
+        """Whether the connection of ``identity`` is still open."""
+        return identity in self._ports
+
     def peer(self, identity: bytes, _frame: Any = None) -> StreamPeer | None:
         """The connection of ``identity``, to cut it off later; None when it has ended."""
         return StreamPeer(self, identity) if identity in self._ports else None

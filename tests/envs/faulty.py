@@ -57,6 +57,7 @@ class ProbeEnv(gym.Env):
         hang_in_close: ``close()`` sleeps for an hour (``ignore_sigterm``: and ignores SIGTERM).
         render_mode: ``"rgb_array"`` or None.
         tag: a plain attribute for get_attr/set_attr.
+        init_seconds: ``__init__`` sleeps this long (a pool that takes its time to be made).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 7}  # noqa: RUF012
@@ -75,7 +76,9 @@ class ProbeEnv(gym.Env):
         ignore_sigterm: bool = False,
         render_mode: str | None = None,
         tag: int = 0,
+        init_seconds: float = 0.0,
     ) -> None:
+        time.sleep(init_seconds)
         self.observation_space = spaces.Box(-1e9, 1e9, (4,), np.float64)
         self.action_space = spaces.Discrete(3)
         self.fail_at = fail_at

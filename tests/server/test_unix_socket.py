@@ -24,7 +24,8 @@ from aioenv.core import remote
 from aioenv.errors import ConnectionLost
 from aioenv.server.status import fetch_status
 from aioenv.transport.pipe import framed
-from aioenv.transport.stream import unix_path
+from aioenv.transport.stream import StreamDealer, unix_path
+from aioenv.wire.protocol import Key, Op, encode
 from tests.support.procs import HANG, process_gone
 from tests.support.scripts import ROOT, run_example
 from tests.support.servers import ServerProcess, unix_bind
@@ -65,6 +66,30 @@ def test_a_client_that_dies_has_its_envs_released_at_once() -> None:
             assert time.monotonic() < deadline, "the dead client's workers were never stopped"
             time.sleep(0.05)
         assert any("connection ended: releasing its 3 envs" in line for line in srv.log)
+    finally:
+        srv.stop()
+
+
+def test_a_client_gone_while_its_pool_is_made_leaves_nothing_behind() -> None:
+    srv = ServerProcess("--client-timeout", "3600", "--allow-env", "tests.envs.*", bind="unix")
+    try:
+
+        async def open_then_leave() -> None:
+            dealer = StreamDealer(srv.endpoint, lambda _frames: None, lambda _reason: None)
+            fields = {Key.ENV: "tests.envs.faulty:make_probe", Key.NUM_ENVS: 2, Key.KW: {"init_seconds": 1.0}}
+            dealer.send(encode(Op.OPEN, {**fields, Key.OPT: {"num_workers": 1}, Key.ID: -1}))
+            deadline = time.monotonic() + HANG
+            while not srv.workers():  # its worker process is making the (slow) envs now
+                assert time.monotonic() < deadline, "the server never started the pool's worker"
+                await asyncio.sleep(0.01)
+            dealer.close()
+
+        aioenv.run(open_then_leave())
+        deadline = time.monotonic() + HANG
+        while srv.workers() or aioenv.run(fetch_status(srv.endpoint))["sessions"]:
+            assert time.monotonic() < deadline, "a pool made for a client that had left stayed"
+            time.sleep(0.05)
+        assert any("connection ended while its pool was being made" in line for line in srv.log), srv.log
     finally:
         srv.stop()
 
