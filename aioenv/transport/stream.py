@@ -17,8 +17,9 @@ non-blocking reads and writes as a pool's own worker pipes. The messages are the
   not after a heartbeat timeout) and reports the connection's end through ``on_lost(reason)``.
 
 The socket file is made readable and writable by its owner only (``0600``): on a unix socket, who may connect
-is whoever may open that file, which is what guards it (there is no CURVE here). The server removes it when
-it closes, and replaces a stale one left by a server that died (one nobody listens on).
+is whoever may open that file, which is what guards it (there is no CURVE here); a missing directory is made
+``0700``. The server removes the file when it closes, and replaces a stale one left by a server that died
+(one nobody listens on).
 """
 
 from __future__ import annotations
@@ -63,11 +64,15 @@ def unix_path(endpoint: str) -> str:
 
 
 def _listen(path: str) -> socket.socket:
-    """A non-blocking unix socket listening at ``path``, replacing a stale socket file (one nobody listens on).
+    """A non-blocking unix socket listening at ``path``, replacing a stale socket file (one nobody listens on);
+    a missing directory is made, its owner's only (``0700``).
 
     Raises:
         OSError: the path is in use (a server listens there, or it is not a socket), or cannot be bound.
     """
+    parent = os.path.dirname(path)
+    if parent and not os.path.isdir(parent):
+        os.makedirs(parent, mode=0o700, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         if not stat.S_ISSOCK(os.stat(path).st_mode):
             raise OSError(errno.EEXIST, f"{path} exists and is not a socket")

@@ -150,6 +150,17 @@ async def test_the_socket_file(endpoint: str) -> None:
         StreamRouter(endpoint, lambda _i, _f: None)
 
 
+async def test_a_missing_directory_is_made_its_owners_only(endpoint: str) -> None:
+    nested = endpoint.replace("/s.sock", "/a/b/s.sock")
+    router = StreamRouter(nested, lambda _i, _f: None)
+    try:
+        made = os.path.dirname(unix_path(nested))
+        assert stat.S_IMODE(os.stat(made).st_mode) == 0o700
+        assert stat.S_ISSOCK(os.stat(unix_path(nested)).st_mode)
+    finally:
+        router.close()
+
+
 async def test_addresses_and_a_missing_server(endpoint: str) -> None:
     assert is_stream(endpoint)
     assert not is_stream("tcp://127.0.0.1:5555")
