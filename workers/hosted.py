@@ -208,32 +208,34 @@ class AsyncHostedEnv(EpisodeState):
         return obs, info
 
     async def astep(self, action: Any) -> StepOut:
-        """One step with the autoreset rules of the mode. Any exception (or cancellation) marks the env broken."""
-        self.before_step()
+        """One step with the autoreset rules of the mode. Any exception (or cancellation) marks the env broken.
+
+        One coroutine per step, not a checking one around a stepping one: thousands of these run per second
+        in an ``async`` worker, and each coroutine layer costs a frame and an ``await`` of its own."""
+        if self._blocked is not None or (self._pending_reset and self.mode == DISABLED):
+            self.before_step()  # raises: the env may not be stepped now
+        env = self.env
         try:
-            return await self._astep(action)
+            if self.mode == NEXT_STEP and self._pending_reset:
+                obs, info = await env.reset()
+                self._pending_reset = False
+                return obs, 0.0, False, False, info
+            obs, reward, terminated, truncated, info = await env.step(action)
+            if type(reward) not in _PLAIN_REWARDS:
+                reward = _check_reward(reward)
+            ended = bool(terminated or truncated)
+            if self.mode == SAME_STEP:
+                if ended:
+                    final = {"final_obs": for_wire(env.observation_space, obs), "final_info": info}
+                    obs, info = await env.reset()
+                    final.update(info)
+                    info = final
+            else:
+                self._pending_reset = ended
+            return obs, reward, terminated, truncated, info
         except BaseException as exc:
             self.failed_step(exc)
             raise
-
-    async def _astep(self, action: Any) -> StepOut:
-        env = self.env
-        if self.mode == NEXT_STEP and self._pending_reset:
-            obs, info = await env.reset()
-            self._pending_reset = False
-            return obs, 0.0, False, False, info
-        obs, reward, terminated, truncated, info = await env.step(action)
-        reward = _check_reward(reward)
-        ended = bool(terminated or truncated)
-        if self.mode == SAME_STEP:
-            if ended:
-                final = {"final_obs": for_wire(env.observation_space, obs), "final_info": info}
-                obs, info = await env.reset()
-                final.update(info)
-                info = final
-        else:
-            self._pending_reset = ended
-        return obs, reward, terminated, truncated, info
 
     async def aclose(self) -> None:
         """Close the env (awaiting a coroutine ``close``), ignoring its errors."""
