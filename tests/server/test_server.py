@@ -248,24 +248,32 @@ def _client_process(endpoint: str, n: int, *, hold: bool = False) -> subprocess.
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
 
 
-def test_a_client_that_dies_has_its_envs_released() -> None:
-    srv = ServerProcess("--client-timeout", "1")
+@pytest.mark.parametrize("transport", ["tcp", "unix"])
+def test_a_client_that_dies_has_its_envs_released(transport: str) -> None:
+    # Over ZeroMQ only the missing heartbeats tell (a second of silence here); on a unix socket the connection's
+    # end tells at once (silence alone would take an hour).
+    if transport == "tcp":
+        srv = ServerProcess("--client-timeout", "1")
+    else:
+        srv = ServerProcess("--client-timeout", "3600", bind="unix")
     try:
         client = _client_process(srv.endpoint, 3, hold=True)
         assert client.stdout is not None
         assert client.stdout.readline().strip() == "ready"
         workers = srv.workers()
         assert len(workers) == 2
-        client.kill()  # no goodbye: only the missing heartbeats tell
+        client.kill()  # no goodbye
         client.wait()
         client.stdout.close()
         deadline = time.monotonic() + HANG
         while aioenv.run(fetch_status(srv.endpoint))["envs"] != 0:
             assert time.monotonic() < deadline, "the dead client's envs were never released"
-            time.sleep(0.2)
+            time.sleep(0.05)
         while not all(process_gone(pid) for pid in workers):
             assert time.monotonic() < deadline, "the dead client's workers were never stopped"
             time.sleep(0.05)
+        why = "silent for" if transport == "tcp" else "connection ended: releasing its 3 envs"
+        assert any(why in line for line in srv.log), srv.log
     finally:
         srv.stop()
 

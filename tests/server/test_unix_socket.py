@@ -1,8 +1,9 @@
 """``aioenv serve --bind unix:///path``: what a server on a unix socket does of its own.
 
 What a remote pool does is the same over both transports (tests/server/test_server.py runs those tests on
-each); here: a connection's end is known at once (no heartbeat timeout either way), a client that breaks
-the framing or goes over the message bound loses its connection alone, and the command line's checks.
+each, a dead client's release included); here: a connection's end is known at once (a pool whose server
+died, a client gone while its pool is made), a client that breaks the framing or goes over the message
+bound loses its connection alone, the command line's checks and the example.
 """
 
 from __future__ import annotations
@@ -32,42 +33,6 @@ from tests.support.servers import ServerProcess, unix_bind
 
 CLI = [sys.executable, "-m", "aioenv.cli"]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
-
-
-def _client_process(endpoint: str) -> subprocess.Popen[str]:
-    code = (
-        "import asyncio, aioenv\n"
-        "async def main():\n"
-        f"    pool = await aioenv.make('CartPole-v1', 3, endpoint={endpoint!r})\n"
-        "    await pool.reset()\n"
-        "    print('ready', flush=True)\n"
-        "    await asyncio.sleep(3600)\n"
-        "aioenv.run(main())\n"
-    )
-    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)
-
-
-def test_a_client_that_dies_has_its_envs_released_at_once() -> None:
-    srv = ServerProcess("--client-timeout", "3600", bind="unix")  # silence alone would take an hour
-    try:
-        client = _client_process(srv.endpoint)
-        assert client.stdout is not None
-        assert client.stdout.readline().strip() == "ready"
-        workers = srv.workers()
-        assert len(workers) == 2
-        client.kill()  # no goodbye: the kernel closes its connection
-        client.wait()
-        client.stdout.close()
-        deadline = time.monotonic() + HANG
-        while aioenv.run(fetch_status(srv.endpoint))["envs"] != 0:
-            assert time.monotonic() < deadline, "the dead client's envs were never released"
-            time.sleep(0.05)
-        while not all(process_gone(pid) for pid in workers):
-            assert time.monotonic() < deadline, "the dead client's workers were never stopped"
-            time.sleep(0.05)
-        assert any("connection ended: releasing its 3 envs" in line for line in srv.log)
-    finally:
-        srv.stop()
 
 
 def test_a_client_gone_while_its_pool_is_made_leaves_nothing_behind() -> None:
