@@ -391,9 +391,12 @@ def _key_pair(key: str | None, server_key: str | None) -> tuple[str, str] | None
 @KEY
 @SERVER_KEY
 def status(endpoint: str, timeout: float, quiet: bool, as_json: bool, key: str | None, server_key: str | None) -> None:
-    """Print the state of the aioenv server at ENDPOINT (tcp://HOST:PORT); exit 1 when it does not answer."""
+    """Print the state of the aioenv server at ENDPOINT (tcp://HOST:PORT or unix:///PATH); exit 1 when it does not
+    answer."""
     from aioenv.server.status import fetch_status
 
+    if endpoint.startswith("unix://") and key is not None:
+        raise click.UsageError("--key and --server-key are for tcp:// servers: a unix:// socket has no CURVE")
     try:
         state = aioenv.run(fetch_status(endpoint, timeout, _key_pair(key, server_key)))
     except (aioenv.AioEnvError, TimeoutError, OSError, zmq_error()) as exc:

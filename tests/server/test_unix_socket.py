@@ -118,6 +118,12 @@ def test_command_line_and_options() -> None:
         assert taken.returncode == 1
         assert f"cannot serve on {srv.endpoint}" in taken.stderr
         assert "already listens" in taken.stderr
+        key = str(ROOT / "pyproject.toml")  # any file: refused before it is read
+        keyed = subprocess.run(
+            [*CLI, "status", srv.endpoint, "--key", key, "--server-key", key], capture_output=True, text=True, env=ENV
+        )
+        assert keyed.returncode == 2
+        assert "a unix:// socket has no CURVE" in keyed.stderr
         with pytest.raises(ValueError, match="curve_keys are for tcp:// servers"):
             aioenv.Pool("CartPole-v1", 1, endpoint=srv.endpoint, curve_keys=("a", "b"))
     finally:
