@@ -112,6 +112,11 @@ class EpisodeState:
         next step raises :class:`~aioenv.errors.EnvRemade`, a crash, until a reset."""
         self._remade = remade
 
+    def final(self, obs: Any, info: dict[str, Any]) -> dict[str, Any]:
+        """The info a ``same_step`` reset's info is merged into: the ended episode's ``final_obs`` (as it will
+        cross the wire) and ``final_info``, in that order (see the module)."""
+        return {"final_obs": for_wire(self.env.observation_space, obs), "final_info": info}
+
     def failed_step(self, exc: BaseException) -> None:
         """A step raised (or was cancelled): refuse steps until the next reset."""
         detail = f": {exc}" if str(exc) else ""
@@ -176,14 +181,13 @@ class HostedEnv(EpisodeState):
             if type(reward) not in _PLAIN_REWARDS:
                 reward = _check_reward(reward)
             ended = bool(terminated or truncated)
-            if self.mode == SAME_STEP:
-                if ended:
-                    final = {"final_obs": for_wire(env.observation_space, obs), "final_info": info}
-                    obs, info = env.reset()
-                    final.update(info)
-                    info = final
-            else:
+            if self.mode != SAME_STEP:
                 self._pending_reset = ended
+            elif ended:
+                final = self.final(obs, info)  # before the reset: an env may reuse its observation's array
+                obs, info = env.reset()
+                final.update(info)
+                info = final
             return obs, reward, terminated, truncated, info
         except BaseException as exc:
             self.failed_step(exc)
@@ -224,14 +228,13 @@ class AsyncHostedEnv(EpisodeState):
             if type(reward) not in _PLAIN_REWARDS:
                 reward = _check_reward(reward)
             ended = bool(terminated or truncated)
-            if self.mode == SAME_STEP:
-                if ended:
-                    final = {"final_obs": for_wire(env.observation_space, obs), "final_info": info}
-                    obs, info = await env.reset()
-                    final.update(info)
-                    info = final
-            else:
+            if self.mode != SAME_STEP:
                 self._pending_reset = ended
+            elif ended:
+                final = self.final(obs, info)  # before the reset: an env may reuse its observation's array
+                obs, info = await env.reset()
+                final.update(info)
+                info = final
             return obs, reward, terminated, truncated, info
         except BaseException as exc:
             self.failed_step(exc)
