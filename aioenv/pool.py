@@ -29,6 +29,7 @@ from aioenv.core.sinks import Gather, RecvQueue, ResetResult, Single, Sink, Step
 from aioenv.core.sources import parse_sources
 from aioenv.errors import InvalidAction, PoolClosed, ProtocolError, UsageError
 from aioenv.transport.spawn import usable_cpus
+from aioenv.transport.stream import is_stream
 from aioenv.wire import spaces
 from aioenv.wire.options import (
     ON_TIMEOUT,
@@ -120,7 +121,7 @@ def _checked_curve_keys(curve_keys: object, endpoint: str | None) -> tuple[str, 
         return None
     if endpoint is None:
         raise ValueError("curve_keys are for a remote pool: give endpoint= too")
-    if endpoint.startswith("unix://"):
+    if is_stream(endpoint):
         raise ValueError("curve_keys are for tcp:// servers: a unix:// socket is guarded by its file's mode")
     if not (isinstance(curve_keys, (tuple, list)) and len(curve_keys) == 2):
         raise ValueError(f"curve_keys must be (your .key_secret file, the server's .key file), got {curve_keys!r}")

@@ -394,8 +394,9 @@ def status(endpoint: str, timeout: float, quiet: bool, as_json: bool, key: str |
     """Print the state of the aioenv server at ENDPOINT (tcp://HOST:PORT or unix:///PATH); exit 1 when it does not
     answer."""
     from aioenv.server.status import fetch_status
+    from aioenv.transport.stream import is_stream
 
-    if endpoint.startswith("unix://") and key is not None:
+    if is_stream(endpoint) and key is not None:
         raise click.UsageError("--key and --server-key are for tcp:// servers: a unix:// socket has no CURVE")
     try:
         state = aioenv.run(fetch_status(endpoint, timeout, _key_pair(key, server_key)))
