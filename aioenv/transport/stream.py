@@ -70,8 +70,7 @@ def _listen(path: str) -> socket.socket:
     Raises:
         OSError: the path is in use (a server listens there, or it is not a socket), or cannot be bound.
     """
-    parent = os.path.dirname(path)
-    if parent and not os.path.isdir(parent):
+    if parent := os.path.dirname(path):
         os.makedirs(parent, mode=0o700, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         if not stat.S_ISSOCK(os.stat(path).st_mode):
