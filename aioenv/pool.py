@@ -25,7 +25,7 @@ from aioenv.core.coordinator import Coordinator, reset_builder, step_builder
 from aioenv.core.launcher import LocalProcess, in_process_unavailable
 from aioenv.core.remote import RemoteCoordinator
 from aioenv.core.scheduler import Request
-from aioenv.core.sinks import Gather, RecvQueue, ResetResult, Single, Sink, StepResult
+from aioenv.core.sinks import Gather, RecvQueue, ResetResult, Single, Sink, StepResult, whole_result
 from aioenv.core.sources import parse_sources
 from aioenv.errors import InvalidAction, PoolClosed, ProtocolError, UsageError
 from aioenv.transport.spawn import usable_cpus
@@ -540,15 +540,35 @@ class Pool:
     def _dispatch_step(
         self, actions: Any, ids: np.ndarray, sink: Sink, *, info_list: bool = False, checked: bool = False
     ) -> None:
-        """Check ``actions`` for ``ids`` (from :meth:`_ids`), claim the envs and send the steps.
+        """Check ``actions`` for ``ids`` (from :meth:`_ids`), claim the envs and send the steps; their rows go
+        to ``sink`` (before this returns when every env runs in this process: ``Coordinator.step_here``).
 
         ``checked``: ``actions`` are the leaves :func:`aioenv.wire.spaces.check_actions` returned for ``ids``
         already (an adapter that checked them in its caller's thread), owned by this call."""
         coord = self._core()
+        leaves = self._claim_step(coord, actions, ids, checked)
+        part = coord.step_here(ids, leaves) if isinstance(coord, Coordinator) else None
+        if part is not None:
+            sink.deliver(part, coord.sched.split(ids)[0][1])  # one worker: every row, in order
+            return
+        self._send_step(coord, ids, leaves, sink, info_list)
+
+    def _claim_step(
+        self, coord: Coordinator | RemoteCoordinator, actions: Any, ids: np.ndarray, checked: bool
+    ) -> list[np.ndarray]:
+        """Check ``actions`` for ``ids`` (unless ``checked``), claim the envs and return the action leaves."""
         leaves = actions if checked else spaces.check_actions(self.single_action_space, actions, ids)
         coord.sched.claim(ids)
-        if isinstance(coord, Coordinator) and coord.step_here(ids, leaves, sink):
-            return  # every env runs in this process: stepped already, no message
+        return leaves
+
+    def _send_step(
+        self,
+        coord: Coordinator | RemoteCoordinator,
+        ids: np.ndarray,
+        leaves: list[np.ndarray],
+        sink: Sink,
+        info_list: bool,
+    ) -> None:
         # after the claim: none of these envs' shared rows is in use
         build = step_builder(coord.slab, ids, leaves, info_list, ids is coord.sched.all_ids)
         coord.submit("step", ids, sink, build, timeout=self.step_timeout)
@@ -623,22 +643,32 @@ class Pool:
             EnvError: an env raised; ``err.partial`` holds the other rows, ``err.errors`` every failure.
             WorkerCrashed / StepTimeout: for the envs concerned, likewise.
         """
-        result: tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]] = await self._start_step(
-            actions, env_ids
-        )
+        started = self._start_step(actions, env_ids)
+        result: tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
+        result = await started if isinstance(started, asyncio.Future) else started
         return result
 
     def _start_step(
         self, actions: Any, env_ids: Any = None, *, info_list: bool = False, checked: bool = False
-    ) -> asyncio.Future[Any]:
-        """:meth:`step` (``info_list``: :meth:`_step_info_list`) without the coroutine: dispatch now, return
-        the future of its result (see :meth:`_start_reset`; ``checked``: see :meth:`_dispatch_step`)."""
-        ids = self._ids(env_ids)
+    ) -> tuple[Any, ...] | asyncio.Future[Any]:
+        """:meth:`step` (``info_list``: :meth:`_step_info_list`) without the coroutine: dispatch now and return
+        the future of its result (see :meth:`_start_reset`; ``checked``: see :meth:`_dispatch_step`), or the
+        result itself when every env ran in this process within the call and none failed (no future, no
+        gathering: ``Coordinator.step_here``)."""
+        coord = self._core()
+        ids = coord.sched.resolve(env_ids)
+        leaves = self._claim_step(coord, actions, ids, checked)
+        part = coord.step_here(ids, leaves) if isinstance(coord, Coordinator) else None
+        if part is not None and not part.errors:
+            return whole_result("step", part, self.single_observation_space, info_list=info_list)
         sink = Gather("step", ids, self.single_observation_space, info_list=info_list)
+        if part is not None:  # some rows failed: the call's error, with the other rows (Gather)
+            sink.deliver(part, coord.sched.split(ids)[0][1])
+            return sink.future
         try:
-            self._dispatch_step(actions, ids, sink, info_list=info_list, checked=checked)
-        except BaseException:  # e.g. Ctrl-C inside an env stepped in this process: its rows were answered
-            sink.future.add_done_callback(consume)  # with that error, which the caller gets as it is
+            self._send_step(coord, ids, leaves, sink, info_list)
+        except BaseException:  # as in _start_reset
+            sink.future.add_done_callback(consume)
             raise
         return sink.future
 
@@ -647,8 +677,9 @@ class Pool:
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
         """Like :meth:`step`, but ``info`` is a list with each env's own info dict (row order), as
         Stable-Baselines3 wants; still one message per worker. For the adapters in :mod:`aioenv.compat`."""
+        started = self._start_step(actions, env_ids, info_list=True)
         result: tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]
-        result = await self._start_step(actions, env_ids, info_list=True)
+        result = await started if isinstance(started, asyncio.Future) else started
         return result
 
     def send(self, actions: Any, env_ids: Any = None) -> None:

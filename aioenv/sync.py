@@ -88,6 +88,10 @@ _STARTERS: dict[str, tuple[str, dict[str, Any]]] = {
     "_step_info_list_checked": ("_start_step", {"info_list": True, "checked": True}),  # ... its actions checked
 }
 
+#: A pool call that dispatches synchronously (``Pool._start_step``): it returns the future of its result, or the
+#: result itself when it was answered inside the call (every env in this process, none failed).
+Starter = Callable[..., "asyncio.Future[Any] | tuple[Any, ...]"]
+
 #: What :meth:`_Runtime.call_here` returns when the loop was taken back before the call could run here.
 _TAKEN_BACK: Any = object()
 
@@ -246,11 +250,9 @@ class _Runtime:
             self._adopt([inner])
             raise
 
-    def start(
-        self, starter: Callable[..., asyncio.Future[Any]], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> concurrent.futures.Future[Any]:
+    def start(self, starter: Starter, args: tuple[Any, ...], kwargs: dict[str, Any]) -> concurrent.futures.Future[Any]:
         """Like :meth:`submit` with ``shield``, for a call that dispatches synchronously and returns the
-        future of its result (``Pool._start_step``): no coroutine and no task per call, one hop each way.
+        future of its result, or the result (a :data:`Starter`): no coroutine and no task per call, one hop each way.
 
         The returned future stays pending until the result is in, so it can be cancelled (an interrupted
         wait): the call then becomes an orphan that the next call waits for, as with :meth:`submit`.
@@ -274,6 +276,10 @@ class _Runtime:
                 if done.set_running_or_notify_cancel():
                     done.set_exception(exc)
                 return
+            if not isinstance(fut, asyncio.Future):  # the result itself, answered inside the call (see Starter)
+                if done.set_running_or_notify_cancel():
+                    done.set_result(fut)
+                return
             inner.append(fut)
             if fut.done():  # answered inside the call (envs in this process): no callback, no extra loop turn
                 _settle(done, fut)
@@ -291,14 +297,15 @@ class _Runtime:
     async def _after_orphans(
         self,
         done: concurrent.futures.Future[Any],
-        starter: Callable[..., asyncio.Future[Any]],
+        starter: Starter,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
         await self._orphans_done()
         if done.cancelled():
             return None  # interrupted while it waited: nothing was sent
-        return await starter(*args, **kwargs)
+        started = starter(*args, **kwargs)
+        return await started if isinstance(started, asyncio.Future) else started
 
     def _orphans_done(self) -> asyncio.Future[list[Any]]:
         """Done once every interrupted call still in flight has ended (their outcomes are discarded)."""

@@ -323,19 +323,20 @@ class Coordinator(Recovery):
             return local(Op.STEP, fields)
         return encode(_OPS[kind], fields, arrays, trusted=trusted)
 
-    def step_here(self, env_ids: np.ndarray, leaves: list[np.ndarray], sink: Sink) -> bool:
+    def step_here(self, env_ids: np.ndarray, leaves: list[np.ndarray]) -> Part | None:
         """Step ``env_ids`` (claimed) with the checked action ``leaves`` at once, without a message, when every
-        env of the pool runs in this process and its worker is idle; the rows go to ``sink`` before this
-        returns. False (nothing done): send them as usual (:meth:`submit`).
+        env of the pool runs in this process and its worker is idle. Returns their rows as one :class:`Part`
+        (row ``i`` for ``env_ids[i]``, every row answered, failed ones in ``part.errors``), or None: nothing
+        was done, send them as usual (:meth:`submit`).
 
         What a STEP to the in-process worker would do, minus its bookkeeping: no request is opened (it is
         answered before anything else can run on the loop, so nothing can time out, be cancelled or be
         held), no message is encoded and no shared row is written or read. The envs are released on every
-        way out; a ``KeyboardInterrupt`` inside an env reaches the caller with nothing delivered (the caller
+        way out; a ``KeyboardInterrupt`` inside an env reaches the caller with nothing answered (the caller
         forgets the call: see ``Pool._start_step`` and ``Pool.send``)."""
         here = self._sole_here()
         if here is None:
-            return False
+            return None
         try:
             stepped = here.step_now(env_ids.tolist(), leaves)
         finally:
@@ -344,8 +345,7 @@ class Coordinator(Recovery):
         part = Part(env_ids, stepped.obs, stepped.extras, stepped.infos, errors)
         if self.truncation is not None:
             self.truncation.remember(part)
-        sink.deliver(part, self.sched.split(env_ids)[0][1])  # one worker: every row, in order
-        return True
+        return part
 
     def _sole_here(self) -> InProcessWorker | None:
         """The in-process worker when it hosts every env, serves, and nothing waits or is owed (no rows held

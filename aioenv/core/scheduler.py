@@ -195,6 +195,9 @@ class Scheduler:
         if env_ids.size == 1 and not busy[env_ids[0]] and not self.unread_count:  # no fancy indexing
             busy[env_ids[0]] = True
             return
+        if env_ids is self.all_ids and not self.unread_count and not np.count_nonzero(busy):  # nor here
+            busy.fill(True)
+            return
         taken = busy[env_ids]
         if self.unread_count:
             taken |= self.unread[env_ids]
@@ -219,8 +222,11 @@ class Scheduler:
             self.unread_count = int(np.count_nonzero(self.unread))
 
     def release(self, env_ids: np.ndarray) -> None:
-        """Mark ``env_ids`` idle (used when a request could not be sent)."""
-        self.busy[env_ids] = False
+        """Mark ``env_ids`` idle (a request that could not be sent, or a step answered within the call)."""
+        if env_ids is self.all_ids:
+            self.busy.fill(False)
+        else:
+            self.busy[env_ids] = False
 
     def split(self, env_ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
         """Group ``env_ids`` by worker: ``[(worker, positions)]`` where positions index into ``env_ids``.

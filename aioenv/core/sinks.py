@@ -27,7 +27,7 @@ from aioenv.errors import AioEnvError
 from aioenv.wire import spaces
 from aioenv.wire.infos import batch_infos, concat_infos, merge_infos, take_info
 
-__all__ = ["Gather", "Part", "RecvQueue", "ResetResult", "Single", "Sink", "StepResult"]
+__all__ = ["Gather", "Part", "RecvQueue", "ResetResult", "Single", "Sink", "StepResult", "whole_result"]
 
 
 class StepResult(NamedTuple):
@@ -130,6 +130,27 @@ def _own_rows(part: Part) -> bool:
     return all(a.flags.writeable for a in arrays)
 
 
+def whole_result(kind: str, part: Part, obs_space: Any, *, info_list: bool = False) -> tuple[Any, ...]:
+    """The result of a ``step``/``reset`` call (``kind``) that ``part`` answers alone: every row of the call in its
+    order, none failed, and arrays of the part's own (:func:`_own_rows`), which become the batch as they are.
+
+    What :class:`Gather` assembles from such a part, without the gathering: ``(obs, reward (B,) float64,
+    terminated (B,) bool, truncated (B,) bool, info)`` for a step, ``(obs, info)`` for a reset; ``info`` is
+    batched with ``info["env_id"]`` ``(B,)`` int32, or with ``info_list`` each env's own dict (``{}``: none)."""
+    n = part.env_ids.size
+    info: Any
+    if info_list:
+        info = [env_info or {} for env_info in part.infos] if part.infos else [{} for _ in range(n)]
+    else:
+        binfo = part.batched_info()
+        info = merge_infos([(binfo, np.arange(n))], n) if binfo is not None else {}
+        info["env_id"] = part.env_ids.astype(np.int32)
+    obs = spaces.from_leaves(obs_space, part.obs or ())
+    if kind == "reset":
+        return obs, info
+    return obs, part.reward, part.terminated, part.truncated, info
+
+
 class Gather:
     """Collects the parts of one batched call over ``env_ids`` (B rows, caller's order)."""
 
@@ -155,6 +176,13 @@ class Gather:
             if part.env_ids.size == n and _own_rows(part):
                 # The whole call in one part: its positions are every row in order (see Scheduler.split),
                 # and its arrays are fresh copies no one else holds, so they become the batch as they are.
+                if not part.errors:  # (the common case, built at once)
+                    self._left = 0
+                    if not self.future.done():
+                        self.future.set_result(
+                            whole_result(self.kind, part, self._obs_space, info_list=self._info_list is not None)
+                        )
+                    return
                 self._obs = part.obs
                 self._reward, self._terminated, self._truncated = part.reward, part.terminated, part.truncated
             else:

@@ -522,11 +522,14 @@ def leaf_specs(space: gs.Space[Any]) -> list[tuple[str, tuple[int, ...]]]:
     return list(_plan(space).specs)
 
 
+#: What a row of an object leaf holds before it is written.
+_EMPTY: dict[str, Any] = {"text": "", "value": None}
+
+
 def empty_batch(space: gs.Space[Any], n: int) -> list[Leaf]:
     """Leaves for ``n`` rows: np.empty (n, *shape) numeric, (n,) object of "" text and of None values."""
-    empty = {"text": "", "value": None}
     return [
-        np.full(n, empty[dt], dtype=object) if dt in empty else np.empty((n, *shape), dt)
+        np.full(n, _EMPTY[dt], dtype=object) if dt in _EMPTY else np.empty((n, *shape), dt)
         for dt, shape in _plan(space).specs
     ]
 

@@ -1,5 +1,6 @@
 """RecvQueue: rows of many parts (a worker reply each, some with failed rows) taken by ``recv`` in
-batches of any size must be exactly the rows delivered, in order, with gymnasium's batched infos."""
+batches of any size must be exactly the rows delivered, in order, with gymnasium's batched infos.
+Gather and ``whole_result``: a call answered by one part gives what gymnasium would, whichever way it is built."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aioenv.core.sinks import Part, RecvQueue
+from aioenv.core.sinks import Gather, Part, RecvQueue, whole_result
 from aioenv.errors import EnvError
 from aioenv.wire.infos import batch_infos
 from tests.support.compare import assert_same
@@ -123,3 +124,52 @@ def test_taken_rows_do_not_share_memory_with_the_reply() -> None:
     assert rest_reward.tolist() == [0.2]
     assert not np.shares_memory(obs["pos"], part.obs[1])
     assert not np.shares_memory(reward, part.reward)
+
+
+def _whole_part(ids: list[int], kind: str, batched: bool) -> Part:
+    """A part that answers a whole call over ``ids``, with arrays of its own; its infos per env or batched."""
+    part = _make_part(ids, kind, set())
+    infos = [_info(kind, e) for e in ids]
+    if not batched:
+        part.binfo, part.infos = None, infos
+    return part
+
+
+def _read_only(part: Part) -> Part:
+    """The same rows as views a caller may not keep (as a message's frames are): Gather copies them."""
+    leaves = [leaf.copy() for leaf in part.obs or ()]
+    extras = [part.reward.copy(), part.terminated.copy(), part.truncated.copy()]
+    for a in (*leaves, *extras):
+        a.flags.writeable = False
+    return Part(part.env_ids, leaves, extras, part.infos, {}, binfo=part.binfo)
+
+
+@pytest.mark.parametrize("kind", ["none", "uniform", "mixed"])
+@pytest.mark.parametrize("batched", [False, True], ids=["per-env infos", "batched infos"])
+async def test_a_call_answered_by_one_part_gives_gymnasiums_batch(kind: str, batched: bool) -> None:
+    ids = [3, 0, 5, 1, 2]  # the caller's order
+    want = _expected([(e, kind) for e in ids])
+    part = _whole_part(ids, kind, batched)
+    got = whole_result("step", part, SPACE)
+    assert_same(got, want)
+    assert got[1] is part.reward  # the part's own arrays: no copy
+    assert got[0]["pos"] is part.obs[1]
+    assert_same(whole_result("reset", part, SPACE), (want[0], want[4]))
+    for delivered in (_whole_part(ids, kind, batched), _read_only(part)):  # taken as they are / copied by row
+        gather = Gather("step", np.array(ids, np.int64), SPACE)
+        gather.deliver(delivered, np.arange(len(ids)))
+        assert_same(gather.future.result(), want)
+
+
+@pytest.mark.parametrize("kind", ["none", "uniform", "mixed"])
+async def test_info_list_gives_each_envs_own_dict(kind: str) -> None:
+    ids = [2, 0, 1]
+    want = [_info(kind, e) for e in ids]
+    part = _whole_part(ids, kind, batched=False)
+    got = whole_result("step", part, SPACE, info_list=True)[4]
+    assert got == want
+    assert len({id(d) for d in got}) == len(ids)  # one dict each, even where an env had none
+    for delivered in (_whole_part(ids, kind, batched=False), _read_only(part)):
+        gather = Gather("step", np.array(ids, np.int64), SPACE, info_list=True)
+        gather.deliver(delivered, np.arange(len(ids)))
+        assert gather.future.result()[4] == want
