@@ -45,7 +45,14 @@ def test_core_benchmark_smoke(tmp_path: Path) -> None:
     assert 0 < cells["cores"]["lockstep_per_s"] <= cells["cores"]["steps_per_s"]
     ratios = {"aioenv_step/sync", "aioenv_step/async", "aioenv_sendrecv/sync", "aioenv_step/floor"}
     ratios |= {"workers_step/sync", "workers_sendrecv/sync", "cores/sync", "cores_lockstep/sync"}
-    assert set(cells["ratios"]) == ratios
+    assert set(cells["ratios"]) == ratios | {"aioenv_step/sync alternated"}
+    alternated = cells["alternated"]  # the same step() and SyncVectorEnv.step, slice by slice in one process
+    assert alternated["status"] == "ok", alternated
+    assert len(alternated["per_round"]) == 3  # 2 x repeats + 1
+    assert alternated["ratio"] == pytest.approx(float(np.median(alternated["per_round"])), rel=1e-5)
+    assert cells["ratios"].pop("aioenv_step/sync alternated") == alternated["ratio"]
+    assert alternated["sync"] > 0
+    assert alternated["aioenv_step"] > 0
     figures = {impl: cells[impl]["steps_per_s"] for impl in impls}
     figures["cores_lockstep"] = cells["cores"]["lockstep_per_s"]
     for name, ratio in cells["ratios"].items():  # each ratio is the quotient of the figures beside it
