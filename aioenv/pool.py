@@ -549,7 +549,7 @@ class Pool:
         leaves = self._claim_step(coord, actions, ids, checked)
         part = coord.step_here(ids, leaves) if isinstance(coord, Coordinator) else None
         if part is not None:
-            sink.deliver(part, coord.sched.split(ids)[0][1])  # one worker: every row, in order
+            sink.deliver(part, np.arange(ids.size))  # one worker: every row, in order
             return
         self._send_step(coord, ids, leaves, sink, info_list)
 
@@ -663,7 +663,7 @@ class Pool:
             return whole_result("step", part, self.single_observation_space, info_list=info_list)
         sink = Gather("step", ids, self.single_observation_space, info_list=info_list)
         if part is not None:  # some rows failed: the call's error, with the other rows (Gather)
-            sink.deliver(part, coord.sched.split(ids)[0][1])
+            sink.deliver(part, np.arange(ids.size))
             return sink.future
         try:
             self._send_step(coord, ids, leaves, sink, info_list)

@@ -308,6 +308,7 @@ async def alternated_throughput(
     per-round ratios."""
     sync = make_vec("sync", env_id, n)
     pool = await aio.make(env_id, n, seed=0)
+    placement = pool.describe_placement()
     try:
         sync.reset(seed=0)
         await pool.reset(seed=0)
@@ -333,7 +334,8 @@ async def alternated_throughput(
         await pool.aclose()
     per_round = [sig(a / s) for a, s in zip(sides["aioenv_step"], sides["sync"], strict=True)]
     out: dict[str, Any] = {k: sig(statistics.median(v)) for k, v in sides.items()}
-    return out | {"ratio": sig(statistics.median(per_round)), "per_round": per_round, "status": "ok"}
+    out |= {"ratio": sig(statistics.median(per_round)), "per_round": per_round, "placement": placement}
+    return out | {"status": "ok"}
 
 
 def bench_alternated(name: str, args: argparse.Namespace, aio: Aio) -> dict[str, Any]:
@@ -351,7 +353,8 @@ def bench_alternated(name: str, args: argparse.Namespace, aio: Aio) -> dict[str,
     except Exception as exc:  # noqa: BLE001 - report, keep the other sections
         traceback.print_exc()
         return {"status": f"error: {exc!r}"}
-    print(f"[{name}] step/Sync alternated in one process: {res['ratio']:.2f}x (rounds {res['per_round']})", flush=True)
+    print(f"[{name}] step/Sync alternated in one process: {res['ratio']:.2f}x, rounds {res['per_round']}", flush=True)
+    print(f"[{name}] placement: {res['placement']}", flush=True)
     return res
 
 

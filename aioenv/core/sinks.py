@@ -442,6 +442,10 @@ class RecvQueue:
             empty_f, empty_b = np.zeros(0, np.float64), np.zeros(0, np.bool_)
             info: dict[str, Any] = {"env_id": np.zeros(0, np.int32)}
             return spaces.from_leaves(self._obs_space, leaves), empty_f, empty_b, empty_b.copy(), info
+        if len(segments) == 1 and segments[0].stop - segments[0].start == segments[0].part.env_ids.size:
+            part = segments[0].part
+            if _own_rows(part):  # one whole reply, taken off the queue, of arrays no one else holds: as it is
+                return whole_result("step", part, self._obs_space)
         # A segment that is a whole part (rows usually arrive a reply at a time) is used as it is, not sliced;
         # concatenating copies, so the batch never shares memory with a reply still queued.
         cuts = [None if s.start == 0 and s.stop == s.part.env_ids.size else slice(s.start, s.stop) for s in segments]

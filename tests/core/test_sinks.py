@@ -173,3 +173,23 @@ async def test_info_list_gives_each_envs_own_dict(kind: str) -> None:
         gather = Gather("step", np.array(ids, np.int64), SPACE, info_list=True)
         gather.deliver(delivered, np.arange(len(ids)))
         assert gather.future.result()[4] == want
+
+
+def test_a_take_of_one_whole_reply_hands_over_its_arrays() -> None:
+    """A take that is exactly one queued reply of arrays of its own gives those arrays (no copy: nothing else
+    holds them once taken); a read-only reply is copied, and rows after it are not touched by writes."""
+    queue = RecvQueue(SPACE)
+    whole = _make_part([0, 1], "uniform", set())
+    queue.expect(5)
+    queue.deliver(whole)
+    queue.deliver(_read_only(_make_part([2, 3], "mixed", set())))
+    queue.deliver(_make_part([4], "none", set()))
+    obs, reward, _, _, info = queue.take(2)
+    assert reward is whole.reward
+    assert obs["pos"] is whole.obs[1]
+    assert info["env_id"].tolist() == [0, 1]
+    obs, reward, *_ = queue.take(2)  # read-only rows: copies the caller may write to
+    assert reward.flags.writeable
+    reward[:] = 99
+    obs["pos"][:] = 99
+    assert_same(queue.take(2), _expected([(4, "none")]))

@@ -53,6 +53,7 @@ def test_core_benchmark_smoke(tmp_path: Path) -> None:
     assert cells["ratios"].pop("aioenv_step/sync alternated") == alternated["ratio"]
     assert alternated["sync"] > 0
     assert alternated["aioenv_step"] > 0
+    assert "envs" in alternated["placement"]  # where executor="auto" placed them, in words
     figures = {impl: cells[impl]["steps_per_s"] for impl in impls}
     figures["cores_lockstep"] = cells["cores"]["lockstep_per_s"]
     for name, ratio in cells["ratios"].items():  # each ratio is the quotient of the figures beside it
