@@ -90,7 +90,7 @@ _STARTERS: dict[str, tuple[str, dict[str, Any]]] = {
 
 #: A pool call that dispatches synchronously (``Pool._start_step``): it returns the future of its result, or the
 #: result itself when it was answered inside the call (every env in this process, none failed).
-Starter = Callable[..., "asyncio.Future[Any] | tuple[Any, ...]"]
+_Starter = Callable[..., "asyncio.Future[Any] | tuple[Any, ...]"]
 
 #: What :meth:`_Runtime.call_here` returns when the loop was taken back before the call could run here.
 _TAKEN_BACK: Any = object()
@@ -250,9 +250,9 @@ class _Runtime:
             self._adopt([inner])
             raise
 
-    def start(self, starter: Starter, args: tuple[Any, ...], kwargs: dict[str, Any]) -> concurrent.futures.Future[Any]:
+    def start(self, starter: _Starter, args: tuple[Any, ...], kwargs: dict[str, Any]) -> concurrent.futures.Future[Any]:
         """Like :meth:`submit` with ``shield``, for a call that dispatches synchronously and returns the
-        future of its result, or the result (a :data:`Starter`): no coroutine and no task per call, one hop each way.
+        future of its result, or the result (a :data:`_Starter`): no coroutine and no task per call, one hop each way.
 
         The returned future stays pending until the result is in, so it can be cancelled (an interrupted
         wait): the call then becomes an orphan that the next call waits for, as with :meth:`submit`.
@@ -276,7 +276,7 @@ class _Runtime:
                 if done.set_running_or_notify_cancel():
                     done.set_exception(exc)
                 return
-            if not isinstance(fut, asyncio.Future):  # the result itself, answered inside the call (see Starter)
+            if not isinstance(fut, asyncio.Future):  # the result itself, answered inside the call (see _Starter)
                 if done.set_running_or_notify_cancel():
                     done.set_result(fut)
                 return
@@ -297,7 +297,7 @@ class _Runtime:
     async def _after_orphans(
         self,
         done: concurrent.futures.Future[Any],
-        starter: Starter,
+        starter: _Starter,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
