@@ -305,12 +305,7 @@ class Scheduler:
         if answered is None and k == n and k > 4 and self._in_order(rows):
             # Every row of the request at once, in order (an inline worker's reply relayed by a server, a block
             # that finished a whole request): nothing to check row by row, nothing to remember.
-            self.busy[req.env_ids] = False
-            req.left = 0
-            if req.kind in THROTTLED:
-                self.running -= k
-            del self.requests[req.id]
-            return req
+            return self.finish(req.id)
         if answered is None:
             answered = req.answered = np.zeros(n, dtype=np.bool_)
         if k <= 4:  # the common case (rows finish one by one): plain Python is cheaper than numpy reductions
