@@ -25,7 +25,7 @@ from aioenv.core.coordinator import Coordinator, reset_builder, step_builder
 from aioenv.core.launcher import LocalProcess, in_process_unavailable
 from aioenv.core.remote import RemoteCoordinator
 from aioenv.core.scheduler import Request
-from aioenv.core.sinks import Gather, RecvQueue, ResetResult, Single, Sink, StepResult, whole_result
+from aioenv.core.sinks import Gather, Part, RecvQueue, ResetResult, Single, Sink, StepResult, whole_result
 from aioenv.core.sources import parse_sources
 from aioenv.errors import InvalidAction, PoolClosed, ProtocolError, UsageError
 from aioenv.transport.spawn import usable_cpus
@@ -546,8 +546,7 @@ class Pool:
         ``checked``: ``actions`` are the leaves :func:`aioenv.wire.spaces.check_actions` returned for ``ids``
         already (an adapter that checked them in its caller's thread), owned by this call."""
         coord = self._core()
-        leaves = self._claim_step(coord, actions, ids, checked)
-        part = coord.step_here(ids, leaves) if isinstance(coord, Coordinator) else None
+        leaves, part = self._claim_step(coord, actions, ids, checked)
         if part is not None:
             sink.deliver(part, np.arange(ids.size))  # one worker: every row, in order
             return
@@ -555,11 +554,13 @@ class Pool:
 
     def _claim_step(
         self, coord: Coordinator | RemoteCoordinator, actions: Any, ids: np.ndarray, checked: bool
-    ) -> list[np.ndarray]:
-        """Check ``actions`` for ``ids`` (unless ``checked``), claim the envs and return the action leaves."""
+    ) -> tuple[list[np.ndarray], Part | None]:
+        """Check ``actions`` for ``ids`` (unless ``checked``) and claim the envs. Returns the action leaves, and
+        the envs' rows when every env runs in this process and they were stepped at once
+        (``Coordinator.step_here``; None: send the steps with :meth:`_send_step`)."""
         leaves = actions if checked else spaces.check_actions(self.single_action_space, actions, ids)
         coord.sched.claim(ids)
-        return leaves
+        return leaves, coord.step_here(ids, leaves) if isinstance(coord, Coordinator) else None
 
     def _send_step(
         self,
@@ -657,8 +658,7 @@ class Pool:
         gathering: ``Coordinator.step_here``)."""
         coord = self._core()
         ids = coord.sched.resolve(env_ids)
-        leaves = self._claim_step(coord, actions, ids, checked)
-        part = coord.step_here(ids, leaves) if isinstance(coord, Coordinator) else None
+        leaves, part = self._claim_step(coord, actions, ids, checked)
         if part is not None and not part.errors:
             return whole_result("step", part, self.single_observation_space, info_list=info_list)
         sink = Gather("step", ids, self.single_observation_space, info_list=info_list)
