@@ -31,9 +31,7 @@ from aioenv.core.replies import route_block
 from aioenv.core.scheduler import Build, Request, Scheduler
 from aioenv.core.sinks import Part, RecvQueue, Sink
 from aioenv.errors import AioEnvError, ConnectionLost, PoolClosed, ProtocolError, UsageError
-from aioenv.transport.auth import client_configurer
-from aioenv.transport.router import Dealer
-from aioenv.transport.stream import StreamDealer, is_stream
+from aioenv.transport.dial import ClientLink, dial
 from aioenv.transport.zmqio import frames_nbytes
 from aioenv.wire.errors import from_wire
 from aioenv.wire.protocol import Key, Op, decode, encode
@@ -90,7 +88,7 @@ class RemoteCoordinator:
         self.lost: ConnectionLost | None = None
         self._calls: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._next_call = -1  # open/close ids are negative: never a request id
-        self._dealer: Dealer | StreamDealer | None = None
+        self._dealer: ClientLink | None = None
         self._beat: asyncio.TimerHandle | None = None
         self._last_heard = self.loop.time()
         self._ack: int | None = None  # the last "mark" read (see aioenv.server.peers)
@@ -101,14 +99,10 @@ class RemoteCoordinator:
     async def start(self, num_workers: int | None) -> dict[str, Any]:
         """Ask the server to open the pool; returns the env description (spaces, metadata)."""
         identity = f"{CLIENT_ID}-{uuid.uuid4().hex[:8]}".encode()
-        if is_stream(self.endpoint):  # a server on this machine, without ZeroMQ (aioenv.transport.stream)
-            try:
-                self._dealer = StreamDealer(self.endpoint, self._on_message, self._on_disconnect)
-            except ConnectionError as exc:
-                raise ConnectionLost(f"{exc} (is `aioenv serve --bind {self.endpoint}` running?)") from exc
-        else:
-            configure = client_configurer(self.curve_keys) if self.curve_keys is not None else None
-            self._dealer = Dealer(self.endpoint, identity, self._on_message, configure)
+        try:
+            self._dealer = dial(self.endpoint, identity, self._on_message, self._on_disconnect, self.curve_keys)
+        except ConnectionError as exc:  # a unix:// path nobody listens on
+            raise ConnectionLost(f"{exc} (is `aioenv serve --bind {self.endpoint}` running?)") from exc
         self._last_heard = self.loop.time()
         self._beat = self.loop.call_later(HEARTBEAT, self._heartbeat)
         fields = {Key.ENV: self.env, Key.NUM_ENVS: self.sched.num_envs, Key.KW: self.env_kwargs, Key.CLIENT: CLIENT_ID}

@@ -9,9 +9,7 @@ from typing import Any
 import zmq
 
 from aioenv.errors import ProtocolError
-from aioenv.transport.auth import client_configurer
-from aioenv.transport.router import Dealer
-from aioenv.transport.stream import StreamDealer, is_stream
+from aioenv.transport.dial import dial
 from aioenv.wire.errors import from_wire
 from aioenv.wire.protocol import Key, Op, decode, encode
 
@@ -48,12 +46,8 @@ async def fetch_status(
         if not answer.done():
             answer.set_exception(ConnectionError(f"the aioenv server at {endpoint}: {reason}"))
 
-    dealer: Dealer | StreamDealer
-    if is_stream(endpoint):  # raises ConnectionError when nothing listens there
-        dealer = StreamDealer(endpoint, on_message, on_lost)
-    else:
-        configure = client_configurer(curve_keys) if curve_keys is not None else None
-        dealer = Dealer(endpoint, f"status-{uuid.uuid4().hex[:12]}".encode(), on_message, configure)
+    # raises ConnectionError when nothing listens at a unix:// path
+    dealer = dial(endpoint, f"status-{uuid.uuid4().hex[:12]}".encode(), on_message, on_lost, curve_keys)
     try:
         dealer.send(encode(Op.STATUS, {Key.ID: 1}))
         header = await asyncio.wait_for(answer, timeout)

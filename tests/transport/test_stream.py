@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from aioenv.transport.dial import dial
+from aioenv.transport.router import Dealer
 from aioenv.transport.stream import StreamDealer, StreamRouter, is_stream, unix_path
 from tests.support.procs import HANG
 from tests.support.servers import unix_bind
@@ -171,3 +173,24 @@ async def test_addresses_and_a_missing_server(endpoint: str) -> None:
             unix_path(bad)
     with pytest.raises(ConnectionError, match=f"cannot connect to the aioenv server at {endpoint}"):
         StreamDealer(endpoint, lambda _f: None, lambda _r: None)
+
+
+async def test_dial_picks_the_transport_by_address(endpoint: str) -> None:
+    """A client's connection is a unix-socket one for ``unix://`` (refused at once with nobody there), a ZeroMQ
+    DEALER otherwise; messages cross a dialled unix connection."""
+    with pytest.raises(ConnectionError, match=f"cannot connect to the aioenv server at {endpoint}"):
+        dial(endpoint, b"client", lambda _f: None, lambda _r: None)
+    ends = Ends(endpoint)
+    link = dial(endpoint, b"client", ends.at_dealer.put_nowait, ends.lost.put_nowait)
+    try:
+        assert isinstance(link, StreamDealer)
+        assert link.send([b"hello"])
+        assert await got(ends.at_router) == (b"unix-2", [b"hello"])  # the second connection, after Ends' own
+    finally:
+        link.close()
+        ends.close()
+    zmq_link = dial("tcp://127.0.0.1:9", b"client", lambda _f: None, lambda _r: None)  # connects lazily
+    try:
+        assert isinstance(zmq_link, Dealer)
+    finally:
+        zmq_link.close()
