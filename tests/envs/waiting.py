@@ -5,7 +5,8 @@ ends it); ``MEET`` (wait until ``parties`` envs of this worker process are insid
 only possible when steps overlap; gives up after ``meet_timeout`` s with ``TimeoutError``).
 Observation ``[ident, t]`` (float64). Info: ``running`` (steps of this process inside ``step`` when this
 one started, itself included), ``thread`` (the ident of the thread that ran the step).
-``reset(options={"hang": True})`` hangs. :meth:`thread_id` returns the calling thread's ident.
+``reset(options={"hang": True})`` hangs. :meth:`thread_id` returns the calling thread's ident,
+:meth:`gc_threshold` the collector's thresholds of the process the env runs in.
 
 :class:`WaitEnv` (gymnasium, blocking ``time.sleep``) and :class:`AsyncWaitEnv` (coroutines; with
 ``block_loop=True`` its ``HANG`` blocks the whole event loop with ``time.sleep``). Both count their
@@ -15,6 +16,7 @@ one started, itself included), ``thread`` (the ident of the thread that ran the 
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 from typing import Any
@@ -52,6 +54,10 @@ class _Base:
     def thread_id(self) -> int:
         """The ident of the thread this call runs on."""
         return threading.get_ident()
+
+    def gc_threshold(self) -> tuple[int, int, int]:
+        """The cyclic collector's thresholds in the process this env runs in."""
+        return gc.get_threshold()
 
     @property
     def closed(self) -> int:
