@@ -25,7 +25,7 @@ import numpy as np
 
 from aioenv.errors import AioEnvError
 from aioenv.wire import spaces
-from aioenv.wire.infos import batch_infos, concat_infos, merge_infos, take_info
+from aioenv.wire.infos import batch_infos, concat_infos, merge_infos, take_info, whole_info
 
 __all__ = ["Gather", "Part", "RecvQueue", "ResetResult", "Single", "Sink", "StepResult", "whole_result"]
 
@@ -143,7 +143,7 @@ def whole_result(kind: str, part: Part, obs_space: Any, *, info_list: bool = Fal
         info = [env_info or {} for env_info in part.infos] if part.infos else [{} for _ in range(n)]
     else:
         binfo = part.batched_info()
-        info = merge_infos([(binfo, np.arange(n))], n) if binfo is not None else {}
+        info = whole_info(binfo, n) if binfo is not None else {}
         info["env_id"] = part.env_ids.astype(np.int32)
     obs = spaces.from_leaves(obs_space, part.obs or ())
     if kind == "reset":

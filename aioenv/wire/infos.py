@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["add_info", "batch_infos", "concat_infos", "merge_infos", "take_info"]
+__all__ = ["add_info", "batch_infos", "concat_infos", "merge_infos", "take_info", "whole_info"]
 
 
 def add_info(vector_infos: dict[str, Any], env_info: dict[str, Any], row: int, num_rows: int) -> dict[str, Any]:
@@ -200,6 +200,42 @@ def merge_infos(items: list[tuple[dict[str, Any], np.ndarray]], num_rows: int) -
     return out
 
 
+def whole_info(info: dict[str, Any], num_rows: int) -> dict[str, Any]:
+    """:func:`merge_infos` of one batched info that holds every row of the batch, in order (a reply taken as
+    a whole). Keys every row has as a typed column (the common case) are copied with a mask all True, ~1 µs
+    each where placing them row by row costs several; any other key sends the whole info through
+    :func:`merge_infos`, with the same result."""
+    out: dict[str, Any] = {}
+    for key, value in info.items():
+        if key == _PY or (key.startswith("_") and key[1:] in info):
+            continue
+        if (
+            type(value) is not np.ndarray
+            or value.dtype.hasobject
+            or value.ndim == 0
+            or value.shape[0] != num_rows
+            or key == "final_obs"
+            or f"_{key}" in info
+        ):
+            return merge_infos([(info, np.arange(num_rows))], num_rows)
+        out[key] = value.copy()
+        out[f"_{key}"] = _all_true(num_rows)
+    return out
+
+
+#: An all-True mask per batch size, copied for each key (``np.ones`` costs 2.5 µs, a copy 0.3 µs).
+_TRUE: dict[int, np.ndarray] = {}
+
+
+def _all_true(num_rows: int) -> np.ndarray:
+    mask = _TRUE.get(num_rows)
+    if mask is None:
+        mask = np.ones(num_rows, dtype=np.bool_)
+        if len(_TRUE) < 64:
+            _TRUE[num_rows] = mask
+    return mask.copy()
+
+
 def concat_infos(infos: list[dict[str, Any] | None], sizes: list[int]) -> dict[str, Any]:
     """:func:`merge_infos` for parts whose rows follow each other: part i (batched info or None) holds the
     next ``sizes[i]`` rows of the batch.
@@ -219,7 +255,7 @@ def concat_infos(infos: list[dict[str, Any] | None], sizes: list[int]) -> dict[s
             if column is None:
                 break
             out[key] = column
-            out[f"_{key}"] = np.ones(num_rows, dtype=np.bool_)
+            out[f"_{key}"] = _all_true(num_rows)
         else:  # every key of the first part concatenated, and no part has more keys
             return out
     items = []

@@ -13,7 +13,7 @@ from gymnasium.vector import VectorEnv
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aioenv.wire.infos import add_info, take_info
+from aioenv.wire.infos import add_info, batch_infos, take_info, whole_info
 from tests.support.compare import assert_same
 
 
@@ -415,3 +415,33 @@ def test_concat_of_consecutive_parts_equals_gymnasium_row_by_row(seed: int, kind
         got = concat_infos(infos, sizes)
         assert_same(got, expected)
         assert list(got) == list(expected), "keys (and their masks) in gymnasium's order"
+
+
+# ---------------------------------------------------------------- whole_info
+
+
+@settings(max_examples=100, deadline=None)
+@given(num_rows=st.integers(1, 6), data=st.data())
+def test_property_whole_info_of_every_row_matches_gymnasium(num_rows: int, data: st.DataObject) -> None:
+    infos = data.draw(st.lists(st.one_of(st.none(), _env_info()), min_size=num_rows, max_size=num_rows))
+    try:
+        expected = reference([(row, info) for row, info in enumerate(infos) if info], num_rows)
+    except (ValueError, TypeError, OverflowError):  # gymnasium cannot batch these rows: nor may the pool
+        with pytest.raises((ValueError, TypeError, OverflowError)):  # (which row it trips on first may differ)
+            whole_info(batch_infos(infos, num_rows), num_rows)
+        return
+    out = whole_info(batch_infos(infos, num_rows), num_rows)
+    assert_same(out, expected, "whole_info")
+    assert list(out) == list(expected), "gymnasium's key order"
+
+
+def test_whole_info_copies_each_column_and_gives_each_its_own_mask() -> None:
+    back = batch_infos([{"a": 1.0, "b": 2}, {"a": 3.0, "b": 4}], 2)
+    out = whole_info(back, 2)
+    assert list(out) == ["a", "_a", "b", "_b"]
+    assert out["_a"].tolist() == [True, True]
+    assert out["_a"] is not out["_b"]
+    out["a"][0] = 99.0  # the caller owns what it got: writable, shared with nothing
+    out["_b"][1] = False
+    assert back["a"][0] == 1.0
+    assert whole_info(back, 2)["_b"].tolist() == [True, True]
