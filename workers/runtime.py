@@ -24,6 +24,7 @@ from aioenv.transport.pipe import LinkClosed
 from aioenv.transport.slab import Slab
 from aioenv.wire import spaces
 from aioenv.wire.errors import error_fields
+from aioenv.wire.info_wire import binfo_to_wire
 from aioenv.wire.infos import batch_infos
 from aioenv.wire.protocol import (
     Key,
@@ -451,7 +452,7 @@ def encode_reply(
     ``"ilist"``, as raw dicts (``"info"``)."""
     infos = fields.pop("info", None)
     try:
-        return encode(Op.RESULT, _with_infos(fields, infos, info_list), arrays, trusted=trusted)
+        return encode(Op.RESULT, *_with_infos(fields, arrays, infos, info_list), trusted=trusted)
     except (TypeError, OverflowError):  # OverflowError: an int beyond 64 bits
         pass
     # Some env's info holds a value msgpack cannot carry: fail that row alone.
@@ -465,12 +466,20 @@ def encode_reply(
             infos[i] = None
             err = TypeError(f"env {env_ids[i]}'s info cannot cross the wire: {exc}")
             errors[i] = error_fields(err, env_ids[i])
-    return encode(Op.RESULT, _with_infos(fields, infos, info_list), arrays, trusted=trusted)
+    return encode(Op.RESULT, *_with_infos(fields, arrays, infos, info_list), trusted=trusted)
 
 
-def _with_infos(fields: dict[str, Any], infos: list[Any] | None, info_list: bool) -> dict[str, Any]:
+def _with_infos(
+    fields: dict[str, Any], arrays: list[np.ndarray], infos: list[Any] | None, info_list: bool
+) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """The reply's fields and arrays with ``infos``: as they are (``"info"``) or batched (``"binfo"``, its
+    numeric columns among the arrays: see :mod:`aioenv.wire.info_wire`)."""
     if infos is None:
-        return fields
+        return fields, arrays
     if len(infos) == 1 or info_list:
-        return {**fields, Key.INFO: infos}
-    return {**fields, Key.BATCHED_INFO: batch_infos(infos, len(infos))}
+        return {**fields, Key.INFO: infos}, arrays
+    arrays = list(arrays)  # a second try (see encode_reply) starts from the rows' own arrays again
+    binfo, refs = binfo_to_wire(batch_infos(infos, len(infos)), arrays)
+    if refs is None:
+        return {**fields, Key.BATCHED_INFO: binfo}, arrays
+    return {**fields, Key.BATCHED_INFO: binfo, Key.INFO_COLUMNS: refs}, arrays

@@ -147,6 +147,7 @@ class Key:
     EXTRAS = "x"  # RESULT of a STEP: [reward, terminated, truncated] as array references
     INFO = "info"  # RESULT: one info dict per row (or one env's)
     BATCHED_INFO = "binfo"  # RESULT: the rows' infos batched column-wise
+    INFO_COLUMNS = "bcol"  # RESULT: {key: array index} of binfo's numeric columns (aioenv.wire.info_wire)
     ERRORS = "err"  # RESULT: row -> error description
     INFO_LIST = "ilist"  # STEP: answer with one info dict per row
     MULTI = "multi"  # RESULT of a thread/async worker: [[request id, [rows]], ...]

@@ -5,4 +5,6 @@ speaking another version is refused with a message naming both. Bump it on any
 change to the message layout in :mod:`aioenv.wire.protocol`.
 """
 
-PROTOCOL_VERSION: int = 4  # 4: clients acknowledge a server's "mark" events ("ack"); 3: "blk" entries
+#: 5: a batched info's numeric columns travel as raw arrays ("bcol"); 4: clients acknowledge a server's "mark"
+#: events ("ack"); 3: "blk" entries.
+PROTOCOL_VERSION: int = 5
