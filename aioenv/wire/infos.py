@@ -202,24 +202,37 @@ def merge_infos(items: list[tuple[dict[str, Any], np.ndarray]], num_rows: int) -
 
 def whole_info(info: dict[str, Any], num_rows: int) -> dict[str, Any]:
     """:func:`merge_infos` of one batched info that holds every row of the batch, in order (a reply taken as
-    a whole). Keys every row has as a typed column (the common case) are copied with a mask all True, ~1 µs
-    each where placing them row by row costs several; any other key sends the whole info through
-    :func:`merge_infos`, with the same result."""
-    out: dict[str, Any] = {}
+    a whole). A key every row has as a typed column (the common case) is copied with a mask all True, ~1 µs
+    where placing it row by row costs several; the other keys (strings, objects, nested dicts, keys some
+    rows lack) go through :func:`merge_infos` together. Same result, keys in the same order."""
+    fast: set[str] = set()
+    rest: dict[str, Any] = {}
+    keys = []  # the info's own keys, in order: not the masks and not _PY
     for key, value in info.items():
         if key == _PY or (key.startswith("_") and key[1:] in info):
+            rest[key] = value
             continue
+        keys.append(key)
         if (
-            type(value) is not np.ndarray
-            or value.dtype.hasobject
-            or value.ndim == 0
-            or value.shape[0] != num_rows
-            or key == "final_obs"
-            or f"_{key}" in info
+            type(value) is np.ndarray
+            and not value.dtype.hasobject
+            and value.ndim
+            and value.shape[0] == num_rows
+            and key != "final_obs"
+            and f"_{key}" not in info
         ):
-            return merge_infos([(info, np.arange(num_rows))], num_rows)
-        out[key] = value.copy()
-        out[f"_{key}"] = _all_true(num_rows)
+            fast.add(key)
+        else:
+            rest[key] = value
+    merged = merge_infos([(rest, np.arange(num_rows))], num_rows) if len(rest) > (_PY in rest) else {}
+    out: dict[str, Any] = {}
+    for key in keys:
+        if key in fast:
+            out[key] = info[key].copy()
+            out[f"_{key}"] = _all_true(num_rows)
+        elif key in merged:
+            out[key] = merged[key]
+            out[f"_{key}"] = merged[f"_{key}"]
     return out
 
 
