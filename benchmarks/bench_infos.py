@@ -37,7 +37,7 @@ from gymnasium.vector import VectorEnv
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from aioenv.wire.info_wire import binfo_from_wire, binfo_to_wire  # noqa: E402
+from aioenv.wire.info_wire import binfo_of, put_binfo  # noqa: E402
 from aioenv.wire.infos import batch_infos, merge_infos, whole_info  # noqa: E402
 from aioenv.wire.protocol import Key, Op, decode, encode  # noqa: E402
 
@@ -101,10 +101,10 @@ def arrays_path(infos: Infos) -> dict[str, Any]:
     """Protocol 5: numeric columns as raw arrays, then ``whole_info``."""
     rows = len(infos)
     arrays: list[Any] = _obs(rows)
-    binfo, refs = binfo_to_wire(batch_infos(infos, rows), arrays)
-    fields = {Key.ID: 1, Key.EXTRAS: [0, 1, 2], Key.BATCHED_INFO: binfo, Key.INFO_COLUMNS: refs}
+    fields: dict[str, Any] = {Key.ID: 1, Key.EXTRAS: [0, 1, 2]}
+    put_binfo(fields, batch_infos(infos, rows), arrays)
     header, decoded = decode([bytes(frame) for frame in encode(Op.RESULT, fields, arrays)])
-    return whole_info(binfo_from_wire(header[Key.BATCHED_INFO], header.get(Key.INFO_COLUMNS), decoded), rows)
+    return whole_info(binfo_of(header, decoded), rows)
 
 
 PATHS: dict[str, Callable[[Infos], dict[str, Any]]] = {

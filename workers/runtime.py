@@ -24,7 +24,7 @@ from aioenv.transport.pipe import LinkClosed
 from aioenv.transport.slab import Slab
 from aioenv.wire import spaces
 from aioenv.wire.errors import error_fields
-from aioenv.wire.info_wire import binfo_to_wire
+from aioenv.wire.info_wire import put_binfo
 from aioenv.wire.infos import batch_infos
 from aioenv.wire.protocol import (
     Key,
@@ -478,8 +478,6 @@ def _with_infos(
         return fields, arrays
     if len(infos) == 1 or info_list:
         return {**fields, Key.INFO: infos}, arrays
-    arrays = list(arrays)  # a second try (see encode_reply) starts from the rows' own arrays again
-    binfo, refs = binfo_to_wire(batch_infos(infos, len(infos)), arrays)
-    if refs is None:
-        return {**fields, Key.BATCHED_INFO: binfo}, arrays
-    return {**fields, Key.BATCHED_INFO: binfo, Key.INFO_COLUMNS: refs}, arrays
+    fields, arrays = dict(fields), list(arrays)  # a second try (see encode_reply) starts from the rows' own again
+    put_binfo(fields, batch_infos(infos, len(infos)), arrays)
+    return fields, arrays

@@ -45,7 +45,7 @@ from aioenv.errors import (
 from aioenv.transport.slab import Slab
 from aioenv.wire import spaces
 from aioenv.wire.errors import error_fields, from_wire
-from aioenv.wire.info_wire import binfo_from_wire
+from aioenv.wire.info_wire import binfo_of
 from aioenv.wire.options import AutoresetName, Executor, OnTimeout
 from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, leaves_to_wire, local
 from aioenv.wire.spaces import space_from_description
@@ -542,7 +542,7 @@ class Coordinator(Recovery):
         else:
             extras = [arrays[i] for i in header.get(Key.EXTRAS, [])] or None
             obs = leaves_from_wire(header[Key.OBS], arrays)
-        binfo = binfo_from_wire(header.get(Key.BATCHED_INFO), header.get(Key.INFO_COLUMNS), arrays)
+        binfo = binfo_of(header, arrays)
         outlet: Outlet | None = getattr(req.sink, "outlet", None)
         if outlet is not None:  # a server's relay: the rows cross to the client as they came
             block = Block(obs, extras or [], header.get(Key.INFO), binfo, header.get(Key.ERRORS), kind)

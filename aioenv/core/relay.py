@@ -23,7 +23,7 @@ import numpy as np
 from aioenv.core.replies import Block, Segment, int_lists
 from aioenv.core.sinks import Part
 from aioenv.wire.errors import from_wire, relay_wire
-from aioenv.wire.info_wire import binfo_from_wire, binfo_to_wire
+from aioenv.wire.info_wire import binfo_of, put_binfo
 from aioenv.wire.protocol import Key, Op, encode, leaves_from_wire, leaves_to_wire
 
 __all__ = ["BlockEntry", "PartEntry", "decode_block", "decode_part", "encode_parts"]
@@ -92,9 +92,7 @@ def _put_rows(
     if infos is not None:
         fields[Key.INFO] = infos
     elif binfo is not None:
-        fields[Key.BATCHED_INFO], refs = binfo_to_wire(binfo, arrays)
-        if refs is not None:
-            fields[Key.INFO_COLUMNS] = refs
+        put_binfo(fields, binfo, arrays)
 
 
 def decode_part(header: dict[str, Any], arrays: list[np.ndarray], env_ids: np.ndarray) -> Part:
@@ -105,7 +103,7 @@ def decode_part(header: dict[str, Any], arrays: list[np.ndarray], env_ids: np.nd
         return Part(env_ids, errors=errors, values=header.get(Key.VALUES))
     obs = leaves_from_wire(header[Key.OBS], arrays)
     extras = [arrays[i] for i in header[Key.EXTRAS]]
-    binfo = binfo_from_wire(header.get(Key.BATCHED_INFO), header.get(Key.INFO_COLUMNS), arrays)
+    binfo = binfo_of(header, arrays)
     return Part(env_ids, obs, extras, header.get(Key.INFO), errors, binfo=binfo)
 
 

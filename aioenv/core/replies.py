@@ -24,7 +24,7 @@ import numpy as np
 from aioenv.core.scheduler import Request, Scheduler
 from aioenv.core.sinks import Part, RecvQueue, Sink
 from aioenv.wire.errors import from_wire
-from aioenv.wire.info_wire import binfo_from_wire
+from aioenv.wire.info_wire import binfo_of
 from aioenv.wire.infos import take_info
 from aioenv.wire.protocol import Key, leaves_from_wire
 
@@ -90,7 +90,7 @@ class Block:
             obs,
             extras,
             header.get(Key.INFO),
-            binfo_from_wire(header.get(Key.BATCHED_INFO), header.get(Key.INFO_COLUMNS), arrays),
+            binfo_of(header, arrays),
             header.get(Key.ERRORS),
             str(header.get(Key.ROWS_KIND, "")),
         )

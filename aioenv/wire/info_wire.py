@@ -19,7 +19,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["binfo_from_wire", "binfo_to_wire"]
+from aioenv.wire.protocol import Key
+
+__all__ = ["binfo_from_wire", "binfo_of", "binfo_to_wire", "put_binfo"]
 
 _NUMERIC = frozenset("biufc")
 
@@ -53,3 +55,17 @@ def binfo_from_wire(binfo: Any, refs: Any, arrays: list[np.ndarray]) -> Any:
             raise ValueError(f"'bcol' refers info key {key!r} to array {index!r}, not one of {len(arrays)}")
         out[key] = arrays[index]
     return out
+
+
+def put_binfo(fields: dict[str, Any], binfo: dict[str, Any], arrays: list[Any]) -> None:
+    """Set a reply's ``"binfo"`` (and ``"bcol"`` when it has numeric columns) in ``fields``, the columns
+    appended to the reply's ``arrays`` (see :func:`binfo_to_wire`)."""
+    fields[Key.BATCHED_INFO], refs = binfo_to_wire(binfo, arrays)
+    if refs is not None:
+        fields[Key.INFO_COLUMNS] = refs
+
+
+def binfo_of(header: dict[str, Any], arrays: list[np.ndarray]) -> Any:
+    """The batched info of a decoded message (None: it has none), its columns from the message's ``arrays``;
+    ``ValueError`` for malformed references (see :func:`binfo_from_wire`)."""
+    return binfo_from_wire(header.get(Key.BATCHED_INFO), header.get(Key.INFO_COLUMNS), arrays)

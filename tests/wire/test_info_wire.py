@@ -15,7 +15,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from aioenv.wire.info_wire import binfo_from_wire, binfo_to_wire
+from aioenv.wire.info_wire import binfo_from_wire, binfo_of, binfo_to_wire, put_binfo
 from aioenv.wire.infos import batch_infos, merge_infos, whole_info
 from aioenv.wire.protocol import Key, Op, decode, encode, pack
 from tests.support.compare import assert_same
@@ -25,13 +25,11 @@ from tests.wire.test_infos import _env_info, reference
 def _through_wire(binfo: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(decoded header, batched info read back)`` of a RESULT carrying ``binfo`` next to one obs array."""
     arrays: list[Any] = [np.zeros((3, 2))]
-    wire, refs = binfo_to_wire(binfo, arrays)
-    fields = {Key.ID: 1, Key.OBS: [0], Key.BATCHED_INFO: wire}
-    if refs is not None:
-        fields[Key.INFO_COLUMNS] = refs
+    fields: dict[str, Any] = {Key.ID: 1, Key.OBS: [0]}
+    put_binfo(fields, binfo, arrays)
     frames = [bytes(frame) for frame in encode(Op.RESULT, fields, arrays)]  # as a socket delivers them
     header, decoded = decode(frames)
-    return header, binfo_from_wire(header[Key.BATCHED_INFO], header.get(Key.INFO_COLUMNS), decoded)
+    return header, binfo_of(header, decoded)
 
 
 def _crosses_the_wire(info: Any) -> bool:
