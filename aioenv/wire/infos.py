@@ -224,7 +224,7 @@ def whole_info(info: dict[str, Any], num_rows: int) -> dict[str, Any]:
             fast.add(key)
         else:
             rest[key] = value
-    merged = merge_infos([(rest, np.arange(num_rows))], num_rows) if len(rest) > (_PY in rest) else {}
+    merged = merge_infos([(rest, np.arange(num_rows))], num_rows) if len(fast) < len(keys) else {}
     out: dict[str, Any] = {}
     for key in keys:
         if key in fast:
