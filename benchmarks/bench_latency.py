@@ -74,6 +74,7 @@ from benchutil import (  # noqa: E402
     fmt_bytes,
     md_bars,
     md_table,
+    not_templates,
     read_memory,
     run_async,
     run_header,
@@ -340,7 +341,7 @@ def tree_memory() -> dict[str, Any]:
 
 def leftover_children(wait: float = 5.0) -> list[str]:
     """Child processes still alive ``wait`` seconds after a pool or vector env closed (should be none)."""
-    kids = psutil.Process().children(recursive=True)
+    kids = not_templates(psutil.Process().children(recursive=True))
     _, alive = psutil.wait_procs(kids, timeout=wait)
     return describe(alive)
 

@@ -65,6 +65,7 @@ from benchutil import (  # noqa: E402
     fmt,
     md_table,
     median_cell,
+    not_templates,
     pool_cell,
     run_async,
     run_header,
@@ -241,7 +242,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         out["servers"] = {name: srv.stop() for name, srv in servers.items()}
         ray.shutdown()
     time.sleep(1.0)
-    out["leftover_processes"] = describe(psutil.Process().children(recursive=True))
+    out["leftover_processes"] = describe(not_templates(psutil.Process().children(recursive=True)))
     return out
 
 

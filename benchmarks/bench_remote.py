@@ -86,6 +86,7 @@ from benchutil import (  # noqa: E402
     md_bars,
     md_table,
     median_cell,
+    not_templates,
     parse_loop,
     run_cell,
     run_header,
@@ -347,7 +348,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"server stopped: exit code {res['server']['exit_code']} in {res['server']['stop_s']:.2f} s", flush=True)
     res["bars"] = judge(res["sections"])
     res["pids_seen"] = sorted(PIDS_SEEN | {server.pid})
-    res["leftover_processes_at_exit"] = describe(psutil.wait_procs(psutil.Process().children(recursive=True), 3.0)[1])
+    res["leftover_processes_at_exit"] = describe(
+        psutil.wait_procs(not_templates(psutil.Process().children(recursive=True)), 3.0)[1]
+    )
     res["load_avg_1m_end"] = round(os.getloadavg()[0], 2)
     res["total_s"] = sig(time.perf_counter() - t0)
     md = render_markdown(res)

@@ -97,6 +97,19 @@ def descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
+def not_templates(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """``procs`` but worker templates (``python -m workers.zygote``): a process keeps its template for its next
+    pools (``aioenv.transport.zygote``), so one is not left over; the workers forked from it are."""
+    out = []
+    for proc in procs:
+        try:
+            if "workers.zygote" not in proc.cmdline():
+                out.append(proc)
+        except psutil.Error:
+            continue
+    return out
+
+
 def describe(procs: list[psutil.Process]) -> list[str]:
     """``pid status cmdline`` of processes (for leftover reports)."""
     out = []
@@ -167,8 +180,8 @@ class Managed:
         return self.proc.pid
 
     def workers(self) -> list[psutil.Process]:
-        """Its worker processes (all its descendants)."""
-        return descendants(self.proc.pid)
+        """Its worker processes (all its descendants but its worker templates)."""
+        return not_templates(descendants(self.proc.pid))
 
     def wait_no_workers(self, wait: float = 5.0) -> list[str]:
         """Workers still alive ``wait`` seconds from now (none once every pool closed)."""
@@ -305,8 +318,11 @@ def classify(
     in_server = {p.pid for p in descendants(server_pid)} if server_pid else set()
     in_hosts = {p.pid for pid in hosts for p in descendants(pid)}
     in_idle = set(idle) | {p.pid for pid in idle for p in descendants(pid)}
+    templates = set(me.children(recursive=True)) - set(not_templates(me.children(recursive=True)))
     for proc in me.children(recursive=True):
-        if proc.pid == server_pid:
+        if proc in templates:  # a worker template (idle between forks), wherever it is
+            parts["idle"].append(proc)
+        elif proc.pid == server_pid:
             parts["server"].append(proc)
         elif proc.pid in hosts:
             parts["host"].append(proc)
@@ -382,7 +398,7 @@ def local_leftovers(server_pid: int, wait: float = 5.0, keep_trees: Iterable[int
     servers, worker hosts) alive ``wait`` s from now."""
     roots = {server_pid, *keep_trees}
     keep = roots | {p.pid for pid in roots for p in descendants(pid)}
-    kids = [p for p in psutil.Process().children(recursive=True) if p.pid not in keep]
+    kids = [p for p in not_templates(psutil.Process().children(recursive=True)) if p.pid not in keep]
     _, alive = psutil.wait_procs(kids, timeout=wait)
     return describe(alive)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.procs import HANG, child_processes
+from tests.support.procs import HANG, worker_processes
 from tests.support.servers import ServerProcess
 
 #: This test process's own temporary directory (under pytest-xdist), removed when the process ends.
@@ -73,11 +73,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 @pytest.fixture(autouse=True)
 def no_leaked_workers() -> Iterator[None]:
     """Every test must leave no worker process (running or zombie) behind."""
-    before = {pid for pid, _, _ in child_processes()}
+    before = {pid for pid, _, _ in worker_processes()}
     yield
     leaked = [
         (pid, state, cmd)
-        for pid, state, cmd in child_processes()
+        for pid, state, cmd in worker_processes()
         if pid not in before and (state == "Z" or "-m workers" in cmd)
     ]
     assert not leaked, f"worker processes left behind: {leaked}"

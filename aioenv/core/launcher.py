@@ -1,10 +1,12 @@
 """Local worker processes: start ``python -m workers``, notice their death at once, stop them for sure.
 
-Death is noticed through a Linux pidfd registered with the event loop (no polling):
-the callback runs as soon as the process exits, whatever killed it. Stopping
-escalates: the coordinator first asks politely (CLOSE), then :meth:`LocalProcess.stop`
-sends SIGTERM, waits, and SIGKILLs. Workers also ask the kernel to kill them if
-the coordinator dies (``PR_SET_PDEATHSIG``), so none outlive it.
+A worker is forked from this process's template (:mod:`aioenv.transport.zygote`: milliseconds instead of
+~0.5 s of imports), or started afresh with ``AIOENV_WORKER_START=exec``. Death is noticed through a
+descriptor registered with the event loop (no polling): a pidfd, or the template's status pipe; the
+callback runs as soon as the process exits, whatever killed it. Stopping escalates: the coordinator
+first asks politely (CLOSE), then :meth:`LocalProcess.stop` sends SIGTERM, waits, and SIGKILLs. Workers
+also ask the kernel to kill them if the process that started them dies (``PR_SET_PDEATHSIG``), and a
+template ends its workers when the coordinator's process is gone, so none outlive it.
 
 A coordinator starts its workers through a *launch* function (:func:`launch_local` by default) that
 takes a :class:`LaunchSpec` and returns a :class:`WorkerProc`; a server with remote worker hosts
@@ -18,7 +20,6 @@ import asyncio
 import contextlib
 import importlib.util
 import logging
-import os
 import signal
 import socket
 from collections.abc import Callable, Sequence
@@ -28,7 +29,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from aioenv.errors import UsageError
 from aioenv.transport.pipe import PipePort
-from aioenv.transport.spawn import end_group, start_worker, worker_sched_policy
+from aioenv.transport.spawn import launch_worker, worker_sched_policy
+from aioenv.transport.zygote import worker_start
 
 if TYPE_CHECKING:
     from workers.inproc import InProcessWorker
@@ -180,7 +182,8 @@ class LocalProcess:
         slab_fd: the pool's shared-memory rows (:mod:`aioenv.transport.slab`), passed on as ``--slab``; None: none.
 
     Raises:
-        UsageError: ``AIOENV_WORKER_SCHED`` holds a value other than ``batch`` or ``default``.
+        UsageError: ``AIOENV_WORKER_SCHED`` holds a value other than ``batch`` or ``default``, or
+            ``AIOENV_WORKER_START`` one other than ``fork`` or ``exec``.
     """
 
     def __init__(
@@ -194,19 +197,20 @@ class LocalProcess:
         slab_fd: int | None = None,
     ) -> None:
         worker_sched_policy()  # a bad setting fails here, not in the child
+        worker_start()
         self.name = name
         self._loop = asyncio.get_running_loop()
         self._on_exit = on_exit
         self.exited = asyncio.Event()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         args = ["--fd", str(theirs.fileno()), "--name", name, "--executor", executor]
-        args += ["--trusted-dir", trusted_dir, "--parent-pid", str(os.getpid())]
+        args += ["--trusted-dir", trusted_dir]
         inherit = [theirs.fileno()]
         if slab_fd is not None:
             args += ["--slab", str(slab_fd)]
             inherit.append(slab_fd)
         try:
-            self.proc = start_worker(args, inherit)
+            self.proc = launch_worker(args, inherit)
         except BaseException:
             ours.close()
             raise
@@ -216,8 +220,7 @@ class LocalProcess:
         self._pipe = PipePort(ours, name.encode(), on_message, self._pipe_lost)
         self.port: Port = self._pipe
         self.pid: int = self.proc.pid
-        self._pidfd = os.pidfd_open(self.pid)
-        self._loop.add_reader(self._pidfd, self._reap)
+        self._loop.add_reader(self.proc.exit_fd, self._reap)
 
     def rebind(
         self, name: str, on_message: Callable[[bytes, list[Any]], None], on_exit: Callable[[LocalProcess], None]
@@ -255,10 +258,8 @@ class LocalProcess:
             self.kill()
 
     def _reap(self) -> None:
-        self._loop.remove_reader(self._pidfd)
-        os.close(self._pidfd)
-        end_group(self.pid)  # its envs' own processes go with it (it has exited, and is not reaped yet)
-        self.proc.wait()
+        self._loop.remove_reader(self.proc.exit_fd)
+        self.proc.finish()  # its envs' own processes go with it, and it is reaped
         with contextlib.suppress(Exception):  # what it sent before it exited is still handled
             self._pipe.drain()
         self._pipe.close()

@@ -12,18 +12,22 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
 from collections.abc import Sequence
 
 from aioenv.errors import UsageError
+from aioenv.transport.zygote import ForkedProcess, fork_worker, worker_start
 
 __all__ = [
     "PYTHONPATH_ENV",
     "SYS_PATH_ENV",
     "WORKER_SCHED_ENV",
+    "ExecProcess",
     "end_group",
+    "launch_worker",
     "start_worker",
     "usable_cpus",
     "worker_command",
@@ -66,8 +70,9 @@ def worker_sched_policy() -> str:
     return value
 
 
-def worker_command(args: Sequence[str]) -> tuple[list[str], dict[str, str]]:
-    """The command line and environment that start ``python -m workers ARGS`` in a child process.
+def worker_command(args: Sequence[str], module: str = "workers") -> tuple[list[str], dict[str, str]]:
+    """The command line and environment that start ``python -m workers ARGS`` (or another ``module`` of the
+    worker runtime) in a child process.
 
     The worker searches modules where this process does: :data:`SYS_PATH_ENV` carries this process's
     ``sys.path`` as it is now (paths a script, pytest or a notebook added at run time included, ``""``
@@ -88,7 +93,7 @@ def worker_command(args: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     if "PYTHONPATH" in env:
         env[PYTHONPATH_ENV] = env["PYTHONPATH"]
     env["PYTHONPATH"] = root
-    return [sys.executable, "-P", "-m", "workers", *args], env
+    return [sys.executable, "-P", "-m", module, *args], env
 
 
 def start_worker(args: Sequence[str], pass_fds: Sequence[int] = ()) -> subprocess.Popen[bytes]:
@@ -99,6 +104,63 @@ def start_worker(args: Sequence[str], pass_fds: Sequence[int] = ()) -> subproces
     return subprocess.Popen(
         cmd, env=env, stdin=subprocess.DEVNULL, close_fds=True, pass_fds=tuple(pass_fds), start_new_session=True
     )
+
+
+class ExecProcess:
+    """A worker started afresh with ``Popen`` (see :func:`launch_worker`), behind the interface a
+    :class:`~aioenv.transport.zygote.ForkedProcess` has: :attr:`exit_fd` (a pidfd) is readable once it has
+    exited, and :meth:`finish` ends its process group and reaps it."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self._proc = proc
+        self.pid = proc.pid
+        self.exit_fd = os.pidfd_open(proc.pid)
+
+    @property
+    def returncode(self) -> int | None:
+        """Its exit code once reaped (negative: the signal that killed it)."""
+        return self._proc.returncode
+
+    def finish(self) -> int:
+        """End what is left of its process group and reap it (blocks until it has exited); returns its code."""
+        if self._proc.returncode is None:
+            end_group(self.pid)  # its envs' own processes go with it (it has exited, and is not reaped yet)
+            self._proc.wait()
+            os.close(self.exit_fd)
+        return int(self._proc.returncode)
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Block until it has exited (``subprocess.TimeoutExpired`` after ``timeout`` s) and return its code."""
+        if self._proc.returncode is None:
+            ready, _, _ = select.select([self.exit_fd], [], [], timeout)
+            if not ready:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0.0)
+        return self.finish()
+
+    def send_signal(self, sig: int) -> None:
+        """Send ``sig`` unless it has been reaped."""
+        self._proc.send_signal(sig)
+
+    def kill(self) -> None:
+        """SIGKILL it unless it has been reaped."""
+        self._proc.kill()
+
+
+def launch_worker(args: Sequence[str], pass_fds: Sequence[int] = ()) -> ExecProcess | ForkedProcess:
+    """Start ``python -m workers ARGS`` for a pool of this process, dying with it (``--parent-pid``): forked
+    from this process's template (:mod:`aioenv.transport.zygote`) unless :data:`~aioenv.transport.zygote.
+    WORKER_START_ENV` says ``exec`` or the template cannot fork, else afresh in a process group of its own.
+
+    Raises:
+        UsageError: ``AIOENV_WORKER_START`` holds a value other than ``fork`` or ``exec``.
+    """
+    if worker_start() == "fork":
+        cmd, env = worker_command([], module="workers.zygote")
+        env.pop("AIOENV_TRUSTED_DIR", None)
+        forked = fork_worker(cmd, env, args, pass_fds)  # the environment a fresh worker would have
+        if forked is not None:
+            return forked
+    return ExecProcess(start_worker([*args, "--parent-pid", str(os.getpid())], pass_fds))
 
 
 def end_group(pid: int) -> None:

@@ -39,8 +39,9 @@ from aioenv.errors import (
     StepTimeout,
     WorkerCrashed,
 )
+from aioenv.transport import zygote
 from tests.envs.chaotic import INSTANT, RAISE, SHORT, STALL
-from tests.support.procs import HANG, proc_table
+from tests.support.procs import HANG, proc_table, templates_of, workers_of
 
 #: The replies a request may get, by the name the tally counts them under (most specific first).
 OUTCOMES: list[tuple[type[AioEnvError], str]] = [
@@ -159,8 +160,8 @@ async def hit_workers(
 
 
 def worker_pids(parent: int) -> list[int]:
-    """The worker processes (``python -m workers``) that are children of ``parent``."""
-    return [p.pid for p in proc_table() if p.ppid == parent and "-m workers" in p.cmdline and p.state != "Z"]
+    """The worker processes (``python -m workers``) ``parent`` started (its children, or its template's)."""
+    return workers_of(parent)
 
 
 @dataclass(frozen=True)
@@ -177,9 +178,12 @@ class Leaks:
     def now(cls) -> Leaks:
         """A snapshot of this process."""
         me = os.getpid()
+        # the process's worker templates stay for its next pools (aioenv.transport.zygote), as a thread pool would
+        templates = set(templates_of(me))
+        held = {t.sock.fileno() for t in zygote._templates.values()}  # their control sockets
         return cls(
-            children=frozenset(p.pid for p in proc_table() if p.ppid == me),
-            fds=frozenset(_descriptors()),
+            children=frozenset(p.pid for p in proc_table() if p.ppid == me and p.pid not in templates),
+            fds=frozenset((fd, what) for fd, what in _descriptors() if fd not in held),
             threads=threading.active_count(),
             shm=frozenset(n for n in os.listdir("/dev/shm") if "aioenv" in n),
             private_dirs=frozenset(n for n in os.listdir(tempfile.gettempdir()) if n.startswith("aioenv-")),

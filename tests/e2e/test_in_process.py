@@ -23,9 +23,14 @@ import aioenv
 from aioenv.core import costs
 from aioenv.errors import AioEnvError, EnvError, EnvRemade, UsageError, WorkerCrashed
 from aioenv.transport.spawn import usable_cpus
-from tests.support.procs import HANG, children, descendants
+from tests.support.procs import HANG, worker_processes
 
 ASYNC_SLEEP = "aioenv.envs.latency:AsyncSleepEnv"
+
+
+def _workers() -> list[int]:
+    """This process's worker processes (forked from its template or started afresh)."""
+    return [pid for pid, _, _ in worker_processes()]
 
 
 class Flaky(gym.Env[np.ndarray, int]):
@@ -61,9 +66,9 @@ async def guard(awaitable: Any) -> Any:
 
 
 async def test_an_env_error_fails_its_own_row_only_and_no_process_is_started() -> None:
-    before = children(os.getpid())  # what earlier tests left (SB3's forkserver, say) is not this pool's
+    before = _workers()  # what earlier tests left (SB3's forkserver, say) is not this pool's
     async with aioenv.Pool(Flaky, 3, executor="in_process") as pool:
-        assert children(os.getpid()) == before  # no worker process: the envs are this process's
+        assert _workers() == before  # no worker process: the envs are this process's
         await guard(pool.reset(seed=0))
         with pytest.raises(EnvError) as caught:
             await guard(pool.step(np.array([0, 1, 0])))
@@ -318,13 +323,13 @@ async def test_auto_shares_cheap_envs_between_this_process_and_a_worker(monkeypa
 
     monkeypatch.setattr(aioenv.pool, "usable_cpus", lambda: 2)
     monkeypatch.setattr(costs, "probe", five_microseconds)
-    before = children(os.getpid())
+    before = _workers()
     async with aioenv.Pool("CartPole-v1", 200, seed=0) as pool:
         assert pool.executor == "inline"
         assert pool.num_workers == 1
         assert 0 < pool.envs_in_process < 200
         assert "this process shares the work" in pool.describe_placement()
-        assert len(children(os.getpid())) == len(before) + 1
+        assert len(_workers()) == len(before) + 1
         await guard(pool.reset())
         obs, rew, *_ = await guard(pool.step(np.ones(200, dtype=np.int64)))
         assert obs.shape == (200, 4)
@@ -358,10 +363,10 @@ async def first_refused_step(pool: aioenv.Pool) -> Exception:
 async def test_the_process_that_timed_the_env_goes_on_as_the_first_worker() -> None:
     """``auto`` starts no process of its own for envs that go to inline workers: the one that timed the env
     serves, and a crash of it is handled as any worker's."""
-    before = set(children(os.getpid()))
+    before = set(_workers())
     async with aioenv.Pool("CartPole-v1", 4, seed=0, num_workers=2) as pool:  # inline workers, however cheap
         assert (pool.executor, pool.num_workers, pool.envs_in_process) == ("inline", 2, 0)
-        started = {pid: cmd for pid, cmd in descendants(os.getpid()) if pid not in before}
+        started = {pid: cmd for pid, _, cmd in worker_processes() if pid not in before}
         assert len(started) == 2, started  # no third process was started, and none is left over
         probe_pid = next(pid for pid, cmd in started.items() if "--name probe" in cmd)
         await guard(pool.reset())
@@ -374,15 +379,15 @@ async def test_the_process_that_timed_the_env_goes_on_as_the_first_worker() -> N
         await guard(pool.reset())
         _, rew, *_ = await guard(pool.step(np.zeros(4, dtype=np.int64)))
         assert rew.tolist() == [1.0] * 4
-    assert set(children(os.getpid())) == before
+    assert set(_workers()) == before
 
 
 async def test_envs_that_stay_in_this_process_leave_no_process_behind(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(costs, "MESSAGE_WORK", 0.5)  # a round trip dearer than any batch, however busy the machine
-    before = set(children(os.getpid()))
+    before = set(_workers())
     async with aioenv.Pool("CartPole-v1", 2, seed=0) as pool:
         assert (pool.executor, pool.envs_in_process) == ("in_process", 2)
-        assert set(children(os.getpid())) == before  # the process that timed the env is gone
+        assert set(_workers()) == before  # the process that timed the env is gone
 
 
 class Hangs(Flaky):
@@ -395,14 +400,14 @@ class Hangs(Flaky):
 
 async def test_an_env_that_hangs_costs_the_probe_process_not_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(costs, "PROBE_LIMIT", 1.0)
-    before = children(os.getpid())
+    before = _workers()
     async with aioenv.Pool(Hangs, 2) as pool:
         assert pool.executor == "inline"
         assert pool.envs_in_process == 0
         assert "timing one env took over 1 s" in pool.placement_reason
         obs, _ = await guard(pool.reset())
         assert obs.shape == (2, 2)
-        assert len(children(os.getpid())) == len(before) + pool.num_workers  # the probe's process is gone
+        assert len(_workers()) == len(before) + pool.num_workers  # the probe's process is gone
 
 
 async def test_an_env_that_fails_to_be_timed_goes_to_worker_processes_which_report_it() -> None:

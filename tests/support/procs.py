@@ -56,6 +56,32 @@ def child_processes() -> list[tuple[int, str, str]]:
     return [(p.pid, p.state, p.cmdline) for p in proc_table() if p.ppid == me]
 
 
+#: What a worker template's command line holds (``python -m workers.zygote``; its forks, the workers, keep it).
+TEMPLATE = "-m workers.zygote"
+
+
+def worker_processes(parent: int | None = None) -> list[tuple[int, str, str]]:
+    """``(pid, state, cmdline)`` of the processes ``parent`` (default: this process) started for its pools: its
+    children but its worker templates (``python -m workers.zygote``, kept while it runs), and the templates'
+    children (the workers forked from them)."""
+    me = os.getpid() if parent is None else parent
+    table = proc_table()
+    templates = {p.pid for p in table if p.ppid == me and TEMPLATE in p.cmdline}
+    return [
+        (p.pid, p.state, p.cmdline) for p in table if (p.ppid == me and p.pid not in templates) or p.ppid in templates
+    ]
+
+
+def workers_of(parent: int) -> list[int]:
+    """Pids of the live worker processes (``python -m workers``) ``parent`` started, forked or not."""
+    return [pid for pid, state, cmd in worker_processes(parent) if state != "Z" and "-m workers " in cmd]
+
+
+def templates_of(parent: int) -> list[int]:
+    """Pids of ``parent``'s worker templates."""
+    return [p.pid for p in proc_table() if p.ppid == parent and TEMPLATE in p.cmdline]
+
+
 def children(pid: int) -> list[int]:
     """Pids of the direct children of ``pid``."""
     return [p.pid for p in proc_table() if p.ppid == pid]

@@ -12,7 +12,7 @@ import tempfile
 import threading
 import time
 
-from tests.support.procs import HANG, children, process_gone
+from tests.support.procs import HANG, process_gone, workers_of
 from tests.support.scripts import ROOT
 
 __all__ = ["ServerProcess", "WorkerHostProcess", "unix_bind"]
@@ -87,7 +87,7 @@ class ServerProcess:
 
     def workers(self) -> list[int]:
         """Pids of the server's worker processes."""
-        return children(self.proc.pid)
+        return workers_of(self.proc.pid)
 
     def stop(self) -> None:
         """SIGTERM; it must exit 0 with none of its workers left (and no socket file)."""
@@ -151,7 +151,7 @@ class WorkerHostProcess:
 
     def workers(self) -> list[int]:
         """Pids of its worker processes."""
-        return children(self.proc.pid)
+        return workers_of(self.proc.pid)
 
     def stop(self) -> None:
         """SIGTERM; it must exit 0 with none of its workers left."""
