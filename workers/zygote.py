@@ -252,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     _preload()
     ctl = socket.socket(fileno=args.fd)
+    _reply(ctl, {"ready": True})  # until now, the launcher started its workers afresh
     forked = _serve(ctl, parent)
     if forked is None:
         return 0

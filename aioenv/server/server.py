@@ -61,7 +61,7 @@ from aioenv.server.fleet import Fleet
 from aioenv.server.peers import DroppedPeers, PeerLimits, Sweep, Unread
 from aioenv.transport.router import Peer, Router, Sent
 from aioenv.transport.slab import Slab
-from aioenv.transport.spawn import usable_cpus
+from aioenv.transport.spawn import usable_cpus, warm_up
 from aioenv.transport.stream import StreamRouter, is_stream
 from aioenv.transport.zmqio import frames_nbytes
 from aioenv.wire.errors import relay_wire
@@ -299,6 +299,8 @@ class Server:
             log.info("worker hosts join at %s", self.fleet.endpoint)
         self._sweep = Sweep(1.0)
         self._reaper = asyncio.get_running_loop().call_later(self._sweep.interval, self._reap)
+        if self.config.local_capacity != 0:
+            warm_up()  # the template local workers fork from makes its imports while no client waits on it
         log.info("aioenv server listening on %s (protocol %d, aioenv %s)", self.endpoint, PROTOCOL_VERSION, __version__)
 
     async def aclose(self) -> None:

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 
 from aioenv.errors import UsageError
-from aioenv.transport.zygote import ForkedProcess, fork_worker, worker_start
+from aioenv.transport.zygote import ForkedProcess, fork_worker, start_template, worker_start
 
 __all__ = [
     "PYTHONPATH_ENV",
@@ -30,6 +30,7 @@ __all__ = [
     "launch_worker",
     "start_worker",
     "usable_cpus",
+    "warm_up",
     "worker_command",
     "worker_sched_policy",
 ]
@@ -146,6 +147,23 @@ class ExecProcess:
         self._proc.kill()
 
 
+def _template_command() -> tuple[list[str], dict[str, str]]:
+    cmd, env = worker_command([], module="workers.zygote")
+    env.pop("AIOENV_TRUSTED_DIR", None)
+    return cmd, env
+
+
+def warm_up(wait: float = 0.0) -> bool:
+    """Start this process's worker template now (see :mod:`aioenv.transport.zygote`) and wait up to ``wait`` s
+    for it to be ready, so that the first pools' workers are forked too (until it is ready, workers start
+    afresh); whether it is ready. False, and nothing started, with ``AIOENV_WORKER_START=exec``.
+
+    Raises:
+        UsageError: ``AIOENV_WORKER_START`` holds a value other than ``fork`` or ``exec``.
+    """
+    return worker_start() == "fork" and start_template(*_template_command(), wait)
+
+
 def launch_worker(args: Sequence[str], pass_fds: Sequence[int] = ()) -> ExecProcess | ForkedProcess:
     """Start ``python -m workers ARGS`` for a pool of this process, dying with it (``--parent-pid``): forked
     from this process's template (:mod:`aioenv.transport.zygote`) unless :data:`~aioenv.transport.zygote.
@@ -155,8 +173,7 @@ def launch_worker(args: Sequence[str], pass_fds: Sequence[int] = ()) -> ExecProc
         UsageError: ``AIOENV_WORKER_START`` holds a value other than ``fork`` or ``exec``.
     """
     if worker_start() == "fork":
-        cmd, env = worker_command([], module="workers.zygote")
-        env.pop("AIOENV_TRUSTED_DIR", None)
+        cmd, env = _template_command()
         forked = fork_worker(cmd, env, args, pass_fds)  # the environment a fresh worker would have
         if forked is not None:
             return forked

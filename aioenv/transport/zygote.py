@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 
 from aioenv.errors import UsageError
 
-__all__ = ["WORKER_START_ENV", "ForkedProcess", "ZygoteError", "fork_worker", "worker_start"]
+__all__ = ["WORKER_START_ENV", "ForkedProcess", "ZygoteError", "fork_worker", "start_template", "worker_start"]
 
 log = logging.getLogger("aioenv.launcher")
 
@@ -43,8 +43,8 @@ _STATUS = struct.Struct("=i")
 #: Templates kept per process: one per distinct import-time environment (a changed ``sys.path`` or
 #: ``OMP_NUM_THREADS`` needs its own, as its imports may resolve or behave otherwise, see :func:`_key`).
 MAX_TEMPLATES = 4
-#: Seconds a template has to answer a request (a fork takes milliseconds).
-_ANSWER_TIMEOUT = 30.0
+#: Seconds a template that said it is ready has to answer a request (a fork takes milliseconds).
+_ANSWER_TIMEOUT = 10.0
 
 
 class ZygoteError(OSError):
@@ -149,6 +149,21 @@ class _Template:
         self.sock = ours
         self.lock = threading.Lock()  # pools on several loops (SyncPools, a server) share the template
         self.live: set[ForkedProcess] = set()  # its workers not known to have exited
+        self.ready = False  # it said it has made its imports
+
+    def is_ready(self, wait: float = 0.0) -> bool:
+        """Whether it has made its imports and takes requests, waiting up to ``wait`` s for it to say so.
+        :class:`ZygoteError` when it died first."""
+        with self.lock:
+            if not self.ready and select.select([self.sock], [], [], wait)[0]:
+                try:
+                    data = self.sock.recv(1 << 16)
+                except OSError as exc:
+                    raise ZygoteError(f"the worker template (pid {self.proc.pid}) is gone: {exc}") from exc
+                if not data:
+                    raise ZygoteError(f"the worker template (pid {self.proc.pid}) is gone ({self._describe()})")
+                self.ready = json.loads(data).get("ready") is True
+            return self.ready
 
     def fork(self, argv: Sequence[str], env: dict[str, str], pass_fds: Sequence[int]) -> ForkedProcess:
         """Fork one worker running ``python -m workers ARGV``; :class:`ZygoteError` when the template cannot."""
@@ -263,18 +278,31 @@ os.register_at_fork(after_in_child=_forget_templates)
 atexit.register(_close_templates)
 
 
+def start_template(cmd: list[str], env: dict[str, str], wait: float) -> bool:
+    """Start the template that ``cmd`` and ``env`` start, if it is not running, and wait up to ``wait`` s for it
+    to have made its imports; whether it has."""
+    try:
+        template = _template(cmd, env, False)
+        return template is not None and template.is_ready(wait)
+    except (ZygoteError, OSError, ValueError) as exc:
+        log.warning("could not start a worker template (%s)", exc)
+        return False
+
+
 def fork_worker(
     cmd: list[str], env: dict[str, str], argv: Sequence[str], pass_fds: Sequence[int]
 ) -> ForkedProcess | None:
     """Fork a worker running ``python -m workers ARGV --parent-pid TEMPLATE`` (it dies with the template) from
     the template that ``cmd`` (``python -m workers.zygote``) and ``env`` start, with ``pass_fds`` at their
     numbers and this process's stdout and stderr as its own. A template that fails is replaced once; None
-    (start the worker afresh) when that fails too, or when :data:`MAX_TEMPLATES` others still have workers."""
+    (start the worker afresh) when that fails too, when :data:`MAX_TEMPLATES` others still have workers, or
+    while the template is still making its imports: the event loop that asks never waits for them (a server's
+    clients would), so the first workers of a process start afresh while its template starts beside them."""
     for fresh in (False, True):
         try:
             template = _template(cmd, env, fresh)
-            if template is None:
-                return None
+            if template is None or not template.is_ready():
+                return None  # still importing (a second or so after it started): this worker starts afresh
             return template.fork([*argv, "--parent-pid", str(template.proc.pid)], env, pass_fds)
         except (ZygoteError, OSError, ValueError) as exc:
             log.warning("could not fork a worker from its template (%s)%s", exc, "" if fresh else "; replacing it")

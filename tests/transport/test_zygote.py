@@ -22,7 +22,7 @@ import pytest
 
 import aioenv
 from aioenv.errors import EnvRemade, UsageError, WorkerCrashed
-from aioenv.transport import zygote
+from aioenv.transport import spawn, zygote
 from aioenv.transport.spawn import worker_command
 from tests.support.procs import HANG, TEMPLATE, process_gone
 from tests.support.scripts import run_python
@@ -64,7 +64,9 @@ class Inspect(gym.Env[np.ndarray, np.int64]):
 
 
 async def _look(n: int = 2) -> dict[str, list[Any]]:
-    """The reset info of a pool of ``n`` Inspect envs on ``n`` inline workers, one list per key."""
+    """The reset info of a pool of ``n`` Inspect envs on ``n`` inline workers, one list per key (once the
+    template of this environment is ready: until then, workers start afresh)."""
+    spawn.warm_up(HANG)
     async with aioenv.Pool(Inspect, n, num_workers=n, executor="inline") as pool:
         _, info = await asyncio.wait_for(pool.reset(), HANG)
     return {key: list(info[key]) for key in ("pid", "ppid", "sid", "cwd", "marker", "random", "cmdline", "pidfds")}
@@ -116,6 +118,16 @@ async def test_exec_starts_fresh_interpreters(monkeypatch: pytest.MonkeyPatch) -
     assert all(c.startswith(f"{sys.executable} -P -m workers --fd ") for c in seen["cmdline"])
 
 
+async def test_a_template_still_importing_is_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(MARKER, "just started")  # an environment no template was started for
+    async with aioenv.Pool(Inspect, 1, num_workers=1, executor="inline") as pool:
+        _, info = await asyncio.wait_for(pool.reset(), HANG)
+    assert info["ppid"].tolist() == [os.getpid()]  # started afresh while the template makes its imports
+    seen = await _look(1)  # and, once it has, forked from it
+    assert seen["ppid"] != [os.getpid()]
+    assert TEMPLATE in _cmdline(seen["ppid"][0])
+
+
 async def test_with_no_room_for_another_template_workers_start_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(zygote, "MAX_TEMPLATES", 0)
     monkeypatch.setenv(MARKER, "no room")  # an environment no template was started for
@@ -133,9 +145,11 @@ async def test_a_template_that_dies_takes_its_workers_and_the_pool_starts_new_on
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv(MARKER, "doomed")  # a template of this test's own
+    assert spawn.warm_up(HANG)
     async with aioenv.Pool(Inspect, 2, num_workers=2, executor="inline") as pool:
         _, info = await asyncio.wait_for(pool.reset(), HANG)
         template, workers = int(info["ppid"][0]), [int(p) for p in info["pid"]]
+        assert TEMPLATE in _cmdline(template)
         os.kill(template, signal.SIGKILL)
         async with asyncio.timeout(HANG):
             while not all(process_gone(pid) for pid in workers):
@@ -155,6 +169,7 @@ def test_a_worker_that_exits_at_once_reports_its_code_and_writes_to_this_process
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     cmd, env = worker_command([], module="workers.zygote")
+    assert zygote.start_template(cmd, env, HANG)
     proc = zygote.fork_worker(cmd, env, ["--fd", "999", "--name", "nobody"], [])
     assert proc is not None
     assert proc.wait(HANG) == 2  # argparse's usage error
@@ -168,6 +183,7 @@ def test_a_forked_worker_can_be_signalled_and_its_death_is_reported() -> None:
     ours, theirs = socket.socketpair()
     with ours, theirs:
         cmd, env = worker_command([], module="workers.zygote")
+        assert zygote.start_template(cmd, env, HANG)
         proc = zygote.fork_worker(cmd, env, ["--fd", str(theirs.fileno()), "--name", "w"], [theirs.fileno()])
         assert proc is not None
         assert ours.recv(1)  # it started and speaks on the descriptor it was given
@@ -185,10 +201,12 @@ def test_no_worker_outlives_a_process_killed_with_its_pool(tmp_path: Path) -> No
             """
             import os, signal
             import aioenv
+            from aioenv.transport.spawn import warm_up
+            assert warm_up(30)
             pool = aioenv.SyncPool("CartPole-v1", 2, num_workers=2, executor="inline")
             pool.reset()
             pids = [s.proc.pid for s in pool.pool._coord.slots]
-            print(" ".join(map(str, pids)), flush=True)
+            print(os.getpid(), " ".join(map(str, pids)), flush=True)
             print(open(f"/proc/{pids[0]}/stat").read().split(")")[1].split()[1], flush=True)  # its parent
             os.kill(os.getpid(), signal.SIGKILL)
             """
@@ -197,8 +215,9 @@ def test_no_worker_outlives_a_process_killed_with_its_pool(tmp_path: Path) -> No
     proc = run_python(str(script), timeout=HANG * 2)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     first, template = proc.stdout.splitlines()
-    pids = [int(p) for p in first.split()] + [int(template)]
-    assert int(template) not in pids[:-1]  # the workers' parent is the template, not the script
+    script, *workers = (int(p) for p in first.split())
+    assert int(template) != script  # the workers were forked from the template
+    pids = [*workers, int(template)]
     deadline = time.monotonic() + HANG
     while not all(process_gone(pid) for pid in pids):
         assert time.monotonic() < deadline, f"left behind: {[p for p in pids if not process_gone(p)]}"
