@@ -4,9 +4,9 @@ done, and the ``close`` after it.
 Each way runs in a fresh Python process of its own (so a first pool pays what a program's first pool pays) and
 makes ``--pools`` pools one after another, of ``--envs`` CartPole-v1 envs on ``--workers`` worker processes:
 
-- ``aioenv fork``: ``aioenv.SyncPool`` (inline workers), workers forked from the process's template (the
-  default, :mod:`aioenv.transport.zygote`); its first pool also starts the template;
-- ``aioenv exec``: the same with ``AIOENV_WORKER_START=exec``: every worker a fresh ``python -m workers``;
+- ``aioenv fork``: ``aioenv.SyncPool`` (inline workers) with ``AIOENV_WORKER_START=fork``: workers forked from
+  the process's template (:mod:`aioenv.transport.zygote`), which its first pool starts;
+- ``aioenv exec``: the same with fresh interpreters (the default, ``AIOENV_WORKER_START=exec``);
 - ``AsyncVectorEnv fork``: gymnasium's, one process per env, forked from the caller (Linux's default);
 - ``AsyncVectorEnv spawn``: the same with ``context="spawn"``;
 - ``SyncVectorEnv``: no process at all.
@@ -98,9 +98,7 @@ def _run_way(way: str, args: argparse.Namespace) -> dict[str, Any]:
     """``measure`` in a fresh interpreter."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    env.pop("AIOENV_WORKER_START", None)
-    if way == "aioenv exec":
-        env["AIOENV_WORKER_START"] = "exec"
+    env["AIOENV_WORKER_START"] = "fork" if way == "aioenv fork" else "exec"
     cmd = [sys.executable, __file__, "--child", way, "--envs", str(args.envs)]
     cmd += ["--workers", str(args.workers), "--pools", str(args.pools)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600, check=False)

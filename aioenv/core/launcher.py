@@ -1,8 +1,8 @@
 """Local worker processes: start ``python -m workers``, notice their death at once, stop them for sure.
 
-A worker is forked from this process's template (:mod:`aioenv.transport.zygote`: milliseconds instead of
-~0.5 s of imports), or started afresh with ``AIOENV_WORKER_START=exec``. Death is noticed through a
-descriptor registered with the event loop (no polling): a pidfd, or the template's status pipe; the
+A worker starts as a fresh interpreter, or, with ``AIOENV_WORKER_START=fork``, is forked from this
+process's template (:mod:`aioenv.transport.zygote`: milliseconds instead of ~0.5 s of imports). Death is
+noticed through a descriptor registered with the event loop (no polling): a pidfd, or the template's status pipe; the
 callback runs as soon as the process exits, whatever killed it. Stopping escalates: the coordinator
 first asks politely (CLOSE), then :meth:`LocalProcess.stop` sends SIGTERM, waits, and SIGKILLs. Workers
 also ask the kernel to kill them if the process that started them dies (``PR_SET_PDEATHSIG``), and a

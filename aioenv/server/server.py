@@ -300,7 +300,7 @@ class Server:
         self._sweep = Sweep(1.0)
         self._reaper = asyncio.get_running_loop().call_later(self._sweep.interval, self._reap)
         if self.config.local_capacity != 0:
-            warm_up()  # the template local workers fork from makes its imports while no client waits on it
+            warm_up()  # with AIOENV_WORKER_START=fork: the template makes its imports while no client waits
         log.info("aioenv server listening on %s (protocol %d, aioenv %s)", self.endpoint, PROTOCOL_VERSION, __version__)
 
     async def aclose(self) -> None:

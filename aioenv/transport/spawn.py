@@ -156,7 +156,7 @@ def _template_command() -> tuple[list[str], dict[str, str]]:
 def warm_up(wait: float = 0.0) -> bool:
     """Start this process's worker template now (see :mod:`aioenv.transport.zygote`) and wait up to ``wait`` s
     for it to be ready, so that the first pools' workers are forked too (until it is ready, workers start
-    afresh); whether it is ready. False, and nothing started, with ``AIOENV_WORKER_START=exec``.
+    afresh); whether it is ready. False, and nothing started, unless ``AIOENV_WORKER_START=fork``.
 
     Raises:
         UsageError: ``AIOENV_WORKER_START`` holds a value other than ``fork`` or ``exec``.
@@ -165,9 +165,9 @@ def warm_up(wait: float = 0.0) -> bool:
 
 
 def launch_worker(args: Sequence[str], pass_fds: Sequence[int] = ()) -> ExecProcess | ForkedProcess:
-    """Start ``python -m workers ARGS`` for a pool of this process, dying with it (``--parent-pid``): forked
-    from this process's template (:mod:`aioenv.transport.zygote`) unless :data:`~aioenv.transport.zygote.
-    WORKER_START_ENV` says ``exec`` or the template cannot fork, else afresh in a process group of its own.
+    """Start ``python -m workers ARGS`` for a pool of this process, dying with it (``--parent-pid``): afresh in a
+    process group of its own, or forked from this process's template (:mod:`aioenv.transport.zygote`) when
+    ``AIOENV_WORKER_START=fork`` and the template can.
 
     Raises:
         UsageError: ``AIOENV_WORKER_START`` holds a value other than ``fork`` or ``exec``.

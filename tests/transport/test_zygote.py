@@ -30,6 +30,11 @@ from tests.support.scripts import run_python
 MARKER = "AIOENV_TEST_ZYGOTE_MARKER"
 
 
+@pytest.fixture(autouse=True)
+def _fork(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(zygote.WORKER_START_ENV, "fork")
+
+
 class Inspect(gym.Env[np.ndarray, np.int64]):
     """Reports, in its reset info, what its worker process looks like from inside."""
 
@@ -111,8 +116,14 @@ async def test_a_changed_environment_gets_a_template_of_its_own(monkeypatch: pyt
     assert a["ppid"] != b["ppid"]  # a template's imports were made under its environment
 
 
-async def test_exec_starts_fresh_interpreters(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(zygote.WORKER_START_ENV, "exec")
+@pytest.mark.parametrize("start", ["exec", None])
+async def test_exec_and_the_default_start_fresh_interpreters(
+    monkeypatch: pytest.MonkeyPatch, start: str | None
+) -> None:
+    if start is None:
+        monkeypatch.delenv(zygote.WORKER_START_ENV)
+    else:
+        monkeypatch.setenv(zygote.WORKER_START_ENV, start)
     seen = await _look()
     assert seen["ppid"] == [os.getpid()] * 2
     assert all(c.startswith(f"{sys.executable} -P -m workers --fd ") for c in seen["cmdline"])
@@ -202,6 +213,7 @@ def test_no_worker_outlives_a_process_killed_with_its_pool(tmp_path: Path) -> No
             import os, signal
             import aioenv
             from aioenv.transport.spawn import warm_up
+            os.environ["AIOENV_WORKER_START"] = "fork"
             assert warm_up(30)
             pool = aioenv.SyncPool("CartPole-v1", 2, num_workers=2, executor="inline")
             pool.reset()
