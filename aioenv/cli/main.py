@@ -93,7 +93,10 @@ def demo(num_envs: int, steps: int, num_workers: int | None, seed: int) -> None:
 
     console = Console()
     console.print(f"[bold]aioenv demo[/]: {num_envs} CartPole-v1 envs, send/recv with batches of half the pool")
-    report = aioenv.run(run_demo(num_envs, steps, num_workers, seed))
+    try:
+        report = aioenv.run(run_demo(num_envs, steps, num_workers, seed))
+    except aioenv.AioEnvError as exc:  # e.g. a bad AIOENV_WORKER_START or AIOENV_WORKER_SCHED: a line, not a traceback
+        raise click.ClickException(exc.message) from exc
     table = Table(title="what the pool did", show_header=True)
     table.add_column("measure")
     table.add_column("value", justify="right")
@@ -262,6 +265,8 @@ def serve(
         raise click.ClickException(f"cannot serve on {bind}: {exc}") from exc
     except ValueError as exc:  # e.g. an --auth directory without the server's key
         raise click.ClickException(str(exc)) from exc
+    except aioenv.AioEnvError as exc:  # e.g. a bad AIOENV_WORKER_START
+        raise click.ClickException(exc.message) from exc
 
 
 def _check_worker_sched() -> None:

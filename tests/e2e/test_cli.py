@@ -31,6 +31,29 @@ def test_demo_refuses_a_bad_argument_clearly() -> None:
     assert "0" in proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("AIOENV_WORKER_START", "AIOENV_WORKER_START must be 'fork' or 'exec', got 'vfork'"),
+        ("AIOENV_WORKER_SCHED", "AIOENV_WORKER_SCHED must be 'batch' or 'default', got 'vfork'"),
+    ],
+)
+def test_demo_refuses_a_bad_worker_setting_in_one_line(monkeypatch: pytest.MonkeyPatch, name: str, says: str) -> None:
+    monkeypatch.setenv(name, "vfork")
+    proc = run_python("-m", "aioenv.cli", "demo", "--num-envs", "2", "--steps", "10")
+    assert proc.returncode == 1
+    assert f"Error: {says}" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_serve_refuses_a_bad_worker_start_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIOENV_WORKER_START", "vfork")
+    proc = run_python("-m", "aioenv.cli", "serve", "--bind", "tcp://127.0.0.1:0", timeout=60)
+    assert proc.returncode == 1
+    assert "Error: AIOENV_WORKER_START must be 'fork' or 'exec', got 'vfork'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_version_option() -> None:
     import aioenv
 
