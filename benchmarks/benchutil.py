@@ -318,9 +318,10 @@ def classify(
     in_server = {p.pid for p in descendants(server_pid)} if server_pid else set()
     in_hosts = {p.pid for pid in hosts for p in descendants(pid)}
     in_idle = set(idle) | {p.pid for pid in idle for p in descendants(pid)}
-    templates = set(me.children(recursive=True)) - set(not_templates(me.children(recursive=True)))
-    for proc in me.children(recursive=True):
-        if proc in templates:  # a worker template (idle between forks), wherever it is
+    kids = me.children(recursive=True)
+    not_template = set(not_templates(kids))
+    for proc in kids:
+        if proc not in not_template:  # a worker template (idle between forks), wherever it is
             parts["idle"].append(proc)
         elif proc.pid == server_pid:
             parts["server"].append(proc)

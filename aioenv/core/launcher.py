@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from aioenv.errors import UsageError
 from aioenv.transport.pipe import PipePort
 from aioenv.transport.spawn import launch_worker, worker_sched_policy
-from aioenv.transport.zygote import worker_start
 
 if TYPE_CHECKING:
     from workers.inproc import InProcessWorker
@@ -197,7 +196,6 @@ class LocalProcess:
         slab_fd: int | None = None,
     ) -> None:
         worker_sched_policy()  # a bad setting fails here, not in the child
-        worker_start()
         self.name = name
         self._loop = asyncio.get_running_loop()
         self._on_exit = on_exit

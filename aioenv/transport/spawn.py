@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -83,7 +82,8 @@ def worker_command(args: Sequence[str], module: str = "workers") -> tuple[list[s
     runs with ``-P`` (the working directory is not put first on its path) and ``PYTHONPATH`` naming
     aioenv's own root only, so a user's module named ``workers`` cannot stand in for aioenv's; the
     caller's ``PYTHONPATH`` travels in :data:`PYTHONPATH_ENV` and is given back to the worker's
-    environment for whatever its envs start.
+    environment for whatever its envs start. ``AIOENV_TRUSTED_DIR`` is left out: a worker trusts the directory
+    its ``--trusted-dir`` names, or none.
     """
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     cwd = os.getcwd()
@@ -91,6 +91,7 @@ def worker_command(args: Sequence[str], module: str = "workers") -> tuple[list[s
     search = [os.path.join(cwd, p) if p else cwd for p in (*sys.path, cwd)]
     env[SYS_PATH_ENV] = json.dumps(list(dict.fromkeys(search)))
     env.pop(PYTHONPATH_ENV, None)
+    env.pop("AIOENV_TRUSTED_DIR", None)
     if "PYTHONPATH" in env:
         env[PYTHONPATH_ENV] = env["PYTHONPATH"]
     env["PYTHONPATH"] = root
@@ -101,7 +102,6 @@ def start_worker(args: Sequence[str], pass_fds: Sequence[int] = ()) -> subproces
     """Start ``python -m workers ARGS`` (see :func:`worker_command`) as the leader of a process group of its
     own, so that whatever its envs start (a browser, a simulator) can be ended with it: :func:`end_group`."""
     cmd, env = worker_command(args)
-    env.pop("AIOENV_TRUSTED_DIR", None)
     return subprocess.Popen(
         cmd, env=env, stdin=subprocess.DEVNULL, close_fds=True, pass_fds=tuple(pass_fds), start_new_session=True
     )
@@ -130,14 +130,6 @@ class ExecProcess:
             os.close(self.exit_fd)
         return int(self._proc.returncode)
 
-    def wait(self, timeout: float | None = None) -> int:
-        """Block until it has exited (``subprocess.TimeoutExpired`` after ``timeout`` s) and return its code."""
-        if self._proc.returncode is None:
-            ready, _, _ = select.select([self.exit_fd], [], [], timeout)
-            if not ready:
-                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0.0)
-        return self.finish()
-
     def send_signal(self, sig: int) -> None:
         """Send ``sig`` unless it has been reaped."""
         self._proc.send_signal(sig)
@@ -145,12 +137,6 @@ class ExecProcess:
     def kill(self) -> None:
         """SIGKILL it unless it has been reaped."""
         self._proc.kill()
-
-
-def _template_command() -> tuple[list[str], dict[str, str]]:
-    cmd, env = worker_command([], module="workers.zygote")
-    env.pop("AIOENV_TRUSTED_DIR", None)
-    return cmd, env
 
 
 def warm_up(wait: float = 0.0) -> bool:
@@ -161,7 +147,7 @@ def warm_up(wait: float = 0.0) -> bool:
     Raises:
         UsageError: ``AIOENV_WORKER_START`` holds a value other than ``fork`` or ``exec``.
     """
-    return worker_start() == "fork" and start_template(*_template_command(), wait)
+    return worker_start() == "fork" and start_template(*worker_command([], module="workers.zygote"), wait)
 
 
 def launch_worker(args: Sequence[str], pass_fds: Sequence[int] = ()) -> ExecProcess | ForkedProcess:
@@ -173,7 +159,7 @@ def launch_worker(args: Sequence[str], pass_fds: Sequence[int] = ()) -> ExecProc
         UsageError: ``AIOENV_WORKER_START`` holds a value other than ``fork`` or ``exec``.
     """
     if worker_start() == "fork":
-        cmd, env = _template_command()
+        cmd, env = worker_command([], module="workers.zygote")
         forked = fork_worker(cmd, env, args, pass_fds)  # the environment a fresh worker would have
         if forked is not None:
             return forked
