@@ -215,4 +215,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from workers.ending import leave
+
+    leave(main())  # a clean end: without the interpreter's teardown (see workers.ending)

@@ -31,7 +31,7 @@ import socket
 import struct
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = ["STATUS", "main"]
 
@@ -197,7 +197,7 @@ def _place_descriptors(fds: list[int], targets: list[int]) -> None:
         os.close(fd)
 
 
-def _become_worker(forked: _Fork, ctl: socket.socket) -> int:
+def _become_worker(forked: _Fork, ctl: socket.socket) -> NoReturn:
     """In a fresh child: take the request's descriptors, session, directory and environment, then run
     ``python -m workers`` with its arguments."""
     ctl.detach()  # closed below with the template's other descriptors; the object must not close it again
@@ -215,7 +215,10 @@ def _become_worker(forked: _Fork, ctl: socket.socket) -> int:
     from workers.__main__ import main as worker_main
 
     sys.argv = ["python -m workers", *argv]
-    return worker_main(argv)
+    code = worker_main(argv)
+    from workers.ending import leave
+
+    leave(code)  # as a fresh worker ends (see workers.ending), not through the template's stack
 
 
 def _retitle(argv: list[str]) -> None:
@@ -256,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     forked = _serve(ctl, parent)
     if forked is None:
         return 0
-    return _become_worker(forked, ctl)
+    _become_worker(forked, ctl)
 
 
 if __name__ == "__main__":
