@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -13,20 +15,31 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run_python(*args: str, timeout: float = 120, pass_fds: Sequence[int] = ()) -> subprocess.CompletedProcess[str]:
     """``python ARGS...`` from the repo root (on PYTHONPATH, so a source checkout works), output captured,
-    no input; ``pass_fds``: descriptors the child inherits."""
+    no input; ``pass_fds``: descriptors the child inherits.
+
+    The script runs in a session of its own. Past ``timeout`` (or on any interruption) its whole process group
+    is killed, not the script alone: a server a benchmark started, say, would otherwise live on as an orphan;
+    then :class:`subprocess.TimeoutExpired` is raised, as ``subprocess.run`` raises it."""
     env = dict(os.environ, COLUMNS="120")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    return subprocess.run(
-        [sys.executable, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        pass_fds=pass_fds,
-        check=False,
-    )
+    cmd = [sys.executable, *args]
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+        stdin=subprocess.DEVNULL, pass_fds=pass_fds, start_new_session=True,
+    ) as proc:  # fmt: skip
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except BaseException:
+            kill_group(proc.pid)
+            proc.communicate()  # what it wrote; the group is gone, so its pipes close
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL every process of the process group ``pgid`` (none left: nothing to do)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 def run_example(name: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
