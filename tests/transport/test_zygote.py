@@ -7,6 +7,7 @@ workers and the pool starts new ones, no worker outlives the process that starte
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -249,3 +250,35 @@ def test_a_forked_child_of_this_process_starts_a_template_of_its_own() -> None:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert asyncio.run(_look(1))["ppid"][0] == before  # and the parent's still serves the parent
+
+
+def test_a_template_answers_a_malformed_request_with_an_error_and_goes_on_forking() -> None:
+    cmd, env = worker_command([], module="workers.zygote")
+    assert zygote.start_template(cmd, env, HANG)
+    template = zygote._template(cmd, env, False)
+    assert template is not None
+    with template.lock:
+        template.sock.send(b"{not json")
+        reply = template.sock.recv(1 << 16)
+    assert "malformed request" in json.loads(reply)["error"]
+    proc = zygote.fork_worker(cmd, env, ["--fd", "999", "--name", "nobody"], [])
+    assert proc is not None  # the same template forks the next worker
+    assert zygote._template(cmd, env, False) is template
+    assert proc.wait(HANG) == 2  # argparse's usage error: it ran
+
+
+async def test_a_template_that_cannot_fork_leaves_the_pool_to_start_its_workers_afresh(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv(MARKER, "refusing")  # a template of this test's own
+    assert spawn.warm_up(HANG)
+
+    def refuse(self: Any, argv: Any, env: Any, pass_fds: Any) -> Any:
+        raise zygote.ZygoteError("the worker template refused to fork: fork failed: [Errno 11] try again")
+
+    monkeypatch.setattr(zygote._Template, "fork", refuse)
+    with caplog.at_level("WARNING", logger="aioenv.launcher"):
+        async with aioenv.Pool(Inspect, 1, num_workers=1, executor="inline") as pool:
+            _, info = await asyncio.wait_for(pool.reset(), HANG)
+    assert info["ppid"].tolist() == [os.getpid()]  # started afresh
+    assert any("could not fork a worker from its template" in r.getMessage() for r in caplog.records)
