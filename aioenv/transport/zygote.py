@@ -58,8 +58,9 @@ def worker_start() -> str:
 
     ``exec`` stays the default because forked workers stepped ~15% slower than fresh ones wherever the
     workers are the bottleneck (CartPole n = 32 lock-step, n = 128 ``send``/``recv``, 2 workers, A/B in one
-    process on a 2-vCPU VM), for a reason not yet found (their heap's placement is not it); ``fork`` is for
-    programs that start many pools (test suites, notebooks, servers of short-lived pools).
+    process on a 2-vCPU VM), for a reason not yet found (neither their heap's placement nor sharing one
+    template's code addresses is it); ``fork`` is for programs that start many pools (test suites, notebooks,
+    servers of short-lived pools).
 
     Raises:
         UsageError: any other value.
