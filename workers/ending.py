@@ -24,7 +24,7 @@ import os
 import sys
 from typing import NoReturn
 
-__all__ = ["leave"]
+__all__ = ["flush_open_files", "leave"]
 
 
 def leave(code: int) -> NoReturn:
