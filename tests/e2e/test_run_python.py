@@ -7,9 +7,9 @@ import subprocess
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
+from tests.support.procs import process_gone
 from tests.support.scripts import run_python
 
 _SCRIPT = """
@@ -21,18 +21,6 @@ time.sleep(600)
 """
 
 
-def _gone(pid: int, within: float) -> bool:
-    end = time.monotonic() + within
-    while time.monotonic() < end:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.05)
-    return False
-
-
 @pytest.mark.timeout(60)
 def test_a_script_past_its_timeout_is_killed_with_the_processes_it_started(tmp_path: Path) -> None:
     script, pid_file = tmp_path / "hang.py", tmp_path / "child.pid"
@@ -40,7 +28,10 @@ def test_a_script_past_its_timeout_is_killed_with_the_processes_it_started(tmp_p
     with pytest.raises(subprocess.TimeoutExpired):
         run_python(str(script), str(pid_file), timeout=10)
     child = int(pid_file.read_text())
-    assert _gone(child, 10), "the script's own child outlived the timeout"
+    deadline = time.monotonic() + 10
+    while not process_gone(child, marker="time.sleep(600)"):
+        assert time.monotonic() < deadline, "the script's own child outlived the timeout"
+        time.sleep(0.05)
 
 
 def test_a_script_that_ends_gives_its_output_and_exit_code() -> None:
