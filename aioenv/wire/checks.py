@@ -22,8 +22,15 @@ from aioenv.wire.protocol import Pickled
 # (numpy's ``_methods._amax``) that costs about as much again on the small batches of a lock-step call.
 _MAX = np.maximum.reduce
 _MIN = np.minimum.reduce
+#: Up to this many rows, a Discrete batch's range is checked with Python's ``min`` and ``max`` over its values
+#: (``tolist``) instead of a ufunc reduction. Measured in a lock-step ``step()`` of 8 and 32 CartPole envs in
+#: the caller's process: the reduction costs 1.9-3.1 µs where the list costs 0.9-1.8, and the call as a whole
+#: ~10 µs more, about three times the difference (numpy's reduction machinery seems to cost the env steps that
+#: follow it their warm caches); pool / ``SyncVectorEnv`` time went from 1.08-1.10 to 1.03-1.05 for 8 envs.
+SMALL_BATCH = 64
 
 __all__ = [
+    "SMALL_BATCH",
     "Check",
     "Leaf",
     "box_checker",
@@ -127,9 +134,13 @@ def int_checker(space: Any, start: Any, nvec: Any, path: str) -> Check:
     zero_start = not np.any(lo)
     is_mb = isinstance(space, gs.MultiBinary)
     kinds = "biu" if is_mb else "iu"
+    first, last = int(lo_s), int(lo_s) + span_s  # a uniform range as Python ints, exact for every int dtype
 
     def within(a: Leaf) -> bool:
         if a.dtype is sdt or a.dtype == sdt:
+            if a.ndim == 1 and uniform and a.size <= SMALL_BATCH:  # a Discrete batch of a few rows (see SMALL_BATCH)
+                values: list[int] = a.tolist()
+                return first <= min(values) and max(values) <= last
             # One reduction: a - start wraps around, so viewed unsigned it is
             # <= nvec - 1 exactly when start <= a <= start + nvec - 1.
             d = (a if zero_start else a - (lo_s if uniform else lo)).view(udt)

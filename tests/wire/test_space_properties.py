@@ -9,14 +9,17 @@ import string
 from typing import Any
 
 import numpy as np
+import pytest
 from gymnasium import spaces as gs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aioenv.errors import AioEnvError
+from aioenv.errors import AioEnvError, InvalidAction
+from aioenv.wire.checks import SMALL_BATCH
 from aioenv.wire.errors import from_wire
 from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, leaves_to_wire
 from aioenv.wire.spaces import (
+    check_actions,
     describe_space,
     empty_batch,
     from_leaves,
@@ -108,3 +111,31 @@ def test_any_value_as_a_description_is_a_space_or_a_value_error(desc: Any) -> No
 )
 def test_any_value_as_an_error_description_is_an_error_of_the_tree(desc: Any) -> None:
     assert isinstance(from_wire(desc), AioEnvError)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(1, 20),
+    start=st.integers(-5, 5),
+    dtype=st.sampled_from([np.int64, np.int32, np.int8]),
+    rows=st.integers(1, 2 * SMALL_BATCH + 8),
+    data=st.data(),
+)
+def test_a_discrete_batch_is_checked_alike_on_both_sides_of_the_small_batch_path(
+    n: int, start: int, dtype: type, rows: int, data: st.DataObject
+) -> None:
+    """Batches of up to SMALL_BATCH rows are range-checked in Python, larger ones with numpy: either way an
+    action batch passes exactly when every value is in the space, as is, and the error names the first env
+    whose action is not."""
+    space = gs.Discrete(n, start=start, dtype=dtype)
+    values = data.draw(st.lists(st.integers(start - 3, start + n + 2), min_size=rows, max_size=rows))
+    actions = np.array(values, dtype=dtype)
+    env_ids = np.arange(100, 100 + rows)
+    bad = [i for i, v in enumerate(values) if not start <= v < start + n]
+    if not bad:
+        assert check_actions(space, actions, env_ids)[0] is actions
+        return
+    with pytest.raises(InvalidAction) as info:
+        check_actions(space, actions, env_ids)
+    assert info.value.env_id == 100 + bad[0], (values, info.value)
+    assert f"got {values[bad[0]]}" in str(info.value)

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aioenv.errors import InvalidAction
+from aioenv.wire.checks import SMALL_BATCH
 from aioenv.wire.spaces import (
     check_actions,
     concat_leaves,
@@ -335,6 +336,22 @@ def test_check_actions_accepts_samples(name: str) -> None:
     read = row_reader(space)
     for i in range(B):
         assert _contains(space, read(out, i))
+
+
+@pytest.mark.parametrize("rows", [1, SMALL_BATCH, SMALL_BATCH + 1, 4 * SMALL_BATCH])
+def test_check_discrete_edges_on_both_sides_of_the_small_batch_path(rows: int) -> None:
+    space = gs.Discrete(3, start=-2)  # -2, -1, 0
+    ids = np.arange(rows) + 7
+    ok = np.resize(np.array([-2, -1, 0]), rows)
+    assert check_actions(space, ok, ids)[0] is ok
+    for row in {0, rows // 2, rows - 1}:
+        for value in (-3, 1, np.iinfo(np.int64).min, np.iinfo(np.int64).max):
+            acts = ok.copy()
+            acts[row] = value
+            with pytest.raises(InvalidAction) as info:
+                check_actions(space, acts, ids)
+            assert info.value.env_id == row + 7
+            assert f"got {value}" in str(info.value)
 
 
 def test_check_discrete() -> None:
