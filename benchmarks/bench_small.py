@@ -40,6 +40,8 @@ ENV_ID = "CartPole-v1"
 EXECUTORS = ("auto", "in_process")
 #: Pre-sampled action batches, cycled.
 ACTION_BATCHES = 16
+#: Under the table: how its columns relate (a round's two sides run back to back, on the same machine state).
+NOTE = "µs/call: each side's median over rounds; the speed: the median of the per-round ratios."
 BAR = 1.0  # issue 21: lock-step step() of 8 and 32 CartPole envs >= 1.0x SyncVectorEnv
 
 
@@ -114,6 +116,7 @@ def render(results: dict[str, Any], header: dict[str, Any]) -> str:
             [f"n = {n}", executor, f"{cell['sync_us']:.1f}", f"{cell['pool_us']:.1f}", f"{cell['ratio']:.3f}x{mark}"]
         )
     lines = [f"`{header['command']}` ({header['date']})", "", *md_table(head, rows, left=2), ""]
+    lines += [NOTE, ""]
     lines += [f"- n = {k.split('/')[0]}, {k.split('/')[1]}: {c['placement']}" for k, c in results.items()]
     return "\n".join(lines) + "\n"
 
