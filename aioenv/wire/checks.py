@@ -23,10 +23,10 @@ from aioenv.wire.protocol import Pickled
 _MAX = np.maximum.reduce
 _MIN = np.minimum.reduce
 #: Up to this many rows, a Discrete batch's range is checked with Python's ``min`` and ``max`` over its values
-#: (``tolist``) instead of a ufunc reduction. Measured in a lock-step ``step()`` of 8 and 32 CartPole envs in
-#: the caller's process: the reduction costs 1.9-3.1 µs where the list costs 0.9-1.8, and the call as a whole
-#: ~10 µs more, about three times the difference (numpy's reduction machinery seems to cost the env steps that
-#: follow it their warm caches); pool / ``SyncVectorEnv`` time went from 1.08-1.10 to 1.03-1.05 for 8 envs.
+#: (``tolist``) instead of a ufunc reduction. Measured before a lock-step ``step()`` of 8 CartPole envs in the
+#: caller's process: the reduction alone costs 1.9 µs and the list 0.9, but the reduction made the whole call
+#: ~10 µs dearer and the list ~4.5 (numpy's reduction machinery seems to cost the env steps after it their warm
+#: caches); 8 envs went from 0.88-0.93x to 0.94-0.97x ``SyncVectorEnv``'s speed (``benchmarks/bench_small.py``).
 SMALL_BATCH = 64
 
 __all__ = [
