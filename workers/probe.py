@@ -3,10 +3,16 @@
 A pool asks a short-lived worker process of its own (a PROBE request) rather than timing the env in its
 own process: an env that hangs, crashes the interpreter or takes long to make costs that process, never
 the pool's caller. The env is made from the pool's source for env 0, reset with the pool's first seed,
-and stepped with actions sampled from its action space (outside the timing: a pool's caller brings its
-own), each step timed: up to :data:`PROBE_STEPS` steps within :data:`PROBE_SECONDS` (the first two are
-warm-up, unless already slow: a step of a millisecond or more is measured as it is), summed up by
-:func:`robust_mean`. The env is closed afterwards.
+and stepped with :data:`ACTIONS` actions sampled from its action space, taken in turn (sampled before the
+timing: a pool's caller brings its own), then closed.
+
+A step of :data:`SLOW_STEP` or more is timed one at a time, from the first. A cheaper one is timed the way
+it will run, many steps back to back: a fresh process's first milliseconds run slow (cold caches, memory
+the allocator touches for the first time), and a clock read around each step of a few microseconds adds a
+tenth to it, so :data:`WARM_SECONDS` of steps go first, untimed, then :data:`CHUNKS` runs of steps are timed
+whole, each about ``PROBE_SECONDS / CHUNKS`` long. The step's cost is the median of the runs' means
+(:func:`robust_mean` for single steps): a reset every few steps stays in, one preemption of the process
+(milliseconds, on a busy machine) does not.
 """
 
 from __future__ import annotations
@@ -21,17 +27,22 @@ from typing import Any
 
 from workers.hosted import is_async_env
 
-__all__ = ["CHUNKS", "PROBE_SECONDS", "PROBE_STEPS", "probe_env", "robust_mean"]
+__all__ = ["ACTIONS", "CHUNKS", "PROBE_SECONDS", "SLOW_STEP", "WARM_SECONDS", "probe_env", "robust_mean"]
 
 log = logging.getLogger("aioenv.worker")
 
-#: At most this long is spent stepping (wall time), and at most :data:`PROBE_STEPS` steps are timed.
+#: About this long is spent on timed steps (wall time; a slow env's single step may take longer).
 PROBE_SECONDS = 0.02
-PROBE_STEPS = 64
-#: Consecutive runs of the timed steps whose means :func:`robust_mean` takes the median of.
+#: Untimed steps first, for about this long (steps under :data:`SLOW_STEP` only).
+WARM_SECONDS = 0.005
+#: Runs of timed steps whose means :func:`robust_mean` takes the median of.
 CHUNKS = 5
-#: Steps this slow are measured from the first one (no warm-up: it would only cost time).
+#: Steps this slow are timed one at a time from the first one (a warm-up would only cost time).
 SLOW_STEP = 1e-3
+#: Actions sampled before the timing, stepped in turn.
+ACTIONS = 16
+#: At most this many steps in one timed run.
+MAX_RUN = 256
 
 
 def probe_env(factory: Callable[[], Any], seed: int | None) -> dict[str, Any]:
@@ -43,24 +54,47 @@ def probe_env(factory: Callable[[], Any], seed: int | None) -> dict[str, Any]:
             return {"async": True}
         env.action_space.seed(seed)
         env.reset(seed=seed)
-        warm = 2
-        walls: list[float] = []
-        cpus: list[float] = []
+        actions = [env.action_space.sample() for _ in range(ACTIONS)]
         start = time.perf_counter()
-        while len(walls) < PROBE_STEPS and (not walls or time.perf_counter() - start < PROBE_SECONDS):
-            action = env.action_space.sample()  # the pool's caller brings its actions: not the env's cost
-            wall0, cpu0 = time.perf_counter(), time.thread_time()
-            _step(env, action)
-            wall, cpu = time.perf_counter() - wall0, time.thread_time() - cpu0
-            if warm and wall < SLOW_STEP:
-                warm -= 1  # first-step checks (gymnasium's env checker), cold caches
-                continue
-            warm = 0
-            walls.append(wall)
-            cpus.append(cpu)
-        return {"step": robust_mean(walls), "cpu": robust_mean(cpus)}
+        first = _timed(env, actions, 1)
+        if first[0] >= SLOW_STEP:
+            return _one_by_one(env, actions, first, start)
+        warm = _until(env, actions, WARM_SECONDS)
+        size = max(1, min(MAX_RUN, int(PROBE_SECONDS / CHUNKS / max(warm, 1e-7))))
+        runs = [_timed(env, actions, size) for _ in range(CHUNKS)]
+        return {"step": statistics.median(w for w, _ in runs), "cpu": statistics.median(c for _, c in runs)}
     finally:
         _close(env)
+
+
+def _timed(env: Any, actions: list[Any], steps: int, first: int = 0) -> tuple[float, float]:
+    """Wall and CPU seconds per step of ``steps`` steps back to back, with ``actions`` in turn from ``first``."""
+    wall, cpu = time.perf_counter(), time.thread_time()
+    for i in range(first, first + steps):
+        _step(env, actions[i % len(actions)])
+    return (time.perf_counter() - wall) / steps, (time.thread_time() - cpu) / steps
+
+
+def _until(env: Any, actions: list[Any], seconds: float) -> float:
+    """Step for about ``seconds`` (at least one step); the wall seconds per step."""
+    start = time.perf_counter()
+    steps, elapsed = 0, 0.0
+    while not steps or elapsed < seconds:
+        _step(env, actions[steps % len(actions)])
+        steps += 1
+        elapsed = time.perf_counter() - start
+    return elapsed / steps
+
+
+def _one_by_one(env: Any, actions: list[Any], first: tuple[float, float], start: float) -> dict[str, float]:
+    """A slow env's steps, each timed: the ``first`` and more until :data:`PROBE_SECONDS` after ``start``
+    (at most :data:`MAX_RUN`)."""
+    walls, cpus = [first[0]], [first[1]]
+    while len(walls) < MAX_RUN and time.perf_counter() - start < PROBE_SECONDS:
+        wall, cpu = _timed(env, actions, 1, len(walls))
+        walls.append(wall)
+        cpus.append(cpu)
+    return {"step": robust_mean(walls), "cpu": robust_mean(cpus)}
 
 
 def robust_mean(samples: list[float]) -> float:

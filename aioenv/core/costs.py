@@ -1,16 +1,19 @@
 """``executor="auto"``: where a pool's envs run, decided from what one env's steps cost.
 
-A message to a worker process and back costs ~100-150 µs on a quiet small VM (two wake-ups of another
-process, see docs/performance.md), and several times that on a busy one. An env whose whole batch steps
+A message to a worker process and back costs ~100-150 µs on a quiet small VM when the worker is kept busy
+(two wake-ups of another process, see docs/performance.md), twice that when it waited for the message, as in
+a lock-step pool, and several times that on a busy machine. An env whose whole batch steps
 faster than that runs fastest in the caller's own process, with no message at all; an env that computes
 for longer gains from more cores; an env that mostly waits (I/O) wants threads; an ``aioenv.AsyncEnv``
 wants an ``async`` worker.
 
 :func:`probe` starts an ``inline`` worker process for the purpose, which makes one extra env, resets it and
-times a few steps with sampled actions (about 20 ms of steps, :mod:`workers.probe`), then closes it:
+times its steps with sampled actions (about 25 ms of steps, :mod:`workers.probe`), then closes it:
 an env that hangs or crashes costs that process (killed after :data:`PROBE_LIMIT`), not the caller.
-The same process then answers a few PINGs: their median round trip plus :data:`MESSAGE_WORK` is what a
-batch's message costs on this machine now, in place of the :data:`ROUND_TRIP` estimate. It was started
+The same process then answers PINGs, back to back and then each :data:`PING_GAP` after the last: their
+median round trips plus :data:`MESSAGE_WORK` are what a batch's message costs on this machine now, to a
+worker kept busy (first-finished ``recv()``) and to one that waited (lock-step), in place of the
+:data:`BUSY_ROUND_TRIP` and :data:`ROUND_TRIP` estimates. It was started
 with the pool's shared rows, so a pool whose envs go to ``inline`` workers keeps it as its first worker
 (:class:`Probed`): ``auto`` then costs no process start of its own.
 :func:`choose` turns the timings into a :class:`Choice`, pure arithmetic (unit-tested without envs):
@@ -23,9 +26,11 @@ with the pool's shared rows, so a pool whose envs go to ``inline`` workers keeps
   every env here, worker processes only, and (for a pool whose ``recv`` waits for every row: lock-step) a
   share of the envs stepped here while worker processes step the rest at the same time. Each message costs
   this process CPU of its own (:attr:`Cost.message_cpu`, measured with the PINGs: on a VM it can be half the
-  round trip), which the share pays before its own steps. A placement with workers must predict at most
-  :data:`WORKER_GAIN` of the all-here time: a second process is worth it only when it clearly pays. With a
-  smaller ``batch_size`` (first-finished results) a share would always finish first and starve the workers.
+  round trip), which the share pays around its own steps (sending before, reading the replies after), and
+  processes stepping at the same time each run at :data:`PARALLEL` of their speed alone. A placement with
+  workers must predict at most :data:`WORKER_GAIN` of the all-here time: a second process is worth it only
+  when it clearly pays. With a smaller ``batch_size`` (first-finished results) a share would always finish
+  first and starve the workers.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import asyncio
 import os
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aioenv.core.launcher import LaunchSpec, LocalProcess, WorkerProc, launch_local
@@ -45,8 +50,12 @@ from aioenv.wire.errors import from_wire
 from aioenv.wire.protocol import Key, Op, decode, encode
 
 __all__ = [
+    "BUSY_MESSAGE_CPU",
+    "BUSY_ROUND_TRIP",
     "MESSAGE_CPU",
     "MESSAGE_WORK",
+    "PARALLEL",
+    "PING_GAP",
     "PROBE_LIMIT",
     "ROUND_TRIP",
     "SHARE_LIMIT",
@@ -58,24 +67,40 @@ __all__ = [
     "probe",
 ]
 
-#: Seconds of a batch's round trip to worker processes and back (messages, wake-ups, the pool's own
-#: work per message), as measured on a quiet 2-vCPU VM; a batch cheaper than this runs faster in-process.
-#: The probe measures it for the machine at hand (:attr:`Cost.round_trip`); this is the estimate without.
-ROUND_TRIP = 150e-6
+#: Seconds of a lock-step batch's round trip to a worker process and back (messages, wake-ups, the pool's own
+#: work per message) as measured on a quiet 2-vCPU VM, the worker having waited for it; a batch cheaper than
+#: this runs faster in-process. The probe measures it for the machine at hand (:attr:`Cost.round_trip`);
+#: this is the estimate without.
+ROUND_TRIP = 270e-6
+#: Seconds of this process's own CPU per such message (sending, waking, reading, routing), as on a quiet
+#: 2-vCPU VM; the probe measures it (:attr:`Cost.message_cpu`). This is the estimate without.
+MESSAGE_CPU = 160e-6
+#: The same two for a worker kept busy, as ``recv()`` of the first rows to finish keeps it (a reply's rows
+#: are taken while the worker steps others, and the next request finds it awake):
+#: :attr:`Cost.busy_round_trip` and :attr:`Cost.busy_message_cpu`, measured with PINGs back to back.
+BUSY_ROUND_TRIP = 150e-6
+BUSY_MESSAGE_CPU = 80e-6
 #: The pool's own seconds per message beyond a bare PING's round trip (encoding the batch, routing the
-#: reply, gathering the rows), added to the probe's measured PING.
+#: reply, gathering the rows), added to the probe's measured PINGs.
 MESSAGE_WORK = 50e-6
-#: Seconds of this process's own CPU per message to a worker and back (sending, waking, reading, routing),
-#: as on a quiet 2-vCPU VM; the probe measures it (:attr:`Cost.message_cpu`). This is the estimate without.
-MESSAGE_CPU = 80e-6
-#: PINGs the probe's process answers, for the median round trip.
+#: PINGs the probe's process answers, for each median round trip.
 PINGS = 7
+#: Seconds the probe waits before each PING of a waiting worker, as a worker waits in a lock-step pool while
+#: this process steps its share, gathers the rows and its caller computes the next actions: a message to a
+#: process that just slept costs more than one in a ping-pong (on a 2-vCPU VM ~120 µs back to back, ~220 µs
+#: after 1 ms, ~470 µs after 5 ms; this process's CPU per message ~80, ~110, ~280 µs).
+PING_GAP = 1e-3
 #: The pool's own seconds per call in this process, which a share stepped here adds to that share (a step() of
 #: one env that does nothing takes 17-19 µs on a quiet 2-vCPU VM, ~2 µs of it the env's).
 CALL_COST = 15e-6
 #: Steps dearer than this run in worker processes only (an expensive env gains little from sharing the
 #: caller's core, and keeps the safety of a process of its own).
 SHARE_LIMIT = 50e-6
+#: Each of several processes stepping envs at the same time runs at this fraction of its speed alone (caches
+#: and memory shared, a VM's vCPUs on busy hosts): on a 2-vCPU VM two CartPole loops in two processes
+#: stepped 1.62-1.69x one loop (``benchmarks/bench_core.py``'s ``cores``), a share of 64 CartPole envs with a
+#: worker ran 20% slower than all 64 in one process, 256 ran 27% faster.
+PARALLEL = 0.83
 #: A placement with worker processes must predict at most this fraction of the seconds all envs take in this
 #: process (the model ignores the other process's wake-ups under load, which a VM makes dear and erratic).
 WORKER_GAIN = 0.8
@@ -86,15 +111,18 @@ PROBE_LIMIT = 5.0
 
 @dataclass(frozen=True)
 class Cost:
-    """What one env's steps cost: wall and CPU seconds per step (``asynchronous``: a coroutine env), the
-    seconds of a batch's round trip to a worker process on this machine, and this process's own CPU seconds
-    per such message."""
+    """What one env's steps cost: wall and CPU seconds per step (``asynchronous``: a coroutine env); the
+    seconds of a batch's round trip to a worker process on this machine and this process's own CPU seconds
+    per such message, for a worker that waited for it (``round_trip``, ``message_cpu``: lock-step pools) and
+    for one kept busy (``busy_round_trip``, ``busy_message_cpu``: first-finished ``recv()``)."""
 
     step: float = 0.0
     cpu: float = 0.0
     asynchronous: bool = False
     round_trip: float = ROUND_TRIP
     message_cpu: float = MESSAGE_CPU
+    busy_round_trip: float = BUSY_ROUND_TRIP
+    busy_message_cpu: float = BUSY_MESSAGE_CPU
 
 
 @dataclass(frozen=True)
@@ -188,31 +216,42 @@ async def probe(sources: EnvSources, env_id: int, seed: int | None, private_dir:
             header = await answer
             if header[Key.OP] == Op.ERROR:
                 raise from_wire(header[Key.ERROR])
-            round_trip, message_cpu = await _ping(proc, pong)
+            busy = await _ping(proc, pong, 0.0)
+            waiting = await _ping(proc, pong, PING_GAP)
     except BaseException:
         _close_fd(slab_fd)
         await _close(proc, asked=answer.done())
         raise
     timed = header[Key.VALUES]
-    if timed.get("async"):
-        return Probed(Cost(asynchronous=True, round_trip=round_trip, message_cpu=message_cpu), proc, slab_fd)
-    cost = Cost(float(timed["step"]), float(timed["cpu"]), round_trip=round_trip, message_cpu=message_cpu)
+    cost = Cost(
+        asynchronous=bool(timed.get("async")),
+        round_trip=waiting[0],
+        message_cpu=waiting[1],
+        busy_round_trip=busy[0],
+        busy_message_cpu=busy[1],
+    )
+    if not cost.asynchronous:
+        cost = replace(cost, step=float(timed["step"]), cpu=float(timed["cpu"]))
     return Probed(cost, proc, slab_fd)
 
 
-async def _ping(proc: WorkerProc, pong: list[asyncio.Future[None]]) -> tuple[float, float]:
-    """The median of :data:`PINGS` round trips to the probe's process, and this process's CPU seconds per
-    PING; each plus :data:`MESSAGE_WORK` (the pool's own work per message, on this process's CPU)."""
+async def _ping(proc: WorkerProc, pong: list[asyncio.Future[None]], gap: float) -> tuple[float, float]:
+    """The median of :data:`PINGS` round trips to the probe's process, each sent ``gap`` seconds after the
+    last answer (0: back to back), and this process's CPU seconds per PING; each plus :data:`MESSAGE_WORK`
+    (the pool's own work per message, on this process's CPU)."""
     loop = asyncio.get_running_loop()
     times = []
-    cpu = time.process_time()
+    cpu = 0.0
     for _ in range(PINGS):
+        if gap:
+            await asyncio.sleep(gap)
         pong.append(loop.create_future())
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         proc.port.send(b"probe", encode(Op.PING, {Key.ID: 0}))
         await pong[-1]
         times.append(time.perf_counter() - start)
-    cpu = (time.process_time() - cpu) / PINGS
+        cpu += time.process_time() - cpu_start
+    cpu /= PINGS
     return statistics.median(times) + MESSAGE_WORK, cpu + MESSAGE_WORK
 
 
@@ -224,6 +263,8 @@ def choose(cost: Cost, num_envs: int, cpus: int, batch_size: int | None = None) 
         return Choice("async", workers, 0, "the env's step is a coroutine")
     if cost.step > 1e-3 and cost.cpu < cost.step / 2:
         return Choice("thread", workers, 0, f"a step takes {_us(cost.step)}, mostly waiting")
+    if batch_size is not None and batch_size < num_envs:  # first-finished: the workers are kept busy
+        cost = replace(cost, round_trip=cost.busy_round_trip, message_cpu=cost.busy_message_cpu)
     batch, trip = num_envs * cost.step, cost.round_trip
     if cpus < 2 or batch <= trip:
         why = (
@@ -242,8 +283,9 @@ def _cheapest(cost: Cost, num_envs: int, workers: int, batch_size: int | None) -
     predicted seconds per batch, where one with workers must beat every env here by :data:`WORKER_GAIN`."""
     all_here = CALL_COST + num_envs * cost.step
     # (predicted seconds, worker processes, envs in this process) of each placement with workers
-    options = [(_workers_only(cost, num_envs, workers), workers, 0)]
-    if batch_size is None or batch_size >= num_envs:
+    lock_step = batch_size is None or batch_size >= num_envs
+    options = [(_workers_only(cost, num_envs, workers, PARALLEL if lock_step else 1.0), workers, 0)]
+    if lock_step:
         options.append(_share(cost, num_envs, workers))
     seconds, num_workers, in_process = min(options, key=lambda option: option[0])  # a tie: workers only
     if seconds > WORKER_GAIN * all_here:
@@ -263,27 +305,35 @@ def _cheapest(cost: Cost, num_envs: int, workers: int, batch_size: int | None) -
     return Choice("inline", num_workers, in_process, why)
 
 
-def _workers_only(cost: Cost, num_envs: int, workers: int) -> float:
-    """Predicted seconds of a batch on ``workers`` processes: a round trip, their envs in parallel, and this
-    process's CPU for each further message."""
-    return cost.round_trip + (workers - 1) * cost.message_cpu + num_envs * cost.step / workers
+def _workers_only(cost: Cost, num_envs: int, workers: int, parallel: float) -> float:
+    """Predicted seconds of a batch on ``workers`` processes: a round trip, their envs in parallel (each process
+    at ``parallel`` of its speed alone), and this process's CPU for each further message.
+
+    A lock-step batch waits for its slowest worker, all of them stepping at once: :data:`PARALLEL`. With
+    first-finished results (1.0) a batch overlaps the next one's messages; there the plain sum has matched
+    what was measured (CartPole n = 128, ``batch_size=64``: predicted 0.72-0.76x of the all-here time, measured
+    1.3-1.4x ``SyncVectorEnv``'s speed)."""
+    return cost.round_trip + (workers - 1) * cost.message_cpu + num_envs * cost.step / (workers * parallel)
 
 
 def _share(cost: Cost, num_envs: int, workers: int) -> tuple[float, int, int]:
     """``(predicted seconds, worker processes, envs here)`` of the share of envs stepped here that finishes
     with the workers' envs; ``workers``: the usable CPUs, one of which is this process's.
 
-    This process sends the workers' messages (``others x message_cpu`` of its CPU), then steps ``here`` envs;
-    the workers step the rest at the same time and answer after a round trip. Balance
-    ``CALL_COST + others x message_cpu + here x step`` against ``trip + (n - here) x step / others``:
-    ``here = (trip - CALL_COST - others x message_cpu + n x step / others) / (step x (1 + 1/others))``.
+    This process sends the workers' messages (half of ``others x message_cpu`` of its CPU), steps ``here``
+    envs, and once both sides are done reads the replies (the other half); the workers step the rest at the
+    same time and answer after a round trip. Stepping at the same time, each process runs at :data:`PARALLEL`
+    of its speed alone: ``step' = step / PARALLEL``. Balance ``CALL_COST + half + here x step'`` against
+    ``trip + (n - here) x step' / others``:
+    ``here = (trip - CALL_COST - half + n x step' / others) / (step' x (1 + 1/others))``.
     (A batch dearer than the round trip leaves the workers at least one env each.)"""
     others = min(workers - 1, num_envs - 1)
-    step = max(cost.step, 1e-9)
-    mine = CALL_COST + others * cost.message_cpu
+    step = max(cost.step, 1e-9) / PARALLEL
+    half = others * cost.message_cpu / 2
+    mine = CALL_COST + half
     here = round((cost.round_trip - mine + num_envs * step / others) / (step * (1 + 1 / others)))
     here = max(1, min(here, num_envs - others))
-    seconds = max(mine + here * step, cost.round_trip + (num_envs - here) * step / others)
+    seconds = max(mine + here * step, cost.round_trip + (num_envs - here) * step / others) + half
     return seconds, others, here
 
 

@@ -319,7 +319,7 @@ async def test_auto_keeps_cheap_real_envs_in_this_process(monkeypatch: pytest.Mo
 
 async def test_auto_shares_cheap_envs_between_this_process_and_a_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     async def five_microseconds(*_: Any) -> costs.Probed:  # as measured on a quiet machine (no process kept)
-        return costs.Probed(costs.Cost(5e-6, 5e-6), None, None)
+        return costs.Probed(costs.Cost(5e-6, 5e-6, round_trip=150e-6, message_cpu=80e-6), None, None)
 
     monkeypatch.setattr(aioenv.pool, "usable_cpus", lambda: 2)
     monkeypatch.setattr(costs, "probe", five_microseconds)
