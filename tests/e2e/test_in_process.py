@@ -303,6 +303,10 @@ async def test_auto_keeps_cheap_real_envs_in_this_process(monkeypatch: pytest.Mo
     async with aioenv.Pool("CartPole-v1", 2, seed=0) as pool:  # executor="auto" is the default
         (cost,) = measured
         assert 0 < 2 * cost.cpu < cost.round_trip
+        # both round trips were measured (a PING's time plus the pool's own work), not the estimates taken
+        for measured_seconds in (cost.round_trip, cost.busy_round_trip, cost.message_cpu, cost.busy_message_cpu):
+            assert measured_seconds > costs.MESSAGE_WORK
+        assert (cost.round_trip, cost.busy_round_trip) != (costs.ROUND_TRIP, costs.BUSY_ROUND_TRIP)
         choice = costs.choose(cost, 2, usable_cpus())
         assert (pool.executor, pool.num_workers, pool.envs_in_process) == (
             choice.executor,
