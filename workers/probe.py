@@ -10,9 +10,9 @@ A step of :data:`SLOW_STEP` or more is timed one at a time, from the first. A ch
 it will run, many steps back to back: a fresh process's first milliseconds run slow (cold caches, memory
 the allocator touches for the first time), and a clock read around each step of a few microseconds adds a
 tenth to it, so :data:`WARM_SECONDS` of steps go first, untimed, then :data:`CHUNKS` runs of steps are timed
-whole, each about ``PROBE_SECONDS / CHUNKS`` long. The step's cost is the median of the runs' means
-(:func:`robust_mean` for single steps): a reset every few steps stays in, one preemption of the process
-(milliseconds, on a busy machine) does not.
+whole, each about ``PROBE_SECONDS / CHUNKS`` long (at most :data:`MAX_RUN` steps). The step's cost is the
+median of the runs' means (:func:`robust_mean` for single steps): a reset every few steps stays in, one
+preemption of the process (milliseconds, on a busy machine) does not.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 from workers.hosted import is_async_env
 
-__all__ = ["ACTIONS", "CHUNKS", "PROBE_SECONDS", "SLOW_STEP", "WARM_SECONDS", "probe_env", "robust_mean"]
+__all__ = ["ACTIONS", "CHUNKS", "MAX_RUN", "PROBE_SECONDS", "SLOW_STEP", "WARM_SECONDS", "probe_env", "robust_mean"]
 
 log = logging.getLogger("aioenv.worker")
 
