@@ -263,7 +263,8 @@ def choose(cost: Cost, num_envs: int, cpus: int, batch_size: int | None = None) 
         return Choice("async", workers, 0, "the env's step is a coroutine")
     if cost.step > 1e-3 and cost.cpu < cost.step / 2:
         return Choice("thread", workers, 0, f"a step takes {_us(cost.step)}, mostly waiting")
-    if batch_size is not None and batch_size < num_envs:  # first-finished: the workers are kept busy
+    first_finished = batch_size is not None and batch_size < num_envs
+    if first_finished:  # recv() of the first rows to finish keeps the workers busy
         cost = replace(cost, round_trip=cost.busy_round_trip, message_cpu=cost.busy_message_cpu)
     batch, trip = num_envs * cost.step, cost.round_trip
     if cpus < 2 or batch <= trip:
@@ -275,17 +276,17 @@ def choose(cost: Cost, num_envs: int, cpus: int, batch_size: int | None = None) 
         return Choice("in_process", 0, num_envs, why)
     if cost.step > SHARE_LIMIT:
         return Choice("inline", workers, 0, f"a step takes {_us(cost.step)}")
-    return _cheapest(cost, num_envs, workers, batch_size)
+    return _cheapest(cost, num_envs, workers, batch_size if first_finished else None)
 
 
 def _cheapest(cost: Cost, num_envs: int, workers: int, batch_size: int | None) -> Choice:
     """Cheap steps, a batch dearer than a round trip, ``workers`` usable CPUs: the placement of the fewest
-    predicted seconds per batch, where one with workers must beat every env here by :data:`WORKER_GAIN`."""
+    predicted seconds per batch, where one with workers must beat every env here by :data:`WORKER_GAIN`;
+    ``batch_size``: the rows ``recv()`` returns when fewer than ``num_envs`` (first-finished), else None."""
     all_here = CALL_COST + num_envs * cost.step
     # (predicted seconds, worker processes, envs in this process) of each placement with workers
-    lock_step = batch_size is None or batch_size >= num_envs
-    options = [(_workers_only(cost, num_envs, workers, PARALLEL if lock_step else 1.0), workers, 0)]
-    if lock_step:
+    options = [(_workers_only(cost, num_envs, workers, PARALLEL if batch_size is None else 1.0), workers, 0)]
+    if batch_size is None:  # lock-step
         options.append(_share(cost, num_envs, workers))
     seconds, num_workers, in_process = min(options, key=lambda option: option[0])  # a tie: workers only
     if seconds > WORKER_GAIN * all_here:
@@ -298,7 +299,7 @@ def _cheapest(cost: Cost, num_envs: int, workers: int, batch_size: int | None) -
         why = f"a step takes {_us(cost.step)}: this process shares the work"
     else:
         why = f"a step takes {_us(cost.step)}, {num_envs} take {_us(seconds)} on {workers} worker processes"
-    if batch_size is not None and batch_size < num_envs:
+    if batch_size is not None:
         # First-finished results: a share stepped inside send() would always finish first, recv() would
         # hand out its rows and the next send() step them again, while the workers' envs wait their turn.
         why += f" (recv() returns the first {batch_size} of {num_envs} rows to finish: no share here)"
