@@ -230,7 +230,7 @@ def test_the_probe_times_cheap_steps_in_runs_that_keep_a_dear_step_every_few(mon
     timed = _cost(probe_env(factory, seed=0))
     assert timed.step >= 40 * US  # 200 µs every 4th step: 50 µs a step, however the runs fall
     assert timed.cpu > 0
-    assert made[0].steps >= 100  # 5 ms of warm-up alone is over 100 such steps
+    assert made[0].steps >= 4 * CHUNKS  # runs of several steps (~80 each here; a loaded machine makes fewer)
     assert reads <= 2 * (1 + CHUNKS)  # the first step, then each run
 
 
