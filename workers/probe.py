@@ -6,7 +6,9 @@ the pool's caller. The env is made from the pool's source for env 0, reset with 
 and stepped with :data:`ACTIONS` actions sampled from its action space, taken in turn (sampled before the
 timing: a pool's caller brings its own), then closed.
 
-A step of :data:`SLOW_STEP` or more is timed one at a time, from the first. A cheaper one is timed the way
+A step of :data:`SLOW_STEP` or more is timed one at a time, from the first (when the first is slow but
+under :data:`PROBE_SECONDS`, the second decides: one pause of the process must not make a cheap env
+slow, and a slow env's extra step costs at most that long). A cheaper one is timed the way
 it will run, many steps back to back: a fresh process's first milliseconds run slow (cold caches, memory
 the allocator touches for the first time), and a clock read around each step of a few microseconds adds a
 tenth to it, so :data:`WARM_SECONDS` of steps go first, untimed, then :data:`CHUNKS` runs of steps are timed
@@ -56,9 +58,11 @@ def probe_env(factory: Callable[[], Any], seed: int | None) -> dict[str, Any]:
         env.reset(seed=seed)
         actions = [env.action_space.sample() for _ in range(ACTIONS)]
         start = time.perf_counter()
-        first = _timed(env, actions, 1)
-        if first[0] >= SLOW_STEP:
-            return _one_by_one(env, actions, first, start)
+        timed = [_timed(env, actions, 1)]
+        if SLOW_STEP <= timed[0][0] < PROBE_SECONDS:  # slow, or paused once (a preemption, a collection)
+            timed.append(_timed(env, actions, 1, 1))
+        if timed[-1][0] >= SLOW_STEP:
+            return _one_by_one(env, actions, timed, start)
         warm = _until(env, actions, WARM_SECONDS)
         size = max(1, min(MAX_RUN, int(PROBE_SECONDS / CHUNKS / max(warm, 1e-7))))
         runs = [_timed(env, actions, size) for _ in range(CHUNKS)]
@@ -86,10 +90,10 @@ def _until(env: Any, actions: list[Any], seconds: float) -> float:
     return elapsed / steps
 
 
-def _one_by_one(env: Any, actions: list[Any], first: tuple[float, float], start: float) -> dict[str, float]:
-    """A slow env's steps, each timed: the ``first`` and more until :data:`PROBE_SECONDS` after ``start``
-    (at most :data:`MAX_RUN`)."""
-    walls, cpus = [first[0]], [first[1]]
+def _one_by_one(env: Any, actions: list[Any], timed: list[tuple[float, float]], start: float) -> dict[str, float]:
+    """A slow env's steps, each timed: those ``timed`` already and more until :data:`PROBE_SECONDS` after
+    ``start`` (at most :data:`MAX_RUN`)."""
+    walls, cpus = [wall for wall, _ in timed], [cpu for _, cpu in timed]
     while len(walls) < MAX_RUN and time.perf_counter() - start < PROBE_SECONDS:
         wall, cpu = _timed(env, actions, 1, len(walls))
         walls.append(wall)
