@@ -223,15 +223,10 @@ async def probe(sources: EnvSources, env_id: int, seed: int | None, private_dir:
         await _close(proc, asked=answer.done())
         raise
     timed = header[Key.VALUES]
-    cost = Cost(
-        asynchronous=bool(timed.get("async")),
-        round_trip=waiting[0],
-        message_cpu=waiting[1],
-        busy_round_trip=busy[0],
-        busy_message_cpu=busy[1],
-    )
-    if not cost.asynchronous:
-        cost = replace(cost, step=float(timed["step"]), cpu=float(timed["cpu"]))
+    asynchronous = bool(timed.get("async"))
+    step, cpu = (0.0, 0.0) if asynchronous else (float(timed["step"]), float(timed["cpu"]))
+    (round_trip, message_cpu), (busy_round_trip, busy_message_cpu) = waiting, busy
+    cost = Cost(step, cpu, asynchronous, round_trip, message_cpu, busy_round_trip, busy_message_cpu)
     return Probed(cost, proc, slab_fd)
 
 
