@@ -16,6 +16,11 @@ reached. Three cases, measured in one run:
    throughput (bar >= 97% of ideal), startup (``make`` + first ``reset``), and resident memory of the
    whole process tree (this process and every child: sums of RSS, PSS and USS). Bar: RSS sum < 1 GiB.
 
+Cases 1 and 2 also step the same envs *alone*: in this process, with no pool, each env in a loop of its own
+(a thread per ``SleepEnv``, a coroutine per ``AsyncSleepEnv``). That is what the envs reach on this machine
+by themselves (their sleeps' own lateness included) and the CPU they cost; each aioenv loop is then shown
+as a fraction of their steps/s and with the CPU per env-step it spends beyond theirs (what the pool costs).
+
 Client loop (every aioenv cell): ``await pool.reset(seed=0)``, ``pool.send(actions, all ids)``, then
 repeatedly ``obs, rew, term, trunc, info = await pool.recv(...)`` and ``pool.send(actions for those rows,
 info["env_id"])``. It warms up, then counts the rows received over a ``--seconds`` window. Episodes are
@@ -40,6 +45,7 @@ that raises is recorded as ``error: ...`` and the others go on.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import functools
 import gc
@@ -48,6 +54,7 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -86,11 +93,12 @@ from benchutil import (  # noqa: E402
 )
 
 import aioenv  # noqa: E402
-from aioenv.envs.latency import SleepEnv  # noqa: E402
+from aioenv.envs.latency import AsyncSleepEnv, SleepEnv  # noqa: E402
 
 DEFAULT_OUT = ROOT / "benchmarks" / "results"
 SECTIONS = ("thread64", "async1k", "async10k")
 PEER = "AsyncVectorEnv"
+ALONE = "the envs alone, no pool"
 BARS = {
     "thread_fraction": 0.90,
     "thread_vs_peer": 2.5,
@@ -147,6 +155,7 @@ class Case:
     warmup: float
     seconds: float
     peer: bool = False  # also run gymnasium's AsyncVectorEnv on the same envs
+    alone: bool = False  # also step the same envs by themselves, with no pool (see alone_cell)
 
     @property
     def env_kwargs(self) -> dict[str, Any]:
@@ -229,6 +238,7 @@ def build_cases(args: argparse.Namespace) -> dict[str, Case]:
         num_envs=16 if quick else 64,
         loops=("batch:4", "any") if quick else ("batch:16", "any"),
         peer=True,
+        alone=True,
         **mean_20ms,
     )
     async1k = Case(
@@ -237,6 +247,7 @@ def build_cases(args: argparse.Namespace) -> dict[str, Case]:
         executor="async",
         num_envs=128 if quick else 1024,
         loops=("batch:16", "any") if quick else tuple(args.loops),
+        alone=True,
         **mean_20ms,
     )
     async10k = Case(
@@ -428,6 +439,86 @@ def peer_cell(case: Case) -> dict[str, Any]:
     }
 
 
+def alone_cell(case: Case) -> dict[str, Any]:
+    """The case's envs stepped by themselves in this process, with no pool: each env in a loop of its own (a
+    thread per ``SleepEnv``, a coroutine per ``AsyncSleepEnv`` on uvloop), re-stepped the moment its step
+    returns. What the envs reach on this machine when nothing carries their actions and results: the sleeps'
+    own lateness (timer slack, wake-ups) and, for coroutines, the event loop's CPU per step."""
+    if case.executor == "async":
+        return run_async(_alone_async(case), 60.0 + 2 * (case.warmup + case.seconds))
+    return _alone_threads(case)
+
+
+def _alone_figures(steps: int, elapsed: float, startup: float, cpu: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "steps": steps,
+        "seconds": sig(elapsed),
+        "steps_per_s": sig(steps / elapsed),
+        "recv_calls": steps,
+        "rows_per_recv": 1.0,
+        "num_workers": 0,
+        "startup_s": {"total": sig(startup)},
+        "cpu": cpu,
+    }
+
+
+async def _alone_async(case: Case) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    envs = [AsyncSleepEnv(**case.env_kwargs) for _ in range(case.num_envs)]
+    count = [0]
+
+    async def run(env: AsyncSleepEnv) -> None:
+        await env.reset(seed=0)
+        while True:
+            await env.step(np.int64(0))
+            count[0] += 1
+
+    tasks = [asyncio.ensure_future(run(env)) for env in envs]
+    startup = time.perf_counter() - t0
+    try:
+        await asyncio.sleep(case.warmup)
+        procs = tree()
+        cpu0, first, start = cpu_snapshot(procs), count[0], time.perf_counter()
+        await asyncio.sleep(case.seconds)
+        steps, elapsed, cpu1 = count[0] - first, time.perf_counter() - start, cpu_snapshot(procs)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return _alone_figures(steps, elapsed, startup, cpu_usage(cpu0, cpu1, elapsed, steps))
+
+
+def _alone_threads(case: Case) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    envs = [SleepEnv(**case.env_kwargs) for _ in range(case.num_envs)]
+    counts = [0] * len(envs)  # one slot per thread: no lock
+    stop = threading.Event()
+
+    def run(i: int) -> None:
+        env = envs[i]
+        env.reset(seed=0)
+        action = np.int64(0)
+        while not stop.is_set():
+            env.step(action)
+            counts[i] += 1
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(envs))]
+    for thread in threads:
+        thread.start()
+    startup = time.perf_counter() - t0
+    try:
+        time.sleep(case.warmup)
+        procs = tree()
+        cpu0, first, start = cpu_snapshot(procs), sum(counts), time.perf_counter()
+        time.sleep(case.seconds)
+        steps, elapsed, cpu1 = sum(counts) - first, time.perf_counter() - start, cpu_snapshot(procs)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    return _alone_figures(steps, elapsed, startup, cpu_usage(cpu0, cpu1, elapsed, steps))
+
+
 def lockstep_ceiling(case: Case, rounds: int = 4_000, seed: int = 0) -> float:
     """Fraction of ideal a lock-step ``step()`` of all envs reaches with zero overhead: ``mean / E[max of n]``."""
     mu = math.log(case.mean) - case.sigma**2 / 2
@@ -502,6 +593,9 @@ def bench_case(case: Case, num_workers: int | None, retries: int) -> dict[str, A
     if case.peer:  # first: AsyncVectorEnv forks, better before this process runs ZeroMQ threads
         cell = run_cell(case, PEER, functools.partial(peer_cell, case), lockstep_ceiling(case), retries)
         cells[PEER] = cell | {"loop": "step(), lock-step", "implementation": f"gymnasium {PEER}"}
+    if case.alone:
+        cell = run_cell(case, ALONE, functools.partial(alone_cell, case), 1.0, retries)
+        cells[ALONE] = cell | {"loop": "each env in a loop of its own, one process", "implementation": ALONE}
     for spec in case.loops:
         loop = parse_loop(spec, case.num_envs)
         label = f"aioenv {case.executor} {loop.label}"
@@ -520,7 +614,7 @@ def steps_of(section: dict[str, Any], key: str) -> float | None:
 
 def best_loop(section: dict[str, Any]) -> str | None:
     """The aioenv loop with the highest steps/s."""
-    ok = {k: v for k, v in section["cells"].items() if k != PEER and v.get("status") == "ok"}
+    ok = {k: v for k, v in section["cells"].items() if k not in (PEER, ALONE) and v.get("status") == "ok"}
     return max(ok, key=lambda k: ok[k]["steps_per_s"]) if ok else None
 
 
@@ -622,6 +716,34 @@ def md_figures(sections: dict[str, dict[str, Any]]) -> list[str]:
     return md_table(head, rows, left=2)
 
 
+def versus_alone(section: dict[str, Any]) -> dict[str, Any] | None:
+    """Each aioenv loop against the envs alone (see :func:`alone_cell`): its steps/s as a fraction of theirs,
+    and the CPU it spends per env-step beyond theirs (µs: what the pool costs). None without that cell."""
+    alone = section["cells"].get(ALONE)
+    if alone is None or alone.get("status") != "ok":
+        return None
+    out = {}
+    for key, cell in section["cells"].items():
+        if key in (PEER, ALONE) or cell.get("status") != "ok":
+            continue
+        out[key] = {
+            "of_alone": sig(cell["steps_per_s"] / alone["steps_per_s"]),
+            "extra_us_per_step": sig(cell["cpu"]["us_per_step"] - alone["cpu"]["us_per_step"]),
+        }
+    return out
+
+
+def md_versus_alone(sections: dict[str, dict[str, Any]]) -> list[str]:
+    """The table of :func:`versus_alone`, for the sections that measured the envs alone."""
+    rows = []
+    for sec in sections.values():
+        for key, fig in (versus_alone(sec) or {}).items():
+            loop = sec["cells"][key].get("loop", key)
+            rows.append([sec["title"], loop, fmt(fig["of_alone"], ".1%"), fmt(fig["extra_us_per_step"], ".1f")])
+    head = ["case", "aioenv client loop", "steps/s of the envs alone", "CPU µs/step beyond theirs"]
+    return ["", *md_table(head, rows, left=2)] if rows else []
+
+
 def md_memory(sec: dict[str, Any]) -> list[str]:
     """Startup and resident memory of the largest async case."""
     cell = sec["cells"][sec["params"]["loops"][0]]
@@ -654,9 +776,11 @@ def render_markdown(res: dict[str, Any]) -> str:
         "ideal = envs / mean latency. Loop ceiling: the fraction of ideal that client loop reaches with zero "
         "overhead (simulated from the same latencies). CPU: % of one core over the timed window; outside = "
         "the rest of the machine, stolen = taken by the host from this VM (both noise). CPU µs/step: "
-        "client + workers CPU per env-step."
+        "client + workers CPU per env-step. The envs alone: the same envs stepped in this process with no pool, "
+        "each in a loop of its own: what they reach on this machine by themselves, and what they cost."
     )
     lines = [f"`{res['command']}`", "", about, "", *md_figures(res["sections"]), "", legend]
+    lines += md_versus_alone(res["sections"])
     lines += ["", *md_bars(res["bars"])]
     if sec := res["sections"].get("async10k"):
         lines += ["", *md_memory(sec)]
@@ -727,6 +851,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in selected:
         res["sections"][name] = bench_case(cases[name], args.num_workers, args.retries)
     res["bars"] = judge(res["sections"])
+    for section in res["sections"].values():
+        if (figures := versus_alone(section)) is not None:
+            section["versus_alone"] = figures
     res["leftover_processes_at_exit"] = leftover_children(wait=1.0)
     res["load_avg_1m_end"] = round(os.getloadavg()[0], 2)
     md = render_markdown(res)

@@ -18,6 +18,19 @@ def test_latency_benchmark_smoke(tmp_path: Path) -> None:
     result = json.loads((tmp_path / "latency.json").read_text())
     assert set(result["sections"]) == SECTIONS
     assert "AsyncVectorEnv" in result["sections"]["thread64"]["cells"]
+    for name in ("thread64", "async1k"):  # the envs stepped alone, and every aioenv loop measured against them
+        section = result["sections"][name]
+        alone = section["cells"]["the envs alone, no pool"]
+        assert alone["num_workers"] == 0
+        loops = set(section["params"]["loops"])
+        assert set(section["versus_alone"]) == loops
+        for loop, figures in section["versus_alone"].items():
+            rate = section["cells"][loop]["steps_per_s"] / alone["steps_per_s"]
+            assert figures["of_alone"] == pytest.approx(rate, rel=1e-3)
+            extra = section["cells"][loop]["cpu"]["us_per_step"] - alone["cpu"]["us_per_step"]
+            assert figures["extra_us_per_step"] == pytest.approx(extra, rel=1e-2, abs=0.1)
+    assert "versus_alone" not in result["sections"]["async10k"]
+    assert result["sections"]["async1k"]["best_loop"] in result["sections"]["async1k"]["params"]["loops"]
     for name, section in result["sections"].items():
         params = section["params"]
         # the ideal is what the envs' mean latency allows: every env answering once per mean
@@ -44,6 +57,7 @@ def test_latency_benchmark_smoke(tmp_path: Path) -> None:
     markdown = (tmp_path / "latency.md").read_text()
     assert markdown.startswith("`")
     assert "| bar |" in markdown
+    assert "steps/s of the envs alone" in markdown
 
 
 def _check_cell(where: str, cell: dict[str, object], ideal: float) -> None:
