@@ -39,14 +39,14 @@ StepOut = tuple[Any, float, bool, bool, dict[str, Any]]
 
 
 #: The types almost every reward has, checked by identity before the general (slower) test.
-_PLAIN_REWARDS = frozenset((float, int, bool, np.float64, np.float32, np.int64, np.bool_))
+PLAIN_REWARDS = frozenset((float, int, bool, np.float64, np.float32, np.int64, np.bool_))
 
 
 def _check_reward(reward: Any) -> Any:
     """A reward is a real number (a bool, a numpy scalar or a one-element numeric array will do): anything
     else, None above all, would turn into NaN in the batch without a word. Returns it as a scalar (a
     one-element array's item), so that a worker writes a batch's rewards with one numpy call."""
-    if type(reward) in _PLAIN_REWARDS or isinstance(reward, numbers.Real | np.bool_):
+    if type(reward) in PLAIN_REWARDS or isinstance(reward, numbers.Real | np.bool_):
         return reward
     if not (isinstance(reward, np.ndarray) and reward.size == 1 and reward.dtype.kind in "biuf"):  # e.g. shape ()
         raise TypeError(f"step returned reward {reward!r} ({type(reward).__name__}): a reward must be a real number")
@@ -81,31 +81,33 @@ class EpisodeState:
         env_id: the pool-wide id of this env.
         env: the env object.
         mode: the autoreset mode (``next_step``, ``same_step`` or ``disabled``).
+        blocked: why the env may not be stepped now (None: it may); set and cleared by the methods below.
+        pending_reset: its last step ended an episode (``next_step``: the next step resets it).
     """
 
-    __slots__ = ("_blocked", "_pending_reset", "_remade", "env", "env_id", "mode")
+    __slots__ = ("_remade", "blocked", "env", "env_id", "mode", "pending_reset")
 
     def __init__(self, env_id: int, env: Any, mode: str) -> None:
         self.env_id = env_id
         self.env = env
         self.mode = mode
-        self._pending_reset = False  # the last step ended an episode
-        self._blocked: str | None = "it has not been reset since it was made"
+        self.pending_reset = False  # the last step ended an episode
+        self.blocked: str | None = "it has not been reset since it was made"
         self._remade: dict[str, Any] | None = None  # why it was made again (a MAKE's "remade"), until a reset
 
     def before_reset(self) -> None:
         """A reset starts: until it returns, the env counts as broken (a reset that raises leaves it so)."""
-        self._blocked = "its last reset raised"
+        self.blocked = "its last reset raised"
 
     def after_reset(self) -> None:
         """A reset returned: the env may be stepped again."""
-        self._blocked = None
+        self.blocked = None
         self._remade = None
-        self._pending_reset = False
+        self.pending_reset = False
 
     def mark_replaced(self) -> None:
         """The env replaces one whose request overran its deadline (its caller got StepTimeout)."""
-        self._blocked = "it was replaced after its last request overran its deadline"
+        self.blocked = "it was replaced after its last request overran its deadline"
 
     def mark_remade(self, remade: dict[str, Any]) -> None:
         """The env replaces one whose worker died (``remade``: a MAKE's ``{"why", "worker", "code"}``): its
@@ -120,17 +122,22 @@ class EpisodeState:
     def failed_step(self, exc: BaseException) -> None:
         """A step raised (or was cancelled): refuse steps until the next reset."""
         detail = f": {exc}" if str(exc) else ""
-        self._blocked = f"its last step raised {type(exc).__name__}{detail}"
+        self.blocked = f"its last step raised {type(exc).__name__}{detail}"
 
     def mark_ended(self) -> None:
         """The env was replaced after its episode was cut short (``on_timeout="truncate"``): the
         caller saw a truncated row, so the next step starts a new episode as after any truncation."""
-        self._blocked = None
-        self._pending_reset = True
+        self.blocked = None
+        self.pending_reset = True
+
+    def mid_episode(self) -> bool:
+        """Whether a step is an ordinary step: the env is not broken, has been reset, and its episode has not
+        ended (nothing to refuse, nothing to reset first)."""
+        return self.blocked is None and not self.pending_reset
 
     def before_step(self) -> None:
         """Raise if the env may not be stepped now."""
-        if self._remade is not None and self._blocked is not None:
+        if self._remade is not None and self.blocked is not None:
             code = self._remade.get("code")
             raise EnvRemade(
                 f"env {self.env_id} was re-made on a fresh worker since its last reset, while it had no request in "
@@ -139,11 +146,9 @@ class EpisodeState:
                 worker=str(self._remade.get("worker", "")),
                 exitcode=code if isinstance(code, int) else None,
             )
-        if self._blocked is not None:
-            raise UsageError(
-                f"env {self.env_id} cannot be stepped: {self._blocked}; reset it first", env_id=self.env_id
-            )
-        if self._pending_reset and self.mode == DISABLED:
+        if self.blocked is not None:
+            raise UsageError(f"env {self.env_id} cannot be stepped: {self.blocked}; reset it first", env_id=self.env_id)
+        if self.pending_reset and self.mode == DISABLED:
             raise EpisodeEnded(
                 f"env {self.env_id}'s episode ended and autoreset_mode is 'disabled': reset it before stepping",
                 env_id=self.env_id,
@@ -166,29 +171,50 @@ class HostedEnv(EpisodeState):
     def step(self, action: Any) -> StepOut:
         """One step with the autoreset rules of the mode. Any exception marks the env broken.
 
-        This runs once per env per step in every worker (and per env in the caller's process for
-        ``executor="in_process"``), so it is one method: the checks of :meth:`before_step` guard the call to it,
-        and a plain reward skips :func:`_check_reward`."""
-        if self._blocked is not None or (self._pending_reset and self.mode == DISABLED):
-            self.before_step()  # raises: the env may not be stepped now
-        env = self.env
+        An env mid-episode (:meth:`mid_episode`) is stepped at once, and only a step that ends its episode or
+        returns an unusual reward goes on to :meth:`after_step`; the rest goes through :meth:`_step_waiting`.
+        (A worker's batched loop does the first part itself, without a call per env: ``Worker.step_rows``.)"""
+        if not self.mid_episode():
+            return self._step_waiting(action)
         try:
-            if self._pending_reset and self.mode == NEXT_STEP:
-                obs, info = env.reset()
-                self._pending_reset = False
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            if terminated or truncated or type(reward) not in PLAIN_REWARDS:
+                return self.after_step(obs, reward, terminated, truncated, info)
+        except BaseException as exc:
+            self.failed_step(exc)
+            raise
+        return obs, reward, terminated, truncated, info
+
+    def after_step(self, obs: Any, reward: Any, terminated: Any, truncated: Any, info: dict[str, Any]) -> StepOut:
+        """What follows a step that ended its episode or returned a reward of an unusual type: the reward
+        checked, the episode's end recorded (``next_step``, ``disabled``) or the env reset at once
+        (``same_step``, its info then carrying ``final_obs`` and ``final_info``). The caller marks the env
+        broken if this raises."""
+        if type(reward) not in PLAIN_REWARDS:
+            reward = _check_reward(reward)
+        ended = bool(terminated or truncated)
+        if self.mode != SAME_STEP:
+            self.pending_reset = ended
+        elif ended:
+            final = self.final(obs, info)  # before the reset: an env may reuse its observation's array
+            obs, info = self.env.reset()
+            final.update(info)
+            info = final
+        return obs, reward, terminated, truncated, info
+
+    def _step_waiting(self, action: Any) -> StepOut:
+        """A step of an env not mid-episode: refused (broken, never reset, or ended with autoreset disabled),
+        a ``next_step`` reset (reward 0, the action ignored), or, for a ``same_step`` env whose episode was cut
+        short by a deadline, an ordinary step."""
+        if self.blocked is not None or self.mode == DISABLED:
+            self.before_step()  # raises: the env may not be stepped now
+        try:
+            if self.mode == NEXT_STEP:
+                obs, info = self.env.reset()
+                self.pending_reset = False
                 return obs, 0.0, False, False, info
-            obs, reward, terminated, truncated, info = env.step(action)
-            if type(reward) not in _PLAIN_REWARDS:
-                reward = _check_reward(reward)
-            ended = bool(terminated or truncated)
-            if self.mode != SAME_STEP:
-                self._pending_reset = ended
-            elif ended:
-                final = self.final(obs, info)  # before the reset: an env may reuse its observation's array
-                obs, info = env.reset()
-                final.update(info)
-                info = final
-            return obs, reward, terminated, truncated, info
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            return self.after_step(obs, reward, terminated, truncated, info)
         except BaseException as exc:
             self.failed_step(exc)
             raise
@@ -216,20 +242,20 @@ class AsyncHostedEnv(EpisodeState):
 
         One coroutine per step, not a checking one around a stepping one: thousands of these run per second
         in an ``async`` worker, and each coroutine layer costs a frame and an ``await`` of its own."""
-        if self._blocked is not None or (self._pending_reset and self.mode == DISABLED):
+        if self.blocked is not None or (self.pending_reset and self.mode == DISABLED):
             self.before_step()  # raises: the env may not be stepped now
         env = self.env
         try:
-            if self.mode == NEXT_STEP and self._pending_reset:
+            if self.mode == NEXT_STEP and self.pending_reset:
                 obs, info = await env.reset()
-                self._pending_reset = False
+                self.pending_reset = False
                 return obs, 0.0, False, False, info
             obs, reward, terminated, truncated, info = await env.step(action)
-            if type(reward) not in _PLAIN_REWARDS:
+            if type(reward) not in PLAIN_REWARDS:
                 reward = _check_reward(reward)
             ended = bool(terminated or truncated)
             if self.mode != SAME_STEP:
-                self._pending_reset = ended
+                self.pending_reset = ended
             elif ended:
                 final = self.final(obs, info)  # before the reset: an env may reuse its observation's array
                 obs, info = await env.reset()

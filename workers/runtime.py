@@ -38,7 +38,7 @@ from aioenv.wire.protocol import (
     pack,
     pickle_allowed,
 )
-from workers.hosted import HostedEnv, check_executor
+from workers.hosted import PLAIN_REWARDS, HostedEnv, check_executor
 from workers.link import open_link
 from workers.probe import probe_env
 from workers.sources import resolve
@@ -274,7 +274,19 @@ class Worker:
             try:
                 hosted = envs.get(env_id) or self.hosted(env_id)
                 action = act0[row] if act0 is not None else read_action(acts, row)
-                o, rewards[i], terminated[i], truncated[i], info = hosted.step(action)
+                if hosted.blocked is None and not hosted.pending_reset:  # hosted.mid_episode(), without the call
+                    # HostedEnv.step's first part, here rather than through a call per env (~3% of a CartPole
+                    # step() of 8 envs in this process): only an end or an unusual reward goes further.
+                    try:
+                        o, reward, term, trunc, info = hosted.env.step(action)
+                        if term or trunc or type(reward) not in PLAIN_REWARDS:
+                            o, reward, term, trunc, info = hosted.after_step(o, reward, term, trunc, info)
+                    except BaseException as exc:
+                        hosted.failed_step(exc)
+                        raise
+                    rewards[i], terminated[i], truncated[i] = reward, term, trunc
+                else:
+                    o, rewards[i], terminated[i], truncated[i], info = hosted.step(action)
                 if obs0 is not None:
                     obs0[row] = o
                 else:

@@ -77,3 +77,67 @@ def test_sync_host_disabled_mode_refuses_a_step_after_the_end() -> None:
     hosted.reset(1, None)
     hosted.step(0)  # a reset clears it
     hosted.close()
+
+
+class _Scripted(gym.Env[np.ndarray, int]):
+    """Steps return the rewards of ``script`` in turn (an exception is raised); the episode ends at its end."""
+
+    observation_space = gym.spaces.Box(0, 10, (1,))
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, script: list[Any]) -> None:
+        self.script = script
+        self.t = 0
+        self.resets = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.t, self.resets = 0, self.resets + 1
+        return np.zeros(1, np.float32), {"reset": self.resets}
+
+    def step(self, action: int) -> Any:
+        reward = self.script[self.t % len(self.script)]
+        self.t += 1
+        if isinstance(reward, BaseException):
+            raise reward
+        return np.full(1, self.t, np.float32), reward, self.t % len(self.script) == 0, False, {}
+
+
+def test_sync_host_checks_unusual_rewards_and_ends_episodes_after_an_ordinary_step() -> None:
+    """An ordinary step is returned as the env gave it; a one-element array reward becomes its item, the end
+    of an episode makes the next step a reset (next_step), and a step that raises breaks the env."""
+    env = _Scripted([1.0, np.array([2.5]), 3])
+    hosted = HostedEnv(0, env, "next_step")
+    hosted.reset(0, None)
+    assert hosted.mid_episode()
+    assert hosted.step(0)[1:4] == (1.0, False, False)
+    reward = hosted.step(0)[1]
+    assert reward == 2.5
+    assert type(reward) is float
+    assert hosted.step(0)[1:3] == (3, True)
+    assert not hosted.mid_episode()
+    obs, reward, terminated, truncated, info = hosted.step(0)  # the autoreset step
+    assert (obs.tolist(), reward, terminated, truncated, info) == ([0.0], 0.0, False, False, {"reset": 2})
+    assert hosted.mid_episode()
+    broken = HostedEnv(1, _Scripted([1.0, ValueError("boom")]), "next_step")
+    broken.reset(0, None)
+    broken.step(0)
+    with pytest.raises(ValueError, match="boom"):
+        broken.step(0)
+    assert not broken.mid_episode()
+    with pytest.raises(UsageError, match="env 1 cannot be stepped: its last step raised ValueError: boom"):
+        broken.step(0)
+
+
+def test_same_step_host_cut_short_by_a_deadline_steps_on_and_resets_at_its_next_end() -> None:
+    """``mark_ended`` in same_step mode: the next steps are ordinary ones, and the next end resets at once."""
+    hosted = HostedEnv(2, _Scripted([1.0, 1.0]), "same_step")
+    hosted.reset(0, None)
+    hosted.mark_ended()
+    assert not hosted.mid_episode()
+    assert hosted.step(0)[1:3] == (1.0, False)
+    obs, _, terminated, _, info = hosted.step(0)
+    assert terminated
+    assert obs.tolist() == [0.0]  # reset at once
+    assert info["final_obs"].tolist() == [2.0]
+    assert info["reset"] == 2
