@@ -119,6 +119,18 @@ class EpisodeState:
         cross the wire) and ``final_info``, in that order (see the module)."""
         return {"final_obs": for_wire(self.env.observation_space, obs), "final_info": info}
 
+    def settle(self, reward: Any, terminated: Any, truncated: Any) -> tuple[Any, bool]:
+        """After a step that ended its episode or returned a reward of an unusual type: the reward checked
+        (:func:`_check_reward`) and whether the episode ended, recorded outside ``same_step`` (the next step
+        resets the env, or is refused with ``disabled``). Callers skip it for a plain reward mid-episode,
+        which changes nothing here."""
+        if type(reward) not in PLAIN_REWARDS:
+            reward = _check_reward(reward)
+        ended = bool(terminated or truncated)
+        if self.mode != SAME_STEP:
+            self.pending_reset = ended
+        return reward, ended
+
     def failed_step(self, exc: BaseException) -> None:
         """A step raised (or was cancelled): refuse steps until the next reset."""
         detail = f": {exc}" if str(exc) else ""
@@ -190,12 +202,8 @@ class HostedEnv(EpisodeState):
         checked, the episode's end recorded (``next_step``, ``disabled``) or the env reset at once
         (``same_step``, its info then carrying ``final_obs`` and ``final_info``). The caller marks the env
         broken if this raises."""
-        if type(reward) not in PLAIN_REWARDS:
-            reward = _check_reward(reward)
-        ended = bool(terminated or truncated)
-        if self.mode != SAME_STEP:
-            self.pending_reset = ended
-        elif ended:
+        reward, ended = self.settle(reward, terminated, truncated)
+        if ended and self.mode == SAME_STEP:
             final = self.final(obs, info)  # before the reset: an env may reuse its observation's array
             obs, info = self.env.reset()
             final.update(info)
@@ -251,16 +259,13 @@ class AsyncHostedEnv(EpisodeState):
                 self.pending_reset = False
                 return obs, 0.0, False, False, info
             obs, reward, terminated, truncated, info = await env.step(action)
-            if type(reward) not in PLAIN_REWARDS:
-                reward = _check_reward(reward)
-            ended = bool(terminated or truncated)
-            if self.mode != SAME_STEP:
-                self.pending_reset = ended
-            elif ended:
-                final = self.final(obs, info)  # before the reset: an env may reuse its observation's array
-                obs, info = await env.reset()
-                final.update(info)
-                info = final
+            if terminated or truncated or type(reward) not in PLAIN_REWARDS:
+                reward, ended = self.settle(reward, terminated, truncated)
+                if ended and self.mode == SAME_STEP:
+                    final = self.final(obs, info)  # before the reset: an env may reuse its observation's array
+                    obs, info = await env.reset()
+                    final.update(info)
+                    info = final
             return obs, reward, terminated, truncated, info
         except BaseException as exc:
             self.failed_step(exc)

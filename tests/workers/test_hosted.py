@@ -141,3 +141,38 @@ def test_same_step_host_cut_short_by_a_deadline_steps_on_and_resets_at_its_next_
     assert obs.tolist() == [0.0]  # reset at once
     assert info["final_obs"].tolist() == [2.0]
     assert info["reset"] == 2
+
+
+class _AsyncScripted(AsyncEnv[np.ndarray, int]):
+    """The async twin of ``_Scripted``: rewards from ``script`` in turn, the episode ends at its end."""
+
+    observation_space = gym.spaces.Box(0, 10, (1,))
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, script: list[Any]) -> None:
+        self.sync = _Scripted(script)
+
+    async def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        return self.sync.reset(seed=seed)
+
+    async def step(self, action: int) -> Any:
+        await asyncio.sleep(0)
+        return self.sync.step(action)
+
+
+async def test_async_host_checks_unusual_rewards_and_resets_at_once_in_same_step_mode() -> None:
+    hosted = AsyncHostedEnv(4, _AsyncScripted([np.array([2.5]), 1.0]), "same_step")
+    await hosted.areset(0, None)
+    reward = (await hosted.astep(0))[1]
+    assert (reward, type(reward)) == (2.5, float)
+    obs, _, terminated, _, info = await hosted.astep(0)
+    assert terminated
+    assert obs.tolist() == [0.0]
+    assert (info["final_obs"].tolist(), info["reset"]) == ([2.0], 2)
+    broken = AsyncHostedEnv(5, _AsyncScripted([1.0, None]), "next_step")
+    await broken.areset(0, None)
+    await broken.astep(0)
+    with pytest.raises(TypeError, match="step returned reward None"):
+        await broken.astep(0)
+    with pytest.raises(UsageError, match="env 5 cannot be stepped: its last step raised TypeError"):
+        await broken.astep(0)
