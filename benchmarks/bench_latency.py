@@ -734,10 +734,11 @@ def versus_alone(section: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def md_versus_alone(sections: dict[str, dict[str, Any]]) -> list[str]:
-    """The table of :func:`versus_alone`, for the sections that measured the envs alone."""
+    """The table of each section's ``versus_alone`` (:func:`versus_alone`, recorded by :func:`main`), for the
+    sections that measured the envs alone."""
     rows = []
     for sec in sections.values():
-        for key, fig in (versus_alone(sec) or {}).items():
+        for key, fig in sec.get("versus_alone", {}).items():
             loop = sec["cells"][key].get("loop", key)
             rows.append([sec["title"], loop, fmt(fig["of_alone"], ".1%"), fmt(fig["extra_us_per_step"], ".1f")])
     head = ["case", "aioenv client loop", "steps/s of the envs alone", "CPU µs/step beyond theirs"]
