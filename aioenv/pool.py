@@ -77,22 +77,40 @@ def _worker_executor(executor: PoolExecutor) -> Executor:
     return "thread" if executor == "thread" else "async" if executor == "async" else "inline"
 
 
-def _check_in_process(executor: PoolExecutor | None, **options: Any) -> None:
-    """Refuse what envs run in the caller's own thread cannot do (``executor="in_process"``): ``ValueError``
-    naming the option and the executor that can."""
-    if executor != "in_process":
+def _workers_asked(value: object) -> int | None:
+    """``num_workers`` as given to :func:`make`: None (the default), 0 (every env in this process) or a count."""
+    if isinstance(value, int | np.integer) and not isinstance(value, bool) and value == 0:
+        return 0
+    try:
+        return positive_int("num_workers", value, allow_none=True)
+    except ValueError:
+        raise ValueError(
+            f"num_workers must be a positive int, 0 (every env in this process) or None, got {value!r}"
+        ) from None
+
+
+def _check_in_process(executor: PoolExecutor | None, num_workers: int | None, **options: Any) -> None:
+    """Refuse what envs in the caller's own process cannot do (``executor="in_process"``, or ``num_workers=0``):
+    ``ValueError`` naming the option and what can."""
+    if executor == "in_process":
+        asked, instead = "executor='in_process'", "'inline', 'thread' or 'async'"
+    elif num_workers == 0:
+        asked, instead = "num_workers=0", "num_workers=None or a count"
+    else:
         return
     if options["endpoint"] is not None:
         raise ValueError(
-            "executor='in_process' runs envs in this process; a remote pool's envs run on the server's workers: "
-            "use 'inline', 'thread', 'async' or 'auto' (the server's choice)"
+            f"{asked} runs envs in this process; a remote pool's envs run on the server's workers: "
+            f"use {instead} (or executor='auto', the server's choice)"
         )
-    given = [name for name in ("step_timeout", "reset_timeout", "max_worker_rss", "num_workers") if options[name]]
+    given = [name for name in ("step_timeout", "reset_timeout", "max_worker_rss") if options[name]]
+    if executor == "in_process" and num_workers:
+        given.append("num_workers")
     if given:
         raise ValueError(
-            f"{given[0]} is for envs in worker processes: executor='in_process' runs them on this event loop, "
+            f"{given[0]} is for envs in worker processes: {asked} runs them in this process, "
             "where a hung step cannot be interrupted and a worker's memory cannot be told apart; use "
-            "'inline', 'thread' or 'async' (or 'auto', which then keeps them in worker processes)"
+            f"{instead} (with executor='auto', the envs then stay in worker processes)"
         )
 
 
@@ -269,14 +287,17 @@ class Pool:
         self.endpoint = _checked_endpoint(endpoint)
         self._curve_keys = _checked_curve_keys(curve_keys, endpoint)
         self._asked_executor = None if executor is None else _executor(executor)
+        self._asked_workers = _workers_asked(num_workers)
         _check_in_process(
             self._asked_executor,
+            self._asked_workers,
             endpoint=endpoint,
             step_timeout=step_timeout,
             reset_timeout=reset_timeout,
             max_worker_rss=max_worker_rss,
-            num_workers=num_workers,
         )
+        if self._asked_workers == 0 and self._asked_executor == "inline":
+            self._asked_executor = "in_process"  # the inline executor in this process
         self._mode = _mode_name(autoreset_mode)
         self.step_timeout = positive_seconds("step_timeout", step_timeout)
         self.reset_timeout = positive_seconds("reset_timeout", reset_timeout)
@@ -288,13 +309,14 @@ class Pool:
         # a remote pool sends names only: no private directory, callables refused by parse_sources
         self._private_dir = Coordinator.private_directory() if endpoint is None else None
         try:  # a refused argument must not leave the private directory behind
-            self._size(env, num_envs, env_kwargs, batch_size, num_workers, seed)
+            self._size(env, num_envs, env_kwargs, batch_size, seed)
         except BaseException:
             self._remove_private_dir()
             raise
         self.executor: PoolExecutor = self._asked_executor or "auto"
-        #: How many envs (the first ones) run in this process (see ``executor="in_process"`` and ``"auto"``).
-        self.envs_in_process = self.num_envs if self.executor == "in_process" else 0
+        #: How many envs (the first ones) run in this process (see ``executor="in_process"``, ``"auto"`` and
+        #: ``num_workers=0``).
+        self.envs_in_process = self.num_envs if self.executor == "in_process" or self._asked_workers == 0 else 0
         #: Why ``executor="auto"`` chose what it did ("" until it did).
         self.placement_reason = ""
         self._recorded = list(self._seeds)
@@ -310,7 +332,6 @@ class Pool:
         num_envs: int | None,
         env_kwargs: dict[str, Any] | None,
         batch_size: int | None,
-        num_workers: int | None,
         seed: int | Sequence[int | None] | None,
     ) -> None:
         """Check the env sources and the counts that follow from them: ``num_envs``, ``batch_size``,
@@ -319,9 +340,8 @@ class Pool:
         self.batch_size = positive_int("batch_size", batch_size, allow_none=True) or self.num_envs
         if self.batch_size > self.num_envs:
             raise ValueError(f"batch_size={self.batch_size} exceeds num_envs={self.num_envs}")
-        self._asked_workers = positive_int("num_workers", num_workers, allow_none=True)
-        workers = self._asked_workers or min(self.num_envs, usable_cpus())
-        # in-process envs need no worker process: they all run in this thread
+        workers = self._asked_workers if self._asked_workers is not None else min(self.num_envs, usable_cpus())
+        # in-process envs need no worker process: they all run in this process
         self.num_workers = 0 if self._asked_executor == "in_process" else min(workers, self.num_envs)
         self._seeds = self._initial_seeds(seed)
 
@@ -386,7 +406,10 @@ class Pool:
             choice = costs.choose(probed.cost, self.num_envs, cpus, self.batch_size)
             if choice.in_process and (not_here := _no_envs_here(needs_workers)):
                 choice = costs.Choice("inline", max(1, min(self.num_envs, cpus)), 0, not_here)
-        if self._asked_workers is not None:  # worker processes asked for by number: every env goes to them
+        if self._asked_workers == 0:  # every env in this process, on the executor the probe suggests
+            executor = "in_process" if choice.executor == "inline" else choice.executor
+            choice = costs.Choice(executor, 0, self.num_envs, f"num_workers=0 keeps every env here; {choice.why}")
+        elif self._asked_workers is not None:  # worker processes asked for by number: every env goes to them
             executor = "inline" if choice.executor == "in_process" else choice.executor
             why = choice.why if executor == choice.executor and not choice.in_process else ""
             why = why or f"num_workers={self._asked_workers} asks for worker processes"
@@ -416,6 +439,8 @@ class Pool:
     def describe_placement(self) -> str:
         """Where the envs run, in words (``"32 envs in this process"``, ``"20 here, 12 on 1 inline worker"``)."""
         here = f"{self.envs_in_process} envs in this process"
+        if self.envs_in_process and self.executor in ("thread", "async") and not self.num_workers:
+            here += ", each on a thread of its own" if self.executor == "thread" else ", as coroutines on its loop"
         if not self.num_workers:
             placed = here
         else:

@@ -488,7 +488,9 @@ class SyncPool:
         except BaseException:
             self._finalizer()
             raise
-        if pool.envs_in_process == pool.num_envs:  # every call is answered inside itself: no thread hop needed
+        if pool.envs_in_process == pool.num_envs and pool.executor == "in_process":
+            # every call is answered inside itself: no thread hop needed (envs on threads or coroutines of this
+            # process, num_workers=0, need the loop running between calls: they stay on the loop thread)
             self._rt.go_direct()
 
     # ------------------------------------------------------------ plumbing

@@ -163,6 +163,9 @@ class ConcurrentWorker:
         self._drain_scheduled = False
         self._tasks: set[asyncio.Future[Any]] = set()
         self._barrier: list[list[Any]] | None = None  # messages waiting for a MAKE/CANCEL to finish
+        #: Run by a pool in its own process (:mod:`workers.inproc_concurrent`): pickled values cross as in
+        #: a worker process its pool started (:func:`aioenv.wire.protocol.trust_parent_pipe`).
+        self.trusted = False
 
     # ------------------------------------------------------------------ loop and socket
 
@@ -171,19 +174,35 @@ class ConcurrentWorker:
         run_loop(self._main())
 
     async def _main(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        self._stopped = self.loop.create_future()
         link = open_link(self.endpoint, self.name, self.configure)
-        self.link: Link = link
+        self.attach(link)
         fd = link.fileno()
         self.loop.add_reader(fd, self._drain)
+        try:
+            await self.serve()
+        finally:
+            self.loop.remove_reader(fd)
+            link.close()
+
+    def attach(self, link: Link) -> None:
+        """Send through ``link`` from the running loop; messages come in through :meth:`handle`."""
+        self.loop = asyncio.get_running_loop()
+        self._stopped = self.loop.create_future()
+        self.link: Link = link
+
+    async def serve(self) -> None:
+        """Say HELLO through the link (:meth:`attach`), answer messages until CLOSE (or :meth:`stop`), then
+        close every env."""
         try:
             self._send(encode(Op.HELLO, {Key.NAME: self.name, Key.PID: os.getpid(), Key.EXECUTOR: self.executor}))
             await self._stopped
         finally:
-            self.loop.remove_reader(fd)
             await self._close_all()
-            link.close()
+
+    def stop(self) -> None:
+        """End :meth:`serve` (its envs are closed on the way out)."""
+        if not self._stopped.done():
+            self._stopped.set_result(None)
 
     def _send(self, frames: list[Any]) -> None:
         try:
@@ -201,7 +220,7 @@ class ConcurrentWorker:
             for _ in range(_DRAIN_BATCH):
                 if self._stopped.done() or not link.has_input():
                     return
-                self._handle(link.recv())
+                self.handle(link.recv())
         except LinkClosed:  # the coordinator is gone: stop serving
             log.debug("worker %s: the coordinator closed the pipe", self.name)
             if not self._stopped.done():
@@ -210,13 +229,14 @@ class ConcurrentWorker:
         self._drain_scheduled = True
         self.loop.call_soon(self._drain)
 
-    def _handle(self, frames: list[Any]) -> None:
+    def handle(self, frames: list[Any]) -> None:
+        """Answer one message (its replies go out through the link as its rows finish)."""
         if self._barrier is not None:
             self._barrier.append(frames)
             return
         req_id: Any = None
         try:
-            header, arrays = decode(frames)
+            header, arrays = decode(frames, trusted=self.trusted)
             req_id = header.get(Key.ID)
             op = header[Key.OP]
             if op == Op.STEP or op == Op.RESET:
@@ -257,7 +277,7 @@ class ConcurrentWorker:
                 return
             stop = fields.pop("_stop", False)
             fields[Key.ID] = req_id
-            self._send(encode(Op.RESULT, fields))
+            self._send(encode(Op.RESULT, fields, trusted=self.trusted))
             if stop and not self._stopped.done():
                 self._stopped.set_result(None)
 
@@ -269,7 +289,7 @@ class ConcurrentWorker:
             if self._barrier is not None:  # a held MAKE/CANCEL raised the barrier again
                 self._barrier.extend(waiting[i:])
                 return
-            self._handle(frames)
+            self.handle(frames)
 
     def _spawn(self, coro: Any) -> asyncio.Future[Any]:
         task = self.loop.create_task(coro)
@@ -426,7 +446,7 @@ class ConcurrentWorker:
         fields[Key.ROWS_KIND] = kind
         # One-env requests (step_env/reset_env futures) want each env's own info dict, not a batched slice.
         as_list = ilist or any(len(req.env_ids) == 1 for req, _ in items)
-        return encode_reply(fields, arrays, env_ids, as_list)
+        return encode_reply(fields, arrays, env_ids, as_list, trusted=self.trusted)
 
     # ------------------------------------------------------------------ make, call, drop, cancel, close
 
@@ -476,7 +496,7 @@ class ConcurrentWorker:
             elif remade is not None:
                 env.hosted.mark_remade(remade)
             if key not in described:
-                described[key] = describe_env(env.hosted.env, pickle_allowed())
+                described[key] = describe_env(env.hosted.env, self.trusted or pickle_allowed())
         return {Key.SPACES: described, Key.ERRORS: errors}
 
     async def _on_call(self, header: dict[str, Any]) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from aioenv.wire.errors import error_fields
 from aioenv.wire.protocol import Key, decode
 from workers.runtime import Worker, encode_reply
 
-__all__ = ["InProcessWorker", "Stepped"]
+__all__ = ["InProcessWorker", "Port", "Stepped"]
 
 
 class Stepped(NamedTuple):
@@ -50,7 +50,7 @@ class Stepped(NamedTuple):
     errors: dict[int, Any]
 
 
-class _Port(Protocol):
+class Port(Protocol):
     """Where the coordinator sends this worker's requests (the coordinator's ``Port``: here, the worker itself)."""
 
     def send(self, identity: bytes, frames: Sequence[Any]) -> bool:
@@ -80,7 +80,7 @@ class InProcessWorker:
     ) -> None:
         self.name = name
         self.exited = asyncio.Event()
-        self.port: _Port = self
+        self.port: Port = self
         self._identity = name.encode()
         self._loop = asyncio.get_running_loop()
         self._on_exit = on_exit

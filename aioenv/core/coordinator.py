@@ -76,9 +76,10 @@ class Coordinator(Recovery):
         when_room: with a launcher that can run out of room: ``when_room(retry)`` calls ``retry()`` each
             time room may have freed up, until it returns True (a worker that could not be restarted for
             want of room is started then, and its envs re-made).
-        in_process: the first this many envs run in this process, stepped on the event loop by a worker of
-            its own (:mod:`workers.inproc`); the others on the launched workers. Requests to launched workers
-            go out first, so they step while this process steps its own share.
+        in_process: the first this many envs run in this process, served on the event loop by a worker of
+            its own (``inline``: :mod:`workers.inproc`, stepped inside the calls; ``thread``/``async``:
+            :mod:`workers.inproc_concurrent`); the others on the launched workers. Requests to launched
+            workers go out first, so they step while this process steps its own share.
         adopt: a running local ``inline`` worker with no envs and the shared rows' descriptor it inherited
             (``executor="auto"``'s probe, see :class:`aioenv.core.costs.Probed`): it becomes the first launched
             worker, and the descriptor the pool's rows. Both are the coordinator's from here on.
@@ -274,7 +275,7 @@ class Coordinator(Recovery):
                 return
         deadline = None if timeout is None else self.loop.time() + timeout
         prepared = self._prepare(kind, env_ids, at, sink, build, deadline)
-        if len(prepared) > 1 and prepared[0][0].in_process:  # answered inside send: the other workers go first
+        if len(prepared) > 1 and prepared[0][0].in_process:  # may be answered inside send: the others go first
             prepared.append(prepared.pop(0))
         for slot, req, positions, frames in prepared:
             if frames is None:  # its worker is gone for good
@@ -355,7 +356,7 @@ class Coordinator(Recovery):
         A concurrency limit does not hold it back: envs in this process step one after the other, never more
         than one at a time, and a call's rows over the limit would go out as soon as the rows before them were
         answered, within the same call (rows that wait already go first: then the message path keeps order)."""
-        if len(self.slots) != 1 or self.closing or self.sched.held:
+        if len(self.slots) != 1 or self.closing or self.sched.held or self.executor != "inline":
             return None
         slot = self.slots[0]
         if not (slot.in_process and slot.ready and slot.proc is not None) or slot.outbox:

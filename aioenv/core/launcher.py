@@ -33,6 +33,7 @@ from aioenv.transport.spawn import launch_worker, worker_sched_policy
 
 if TYPE_CHECKING:
     from workers.inproc import InProcessWorker
+    from workers.inproc_concurrent import InProcessConcurrentWorker
 
 __all__ = [
     "LaunchSpec",
@@ -143,13 +144,21 @@ def in_process_unavailable() -> str | None:
     return None
 
 
-def launch_in_process(spec: LaunchSpec) -> InProcessWorker:
-    """Run the worker in this process, served by the running event loop (``executor="in_process"``, see
-    :mod:`workers.inproc`): no process, no pipe, no copy of the rows. :class:`UsageError` when a module of
-    the caller's shadows the runtime (:func:`in_process_unavailable`)."""
+def launch_in_process(spec: LaunchSpec) -> InProcessWorker | InProcessConcurrentWorker:
+    """Run the worker in this process, served by the running event loop: no process, no pipe. The ``inline``
+    executor steps the envs inside the calls (``executor="in_process"``, :mod:`workers.inproc`); ``thread`` and
+    ``async`` run them on threads or coroutines of this process (``num_workers=0``,
+    :mod:`workers.inproc_concurrent`). :class:`UsageError` when a module of the caller's shadows the runtime
+    (:func:`in_process_unavailable`)."""
     if (why := in_process_unavailable()) is not None:
-        raise UsageError(f"executor='in_process' cannot run here: {why}")
-    from workers.inproc import InProcessWorker  # here, not at import: only once it is known to be aioenv's
+        asked = "executor='in_process'" if spec.executor == "inline" else f"executor={spec.executor!r}, num_workers=0"
+        raise UsageError(f"{asked} cannot run here: {why}")
+    # imported here, not at import: only once the runtime is known to be aioenv's
+    if spec.executor != "inline":
+        from workers.inproc_concurrent import InProcessConcurrentWorker
+
+        return InProcessConcurrentWorker(spec.name, spec.private_dir, spec.executor, spec.on_exit, spec.on_message)
+    from workers.inproc import InProcessWorker
 
     return InProcessWorker(spec.name, spec.private_dir, spec.on_exit, spec.on_message, slab_fd=spec.slab_fd)
 

@@ -8,8 +8,9 @@ aioenv's only extra is ``info["env_id"]`` (int32, one row per env).
 
 The batched-step tests run on every executor: ``inline``, ``thread`` and ``async`` (each env
 wrapped in an ``AsyncEnv``, so the async autoreset state machine is held to the same trajectories),
-``in_process`` (every env stepped in the test's own process) and ``shared`` (what ``executor="auto"``
-chooses for cheap envs on several CPUs: the first envs in this process, the others on a worker process).
+``in_process`` (every env stepped in the test's own process), ``shared`` (what ``executor="auto"``
+chooses for cheap envs on several CPUs: the first envs in this process, the others on a worker process),
+and ``thread_here`` / ``async_here`` (``num_workers=0``: threads or coroutines of the test's own process).
 
 Two envs: CartPole-v1 with ``max_episode_steps=20`` (both terminations and
 truncations happen) and ``tests.envs.dictenv`` (Dict observations, rich infos,
@@ -59,7 +60,9 @@ CASES = {
     "dict": Case("tests.envs.dictenv:make_dict_env", None, make_dict_env),
 }
 CASE_NAMES = sorted(CASES)
-EXECUTORS = ["inline", "thread", "async", "in_process", "shared"]
+EXECUTORS = ["inline", "thread", "async", "in_process", "shared", "thread_here", "async_here"]
+#: Envs on threads or coroutines of the test's own process (``num_workers=0``).
+HERE = {"thread_here": "thread", "async_here": "async"}
 MODES = {"next_step": AutoresetMode.NEXT_STEP, "same_step": AutoresetMode.SAME_STEP, "disabled": AutoresetMode.DISABLED}
 
 
@@ -81,6 +84,9 @@ def make_pool(case: Case, mode: str, executor: str = "inline", **options: Any) -
     ``auto`` under the :func:`shared_placement` fixture."""
     if executor == "shared":
         executor = "auto"
+    elif executor in HERE:
+        executor = HERE[executor]
+        options["num_workers"] = 0
     elif executor != "in_process":
         options.setdefault("num_workers", WORKERS)
     if executor == "async":
@@ -175,7 +181,9 @@ async def test_step_trajectory_matches_sync_vector_env(
     try:
         async with make_pool(case, mode, executor) as pool:
             assert pool.num_envs == N
-            assert pool.envs_in_process == {"in_process": N, "shared": 2}.get(executor, 0)
+            assert pool.envs_in_process == {"in_process": N, "shared": 2, **dict.fromkeys(HERE, N)}.get(executor, 0)
+            if executor in ("in_process", *HERE):
+                assert pool.num_workers == 0
             assert pool.autoreset_mode is MODES[mode]
             assert pool.single_observation_space == sync.single_observation_space
             assert pool.single_action_space == sync.single_action_space

@@ -751,7 +751,7 @@ BAD_ARGUMENTS = [
     pytest.param(dict(num_envs=None), TypeError, ["num_envs"], id="num_envs-missing"),
     pytest.param(dict(batch_size=0), ValueError, ["batch_size"], id="batch_size-zero"),
     pytest.param(dict(batch_size=5), ValueError, ["batch_size", "num_envs"], id="batch_size-too-big"),
-    pytest.param(dict(num_workers=0), ValueError, ["num_workers"], id="num_workers-zero"),
+    pytest.param(dict(num_workers=-1), ValueError, ["num_workers", "-1"], id="num_workers-negative"),
     pytest.param(dict(num_workers=1.5), ValueError, ["num_workers"], id="num_workers-float"),
     pytest.param(dict(autoreset_mode="sometimes"), ValueError, ["autoreset_mode", "sometimes"], id="autoreset"),
     pytest.param(dict(executor="process"), ValueError, ["executor", "process"], id="executor"),
