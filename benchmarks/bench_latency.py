@@ -6,9 +6,10 @@ reached. Three cases, measured in one run:
 
 1. ``thread64``: ``executor="thread"``, 64 ``SleepEnv`` (``time.sleep``; mean 20 ms, sigma 0.5, cap 200 ms),
    driven by a send/recv loop with ``batch_size=16`` (and, for information, a ``recv(min_results=1)``
-   loop); next to gymnasium's ``AsyncVectorEnv`` on the same 64 envs (64 subprocesses, lock-step
-   ``step()`` with a fixed action). Bars: >= 90% of ideal, >= 97% of what its loop allows, >= 2.5x
-   AsyncVectorEnv.
+   loop, and both loops again with the envs on threads of this process, ``num_workers=0``: loops
+   ``batch:16@here`` and ``any@here``); next to gymnasium's ``AsyncVectorEnv`` on the same 64 envs
+   (64 subprocesses, lock-step ``step()`` with a fixed action). Bars: >= 90% of ideal, >= 97% of what its
+   loop allows, >= 2.5x AsyncVectorEnv.
 2. ``async1k``: ``executor="async"``, 1,024 ``AsyncSleepEnv`` (``asyncio.sleep``; mean 20 ms), under a few
    client loops (``recv()`` with ``batch_size`` 64 and 256, ``recv(min_results=1, max_results=1024)``).
    Bars: the best loop >= 95% of ideal; every loop >= 97% of what it allows (its ceiling).
@@ -115,29 +116,37 @@ DISTURBED_PCT = 20.0  # CPU used outside this process tree during a window (% of
 # ------------------------------------------------------------------ parameters
 @dataclasses.dataclass(frozen=True)
 class Loop:
-    """A client loop: ``recv()`` with the pool's ``batch_size``, or ``recv(min_results=1, max_results=n)``."""
+    """A client loop: ``recv()`` with the pool's ``batch_size``, or ``recv(min_results=1, max_results=n)``; with
+    ``here``, on a pool whose envs run on threads or coroutines of this process (``num_workers=0``)."""
 
-    spec: str  # "batch:N" or "any"
+    spec: str  # "batch:N" or "any", then "@here" for num_workers=0
     batch_size: int | None
     min_results: int | None
     max_results: int | None
+    here: bool = False
 
     @property
     def label(self) -> str:
-        """How the loop calls recv, for the tables."""
+        """How the loop calls recv (and where the envs run, when in this process), for the tables."""
         if self.batch_size is not None:
-            return f"recv(), batch_size={self.batch_size}"
-        return f"recv(min_results=1, max_results={self.max_results})"
+            label = f"recv(), batch_size={self.batch_size}"
+        else:
+            label = f"recv(min_results=1, max_results={self.max_results})"
+        return f"{label}, num_workers=0 (this process)" if self.here else label
 
 
 def parse_loop(spec: str, num_envs: int) -> Loop:
-    """``"batch:N"`` (N clamped to ``num_envs``) or ``"any"``."""
-    if spec == "any":
-        return Loop("any", None, 1, num_envs)
-    kind, _, size = spec.partition(":")
+    """``"batch:N"`` (N clamped to ``num_envs``) or ``"any"``, either followed by ``"@here"`` (``num_workers=0``)."""
+    what, at, where = spec.partition("@")
+    here = bool(at)
+    if here and where != "here":
+        raise argparse.ArgumentTypeError(f"a loop ends in '@here' or nothing, got {spec!r}")
+    if what == "any":
+        return Loop(spec, None, 1, num_envs, here)
+    kind, _, size = what.partition(":")
     if kind != "batch" or not size.isdigit() or int(size) < 1:
-        raise argparse.ArgumentTypeError(f"a loop is 'batch:N' (N >= 1) or 'any', got {spec!r}")
-    return Loop(spec, min(int(size), num_envs), None, None)
+        raise argparse.ArgumentTypeError(f"a loop is 'batch:N' (N >= 1) or 'any', optionally '@here', got {spec!r}")
+    return Loop(spec, min(int(size), num_envs), None, None, here)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,7 +245,7 @@ def build_cases(args: argparse.Namespace) -> dict[str, Case]:
         env=sleep_env,
         executor="thread",
         num_envs=16 if quick else 64,
-        loops=("batch:4", "any") if quick else ("batch:16", "any"),
+        loops=("batch:4", "any", "any@here") if quick else ("batch:16", "any", "batch:16@here", "any@here"),
         peer=True,
         alone=True,
         **mean_20ms,
@@ -369,7 +378,7 @@ async def aioenv_cell(case: Case, loop: Loop, num_workers: int | None) -> dict[s
         executor=case.executor,
         env_kwargs=case.env_kwargs,
         batch_size=loop.batch_size,
-        num_workers=num_workers,
+        num_workers=0 if loop.here else num_workers,
     )
     try:
         t1 = time.perf_counter()
@@ -818,7 +827,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=lambda s: [parse_loop(x, 10**9).spec for x in s.split(",")],
         default=["batch:64", "batch:256", "any"],
         help="async1k client loops, comma-separated: batch:N (recv() with batch_size N) or any "
-        "(recv(min_results=1, max_results=num_envs)); default batch:64,batch:256,any",
+        "(recv(min_results=1, max_results=num_envs)), either with @here for the envs in this process "
+        "(num_workers=0); default batch:64,batch:256,any",
     )
     p.add_argument("--loop-10k", type=lambda s: parse_loop(s, 10**9).spec, default="any", help="async10k loop")
     p.add_argument(

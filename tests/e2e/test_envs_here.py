@@ -201,3 +201,48 @@ def test_the_blocking_facade_runs_envs_on_threads_of_this_process() -> None:
             np.testing.assert_array_equal(pool.step(action)[0], expected.step(action)[0])
         expected.close()
     assert _pool_threads() == set()
+
+
+@pytest.mark.parametrize("executor", ["thread", "async"])
+async def test_a_stopped_worker_here_is_made_again_and_its_envs_say_so(executor: str) -> None:
+    env = "CartPole-v1" if executor == "thread" else ASYNC_SLEEP
+    async with aioenv.Pool(env, 2, executor=executor, num_workers=0, seed=0) as pool:
+        await guard(pool.reset())
+        coord = pool._coord
+        assert coord is not None
+        old = coord.slots[0].proc
+        assert old is not None
+        old.kill()  # its envs are closed, and the coordinator makes them again in this process
+        async with asyncio.timeout(HANG):
+            while coord.slots[0].proc is old or not coord.slots[0].ready:
+                await asyncio.sleep(0.01)
+        assert old.returncode == -9
+        with pytest.raises(aioenv.EnvRemade) as caught:
+            await guard(pool.step(np.array([0, 1])))
+        assert sorted(caught.value.errors) == [0, 1]
+        await guard(pool.reset(seed=1))
+        obs, *_ = await guard(pool.step(np.array([0, 1])))
+        assert obs.shape[0] == 2
+    assert _pool_threads() == set()
+
+
+async def test_calls_and_attributes_reach_the_envs_on_their_threads() -> None:
+    Threaded.calls.clear()
+    async with aioenv.Pool(Threaded, 2, executor="thread", num_workers=0) as pool:
+        await guard(pool.set_attr("marker", [7, 8]))
+        assert await guard(pool.get_attr("marker")) == [7, 8]
+        await guard(pool.call("reset"))
+    resets = [(env, tid) for name, env, tid in Threaded.calls if name == "reset"]
+    makes = {env: tid for name, env, tid in Threaded.calls if name == "make"}
+    assert len(resets) == 2
+    assert all(makes[env] == tid for env, tid in resets)  # called on the thread that made the env
+
+
+async def test_closing_with_steps_in_flight_answers_them_and_leaves_no_thread() -> None:
+    pool = await aioenv.make(Napper, 3, executor="async", num_workers=0)
+    await guard(pool.reset(seed=0))
+    pending = [pool.step_env(i, 40) for i in range(3)]  # 4 s each: still running when the pool closes
+    await asyncio.sleep(0.05)
+    await guard(pool.aclose())
+    outcomes = await guard(asyncio.gather(*pending, return_exceptions=True))
+    assert all(isinstance(o, aioenv.AioEnvError) for o in outcomes), outcomes
