@@ -86,7 +86,8 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         autoreset_mode: a ``gymnasium.vector.AutoresetMode`` or its value (``"NextStep"``, ...).
         max_concurrency: at most this many envs run at once (the pool's ``max_concurrency``); it also bounds
             ``num_workers`` (the ``inline`` executor runs one env at a time per worker).
-        num_workers: aioenv worker processes (default ``min(num_envs, usable CPUs, max_concurrency)``).
+        num_workers: aioenv worker processes (default ``min(num_envs, usable CPUs, max_concurrency)``); 0 runs
+            every env in this process (``executor="thread"``: each on a thread of its own; see ``docs/api.md``).
         step_timeout: seconds; a step or reset that overruns fails with ``aioenv.StepTimeout`` (also a
             ``multiprocessing.TimeoutError``) and its env is replaced.
         executor: ``"inline"`` (default: worker processes, as ``AsyncVectorEnv`` has), ``"thread"`` for envs that

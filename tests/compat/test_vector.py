@@ -119,6 +119,20 @@ def drive(aio: VectorEnv, ref: VectorEnv, mode: AutoresetMode, steps: int = STEP
 # ---------------------------------------------------------------- equivalence
 
 
+def test_envs_on_threads_of_this_process_give_the_same_results() -> None:
+    """``num_workers=0, executor="thread"``: the adapter's envs on threads of the test's own process."""
+    factory = CASES["dict"]
+    ref = gym.vector.SyncVectorEnv([factory] * N, autoreset_mode=AutoresetMode.NEXT_STEP)
+    aio = AioVectorEnv([factory] * N, executor="thread", num_workers=0)
+    try:
+        assert (aio.pool.pool.envs_in_process, aio.pool.pool.num_workers) == (N, 0)
+        assert not aio.pool.runs_in_caller
+        assert drive(aio, ref, AutoresetMode.NEXT_STEP) > 0
+    finally:
+        aio.close()
+        ref.close()
+
+
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_same_results_as_async_vector_env(case: str, mode: AutoresetMode) -> None:
