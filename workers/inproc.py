@@ -33,7 +33,7 @@ from aioenv.wire.errors import error_fields
 from aioenv.wire.protocol import Key, decode
 from workers.runtime import Worker, encode_reply
 
-__all__ = ["InProcessWorker", "Port", "Stepped"]
+__all__ = ["InProcessProc", "InProcessWorker", "Port", "Stepped"]
 
 
 class Stepped(NamedTuple):
@@ -58,7 +58,29 @@ class Port(Protocol):
         ...
 
 
-class InProcessWorker:
+class InProcessProc:
+    """What a worker in the pool's own process shows the coordinator as its process: this process's id, and
+    how it ended (``_code``, ``_why``: set by the worker)."""
+
+    _code: int | None = None
+    _why: str = ""
+
+    @property
+    def pid(self) -> str:
+        """The pool's own process id, marked as such (a string, so nothing mistakes it for a worker's to kill)."""
+        return f"{os.getpid()} (this process)"
+
+    @property
+    def returncode(self) -> int | None:
+        """0 once closed, -9 once killed, None while it serves."""
+        return self._code
+
+    def describe(self) -> str:
+        """How it ended, in words."""
+        return self._why or "is still running"
+
+
+class InProcessWorker(InProcessProc):
     """A :class:`~workers.runtime.Worker` served by the running event loop; see the module docstring.
 
     Args:
@@ -94,20 +116,6 @@ class InProcessWorker:
         self._code: int | None = None
         self._why = ""
         self._loop.call_soon(self._say_hello)
-
-    @property
-    def pid(self) -> str:
-        """The pool's own process id, marked as such (a string, so nothing mistakes it for a worker's to kill)."""
-        return f"{os.getpid()} (this process)"
-
-    @property
-    def returncode(self) -> int | None:
-        """0 once closed, -9 once killed, None while it serves."""
-        return self._code
-
-    def describe(self) -> str:
-        """How it ended, in words."""
-        return self._why or "is still running"
 
     # ------------------------------------------------------------ Port
 

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from aioenv.transport.pipe import LinkClosed
 from workers.concurrent import ConcurrentWorker
-from workers.inproc import Port
+from workers.inproc import InProcessProc, Port
 
 __all__ = ["InProcessConcurrentWorker"]
 
@@ -67,7 +66,7 @@ class _ToPool:
         self.closed = True
 
 
-class InProcessConcurrentWorker:
+class InProcessConcurrentWorker(InProcessProc):
     """A :class:`~workers.concurrent.ConcurrentWorker` served by the running event loop; see the module docstring.
 
     Args:
@@ -97,20 +96,6 @@ class InProcessConcurrentWorker:
         self._code: int | None = None
         self._why = ""
         self._task = asyncio.get_running_loop().create_task(self._serve())
-
-    @property
-    def pid(self) -> str:
-        """The pool's own process id, marked as such (a string, so nothing mistakes it for a worker's to kill)."""
-        return f"{os.getpid()} (this process)"
-
-    @property
-    def returncode(self) -> int | None:
-        """0 once closed, -9 once killed, None while it serves."""
-        return self._code
-
-    def describe(self) -> str:
-        """How it ended, in words."""
-        return self._why or "is still running"
 
     def send(self, identity: bytes, frames: Sequence[Any]) -> bool:
         """Handle a request now: its envs' steps start before ``send`` returns, and its rows reach the
