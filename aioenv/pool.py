@@ -93,24 +93,26 @@ def _check_in_process(executor: PoolExecutor | None, num_workers: int | None, **
     """Refuse what envs in the caller's own process cannot do (``executor="in_process"``, or ``num_workers=0``):
     ``ValueError`` naming the option and what can."""
     if executor == "in_process":
-        asked, instead = "executor='in_process'", "'inline', 'thread' or 'async'"
+        asked = "executor='in_process'"
+        remote = "use 'inline', 'thread', 'async' or 'auto' (the server's choice)"
+        instead = "use 'inline', 'thread' or 'async' (or 'auto', which then keeps them in worker processes)"
     elif num_workers == 0:
-        asked, instead = "num_workers=0", "num_workers=None or a count"
+        asked = "num_workers=0"
+        remote = "leave num_workers at None (the server's choice) or give a count"
+        instead = "leave num_workers at None or give a count of worker processes"
     else:
         return
     if options["endpoint"] is not None:
         raise ValueError(
-            f"{asked} runs envs in this process; a remote pool's envs run on the server's workers: "
-            f"use {instead} (or executor='auto', the server's choice)"
+            f"{asked} runs envs in this process; a remote pool's envs run on the server's workers: {remote}"
         )
     given = [name for name in ("step_timeout", "reset_timeout", "max_worker_rss") if options[name]]
     if executor == "in_process" and num_workers:
         given.append("num_workers")
     if given:
         raise ValueError(
-            f"{given[0]} is for envs in worker processes: {asked} runs them in this process, "
-            "where a hung step cannot be interrupted and a worker's memory cannot be told apart; use "
-            f"{instead} (with executor='auto', the envs then stay in worker processes)"
+            f"{given[0]} is for envs in worker processes: {asked} runs them in this process, where a hung step "
+            f"cannot be interrupted and a worker's memory cannot be told apart; {instead}"
         )
 
 

@@ -160,8 +160,14 @@ async def test_the_caller_may_change_its_action_array_once_send_returned() -> No
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"executor": "thread", "num_workers": 0, "step_timeout": 1.0}, "step_timeout is for envs in worker processes"),
-        ({"executor": "async", "num_workers": 0, "max_worker_rss": 1 << 30}, "max_worker_rss is for envs in worker"),
+        (
+            {"executor": "thread", "num_workers": 0, "step_timeout": 1.0},
+            "step_timeout is for envs in worker processes: num_workers=0 runs them in this process",
+        ),
+        (
+            {"executor": "async", "num_workers": 0, "max_worker_rss": 1 << 30},
+            "leave num_workers at None or give a count of worker processes",
+        ),
         ({"num_workers": 0, "endpoint": "tcp://127.0.0.1:5555"}, "num_workers=0 runs envs in this process"),
         ({"num_workers": -1}, "num_workers must be a positive int, 0 (every env in this process) or None, got -1"),
         ({"num_workers": 1.5}, "got 1.5"),
