@@ -51,7 +51,7 @@ from aioenv.errors import ProtocolError
 from aioenv.transport.pipe import LinkClosed
 from aioenv.wire import spaces
 from aioenv.wire.errors import error_fields
-from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, pickle_allowed
+from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, local, pickle_allowed
 from workers.hosted import AsyncHostedEnv, HostedEnv, check_executor
 from workers.link import Link, open_link
 from workers.runtime import CallSpec, Group, batch_reply, checked_value, describe_env, encode_reply
@@ -164,8 +164,10 @@ class ConcurrentWorker:
         self._tasks: set[asyncio.Future[Any]] = set()
         self._barrier: list[list[Any]] | None = None  # messages waiting for a MAKE/CANCEL to finish
         #: Run by a pool in its own process (:mod:`workers.inproc_concurrent`): pickled values cross as in
-        #: a worker process its pool started (:func:`aioenv.wire.protocol.trust_parent_pipe`).
+        #: a worker process its pool started (:func:`aioenv.wire.protocol.trust_parent_pipe`), and rows
+        #: without infos or errors go back as they are (``protocol.Local``).
         self.trusted = False
+        self.same_process = False
 
     # ------------------------------------------------------------------ loop and socket
 
@@ -444,6 +446,8 @@ class ConcurrentWorker:
         fields, arrays = batch_reply(obs, infos, errors, [rew, term, trunc] if step else [])
         fields[Key.MULTI] = multi
         fields[Key.ROWS_KIND] = kind
+        if self.same_process and infos is None and not errors:  # fresh arrays, ids and flags: nothing to encode
+            return local(Op.RESULT, fields, arrays)
         # One-env requests (step_env/reset_env futures) want each env's own info dict, not a batched slice.
         as_list = ilist or any(len(req.env_ids) == 1 for req, _ in items)
         return encode_reply(fields, arrays, env_ids, as_list, trusted=self.trusted)

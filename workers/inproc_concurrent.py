@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from aioenv.transport.pipe import LinkClosed
+from aioenv.wire.protocol import Local
 from workers.concurrent import ConcurrentWorker
 from workers.inproc import InProcessProc, Port
 
@@ -91,6 +92,7 @@ class InProcessConcurrentWorker(InProcessProc):
         self._on_exit = on_exit
         self._worker = ConcurrentWorker(-1, name, trusted_dir=trusted_dir, executor=executor)
         self._worker.trusted = True
+        self._worker.same_process = True
         self._link = _ToPool(name.encode(), on_message)
         self._worker.attach(self._link)
         self._code: int | None = None
@@ -100,10 +102,11 @@ class InProcessConcurrentWorker(InProcessProc):
     def send(self, identity: bytes, frames: Sequence[Any]) -> bool:
         """Handle a request now: its envs' steps start before ``send`` returns, and its rows reach the
         coordinator's handler as they finish. The frames are copied first (a request's array frames may be
-        the caller's own arrays, which it may change once ``send`` returned). False once ended."""
+        the caller's own arrays, which it may change once ``send`` returned; a ``Local`` step carries copies
+        already). False once ended."""
         if self._code is not None:
             return False
-        self._worker.handle([f if isinstance(f, bytes) else bytes(f) for f in frames])
+        self._worker.handle([f if isinstance(f, bytes | Local) else bytes(f) for f in frames])
         return True
 
     async def _serve(self) -> None:

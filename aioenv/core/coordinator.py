@@ -316,13 +316,19 @@ class Coordinator(Recovery):
 
     @staticmethod
     def _encode_request(kind: str, req: Request, build: Build, trusted: bool, slot: Slot) -> list[Any]:
-        """The frames of ``req``: its builder's fields and arrays, with its id and env ids. A step over shared
-        rows for the worker in this process is ids and flags only: it is passed as it is (``protocol.Local``)."""
+        """The frames of ``req``: its builder's fields and arrays, with its id and env ids. A step for the worker
+        in this process, over shared rows or with numeric actions, is ids, flags and arrays: it is passed as it
+        is (``protocol.Local``), its actions copied."""
         fields, arrays = build(req)
         fields[Key.ID] = req.id
         fields[Key.ENV] = req.env_ids.tolist()
-        if slot.in_process and kind == "step" and not arrays and Key.SHARED in fields:
-            return local(Op.STEP, fields)
+        if slot.in_process and kind == "step":
+            if not arrays and Key.SHARED in fields:
+                return local(Op.STEP, fields)
+            if all(
+                type(leaf) is int for leaf in fields.get(Key.ACT, [None])
+            ):  # numeric leaves only: copies of the rows
+                return local(Op.STEP, fields, [np.array(a) for a in arrays])  # (the caller may change its own)
         return encode(_OPS[kind], fields, arrays, trusted=trusted)
 
     def step_here(self, env_ids: np.ndarray, leaves: list[np.ndarray]) -> Part | None:

@@ -431,23 +431,29 @@ def encode(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray] = (), *
 
 class Local:
     """The one frame of a message that never leaves its process: an in-process worker's request or reply
-    (:mod:`workers.inproc`), its header as the dict :func:`decode` would return. Only messages whose fields
-    are plain ids and flags go this way (a step's request over shared rows, its reply without infos or
-    errors): what could fail to cross a wire is still encoded, so an in-process pool refuses what any other
-    refuses. It is no bytes: a socket cannot carry it."""
+    (:mod:`workers.inproc`, :mod:`workers.inproc_concurrent`), its header as the dict :func:`decode` would
+    return and its numeric arrays as they are. Only messages whose fields are plain ids and flags go this way
+    (a step's request over shared rows or with numeric actions, its reply without infos or errors): what
+    could fail to cross a wire is still encoded, so an in-process pool refuses what any other refuses. The
+    arrays are the message's own (a sender copies what it does not own). It is no bytes: a socket cannot
+    carry it."""
 
-    __slots__ = ("header",)
+    __slots__ = ("arrays", "header")
 
-    def __init__(self, header: dict[str, Any]) -> None:
+    def __init__(self, header: dict[str, Any], arrays: list[np.ndarray]) -> None:
         self.header = header
+        self.arrays = arrays
 
 
-def local(op: str, fields: dict[str, Any]) -> list[Any]:
-    """The frames of a message passed within this process (see :class:`Local`): no serialisation at all."""
+def local(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray] = ()) -> list[Any]:
+    """The frames of a message passed within this process (see :class:`Local`): no serialisation at all. The
+    arrays become read-only, as a decoded message's are (a receiver tells its own fresh copies by that)."""
     header = dict(fields)
     header[Key.VERSION] = PROTOCOL_VERSION
     header[Key.OP] = op
-    return [Local(header)]
+    for array in arrays:
+        array.flags.writeable = False
+    return [Local(header, list(arrays))]
 
 
 def _pack_header(header: dict[str, Any], trusted: bool) -> bytes:
@@ -486,7 +492,7 @@ def decode(frames: Sequence[Any], *, trusted: bool = False) -> tuple[dict[str, A
     if not frames:
         raise ProtocolError("empty message: expected [header, *arrays]")
     if type(frames[0]) is Local:  # from this process (see Local): nothing to parse
-        return frames[0].header, []
+        return frames[0].header, frames[0].arrays
     header = _decode_header(_buffer(frames[0]), trusted)
     specs = header.get(Key.ARRAYS)
     if specs is None:  # no arrays: the common case of control messages
