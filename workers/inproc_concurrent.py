@@ -4,7 +4,7 @@
 A worker process of the ``thread`` executor costs every step five thread wake-ups on the way: the request
 wakes the worker's loop, the loop wakes the env's thread, the thread wakes the loop with its result, the
 reply wakes the pool's loop, and the next request starts over. On a small VM each costs tens to hundreds of
-microseconds of latency and CPU (64 envs of 20 ms spent ~400 µs of CPU per step in the pool, 2 vCPUs).
+microseconds of latency and CPU (64 envs of 20 ms spent 350-430 µs of CPU per step in the pool, 2 vCPUs).
 Here the same :class:`~workers.concurrent.ConcurrentWorker` runs on the pool's own event loop: a request is
 handled inside ``send`` (its envs' threads start at once), and a reply goes straight to the coordinator's
 handler. Two wake-ups per step remain: the loop's to the env's thread and back (none for coroutines).
