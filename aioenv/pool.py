@@ -873,7 +873,9 @@ async def make(env: Any, num_envs: int | None = None, **options: Any) -> Pool:
         num_envs: how many envs (may be omitted with a sequence of callables).
         batch_size: rows :meth:`Pool.recv` returns by default (default ``num_envs``).
         num_workers: worker processes (default ``min(num_envs, usable CPUs)``: the CPUs this process may run
-            on, its affinity mask, see :func:`aioenv.transport.spawn.usable_cpus`).
+            on, its affinity mask, see :func:`aioenv.transport.spawn.usable_cpus`). ``0``: none, every env runs
+            in this process on ``executor`` (``"thread"``: a thread each; ``"async"``: coroutines on this loop;
+            ``"inline"``: as ``"in_process"``), with no deadline (``step_timeout`` is refused).
         executor: ``"inline"`` (envs stepped one after another in each worker: CPU-bound envs), ``"thread"``
             (each env on its own thread: blocking I/O envs) or ``"async"`` (:class:`aioenv.AsyncEnv` coroutines,
             thousands per worker: LLM/HTTP envs).
