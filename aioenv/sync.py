@@ -7,8 +7,9 @@ call to that thread and block until it is done (the pattern of anyio's
 threads at once, and from code whose own thread already runs an event loop (a
 Jupyter cell): the caller's loop is simply blocked for the duration of the call.
 
-Calls in the caller's thread: when every env runs in this process (``executor="in_process"``,
-or what ``"auto"`` chose for cheap envs), a call is answered inside itself and nothing
+Calls in the caller's thread: when every env is stepped inside the calls in this process
+(``executor="in_process"``, or what ``"auto"`` chose for cheap envs; not envs on threads or coroutines of
+this process, ``num_workers=0``, which need the loop between calls), a call is answered inside itself and nothing
 happens on the loop between calls. Handing each call to another thread and back would then
 cost more than the call (two thread wake-ups, 200-500 µs on a small VM, against ~200 µs
 for 8 CartPole steps), so after the start the loop thread is parked and each call runs
