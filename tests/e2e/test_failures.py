@@ -178,7 +178,14 @@ async def test_env_error_through_send_recv() -> None:
 
 
 @pytest.mark.parametrize(
-    "where", [{"num_workers": 1, "executor": "inline"}, {"executor": "in_process"}], ids=["worker", "in_process"]
+    "where",
+    [
+        {"num_workers": 1, "executor": "inline"},
+        {"executor": "in_process"},
+        {"num_workers": 0, "executor": "thread"},
+        {"num_workers": 1, "executor": "thread"},
+    ],
+    ids=["worker", "in_process", "thread_here", "thread_worker"],
 )
 async def test_info_that_cannot_cross_the_wire_fails_only_its_row(where: dict[str, Any]) -> None:
     """Also in the pool's own process, where a step's messages are otherwise passed as they are."""
