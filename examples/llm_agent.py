@@ -11,7 +11,8 @@ arithmetic questions, and gets ``--error-rate`` of them wrong by one.
 actions: the observation is a question (``"What is 17 + 25?"``, after feedback on the previous
 answer), the action is the answer string, reward 1 when it is right; an episode is
 ``--questions`` questions. Grading awaits a short random delay (a judge call). The envs run as
-coroutines in worker processes (``executor="async"``).
+coroutines in worker processes (``executor="async"``), or with ``--num-workers 0`` on this very event loop,
+beside the agent and the model service (no worker process at all).
 
 The agent loop keeps, for every env, either its ``pool.step_env``/``pool.reset_env`` future or
 its model call in flight, waits with ``asyncio.wait(..., return_when=FIRST_COMPLETED)`` and acts
@@ -288,7 +289,8 @@ async def main(args: argparse.Namespace) -> None:
     """Start the model service, host ``QuizEnv`` on the async executor, run the agent, print a summary."""
     model = ToyModel(token_ms=args.token_ms, error_rate=args.error_rate, seed=args.seed)
     async with serve(model) as url, aiohttp.ClientSession() as http:
-        print(f"toy model at {url}; {args.num_envs} QuizEnv on {args.num_workers} workers (executor='async')")
+        where = f"on {args.num_workers} workers" if args.num_workers else "in this process (num_workers=0)"
+        print(f"toy model at {url}; {args.num_envs} QuizEnv {where} (executor='async')")
         async with aioenv.Pool(
             QuizEnv,
             args.num_envs,
@@ -324,7 +326,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options (small defaults: the script runs in a few seconds)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-envs", type=int, default=32)
-    parser.add_argument("--num-workers", type=int, default=2)
+    parser.add_argument(
+        "--num-workers", type=int, default=2, help="worker processes; 0: the envs run as coroutines on this loop"
+    )
     parser.add_argument("--episodes", type=int, default=128, help="quizzes to play in all")
     parser.add_argument("--questions", type=int, default=3, help="questions per quiz")
     parser.add_argument("--token-ms", type=float, default=4.0, help="mean delay between streamed tokens")
@@ -333,9 +337,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--samples", type=int, default=3, help="(observation -> action) lines to print")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    for name in ("num_envs", "num_workers", "episodes", "questions"):
+    for name in ("num_envs", "episodes", "questions"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.num_workers < 0:
+        parser.error(f"--num-workers must be 0 (the envs in this process) or more, got {args.num_workers}")
     if not 0 <= args.error_rate <= 1:
         parser.error(f"--error-rate must be in [0, 1], got {args.error_rate}")
     return args

@@ -92,6 +92,15 @@ def test_llm_agent_acts_on_first_finished_envs_with_a_streaming_model() -> None:
         assert reply.endswith(f"= {action}."), out
 
 
+def test_llm_agent_runs_its_envs_on_its_own_loop_with_no_worker_process() -> None:
+    args = ("--num-envs", "8", "--episodes", "8", "--questions", "2", "--error-rate", "0", "--num-workers", "0")
+    out = ok(run_example("llm_agent.py", *args, timeout=RUN_TIMEOUT))
+    assert "8 QuizEnv in this process (num_workers=0)" in out, out
+    assert number(out, "episodes") == 8, out
+    assert number(out, "mean reward") == 2.0, out
+    assert value(out, "model").startswith("16 replies, 160 tokens streamed"), out
+
+
 def test_llm_agent_wrong_answers_score_zero() -> None:
     args = ("--num-envs", "4", "--episodes", "4", "--questions", "2", "--error-rate", "1")
     out = ok(run_example("llm_agent.py", *args, timeout=RUN_TIMEOUT))
