@@ -166,7 +166,6 @@ class ConcurrentWorker:
         #: Run by a pool in its own process (:mod:`workers.inproc_concurrent`): pickled values cross as in
         #: a worker process its pool started (:func:`aioenv.wire.protocol.trust_parent_pipe`), and rows
         #: without infos or errors go back as they are (``protocol.Local``).
-        self.trusted = False
         self.same_process = False
 
     # ------------------------------------------------------------------ loop and socket
@@ -238,7 +237,7 @@ class ConcurrentWorker:
             return
         req_id: Any = None
         try:
-            header, arrays = decode(frames, trusted=self.trusted)
+            header, arrays = decode(frames, trusted=self.same_process)
             req_id = header.get(Key.ID)
             op = header[Key.OP]
             if op == Op.STEP or op == Op.RESET:
@@ -279,7 +278,7 @@ class ConcurrentWorker:
                 return
             stop = fields.pop("_stop", False)
             fields[Key.ID] = req_id
-            self._send(encode(Op.RESULT, fields, trusted=self.trusted))
+            self._send(encode(Op.RESULT, fields, trusted=self.same_process))
             if stop and not self._stopped.done():
                 self._stopped.set_result(None)
 
@@ -450,7 +449,7 @@ class ConcurrentWorker:
             return local(Op.RESULT, fields, arrays)
         # One-env requests (step_env/reset_env futures) want each env's own info dict, not a batched slice.
         as_list = ilist or any(len(req.env_ids) == 1 for req, _ in items)
-        return encode_reply(fields, arrays, env_ids, as_list, trusted=self.trusted)
+        return encode_reply(fields, arrays, env_ids, as_list, trusted=self.same_process)
 
     # ------------------------------------------------------------------ make, call, drop, cancel, close
 
@@ -500,7 +499,7 @@ class ConcurrentWorker:
             elif remade is not None:
                 env.hosted.mark_remade(remade)
             if key not in described:
-                described[key] = describe_env(env.hosted.env, self.trusted or pickle_allowed())
+                described[key] = describe_env(env.hosted.env, self.same_process or pickle_allowed())
         return {Key.SPACES: described, Key.ERRORS: errors}
 
     async def _on_call(self, header: dict[str, Any]) -> dict[str, Any]:

@@ -91,7 +91,6 @@ class InProcessConcurrentWorker(InProcessProc):
         self.port: Port = self
         self._on_exit = on_exit
         self._worker = ConcurrentWorker(-1, name, trusted_dir=trusted_dir, executor=executor)
-        self._worker.trusted = True
         self._worker.same_process = True
         self._link = _ToPool(name.encode(), on_message)
         self._worker.attach(self._link)
