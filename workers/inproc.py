@@ -113,8 +113,6 @@ class InProcessWorker(InProcessProc):
         self._worker.trusted = True
         self._inbox: deque[Sequence[Any]] = deque()
         self._serving = False
-        self._code: int | None = None
-        self._why = ""
         self._loop.call_soon(self._say_hello)
 
     # ------------------------------------------------------------ Port

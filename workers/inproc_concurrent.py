@@ -94,8 +94,6 @@ class InProcessConcurrentWorker(InProcessProc):
         self._worker.same_process = True
         self._link = _ToPool(name.encode(), on_message)
         self._worker.attach(self._link)
-        self._code: int | None = None
-        self._why = ""
         self._task = asyncio.get_running_loop().create_task(self._serve())
 
     def send(self, identity: bytes, frames: Sequence[Any]) -> bool:

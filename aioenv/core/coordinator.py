@@ -325,10 +325,9 @@ class Coordinator(Recovery):
         if slot.in_process and kind == "step":
             if not arrays and Key.SHARED in fields:
                 return local(Op.STEP, fields)
-            if all(
-                type(leaf) is int for leaf in fields.get(Key.ACT, [None])
-            ):  # numeric leaves only: copies of the rows
-                return local(Op.STEP, fields, [np.array(a) for a in arrays])  # (the caller may change its own)
+            numeric = all(type(leaf) is int for leaf in fields.get(Key.ACT, [None]))  # every leaf an array
+            if numeric:  # copies of the rows: the caller may change its own once send returned
+                return local(Op.STEP, fields, [np.array(a) for a in arrays])
         return encode(_OPS[kind], fields, arrays, trusted=trusted)
 
     def step_here(self, env_ids: np.ndarray, leaves: list[np.ndarray]) -> Part | None:
