@@ -497,6 +497,7 @@ class _Plan:
 
 
 _PLANS: dict[int, tuple[gs.Space[Any], _Plan]] = {}
+_NESTED = (gs.Dict, gs.Tuple)  # the spaces with children (a tuple: ``A | B`` would be built at every call)
 
 
 def _plan(space: gs.Space[Any]) -> _Plan:
@@ -545,9 +546,10 @@ def row_writer(space: gs.Space[Any]) -> RowWriter:
 
 def is_plain_leaf(space: gs.Space[Any]) -> bool:
     """True for a space of one numeric leaf (Box, Discrete, MultiDiscrete, MultiBinary): its row ``i`` is read
-    as ``leaves[0][i]`` and written with ``leaves[0][i] = value``, which hot loops do without a call."""
+    as ``leaves[0][i]`` and written with ``leaves[0][i] = value``, which hot loops do without a call. Not a Dict or
+    Tuple of one such child: its value is a dict or tuple around the leaf's row."""
     specs = _plan(space).specs
-    return len(specs) == 1 and specs[0][0] not in ("text", "value")
+    return not isinstance(space, _NESTED) and len(specs) == 1 and specs[0][0] not in ("text", "value")
 
 
 def write_row(space: gs.Space[Any], leaves: list[Leaf], i: int, value: Any) -> None:
