@@ -24,11 +24,10 @@ import asyncio
 import os
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-from aioenv.wire import spaces
 from aioenv.wire.errors import error_fields
 from aioenv.wire.protocol import Key, decode
 from workers.runtime import Worker, encode_reply
@@ -36,18 +35,12 @@ from workers.runtime import Worker, encode_reply
 __all__ = ["InProcessProc", "InProcessWorker", "Port", "Stepped"]
 
 
-class Stepped(NamedTuple):
-    """The rows of a step answered in this process without a message (:meth:`InProcessWorker.step_now`).
-
-    ``obs``: observation leaves, ``extras``: ``[reward (k,) float64, terminated (k,) bool, truncated (k,) bool]``,
-    all fresh arrays of k rows (None: every row failed); ``infos``: each env's info dict or None, decoded from
-    the wire's encoding (None: no env had an info); ``errors``: row -> error fields.
-    """
-
-    obs: list[np.ndarray] | None
-    extras: list[np.ndarray] | None
-    infos: list[Any] | None
-    errors: dict[int, Any]
+#: The rows of a step answered in this process without a message (:meth:`InProcessWorker.step_now`):
+#: ``(obs, extras, infos, errors)``. ``obs``: observation leaves, ``extras``: ``[reward (k,) float64, terminated
+#: (k,) bool, truncated (k,) bool]``, all fresh arrays of k rows (None: every row failed); ``infos``: each env's
+#: info dict or None, decoded from the wire's encoding (None: no env had an info); ``errors``: row -> error fields.
+#: A plain tuple: a step of a few cheap envs feels every object it makes.
+Stepped = tuple[list[np.ndarray] | None, list[np.ndarray] | None, list[Any] | None, dict[int, Any]]
 
 
 class Port(Protocol):
@@ -174,12 +167,12 @@ class InProcessWorker(InProcessProc):
         worker = self._worker
         try:
             group = worker.group(env_ids)
-            n = len(env_ids)
-            obs = spaces.empty_batch(group.obs_space, n)
-            rewards, terminated, truncated, infos, errors = worker.step_rows(env_ids, group, leaves, obs, range(n))
+            obs, rewards, terminated, truncated, infos, errors = worker.step_rows(
+                env_ids, group, leaves, None, range(len(env_ids))
+            )
             extras = [np.array(rewards, np.float64), np.array(terminated, np.bool_), np.array(truncated, np.bool_)]
             if infos is None:
-                return Stepped(obs, extras, None, errors)
+                return obs, extras, None, errors
             # Each env's own dict crosses (as for "ilist"), and the sink batches the decoded dicts if its caller
             # wants them batched (Part.batched_info): the same values as batching first and encoding the batch,
             # at half the cost (a batch's object columns, final_obs and final_info above all, cost a Python
@@ -187,8 +180,8 @@ class InProcessWorker(InProcessProc):
             fields: dict[str, Any] = {Key.INFO: infos, Key.ERRORS: errors}
             header, _ = decode(encode_reply(fields, [], env_ids, True, trusted=True), trusted=True)
         except Exception as exc:  # noqa: BLE001 - what Worker.handle answers with an ERROR: every row fails with it
-            return Stepped(None, None, None, {i: error_fields(exc, e) for i, e in enumerate(env_ids)})
-        return Stepped(obs, extras, header.get(Key.INFO), header.get(Key.ERRORS) or {})
+            return None, None, None, {i: error_fields(exc, e) for i, e in enumerate(env_ids)}
+        return obs, extras, header.get(Key.INFO), header.get(Key.ERRORS) or {}
 
     # ------------------------------------------------------------ WorkerProc
 

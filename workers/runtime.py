@@ -51,7 +51,17 @@ Reply = tuple[dict[str, Any], list[np.ndarray]]
 class Group:
     """Envs made from one source share spaces and the row readers/writers built for them."""
 
-    __slots__ = ("act_space", "factory", "obs_space", "plain_act", "plain_obs", "read_action", "write_obs")
+    __slots__ = (
+        "act_space",
+        "factory",
+        "obs_dtype",
+        "obs_row",
+        "obs_space",
+        "plain_act",
+        "plain_obs",
+        "read_action",
+        "write_obs",
+    )
 
     def __init__(self, factory: Callable[[], Any]) -> None:
         self.factory = factory
@@ -61,6 +71,9 @@ class Group:
         self.read_action: Any = None
         #: One numeric leaf each (see ``spaces.is_plain_leaf``): the step loop indexes the row itself.
         self.plain_obs = self.plain_act = False
+        #: A plain observation leaf's dtype and row shape (see :meth:`stack_obs`).
+        self.obs_dtype: np.dtype[Any] | None = None
+        self.obs_row: tuple[int, ...] = ()
 
     def adopt_spaces(self, env: Any) -> None:
         """Take the spaces of the group's first env."""
@@ -71,6 +84,21 @@ class Group:
             self.read_action = spaces.row_reader(self.act_space)
             self.plain_obs = spaces.is_plain_leaf(self.obs_space)
             self.plain_act = spaces.is_plain_leaf(self.act_space)
+            if self.plain_obs:
+                dtype, self.obs_row = spaces.leaf_specs(self.obs_space)[0]
+                self.obs_dtype = np.dtype(dtype)
+
+    def stack_obs(self, values: list[Any]) -> np.ndarray | None:
+        """The observations ``values`` (one env's each) of a plain space as its leaf ``(len(values), *row)``, made in
+        one numpy call (as ``SyncVectorEnv`` batches its envs' observations), or None when they do not all convert
+        to that (a value of another shape, one numpy cannot cast, a failed row's None): then write them row by
+        row, which says which one is at fault. A row's write casts as this one does (``np.array(..., dtype)``
+        and ``leaf[i] = value`` both cast unsafely)."""
+        try:
+            batch = np.array(values, dtype=self.obs_dtype)
+        except (ValueError, TypeError, OverflowError):
+            return None
+        return batch if batch.shape == (len(values), *self.obs_row) else None
 
 
 class Worker:
@@ -227,44 +255,47 @@ class Worker:
         env_ids: list[int] = header[Key.ENV]
         n = len(env_ids)
         group = self.group(env_ids)
-        slab = self._shared() if header.get(Key.SHARED) else None
-        rows: Sequence[int]
-        if slab is not None:
-            acts, obs, rew, term, trunc = slab.act, slab.obs, slab.reward, slab.terminated, slab.truncated
-            rows = env_ids
-        else:
-            acts = leaves_from_wire(header[Key.ACT], arrays)
-            obs = spaces.empty_batch(group.obs_space, n)
-            rew = np.zeros(n, dtype=np.float64)
-            term = np.zeros(n, dtype=np.bool_)
-            trunc = np.zeros(n, dtype=np.bool_)
-            rows = range(n)
-        rewards, terminated, truncated, infos, errors = self.step_rows(env_ids, group, acts, obs, rows)
-        at = shared_rows(env_ids) if slab is not None else slice(None)
-        rew[at], term[at], trunc[at] = rewards, terminated, truncated
-        if slab is not None:
+        if header.get(Key.SHARED):
+            slab = self._shared()
+            stepped = self.step_rows(env_ids, group, slab.act, slab.obs, env_ids)
+            _, rewards, terminated, truncated, infos, errors = stepped
+            at = shared_rows(env_ids)
+            slab.reward[at], slab.terminated[at], slab.truncated[at] = rewards, terminated, truncated
             return shared_reply(infos, errors)
-        return batch_reply(obs, infos, errors, [rew, term, trunc])
+        acts = leaves_from_wire(header[Key.ACT], arrays)
+        obs, rewards, terminated, truncated, infos, errors = self.step_rows(env_ids, group, acts, None, range(n))
+        extras = [np.array(rewards, np.float64), np.array(terminated, np.bool_), np.array(truncated, np.bool_)]
+        return batch_reply(obs, infos, errors, extras)
 
     def step_rows(
-        self, env_ids: list[int], group: Group, acts: list[np.ndarray], obs: list[np.ndarray], rows: Sequence[int]
-    ) -> tuple[list[Any], list[Any], list[Any], list[Any] | None, dict[int, Any]]:
+        self,
+        env_ids: list[int],
+        group: Group,
+        acts: list[np.ndarray],
+        obs: list[np.ndarray] | None,
+        rows: Sequence[int],
+    ) -> tuple[list[np.ndarray], list[Any], list[Any], list[Any], list[Any] | None, dict[int, Any]]:
         """Step each env of ``env_ids`` (all of ``group``'s spaces) with row ``rows[i]`` of the action leaves
-        ``acts`` and write its observation to that row of the leaves ``obs``.
+        ``acts`` and write its observation to that row of the leaves ``obs`` (None: leaves of their own, with
+        ``len(env_ids)`` rows, ``rows`` being ``range(len(env_ids))``).
 
-        Returns ``(rewards, terminated, truncated, infos, errors)``: three lists of ``len(env_ids)`` values (a
-        failed row's are 0.0, False, False), each env's info dict (None: no env had one) and row -> error
-        fields. An env that raises fails its own row only; a ``KeyboardInterrupt`` or ``SystemExit`` goes on
-        to the caller (the env it cut short is broken until reset)."""
+        Returns ``(obs, rewards, terminated, truncated, infos, errors)``: the observation leaves, three lists of
+        ``len(env_ids)`` values (a failed row's are 0.0, False, False), each env's info dict (None: no env had
+        one) and row -> error fields. An env that raises fails its own row only; a ``KeyboardInterrupt`` or
+        ``SystemExit`` goes on to the caller (the env it cut short is broken until reset)."""
         n = len(env_ids)
         infos: list[Any] | None = None
         errors: dict[int, Any] = {}
         envs = self.envs
-        write_obs = group.write_obs
         read_action = group.read_action
         # A plain space's row is indexed here, without a call per env (the common Box/Discrete case).
         act0 = acts[0] if group.plain_act else None
-        obs0 = obs[0] if group.plain_obs else None
+        # A plain space's observations are kept and batched after the loop in one numpy call (see
+        # _put_plain_obs), as SyncVectorEnv does: cheaper than a numpy row assignment per env.
+        outs: list[Any] | None = [None] * n if group.plain_obs else None
+        if outs is None and obs is None:
+            obs = spaces.empty_batch(group.obs_space, n)
+        write_obs = group.write_obs
         # Rewards and flags are gathered in lists and written in one numpy call each by the caller: a numpy
         # element assignment per env costs more than the list append.
         rewards: list[Any] = [0.0] * n
@@ -287,8 +318,8 @@ class Worker:
                     rewards[i], terminated[i], truncated[i] = reward, term, trunc
                 else:
                     o, rewards[i], terminated[i], truncated[i], info = hosted.step(action)
-                if obs0 is not None:
-                    obs0[row] = o
+                if outs is not None:
+                    outs[i] = o
                 else:
                     write_obs(obs, row, o)
                 if info:
@@ -298,7 +329,48 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - one env's failure is its row's alone
                 rewards[i], terminated[i], truncated[i] = 0.0, False, False
                 errors[i] = error_fields(exc, env_id)
-        return rewards, terminated, truncated, infos, errors
+        if outs is not None:
+            extras = (rewards, terminated, truncated)
+            obs, infos = self._put_plain_obs(group, obs, rows, outs, env_ids, extras, infos, errors)
+        assert obs is not None
+        return obs, rewards, terminated, truncated, infos, errors
+
+    @staticmethod
+    def _put_plain_obs(
+        group: Group,
+        obs: list[np.ndarray] | None,
+        rows: Sequence[int],
+        outs: list[Any],
+        env_ids: list[int],
+        extras: tuple[list[Any], list[Any], list[Any]],
+        infos: list[Any] | None,
+        errors: dict[int, Any],
+    ) -> tuple[list[np.ndarray], list[Any] | None]:
+        """Write the observations ``outs`` of :meth:`step_rows`'s loop (row ``i`` to row ``rows[i]`` of ``obs``; None:
+        the batch becomes the leaf). One numpy call when they all fit (:meth:`Group.stack_obs`); else row by row, and
+        a row whose observation does not fit the space fails as if its step had raised (no reward, no info).
+        Returns the leaves and the infos."""
+        batch = group.stack_obs(outs) if not errors else None
+        if batch is not None:
+            if obs is None:
+                return [batch], infos
+            obs[0][rows] = batch
+            return obs, infos
+        if obs is None:
+            obs = spaces.empty_batch(group.obs_space, len(outs))
+        leaf = obs[0]
+        for i, row in enumerate(rows):
+            if i in errors:
+                continue
+            try:
+                leaf[row] = outs[i]
+            except Exception as exc:  # noqa: BLE001 - a malformed observation fails its own row
+                for extra, empty in zip(extras, (0.0, False, False), strict=True):
+                    extra[i] = empty
+                if infos is not None:
+                    infos[i] = None
+                errors[i] = error_fields(exc, env_ids[i])
+        return obs, infos if infos is None or any(info is not None for info in infos) else None
 
     def on_reset(self, header: dict[str, Any], _arrays: list[np.ndarray]) -> Reply:
         """Reset ``header["env"]`` with per-env seeds (``"seed"``) and shared options (``"opt"``); with

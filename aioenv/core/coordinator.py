@@ -345,11 +345,11 @@ class Coordinator(Recovery):
         if here is None:
             return None
         try:
-            stepped = here.step_now(env_ids.tolist(), leaves)
+            obs, extras, infos, wire_errors = here.step_now(env_ids.tolist(), leaves)
         finally:
             self.sched.release(env_ids)
-        errors = {int(r): from_wire(d, context="step") for r, d in stepped.errors.items()} if stepped.errors else {}
-        part = Part(env_ids, stepped.obs, stepped.extras, stepped.infos, errors)
+        errors = {int(r): from_wire(d, context="step") for r, d in wire_errors.items()} if wire_errors else None
+        part = Part(env_ids, obs, extras, infos, errors)
         if self.truncation is not None:
             self.truncation.remember(part)
         return part

@@ -1,0 +1,111 @@
+"""An env whose step returns an observation that does not fit its space fails its own row with EnvError naming
+the env; observations numpy can cast (a list, another float dtype) are cast, as ``SyncVectorEnv`` casts them.
+
+A worker batches a step's observations in one numpy call and writes them row by row only when that fails: these
+tests hold the two ways to the same results, in a worker process (shared rows or messages), on a thread worker
+and in the pool's own process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import aioenv
+from aioenv import EnvError
+
+SEED = 7
+
+
+class _StepObs(gym.Wrapper[Any, Any, Any, Any]):
+    """CartPole whose step observation goes through ``change`` (its reset's does not)."""
+
+    def __init__(self, change: Any) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+        self.change = change
+
+    def step(self, action: Any) -> Any:
+        obs, *rest = self.env.step(action)
+        return (self.change(obs), *rest)
+
+
+def _good() -> gym.Env[Any, Any]:
+    return gym.make("CartPole-v1")
+
+
+def _wide() -> gym.Env[Any, Any]:
+    return _StepObs(lambda obs: np.append(obs, np.float32(0)))
+
+
+def _as_list() -> gym.Env[Any, Any]:
+    return _StepObs(lambda obs: obs.tolist())
+
+
+def _float64() -> gym.Env[Any, Any]:
+    return _StepObs(lambda obs: obs.astype(np.float64))
+
+
+WHERE = {
+    "worker": {"executor": "inline", "num_workers": 1},
+    "worker_messages": {"executor": "inline", "num_workers": 1, "slab": "off"},
+    "thread": {"executor": "thread", "num_workers": 1},
+    "in_process": {"executor": "in_process"},
+}
+
+
+def _expected(num_envs: int, actions: np.ndarray) -> np.ndarray:
+    """What plain CartPole envs reset with ``SEED + i`` observe after one step of ``actions``, (num_envs, 4)."""
+    rows = []
+    for i in range(num_envs):
+        env = gym.make("CartPole-v1")
+        env.reset(seed=SEED + i)
+        rows.append(env.step(actions[i])[0])
+    return np.array(rows, dtype=np.float32)
+
+
+async def _pool(factories: list[Any], where: str, monkeypatch: pytest.MonkeyPatch) -> aioenv.Pool:
+    kwargs = dict(WHERE[where])
+    if kwargs.pop("slab", None) == "off":
+        monkeypatch.setenv("AIOENV_SLAB", "off")
+    pool = aioenv.Pool(factories, **kwargs)
+    await pool.start()
+    return pool
+
+
+@pytest.mark.parametrize("where", list(WHERE))
+async def test_an_observation_of_the_wrong_shape_fails_its_env_only(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    pool = await _pool([_good, _wide, _good, _as_list], where, monkeypatch)
+    try:
+        await pool.reset(seed=SEED)
+        actions = np.array([1, 0, 1, 0], dtype=np.int64)
+        with pytest.raises(EnvError) as caught:
+            await pool.step(actions)
+        err = caught.value
+        assert err.env_id == 1
+        assert "(5,)" in str(err) and "(4,)" in str(err), str(err)  # what arrived and what the row holds
+        obs, reward, terminated, truncated, info = err.partial
+        assert info["env_id"].tolist() == [0, 2, 3]
+        assert obs.dtype == np.float32
+        np.testing.assert_array_equal(obs, _expected(4, actions)[[0, 2, 3]])
+        assert reward.tolist() == [1.0, 1.0, 1.0]
+        assert not terminated.any() and not truncated.any()
+        obs, *_ = await pool.step(actions[[0, 2]], env_ids=[0, 2])  # the others go on
+        assert obs.shape == (2, 4)
+    finally:
+        await pool.aclose()
+
+
+@pytest.mark.parametrize("where", list(WHERE))
+async def test_observations_numpy_can_cast_are_cast(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    pool = await _pool([_as_list, _float64, _good], where, monkeypatch)
+    try:
+        await pool.reset(seed=SEED)
+        actions = np.array([0, 1, 1], dtype=np.int64)
+        obs, reward, *_ = await pool.step(actions)
+        assert obs.dtype == np.float32 and obs.shape == (3, 4)
+        np.testing.assert_array_equal(obs, _expected(3, actions))
+        assert reward.tolist() == [1.0, 1.0, 1.0]
+    finally:
+        await pool.aclose()
