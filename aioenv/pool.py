@@ -21,7 +21,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
 from aioenv._loop import consume
 from aioenv.core import costs
-from aioenv.core.coordinator import Coordinator, reset_builder, step_builder
+from aioenv.core.coordinator import Coordinator, HereRows, reset_builder, step_builder
 from aioenv.core.launcher import LocalProcess, in_process_unavailable
 from aioenv.core.remote import RemoteCoordinator
 from aioenv.core.scheduler import Request
@@ -573,15 +573,15 @@ class Pool:
         ``checked``: ``actions`` are the leaves :func:`aioenv.wire.spaces.check_actions` returned for ``ids``
         already (an adapter that checked them in its caller's thread), owned by this call."""
         coord = self._core()
-        leaves, part = self._claim_step(coord, actions, ids, checked)
-        if part is not None:
-            sink.deliver(part, np.arange(ids.size))  # one worker: every row, in order
+        leaves, rows = self._claim_step(coord, actions, ids, checked)
+        if rows is not None:
+            sink.deliver(Part(ids, *rows), np.arange(ids.size))  # one worker: every row, in order
             return
         self._send_step(coord, ids, leaves, sink, info_list)
 
     def _claim_step(
         self, coord: Coordinator | RemoteCoordinator, actions: Any, ids: np.ndarray, checked: bool
-    ) -> tuple[list[np.ndarray], Part | None]:
+    ) -> tuple[list[np.ndarray], HereRows | None]:
         """Check ``actions`` for ``ids`` (unless ``checked``) and claim the envs. Returns the action leaves, and
         the envs' rows when every env runs in this process and they were stepped at once
         (``Coordinator.step_here``; None: send the steps with :meth:`_send_step`)."""
@@ -685,13 +685,20 @@ class Pool:
         gathering: ``Coordinator.step_here``)."""
         coord = self._core()
         ids = coord.sched.resolve(env_ids)
-        leaves, part = self._claim_step(coord, actions, ids, checked)
-        if part is not None and not part.errors:
-            return whole_result("step", part, self.single_observation_space, info_list=info_list)
+        leaves, rows = self._claim_step(coord, actions, ids, checked)
+        if rows is not None:
+            obs, extras, infos, errors = rows
+            if infos is None and not errors and not info_list and obs is not None and extras is not None:
+                # the common case: the rows are the result as they are (no Part, nothing to merge)
+                obs_batch = spaces.from_leaves(self.single_observation_space, obs)
+                return obs_batch, *extras, {"env_id": ids.astype(np.int32)}
+            part = Part(ids, obs, extras, infos, errors)
+            if not errors:
+                return whole_result("step", part, self.single_observation_space, info_list=info_list)
+            failed = Gather("step", ids, self.single_observation_space, info_list=info_list)
+            failed.deliver(part, np.arange(ids.size))  # the call's error, with the other rows
+            return failed.future
         sink = Gather("step", ids, self.single_observation_space, info_list=info_list)
-        if part is not None:  # some rows failed: the call's error, with the other rows (Gather)
-            sink.deliver(part, np.arange(ids.size))
-            return sink.future
         try:
             self._send_step(coord, ids, leaves, sink, info_list)
         except BaseException:  # as in _start_reset

@@ -137,13 +137,15 @@ def whole_result(kind: str, part: Part, obs_space: Any, *, info_list: bool = Fal
     What :class:`Gather` assembles from such a part, without the gathering: ``(obs, reward (B,) float64,
     terminated (B,) bool, truncated (B,) bool, info)`` for a step, ``(obs, info)`` for a reset; ``info`` is
     batched with ``info["env_id"]`` ``(B,)`` int32, or with ``info_list`` each env's own dict (``{}``: none)."""
-    n = part.env_ids.size
     info: Any
     if info_list:
-        info = [env_info or {} for env_info in part.infos] if part.infos else [{} for _ in range(n)]
+        infos = part.infos
+        info = [env_info or {} for env_info in infos] if infos else [{} for _ in range(part.env_ids.size)]
+    elif part.binfo is None and not part.infos:  # no env had an info (the common case)
+        info = {"env_id": part.env_ids.astype(np.int32)}
     else:
         binfo = part.batched_info()
-        info = whole_info(binfo, n) if binfo is not None else {}
+        info = whole_info(binfo, part.env_ids.size) if binfo is not None else {}
         info["env_id"] = part.env_ids.astype(np.int32)
     obs = spaces.from_leaves(obs_space, part.obs or ())
     if kind == "reset":

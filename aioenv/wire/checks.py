@@ -116,7 +116,7 @@ def _numeric_checker(
         if quiet_cast and dt is not sdt:  # float64 1e300 -> float32 inf is in an unbounded Box
             with np.errstate(over="ignore"):
                 a = a.astype(sdt)
-        out.append(np.ascontiguousarray(a, dtype=sdt))
+        out.append(a if a.dtype is sdt and a.flags.c_contiguous else np.ascontiguousarray(a, dtype=sdt))
 
     return check
 

@@ -579,6 +579,8 @@ def to_leaves(space: gs.Space[Any], batched: Any) -> list[Leaf]:
 
 def from_leaves(space: gs.Space[Any], leaves: Sequence[Leaf]) -> Any:
     """Inverse of :func:`to_leaves`: the dict/tuple structure around ``leaves``."""
+    if len(leaves) == 1 and not isinstance(space, _NESTED):  # a space of one leaf is that leaf
+        return leaves[0]
     plan = _plan(space)
     if len(leaves) != len(plan.specs):
         raise ValueError(f"{space!r} has {len(plan.specs)} leaves, got {len(leaves)}")
