@@ -75,7 +75,9 @@ async def _pool(factories: list[Any], where: str, monkeypatch: pytest.MonkeyPatc
 
 
 @pytest.mark.parametrize("where", list(WHERE))
-async def test_an_observation_of_the_wrong_shape_fails_its_env_only(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_an_observation_of_the_wrong_shape_fails_its_env_only(
+    where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pool = await _pool([_good, _wide, _good, _as_list], where, monkeypatch)
     try:
         await pool.reset(seed=SEED)
@@ -84,13 +86,15 @@ async def test_an_observation_of_the_wrong_shape_fails_its_env_only(where: str, 
             await pool.step(actions)
         err = caught.value
         assert err.env_id == 1
-        assert "(5,)" in str(err) and "(4,)" in str(err), str(err)  # what arrived and what the row holds
+        assert "(5,)" in str(err), str(err)  # what arrived
+        assert "(4,)" in str(err), str(err)  # and what the row holds
         obs, reward, terminated, truncated, info = err.partial
         assert info["env_id"].tolist() == [0, 2, 3]
         assert obs.dtype == np.float32
         np.testing.assert_array_equal(obs, _expected(4, actions)[[0, 2, 3]])
         assert reward.tolist() == [1.0, 1.0, 1.0]
-        assert not terminated.any() and not truncated.any()
+        assert not terminated.any()
+        assert not truncated.any()
         obs, *_ = await pool.step(actions[[0, 2]], env_ids=[0, 2])  # the others go on
         assert obs.shape == (2, 4)
     finally:
@@ -104,7 +108,8 @@ async def test_observations_numpy_can_cast_are_cast(where: str, monkeypatch: pyt
         await pool.reset(seed=SEED)
         actions = np.array([0, 1, 1], dtype=np.int64)
         obs, reward, *_ = await pool.step(actions)
-        assert obs.dtype == np.float32 and obs.shape == (3, 4)
+        assert obs.dtype == np.float32
+        assert obs.shape == (3, 4)
         np.testing.assert_array_equal(obs, _expected(3, actions))
         assert reward.tolist() == [1.0, 1.0, 1.0]
     finally:

@@ -24,15 +24,19 @@ def test_box_rows_become_one_leaf_cast_to_the_space_dtype() -> None:
     group = _group(gym.spaces.Box(-1, 1, (3,), np.float32))
     batch = group.stack_obs([np.zeros(3, np.float64), [0.5, 0.25, 1.0], np.ones(3, np.float32)])
     assert batch is not None
-    assert batch.dtype == np.float32 and batch.shape == (3, 3)
+    assert batch.dtype == np.float32
+    assert batch.shape == (3, 3)
     assert batch.tolist() == [[0, 0, 0], [0.5, 0.25, 1.0], [1, 1, 1]]
-    assert batch.flags.writeable and batch.flags.c_contiguous
+    assert batch.flags.writeable
+    assert batch.flags.c_contiguous
 
 
 def test_discrete_rows_of_python_and_numpy_ints() -> None:
     group = _group(gym.spaces.Discrete(5))
     batch = group.stack_obs([1, np.int64(4), np.int32(0)])
-    assert batch is not None and batch.dtype == np.int64 and batch.tolist() == [1, 4, 0]
+    assert batch is not None
+    assert batch.dtype == np.int64
+    assert batch.tolist() == [1, 4, 0]
 
 
 @pytest.mark.parametrize(
@@ -51,4 +55,5 @@ def test_rows_that_do_not_fit_give_none(values: list[Any]) -> None:
 
 def test_a_dict_space_is_not_plain() -> None:
     group = _group(gym.spaces.Dict({"a": gym.spaces.Discrete(2)}))
-    assert not group.plain_obs and group.obs_dtype is None
+    assert not group.plain_obs
+    assert group.obs_dtype is None
