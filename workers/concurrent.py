@@ -49,12 +49,20 @@ import zmq
 from aioenv._loop import run as run_loop
 from aioenv.errors import ProtocolError
 from aioenv.transport.pipe import LinkClosed
-from aioenv.wire import spaces
 from aioenv.wire.errors import error_fields
 from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, local, pickle_allowed
 from workers.hosted import AsyncHostedEnv, HostedEnv, check_executor
 from workers.link import Link, open_link
-from workers.runtime import CallSpec, Group, batch_reply, checked_value, describe_env, encode_reply
+from workers.runtime import (
+    CallSpec,
+    Group,
+    batch_reply,
+    checked_value,
+    describe_env,
+    encode_reply,
+    extra_arrays,
+    put_obs,
+)
 from workers.sources import resolve
 
 log = logging.getLogger("aioenv.worker")
@@ -409,12 +417,12 @@ class ConcurrentWorker:
         names them in order; obs, rewards, infos and errors are indexed over all of them together."""
         k = sum(len(done) for _, done in items)
         group = items[0][0].group  # every env of a pool has the same spaces
-        obs = spaces.empty_batch(group.obs_space, k)
-        write_obs = group.write_obs
         step = kind == Op.STEP
-        rew = np.zeros(k, dtype=np.float64)
-        term = np.zeros(k, dtype=np.bool_)
-        trunc = np.zeros(k, dtype=np.bool_)
+        # Gathered in lists and batched at the end, as Worker.step_rows does (see workers.runtime.put_obs).
+        outs: list[Any] = [None] * k
+        rewards: list[Any] = [0.0] * k
+        terminated: list[Any] = [False] * k
+        truncated: list[Any] = [False] * k
         infos: list[Any] | None = None
         errors: dict[int, Any] = {}
         env_ids: list[int] = []
@@ -427,22 +435,18 @@ class ConcurrentWorker:
                 env_ids.append(env_id)
                 if not ok:
                     errors[j] = error_fields(outcome, env_id)
-                    j += 1
-                    continue
-                try:
-                    if step:
-                        o, rew[j], term[j], trunc[j], info = outcome
-                    else:
-                        o, info = outcome
-                    write_obs(obs, j, o)
-                    if info:
-                        if infos is None:
-                            infos = [None] * k
-                        infos[j] = info
-                except Exception as exc:  # noqa: BLE001 - a malformed return fails its own row
-                    errors[j] = error_fields(exc, env_id)
+                elif step:
+                    outs[j], rewards[j], terminated[j], truncated[j], info = outcome
+                else:
+                    outs[j], info = outcome
+                if ok and info:
+                    if infos is None:
+                        infos = [None] * k
+                    infos[j] = info
                 j += 1
-        fields, arrays = batch_reply(obs, infos, errors, [rew, term, trunc] if step else [])
+        obs, infos = put_obs(group, None, range(k), outs, env_ids, (rewards, terminated, truncated), infos, errors)
+        extras = extra_arrays(rewards, terminated, truncated) if step else []
+        fields, arrays = batch_reply(obs, infos, errors, extras)
         fields[Key.MULTI] = multi
         fields[Key.ROWS_KIND] = kind
         if self.same_process and infos is None and not errors:  # fresh arrays, ids and flags: nothing to encode

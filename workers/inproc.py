@@ -30,7 +30,7 @@ import numpy as np
 
 from aioenv.wire.errors import error_fields
 from aioenv.wire.protocol import Key, decode
-from workers.runtime import Worker, encode_reply
+from workers.runtime import Worker, encode_reply, extra_arrays
 
 __all__ = ["InProcessProc", "InProcessWorker", "Port", "Stepped"]
 
@@ -170,7 +170,7 @@ class InProcessWorker(InProcessProc):
             obs, rewards, terminated, truncated, infos, errors = worker.step_rows(
                 env_ids, group, leaves, None, range(len(env_ids))
             )
-            extras = [np.array(rewards, np.float64), np.array(terminated, np.bool_), np.array(truncated, np.bool_)]
+            extras = extra_arrays(rewards, terminated, truncated)
             if infos is None:
                 return obs, extras, None, errors
             # Each env's own dict crosses (as for "ilist"), and the sink batches the decoded dicts if its caller

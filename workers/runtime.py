@@ -47,6 +47,10 @@ log = logging.getLogger("aioenv.worker")
 
 Reply = tuple[dict[str, Any], list[np.ndarray]]
 
+#: Bytes of an observation row up to which a batch written into given leaves (the shared rows) is stacked first
+#: (:func:`put_obs`): a numpy row assignment costs ~0.4 µs, which a small row's copy does not pay back.
+SMALL_ROW = 4096
+
 
 class Group:
     """Envs made from one source share spaces and the row readers/writers built for them."""
@@ -56,6 +60,7 @@ class Group:
         "factory",
         "obs_dtype",
         "obs_row",
+        "obs_small",
         "obs_space",
         "plain_act",
         "plain_obs",
@@ -74,6 +79,8 @@ class Group:
         #: A plain observation leaf's dtype and row shape (see :meth:`stack_obs`).
         self.obs_dtype: np.dtype[Any] | None = None
         self.obs_row: tuple[int, ...] = ()
+        #: A plain observation's row is small (at most SMALL_ROW bytes): see :func:`put_obs`.
+        self.obs_small = False
 
     def adopt_spaces(self, env: Any) -> None:
         """Take the spaces of the group's first env."""
@@ -87,6 +94,7 @@ class Group:
             if self.plain_obs:
                 dtype, self.obs_row = spaces.leaf_specs(self.obs_space)[0]
                 self.obs_dtype = np.dtype(dtype)
+                self.obs_small = self.obs_dtype.itemsize * int(np.prod(self.obs_row)) <= SMALL_ROW
 
     def stack_obs(self, values: list[Any]) -> np.ndarray | None:
         """The observations ``values`` (one env's each) of a plain space as its leaf ``(len(values), *row)``, made in
@@ -264,8 +272,7 @@ class Worker:
             return shared_reply(infos, errors)
         acts = leaves_from_wire(header[Key.ACT], arrays)
         obs, rewards, terminated, truncated, infos, errors = self.step_rows(env_ids, group, acts, None, range(n))
-        extras = [np.array(rewards, np.float64), np.array(terminated, np.bool_), np.array(truncated, np.bool_)]
-        return batch_reply(obs, infos, errors, extras)
+        return batch_reply(obs, infos, errors, extra_arrays(rewards, terminated, truncated))
 
     def step_rows(
         self,
@@ -290,14 +297,10 @@ class Worker:
         read_action = group.read_action
         # A plain space's row is indexed here, without a call per env (the common Box/Discrete case).
         act0 = acts[0] if group.plain_act else None
-        # A plain space's observations are kept and batched after the loop in one numpy call (see
-        # _put_plain_obs), as SyncVectorEnv does: cheaper than a numpy row assignment per env.
-        outs: list[Any] | None = [None] * n if group.plain_obs else None
-        if outs is None and obs is None:
-            obs = spaces.empty_batch(group.obs_space, n)
-        write_obs = group.write_obs
-        # Rewards and flags are gathered in lists and written in one numpy call each by the caller: a numpy
-        # element assignment per env costs more than the list append.
+        # Observations, rewards and flags are gathered in lists and written after the loop (put_obs; one numpy
+        # call each for the extras, by the caller), as SyncVectorEnv batches them: cheaper than numpy element
+        # and row assignments per env.
+        outs: list[Any] = [None] * n
         rewards: list[Any] = [0.0] * n
         terminated: list[Any] = [False] * n
         truncated: list[Any] = [False] * n
@@ -315,13 +318,9 @@ class Worker:
                     except BaseException as exc:
                         hosted.failed_step(exc)
                         raise
-                    rewards[i], terminated[i], truncated[i] = reward, term, trunc
+                    outs[i], rewards[i], terminated[i], truncated[i] = o, reward, term, trunc
                 else:
-                    o, rewards[i], terminated[i], truncated[i], info = hosted.step(action)
-                if outs is not None:
-                    outs[i] = o
-                else:
-                    write_obs(obs, row, o)
+                    outs[i], rewards[i], terminated[i], truncated[i], info = hosted.step(action)
                 if info:
                     if infos is None:
                         infos = [None] * n
@@ -329,48 +328,8 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - one env's failure is its row's alone
                 rewards[i], terminated[i], truncated[i] = 0.0, False, False
                 errors[i] = error_fields(exc, env_id)
-        if outs is not None:
-            extras = (rewards, terminated, truncated)
-            obs, infos = self._put_plain_obs(group, obs, rows, outs, env_ids, extras, infos, errors)
-        assert obs is not None
+        obs, infos = put_obs(group, obs, rows, outs, env_ids, (rewards, terminated, truncated), infos, errors)
         return obs, rewards, terminated, truncated, infos, errors
-
-    @staticmethod
-    def _put_plain_obs(
-        group: Group,
-        obs: list[np.ndarray] | None,
-        rows: Sequence[int],
-        outs: list[Any],
-        env_ids: list[int],
-        extras: tuple[list[Any], list[Any], list[Any]],
-        infos: list[Any] | None,
-        errors: dict[int, Any],
-    ) -> tuple[list[np.ndarray], list[Any] | None]:
-        """Write the observations ``outs`` of :meth:`step_rows`'s loop (row ``i`` to row ``rows[i]`` of ``obs``; None:
-        the batch becomes the leaf). One numpy call when they all fit (:meth:`Group.stack_obs`); else row by row, and
-        a row whose observation does not fit the space fails as if its step had raised (no reward, no info).
-        Returns the leaves and the infos."""
-        batch = group.stack_obs(outs) if not errors else None
-        if batch is not None:
-            if obs is None:
-                return [batch], infos
-            obs[0][rows] = batch
-            return obs, infos
-        if obs is None:
-            obs = spaces.empty_batch(group.obs_space, len(outs))
-        leaf = obs[0]
-        for i, row in enumerate(rows):
-            if i in errors:
-                continue
-            try:
-                leaf[row] = outs[i]
-            except Exception as exc:  # noqa: BLE001 - a malformed observation fails its own row
-                for extra, empty in zip(extras, (0.0, False, False), strict=True):
-                    extra[i] = empty
-                if infos is not None:
-                    infos[i] = None
-                errors[i] = error_fields(exc, env_ids[i])
-        return obs, infos if infos is None or any(info is not None for info in infos) else None
 
     def on_reset(self, header: dict[str, Any], _arrays: list[np.ndarray]) -> Reply:
         """Reset ``header["env"]`` with per-env seeds (``"seed"``) and shared options (``"opt"``); with
@@ -487,6 +446,53 @@ def describe_env(env: Any, may_pickle: bool) -> dict[str, Any]:
         "metadata": metadata,
         "render_mode": getattr(env, "render_mode", None),
     }
+
+
+def extra_arrays(rewards: list[Any], terminated: list[Any], truncated: list[Any]) -> list[np.ndarray]:
+    """The rows' ``[reward (k,) float64, terminated (k,) bool, truncated (k,) bool]``, one numpy call each."""
+    return [np.array(rewards, np.float64), np.array(terminated, np.bool_), np.array(truncated, np.bool_)]
+
+
+def put_obs(
+    group: Group,
+    obs: list[np.ndarray] | None,
+    rows: Sequence[int],
+    outs: list[Any],
+    env_ids: Sequence[int],
+    extras: tuple[list[Any], list[Any], list[Any]],
+    infos: list[Any] | None,
+    errors: dict[int, Any],
+) -> tuple[list[np.ndarray], list[Any] | None]:
+    """Write the envs' observations ``outs`` (row ``i`` to row ``rows[i]`` of the leaves ``obs``; None: leaves of
+    their own, ``rows`` being ``range(len(outs))``), skipping the rows in ``errors``.
+
+    A plain space's rows are batched in one numpy call when they all fit (:meth:`Group.stack_obs`), unless they go
+    to leaves given and are large (over :data:`SMALL_ROW` bytes: a batch would copy them twice, and a row's own
+    assignment costs little beside its copy); otherwise, and for other spaces, they are written row by row, and a
+    row whose observation does not fit the space fails as if its step had raised: its ``extras`` (rewards,
+    terminated, truncated lists) become 0.0, False, False, its info goes, ``errors`` gets its error (for
+    ``env_ids[i]``). Returns the leaves and the infos (None: no info left)."""
+    batch = group.stack_obs(outs) if group.plain_obs and not errors and (obs is None or group.obs_small) else None
+    if batch is not None:
+        if obs is None:
+            return [batch], infos
+        obs[0][rows] = batch
+        return obs, infos
+    if obs is None:
+        obs = spaces.empty_batch(group.obs_space, len(outs))
+    write = group.write_obs
+    for i, row in enumerate(rows):
+        if i in errors:
+            continue
+        try:
+            write(obs, row, outs[i])
+        except Exception as exc:  # noqa: BLE001 - a malformed observation fails its own row
+            for extra, empty in zip(extras, (0.0, False, False), strict=True):
+                extra[i] = empty
+            if infos is not None:
+                infos[i] = None
+            errors[i] = error_fields(exc, env_ids[i])
+    return obs, infos if infos is None or any(info is not None for info in infos) else None
 
 
 def batch_reply(

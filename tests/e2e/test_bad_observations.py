@@ -114,3 +114,41 @@ async def test_observations_numpy_can_cast_are_cast(where: str, monkeypatch: pyt
         assert reward.tolist() == [1.0, 1.0, 1.0]
     finally:
         await pool.aclose()
+
+
+class _DictObs(gym.Env[Any, Any]):
+    """Observes ``{"pos": (2,) float32, "n": int}``; with ``bad`` its steps leave out ``"pos"``."""
+
+    observation_space = gym.spaces.Dict({"pos": gym.spaces.Box(-9, 9, (2,), np.float32), "n": gym.spaces.Discrete(99)})
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, bad: bool = False) -> None:
+        self.bad, self.n = bad, 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.n = 0
+        return {"pos": np.zeros(2, np.float32), "n": 0}, {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        self.n += 1
+        obs = {"n": self.n} if self.bad else {"pos": np.full(2, action, np.float32), "n": self.n}
+        return obs, 1.0, False, False, {}
+
+
+@pytest.mark.parametrize("where", list(WHERE))
+async def test_a_dict_observation_missing_a_key_fails_its_env_only(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    pool = await _pool([_DictObs, lambda: _DictObs(bad=True), _DictObs], where, monkeypatch)
+    try:
+        await pool.reset(seed=SEED)
+        with pytest.raises(EnvError) as caught:
+            await pool.step(np.array([1, 1, 0], dtype=np.int64))
+        err = caught.value
+        assert err.env_id == 1
+        assert "pos" in str(err), str(err)
+        obs, *_, info = err.partial
+        assert info["env_id"].tolist() == [0, 2]
+        assert obs["pos"].tolist() == [[1, 1], [0, 0]]
+        assert obs["n"].tolist() == [1, 1]
+    finally:
+        await pool.aclose()
