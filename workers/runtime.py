@@ -100,9 +100,10 @@ class Group:
     def stack_obs(self, values: list[Any]) -> np.ndarray | None:
         """The observations ``values`` (one env's each) of a plain space as its leaf ``(len(values), *row)``, made in
         one numpy call (as ``SyncVectorEnv`` batches its envs' observations), or None when they do not all convert
-        to that (a value of another shape, one numpy cannot cast, a failed row's None): then write them row by
-        row, which says which one is at fault. A row's write casts as this one does (``np.array(..., dtype)``
-        and ``leaf[i] = value`` both cast unsafely)."""
+        to that (a value of another shape, one numpy cannot cast): then write them row by row, which says which
+        one is at fault. A row's write casts as this one does (``np.array(..., dtype)`` and ``leaf[i] = value``
+        both cast unsafely). Every value must be an observation: a failed row's placeholder could pass (None
+        becomes NaN in a float leaf of scalar rows), so :func:`put_obs` stacks only steps without failures."""
         try:
             batch = np.array(values, dtype=self.obs_dtype)
         except (ValueError, TypeError, OverflowError):
