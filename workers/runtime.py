@@ -341,21 +341,23 @@ class Worker:
         options = header.get(Key.OPT)
         group = self.group(env_ids)
         slab = self._shared() if header.get(Key.SHARED) else None
-        obs = slab.obs if slab is not None else spaces.empty_batch(group.obs_space, len(env_ids))
+        n = len(env_ids)
+        outs: list[Any] = [None] * n  # written after the loop, as a step's (put_obs)
         infos: list[Any] | None = None
         errors: dict[int, Any] = {}
         for i, env_id in enumerate(env_ids):
             try:
-                o, info = self.hosted(env_id).reset(seeds[i], options)
-                group.write_obs(obs, env_id if slab is not None else i, o)
+                outs[i], info = self.hosted(env_id).reset(seeds[i], options)
                 if info:
                     if infos is None:
-                        infos = [None] * len(env_ids)
+                        infos = [None] * n
                     infos[i] = info
             except Exception as exc:  # noqa: BLE001
                 errors[i] = error_fields(exc, env_id)
         if slab is not None:
+            _, infos = put_obs(group, slab.obs, env_ids, outs, env_ids, None, infos, errors)
             return shared_reply(infos, errors)
+        obs, infos = put_obs(group, None, range(n), outs, env_ids, None, infos, errors)
         return batch_reply(obs, infos, errors, [])
 
     def on_call(self, header: dict[str, Any], _arrays: list[np.ndarray]) -> Reply:
@@ -461,7 +463,7 @@ def put_obs(
     rows: Sequence[int],
     outs: list[Any],
     env_ids: Sequence[int],
-    extras: tuple[list[Any], list[Any], list[Any]],
+    extras: tuple[list[Any], list[Any], list[Any]] | None,
     infos: list[Any] | None,
     errors: dict[int, Any],
 ) -> tuple[list[np.ndarray], list[Any] | None]:
@@ -471,9 +473,9 @@ def put_obs(
     A plain space's rows are batched in one numpy call when they all fit (:meth:`Group.stack_obs`), unless they go
     to leaves given and are large (over :data:`SMALL_ROW` bytes: a batch would copy them twice, and a row's own
     assignment costs little beside its copy); otherwise, and for other spaces, they are written row by row, and a
-    row whose observation does not fit the space fails as if its step had raised: its ``extras`` (rewards,
-    terminated, truncated lists) become 0.0, False, False, its info goes, ``errors`` gets its error (for
-    ``env_ids[i]``). Returns the leaves and the infos (None: no info left)."""
+    row whose observation does not fit the space fails as if its step or reset had raised: its ``extras`` (a step's
+    rewards, terminated, truncated lists; None for a reset) become 0.0, False, False, its info goes, ``errors``
+    gets its error (for ``env_ids[i]``). Returns the leaves and the infos (None: no info left)."""
     batch = group.stack_obs(outs) if group.plain_obs and not errors and (obs is None or group.obs_small) else None
     if batch is not None:
         if obs is None:
@@ -489,8 +491,9 @@ def put_obs(
         try:
             write(obs, row, outs[i])
         except Exception as exc:  # noqa: BLE001 - a malformed observation fails its own row
-            for extra, empty in zip(extras, (0.0, False, False), strict=True):
-                extra[i] = empty
+            if extras is not None:
+                for extra, empty in zip(extras, (0.0, False, False), strict=True):
+                    extra[i] = empty
             if infos is not None:
                 infos[i] = None
             errors[i] = error_fields(exc, env_ids[i])

@@ -152,3 +152,33 @@ async def test_a_dict_observation_missing_a_key_fails_its_env_only(where: str, m
         assert obs["n"].tolist() == [1, 1]
     finally:
         await pool.aclose()
+
+
+class _WideReset(gym.Wrapper[Any, Any, Any, Any]):
+    """CartPole whose reset observation has a fifth coordinate."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+
+    def reset(self, **kwargs: Any) -> Any:
+        obs, info = self.env.reset(**kwargs)
+        return np.append(obs, np.float32(0)), info
+
+
+@pytest.mark.parametrize("where", list(WHERE))
+async def test_a_reset_observation_of_the_wrong_shape_fails_its_env_only(
+    where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pool = await _pool([_good, _WideReset, _as_list], where, monkeypatch)
+    try:
+        with pytest.raises(EnvError) as caught:
+            await pool.reset(seed=SEED)
+        err = caught.value
+        assert err.env_id == 1
+        assert "(5,)" in str(err), str(err)
+        obs, info = err.partial
+        assert info["env_id"].tolist() == [0, 2]
+        expected = [gym.make("CartPole-v1").reset(seed=SEED + i)[0] for i in (0, 2)]
+        np.testing.assert_array_equal(obs, np.array(expected, dtype=np.float32))
+    finally:
+        await pool.aclose()
