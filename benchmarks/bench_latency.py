@@ -135,6 +135,10 @@ class Loop:
         return f"{label}, num_workers=0 (this process)" if self.here else label
 
 
+#: The async1k case's client loops unless ``--loops`` names others.
+ASYNC1K_LOOPS = ("batch:64", "batch:256", "any")
+
+
 def parse_loop(spec: str, num_envs: int) -> Loop:
     """``"batch:N"`` (N clamped to ``num_envs``) or ``"any"``, either followed by ``"@here"`` (``num_workers=0``)."""
     what, at, where = spec.partition("@")
@@ -255,7 +259,7 @@ def build_cases(args: argparse.Namespace) -> dict[str, Case]:
         env=async_env,
         executor="async",
         num_envs=128 if quick else 1024,
-        loops=("batch:16", "any") if quick else tuple(args.loops),
+        loops=tuple(args.loops or (("batch:16", "any") if quick else ASYNC1K_LOOPS)),
         alone=True,
         **mean_20ms,
     )
@@ -782,6 +786,7 @@ def render_markdown(res: dict[str, Any]) -> str:
     m = res["machine"]
     about = f"{m['cpu_count']} CPUs, {m['memory_gib']} GiB, Python {m['python']}, {m['loop']}, "
     about += f"gymnasium {m['gymnasium']}, pyzmq {m['pyzmq']}, load {m['load_avg_1m']}, {res['date']}"
+    about += f", gc threshold {res['settings'].get('gc_threshold', 700)} in this process"
     legend = (
         "ideal = envs / mean latency. Loop ceiling: the fraction of ideal that client loop reaches with zero "
         "overhead (simulated from the same latencies). CPU: % of one core over the timed window; outside = "
@@ -825,12 +830,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--loops",
         type=lambda s: [parse_loop(x, 10**9).spec for x in s.split(",")],
-        default=["batch:64", "batch:256", "any"],
         help="async1k client loops, comma-separated: batch:N (recv() with batch_size N) or any "
         "(recv(min_results=1, max_results=num_envs)), either with @here for the envs in this process "
-        "(num_workers=0); default batch:64,batch:256,any",
+        f"(num_workers=0); default {','.join(ASYNC1K_LOOPS)} (--quick: batch:16,any)",
     )
     p.add_argument("--loop-10k", type=lambda s: parse_loop(s, 10**9).spec, default="any", help="async10k loop")
+    p.add_argument(
+        "--gc-threshold",
+        type=int,
+        metavar="N",
+        help="gc.set_threshold(N) in this process (the envs of @here loops and the envs alone run here); "
+        "default: Python's own (700)",
+    )
     p.add_argument(
         "--retries",
         type=int,
@@ -847,6 +858,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Run the selected cases, write JSON + Markdown, print the tables."""
     args = parse_args(argv)
+    if args.gc_threshold is not None:
+        gc.set_threshold(args.gc_threshold, *gc.get_threshold()[1:])
     cases = build_cases(args)
     selected = [name for name in SECTIONS if name in set(args.only or SECTIONS)]
     res: dict[str, Any] = run_header() | {
@@ -854,6 +867,7 @@ def main(argv: list[str] | None = None) -> int:
             "quick": args.quick,
             "num_workers": args.num_workers,
             "retries": args.retries,
+            "gc_threshold": gc.get_threshold()[0],
             "bars": BARS,
             "memory_bar": "1 GiB",
         },

@@ -75,3 +75,14 @@ def _check_cell(where: str, cell: dict[str, object], ideal: float) -> None:
     assert fraction == pytest.approx(rate / ideal, rel=1e-3), where
     assert 0 < fraction <= 1.2, (where, fraction)  # a short window may run a little past the ideal
     assert 0 < cell["loop_ceiling"] <= 1.2, (where, cell["loop_ceiling"])  # type: ignore[operator]
+
+
+def test_latency_benchmark_sets_and_records_the_gc_threshold(tmp_path: Path) -> None:
+    """``--gc-threshold``: the collector's first threshold in the benchmark's process, in its results and header."""
+    args = ("--quick", "--only", "async1k", "--loops", "any@here", "--gc-threshold", "5000", "--out", str(tmp_path))
+    proc = run_python("benchmarks/bench_latency.py", *args, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((tmp_path / "latency.json").read_text())
+    assert result["settings"]["gc_threshold"] == 5000
+    assert set(result["sections"]["async1k"]["params"]["loops"]) == {"any@here"}
+    assert ", gc threshold 5000 in this process" in (tmp_path / "latency.md").read_text()
