@@ -28,17 +28,24 @@ from aioenv.core.scheduler import Request
 from aioenv.core.sinks import Gather, Part, RecvQueue, ResetResult, Single, Sink, StepResult, whole_result
 from aioenv.core.sources import parse_sources
 from aioenv.errors import InvalidAction, PoolClosed, ProtocolError, UsageError
+from aioenv.pool_options import (
+    MODES,
+    check_in_process,
+    checked_curve_keys,
+    checked_endpoint,
+    checked_on_timeout,
+    checked_seeds,
+    mode_name,
+    pool_executor,
+    worker_executor,
+    workers_asked,
+)
 from aioenv.transport.spawn import usable_cpus
-from aioenv.transport.stream import is_stream
 from aioenv.wire import spaces
 from aioenv.wire.options import (
-    ON_TIMEOUT,
-    POOL_EXECUTORS,
     AutoresetName,
-    Executor,
     OnTimeout,
     PoolExecutor,
-    choice,
     positive_int,
     positive_seconds,
 )
@@ -47,145 +54,6 @@ from aioenv.wire.protocol import Key
 __all__ = ["Pool", "make"]
 
 log = logging.getLogger("aioenv.pool")
-
-_MODES: dict[AutoresetName, AutoresetMode] = {
-    "next_step": AutoresetMode.NEXT_STEP,
-    "same_step": AutoresetMode.SAME_STEP,
-    "disabled": AutoresetMode.DISABLED,
-}
-
-
-def _mode_name(mode: object) -> AutoresetName:
-    """``autoreset_mode`` as given to :func:`make` (a gymnasium ``AutoresetMode`` or its name, any case) as
-    its name; ``ValueError`` for anything else."""
-    if isinstance(mode, AutoresetMode):
-        return next(k for k, v in _MODES.items() if v is mode)
-    name = mode.lower() if isinstance(mode, str) else None
-    for known in _MODES:
-        if name == known:
-            return known
-    raise ValueError(f"autoreset_mode must be one of {sorted(_MODES)} or a gymnasium AutoresetMode, got {mode!r}")
-
-
-def _executor(value: object) -> PoolExecutor:
-    """``executor`` as given to :func:`make`, checked (``ValueError`` naming the choices)."""
-    return choice("executor", value, POOL_EXECUTORS)
-
-
-def _worker_executor(executor: PoolExecutor) -> Executor:
-    """The executor of a local pool's worker processes (and of its in-process worker: ``inline``)."""
-    return "thread" if executor == "thread" else "async" if executor == "async" else "inline"
-
-
-def _workers_asked(value: object) -> int | None:
-    """``num_workers`` as given to :func:`make`: None (the default), 0 (every env in this process) or a count."""
-    if isinstance(value, int | np.integer) and not isinstance(value, bool) and value == 0:
-        return 0
-    try:
-        return positive_int("num_workers", value, allow_none=True)
-    except ValueError:
-        raise ValueError(
-            f"num_workers must be a positive int, 0 (every env in this process) or None, got {value!r}"
-        ) from None
-
-
-def _check_in_process(executor: PoolExecutor | None, num_workers: int | None, **options: Any) -> None:
-    """Refuse what envs in the caller's own process cannot do (``executor="in_process"``, or ``num_workers=0``):
-    ``ValueError`` naming the option and what can."""
-    if executor == "in_process":
-        asked = "executor='in_process'"
-        remote = "use 'inline', 'thread', 'async' or 'auto' (the server's choice)"
-        instead = "use 'inline', 'thread' or 'async' (or 'auto', which then keeps them in worker processes)"
-    elif num_workers == 0:
-        asked = "num_workers=0"
-        remote = "leave num_workers at None (the server's choice) or give a count"
-        instead = "leave num_workers at None or give a count of worker processes"
-    else:
-        return
-    if options["endpoint"] is not None:
-        raise ValueError(
-            f"{asked} runs envs in this process; a remote pool's envs run on the server's workers: {remote}"
-        )
-    given = [name for name in ("step_timeout", "reset_timeout", "max_worker_rss") if options[name]]
-    if executor == "in_process" and num_workers:
-        given.append("num_workers")
-    if given:
-        raise ValueError(
-            f"{given[0]} is for envs in worker processes: {asked} runs them in this process, where a hung step "
-            f"cannot be interrupted and a worker's memory cannot be told apart; {instead}"
-        )
-
-
-def _on_timeout(value: object) -> OnTimeout:
-    """``on_timeout`` as given to :func:`make`, checked (``ValueError`` naming the choices)."""
-    return choice("on_timeout", value, ON_TIMEOUT)
-
-
-def _checked_endpoint(endpoint: object) -> str | None:
-    """``endpoint`` if it is None or an aioenv server's address (``tcp://``, ``ipc://``, ``unix://``)."""
-    if endpoint is not None and not (
-        isinstance(endpoint, str)
-        and endpoint.startswith(("tcp://", "ipc://", "unix://"))
-        and not endpoint.endswith("://")
-    ):
-        raise ValueError(
-            "endpoint must be an aioenv server address such as 'tcp://host:5555' or 'unix:///run/aioenv.sock', "
-            f"got {endpoint!r}"
-        )
-    return endpoint
-
-
-def _checked_curve_keys(curve_keys: object, endpoint: str | None) -> tuple[str, str] | None:
-    """``curve_keys`` (a remote pool's: its own secret key file and the server's public key file) as two paths."""
-    if curve_keys is None:
-        return None
-    if endpoint is None:
-        raise ValueError("curve_keys are for a remote pool: give endpoint= too")
-    if is_stream(endpoint):
-        raise ValueError("curve_keys are for tcp:// servers: a unix:// socket is guarded by its file's mode")
-    if not (isinstance(curve_keys, (tuple, list)) and len(curve_keys) == 2):
-        raise ValueError(f"curve_keys must be (your .key_secret file, the server's .key file), got {curve_keys!r}")
-    return str(curve_keys[0]), str(curve_keys[1])
-
-
-def _checked_on_timeout(on_timeout: object, mode: AutoresetName) -> OnTimeout:
-    """``on_timeout``, checked, and refused as ``"truncate"`` with ``same_step`` autoreset."""
-    checked = _on_timeout(on_timeout)
-    if checked == "truncate" and mode == "same_step":
-        raise ValueError(
-            "on_timeout='truncate' needs autoreset_mode 'next_step' or 'disabled': in 'same_step' a truncated "
-            "row must carry the next episode's first observation, which a replaced env cannot give in time"
-        )
-    return checked
-
-
-#: Seeds are what numpy's SeedSequence takes: non-negative ints; the wire carries them as 64-bit ints.
-SEED_LIMIT = 2**64
-
-
-def checked_seeds(seed: Any, env_ids: list[int]) -> list[int | None]:
-    """One seed (or None) per env of ``env_ids`` from ``seed``: an int (env ``i`` gets ``seed + i``) or a
-    sequence with one int or None per env.
-
-    Raises:
-        UsageError: a seed that is not an int in ``[0, 2**64)``, naming the value and the env.
-        ValueError: a sequence whose length is not the number of envs.
-    """
-    if _is_int(seed):
-        seeds: list[Any] = [int(seed) + i for i in env_ids]
-    elif isinstance(seed, str | bytes) or not hasattr(seed, "__len__"):
-        raise UsageError(
-            f"seed must be None, an int, or a sequence with one int (or None) per env; got {seed!r}",
-        )
-    else:
-        seeds = list(seed)
-        if len(seeds) != len(env_ids):
-            raise ValueError(f"seed has {len(seeds)} entries for {len(env_ids)} envs: give one per env, or an int")
-    for env_id, value in zip(env_ids, seeds, strict=True):
-        if value is not None and not (_is_int(value) and 0 <= int(value) < SEED_LIMIT):
-            raise UsageError(f"seed {value!r} for env {env_id}: a seed is an int in [0, 2**64) or None", env_id=env_id)
-    return [None if value is None else int(value) for value in seeds]
-
 
 _FOREIGN_LOOP = (
     "this pool belongs to the event loop it was started in, and was called from another thread or loop (its "
@@ -247,10 +115,6 @@ async def _poll_turn() -> None:
     await asyncio.sleep(0)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int | np.integer) and not isinstance(value, bool)
-
-
 class Pool:
     """A pool of ``num_envs`` envs run by worker processes, driven from asyncio.
 
@@ -286,11 +150,11 @@ class Pool:
         endpoint: str | None = None,
         curve_keys: tuple[str, str] | None = None,
     ) -> None:
-        self.endpoint = _checked_endpoint(endpoint)
-        self._curve_keys = _checked_curve_keys(curve_keys, endpoint)
-        self._asked_executor = None if executor is None else _executor(executor)
-        self._asked_workers = _workers_asked(num_workers)
-        _check_in_process(
+        self.endpoint = checked_endpoint(endpoint)
+        self._curve_keys = checked_curve_keys(curve_keys, endpoint)
+        self._asked_executor = None if executor is None else pool_executor(executor)
+        self._asked_workers = workers_asked(num_workers)
+        check_in_process(
             self._asked_executor,
             self._asked_workers,
             endpoint=endpoint,
@@ -300,10 +164,10 @@ class Pool:
         )
         if self._asked_workers == 0 and self._asked_executor == "inline":
             self._asked_executor = "in_process"  # the inline executor in this process
-        self._mode = _mode_name(autoreset_mode)
+        self._mode = mode_name(autoreset_mode)
         self.step_timeout = positive_seconds("step_timeout", step_timeout)
         self.reset_timeout = positive_seconds("reset_timeout", reset_timeout)
-        self.on_timeout = _checked_on_timeout(on_timeout, self._mode)
+        self.on_timeout = checked_on_timeout(on_timeout, self._mode)
         self.max_concurrency = positive_int("max_concurrency", max_concurrency, allow_none=True)
         self.max_worker_rss = positive_int("max_worker_rss", max_worker_rss, allow_none=True, unit="number of bytes")
         self._env_name = env if isinstance(env, str) else ""
@@ -372,7 +236,7 @@ class Pool:
                     self._sources,
                     self._private_dir,
                     autoreset_mode=self._mode,
-                    executor=_worker_executor(self.executor),
+                    executor=worker_executor(self.executor),
                     on_remade=self._on_remade,
                     max_concurrency=self.max_concurrency,
                     on_timeout=self.on_timeout,
@@ -473,7 +337,7 @@ class Pool:
         described = await remote.start(self._asked_workers)
         info = described.pop("_server", {})  # what the server chose: workers, executor
         self.num_workers = int(info.get("num_workers", self.num_workers))
-        self.executor = _executor(info.get("executor", self.executor))  # the server checked it too
+        self.executor = pool_executor(info.get("executor", self.executor))  # the server checked it too
         return described
 
     def _remove_private_dir(self) -> None:
@@ -504,7 +368,7 @@ class Pool:
     @property
     def autoreset_mode(self) -> AutoresetMode:
         """The autoreset mode, as gymnasium's enum."""
-        return _MODES[self._mode]
+        return MODES[self._mode]
 
     def _on_remade(self, env_ids: np.ndarray) -> None:
         for env_id in env_ids.tolist():

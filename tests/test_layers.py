@@ -1,7 +1,7 @@
 """The package's layers, pinned: no lower layer imports a higher one and no module imports itself back.
 
 Layers, from the bottom (docs/architecture.md): the ground (errors, env, logs, the loop, the version),
-``aioenv.wire``, ``aioenv.transport``, ``aioenv.core``, the public face (``aioenv.pool``,
+``aioenv.wire``, ``aioenv.transport``, ``aioenv.core``, the public face (``aioenv.pool`` and ``aioenv.pool_options``,
 ``aioenv.sync``), ``aioenv.server``, ``aioenv.compat``, ``aioenv.collect`` (collectors over the public face),
 ``aioenv.ray`` (worker hosts as Ray actors) and ``aioenv.cli``. The worker runtime
 (``workers``) stands beside the coordinator and may use the ground, wire and transport only; the
@@ -55,7 +55,7 @@ def _layer(module: str) -> str:
         return "workers"
     if len(parts) == 1:
         return "face"
-    return {"pool": "face", "sync": "face", "vector": "compat"}.get(parts[1], parts[1])
+    return {"pool": "face", "pool_options": "face", "sync": "face", "vector": "compat"}.get(parts[1], parts[1])
 
 
 # What each layer may import, besides itself.

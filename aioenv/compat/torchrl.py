@@ -43,16 +43,12 @@ from torchrl.envs import EnvBase
 from aioenv.compat.torchrl_specs import NestedKey, SpaceMap, nested
 from aioenv.errors import UsageError
 from aioenv.pool import Pool
+from aioenv.pool_options import SEED_LIMIT, is_int
 from aioenv.sync import SyncPool
 
 __all__ = ["AioEnv"]
 
-_SEED_LIMIT = 2**64
 _DONE_KEYS = ("done", "terminated", "truncated")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int | np.integer) and not isinstance(value, bool)
 
 
 def _seed_list(seed: Any, num_envs: int, where: str) -> list[int | None]:
@@ -64,7 +60,7 @@ def _seed_list(seed: Any, num_envs: int, where: str) -> list[int | None]:
     """
     if seed is None:
         return [None] * num_envs
-    if _is_int(seed):
+    if is_int(seed):
         seeds: list[Any] = [int(seed) + i for i in range(num_envs)]
     elif isinstance(seed, Sequence) and not isinstance(seed, str | bytes):
         seeds = list(seed)
@@ -73,7 +69,7 @@ def _seed_list(seed: Any, num_envs: int, where: str) -> list[int | None]:
     else:
         raise UsageError(f"{where}: a seed is None, an int, or one int (or None) per env; got {seed!r}")
     for env_id, value in enumerate(seeds):
-        if value is not None and not (_is_int(value) and 0 <= int(value) < _SEED_LIMIT):
+        if value is not None and not (is_int(value) and 0 <= int(value) < SEED_LIMIT):
             raise UsageError(f"{where}: seed {value!r} for env {env_id} is not an int in [0, 2**64)", env_id=env_id)
     return [None if value is None else int(value) for value in seeds]
 
