@@ -66,9 +66,9 @@ async def guard(awaitable: Any) -> Any:
 
 
 async def test_an_env_error_fails_its_own_row_only_and_no_process_is_started() -> None:
-    before = _workers()  # what earlier tests left (SB3's forkserver, say) is not this pool's
+    before = set(_workers())  # what earlier tests left (SB3's forkserver, say) is not this pool's
     async with aioenv.Pool(Flaky, 3, executor="in_process") as pool:
-        assert _workers() == before  # no worker process: the envs are this process's
+        assert set(_workers()) <= before  # no worker process: the envs are this process's
         await guard(pool.reset(seed=0))
         with pytest.raises(EnvError) as caught:
             await guard(pool.step(np.array([0, 1, 0])))
@@ -383,7 +383,7 @@ async def test_the_process_that_timed_the_env_goes_on_as_the_first_worker() -> N
         await guard(pool.reset())
         _, rew, *_ = await guard(pool.step(np.zeros(4, dtype=np.int64)))
         assert rew.tolist() == [1.0] * 4
-    assert set(_workers()) == before
+    assert set(_workers()) <= before  # the pool's workers are gone (a leftover of earlier tests may be, too)
 
 
 async def test_envs_that_stay_in_this_process_leave_no_process_behind(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -391,7 +391,7 @@ async def test_envs_that_stay_in_this_process_leave_no_process_behind(monkeypatc
     before = set(_workers())
     async with aioenv.Pool("CartPole-v1", 2, seed=0) as pool:
         assert (pool.executor, pool.envs_in_process) == ("in_process", 2)
-        assert set(_workers()) == before  # the process that timed the env is gone
+        assert set(_workers()) <= before  # the process that timed the env is gone
 
 
 class Hangs(Flaky):
