@@ -35,6 +35,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from recorded import command  # noqa: E402 - found through the path set above
 
 import aioenv  # noqa: E402
 
@@ -218,17 +221,16 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args()
     seconds, repeats = (1.0, 1) if args.quick else (args.seconds, args.repeats)
-    command = "python " + " ".join(sys.argv)
     results = {n: run(n, seconds, repeats) for n in args.num_envs}
     payload = {
-        "command": command,
+        "command": command(),
         "runs": {str(n): result for n, result in results.items()},
         "machine": {"python": platform.python_version(), "platform": platform.platform()},
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "adapters.json").write_text(json.dumps(payload, indent=2))
-    markdown = to_markdown(results, command)
+    markdown = to_markdown(results, payload["command"])
     (args.out / "adapters.md").write_text(markdown)
     print()
     print(markdown)

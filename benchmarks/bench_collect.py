@@ -46,6 +46,7 @@ for _path in (ROOT, HERE):
         sys.path.insert(0, str(_path))
 
 from freshcell import run_fresh, versions  # noqa: E402 - found through the path set above
+from recorded import command  # noqa: E402
 
 NUM_ENVS = 32
 LATENCY_ENVS = 256
@@ -396,7 +397,7 @@ def main() -> None:
         cell_s = memory_s if workload == "memory" else seconds
         result["workloads"][workload] = run_workload(workload, cell_s, 1 if workload == "memory" else repeats)
     result.update(
-        command="python " + " ".join([os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]]),
+        command=command(),
         seconds=seconds,
         repeats=repeats,
         cpus=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),

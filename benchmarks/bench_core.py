@@ -29,7 +29,6 @@ import json
 import multiprocessing as mp
 import os
 import platform
-import shlex
 import statistics
 import sys
 import tempfile
@@ -56,6 +55,11 @@ T = TypeVar("T")
 Aio = ModuleType | str  # the aioenv module, or why it is unavailable
 Cell = Callable[[], float | tuple[float, ...]] | str  # a measurement, or a skip reason
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT / "benchmarks") not in sys.path:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from recorded import command  # noqa: E402 - found through the path set above
+
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "core.json"
 ACTION_BATCHES = 64  # pre-sampled action batches, cycled through
 STARTUP_ENVS = 32
@@ -623,7 +627,7 @@ def main(argv: list[str] | None = None) -> int:
     res: dict[str, Any] = {
         "machine": machine_info(aio),
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": shlex.join([os.path.relpath(sys.executable), *sys.argv]),
+        "command": command(),
         "settings": {k: getattr(args, k) for k in ("seconds", "repeats", "warmup")},
         "workloads": {w: bench_workload(w, args, aio) for w in WORKLOADS if w in selected},
     }

@@ -27,6 +27,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from recorded import command  # noqa: E402 - found through the path set above
+
 VECENVS = ("dummy", "aioenv-auto", "aioenv-inline", "subproc")
 
 
@@ -126,7 +130,7 @@ def main() -> None:
             }
         )
     report = {
-        "command": "python benchmarks/bench_ppo.py " + " ".join(sys.argv[1:]),
+        "command": command(),
         "machine": f"{os.cpu_count()} CPUs, Python {platform.python_version()}",
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "timesteps": args.timesteps,

@@ -35,6 +35,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from recorded import command  # noqa: E402 - found through the path set above
 
 WAYS = ["aioenv fork", "aioenv exec", "AsyncVectorEnv fork", "AsyncVectorEnv spawn", "SyncVectorEnv"]
 
@@ -137,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         cell["later_start/AsyncVectorEnv_fork"] = cell["later_start_s"] / base
     out = {
         "what": "seconds from a pool's constructor to its first reset done, and its close",
-        "command": " ".join(["benchmarks/bench_startup.py", *(argv if argv is not None else sys.argv[1:])]),
+        "command": command(None if argv is None else [__file__, *argv]),
         "envs": args.envs,
         "workers": args.workers,
         "pools": args.pools,

@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from freshcell import run_fresh, versions  # noqa: E402 - found through the path set above
+from recorded import command  # noqa: E402
 
 ENV_ID = "CartPole-v1"
 NUM_ENVS = 32
@@ -238,7 +239,7 @@ def main() -> None:
     cells = args.only or list(CELLS)
     result = run(seconds, repeats, args.frames_per_batch, cells)
     result.update(
-        command="python " + " ".join([os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]]),
+        command=command(),
         cells=cells,
         seconds=seconds,
         repeats=repeats,

@@ -55,6 +55,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from recorded import command  # noqa: E402 - beside this module in benchmarks/
+
 import aioenv  # noqa: E402
 
 T = TypeVar("T")
@@ -616,7 +618,7 @@ def run_header() -> dict[str, Any]:
     return {
         "machine": machine_info(),
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": shlex.join([os.path.relpath(sys.executable), *sys.argv]),
+        "command": command(),
     }
 
 

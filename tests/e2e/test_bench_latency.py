@@ -84,5 +84,6 @@ def test_latency_benchmark_sets_and_records_the_gc_threshold(tmp_path: Path) -> 
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads((tmp_path / "latency.json").read_text())
     assert result["settings"]["gc_threshold"] == 5000
+    assert result["command"].endswith("benchmarks/bench_latency.py " + " ".join(args[:-2]))  # all but --out
     assert set(result["sections"]["async1k"]["params"]["loops"]) == {"any@here"}
     assert ", gc threshold 5000 in this process" in (tmp_path / "latency.md").read_text()

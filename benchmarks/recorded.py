@@ -1,0 +1,41 @@
+"""The command line a benchmark records beside its results: how to run it again from the checkout's root.
+
+The interpreter as a path from the root (``python`` when it lives elsewhere), the script as a path from the
+root, and the arguments as given but ``--out``: where a run wrote its files is no part of what it measured,
+and a scratch path in a committed result tells its reader nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+__all__ = ["command"]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def command(argv: list[str] | None = None, executable: str | None = None) -> str:
+    """``argv`` (default ``sys.argv``: the script, then its arguments) as a shell command run from the root."""
+    script, *args = sys.argv if argv is None else argv
+    kept: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--out":
+            skip = True  # and its value
+        elif not arg.startswith("--out="):
+            kept.append(arg)
+    interpreter = _from_root(sys.executable if executable is None else executable, "python")
+    return shlex.join([interpreter, _from_root(script, script), *kept])
+
+
+def _from_root(path: str, otherwise: str) -> str:
+    """``path`` relative to the checkout's root (symlinks kept: a venv's python is one), else ``otherwise``."""
+    try:
+        return str(Path(os.path.abspath(path)).relative_to(ROOT))
+    except ValueError:
+        return otherwise

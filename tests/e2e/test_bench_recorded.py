@@ -1,0 +1,40 @@
+"""``benchmarks/recorded.py``: the command a benchmark records beside its results runs it again from the checkout's
+root, and says nothing of where that run wrote its files."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from tests.support.scripts import ROOT
+
+
+def _recorded() -> Any:
+    spec = importlib.util.spec_from_file_location("recorded", ROOT / "benchmarks" / "recorded.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_out_and_its_value_are_left_out_and_the_rest_kept_in_order() -> None:
+    argv = ["benchmarks/bench_core.py", "--quick", "--out", "/tmp/x/core.json", "--only", "ant-32", "--out=/tmp/y"]
+    command = _recorded().command(argv, executable=str(ROOT / ".venv" / "bin" / "python"))
+    assert command == ".venv/bin/python benchmarks/bench_core.py --quick --only ant-32"
+
+
+def test_paths_are_from_the_root_and_an_interpreter_elsewhere_is_python() -> None:
+    script = str(ROOT / "benchmarks" / "bench_small.py")  # given as an absolute path
+    assert _recorded().command([script, "--sizes", "8"], executable="/usr/bin/python3") == (
+        "python benchmarks/bench_small.py --sizes 8"
+    )
+
+
+def test_arguments_are_quoted_for_a_shell() -> None:
+    command = _recorded().command(
+        ["benchmarks/bench_latency.py", "--loops", "any@here,batch:16"], executable="/opt/bin/python3"
+    )
+    assert command == "python benchmarks/bench_latency.py --loops any@here,batch:16"
+    spaced = _recorded().command(["benchmarks/bench_ppo.py", "--note", "two words"], executable="/opt/bin/python3")
+    assert spaced.endswith("--note 'two words'")
