@@ -70,7 +70,7 @@ def worker_executor(executor: PoolExecutor) -> Executor:
 
 def workers_asked(value: object) -> int | None:
     """``num_workers`` as given to :func:`make`: None (the default), 0 (every env in this process) or a count."""
-    if isinstance(value, int | np.integer) and not isinstance(value, bool) and value == 0:
+    if is_int(value) and value == 0:
         return 0
     try:
         return positive_int("num_workers", value, allow_none=True)
