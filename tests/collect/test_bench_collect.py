@@ -3,25 +3,19 @@ fake cells; speed is never asserted here)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.scripts import ROOT, run_python
+from tests.support.scripts import bench_module, run_python
 
 pytestmark = pytest.mark.timeout(90)
 
 
 def bench() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_collect", ROOT / "benchmarks" / "bench_collect.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("bench_collect")
 
 
 def test_memory_workload_smoke(tmp_path: Path) -> None:

@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support.scripts import bench_module
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -67,18 +69,6 @@ def test_core_benchmark_smoke(tmp_path: Path) -> None:
     assert (tmp_path / "core.md").read_text().startswith("`")
 
 
-def _bench_module(name: str) -> Any:
-    """A module of ``benchmarks/`` (not a package), loaded from its file."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_floor_steps_the_trajectories_of_sync_vector_env() -> None:
     """The floor does all the work a vector env does (same seeds and actions, same obs, rewards, terminations,
     truncations, next-step autoresets), so the time it takes is a fair lower bound; its processes and shared
@@ -87,7 +77,7 @@ def test_the_floor_steps_the_trajectories_of_sync_vector_env() -> None:
     import numpy as np
     from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-    floor = _bench_module("floor")
+    floor = bench_module("floor")
     n = 5
     ref = SyncVectorEnv([lambda: gym.make("CartPole-v1")] * n, autoreset_mode=AutoresetMode.NEXT_STEP)
     env = floor.FloorVectorEnv("CartPole-v1", n, 2)
@@ -115,7 +105,7 @@ def test_the_floor_steps_the_trajectories_of_sync_vector_env() -> None:
 def test_the_ceiling_sums_free_running_slices_and_waits_for_the_slowest_in_lock_step() -> None:
     """The ceiling's arithmetic (``cores.rates``): free-running, each slice's own rate summed; lock-step, every
     batch as slow as its slowest slice, the processes' k-th batches paired up to the shortest record."""
-    cores = _bench_module("cores")
+    cores = bench_module("cores")
     steady, uneven = np.array([1.0, 1.0, 1.0, 1.0]), np.array([1.0, 3.0, 1.0, 3.0, 9.0])
     free, lockstep = cores.rates([4, 4], [steady, uneven])
     assert free == pytest.approx(4 / 1.0 + 4 / 3.4)  # each slice at its own pace
@@ -126,7 +116,7 @@ def test_the_ceiling_sums_free_running_slices_and_waits_for_the_slowest_in_lock_
 def test_adapter_benchmark_pairs_ratios_within_rounds_and_rotates_cells(monkeypatch: Any) -> None:
     """Pure bookkeeping of bench_adapters.run (fake cells): each round starts at the next cell, and a ratio
     is the median of within-round ratios, so a machine that slows down for a while does not skew it."""
-    bench = _bench_module("bench_adapters")
+    bench = bench_module("bench_adapters")
     base = {"Pool.step (async core)": 100.0, "SyncPool.step": 90.0, "AioVectorEnv.step": 80.0}
     names = list(base)
     order: list[str] = []

@@ -3,19 +3,13 @@ root, and says nothing of where that run wrote its files."""
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
-from tests.support.scripts import ROOT
+from tests.support.scripts import ROOT, bench_module
 
 
 def _recorded() -> Any:
-    spec = importlib.util.spec_from_file_location("recorded", ROOT / "benchmarks" / "recorded.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("recorded")
 
 
 def test_out_and_its_value_are_left_out_and_the_rest_kept_in_order() -> None:

@@ -3,26 +3,18 @@ and its rounds, ratios and goal are computed from the cells' figures as document
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.scripts import run_python
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.scripts import bench_module, run_python
 
 
 def _bench_torchrl() -> Any:
     """``benchmarks/bench_torchrl.py`` loaded from its file (it imports torch only inside a cell)."""
-    spec = importlib.util.spec_from_file_location("bench_torchrl", ROOT / "benchmarks" / "bench_torchrl.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("bench_torchrl")
 
 
 def test_torchrl_benchmark_smoke(tmp_path: Path) -> None:

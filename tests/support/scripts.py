@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def bench_module(name: str) -> ModuleType:
+    """``benchmarks/NAME.py`` loaded from its file (``benchmarks/`` is a folder of scripts, not a package), for
+    tests of a benchmark's pure bookkeeping."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_python(*args: str, timeout: float = 120, pass_fds: Sequence[int] = ()) -> subprocess.CompletedProcess[str]:
