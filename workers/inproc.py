@@ -30,7 +30,7 @@ import numpy as np
 
 from aioenv.wire.errors import error_fields
 from aioenv.wire.protocol import Key, decode
-from workers.runtime import Worker, encode_reply, extra_arrays
+from workers.runtime import Worker, encode_reply
 
 __all__ = ["InProcessProc", "InProcessWorker", "Port", "Stepped"]
 
@@ -160,17 +160,14 @@ class InProcessWorker(InProcessProc):
         message: what a STEP request would answer, for a pool whose every env runs here (see
         ``Coordinator.step_here``).
 
-        The same :meth:`Worker.step_rows` steps the envs. Infos still make the trip through the wire's encoding
-        that a reply from a worker process makes: a value msgpack cannot carry fails its row here too, and
-        the caller gets values of their own, not the objects the env keeps. A ``KeyboardInterrupt`` in an env
-        goes on to the caller."""
+        The same :meth:`Worker.step_apart` steps the envs, as a worker process steps a STEP without shared rows.
+        Infos still make the trip through the wire's encoding that a reply from a worker process makes: a value
+        msgpack cannot carry fails its row here too, and the caller gets values of their own, not the objects
+        the env keeps. A ``KeyboardInterrupt`` in an env goes on to the caller."""
         worker = self._worker
         try:
             group = worker.group(env_ids)
-            obs, rewards, terminated, truncated, infos, errors = worker.step_rows(
-                env_ids, group, leaves, None, range(len(env_ids))
-            )
-            extras = extra_arrays(rewards, terminated, truncated)
+            obs, extras, infos, errors = worker.step_apart(env_ids, group, leaves)
             if infos is None:
                 return obs, extras, None, errors
             # Each env's own dict crosses (as for "ilist"), and the sink batches the decoded dicts if its caller

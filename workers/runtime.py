@@ -263,18 +263,29 @@ class Worker:
         the slab: env ``e``'s action is row ``e`` of its action leaves, its results go to row ``e`` of the
         observation leaves, reward, terminated and truncated."""
         env_ids: list[int] = header[Key.ENV]
-        n = len(env_ids)
         group = self.group(env_ids)
         if header.get(Key.SHARED):
             slab = self._shared()
-            stepped = self.step_rows(env_ids, group, slab.act, slab.obs, env_ids)
-            _, rewards, terminated, truncated, infos, errors = stepped
+            _, rewards, terminated, truncated, infos, errors = self.step_rows(
+                env_ids, group, slab.act, slab.obs, env_ids
+            )
             at = shared_rows(env_ids)
             slab.reward[at], slab.terminated[at], slab.truncated[at] = rewards, terminated, truncated
             return shared_reply(infos, errors)
-        acts = leaves_from_wire(header[Key.ACT], arrays)
-        obs, rewards, terminated, truncated, infos, errors = self.step_rows(env_ids, group, acts, None, range(n))
-        return batch_reply(obs, infos, errors, extra_arrays(rewards, terminated, truncated))
+        obs, extras, infos, errors = self.step_apart(env_ids, group, leaves_from_wire(header[Key.ACT], arrays))
+        return batch_reply(obs, infos, errors, extras)
+
+    def step_apart(
+        self, env_ids: list[int], group: Group, acts: list[np.ndarray]
+    ) -> tuple[list[np.ndarray], list[np.ndarray], list[Any] | None, dict[int, Any]]:
+        """:meth:`step_rows` into arrays of the step's own (no shared rows): row ``i`` for ``env_ids[i]``.
+
+        Returns ``(obs leaves, [reward (k,) float64, terminated (k,) bool, truncated (k,) bool], infos, errors)``
+        (see :meth:`step_rows`; a failed row's extras are 0.0, False, False)."""
+        obs, rewards, terminated, truncated, infos, errors = self.step_rows(
+            env_ids, group, acts, None, range(len(env_ids))
+        )
+        return obs, extra_arrays(rewards, terminated, truncated), infos, errors
 
     def step_rows(
         self,
