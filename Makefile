@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: demo test extras lint typecheck bench bench-quick soak fuzz image image-test clean
+.PHONY: demo test extras lint typecheck bench bench-quick bench-goals soak fuzz image image-test clean
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,12 @@ bench: $(VENV)/.installed-test
 bench-quick: $(VENV)/.installed-test
 	$(PIP) install -q -e ".[bench]"
 	$(PY) benchmarks/bench_core.py --quick
+
+# every performance goal in one table, measured by this run: five benchmarks one after another (~30 min), their
+# results in a new temporary directory (benchmarks/results stays as committed); docs/performance.md, "The goals"
+bench-goals: $(VENV)/.installed-test
+	$(PIP) install -q -e ".[bench]"
+	$(PY) benchmarks/bench_goals.py --run
 
 # The server image (docker/Dockerfile) with whichever engine answers: docker, else podman (podman builds in
 # docker format, the one that keeps HEALTHCHECK; a docker CLI whose daemon is podman's API counts as podman).

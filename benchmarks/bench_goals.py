@@ -1,0 +1,367 @@
+"""The pool's performance goals in one table: each goal, what its benchmark measured, and where it stands.
+
+The goals (docs/performance.md, "The goals and where they stand") are spread over five benchmarks, each of
+which measures its figures against its peers in the same run. This script gathers them: for each goal the
+measured ratio, the bar, met or MISSED, and what this machine allows for it where a benchmark measures that
+too (the ceiling: the same envs with no pool at all). Run from the repo root::
+
+    .venv/bin/python benchmarks/bench_goals.py                # the committed results, at once
+    .venv/bin/python benchmarks/bench_goals.py --run          # run the five benchmarks first (~30 min)
+    .venv/bin/python benchmarks/bench_goals.py --run --quick  # their smoke runs (~3 min): figures mean nothing
+
+Without ``--run`` it reads ``benchmarks/results/`` (or ``--results DIR``) and prints the table; each row says
+when its figure was measured. With ``--run`` the benchmarks run one after another at their full settings (as
+their committed results were made), their results going to ``--results`` (default: a new temporary directory;
+never the committed ones), so every figure comes from this one invocation; ``goals.json`` and ``goals.md`` go
+next to them (or to ``--out``, which a read without ``--run`` writes to as well). A missed goal never fails the
+script: it exits 1 only when a benchmark it ran failed or a results file is unreadable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from benchutil import write_atomic  # noqa: E402
+from recorded import command  # noqa: E402
+
+Results = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Source:
+    """A benchmark whose results hold goals: its script, its results file, and how it is run for them."""
+
+    script: str
+    results: str  # file name, in the results directory
+    args: tuple[str, ...] = ()  # the arguments of a full run
+    quick: tuple[str, ...] = ("--quick",)  # of a smoke run
+    out_is_dir: bool = False  # --out takes the directory (else the JSON file's path)
+
+
+SOURCES: dict[str, Source] = {
+    "small": Source("bench_small.py", "small.json"),
+    "core": Source("bench_core.py", "core.json"),
+    "ppo": Source("bench_ppo.py", "ppo.json", ("--repeats", "3")),
+    "latency": Source("bench_latency.py", "latency.json", out_is_dir=True),
+    "remote": Source("bench_remote.py", "remote.json", out_is_dir=True),
+}
+
+
+@dataclass(frozen=True)
+class Goal:
+    """One goal: ``value(results) op threshold``; ``ceiling(results)``: what this machine allows, as text."""
+
+    name: str
+    source: str  # a key of SOURCES
+    op: str  # ">=" or "<="
+    threshold: float
+    unit: str  # "x", "%" or "MiB"
+    value: Callable[[Results], float | None]
+    ceiling: Callable[[Results], str] = lambda _: ""
+
+
+# ------------------------------------------------------------------ reading each benchmark's results
+
+
+def small_ratio(size: int) -> Callable[[Results], float | None]:
+    """bench_small: the median over alternated rounds of SyncVectorEnv's time per call over the pool's."""
+    return lambda res: res["results"][f"{size}/auto"]["ratio"]
+
+
+def core_ratio(workload: str, ratio: str) -> Callable[[Results], float | None]:
+    """bench_core: one of a workload's ratios to SyncVectorEnv (medians of the same run's repeats)."""
+    return lambda res: res["workloads"][workload]["ratios"][ratio]
+
+
+def core_ceiling(workload: str) -> Callable[[Results], str]:
+    """bench_core's ceiling of a workload: its envs split over as many processes as the pool's workers,
+    stepping with no pool at all, free-running and lock-step; and its send/recv and step figures."""
+
+    def text(res: Results) -> str:
+        r = res["workloads"][workload]["ratios"]
+        return (
+            f"no pool, 2 processes: {r['cores/sync']:.2f}x free-running, {r['cores_lockstep/sync']:.2f}x lock-step; "
+            f"aioenv step() {r['aioenv_step/sync']:.2f}x, send/recv {r['aioenv_sendrecv/sync']:.2f}x"
+        )
+
+    return text
+
+
+def ppo_ratio(res: Results) -> float | None:
+    """bench_ppo: AioVecEnv (``executor="auto"``) wall time over DummyVecEnv's, torch's default threads; None
+    when the learning curve differs (then the wall time does not compare)."""
+    rows = [r for r in res["rows"] if r["vecenv"] == "aioenv-auto"]
+    row = max(rows, key=lambda r: r["torch_threads"])
+    return row["vs_dummy"] if row["same_curve"] else None
+
+
+def ppo_note(res: Results) -> str:
+    rows = {r["torch_threads"]: r for r in res["rows"] if r["vecenv"] == "aioenv-auto"}
+    curve = "same learning curve" if all(r["same_curve"] for r in rows.values()) else "learning curves DIFFER"
+    threads = ", ".join(f"torch threads {t}: {r['vs_dummy']:.2f}x" for t, r in sorted(rows.items()))
+    return f"{curve}; {threads}"
+
+
+def bar_value(name_part: str, about: str | None = None) -> Callable[[Results], float | None]:
+    """The value of the bar a benchmark judged itself (bench_latency, bench_remote) whose name holds
+    ``name_part`` (and whose ``about`` is ``about``, when given)."""
+
+    def value(res: Results) -> float | None:
+        found = [b for b in res["bars"] if name_part in b["name"] and (about is None or b["about"] == about)]
+        if len(found) != 1:
+            raise KeyError(f"{len(found)} bars named like {name_part!r} ({about or 'any loop'})")
+        return found[0]["value"]
+
+    return value
+
+
+def alone(section: str, loop: str) -> Callable[[Results], str]:
+    """bench_latency: where the loop's ceiling sits, what aioenv reached, and what the same envs reach stepped
+    alone (in one process, no pool), each as a fraction of ideal (envs / mean latency)."""
+
+    def text(res: Results) -> str:
+        cells = res["sections"][section]["cells"]
+        by_itself, ours = cells["the envs alone, no pool"], cells[loop]
+        return (
+            f"of ideal: the loop's ceiling {ours['loop_ceiling']:.1%}, aioenv {ours['fraction_of_ideal']:.1%}, "
+            f"the envs alone with no pool {by_itself['fraction_of_ideal']:.1%}"
+        )
+
+    return text
+
+
+def mib(value: Callable[[Results], float | None]) -> Callable[[Results], float | None]:
+    return lambda res: None if (v := value(res)) is None else v / 2**20
+
+
+GOALS: list[Goal] = [
+    Goal("CartPole-v1 n=8, lock-step step() / SyncVectorEnv", "small", ">=", 1.0, "x", small_ratio(8)),
+    Goal("CartPole-v1 n=32, lock-step step() / SyncVectorEnv", "small", ">=", 1.0, "x", small_ratio(32)),
+    Goal(
+        "CartPole-v1 n=128, send/recv / SyncVectorEnv",
+        "core",
+        ">=",
+        1.6,
+        "x",
+        core_ratio("cartpole-128", "aioenv_sendrecv/sync"),
+        core_ceiling("cartpole-128"),
+    ),
+    Goal(
+        "Ant-v5 n=32, step() / SyncVectorEnv",
+        "core",
+        ">=",
+        1.9,
+        "x",
+        core_ratio("ant-32", "aioenv_step/sync"),
+        core_ceiling("ant-32"),
+    ),
+    Goal("SB3 PPO, 8 CartPole-v1 envs: AioVecEnv / DummyVecEnv wall time", "ppo", "<=", 1.1, "x", ppo_ratio, ppo_note),
+    Goal(
+        "64 thread envs (20 ms), recv() batch 16: of the loop's ceiling",
+        "latency",
+        ">=",
+        0.97,
+        "%",
+        bar_value("thread, 64 SleepEnv, mean 20 ms: of loop ceiling"),
+        alone("thread64", "batch:16"),
+    ),
+    Goal(
+        "1,024 async envs (20 ms), recv() batch 256: of the loop's ceiling",
+        "latency",
+        ">=",
+        0.97,
+        "%",
+        bar_value("async, 1,024 AsyncSleepEnv, mean 20 ms: of loop ceiling", "recv(), batch_size=256"),
+        alone("async1k", "batch:256"),
+    ),
+    Goal(
+        "10,000 async envs (1 s): of ideal",
+        "latency",
+        ">=",
+        0.97,
+        "%",
+        bar_value("async, 10,000 AsyncSleepEnv, mean 1000 ms: of ideal"),
+    ),
+    Goal(
+        "10,000 async envs (1 s): RSS of the process tree",
+        "latency",
+        "<=",
+        1024.0,
+        "MiB",
+        mib(bar_value("async, 10,000 AsyncSleepEnv, mean 1000 ms: process tree RSS")),
+    ),
+    Goal(
+        "remote pool (aioenv serve, unix socket), CartPole-v1 n=128 send/recv / embedded",
+        "remote",
+        ">=",
+        0.8,
+        "x",
+        bar_value("remote (unix socket) / embedded"),
+    ),
+    Goal(
+        "remote pool (aioenv serve, tcp loopback), CartPole-v1 n=128 send/recv / embedded",
+        "remote",
+        ">=",
+        0.8,
+        "x",
+        bar_value("remote (tcp) / embedded"),
+    ),
+]
+
+
+def when(res: Results) -> str:
+    """When a benchmark ran (its results' date, to the minute)."""
+    stamp = str(res.get("date") or res.get("when") or "")
+    return stamp[:16].replace("T", " ")
+
+
+def judge(goal: Goal, results: dict[str, Results | str]) -> dict[str, Any]:
+    """A goal's row: its value, met or not, the ceiling and when it was measured; or why there is no value."""
+    row: dict[str, Any] = {"goal": goal.name, "source": SOURCES[goal.source].script, "op": goal.op}
+    row |= {"threshold": goal.threshold, "unit": goal.unit, "value": None, "met": None, "ceiling": "", "when": ""}
+    res = results[goal.source]
+    if isinstance(res, str):  # why it could not be read
+        row["missing"] = res
+        return row
+    try:
+        value = goal.value(res)
+        ceiling = goal.ceiling(res)
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        row["missing"] = f"{SOURCES[goal.source].results} has no figure for it ({type(exc).__name__}: {exc})"
+        return row
+    row |= {"value": value, "ceiling": ceiling, "when": when(res)}
+    if value is not None:
+        row["met"] = value >= goal.threshold if goal.op == ">=" else value <= goal.threshold
+    return row
+
+
+# ------------------------------------------------------------------ running, reading, writing
+
+
+def run_sources(names: list[str], results: Path, quick: bool) -> dict[str, str]:
+    """Run the benchmarks ``names`` one after another into ``results``; name -> why it failed, for those that did."""
+    failed: dict[str, str] = {}
+    for name in names:
+        src = SOURCES[name]
+        out = results if src.out_is_dir else results / src.results
+        cmd = [sys.executable, str(ROOT / "benchmarks" / src.script), *(src.quick if quick else src.args)]
+        print(f"== {command(cmd[1:])}", flush=True)
+        proc = subprocess.run([*cmd, "--out", str(out)], cwd=ROOT, check=False)
+        if proc.returncode != 0:
+            failed[name] = f"{src.script} exited with code {proc.returncode}"
+    return failed
+
+
+def read_sources(results: Path, failed: dict[str, str]) -> dict[str, Results | str]:
+    """Each benchmark's results, or why there are none."""
+    out: dict[str, Results | str] = {}
+    for name, src in SOURCES.items():
+        path = results / src.results
+        if name in failed:
+            out[name] = failed[name]
+        elif not path.is_file():
+            out[name] = f"no {src.results} among the results (run benchmarks/{src.script})"
+        else:
+            try:
+                out[name] = json.loads(path.read_text())
+            except (OSError, ValueError) as exc:
+                out[name] = f"{src.results} is unreadable: {exc}"
+    return out
+
+
+def fmt_value(value: float | None, unit: str, op: str = "") -> str:
+    """``value`` in its unit; a measured one (``op`` given) is rounded towards missing its bar, so a value shown
+    equal to the bar has met it."""
+    if value is None:
+        return "n/a"
+    scale = {"%": 1000, "x": 100, "MiB": 1}[unit]
+    scaled = round(value * scale, 6)  # 0.57 * 100 is 56.99999999999999: not a value below 0.57
+    shown = (math.floor(scaled) if op == ">=" else math.ceil(scaled) if op == "<=" else scaled) / scale
+    return f"{shown:.1%}" if unit == "%" else f"{shown:,.0f} MiB" if unit == "MiB" else f"{shown:.2f}x"
+
+
+def markdown(rows: list[dict[str, Any]], header: str) -> str:
+    """The table of goals (and how many were met) under ``header``."""
+    word = {True: "met", False: "MISSED", None: "n/a"}
+    lines = [
+        header,
+        "",
+        "| goal | measured | bar | result | on this machine | measured by, when (UTC) |",
+        "| --- | --: | --: | --- | --- | --- |",
+    ]
+    for r in rows:
+        cells = [
+            r["goal"],
+            fmt_value(r["value"], r["unit"], r["op"]),
+            f"{r['op']} {fmt_value(r['threshold'], r['unit'])}",
+            word[r["met"]],
+            r.get("missing") or r["ceiling"],
+            f"{r['source']}, {r['when']}" if r["when"] else r["source"],
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    met = sum(1 for r in rows if r["met"])
+    return "\n".join([*lines, "", f"{met} of {len(rows)} goals met."]) + "\n"
+
+
+def recorded(argv: list[str]) -> str:
+    """This invocation's command line, as the benchmarks record theirs: without where its files went."""
+    kept: list[str] = []
+    args = iter(argv[1:])
+    for arg in args:
+        if arg == "--results":
+            next(args, None)  # and its value
+        elif not arg.startswith("--results="):
+            kept.append(arg)
+    return command([argv[0], *kept])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--run", action="store_true", help="run the benchmarks first (into --results)")
+    p.add_argument("--quick", action="store_true", help="with --run: their smoke runs (the figures mean nothing)")
+    p.add_argument("--only", action="append", choices=list(SOURCES), help="with --run: run only these (repeatable)")
+    p.add_argument(
+        "--results", type=Path, help="results directory (default: benchmarks/results; with --run, a new one)"
+    )
+    p.add_argument("--out", type=Path, help="write goals.json and goals.md here (default: with --run, --results)")
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    committed = ROOT / "benchmarks" / "results"
+    if (args.quick or args.only) and not args.run:
+        p.error("--quick and --only choose what --run runs; add --run")
+    if args.run and args.results is not None and args.results.resolve() == committed.resolve():
+        p.error("--run writes a new set of results: give --results a directory other than benchmarks/results")
+    if args.run and args.results is None:
+        args.results = Path(tempfile.mkdtemp(prefix="aioenv-goals-"))
+    results = args.results or committed
+    print(f"results: {results}", flush=True)
+    failed = run_sources(args.only or list(SOURCES), results, args.quick) if args.run else {}
+    rows = [judge(goal, read_sources(results, failed)) for goal in GOALS]
+    if args.run:
+        how = "measured by this run" + (" (smoke runs: the figures mean nothing)" if args.quick else "")
+    else:
+        how = "as " + ("benchmarks/results" if results == committed else str(results)) + " holds them"
+    cmd = recorded([str(Path(__file__)), *(sys.argv[1:] if argv is None else argv)])
+    text = markdown(rows, f"`{cmd}`\n\nThe goals, {how}.")
+    print(text, end="")
+    out = args.out or (results if args.run else None)
+    if out is not None:
+        write_atomic(out / "goals.json", json.dumps({"command": cmd, "measured": how, "rows": rows}, indent=1))
+        write_atomic(out / "goals.md", text)
+    unreadable = any("unreadable" in r.get("missing", "") for r in rows)
+    return 1 if failed or unreadable else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
