@@ -72,6 +72,7 @@ from benchutil import (  # noqa: E402
     sig,
     write_atomic,
 )
+from recorded import settings  # noqa: E402
 
 DEFAULT_OUT = ROOT / "benchmarks" / "results"
 WHERE = ("embedded", "server, local workers", "server, Ray hosts")
@@ -200,7 +201,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
 
     out: dict[str, Any] = {
         **run_header(),
-        "params": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "params": settings(args),
     }
     t0 = time.perf_counter()
     ray.init(num_cpus=args.ray_cpus, include_dashboard=False, log_to_driver=False)

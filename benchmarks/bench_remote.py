@@ -94,6 +94,7 @@ from benchutil import (  # noqa: E402
     window_columns,
     write_atomic,
 )
+from recorded import settings  # noqa: E402
 from remote_clients import bench_clients, client_main, md_clients  # noqa: E402
 from remote_hosts import bench_hosts, hosts_notes, md_hosts  # noqa: E402
 
@@ -331,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     selected = [name for name in SECTIONS if name in set(args.only or SECTIONS)]
     res: dict[str, Any] = run_header() | {
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()} | {"bars": BARS},
+        "settings": settings(args) | {"bars": BARS},
         "sections": {},
     }
     t0 = time.perf_counter()

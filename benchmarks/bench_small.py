@@ -33,6 +33,7 @@ import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 from benchutil import md_table, run_header, write_atomic  # noqa: E402
 from gymnasium.vector import SyncVectorEnv  # noqa: E402
+from recorded import settings  # noqa: E402
 
 import aioenv  # noqa: E402
 
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     text = render(results, header)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(args.out, json.dumps({**header, "args": vars(args) | {"out": str(args.out)}, "results": results}))
+    write_atomic(args.out, json.dumps({**header, "args": settings(args), "results": results}))
     write_atomic(args.out.with_suffix(".md"), text)
     return 0
 

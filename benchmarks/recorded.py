@@ -2,17 +2,20 @@
 
 The interpreter as a path from the root (``python`` when it lives elsewhere), the script as a path from the
 root, and the arguments as given but ``--out``: where a run wrote its files is no part of what it measured,
-and a scratch path in a committed result tells its reader nothing.
+and a scratch path in a committed result tells its reader nothing. :func:`settings` records the parsed
+arguments the same way.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
-__all__ = ["command"]
+__all__ = ["command", "settings"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,6 +34,12 @@ def command(argv: list[str] | None = None, executable: str | None = None) -> str
             kept.append(arg)
     interpreter = _from_root(sys.executable if executable is None else executable, "python")
     return shlex.join([interpreter, _from_root(script, script), *kept])
+
+
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The parsed arguments a benchmark records beside its results, as JSON values (paths as strings), all but
+    ``out``: for the same reason as :func:`command`."""
+    return {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "out"}
 
 
 def _from_root(path: str, otherwise: str) -> str:

@@ -32,3 +32,11 @@ def test_arguments_are_quoted_for_a_shell() -> None:
     assert command == "python benchmarks/bench_latency.py --loops any@here,batch:16"
     spaced = _recorded().command(["benchmarks/bench_ppo.py", "--note", "two words"], executable="/opt/bin/python3")
     assert spaced.endswith("--note 'two words'")
+
+
+def test_settings_are_the_arguments_but_out_with_paths_as_strings() -> None:
+    from argparse import Namespace
+    from pathlib import Path
+
+    args = Namespace(sizes=[8, 32], quick=False, out=Path("/tmp/x/small.json"), trusted=Path("benchmarks"))
+    assert _recorded().settings(args) == {"sizes": [8, 32], "quick": False, "trusted": "benchmarks"}
