@@ -142,6 +142,12 @@ def alone(section: str, loop: str) -> Callable[[Results], str]:
     return text
 
 
+def remote_speeds(res: Results) -> str:
+    """bench_remote: the three interleaved cells' steps/s (medians of their repeats)."""
+    cells = res["sections"]["cartpole"]["cells"]
+    return ", ".join(f"{where} {cell['steps_per_s']:,.0f}" for where, cell in cells.items()) + " steps/s"
+
+
 def mib(value: Callable[[Results], float | None]) -> Callable[[Results], float | None]:
     return lambda res: None if (v := value(res)) is None else v / 2**20
 
@@ -209,6 +215,7 @@ GOALS: list[Goal] = [
         0.8,
         "x",
         bar_value("remote (unix socket) / embedded"),
+        remote_speeds,
     ),
     Goal(
         "remote pool (aioenv serve, tcp loopback), CartPole-v1 n=128 send/recv / embedded",
@@ -217,6 +224,7 @@ GOALS: list[Goal] = [
         0.8,
         "x",
         bar_value("remote (tcp) / embedded"),
+        remote_speeds,
     ),
 ]
 

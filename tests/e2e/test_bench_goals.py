@@ -108,3 +108,16 @@ def test_measured_values_are_rounded_towards_missing() -> None:
     assert fmt(0.57, "x", ">=") == "0.57x"  # (0.57 * 100 is 56.99999999999999)
     assert fmt(1.1, "x") == "1.10x"  # a bar itself is shown as it is
     assert fmt(None, "x", ">=") == "n/a"
+
+
+def test_the_committed_run_reads_back_as_it_was_written(tmp_path: Path) -> None:
+    """benchmarks/results/goals holds one `--run`: its five results and the table made from them."""
+    snapshot = RESULTS / "goals"
+    written = json.loads((snapshot / "goals.json").read_text())
+    assert written["measured"] == "measured by this run"
+    proc = run_python("benchmarks/bench_goals.py", "--results", str(snapshot), "--out", str(tmp_path), timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    again = read_goals(tmp_path)
+    assert [(r["goal"], r["value"], r["met"], r["when"]) for r in again] == [
+        (r["goal"], r["value"], r["met"], r["when"]) for r in written["rows"]
+    ]
