@@ -269,6 +269,9 @@ def run_sources(names: list[str], results: Path, quick: bool) -> dict[str, str]:
         proc = subprocess.run([*cmd, "--out", str(out)], cwd=ROOT, check=False)
         if proc.returncode != 0:
             failed[name] = f"{src.script} exited with code {proc.returncode}"
+    if failed:
+        hint = 'one that stops at an import needs the bench extra: make bench-goals, or pip install -e ".[bench]"'
+        print(f"({hint})", file=sys.stderr)
     return failed
 
 
@@ -350,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--quick and --only choose what --run runs; add --run")
     if args.run and args.results is not None and args.results.resolve() == committed.resolve():
         p.error("--run writes a new set of results: give --results a directory other than benchmarks/results")
+    if not args.run and args.results is not None and not args.results.is_dir():
+        p.error(f"--results {args.results}: no such directory (the benchmarks write theirs with --run)")
     if args.run and args.results is None:
         args.results = Path(tempfile.mkdtemp(prefix="aioenv-goals-"))
     results = args.results or committed

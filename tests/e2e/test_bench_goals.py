@@ -93,6 +93,7 @@ def test_bad_arguments_are_refused(tmp_path: Path) -> None:
         (["--only", "small"], "add --run"),
         (["--run", "--results", str(RESULTS)], "other than benchmarks/results"),
         (["--run", "--only", "nope"], "invalid choice: 'nope'"),
+        (["--results", str(tmp_path / "absent")], "no such directory"),
     ):
         proc = run_python("benchmarks/bench_goals.py", *bad, "--out", str(tmp_path), timeout=60)
         assert proc.returncode == 2, (bad, proc.stdout)
