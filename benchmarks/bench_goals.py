@@ -110,8 +110,14 @@ def ppo_ratio(res: Results) -> float | None:
 def ppo_note(res: Results) -> str:
     rows = {r["torch_threads"]: r for r in res["rows"] if r["vecenv"] == "aioenv-auto"}
     curve = "same learning curve" if all(r["same_curve"] for r in rows.values()) else "learning curves DIFFER"
-    threads = ", ".join(f"torch threads {t}: {r['vs_dummy']:.2f}x" for t, r in sorted(rows.items()))
+    threads = ", ".join(f"torch threads {t}: {r['vs_dummy']:.2f}x{rounds(r)}" for t, r in sorted(rows.items()))
     return f"{curve}; {threads}"
+
+
+def rounds(row: dict[str, Any]) -> str:
+    """The spread of a bench_ppo row's per-round ratios (recorded since the rounds are), or nothing."""
+    each = row.get("vs_dummy_rounds") or []
+    return f" (rounds {min(each):.2f}-{max(each):.2f}x)" if len(each) > 1 else ""
 
 
 def bar_value(name_part: str, about: str | None = None) -> Callable[[Results], float | None]:

@@ -6,9 +6,11 @@ with ``executor="auto"`` (the default) and with ``executor="inline"`` (worker pr
 fresh process, so torch's thread pool is set up as the variant says: torch's default (one thread per
 core: its threads compete with worker processes for the cores) or ``torch.set_num_threads(1)``.
 
-Printed and written (``benchmarks/results/ppo.{json,md}``): wall time of ``model.learn``, its ratio to
-DummyVecEnv's with the same torch threads, and whether the learning curve (every finished episode's
-return, in order) is DummyVecEnv's own: the same seed must give the same training.
+Printed and written (``benchmarks/results/ppo.{json,md}``): wall time of ``model.learn`` (median of the
+repeats), its ratio to DummyVecEnv's with the same torch threads, each repeat's ratio to the DummyVecEnv run
+of its round (their spread: how much one run's ratio moves on this machine), and whether the learning curve
+(every finished episode's return, in order) is DummyVecEnv's own in every repeat: the same seed must give
+the same training.
 
 Run: ``python benchmarks/bench_ppo.py [--timesteps 40000] [--num-envs 8] [--repeats 1] [--quick]``.
 """
@@ -109,26 +111,11 @@ def main() -> None:
         for _ in range(args.repeats):
             for vecenv in VECENVS:  # interleaved: a slow minute of the machine hits every VecEnv alike
                 got = run_child(vecenv, threads, args)
-                cell = cells.setdefault(f"{vecenv}|{threads or 'default'}", {"walls": [], **got})
-                cell["walls"].append(got["wall"])
+                cell = cells.setdefault(f"{vecenv}|{threads or 'default'}", {"runs": []})
+                cell["runs"].append(got)
                 placement = got["placement"]
                 print(f"{vecenv:14} torch threads {got['threads']}: {got['wall']:6.1f} s {placement}", flush=True)
-    rows = []
-    for key, cell in cells.items():
-        vecenv, threads = key.split("|")
-        dummy = cells[f"dummy|{threads}"]
-        wall = statistics.median(cell["walls"])
-        rows.append(
-            {
-                "vecenv": vecenv,
-                "torch_threads": cell["threads"],
-                "wall_s": round(wall, 2),
-                "vs_dummy": round(wall / statistics.median(dummy["walls"]), 3),
-                "same_curve": cell["returns"] == dummy["returns"],
-                "episodes": len(cell["returns"]),
-                "placement": cell["placement"],
-            }
-        )
+    rows = rows_of(cells)
     report = {
         "command": command(),
         "machine": f"{os.cpu_count()} CPUs, Python {platform.python_version()}",
@@ -138,6 +125,33 @@ def main() -> None:
         "rows": rows,
     }
     write(report, args.out)
+
+
+def rows_of(cells: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """A row per cell (``"vecenv|threads"`` -> its ``runs``, the repeats in the order they ran, interleaved
+    with the other VecEnvs'): the median wall time and its ratio to DummyVecEnv's, and each repeat's wall time
+    over the DummyVecEnv run of the same round (paired: the same minute of the machine), whose spread says
+    how far a single ratio can be trusted; the learning curve is the same only if every repeat's is."""
+    rows = []
+    for key, cell in cells.items():
+        vecenv, threads = key.split("|")
+        runs, dummy = cell["runs"], cells[f"dummy|{threads}"]["runs"]
+        walls, dummy_walls = [r["wall"] for r in runs], [r["wall"] for r in dummy]
+        wall = statistics.median(walls)
+        rows.append(
+            {
+                "vecenv": vecenv,
+                "torch_threads": runs[0]["threads"],
+                "wall_s": round(wall, 2),
+                "vs_dummy": round(wall / statistics.median(dummy_walls), 3),
+                "walls_s": [round(w, 2) for w in walls],
+                "vs_dummy_rounds": [round(w / d, 3) for w, d in zip(walls, dummy_walls, strict=True)],
+                "same_curve": all(r["returns"] == dummy[0]["returns"] for r in runs),
+                "episodes": len(runs[0]["returns"]),
+                "placement": runs[0]["placement"],
+            }
+        )
+    return rows
 
 
 def write(report: dict[str, Any], out: Path) -> None:
@@ -150,13 +164,16 @@ def write(report: dict[str, Any], out: Path) -> None:
         f"{report['machine']}, {report['when']}; PPO MlpPolicy, {report['num_envs']} CartPole-v1 envs, "
         f"{report['timesteps']:,} steps",
         "",
-        "| VecEnv | torch threads | wall s | / DummyVecEnv | same learning curve | where the envs ran |",
-        "| --- | --: | --: | --: | --- | --- |",
+        "| VecEnv | torch threads | wall s | / DummyVecEnv | each round / DummyVecEnv's | same learning curve "
+        "| where the envs ran |",
+        "| --- | --: | --: | --: | --: | --- | --- |",
     ]
     for r in report["rows"]:
         curve = "yes" if r["same_curve"] else "NO"
+        rounds = r.get("vs_dummy_rounds") or []
+        spread = f"{min(rounds):.2f}-{max(rounds):.2f}x" if len(rounds) > 1 and r["vecenv"] != "dummy" else ""
         lines.append(
-            f"| {r['vecenv']} | {r['torch_threads']} | {r['wall_s']:.1f} | {r['vs_dummy']:.2f}x | "
+            f"| {r['vecenv']} | {r['torch_threads']} | {r['wall_s']:.1f} | {r['vs_dummy']:.2f}x | {spread} | "
             f"{curve} ({r['episodes']} episodes) | {r['placement']} |"
         )
     text = "\n".join(lines) + "\n"

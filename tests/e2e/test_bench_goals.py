@@ -122,3 +122,10 @@ def test_the_committed_run_reads_back_as_it_was_written(tmp_path: Path) -> None:
     assert [(r["goal"], r["value"], r["met"], r["when"]) for r in again] == [
         (r["goal"], r["value"], r["met"], r["when"]) for r in written["rows"]
     ]
+
+
+def test_the_ppo_goal_shows_the_spread_of_its_rounds() -> None:
+    rounds = bench_module("bench_goals").rounds
+    assert rounds({"vs_dummy_rounds": [1.02, 1.3, 1.1]}) == " (rounds 1.02-1.30x)"
+    assert rounds({"vs_dummy_rounds": [1.1]}) == ""  # one round: no spread to show
+    assert rounds({"vs_dummy": 1.09}) == ""  # results written before the rounds were recorded
