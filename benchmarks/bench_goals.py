@@ -281,13 +281,16 @@ def run_sources(names: list[str], results: Path, quick: bool) -> dict[str, str]:
     return failed
 
 
-def read_sources(results: Path, failed: dict[str, str]) -> dict[str, Results | str]:
-    """Each benchmark's results, or why there are none."""
+def read_sources(results: Path, failed: dict[str, str], ran: list[str] | None) -> dict[str, Results | str]:
+    """Each benchmark's results, or why there are none; ``ran``: the benchmarks this invocation ran (None: it
+    ran none, it reads what is there), whose results alone it reads."""
     out: dict[str, Results | str] = {}
     for name, src in SOURCES.items():
         path = results / src.results
         if name in failed:
             out[name] = failed[name]
+        elif ran is not None and name not in ran:
+            out[name] = f"{src.script} was not run (--only)"
         elif not path.is_file():
             out[name] = f"no {src.results} among the results (run benchmarks/{src.script})"
         else:
@@ -365,8 +368,10 @@ def main(argv: list[str] | None = None) -> int:
         args.results = Path(tempfile.mkdtemp(prefix="aioenv-goals-"))
     results = args.results or committed
     print(f"results: {results}", flush=True)
-    failed = run_sources(args.only or list(SOURCES), results, args.quick) if args.run else {}
-    rows = [judge(goal, read_sources(results, failed)) for goal in GOALS]
+    ran = (args.only or list(SOURCES)) if args.run else None
+    failed = run_sources(ran, results, args.quick) if ran is not None else {}
+    read = read_sources(results, failed, ran)
+    rows = [judge(goal, read) for goal in GOALS]
     if args.run:
         how = "measured by this run" + (" (smoke runs: the figures mean nothing)" if args.quick else "")
     else:
