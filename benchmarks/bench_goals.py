@@ -335,18 +335,6 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
     return "\n".join([*lines, "", f"{met} of {len(rows)} goals met."]) + "\n"
 
 
-def recorded(argv: list[str]) -> str:
-    """This invocation's command line, as the benchmarks record theirs: without where its files went."""
-    kept: list[str] = []
-    args = iter(argv[1:])
-    for arg in args:
-        if arg == "--results":
-            next(args, None)  # and its value
-        elif not arg.startswith("--results="):
-            kept.append(arg)
-    return command([argv[0], *kept])
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", action="store_true", help="run the benchmarks first (into --results)")
@@ -376,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         how = "measured by this run" + (" (smoke runs: the figures mean nothing)" if args.quick else "")
     else:
         how = "as " + ("benchmarks/results" if results == committed else str(results)) + " holds them"
-    cmd = recorded([str(Path(__file__)), *(sys.argv[1:] if argv is None else argv)])
+    cmd = command([str(Path(__file__)), *(sys.argv[1:] if argv is None else argv)], drop=("--out", "--results"))
     text = markdown(rows, f"`{cmd}`\n\nThe goals, {how}.")
     print(text, end="")
     out = args.out or (results if args.run else None)

@@ -20,17 +20,16 @@ __all__ = ["command", "settings"]
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def command(argv: list[str] | None = None, executable: str | None = None) -> str:
-    """``argv`` (default ``sys.argv``: the script, then its arguments) as a shell command run from the root."""
+def command(argv: list[str] | None = None, executable: str | None = None, drop: tuple[str, ...] = ("--out",)) -> str:
+    """``argv`` (default ``sys.argv``: the script, then its arguments) as a shell command run from the root,
+    without the options ``drop`` (each with its value): where the run wrote its files."""
     script, *args = sys.argv if argv is None else argv
     kept: list[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg == "--out":
-            skip = True  # and its value
-        elif not arg.startswith("--out="):
+    rest = iter(args)
+    for arg in rest:
+        if arg in drop:
+            next(rest, None)  # and its value
+        elif not arg.startswith(tuple(f"{option}=" for option in drop)):
             kept.append(arg)
     interpreter = _from_root(sys.executable if executable is None else executable, "python")
     return shlex.join([interpreter, _from_root(script, script), *kept])

@@ -40,3 +40,10 @@ def test_settings_are_the_arguments_but_out_with_paths_as_strings() -> None:
 
     args = Namespace(sizes=[8, 32], quick=False, out=Path("/tmp/x/small.json"), trusted=Path("benchmarks"))
     assert _recorded().settings(args) == {"sizes": [8, 32], "quick": False, "trusted": "benchmarks"}
+
+
+def test_other_options_naming_where_files_went_can_be_left_out_too() -> None:
+    argv = ["benchmarks/bench_goals.py", "--run", "--results", "/tmp/r", "--out=/tmp/o", "--only", "small"]
+    command = _recorded().command(argv, executable="/opt/bin/python3", drop=("--out", "--results"))
+    assert command == "python benchmarks/bench_goals.py --run --only small"
+    assert "--results" in _recorded().command(argv, executable="/opt/bin/python3")  # by default only --out goes
