@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import subprocess
 import sys
 import tempfile
@@ -33,7 +32,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from recorded import command  # noqa: E402 - no psutil here (benchutil's): reading results needs no extra
+from bars import MIB, fmt_bar_value, meets  # noqa: E402 - no psutil here (benchutil's): reading needs no extra
+from recorded import command  # noqa: E402
 
 Results = dict[str, Any]
 
@@ -64,9 +64,9 @@ class Goal:
 
     name: str
     source: str  # a key of SOURCES
-    op: str  # ">=" or "<="
+    op: str  # ">=", "<" or "<=" (bars.OPS)
     threshold: float
-    unit: str  # "x", "%" or "MiB"
+    unit: str  # "x", "%" or "MiB" (bars.fmt_bar_value)
     value: Callable[[Results], float | None]
     ceiling: Callable[[Results], str] = lambda _: ""
 
@@ -155,7 +155,8 @@ def remote_speeds(res: Results) -> str:
 
 
 def mib(value: Callable[[Results], float | None]) -> Callable[[Results], float | None]:
-    return lambda res: None if (v := value(res)) is None else v / 2**20
+    """``value``'s bytes in MiB."""
+    return lambda res: None if (v := value(res)) is None else v / MIB
 
 
 GOALS: list[Goal] = [
@@ -255,9 +256,7 @@ def judge(goal: Goal, results: dict[str, Results | str]) -> dict[str, Any]:
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         row["missing"] = f"{SOURCES[goal.source].results} has no figure for it ({type(exc).__name__}: {exc})"
         return row
-    row |= {"value": value, "ceiling": ceiling, "when": when(res)}
-    if value is not None:
-        row["met"] = value >= goal.threshold if goal.op == ">=" else value <= goal.threshold
+    row |= {"value": value, "met": meets(value, goal.op, goal.threshold), "ceiling": ceiling, "when": when(res)}
     return row
 
 
@@ -301,17 +300,6 @@ def read_sources(results: Path, failed: dict[str, str], ran: list[str] | None) -
     return out
 
 
-def fmt_value(value: float | None, unit: str, op: str = "") -> str:
-    """``value`` in its unit; a measured one (``op`` given) is rounded towards missing its bar, so a value shown
-    equal to the bar has met it."""
-    if value is None:
-        return "n/a"
-    scale = {"%": 1000, "x": 100, "MiB": 1}[unit]
-    scaled = round(value * scale, 6)  # 0.57 * 100 is 56.99999999999999: not a value below 0.57
-    shown = (math.floor(scaled) if op == ">=" else math.ceil(scaled) if op == "<=" else scaled) / scale
-    return f"{shown:.1%}" if unit == "%" else f"{shown:,.0f} MiB" if unit == "MiB" else f"{shown:.2f}x"
-
-
 def markdown(rows: list[dict[str, Any]], header: str) -> str:
     """The table of goals (and how many were met) under ``header``."""
     word = {True: "met", False: "MISSED", None: "n/a"}
@@ -324,8 +312,8 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
     for r in rows:
         cells = [
             r["goal"],
-            fmt_value(r["value"], r["unit"], r["op"]),
-            f"{r['op']} {fmt_value(r['threshold'], r['unit'])}",
+            fmt_bar_value(r, r["value"]),
+            f"{r['op']} {fmt_bar_value(r, r['threshold'], measured=False)}",
             word[r["met"]],
             r.get("missing") or r["ceiling"],
             f"{r['source']}, {r['when']}" if r["when"] else r["source"],

@@ -27,7 +27,6 @@ import dataclasses
 import datetime as dt
 import gc
 import json
-import math
 import os
 import platform
 import queue
@@ -55,14 +54,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bars import GIB, MIB, bar, fmt_bar_value, fmt_bytes  # noqa: E402, F401 - re-exported for the scripts
 from recorded import command  # noqa: E402 - beside this module in benchmarks/
 
 import aioenv  # noqa: E402
 
 T = TypeVar("T")
-GIB = 2**30
-MIB = 2**20
-KIB = 2**10
 EPISODE_STEPS = 10**9  # latency envs never autoreset inside a window (a reset step does not wait)
 ASYNC_ENV = "aioenv.envs.latency:AsyncSleepEnv"
 ALLOW = ("CartPole-v1", ASYNC_ENV)  # the env names the server may make (aioenv serve --allow-env)
@@ -651,17 +648,6 @@ def fmt(value: float | None, spec: str = ",.0f", suffix: str = "") -> str:
     return "n/a" if value is None else f"{value:{spec}}{suffix}"
 
 
-def fmt_bytes(value: float | None) -> str:
-    """Bytes as MiB / GiB / KiB."""
-    if value is None:
-        return "n/a"
-    if value >= GIB:
-        return f"{value / GIB:.2f} GiB"
-    if value >= MIB:
-        return f"{value / MIB:,.0f} MiB"
-    return f"{value / KIB:,.1f} KiB"
-
-
 WINDOW_HEAD = ["CPU outside / stolen", "CPU µs/step", "workers", "startup s"]  # a pool table's last columns
 
 
@@ -691,24 +677,6 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 # ------------------------------------------------------------------ bars (informative: a missed bar never fails a run)
-def bar(name: str, value: float | None, op: str, threshold: float, unit: str, about: str) -> dict[str, Any]:
-    """A bar: ``value op threshold``, ``op`` being ``>=`` or ``<`` (``met`` None without a value)."""
-    met = None if value is None else (value >= threshold if op == ">=" else value < threshold)
-    return {"name": name, "value": value, "op": op, "threshold": threshold, "unit": unit, "about": about, "met": met}
-
-
-def fmt_bar_value(b: dict[str, Any], value: float | None, measured: bool = True) -> str:
-    """A bar's value (``measured``) or threshold in its unit (``%``, ``x`` or ``bytes``). A measured ratio is
-    rounded towards missing the bar (down for ``>=``), so a value shown equal to the threshold has met it."""
-    if value is None:
-        return "n/a"
-    if b["unit"] == "bytes":
-        return fmt_bytes(value)
-    scale = 1000 if b["unit"] == "%" else 100  # 0.1% or 0.01x
-    shown = math.floor(value * scale) / scale if measured and b["op"] == ">=" else value
-    return f"{shown:.1%}" if b["unit"] == "%" else f"{shown:.2f}x"
-
-
 def md_bars(bars: list[dict[str, Any]]) -> list[str]:
     """The bars: value, threshold, met or MISSED."""
     word = {True: "met", False: "MISSED", None: "n/a"}
