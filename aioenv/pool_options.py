@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from aioenv.errors import UsageError
@@ -20,6 +19,7 @@ from aioenv.wire.options import (
     OnTimeout,
     PoolExecutor,
     choice,
+    is_int,
     positive_int,
 )
 
@@ -31,7 +31,6 @@ __all__ = [
     "checked_endpoint",
     "checked_on_timeout",
     "checked_seeds",
-    "is_int",
     "mode_name",
     "pool_executor",
     "worker_executor",
@@ -176,8 +175,3 @@ def checked_seeds(seed: Any, env_ids: list[int]) -> list[int | None]:
         if value is not None and not (is_int(value) and 0 <= int(value) < SEED_LIMIT):
             raise UsageError(f"seed {value!r} for env {env_id}: a seed is an int in [0, 2**64) or None", env_id=env_id)
     return [None if value is None else int(value) for value in seeds]
-
-
-def is_int(value: Any) -> bool:
-    """Whether ``value`` is a Python or numpy integer (``True`` and ``False`` are not)."""
-    return isinstance(value, int | np.integer) and not isinstance(value, bool)

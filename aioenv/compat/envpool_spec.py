@@ -19,6 +19,7 @@ import gymnasium
 import numpy as np
 
 from aioenv.transport.spawn import usable_cpus
+from aioenv.wire.options import is_int
 
 #: The fields every ``config`` has, in EnvPool's order; the env's own keyword arguments follow them.
 BASE_FIELDS = (
@@ -132,7 +133,7 @@ def _config_type(fields: tuple[str, ...]) -> Any:
 
 
 def _count(task_id: str, name: str, value: Any, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+    if not is_int(value) or value < low:
         raise ValueError(f"{task_id}: {name} must be an int >= {low}, got {value!r}")
     if high is not None and value > high:
         raise ValueError(f"{task_id}: {name}={value} exceeds num_envs={high}")
@@ -147,7 +148,7 @@ def _seed_list(task_id: str, name: str, value: Any, num_envs: int) -> list[int]:
 
 
 def _seed(task_id: str, name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+    if not is_int(value) or value < 0:
         raise ValueError(f"{task_id}: {name} must hold ints >= 0 (gymnasium seeds are non-negative), got {value!r}")
     return int(value)
 

@@ -43,8 +43,9 @@ from torchrl.envs import EnvBase
 from aioenv.compat.torchrl_specs import NestedKey, SpaceMap, nested
 from aioenv.errors import UsageError
 from aioenv.pool import Pool
-from aioenv.pool_options import SEED_LIMIT, is_int
+from aioenv.pool_options import SEED_LIMIT
 from aioenv.sync import SyncPool
+from aioenv.wire.options import is_int
 
 __all__ = ["AioEnv"]
 

@@ -36,7 +36,7 @@ from aioenv.compat.vector_errors import WaitTimeout, as_peer_error, combined_err
 from aioenv.compat.vector_worker import PEER_CALL
 from aioenv.errors import AioEnvError, InvalidAction
 from aioenv.sync import SyncPool
-from aioenv.wire.options import PoolExecutor
+from aioenv.wire.options import PoolExecutor, is_int
 from aioenv.wire.spaces import check_actions, has_object_leaves
 
 __all__ = ["AioVectorEnv"]
@@ -320,7 +320,7 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         self._assert_is_running()
         if seed is None:
             seeds: list[Any] = [None] * self.num_envs
-        elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        elif is_int(seed):
             seeds = [int(seed) + i for i in range(self.num_envs)]
         else:
             seeds = list(cast(Sequence[Any], seed))

@@ -19,13 +19,13 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
 from gymnasium import Space
 from gymnasium.spaces import Dict, Graph, OneOf, Tuple
 from gymnasium.spaces import Sequence as SequenceSpace
 from gymnasium.vector.utils import batch_differing_spaces, create_shared_memory, read_from_shared_memory
 
 from aioenv.compat.vector_worker import VectorFactory
+from aioenv.wire.options import is_int
 
 __all__ = [
     "SpaceMismatch",
@@ -51,7 +51,7 @@ def checked_concurrency(max_concurrency: object) -> int | None:
     """``max_concurrency`` as ``AsyncVectorEnv`` checks it (same messages)."""
     if max_concurrency is None:
         return None
-    if not isinstance(max_concurrency, (int, np.integer)) or isinstance(max_concurrency, bool):
+    if not is_int(max_concurrency):
         raise ValueError(f"`max_concurrency` must be an integer or None, got {type(max_concurrency)}.")
     if max_concurrency < 1:
         raise ValueError(f"`max_concurrency` must be a positive or None, got {max_concurrency}.")

@@ -9,7 +9,7 @@ check of a count and of a duration: a pool raises ``ValueError``, a server ``Usa
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar, get_args, overload
+from typing import Any, Literal, TypeGuard, TypeVar, get_args, overload
 
 import numpy as np
 
@@ -23,6 +23,7 @@ __all__ = [
     "OnTimeout",
     "PoolExecutor",
     "choice",
+    "is_int",
     "positive_int",
     "positive_seconds",
 ]
@@ -57,6 +58,11 @@ def choice(name: str, value: Any, allowed: tuple[Name, ...], *, error: type[Exce
     raise error(f"{name} must be one of {list(allowed)}, got {value!r}")
 
 
+def is_int(value: object) -> TypeGuard[int | np.integer[Any]]:
+    """Whether ``value`` is a Python or numpy integer (``True`` and ``False`` are not)."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
 @overload
 def positive_int(
     name: str, value: Any, *, allow_none: Literal[False] = ..., error: type[Exception] = ..., unit: str = ...
@@ -76,7 +82,7 @@ def positive_int(
     The error says ``{name} must be a positive {unit}`` and what arrived."""
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+    if not is_int(value) or value < 1:
         raise error(f"{name} must be a positive {unit}, got {value!r}")
     return int(value)
 

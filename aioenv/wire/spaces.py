@@ -55,6 +55,7 @@ from aioenv.wire.checks import (
     tuple_checker,
     value_checker,
 )
+from aioenv.wire.options import is_int
 from aioenv.wire.protocol import Pickled
 
 __all__ = [
@@ -193,13 +194,9 @@ def _field(desc: Mapping[str, Any], key: str, kind: str) -> Any:
     return desc[key]
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int | np.integer) and not isinstance(v, bool)
-
-
 def _int_field(desc: Mapping[str, Any], key: str, kind: str, minimum: int) -> int:
     v = _field(desc, key, kind)
-    if not _is_int(v) or v < minimum:
+    if not is_int(v) or v < minimum:
         raise _bad(kind, f"field {key!r} must be an integer >= {minimum}, got {v!r}")
     return int(v)
 
@@ -219,7 +216,7 @@ def _dtype_field(desc: Mapping[str, Any], kind: str, kinds: str) -> np.dtype[Any
 
 def _shape_field(desc: Mapping[str, Any], kind: str) -> tuple[int, ...]:
     v = _field(desc, "shape", kind)
-    if not isinstance(v, list | tuple) or not all(_is_int(d) and d >= 0 for d in v):
+    if not isinstance(v, list | tuple) or not all(is_int(d) and d >= 0 for d in v):
         raise _bad(kind, f"field 'shape' must be a list of integers >= 0, got {v!r}")
     return tuple(int(d) for d in v)
 
@@ -292,9 +289,9 @@ def _build_multi_discrete(desc: Mapping[str, Any], _depth: int) -> gs.Space[Any]
 
 def _build_multi_binary(desc: Mapping[str, Any], _depth: int) -> gs.Space[Any]:
     nb = _field(desc, "n", "MultiBinary")
-    if isinstance(nb, list | tuple) and all(_is_int(d) and d >= 0 for d in nb):
+    if isinstance(nb, list | tuple) and all(is_int(d) and d >= 0 for d in nb):
         nb = tuple(int(d) for d in nb)
-    elif not (_is_int(nb) and nb >= 0):
+    elif not (is_int(nb) and nb >= 0):
         raise _bad("MultiBinary", f"field 'n' must be an int or a list of ints, got {nb!r}")
     return _make("MultiBinary", gs.MultiBinary, nb)
 
