@@ -9,11 +9,12 @@ each batch waits for its slowest slice. ``cores/Sync`` and ``cores lock-step/Syn
 machine allows a ratio against ``SyncVectorEnv`` to be.
 
 Every cell is measured in the same run, interleaved round by round (rotating
-order), so the ratios stay meaningful on a small, noisy machine. ``step/Sync
-alternated`` measures ``await pool.step`` against ``SyncVectorEnv.step`` once more,
-in one process, slice by slice (:func:`alternated_throughput`): the steadier of
-the two figures where they differ by a few percent.  Results go to a JSON file
-and a Markdown table (``benchmarks/results/core.{json,md}``).
+order). ``step/Sync alternated`` and ``s/r/Sync alternated`` measure ``await pool.step``
+and the send/recv loop against ``SyncVectorEnv.step`` once more, in one process, in
+slices of a few tenths of a second back to back (:func:`alternated_throughput`): on a
+shared VM a process's speed swings by up to 2x within a second, so these are the
+figures to compare, with the quartiles of their rounds beside them. Results go to a
+JSON file and a Markdown table (``benchmarks/results/core.{json,md}``).
 """
 
 from __future__ import annotations
@@ -78,8 +79,10 @@ RATIOS = {
     "cores/sync": ("cores", "sync"),
     "cores_lockstep/sync": ("cores_lockstep", "sync"),
 }
-#: ``aioenv_step/sync`` measured alternated in one process (:func:`alternated_throughput`).
+#: ``aioenv_step/sync`` and ``aioenv_sendrecv/sync`` measured alternated in one process, in short slices
+#: (:func:`alternated_throughput`).
 ALTERNATED = "aioenv_step/sync alternated"
+ALTERNATED_SR = "aioenv_sendrecv/sync alternated"
 WORKLOADS = {  # name -> (env id, number of envs)
     "cartpole-8": ("CartPole-v1", 8),
     "cartpole-32": ("CartPole-v1", 32),
@@ -89,8 +92,8 @@ WORKLOADS = {  # name -> (env id, number of envs)
 TARGETS = {  # name -> {ratio: minimum}; informative only, never fails the run
     "cartpole-8": {"aioenv_step/sync": 1.0, ALTERNATED: 1.0},
     "cartpole-32": {"aioenv_step/sync": 1.0, ALTERNATED: 1.0, "aioenv_step/async": 5.0},
-    "cartpole-128": {"aioenv_sendrecv/sync": 1.6},
-    "ant-32": {"aioenv_step/sync": 1.9},
+    "cartpole-128": {"aioenv_sendrecv/sync": 1.6, ALTERNATED_SR: 1.6},
+    "ant-32": {"aioenv_step/sync": 1.9, ALTERNATED: 1.9},
 }
 SECTIONS = (*WORKLOADS, "startup", "roundtrip")
 RT_LABELS = {"aioenv": "aioenv step_env", "raw_zmq": "raw pyzmq DEALER/ROUTER"}
@@ -301,22 +304,27 @@ async def aioenv_throughput(
 
 
 async def alternated_throughput(
-    aio: ModuleType, env_id: str, n: int, warm: float, secs: float, rounds: int
+    aio: ModuleType, env_id: str, n: int, warm: float, slice_s: float, rounds: int, sendrecv: bool = False
 ) -> dict[str, Any]:
-    """``SyncVectorEnv.step`` and ``await pool.step`` (``executor="auto"``) over the same envs and actions,
-    alternated in this process: ``rounds`` rounds of one slice of ``secs`` each, which goes first alternating.
+    """``SyncVectorEnv.step`` and the pool (``executor="auto"``) over the same envs and actions, alternated in
+    this process: ``rounds`` rounds of one slice of ``slice_s`` per side, which side goes first alternating.
+    The pool side is ``await pool.step`` or, with ``sendrecv``, the send/recv loop of ``batch_size = n/2``
+    (:func:`sendrecv_slice`).
 
-    Separate cells run seconds apart, and a VM's CPU steal comes and goes over such times (one cell of a
-    round can read 20% off the next); two slices of one round see the same machine, so the median of the
-    per-round ratios is the steadier figure. Returns that ``ratio``, each side's median env-steps/s and the
-    per-round ratios."""
+    On a shared VM one process's speed alone swings by up to 2x within a second, with the host
+    (``SyncVectorEnv`` of 32 CartPole envs, 0.1 s slices: 36k-87k steps/s), so cells seconds apart, and even
+    one-second slices, compare two machine states. Slices of a few tenths of a second, back to back, see the same
+    one; the median of the per-round ratios is then the figure, and its quartiles say how far to trust it.
+    Returns that ``ratio``, ``quartiles``, each side's median env-steps/s and the per-round ratios."""
     sync = make_vec("sync", env_id, n)
-    pool = await aio.make(env_id, n, seed=0)
+    pool = await aio.make(env_id, n, batch_size=n // 2 if sendrecv else None, seed=0)
     placement = pool.describe_placement()
+    side = "aioenv_sendrecv" if sendrecv else "aioenv_step"
     try:
         sync.reset(seed=0)
         await pool.reset(seed=0)
         acts = presample(pool.single_action_space, n)
+        counter = itertools.count()
 
         def sync_step(k: int) -> int:
             sync.step(acts[k % ACTION_BATCHES])
@@ -326,38 +334,73 @@ async def alternated_throughput(
             await pool.step(acts[k % ACTION_BATCHES])
             return n
 
+        async def pool_slice(seconds: float) -> float:
+            if sendrecv:
+                return await sendrecv_slice(pool, acts, counter, seconds)
+            return await atimed_steps(pool_step, 0.0, seconds)
+
         timed_steps(sync_step, warm, 0.0)
-        await atimed_steps(pool_step, warm, 0.0)
-        sides: dict[str, list[float]] = {"sync": [], "aioenv_step": []}
+        await pool_slice(warm)
+        sides: dict[str, list[float]] = {"sync": [], side: []}
         for r in range(rounds):
-            for side in ("sync", "aioenv_step") if r % 2 == 0 else ("aioenv_step", "sync"):
-                sps = timed_steps(sync_step, 0.0, secs) if side == "sync" else await atimed_steps(pool_step, 0.0, secs)
-                sides[side].append(sig(sps))
+            for name in ("sync", side) if r % 2 == 0 else (side, "sync"):
+                sps = timed_steps(sync_step, 0.0, slice_s) if name == "sync" else await pool_slice(slice_s)
+                sides[name].append(sig(sps))
     finally:
         sync.close()
         await pool.aclose()
-    per_round = [sig(a / s) for a, s in zip(sides["aioenv_step"], sides["sync"], strict=True)]
+    per_round = [sig(a / s) for a, s in zip(sides[side], sides["sync"], strict=True)]
     out: dict[str, Any] = {k: sig(statistics.median(v)) for k, v in sides.items()}
-    out |= {"ratio": sig(statistics.median(per_round)), "per_round": per_round, "placement": placement}
-    return out | {"status": "ok"}
+    out |= {"ratio": sig(statistics.median(per_round)), "quartiles": quartiles(per_round)}
+    return out | {"per_round": per_round, "placement": placement, "status": "ok"}
 
 
-def bench_alternated(name: str, args: argparse.Namespace, aio: Aio) -> dict[str, Any]:
-    """The alternated ``step()`` against ``SyncVectorEnv`` of one workload (:func:`alternated_throughput`)."""
+async def sendrecv_slice(pool: Any, acts: list[Any], counter: itertools.count[int], seconds: float) -> float:
+    """Env-steps/s of one slice of the send/recv loop: every env sent a step, then for ``seconds`` each
+    ``recv()``'s rows sent their next step, then every row still in flight received. The slice starts and ends
+    with no step in flight, so none runs while the other side is timed (a slice's first and last batches
+    count, and pay for the pipeline's filling and draining)."""
+    n = pool.num_envs
+    start = perf_counter()
+    pool.send(acts[next(counter) % ACTION_BATCHES], np.arange(n))
+    steps = 0
+    while perf_counter() < start + seconds:
+        *_, info = await pool.recv()
+        ids = info["env_id"]
+        steps += ids.size
+        pool.send(acts[next(counter) % ACTION_BATCHES][ids], ids)
+    *_, info = await pool.recv(min_results=n, max_results=n)
+    steps += info["env_id"].size
+    return steps / (perf_counter() - start)
+
+
+def quartiles(values: list[float]) -> list[float]:
+    """The first and third quartiles of ``values`` (both the one value when there is only one)."""
+    if len(values) < 2:
+        return [values[0], values[0]]
+    q1, _, q3 = statistics.quantiles(values, n=4)
+    return [sig(q1), sig(q3)]
+
+
+def bench_alternated(name: str, args: argparse.Namespace, aio: Aio, sendrecv: bool = False) -> dict[str, Any]:
+    """The alternated ``step()`` (or send/recv) against ``SyncVectorEnv`` of one workload
+    (:func:`alternated_throughput`)."""
     env_id, n = WORKLOADS[name]
     if isinstance(aio, str):
         return {"status": aio}
     if env_id.startswith("Ant") and isinstance(mj := try_import("mujoco"), str):
         return {"status": f"skipped: mujoco not importable ({mj})"}
-    rounds, secs = 2 * args.repeats + 1, args.seconds / 3
+    what = "send-recv" if sendrecv else "step"
     try:
         res = run_async(
-            alternated_throughput(aio, env_id, n, args.warmup, secs, rounds), args.timeout + 2 * rounds * secs
+            alternated_throughput(aio, env_id, n, args.warmup, args.slice, args.rounds, sendrecv),
+            args.timeout + 2 * args.rounds * args.slice,
         )
     except Exception as exc:  # noqa: BLE001 - report, keep the other sections
         traceback.print_exc()
         return {"status": f"error: {exc!r}"}
-    print(f"[{name}] step/Sync alternated in one process: {res['ratio']:.2f}x, rounds {res['per_round']}", flush=True)
+    q1, q3 = res["quartiles"]
+    print(f"[{name}] {what}/Sync alternated in one process: {res['ratio']:.2f}x (quartiles {q1:.2f}-{q3:.2f}x)")
     print(f"[{name}] placement: {res['placement']}", flush=True)
     return res
 
@@ -385,7 +428,9 @@ def bench_workload(name: str, args: argparse.Namespace, aio: Aio) -> dict[str, A
     sps["cores_lockstep"] = res["cores"].get("lockstep_per_s")
     res["ratios"] = {r: ratio(sps[a], sps[b]) for r, (a, b) in RATIOS.items()}
     res["alternated"] = bench_alternated(name, args, aio)
+    res["alternated_sendrecv"] = bench_alternated(name, args, aio, sendrecv=True)
     res["ratios"][ALTERNATED] = res["alternated"].get("ratio")
+    res["ratios"][ALTERNATED_SR] = res["alternated_sendrecv"].get("ratio")
     res["targets"] = {r: target(">=", v, res["ratios"][r]) for r, v in TARGETS[name].items()}
     return res
 
@@ -523,6 +568,15 @@ def fmt(value: float | None, spec: str = ",.0f", suffix: str = "") -> str:
     return "n/a" if value is None else f"{value:{spec}}{suffix}"
 
 
+def fmt_alternated(alt: dict[str, Any]) -> str:
+    """An alternated ratio with its quartiles over the rounds, as ``1.52x (1.41-1.60)`` ("n/a" when missing)."""
+    if alt.get("ratio") is None:
+        return "n/a"
+    q1, q3 = alt.get("quartiles") or (None, None)
+    spread = f" ({q1:.2f}-{q3:.2f})" if q1 is not None else ""
+    return f"{alt['ratio']:.2f}x{spread}"
+
+
 def fmt_targets(targets: dict[str, dict[str, Any]], unit: str = "x") -> str:
     """Render targets as ``name >= 1.6x: met`` fragments."""
     word = {True: "met", False: "MISSED", None: "n/a"}
@@ -539,12 +593,13 @@ def md_workloads(workloads: dict[str, Any]) -> list[str]:
     """Throughput table: env-steps/s per implementation, ratios, targets."""
     head = ["workload", "Sync", "Async", "floor", "aioenv step", "aioenv send/recv", "workers step", "workers s/r"]
     head += ["cores", "step/Sync", "step/Async", "send-recv/Sync", "step/floor", "workers step/Sync"]
-    head += ["workers s/r/Sync", "cores/Sync", "cores lock-step/Sync", "step/Sync alternated"]
+    head += ["workers s/r/Sync", "cores/Sync", "cores lock-step/Sync", "step/Sync alternated", "s/r/Sync alternated"]
     head += ["targets"]
     rows = []
     for wl in workloads.values():
         row = [f"{wl['env_id']} n={wl['num_envs']}"] + [fmt(wl[i]["steps_per_s"]) for i in IMPLS]
-        row += [fmt(wl["ratios"][r], ".2f", "x") for r in (*RATIOS, ALTERNATED)]
+        row += [fmt(wl["ratios"][r], ".2f", "x") for r in RATIOS]
+        row += [fmt_alternated(wl.get(k, {})) for k in ("alternated", "alternated_sendrecv")]
         rows.append([*row, fmt_targets(wl["targets"])])
     return md_table(head, rows)
 
@@ -611,10 +666,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--seconds", type=float, help="measuring time per cell (default 3, --quick 0.5)")
     p.add_argument("--repeats", type=int, help="repeats per cell, median reported (default 3, --quick 1)")
+    p.add_argument("--slice", type=float, help="seconds per side of an alternated round (default 0.2, --quick 0.1)")
+    p.add_argument("--rounds", type=int, help="alternated rounds per measurement (default 35, --quick 3)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON path; the Markdown goes next to it (.md)")
     args = p.parse_args(argv)
     args.seconds = args.seconds or (0.5 if args.quick else 3.0)
     args.repeats = max(1, args.repeats or (1 if args.quick else 3))
+    args.slice = args.slice or (0.1 if args.quick else 0.2)
+    args.rounds = max(1, args.rounds or (3 if args.quick else 35))
     args.warmup = min(1.0, max(0.2, args.seconds / 4))
     args.timeout = 60.0 + 3 * args.seconds  # per asyncio cell: a hung pool fails it
     return args
@@ -628,7 +687,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine_info(aio),
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "command": command(),
-        "settings": {k: getattr(args, k) for k in ("seconds", "repeats", "warmup")},
+        "settings": {k: getattr(args, k) for k in ("seconds", "repeats", "warmup", "slice", "rounds")},
         "workloads": {w: bench_workload(w, args, aio) for w in WORKLOADS if w in selected},
     }
     if "startup" in selected:

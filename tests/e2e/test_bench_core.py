@@ -47,15 +47,24 @@ def test_core_benchmark_smoke(tmp_path: Path) -> None:
     assert 0 < cells["cores"]["lockstep_per_s"] <= cells["cores"]["steps_per_s"]
     ratios = {"aioenv_step/sync", "aioenv_step/async", "aioenv_sendrecv/sync", "aioenv_step/floor"}
     ratios |= {"workers_step/sync", "workers_sendrecv/sync", "cores/sync", "cores_lockstep/sync"}
-    assert set(cells["ratios"]) == ratios | {"aioenv_step/sync alternated"}
-    alternated = cells["alternated"]  # the same step() and SyncVectorEnv.step, slice by slice in one process
-    assert alternated["status"] == "ok", alternated
-    assert len(alternated["per_round"]) == 3  # 2 x repeats + 1
-    assert alternated["ratio"] == pytest.approx(float(np.median(alternated["per_round"])), rel=1e-5)
-    assert cells["ratios"].pop("aioenv_step/sync alternated") == alternated["ratio"]
-    assert alternated["sync"] > 0
-    assert alternated["aioenv_step"] > 0
-    assert "envs" in alternated["placement"]  # where executor="auto" placed them, in words
+    assert set(cells["ratios"]) == ratios | {"aioenv_step/sync alternated", "aioenv_sendrecv/sync alternated"}
+    # the same step() (and send/recv loop) and SyncVectorEnv.step, slice by slice in one process
+    for key, side, ratio_name in (
+        ("alternated", "aioenv_step", "aioenv_step/sync alternated"),
+        ("alternated_sendrecv", "aioenv_sendrecv", "aioenv_sendrecv/sync alternated"),
+    ):
+        alternated = cells[key]
+        assert alternated["status"] == "ok", alternated
+        assert len(alternated["per_round"]) == 3  # --quick: 3 rounds
+        assert alternated["ratio"] == pytest.approx(float(np.median(alternated["per_round"])), rel=1e-5)
+        q1, q3 = alternated["quartiles"]
+        assert min(alternated["per_round"]) <= q1 <= alternated["ratio"] <= q3 <= max(alternated["per_round"])
+        assert cells["ratios"].pop(ratio_name) == alternated["ratio"]
+        assert alternated["sync"] > 0
+        assert alternated[side] > 0
+        assert "envs" in alternated["placement"]  # where executor="auto" placed them, in words
+    assert result["settings"]["slice"] == 0.1
+    assert result["settings"]["rounds"] == 3
     figures = {impl: cells[impl]["steps_per_s"] for impl in impls}
     figures["cores_lockstep"] = cells["cores"]["lockstep_per_s"]
     for name, ratio in cells["ratios"].items():  # each ratio is the quotient of the figures beside it
@@ -111,6 +120,34 @@ def test_the_ceiling_sums_free_running_slices_and_waits_for_the_slowest_in_lock_
     assert free == pytest.approx(4 / 1.0 + 4 / 3.4)  # each slice at its own pace
     assert lockstep == pytest.approx(8 / 2.0)  # batch k takes max(1, uneven[k]) over the first 4 batches
     assert cores.rates([3], [steady]) == pytest.approx((3.0, 3.0))  # one slice: nobody to wait for
+
+
+async def test_a_send_recv_slice_leaves_no_step_in_flight() -> None:
+    """An alternated send/recv slice ends with every row it sent received, so the pool's envs are idle while
+    SyncVectorEnv's slice is timed, and the next slice (or a lock-step call) finds every env free."""
+    import itertools
+
+    import aioenv
+
+    core = bench_module("bench_core")
+    async with aioenv.Pool("CartPole-v1", 8, batch_size=4, seed=0, num_workers=2) as pool:
+        await pool.reset(seed=0)
+        acts = core.presample(pool.single_action_space, 8)
+        counter = itertools.count()
+        for _ in range(2):
+            assert await core.sendrecv_slice(pool, acts, counter, 0.05) > 0
+        assert next(counter) > 2  # each recv's rows were sent again within the slice
+        *_, info = await pool.recv(min_results=0, timeout=0.2)  # nothing is owed...
+        assert info["env_id"].size == 0
+        obs, *_ = await pool.step(np.zeros(8, dtype=np.int64))  # ...and no env is busy
+        assert obs.shape == (8, 4)
+
+
+def test_alternated_quartiles() -> None:
+    quartiles = bench_module("bench_core").quartiles
+    assert quartiles([1.5]) == [1.5, 1.5]
+    q1, q3 = quartiles([1.0, 1.2, 1.4, 1.6, 9.0])
+    assert 1.0 <= q1 <= 1.2 < 1.4 < q3 <= 9.0  # one wild round moves the upper quartile, not the median
 
 
 def test_adapter_benchmark_pairs_ratios_within_rounds_and_rotates_cells(monkeypatch: Any) -> None:
