@@ -670,10 +670,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, help="alternated rounds per measurement (default 35, --quick 3)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON path; the Markdown goes next to it (.md)")
     args = p.parse_args(argv)
+    for name in ("seconds", "repeats", "slice", "rounds"):
+        if (given := getattr(args, name)) is not None and given <= 0:
+            p.error(f"--{name} must be positive, got {given}")
     args.seconds = args.seconds or (0.5 if args.quick else 3.0)
     args.repeats = max(1, args.repeats or (1 if args.quick else 3))
     args.slice = args.slice or (0.1 if args.quick else 0.2)
-    args.rounds = max(1, args.rounds or (3 if args.quick else 35))
+    args.rounds = args.rounds or (3 if args.quick else 35)
     args.warmup = min(1.0, max(0.2, args.seconds / 4))
     args.timeout = 60.0 + 3 * args.seconds  # per asyncio cell: a hung pool fails it
     return args

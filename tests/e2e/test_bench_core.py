@@ -143,6 +143,17 @@ async def test_a_send_recv_slice_leaves_no_step_in_flight() -> None:
         assert obs.shape == (8, 4)
 
 
+def test_options_that_must_be_positive_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    parse_args = bench_module("bench_core").parse_args
+    for option, value in (("--slice", "-1"), ("--rounds", "0"), ("--seconds", "0"), ("--repeats", "-2")):
+        with pytest.raises(SystemExit) as exited:
+            parse_args([option, value])
+        assert exited.value.code == 2
+        assert f"{option} must be positive, got" in capsys.readouterr().err
+    args = parse_args(["--quick"])
+    assert (args.slice, args.rounds) == (0.1, 3)
+
+
 def test_alternated_quartiles() -> None:
     quartiles = bench_module("bench_core").quartiles
     assert quartiles([1.5]) == [1.5, 1.5]
