@@ -28,9 +28,9 @@ with the pool's shared rows, so a pool whose envs go to ``inline`` workers keeps
   this process CPU of its own (:attr:`Cost.message_cpu`, measured with the PINGs: on a VM it can be half the
   round trip), which the share pays around its own steps (sending before, reading the replies after), and
   processes stepping at the same time each run at :data:`PARALLEL` of their speed alone. A placement with
-  workers must predict at most :data:`WORKER_GAIN` of the all-here time: a second process is worth it only
-  when it clearly pays. With a smaller ``batch_size`` (first-finished results) a share would always finish
-  first and starve the workers.
+  workers must predict at most :data:`WORKER_GAIN` of the all-here time (a share :data:`SHARE_GAIN`): a second
+  process is worth it only when it clearly pays. With a smaller ``batch_size`` (first-finished results) a share
+  would always finish first and starve the workers.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ __all__ = [
     "PING_GAP",
     "PROBE_LIMIT",
     "ROUND_TRIP",
+    "SHARE_GAIN",
     "SHARE_LIMIT",
     "WORKER_GAIN",
     "Choice",
@@ -104,6 +105,12 @@ PARALLEL = 0.83
 #: A placement with worker processes must predict at most this fraction of the seconds all envs take in this
 #: process (the model ignores the other process's wake-ups under load, which a VM makes dear and erratic).
 WORKER_GAIN = 0.8
+#: The same for a lock-step share (:func:`_share`), whose gain the model underestimates: on a 2-vCPU VM,
+#: alternated with every env here in one process in 0.2 s slices, CartPole shares of 48, 64 and 128 envs with
+#: one worker stepped 1.03x, 1.16x and 1.38x as fast, where the model predicted 0.95x, 0.86x and 0.73x of the
+#: all-here time. At :data:`WORKER_GAIN` a pool of 64-100 envs stayed here, and a probe on a busy minute could
+#: keep 128 here too.
+SHARE_GAIN = 0.9
 #: Seconds the process timing an env gets (making the env, a reset, its steps): past them it is killed
 #: and the envs go to ``inline`` worker processes.
 PROBE_LIMIT = 5.0
@@ -276,20 +283,26 @@ def choose(cost: Cost, num_envs: int, cpus: int, batch_size: int | None = None) 
 
 def _cheapest(cost: Cost, num_envs: int, workers: int, batch_size: int | None) -> Choice:
     """Cheap steps, a batch dearer than a round trip, ``workers`` usable CPUs: the placement of the fewest
-    predicted seconds per batch, where one with workers must beat every env here by :data:`WORKER_GAIN`;
+    predicted seconds per batch, where one with workers must beat every env here by :data:`WORKER_GAIN` (a
+    share by :data:`SHARE_GAIN`);
     ``batch_size``: the rows ``recv()`` returns when fewer than ``num_envs`` (first-finished), else None."""
     all_here = CALL_COST + num_envs * cost.step
-    # (predicted seconds, worker processes, envs in this process) of each placement with workers
-    options = [(_workers_only(cost, num_envs, workers, PARALLEL if batch_size is None else 1.0), workers, 0)]
+    # (predicted seconds, worker processes, envs in this process, the fraction of all_here it must beat) of each
+    # placement with workers
+    options = [
+        (_workers_only(cost, num_envs, workers, PARALLEL if batch_size is None else 1.0), workers, 0, WORKER_GAIN)
+    ]
     if batch_size is None:  # lock-step
-        options.append(_share(cost, num_envs, workers))
-    seconds, num_workers, in_process = min(options, key=lambda option: option[0])  # a tie: workers only
-    if seconds > WORKER_GAIN * all_here:
+        options.append((*_share(cost, num_envs, workers), SHARE_GAIN))
+    paying = [option for option in options if option[0] <= option[3] * all_here]
+    if not paying:
+        seconds, *_, gain = min(options, key=lambda option: option[0])
         why = (
-            f"{num_envs} steps take {_us(all_here)} here; with worker processes {_us(seconds)}, over {WORKER_GAIN}x "
+            f"{num_envs} steps take {_us(all_here)} here; with worker processes {_us(seconds)}, over {gain}x "
             f"of it (a round trip {_us(cost.round_trip)}, {_us(cost.message_cpu)} of this process per message)"
         )
         return Choice("in_process", 0, num_envs, why)
+    seconds, num_workers, in_process, _ = min(paying, key=lambda option: option[0])  # a tie: workers only
     if in_process:
         why = f"a step takes {_us(cost.step)}: this process shares the work"
     else:
