@@ -569,12 +569,12 @@ def fmt(value: float | None, spec: str = ",.0f", suffix: str = "") -> str:
 
 
 def fmt_alternated(alt: dict[str, Any]) -> str:
-    """An alternated ratio with its quartiles over the rounds, as ``1.52x (1.41-1.60)`` ("n/a" when missing)."""
-    if alt.get("ratio") is None:
+    """An alternated ratio with its quartiles over the rounds, as ``1.52x (1.41-1.60)`` ("n/a" when the
+    measurement failed or was skipped: then it holds only its status)."""
+    if "ratio" not in alt:
         return "n/a"
-    q1, q3 = alt.get("quartiles") or (None, None)
-    spread = f" ({q1:.2f}-{q3:.2f})" if q1 is not None else ""
-    return f"{alt['ratio']:.2f}x{spread}"
+    q1, q3 = alt["quartiles"]
+    return f"{alt['ratio']:.2f}x ({q1:.2f}-{q3:.2f})"
 
 
 def fmt_targets(targets: dict[str, dict[str, Any]], unit: str = "x") -> str:
@@ -599,7 +599,7 @@ def md_workloads(workloads: dict[str, Any]) -> list[str]:
     for wl in workloads.values():
         row = [f"{wl['env_id']} n={wl['num_envs']}"] + [fmt(wl[i]["steps_per_s"]) for i in IMPLS]
         row += [fmt(wl["ratios"][r], ".2f", "x") for r in RATIOS]
-        row += [fmt_alternated(wl.get(k, {})) for k in ("alternated", "alternated_sendrecv")]
+        row += [fmt_alternated(wl[k]) for k in ("alternated", "alternated_sendrecv")]
         rows.append([*row, fmt_targets(wl["targets"])])
     return md_table(head, rows)
 
