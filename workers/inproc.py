@@ -122,6 +122,25 @@ class InProcessWorker(InProcessProc):
             self._serve()
         return True
 
+    def defer(self, frames: Sequence[Any]) -> bool:
+        """Queue a request without answering it: :meth:`answer_deferred` answers it later (the coordinator says
+        when, see ``Coordinator.answer_here``). A request sent meanwhile (:meth:`send`) is answered after it, in
+        order. False once ended."""
+        if self._code is not None:
+            return False
+        self._inbox.append(frames)
+        return True
+
+    @property
+    def deferred(self) -> bool:
+        """Whether requests wait to be answered (:meth:`defer`)."""
+        return bool(self._inbox) and not self._serving
+
+    def answer_deferred(self) -> None:
+        """Answer every request waiting, in order, now (unless they are being answered already)."""
+        if self._inbox and not self._serving:
+            self._serve()
+
     def _say_hello(self) -> None:
         if self._code is None:
             self._on_message(self._identity, self._worker.hello())
@@ -153,7 +172,7 @@ class InProcessWorker(InProcessProc):
 
     def idle(self) -> bool:
         """Whether it serves and answers nothing right now: a step may then run at once (:meth:`step_now`)."""
-        return self._code is None and not self._serving
+        return self._code is None and not self._serving and not self._inbox
 
     def step_now(self, env_ids: list[int], leaves: list[np.ndarray]) -> Stepped:
         """Step ``env_ids`` with the checked action ``leaves`` (row ``i`` for ``env_ids[i]``) now, with no

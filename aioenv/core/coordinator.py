@@ -42,6 +42,7 @@ from aioenv.errors import (
     ProtocolError,
     UsageError,
 )
+from aioenv.transport.pipe import PipePort
 from aioenv.transport.slab import Slab
 from aioenv.wire import spaces
 from aioenv.wire.errors import error_fields, from_wire
@@ -127,6 +128,7 @@ class Coordinator(Recovery):
         self._sole_slot: Slot | None = None
         self._by_name: dict[bytes, Slot] = {}
         self.closing = False
+        self._turn_booked = False  # the loop's second turn will answer a share's deferred rows
         self._retired: list[WorkerProc] = []
         self._launch = launch
         #: Its workers are its own children on pipes of their own (or run in this process): values msgpack
@@ -286,6 +288,8 @@ class Coordinator(Recovery):
                 return
         deadline = None if timeout is None else self.loop.time() + timeout
         prepared = self._prepare(kind, env_ids, at, sink, build, deadline)
+        # A share's rows for recv() wait until the caller would wait (see Pool.recv and InProcessWorker.defer).
+        defer = isinstance(sink, RecvQueue) and self._here is not None
         if len(prepared) > 1 and prepared[0][0].in_process:  # may be answered inside send: the others go first
             prepared.append(prepared.pop(0))
         for slot, req, positions, frames in prepared:
@@ -293,6 +297,8 @@ class Coordinator(Recovery):
                 self.sched.finish(req.id)
                 dead = lambda e, s=slot: self._no_worker(s, e, kind)  # noqa: E731
                 sink.deliver(Part.failed(req.env_ids, dead), positions)
+            elif slot.in_process and defer:
+                self._defer(slot, frames)
             else:
                 self._send(slot, frames)
         if deadline is not None:
@@ -404,6 +410,55 @@ class Coordinator(Recovery):
                 for rest in fits[i + 1 :]:  # and not sent yet are answered with it
                     self._answer_unsent(rest.item.kind, rest.env_ids, rest.positions, rest.item.sink, exc)
                 raise
+
+    # ------------------------------------------------------------ a share's rows for recv()
+    #
+    # A share steps some envs here while worker processes step the rest. Stepped inside send(), the rows here
+    # would be ready before any worker's reply, and a first-finished recv() would hand them out, the next
+    # send() step them again, and so on while the workers' replies wait unread. So requests for the envs here
+    # whose rows go to recv() wait (InProcessWorker.defer) until the caller would wait: recv() first reads the
+    # replies that arrived (their envs step again as soon as the caller sends them), then steps the envs here
+    # only if it still lacks rows (Pool.recv). The loop's second turn after the send answers what no recv()
+    # took (a caller that awaits something else, or a recv() in a task of its own), workers' replies first.
+
+    def _defer(self, slot: Slot, frames: list[Any]) -> None:
+        proc = cast("InProcessWorker", slot.proc)
+        if not slot.ready or not proc.defer(frames):
+            self._send(slot, frames)
+        elif not self._turn_booked:
+            self._turn_booked = True
+            self.loop.call_soon(self.loop.call_soon, self._on_turn)
+
+    def _on_turn(self) -> None:
+        self._turn_booked = False
+        if self.deferred_here():
+            self.read_arrived()
+            self.answer_here()
+
+    @property
+    def _here(self) -> InProcessWorker | None:
+        """The worker in this process of a pool that shares its envs with worker processes (None: no share)."""
+        if len(self.slots) < 2 or not self.slots[0].in_process or self.executor != "inline":
+            return None
+        return cast("InProcessWorker | None", self.slots[0].proc)
+
+    def deferred_here(self) -> bool:
+        """Whether steps of the envs in this process wait to be answered (a share's rows for ``recv()``)."""
+        here = self._here
+        return here is not None and here.deferred
+
+    def read_arrived(self) -> None:
+        """Handle the replies that local worker processes' pipes hold now, without waiting for the loop."""
+        for slot in self.slots:
+            port = getattr(slot.proc, "port", None)
+            if isinstance(port, PipePort):
+                port.drain()
+
+    def answer_here(self) -> None:
+        """Step the envs in this process whose requests wait (:meth:`deferred_here`) now."""
+        here = self._here
+        if here is not None:
+            here.answer_deferred()
 
     def _send(self, slot: Slot, frames: list[Any]) -> None:
         if not slot.ready:

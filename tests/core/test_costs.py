@@ -7,6 +7,7 @@ import dataclasses
 import statistics
 import time
 from typing import Any
+from unittest import mock
 
 import gymnasium as gym
 import numpy as np
@@ -75,21 +76,22 @@ def test_cheap_envs_on_several_cpus_are_shared_so_both_sides_finish_together(num
 def test_a_lock_step_pool_weighs_a_waiting_worker_and_recv_a_busy_one() -> None:
     """CartPole steps of 10 µs on a 2-vCPU VM: to a worker kept busy a message costs 160 µs and 100 µs of this
     process, to one that waited for it 280 µs and 160 µs. 64 envs stepped in lock-step would pay the dearer
-    message, which leaves every env here (at the busy worker's price a share would pay); 128 with
-    first-finished results keep their workers busy, and two workers pay (at the waiting worker's price they
-    would not). The default estimates are the waiting worker's above the busy one's."""
+    message, which leaves every env here (at the busy worker's price a share would pay). With first-finished
+    results a share keeps its worker busy and pays the cheaper message: 64 envs with ``batch_size=32`` share,
+    where at a waiting worker's price of 300 µs of this process per message they would not. The default
+    estimates are the waiting worker's above the busy one's."""
     cost = Cost(
         10 * US, 10 * US, round_trip=280 * US, message_cpu=160 * US, busy_round_trip=160 * US, busy_message_cpu=100 * US
     )
     as_if_busy = dataclasses.replace(cost, round_trip=160 * US, message_cpu=100 * US)
-    as_if_waiting = dataclasses.replace(cost, busy_round_trip=280 * US, busy_message_cpu=160 * US)
     lock_step = choose(cost, 64, cpus=2)
     assert (lock_step.executor, lock_step.in_process) == ("in_process", 64)
     assert "(a round trip 280 µs, 160 µs of this process per message)" in lock_step.why
     assert 0 < choose(as_if_busy, 64, cpus=2).in_process < 64
-    first_finished = choose(cost, 128, cpus=2, batch_size=64)
-    assert (first_finished.executor, first_finished.num_workers, first_finished.in_process) == ("inline", 2, 0)
-    assert choose(as_if_waiting, 128, cpus=2, batch_size=64).executor == "in_process"
+    first_finished = choose(dataclasses.replace(cost, message_cpu=300 * US), 64, cpus=2, batch_size=32)
+    assert (first_finished.executor, first_finished.num_workers, first_finished.in_process) == ("inline", 1, 16)
+    as_if_waiting = dataclasses.replace(cost, busy_round_trip=280 * US, busy_message_cpu=300 * US)
+    assert choose(as_if_waiting, 64, cpus=2, batch_size=32).executor == "in_process"
     assert ROUND_TRIP > BUSY_ROUND_TRIP
     assert MESSAGE_CPU > BUSY_MESSAGE_CPU
 
@@ -105,10 +107,12 @@ def test_a_share_needs_a_smaller_predicted_gain_than_workers_alone() -> None:
     choice = choose(cost, 96, cpus=2)
     assert (choice.executor, choice.num_workers, choice.in_process) == ("inline", workers, here)
     assert "this process shares the work" in choice.why
-    # first-finished results offer no share: the same envs on workers alone must clear WORKER_GAIN
+    # first-finished results: workers alone would not clear WORKER_GAIN, a share of the other kind clears SHARE_GAIN
     busy = dataclasses.replace(cost, busy_round_trip=280 * US, busy_message_cpu=160 * US)
     assert costs._workers_only(busy, 96, 2, 1.0) > WORKER_GAIN * all_here
-    assert choose(busy, 96, cpus=2, batch_size=48).executor == "in_process"
+    recv_seconds, _, recv_here = costs._recv_share(busy, 96, 2, 48)
+    assert recv_seconds <= SHARE_GAIN * all_here
+    assert choose(busy, 96, cpus=2, batch_size=48) == costs.Choice("inline", 1, recv_here, mock.ANY)
 
 
 def test_a_share_that_would_not_clearly_pay_keeps_every_env_here() -> None:
@@ -124,16 +128,25 @@ def test_a_share_that_would_not_clearly_pay_keeps_every_env_here() -> None:
     assert 0 < shared.in_process < 256
 
 
-def test_first_finished_pools_are_not_shared_with_this_process() -> None:
-    """recv() of the first 500 of 1000 rows: a share stepped inside send() would always be those 500."""
-    lockstep = choose(Cost(5 * US, 5 * US), 1000, cpus=2, batch_size=1000)
-    assert 0 < lockstep.in_process < 1000
+def test_first_finished_pools_share_a_quarter_of_their_envs_on_two_cpus() -> None:
+    """recv() of the first 500 of 1000 rows: this process steps its share only when recv() would wait, so it
+    and the worker are both kept busy, and it also does the pool's work: a quarter of the envs here on two CPUs
+    (each other process takes twice this one's part), an eighth on four."""
     first_finished = choose(Cost(5 * US, 5 * US), 1000, cpus=2, batch_size=500)
-    assert (first_finished.executor, first_finished.num_workers, first_finished.in_process) == ("inline", 2, 0)
-    assert "recv() returns the first 500 of 1000 rows to finish: no share here" in first_finished.why
+    assert (first_finished.executor, first_finished.num_workers, first_finished.in_process) == ("inline", 1, 250)
+    assert "stepping its envs when recv() would wait (it returns the first 500 of 1000 rows)" in first_finished.why
+    on_four = choose(Cost(5 * US, 5 * US), 1000, cpus=4, batch_size=500)
+    assert (on_four.num_workers, on_four.in_process) == (3, 125)
+    # The steps and the pool's own work per batch, spread over every process (choose() hands it the busy worker's
+    # message price as message_cpu).
+    cost = Cost(10 * US, 10 * US, message_cpu=100 * US)
+    seconds, others, here = costs._recv_share(cost, 128, 2, 64)
+    assert (others, here) == (1, 32)
+    assert seconds == pytest.approx((128 * 10 * US + 2 * (CALL_COST + 100 * US)) / 2)
     assert choose(Cost(5 * US, 5 * US), 16, cpus=2, batch_size=4).executor == "in_process"  # no round trip pays
-    # Without a share, 128 such envs gain too little from two workers to leave this process.
-    assert choose(Cost(5 * US, 5 * US), 128, cpus=2, batch_size=64).executor == "in_process"
+    # A share that saves too little keeps every env here: 32 steps of 9 µs, batches of 16, 150 µs per message.
+    near = choose(Cost(9 * US, 9 * US, busy_message_cpu=150 * US), 32, cpus=2, batch_size=16)
+    assert (near.executor, near.in_process) == ("in_process", 32)
 
 
 def test_dear_steps_run_in_worker_processes_only() -> None:
