@@ -308,7 +308,7 @@ def _cheapest(cost: Cost, num_envs: int, workers: int, batch_size: int | None) -
     else:
         why = f"a step takes {_us(cost.step)}, {num_envs} take {_us(seconds)} on {workers} worker processes"
     if batch_size is not None and in_process:
-        why += f", stepping its envs when recv() would wait (it returns the first {batch_size} of {num_envs} rows)"
+        why += f"; recv() returns the first {batch_size} of {num_envs} rows, and steps the envs here when it would wait"
     return Choice("inline", num_workers, in_process, why)
 
 
