@@ -20,6 +20,7 @@ from aioenv.core.costs import (
     CALL_COST,
     MESSAGE_CPU,
     PARALLEL,
+    RECV_SHARE_MIN,
     ROUND_TRIP,
     SHARE_GAIN,
     SHARE_LIMIT,
@@ -147,9 +148,13 @@ def test_first_finished_pools_share_a_quarter_of_their_envs_on_two_cpus() -> Non
     assert (others, here) == (1, 32)
     assert seconds == pytest.approx((128 * 10 * US + 2 * (CALL_COST + 100 * US)) / 2)
     assert choose(Cost(5 * US, 5 * US), 16, cpus=2, batch_size=4).executor == "in_process"  # no round trip pays
-    # A share that saves too little keeps every env here: 32 steps of 9 µs, batches of 16, 150 µs per message.
-    near = choose(Cost(9 * US, 9 * US, busy_message_cpu=150 * US), 32, cpus=2, batch_size=16)
-    assert (near.executor, near.in_process) == ("in_process", 32)
+    # Fewer than RECV_SHARE_MIN envs are not shared: 48 steps of 17 µs in batches of 24, which the model says pay.
+    small = Cost(17 * US, 17 * US, busy_message_cpu=150 * US)
+    assert costs._recv_share(dataclasses.replace(small, message_cpu=150 * US), 48, 2, 24)[0] < SHARE_GAIN * (
+        CALL_COST + 48 * small.step
+    )
+    assert choose(small, 48, cpus=2, batch_size=24).in_process in (0, 48)  # workers only, or every env here
+    assert 0 < choose(small, RECV_SHARE_MIN, cpus=2, batch_size=RECV_SHARE_MIN // 2).in_process < RECV_SHARE_MIN
 
 
 def test_dear_steps_run_in_worker_processes_only() -> None:
