@@ -7,7 +7,9 @@ errors, same replies), called by the coordinator instead of reading a pipe: a me
 answered at once, and the reply goes straight to the coordinator's handler, so a lock-step ``step()``
 finds its result ready and returns without a turn of the event loop. When it hosts every env of its pool,
 a step skips the message too (:meth:`InProcessWorker.step_now`): the envs are stepped by the same
-:meth:`~workers.runtime.Worker.step_rows` and their rows handed back as arrays.
+:meth:`~workers.runtime.Worker.step_rows` and their rows handed back as arrays. When it shares a pool with
+worker processes, the steps whose rows go to ``recv()`` wait instead (:meth:`InProcessWorker.defer`) until the
+coordinator answers them (``Coordinator.answer_here``: when ``recv()`` would wait, or on the loop's second turn).
 
 What the caller gives up, and why it is a choice (``executor="in_process"``, or what ``"auto"`` picks
 for cheap envs): a step runs in the caller's thread, so an env that hangs holds the event loop (no

@@ -362,7 +362,8 @@ def _recv_share(cost: Cost, num_envs: int, workers: int, batch_size: int) -> tup
     whenever they are sent, step more often than the workers' (about 1.5-1.8x on a 2-vCPU VM), and it also does
     the pool's work: it takes half a worker's part of the envs, a quarter on two CPUs. Measured on a 2-vCPU VM
     (CartPole, alternated in 0.2 s slices): 32 of 128 envs here with ``batch_size=64`` stepped 1.12-1.17x as
-    fast as two workers, 16 of 64 (``batch_size=32``) 1.16x as fast as all here; larger and smaller shares less."""
+    fast as two workers, 16 of 64 (``batch_size=32``) 1.08-1.16x as fast as all here; larger and smaller shares
+    less. Smaller pools gained nothing (:data:`RECV_SHARE_MIN`)."""
     others = min(workers - 1, num_envs - 1)
     here = max(1, min(num_envs // (2 * (others + 1)), num_envs - others))
     per_batch = CALL_COST + cost.message_cpu
