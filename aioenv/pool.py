@@ -303,15 +303,17 @@ class Pool:
         return batch_space(self.single_action_space, self.num_envs)
 
     def describe_placement(self) -> str:
-        """Where the envs run, in words (``"32 envs in this process"``, ``"20 here, 12 on 1 inline worker"``)."""
+        """Where the envs run, in words (``"32 envs in this process"``, ``"32 envs on 2 inline worker(s)"``,
+        ``"20 envs in this process, 12 on 1 inline worker(s)"``), with why ``executor="auto"`` chose it."""
         here = f"{self.envs_in_process} envs in this process"
         if self.envs_in_process and self.executor in ("thread", "async") and not self.num_workers:
             here += ", each on a thread of its own" if self.executor == "thread" else ", as coroutines on its loop"
         if not self.num_workers:
             placed = here
         else:
-            there = f"{self.num_envs - self.envs_in_process} on {self.num_workers} {self.executor} worker(s)"
-            placed = f"{here}, {there}" if self.envs_in_process else there
+            there = f"on {self.num_workers} {self.executor} worker(s)"
+            others = self.num_envs - self.envs_in_process
+            placed = f"{here}, {others} {there}" if self.envs_in_process else f"{others} envs {there}"
         return f"{placed} ({self.placement_reason})" if self.placement_reason else placed
 
     async def _start_remote(self, endpoint: str) -> dict[str, Any]:

@@ -29,6 +29,13 @@ def test_an_in_process_pool_has_no_worker_process() -> None:
     pool = aioenv.Pool("CartPole-v1", 3, executor="in_process")
     assert (pool.num_workers, pool.envs_in_process) == (0, 3)
     assert "in_process=3" in repr(pool)
+    assert pool.describe_placement() == "3 envs in this process"
+
+
+def test_a_placement_on_workers_alone_names_its_envs_too() -> None:
+    assert aioenv.Pool("CartPole-v1", 4, executor="inline", num_workers=2).describe_placement() == (
+        "4 envs on 2 inline worker(s)"
+    )
 
 
 def test_executor_and_on_timeout_are_kept_as_given() -> None:

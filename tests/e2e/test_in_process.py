@@ -462,8 +462,10 @@ async def test_ctrl_c_inside_an_env_here_of_a_pool_shared_with_a_worker_answers_
         assert (pool.envs_in_process, pool.num_workers) == (2, 1)
         await guard(pool.reset(seed=0))
         pool.send(np.array([0, 1, 0, 0]))
-        with pytest.raises(KeyboardInterrupt):  # in this task, not one of guard's (the loop would stop)
-            await pool.recv(min_results=1, max_results=1)
+        # In this task, not one of guard's (the loop would stop). It waits for all 4 rows, so it steps the envs
+        # here even if the worker's 2 rows arrived first.
+        with pytest.raises(KeyboardInterrupt):
+            await pool.recv(min_results=4, max_results=4)
         answered: list[int] = []
         failed: dict[int | None, AioEnvError] = {}
         for _ in range(4):
