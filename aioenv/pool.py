@@ -647,13 +647,12 @@ class Pool:
                 else:
                     why = f"{queue.ready} results are ready and {queue.in_flight} in flight; send() more steps first"
                 raise UsageError(f"recv(min_results={need}) can never be satisfied: {why}, or pass a timeout")
-            if queue.ready < need and isinstance(coord := self._coord, Coordinator) and coord.deferred_here():
-                # A share: step the envs here only now that this call would wait, and only once the worker
-                # processes' rows that arrived are queued. Those go first, so their envs step again at once
-                # while this process steps its own (answered inside send(), they would starve the workers).
-                coord.read_arrived()
-                if queue.ready < need:
-                    coord.answer_here()
+            if queue.ready < need and isinstance(coord := self._coord, Coordinator):
+                # A share: step the envs here only now that this call would wait, and only if the worker
+                # processes' rows that arrived do not already make up its rows. Those go first, so their envs
+                # step again at once while this process steps its own (answered inside send(), they would
+                # starve the workers).
+                coord.answer_here(lambda: queue.ready >= need)
             left = None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
             await queue.wait(need, left)
             if self.closed:

@@ -117,11 +117,9 @@ class InProcessWorker(InProcessProc):
         ``send`` returns, so a lock-step call finds its future done and never waits for the loop. A request
         sent while a reply is being handled (a handler that sends again) is answered right after it, in
         order, as from a pipe. False once ended."""
-        if self._code is not None:
+        if not self.defer(frames):
             return False
-        self._inbox.append(frames)
-        if not self._serving:
-            self._serve()
+        self.answer_deferred()
         return True
 
     def defer(self, frames: Sequence[Any]) -> bool:
@@ -140,7 +138,7 @@ class InProcessWorker(InProcessProc):
 
     def answer_deferred(self) -> None:
         """Answer every request waiting, in order, now (unless they are being answered already)."""
-        if self._inbox and not self._serving:
+        if self.deferred:
             self._serve()
 
     def _say_hello(self) -> None:

@@ -431,9 +431,7 @@ class Coordinator(Recovery):
 
     def _on_turn(self) -> None:
         self._turn_booked = False
-        if self.deferred_here():
-            self.read_arrived()
-            self.answer_here()
+        self.answer_here()
 
     @property
     def _here(self) -> InProcessWorker | None:
@@ -447,17 +445,18 @@ class Coordinator(Recovery):
         here = self._here
         return here is not None and here.deferred
 
-    def read_arrived(self) -> None:
-        """Handle the replies that local worker processes' pipes hold now, without waiting for the loop."""
+    def answer_here(self, enough: Callable[[], bool] = lambda: False) -> None:
+        """Step the envs in this process whose requests wait (:meth:`deferred_here`) now, once the replies that
+        local worker processes' pipes hold are handled (without waiting for the loop), unless those made
+        ``enough`` true: the workers' rows go first."""
+        here = self._here
+        if here is None or not here.deferred:
+            return
         for slot in self.slots:
             port = getattr(slot.proc, "port", None)
             if isinstance(port, PipePort):
                 port.drain()
-
-    def answer_here(self) -> None:
-        """Step the envs in this process whose requests wait (:meth:`deferred_here`) now."""
-        here = self._here
-        if here is not None:
+        if not enough():
             here.answer_deferred()
 
     def _send(self, slot: Slot, frames: list[Any]) -> None:
