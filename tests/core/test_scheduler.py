@@ -286,6 +286,22 @@ def test_property_split_partitions_by_worker(num_envs: int, data: st.DataObject)
         assert np.all(np.diff(positions) > 0)
 
 
+@settings(max_examples=100, deadline=None)
+@given(num_envs=st.integers(2, 400), data=st.data())
+def test_property_split_small_and_sorted_agree(num_envs: int, data: st.DataObject) -> None:
+    """The plain-Python grouping of small calls and the sorted one of large calls give the same groups, in the
+    same order (by worker), whatever the size: either may serve a call."""
+    sched = Scheduler(num_envs)
+    sched.place(data.draw(st.integers(1, min(num_envs, 8)), label="num_workers"))
+    order = data.draw(st.permutations(range(num_envs)), label="order")
+    env_ids = np.array(order[: data.draw(st.integers(2, num_envs))], dtype=np.int64)
+    small, large = sched._split_small(env_ids), sched._split_sorted(env_ids)
+    assert [w for w, _ in small] == [w for w, _ in large] == sorted({int(w) for w, _ in large})
+    for (_, a), (_, b) in zip(small, large, strict=True):
+        assert a.tolist() == b.tolist()
+    assert groups_by_worker(sched, env_ids)  # and the public split (either path) keeps the rules
+
+
 # ---------------------------------------------------------------- requests
 
 
