@@ -138,16 +138,21 @@ def bar_value(name_part: str, about: str | None = None) -> Callable[[Results], f
 
 
 def alone(section: str, loop: str) -> Callable[[Results], str]:
-    """bench_latency: where the loop's ceiling sits, what aioenv reached, and what the same envs reach stepped
-    alone (in one process, no pool), each as a fraction of ideal (envs / mean latency)."""
+    """bench_latency: where the loop's ceiling sits, what aioenv reached, what the same envs reach stepped
+    alone (in one process, no pool), each as a fraction of ideal (envs / mean latency), and (thread case) what
+    the same loop reaches over bare pipes with no pool."""
 
     def text(res: Results) -> str:
         cells = res["sections"][section]["cells"]
         by_itself, ours = cells["the envs alone, no pool"], cells[loop]
-        return (
+        out = (
             f"of ideal: the loop's ceiling {ours['loop_ceiling']:.1%}, aioenv {ours['fraction_of_ideal']:.1%}, "
             f"the envs alone with no pool {by_itself['fraction_of_ideal']:.1%}"
         )
+        bare = cells.get("no pool, the same loop over bare pipes")
+        if bare is not None and bare.get("status") == "ok":
+            out += f", the same loop over bare pipes with no pool {bare['fraction_of_ideal']:.1%}"
+        return out
 
     return text
 

@@ -21,6 +21,9 @@ Cases 1 and 2 also step the same envs *alone*: in this process, with no pool, ea
 (a thread per ``SleepEnv``, a coroutine per ``AsyncSleepEnv``). That is what the envs reach on this machine
 by themselves (their sleeps' own lateness included) and the CPU they cost; each aioenv loop is then shown
 as a fraction of their steps/s and with the CPU per env-step it spends beyond theirs (what the pool costs).
+Case 1 also runs its first batch loop with no pool over bare pipes (``benchmarks/bare_loop.py``: the same
+envs on threads of as many worker processes, env ids as 4-byte messages): what threads, the GIL and the
+processes' wake-ups leave of that loop's ceiling on this machine, before any pool's own work.
 
 Client loop (every aioenv cell): ``await pool.reset(seed=0)``, ``pool.send(actions, all ids)``, then
 repeatedly ``obs, rew, term, trunc, info = await pool.recv(...)`` and ``pool.send(actions for those rows,
@@ -72,6 +75,7 @@ for _path in (ROOT, HERE):  # this checkout (aioenv), and benchmarks/ (benchutil
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
+from bare_loop import BareLoop  # noqa: E402
 from benchutil import (  # noqa: E402
     EPISODE_STEPS,
     GIB,
@@ -95,11 +99,13 @@ from benchutil import (  # noqa: E402
 
 import aioenv  # noqa: E402
 from aioenv.envs.latency import AsyncSleepEnv, SleepEnv  # noqa: E402
+from aioenv.transport.spawn import usable_cpus  # noqa: E402
 
 DEFAULT_OUT = ROOT / "benchmarks" / "results"
 SECTIONS = ("thread64", "async1k", "async10k")
 PEER = "AsyncVectorEnv"
 ALONE = "the envs alone, no pool"
+BARE = "no pool, the same loop over bare pipes"
 BARS = {
     "thread_fraction": 0.90,
     "thread_vs_peer": 2.5,
@@ -169,6 +175,7 @@ class Case:
     seconds: float
     peer: bool = False  # also run gymnasium's AsyncVectorEnv on the same envs
     alone: bool = False  # also step the same envs by themselves, with no pool (see alone_cell)
+    bare: bool = False  # also run its first batch loop over bare pipes, with no pool (see bare_cell)
 
     @property
     def env_kwargs(self) -> dict[str, Any]:
@@ -252,6 +259,7 @@ def build_cases(args: argparse.Namespace) -> dict[str, Case]:
         loops=("batch:4", "any", "any@here") if quick else ("batch:16", "any", "batch:16@here", "any@here"),
         peer=True,
         alone=True,
+        bare=True,
         **mean_20ms,
     )
     async1k = Case(
@@ -532,6 +540,30 @@ def _alone_threads(case: Case) -> dict[str, Any]:
     return _alone_figures(steps, elapsed, startup, cpu_usage(cpu0, cpu1, elapsed, steps))
 
 
+def bare_loop_of(case: Case) -> Loop | None:
+    """The loop :func:`bare_cell` runs: the case's first ``batch:N`` loop on worker processes, if any."""
+    loops = [parse_loop(spec, case.num_envs) for spec in case.loops]
+    return next((lp for lp in loops if lp.batch_size is not None and not lp.here), None)
+
+
+def bare_cell(case: Case, loop: Loop, num_workers: int | None) -> dict[str, Any]:
+    """The same thread envs and client loop with no pool: worker processes hosting the envs on threads, ids
+    over bare pipes (``benchmarks/bare_loop.py``). What threads, the GIL and the processes' wake-ups leave of
+    the loop's ceiling on this machine, before any pool's own work."""
+    assert loop.batch_size is not None
+    workers = num_workers or min(case.num_envs, usable_cpus())
+
+    async def window() -> dict[str, Any]:
+        t0 = time.perf_counter()
+        async with BareLoop(case.num_envs, loop.batch_size or 1, workers, case.env_kwargs) as bare:
+            t1 = time.perf_counter()
+            win = await timed_window(bare.once, case.warmup, case.seconds, tree, cpu_snapshot)
+        cpu = cpu_usage(win.cpu0, win.cpu1, win.elapsed, win.steps)
+        return window_figures(win.steps, win.calls, win.elapsed, bare.num_workers, (t0, t1, t1), cpu)
+
+    return run_async(window(), 60.0 + 2 * (case.warmup + case.seconds))
+
+
 def lockstep_ceiling(case: Case, rounds: int = 4_000, seed: int = 0) -> float:
     """Fraction of ideal a lock-step ``step()`` of all envs reaches with zero overhead: ``mean / E[max of n]``."""
     mu = math.log(case.mean) - case.sigma**2 / 2
@@ -609,6 +641,10 @@ def bench_case(case: Case, num_workers: int | None, retries: int) -> dict[str, A
     if case.alone:
         cell = run_cell(case, ALONE, functools.partial(alone_cell, case), 1.0, retries)
         cells[ALONE] = cell | {"loop": "each env in a loop of its own, one process", "implementation": ALONE}
+    if case.bare and (bare := bare_loop_of(case)) is not None:
+        run = functools.partial(bare_cell, case, bare, num_workers)
+        cell = run_cell(case, BARE, run, loop_ceiling(case, bare), retries)
+        cells[BARE] = cell | {"loop": bare.label, "implementation": BARE, "of_loop": bare.spec}
     for spec in case.loops:
         loop = parse_loop(spec, case.num_envs)
         label = f"aioenv {case.executor} {loop.label}"
@@ -737,7 +773,7 @@ def versus_alone(section: dict[str, Any]) -> dict[str, Any] | None:
         return None
     out = {}
     for key, cell in section["cells"].items():
-        if key in (PEER, ALONE) or cell.get("status") != "ok":
+        if key in (PEER, ALONE, BARE) or cell.get("status") != "ok":
             continue
         out[key] = {
             "of_alone": sig(cell["steps_per_s"] / alone["steps_per_s"]),

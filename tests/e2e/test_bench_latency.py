@@ -30,6 +30,16 @@ def test_latency_benchmark_smoke(tmp_path: Path) -> None:
             extra = section["cells"][loop]["cpu"]["us_per_step"] - alone["cpu"]["us_per_step"]
             assert figures["extra_us_per_step"] == pytest.approx(extra, rel=1e-2, abs=0.1)
     assert "versus_alone" not in result["sections"]["async10k"]
+    # the thread case's first batch loop again over bare pipes, with no pool: the same envs, loop and workers
+    thread64 = result["sections"]["thread64"]
+    bare = thread64["cells"]["no pool, the same loop over bare pipes"]
+    first = thread64["params"]["loops"][0]
+    assert bare["of_loop"] == first
+    assert bare["rows_per_recv"] == pytest.approx(thread64["cells"][first]["rows_per_recv"])
+    assert bare["num_workers"] == thread64["cells"][first]["num_workers"] >= 1
+    assert bare["loop_ceiling"] == thread64["cells"][first]["loop_ceiling"]
+    assert bare["cpu"]["workers"] > 0  # the envs ran in worker processes
+    assert "no pool, the same loop over bare pipes" not in thread64["versus_alone"]
     assert result["sections"]["async1k"]["best_loop"] in result["sections"]["async1k"]["params"]["loops"]
     for name, section in result["sections"].items():
         params = section["params"]

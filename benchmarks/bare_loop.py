@@ -1,0 +1,233 @@
+"""A batch loop over bare pipes: thread envs in worker processes with no pool, the floor for any pool.
+
+bench_latency.py's ``thread64`` case asks how close aioenv's ``recv()`` loop comes to its ceiling, the
+fraction of ideal the same loop reaches with zero overhead. The ceiling is simulated, so it leaves out what
+no pool can avoid: the sleeps' own lateness, the GIL, and the wake-ups between the client's process, a
+worker's event loop and the env threads. This cell pays exactly those and nothing else, and shows how much
+of the gap to the ceiling is left for the pool to close.
+
+- Worker processes (``python benchmarks/bare_loop.py --fd N``, as many as aioenv's pool has) each host their
+  share of the same ``SleepEnv`` objects, a thread per env as the ``thread`` executor does.
+- A finished step's env id reaches the worker's loop by ``call_soon_threadsafe``. Ids that finish in the same
+  loop turn go back together, 4 bytes each, over a socketpair.
+- The client loop (in this process, on uvloop like every cell) waits for the first ``batch`` ids and writes
+  each worker the ids of its envs to step next.
+- No actions, observations, rewards, checks or errors are carried.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from queue import SimpleQueue
+from typing import Any
+
+from aioenv._loop import new_event_loop
+from aioenv.envs.latency import SleepEnv
+
+__all__ = ["BareLoop", "serve_envs"]
+
+_LEN = struct.Struct("<I")
+_SCRIPT = Path(__file__).resolve()
+_ROOT = _SCRIPT.parent.parent
+
+
+def _frame(ids: list[int]) -> bytes:
+    body = struct.pack(f"<{len(ids)}i", *ids)
+    return _LEN.pack(len(body)) + body
+
+
+def _send(sock: socket.socket, data: bytes) -> None:
+    """Write ``data`` to a non-blocking socket: at once (a small message always fits), else blocking."""
+    try:
+        sent = sock.send(data)
+    except BlockingIOError:
+        sent = 0
+    if sent < len(data):
+        sock.setblocking(True)
+        try:
+            sock.sendall(data[sent:])
+        finally:
+            sock.setblocking(False)
+
+
+class _Reader:
+    """Splits a socket's byte stream into the id lists :func:`_frame` wrote."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = bytearray()
+
+    def read(self) -> list[int] | None:
+        """The ids of every whole message that arrived; None once the other end closed."""
+        try:
+            data = self.sock.recv(1 << 16)
+        except BlockingIOError:
+            return []
+        except ConnectionError:
+            return None
+        if not data:
+            return None
+        buf = self.buf
+        buf.extend(data)
+        ids: list[int] = []
+        while len(buf) >= 4:
+            (size,) = _LEN.unpack_from(buf)
+            if len(buf) < 4 + size:
+                break
+            ids.extend(i for (i,) in struct.iter_unpack("<i", bytes(buf[4 : 4 + size])))
+            del buf[: 4 + size]
+        return ids
+
+
+def serve_envs(sock: socket.socket, env_ids: list[int], env_kwargs: dict[str, Any]) -> None:
+    """A worker process: step the envs ``env_ids`` names on threads of their own, as the client asks, until
+    it closes the socket (see the module docstring)."""
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+    inboxes: dict[int, SimpleQueue[bool]] = {i: SimpleQueue() for i in env_ids}
+    finished: list[int] = []
+
+    def flush() -> None:
+        ids = finished.copy()
+        finished.clear()
+        try:
+            _send(sock, _frame(ids))
+        except OSError:  # the client is gone
+            loop.stop()
+
+    def done(env_id: int) -> None:
+        if not finished:
+            loop.call_soon(flush)  # with every id finished in this loop turn
+        finished.append(env_id)
+
+    def run(env_id: int) -> None:
+        env = SleepEnv(**env_kwargs)
+        env.reset(seed=env_id)
+        inbox = inboxes[env_id]
+        while inbox.get():
+            env.step(0)
+            loop.call_soon_threadsafe(done, env_id)
+
+    for env_id in env_ids:
+        threading.Thread(target=run, args=(env_id,), daemon=True).start()
+    reader = _Reader(sock)
+    sock.setblocking(False)
+
+    def readable() -> None:
+        ids = reader.read()
+        if ids is None:
+            loop.stop()
+            return
+        for env_id in ids:
+            inboxes[env_id].put(True)
+
+    loop.add_reader(sock.fileno(), readable)
+    try:
+        loop.run_forever()
+    finally:
+        for inbox in inboxes.values():
+            inbox.put(False)
+        sock.close()
+
+
+def _spawn(sock: socket.socket, env_ids: list[int], env_kwargs: dict[str, Any]) -> subprocess.Popen[bytes]:
+    """Start a worker process (:func:`main`) that inherits ``sock``, with this checkout's aioenv importable."""
+    fd = sock.fileno()
+    args = ["--fd", str(fd), "--ids", json.dumps(env_ids), "--env-kwargs", json.dumps(env_kwargs)]
+    path = os.pathsep.join(p for p in (str(_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, PYTHONPATH=path)
+    return subprocess.Popen([sys.executable, str(_SCRIPT), *args], pass_fds=(fd,), env=env)
+
+
+class BareLoop:
+    """The client of :func:`serve_envs` workers: ``await once()`` waits for ``batch`` finished envs and steps
+    them again, returning how many (see the module docstring). Use as an async context manager."""
+
+    def __init__(self, num_envs: int, batch: int, num_workers: int, env_kwargs: dict[str, Any]) -> None:
+        self.num_envs = num_envs
+        self.batch = batch
+        self.num_workers = max(1, min(num_workers, num_envs))
+        self.env_kwargs = env_kwargs
+        self.owner = [i * self.num_workers // num_envs for i in range(num_envs)]
+        self._socks: list[socket.socket] = []
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._ready: list[int] = []
+        self._waiter: asyncio.Future[None] | None = None
+
+    async def __aenter__(self) -> BareLoop:
+        loop = asyncio.get_running_loop()
+        for w in range(self.num_workers):
+            mine, theirs = socket.socketpair()
+            ids = [i for i in range(self.num_envs) if self.owner[i] == w]
+            proc = _spawn(theirs, ids, self.env_kwargs)
+            theirs.close()
+            mine.setblocking(False)
+            loop.add_reader(mine.fileno(), self._readable(_Reader(mine)))
+            self._socks.append(mine)
+            self._procs.append(proc)
+        self._send(list(range(self.num_envs)))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        loop = asyncio.get_running_loop()
+        for sock in self._socks:
+            loop.remove_reader(sock.fileno())
+            sock.close()
+        for proc in self._procs:
+            try:
+                await asyncio.to_thread(proc.wait, 10.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                await asyncio.to_thread(proc.wait, 5.0)
+
+    def _readable(self, reader: _Reader) -> Callable[[], None]:
+        def on_readable() -> None:
+            ids = reader.read()
+            if ids is None:
+                raise ConnectionError("a bare-loop worker exited")
+            self._ready.extend(ids)
+            waiter = self._waiter
+            if waiter is not None and len(self._ready) >= self.batch and not waiter.done():
+                waiter.set_result(None)
+
+        return on_readable
+
+    def _send(self, ids: list[int]) -> None:
+        per: dict[int, list[int]] = {}
+        for env_id in ids:
+            per.setdefault(self.owner[env_id], []).append(env_id)
+        for w, mine in per.items():
+            _send(self._socks[w], _frame(mine))
+
+    async def once(self) -> int:
+        """Wait for ``batch`` finished envs, step them again; the number of rows (``batch``)."""
+        while len(self._ready) < self.batch:
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        batch, self._ready = self._ready[: self.batch], self._ready[self.batch :]
+        self._send(batch)
+        return len(batch)
+
+
+def main() -> None:
+    """A worker process of :class:`BareLoop` (its socket inherited as ``--fd``)."""
+    p = argparse.ArgumentParser(description="a worker process of benchmarks/bare_loop.py's BareLoop")
+    p.add_argument("--fd", type=int, required=True, help="the inherited end of the client's socketpair")
+    p.add_argument("--ids", type=json.loads, required=True, help="the env ids this worker hosts, as JSON")
+    p.add_argument("--env-kwargs", type=json.loads, required=True, help="SleepEnv's keyword arguments, as JSON")
+    args = p.parse_args()
+    serve_envs(socket.socket(fileno=args.fd), args.ids, args.env_kwargs)
+
+
+if __name__ == "__main__":
+    main()
