@@ -288,14 +288,14 @@ def test_property_split_partitions_by_worker(num_envs: int, data: st.DataObject)
 
 @settings(max_examples=100, deadline=None)
 @given(num_envs=st.integers(2, 400), data=st.data())
-def test_property_split_small_and_sorted_agree(num_envs: int, data: st.DataObject) -> None:
-    """The plain-Python grouping of small calls and the sorted one of large calls give the same groups, in the
-    same order (by worker), whatever the size: either may serve a call."""
+def test_property_split_masked_and_sorted_agree(num_envs: int, data: st.DataObject) -> None:
+    """The grouping by a mask per worker (a few workers) and by a stable sort (many) give the same groups, in
+    the same order (by worker), whatever the sizes: either may serve a call."""
     sched = Scheduler(num_envs)
-    sched.place(data.draw(st.integers(1, min(num_envs, 8)), label="num_workers"))
+    sched.place(data.draw(st.integers(1, min(num_envs, 24)), label="num_workers"))
     order = data.draw(st.permutations(range(num_envs)), label="order")
     env_ids = np.array(order[: data.draw(st.integers(2, num_envs))], dtype=np.int64)
-    small, large = sched._split_small(env_ids), sched._split_sorted(env_ids)
+    small, large = sched._split_masked(env_ids), sched._split_sorted(env_ids)
     assert [w for w, _ in small] == [w for w, _ in large] == sorted({int(w) for w, _ in large})
     for (_, a), (_, b) in zip(small, large, strict=True):
         assert a.tolist() == b.tolist()
