@@ -5,7 +5,7 @@ The worker runs an asyncio loop (uvloop when installed). Its link to the coordin
 is read through ``loop.add_reader`` and drained without blocking, so the loop stays
 free for the envs.
 
-- ``thread``: each env lives on its own long-lived daemon thread (:class:`workers.threads.EnvThread`);
+- ``thread``: each env lives on its own long-lived daemon thread (:class:`EnvThread`);
   everything done to that env (make, reset, step, call, close) runs on that thread,
   as envs tied to their creating thread (Playwright's sync API) require.
 - ``async``: envs are ``aioenv.AsyncEnv`` objects; their ``reset``/``step`` run as
@@ -35,8 +35,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
+import queue
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -61,13 +64,53 @@ from workers.runtime import (
     put_obs,
 )
 from workers.sources import resolve
-from workers.threads import EnvThread, Finished
 
 log = logging.getLogger("aioenv.worker")
 
 #: Seconds an env's close may take at shutdown or replacement before it is abandoned.
 CLOSE_GRACE = 5.0
 _DRAIN_BATCH = 256
+
+
+class EnvThread:
+    """A daemon thread that runs one env's calls in order; results come back to the loop as futures."""
+
+    def __init__(self, name: str, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queue: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any]] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def run(self, fn: Callable[[], Any]) -> asyncio.Future[Any]:
+        """Run ``fn()`` on this thread; the future (of the loop) gets its result or exception."""
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        self._queue.put((fn, fut))
+        return fut
+
+    def stop(self) -> None:
+        """Let the thread end after the calls already queued."""
+        self._queue.put(None)
+
+    def _serve(self) -> None:
+        while (item := self._queue.get()) is not None:
+            fn, fut = item
+            try:
+                ok, value = True, fn()
+            except BaseException as exc:  # noqa: BLE001 - handed to the loop as the call's outcome
+                ok, value = False, exc
+            try:
+                self._loop.call_soon_threadsafe(_settle, fut, ok, value)
+            except RuntimeError:  # the loop is closed: the worker is exiting
+                return
+
+
+def _settle(fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if fut.done():
+        return
+    if ok:
+        fut.set_result(value)
+    else:
+        fut.set_exception(value)
 
 
 class _Env:
@@ -81,7 +124,7 @@ class _Env:
         self.group = group
         self.hosted = hosted
         self.thread = thread
-        self.task: asyncio.Future[Any] | None = None  # async: the actor (a thread's steps have no future)
+        self.task: asyncio.Future[Any] | None = None  # thread: the running call; async: the actor
         self.inbox: asyncio.Future[tuple[Any, ...]] | None = None
 
 
@@ -98,10 +141,6 @@ class _OpenRequest:
         self.ilist = ilist
         self.left = len(env_ids)
         self.done: list[tuple[int, bool, Any]] = []  # (row, ok, outcome)
-
-
-#: A row finished on an env's thread: (request, row, env, ok, value or exception).
-_ThreadRow = tuple[_OpenRequest, int, _Env, bool, Any]
 
 
 class ConcurrentWorker:
@@ -158,7 +197,6 @@ class ConcurrentWorker:
         """Send through ``link`` from the running loop; messages come in through :meth:`handle`."""
         self.loop = asyncio.get_running_loop()
         self._stopped = self.loop.create_future()
-        self._finished: Finished[_ThreadRow] = Finished(self.loop, self._threads_done)
         self.link: Link = link
 
     async def serve(self) -> None:
@@ -299,24 +337,18 @@ class ConcurrentWorker:
                 else:
                     inbox.set_result((req, row, step, args[row], options))
                 continue
-            self._start_on_thread(req, row, env, env.thread, step, args[row], options)
+            fut = self._start_on_thread(env, env.thread, step, args[row], options)
+            env.task = fut
+            fut.add_done_callback(functools.partial(self._settled, req, row, env))
 
-    def _start_on_thread(
-        self, req: _OpenRequest, row: int, env: _Env, thread: EnvThread, step: bool, arg: Any, options: Any
-    ) -> None:
-        """Start one env's step (``arg``: its action) or reset (``arg``: its seed) on its thread; its outcome
-        comes back through :attr:`_finished` (:meth:`_threads_done`)."""
+    @staticmethod
+    def _start_on_thread(env: _Env, thread: EnvThread, step: bool, arg: Any, options: Any) -> asyncio.Future[Any]:
+        """Start one env's step (``arg``: its action) or reset (``arg``: its seed) on its thread."""
         hosted = env.hosted
         assert isinstance(hosted, HostedEnv)  # an env with a thread is a sync one
-        put = self._finished.put
-
-        def report(ok: bool, value: Any) -> None:
-            put((req, row, env, ok, value))
-
         if step:
-            thread.submit(lambda: hosted.step(arg), report)
-        else:
-            thread.submit(lambda: hosted.reset(arg, options), report)
+            return thread.run(lambda: hosted.step(arg))
+        return thread.run(lambda: hosted.reset(arg, options))
 
     async def _actor(self, env: _Env) -> None:
         """Run an async env's steps and resets, one job from its inbox at a time, until cancelled."""
@@ -341,23 +373,19 @@ class ConcurrentWorker:
                 return
             self._row_done(req, row, ok, out)
 
-    def _threads_done(self, rows: list[_ThreadRow]) -> None:
-        """Rows finished on env threads since the last call: answered in this loop turn, in one flush."""
-        for req, row, env, ok, outcome in rows:
-            if self.envs.get(env.env_id) is not env:
-                self._abandon(req)  # replaced (cancelled or closed): the coordinator already answered this row
-            else:
-                self._mark_done(req, row, ok, outcome)
-        if self._dirty and not self._flush_scheduled:
-            self._flush()
+    def _settled(self, req: _OpenRequest, row: int, env: _Env, fut: asyncio.Future[Any]) -> None:
+        if env.task is fut:
+            env.task = None
+        if fut.cancelled() or self.envs.get(env.env_id) is not env:
+            self._abandon(req)  # cancelled or replaced: the coordinator already answered this row
+            return
+        exc = fut.exception()
+        self._row_done(req, row, exc is None, fut.result() if exc is None else exc)
 
-    def _mark_done(self, req: _OpenRequest, row: int, ok: bool, outcome: Any) -> None:
+    def _row_done(self, req: _OpenRequest, row: int, ok: bool, outcome: Any) -> None:
         if not req.done:
             self._dirty.append(req)
         req.done.append((row, ok, outcome))
-
-    def _row_done(self, req: _OpenRequest, row: int, ok: bool, outcome: Any) -> None:
-        self._mark_done(req, row, ok, outcome)
         if not self._flush_scheduled:  # at the end of this loop turn, with every row finished in it
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
