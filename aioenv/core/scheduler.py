@@ -264,8 +264,8 @@ class Scheduler:
 
     def _split_masked(self, env_ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
         """:meth:`_split` over a few workers: one comparison and one ``flatnonzero`` per worker. For the 16 rows
-        of a send to two workers that is ~6 µs on a small VM, where a stable sort, ``diff`` and ``split`` take
-        ~30-50 µs; the sort wins from ~8 workers on."""
+        of a send to two workers that is ~6-11 µs on a small VM, where a stable sort, ``diff`` and ``split`` take
+        ~30-50 µs; the two are even at 8-16 workers, so more than 8 take the sort."""
         owners = self.worker_of[env_ids]
         groups = []
         for worker in range(self._workers):
