@@ -221,6 +221,11 @@ class BareLoop:
 
 def main() -> None:
     """A worker process of :class:`BareLoop` (its socket inherited as ``--fd``)."""
+    if len(sys.argv) == 1:
+        sys.exit(
+            "benchmarks/bare_loop.py runs as a worker process of bench_latency.py's bare-loop cell, which starts it; "
+            "to measure, run: .venv/bin/python benchmarks/bench_latency.py --only thread64"
+        )
     p = argparse.ArgumentParser(description="a worker process of benchmarks/bare_loop.py's BareLoop")
     p.add_argument("--fd", type=int, required=True, help="the inherited end of the client's socketpair")
     p.add_argument("--ids", type=json.loads, required=True, help="the env ids this worker hosts, as JSON")

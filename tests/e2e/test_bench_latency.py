@@ -97,3 +97,9 @@ def test_latency_benchmark_sets_and_records_the_gc_threshold(tmp_path: Path) -> 
     assert result["command"].endswith("benchmarks/bench_latency.py " + " ".join(args[:-2]))  # all but --out
     assert set(result["sections"]["async1k"]["params"]["loops"]) == {"any@here"}
     assert ", gc threshold 5000 in this process" in (tmp_path / "latency.md").read_text()
+
+
+def test_bare_loop_worker_run_by_hand_says_what_runs_it() -> None:
+    proc = run_python("benchmarks/bare_loop.py", timeout=60)
+    assert proc.returncode == 1
+    assert "bench_latency.py --only thread64" in proc.stderr
