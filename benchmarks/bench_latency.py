@@ -550,12 +550,13 @@ def bare_cell(case: Case, loop: Loop, num_workers: int | None) -> dict[str, Any]
     """The same thread envs and client loop with no pool: worker processes hosting the envs on threads, ids
     over bare pipes (``benchmarks/bare_loop.py``). What threads, the GIL and the processes' wake-ups leave of
     the loop's ceiling on this machine, before any pool's own work."""
-    assert loop.batch_size is not None
-    workers = num_workers or min(case.num_envs, usable_cpus())
+    batch = loop.batch_size
+    assert batch is not None
+    workers = num_workers or usable_cpus()  # as many as the pool's default (BareLoop keeps it <= num_envs)
 
     async def window() -> dict[str, Any]:
         t0 = time.perf_counter()
-        async with BareLoop(case.num_envs, loop.batch_size or 1, workers, case.env_kwargs) as bare:
+        async with BareLoop(case.num_envs, batch, workers, case.env_kwargs) as bare:
             t1 = time.perf_counter()
             win = await timed_window(bare.once, case.warmup, case.seconds, tree, cpu_snapshot)
         cpu = cpu_usage(win.cpu0, win.cpu1, win.elapsed, win.steps)
