@@ -1,15 +1,19 @@
-"""A batch loop over bare pipes: thread envs in worker processes with no pool, the floor for any pool.
+"""A batch loop over bare pipes: thread or coroutine envs in worker processes with no pool, the floor for any pool.
 
-bench_latency.py's ``thread64`` case asks how close aioenv's ``recv()`` loop comes to its ceiling, the
-fraction of ideal the same loop reaches with zero overhead. The ceiling is simulated, so it leaves out what
-no pool can avoid: the sleeps' own lateness, the GIL, and the wake-ups between the client's process, a
-worker's event loop and the env threads. This cell pays exactly those and nothing else, and shows how much
-of the gap to the ceiling is left for the pool to close.
+bench_latency.py's ``thread64`` and ``async1k`` cases ask how close aioenv's ``recv()`` loop comes to its
+ceiling, the fraction of ideal the same loop reaches with zero overhead. The ceiling is simulated, so it
+leaves out what no pool can avoid: the sleeps' own lateness, the GIL, the worker's event loop and the
+wake-ups between the client's process, that loop and the env threads. This cell pays exactly those and
+nothing else, and shows how much of the gap to the ceiling is left for the pool to close.
 
 - Worker processes (``python benchmarks/bare_loop.py --fd N``, as many as aioenv's pool has) each host their
-  share of the same ``SleepEnv`` objects, a thread per env as the ``thread`` executor does.
-- A finished step's env id reaches the worker's loop by ``call_soon_threadsafe``. Ids that finish in the same
-  loop turn go back together, 4 bytes each, over a socketpair.
+  share of the same envs, as aioenv's workers do:
+  - ``thread``: a ``SleepEnv`` on a thread per env; a finished step's env id reaches the worker's loop by
+    ``call_soon_threadsafe``;
+  - ``async``: an ``AsyncSleepEnv`` per env, stepped by a coroutine of its own on the worker's loop (uvloop),
+    which waits for its next step on a future, as the ``async`` executor's env actors do.
+- Ids that finish in the same loop turn go back together, 4 bytes each, over a socketpair.
+- Worker processes collect garbage at aioenv's workers' threshold (``workers.__main__.GC_THRESHOLD``).
 - The client loop (in this process, on uvloop like every cell) waits for the first ``batch`` ids and writes
   each worker the ids of its envs to step next.
 - No actions, observations, rewards, checks or errors are carried.
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import socket
@@ -32,9 +37,13 @@ from queue import SimpleQueue
 from typing import Any
 
 from aioenv._loop import new_event_loop
-from aioenv.envs.latency import SleepEnv
+from aioenv.envs.latency import AsyncSleepEnv, SleepEnv
+from workers.__main__ import GC_THRESHOLD
 
-__all__ = ["BareLoop", "serve_envs"]
+__all__ = ["EXECUTORS", "BareLoop", "serve_envs"]
+
+#: What hosts the envs in a worker process (see the module docstring).
+EXECUTORS = ("thread", "async")
 
 _LEN = struct.Struct("<I")
 _SCRIPT = Path(__file__).resolve()
@@ -89,12 +98,13 @@ class _Reader:
         return ids
 
 
-def serve_envs(sock: socket.socket, env_ids: list[int], env_kwargs: dict[str, Any]) -> None:
-    """A worker process: step the envs ``env_ids`` names on threads of their own, as the client asks, until
-    it closes the socket (see the module docstring)."""
+def serve_envs(sock: socket.socket, env_ids: list[int], env_kwargs: dict[str, Any], executor: str = "thread") -> None:
+    """A worker process: step the envs ``env_ids`` names (on threads of their own, or as coroutines on this
+    process's loop: ``executor``) as the client asks, until it closes the socket (see the module docstring)."""
+    _, second, third = gc.get_threshold()
+    gc.set_threshold(GC_THRESHOLD, second, third)
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
-    inboxes: dict[int, SimpleQueue[bool]] = {i: SimpleQueue() for i in env_ids}
     finished: list[int] = []
 
     def flush() -> None:
@@ -110,6 +120,35 @@ def serve_envs(sock: socket.socket, env_ids: list[int], env_kwargs: dict[str, An
             loop.call_soon(flush)  # with every id finished in this loop turn
         finished.append(env_id)
 
+    start, stop = (_on_threads if executor == "thread" else _as_coroutines)(loop, env_ids, env_kwargs, done)
+    reader = _Reader(sock)
+    sock.setblocking(False)
+
+    def readable() -> None:
+        ids = reader.read()
+        if ids is None:
+            loop.stop()
+            return
+        for env_id in ids:
+            start(env_id)
+
+    loop.add_reader(sock.fileno(), readable)
+    try:
+        loop.run_forever()
+    finally:
+        stop()
+        sock.close()
+
+
+Starter = Callable[[int], None]
+
+
+def _on_threads(
+    loop: asyncio.AbstractEventLoop, env_ids: list[int], env_kwargs: dict[str, Any], done: Starter
+) -> tuple[Starter, Callable[[], None]]:
+    """A ``SleepEnv`` on a thread per env: ``(start a step of env i, stop every thread)``."""
+    inboxes: dict[int, SimpleQueue[bool]] = {i: SimpleQueue() for i in env_ids}
+
     def run(env_id: int) -> None:
         env = SleepEnv(**env_kwargs)
         env.reset(seed=env_id)
@@ -120,30 +159,47 @@ def serve_envs(sock: socket.socket, env_ids: list[int], env_kwargs: dict[str, An
 
     for env_id in env_ids:
         threading.Thread(target=run, args=(env_id,), daemon=True).start()
-    reader = _Reader(sock)
-    sock.setblocking(False)
 
-    def readable() -> None:
-        ids = reader.read()
-        if ids is None:
-            loop.stop()
-            return
-        for env_id in ids:
-            inboxes[env_id].put(True)
-
-    loop.add_reader(sock.fileno(), readable)
-    try:
-        loop.run_forever()
-    finally:
+    def stop() -> None:
         for inbox in inboxes.values():
             inbox.put(False)
-        sock.close()
+
+    return lambda env_id: inboxes[env_id].put(True), stop
 
 
-def _spawn(sock: socket.socket, env_ids: list[int], env_kwargs: dict[str, Any]) -> subprocess.Popen[bytes]:
+def _as_coroutines(
+    loop: asyncio.AbstractEventLoop, env_ids: list[int], env_kwargs: dict[str, Any], done: Starter
+) -> tuple[Starter, Callable[[], None]]:
+    """An ``AsyncSleepEnv`` per env, each stepped by a coroutine of its own on ``loop`` that waits on a future
+    for its next step: ``(start a step of env i, cancel every coroutine)``."""
+    inboxes: dict[int, asyncio.Future[None]] = {i: loop.create_future() for i in env_ids}
+
+    async def actor(env_id: int) -> None:
+        env = AsyncSleepEnv(**env_kwargs)
+        await env.reset(seed=env_id)
+        while True:
+            await inboxes[env_id]
+            inboxes[env_id] = loop.create_future()  # before done(): the next request finds it
+            await env.step(0)
+            done(env_id)
+
+    tasks = [loop.create_task(actor(env_id)) for env_id in env_ids]
+
+    def stop() -> None:
+        for task in tasks:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))  # the loop has stopped
+
+    return lambda env_id: inboxes[env_id].set_result(None), stop
+
+
+def _spawn(
+    sock: socket.socket, env_ids: list[int], env_kwargs: dict[str, Any], executor: str
+) -> subprocess.Popen[bytes]:
     """Start a worker process (:func:`main`) that inherits ``sock``, with this checkout's aioenv importable."""
     fd = sock.fileno()
     args = ["--fd", str(fd), "--ids", json.dumps(env_ids), "--env-kwargs", json.dumps(env_kwargs)]
+    args += ["--executor", executor]
     path = os.pathsep.join(p for p in (str(_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env = dict(os.environ, PYTHONPATH=path)
     return subprocess.Popen([sys.executable, str(_SCRIPT), *args], pass_fds=(fd,), env=env)
@@ -151,9 +207,16 @@ def _spawn(sock: socket.socket, env_ids: list[int], env_kwargs: dict[str, Any]) 
 
 class BareLoop:
     """The client of :func:`serve_envs` workers: ``await once()`` waits for ``batch`` finished envs and steps
-    them again, returning how many (see the module docstring). Use as an async context manager."""
+    them again, returning how many (see the module docstring). Use as an async context manager.
 
-    def __init__(self, num_envs: int, batch: int, num_workers: int, env_kwargs: dict[str, Any]) -> None:
+    ``executor``: ``"thread"`` (a ``SleepEnv`` per thread) or ``"async"`` (``AsyncSleepEnv`` coroutines)."""
+
+    def __init__(
+        self, num_envs: int, batch: int, num_workers: int, env_kwargs: dict[str, Any], executor: str = "thread"
+    ) -> None:
+        if executor not in EXECUTORS:
+            raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
+        self.executor = executor
         self.num_envs = num_envs
         self.batch = batch
         self.num_workers = max(1, min(num_workers, num_envs))
@@ -169,7 +232,7 @@ class BareLoop:
         for w in range(self.num_workers):
             mine, theirs = socket.socketpair()
             ids = [i for i in range(self.num_envs) if self.owner[i] == w]
-            proc = _spawn(theirs, ids, self.env_kwargs)
+            proc = _spawn(theirs, ids, self.env_kwargs, self.executor)
             theirs.close()
             mine.setblocking(False)
             loop.add_reader(mine.fileno(), self._readable(_Reader(mine)))
@@ -224,14 +287,15 @@ def main() -> None:
     if len(sys.argv) == 1:
         sys.exit(
             "benchmarks/bare_loop.py runs as a worker process of bench_latency.py's bare-loop cell, which starts it; "
-            "to measure, run: .venv/bin/python benchmarks/bench_latency.py --only thread64"
+            "to measure, run: .venv/bin/python benchmarks/bench_latency.py --only thread64 --only async1k"
         )
     p = argparse.ArgumentParser(description="a worker process of benchmarks/bare_loop.py's BareLoop")
     p.add_argument("--fd", type=int, required=True, help="the inherited end of the client's socketpair")
     p.add_argument("--ids", type=json.loads, required=True, help="the env ids this worker hosts, as JSON")
-    p.add_argument("--env-kwargs", type=json.loads, required=True, help="SleepEnv's keyword arguments, as JSON")
+    p.add_argument("--env-kwargs", type=json.loads, required=True, help="the env's keyword arguments, as JSON")
+    p.add_argument("--executor", choices=EXECUTORS, default="thread", help="envs on threads, or coroutines")
     args = p.parse_args()
-    serve_envs(socket.socket(fileno=args.fd), args.ids, args.env_kwargs)
+    serve_envs(socket.socket(fileno=args.fd), args.ids, args.env_kwargs, args.executor)
 
 
 if __name__ == "__main__":

@@ -139,7 +139,7 @@ def bar_value(name_part: str, about: str | None = None) -> Callable[[Results], f
 
 def alone(section: str, loop: str) -> Callable[[Results], str]:
     """bench_latency: where the loop's ceiling sits, what aioenv reached, what the same envs reach stepped
-    alone (in one process, no pool), each as a fraction of ideal (envs / mean latency), and (thread case) what
+    alone (in one process, no pool), each as a fraction of ideal (envs / mean latency), and what
     the same loop reaches over bare pipes with no pool."""
 
     def text(res: Results) -> str:

@@ -21,9 +21,10 @@ Cases 1 and 2 also step the same envs *alone*: in this process, with no pool, ea
 (a thread per ``SleepEnv``, a coroutine per ``AsyncSleepEnv``). That is what the envs reach on this machine
 by themselves (their sleeps' own lateness included) and the CPU they cost; each aioenv loop is then shown
 as a fraction of their steps/s and with the CPU per env-step it spends beyond theirs (what the pool costs).
-Case 1 also runs its first batch loop with no pool over bare pipes (``benchmarks/bare_loop.py``: the same
-envs on threads of as many worker processes, env ids as 4-byte messages): what threads, the GIL and the
-processes' wake-ups leave of that loop's ceiling on this machine, before any pool's own work.
+Cases 1 and 2 also run one batch loop with no pool over bare pipes (``batch:16`` and ``batch:256``, the loops
+of bench_goals.py's goals; ``benchmarks/bare_loop.py``: the same envs, on threads or as coroutines, in as many
+worker processes, env ids as 4-byte messages): what threads, the GIL, the workers' loops and the processes'
+wake-ups leave of that loop's ceiling on this machine, before any pool's own work.
 
 Client loop (every aioenv cell): ``await pool.reset(seed=0)``, ``pool.send(actions, all ids)``, then
 repeatedly ``obs, rew, term, trunc, info = await pool.recv(...)`` and ``pool.send(actions for those rows,
@@ -175,7 +176,7 @@ class Case:
     seconds: float
     peer: bool = False  # also run gymnasium's AsyncVectorEnv on the same envs
     alone: bool = False  # also step the same envs by themselves, with no pool (see alone_cell)
-    bare: bool = False  # also run its first batch loop over bare pipes, with no pool (see bare_cell)
+    bare: str | None = None  # also run this batch loop (one of loops) over bare pipes, with no pool (see bare_cell)
 
     @property
     def env_kwargs(self) -> dict[str, Any]:
@@ -259,7 +260,7 @@ def build_cases(args: argparse.Namespace) -> dict[str, Case]:
         loops=("batch:4", "any", "any@here") if quick else ("batch:16", "any", "batch:16@here", "any@here"),
         peer=True,
         alone=True,
-        bare=True,
+        bare="batch:4" if quick else "batch:16",
         **mean_20ms,
     )
     async1k = Case(
@@ -269,6 +270,7 @@ def build_cases(args: argparse.Namespace) -> dict[str, Case]:
         num_envs=128 if quick else 1024,
         loops=tuple(args.loops or (("batch:16", "any") if quick else ASYNC1K_LOOPS)),
         alone=True,
+        bare="batch:16" if quick else "batch:256",
         **mean_20ms,
     )
     async10k = Case(
@@ -541,22 +543,28 @@ def _alone_threads(case: Case) -> dict[str, Any]:
 
 
 def bare_loop_of(case: Case) -> Loop | None:
-    """The loop :func:`bare_cell` runs: the case's first ``batch:N`` loop on worker processes, if any."""
-    loops = [parse_loop(spec, case.num_envs) for spec in case.loops]
-    return next((lp for lp in loops if lp.batch_size is not None and not lp.here), None)
+    """The loop :func:`bare_cell` runs: ``case.bare`` if it is one of the case's loops (``--loops`` may leave
+    it out)."""
+    if case.bare is None or case.bare not in case.loops:
+        return None
+    loop = parse_loop(case.bare, case.num_envs)
+    if loop.batch_size is None or loop.here:
+        raise ValueError(f"{case.name}: the bare loop must be a batch:N loop on worker processes, not {case.bare!r}")
+    return loop
 
 
 def bare_cell(case: Case, loop: Loop, num_workers: int | None) -> dict[str, Any]:
-    """The same thread envs and client loop with no pool: worker processes hosting the envs on threads, ids
-    over bare pipes (``benchmarks/bare_loop.py``). What threads, the GIL and the processes' wake-ups leave of
-    the loop's ceiling on this machine, before any pool's own work."""
+    """The same envs (on threads, or coroutines: the case's executor) and client loop with no pool: worker
+    processes hosting the envs, ids over bare pipes (``benchmarks/bare_loop.py``). What threads, the GIL, the
+    workers' loops and the processes' wake-ups leave of the loop's ceiling on this machine, before any pool's
+    own work."""
     batch = loop.batch_size
     assert batch is not None
     workers = num_workers or usable_cpus()  # as many as the pool's default (BareLoop keeps it <= num_envs)
 
     async def window() -> dict[str, Any]:
         t0 = time.perf_counter()
-        async with BareLoop(case.num_envs, batch, workers, case.env_kwargs) as bare:
+        async with BareLoop(case.num_envs, batch, workers, case.env_kwargs, case.executor) as bare:
             t1 = time.perf_counter()
             win = await timed_window(bare.once, case.warmup, case.seconds, tree, cpu_snapshot)
         cpu = cpu_usage(win.cpu0, win.cpu1, win.elapsed, win.steps)
@@ -664,7 +672,7 @@ def steps_of(section: dict[str, Any], key: str) -> float | None:
 
 def best_loop(section: dict[str, Any]) -> str | None:
     """The aioenv loop with the highest steps/s."""
-    ok = {k: v for k, v in section["cells"].items() if k not in (PEER, ALONE) and v.get("status") == "ok"}
+    ok = {k: v for k, v in section["cells"].items() if k not in (PEER, ALONE, BARE) and v.get("status") == "ok"}
     return max(ok, key=lambda k: ok[k]["steps_per_s"]) if ok else None
 
 

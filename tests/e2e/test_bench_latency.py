@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-from tests.support.scripts import run_python
+from tests.support.scripts import ROOT, run_python
 
 SECTIONS = {"thread64", "async1k", "async10k"}
 
@@ -30,16 +31,17 @@ def test_latency_benchmark_smoke(tmp_path: Path) -> None:
             extra = section["cells"][loop]["cpu"]["us_per_step"] - alone["cpu"]["us_per_step"]
             assert figures["extra_us_per_step"] == pytest.approx(extra, rel=1e-2, abs=0.1)
     assert "versus_alone" not in result["sections"]["async10k"]
-    # the thread case's first batch loop again over bare pipes, with no pool: the same envs, loop and workers
-    thread64 = result["sections"]["thread64"]
-    bare = thread64["cells"]["no pool, the same loop over bare pipes"]
-    first = thread64["params"]["loops"][0]
-    assert bare["of_loop"] == first
-    assert bare["rows_per_recv"] == pytest.approx(thread64["cells"][first]["rows_per_recv"])
-    assert bare["num_workers"] == thread64["cells"][first]["num_workers"] >= 1
-    assert bare["loop_ceiling"] == thread64["cells"][first]["loop_ceiling"]
-    assert bare["cpu"]["workers"] > 0  # the envs ran in worker processes
-    assert "no pool, the same loop over bare pipes" not in thread64["versus_alone"]
+    # one batch loop of the thread and 1k-async cases again over bare pipes, with no pool: the same envs (on
+    # threads, as coroutines), loop and workers
+    for name, loop in (("thread64", "batch:4"), ("async1k", "batch:16")):
+        section = result["sections"][name]
+        bare = section["cells"]["no pool, the same loop over bare pipes"]
+        assert bare["of_loop"] == loop
+        assert bare["rows_per_recv"] == pytest.approx(section["cells"][loop]["rows_per_recv"])
+        assert bare["num_workers"] == section["cells"][loop]["num_workers"] >= 1
+        assert bare["loop_ceiling"] == section["cells"][loop]["loop_ceiling"]
+        assert bare["cpu"]["workers"] > 0  # the envs ran in worker processes
+        assert "no pool, the same loop over bare pipes" not in section["versus_alone"]
     assert result["sections"]["async1k"]["best_loop"] in result["sections"]["async1k"]["params"]["loops"]
     for name, section in result["sections"].items():
         params = section["params"]
@@ -96,6 +98,8 @@ def test_latency_benchmark_sets_and_records_the_gc_threshold(tmp_path: Path) -> 
     assert result["settings"]["gc_threshold"] == 5000
     assert result["command"].endswith("benchmarks/bench_latency.py " + " ".join(args[:-2]))  # all but --out
     assert set(result["sections"]["async1k"]["params"]["loops"]) == {"any@here"}
+    # --loops left out the loop the bare-pipe cell runs (batch:16 here): no such cell, nothing to compare it with
+    assert set(result["sections"]["async1k"]["cells"]) == {"the envs alone, no pool", "any@here"}
     assert ", gc threshold 5000 in this process" in (tmp_path / "latency.md").read_text()
 
 
@@ -103,3 +107,17 @@ def test_bare_loop_worker_run_by_hand_says_what_runs_it() -> None:
     proc = run_python("benchmarks/bare_loop.py", timeout=60)
     assert proc.returncode == 1
     assert "bench_latency.py --only thread64" in proc.stderr
+
+
+def test_bare_loop_names_its_executors() -> None:
+    spec = importlib.util.spec_from_file_location("bare_loop", ROOT / "benchmarks" / "bare_loop.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(ValueError, match=r"executor must be one of \('thread', 'async'\), got 'process'"):
+        module.BareLoop(8, 4, 2, {}, "process")
+    # its worker process refuses it too, before it touches the descriptor it was given
+    proc = run_python("benchmarks/bare_loop.py", "--fd", "99", "--ids", "[]", "--env-kwargs", "{}", "--executor", "x")
+    assert proc.returncode == 2
+    assert "invalid choice: 'x' (choose from 'thread', 'async')" in proc.stderr
