@@ -40,7 +40,7 @@ from aioenv._loop import new_event_loop
 from aioenv.envs.latency import AsyncSleepEnv, SleepEnv
 from workers.__main__ import GC_THRESHOLD
 
-__all__ = ["EXECUTORS", "BareLoop", "serve_envs"]
+__all__ = ["EXECUTORS", "BareLoop", "Frames", "frame", "reap", "send_bytes", "serve_envs", "spawn"]
 
 #: What hosts the envs in a worker process (see the module docstring).
 EXECUTORS = ("thread", "async")
@@ -50,12 +50,16 @@ _SCRIPT = Path(__file__).resolve()
 _ROOT = _SCRIPT.parent.parent
 
 
-def _frame(ids: list[int]) -> bytes:
-    body = struct.pack(f"<{len(ids)}i", *ids)
+def frame(body: bytes) -> bytes:
+    """``body`` as one message of the stream: its length (4 bytes, little-endian), then itself."""
     return _LEN.pack(len(body)) + body
 
 
-def _send(sock: socket.socket, data: bytes) -> None:
+def _frame(ids: list[int]) -> bytes:
+    return frame(struct.pack(f"<{len(ids)}i", *ids))
+
+
+def send_bytes(sock: socket.socket, data: bytes) -> None:
     """Write ``data`` to a non-blocking socket: at once (a small message always fits), else blocking."""
     try:
         sent = sock.send(data)
@@ -69,15 +73,15 @@ def _send(sock: socket.socket, data: bytes) -> None:
             sock.setblocking(False)
 
 
-class _Reader:
-    """Splits a socket's byte stream into the id lists :func:`_frame` wrote."""
+class Frames:
+    """Splits a non-blocking socket's byte stream into the bodies :func:`frame` wrote."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.buf = bytearray()
 
-    def read(self) -> list[int] | None:
-        """The ids of every whole message that arrived; None once the other end closed."""
+    def read(self) -> list[bytes] | None:
+        """The body of every whole message that arrived; None once the other end closed."""
         try:
             data = self.sock.recv(1 << 16)
         except BlockingIOError:
@@ -88,14 +92,26 @@ class _Reader:
             return None
         buf = self.buf
         buf.extend(data)
-        ids: list[int] = []
-        while len(buf) >= 4:
-            (size,) = _LEN.unpack_from(buf)
-            if len(buf) < 4 + size:
+        bodies: list[bytes] = []
+        at = 0
+        while len(buf) - at >= 4:
+            (size,) = _LEN.unpack_from(buf, at)
+            if len(buf) - at < 4 + size:
                 break
-            ids.extend(i for (i,) in struct.iter_unpack("<i", bytes(buf[4 : 4 + size])))
-            del buf[: 4 + size]
-        return ids
+            bodies.append(bytes(buf[at + 4 : at + 4 + size]))
+            at += 4 + size
+        del buf[:at]
+        return bodies
+
+
+class _Reader(Frames):
+    """The env ids of the messages :func:`_frame` wrote."""
+
+    def read_ids(self) -> list[int] | None:
+        bodies = self.read()
+        if bodies is None:
+            return None
+        return [i for body in bodies for (i,) in struct.iter_unpack("<i", body)]
 
 
 def serve_envs(sock: socket.socket, env_ids: list[int], env_kwargs: dict[str, Any], executor: str = "thread") -> None:
@@ -111,7 +127,7 @@ def serve_envs(sock: socket.socket, env_ids: list[int], env_kwargs: dict[str, An
         ids = finished.copy()
         finished.clear()
         try:
-            _send(sock, _frame(ids))
+            send_bytes(sock, _frame(ids))
         except OSError:  # the client is gone
             loop.stop()
 
@@ -125,7 +141,7 @@ def serve_envs(sock: socket.socket, env_ids: list[int], env_kwargs: dict[str, An
     sock.setblocking(False)
 
     def readable() -> None:
-        ids = reader.read()
+        ids = reader.read_ids()
         if ids is None:
             loop.stop()
             return
@@ -193,16 +209,32 @@ def _as_coroutines(
     return lambda env_id: inboxes[env_id].set_result(None), stop
 
 
+def spawn(script: Path, fds: list[int], args: list[str]) -> subprocess.Popen[bytes]:
+    """Start ``python script ARGS`` that inherits the descriptors ``fds``, with this checkout's aioenv (and
+    ``workers``) importable."""
+    path = os.pathsep.join(p for p in (str(_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, PYTHONPATH=path)
+    return subprocess.Popen([sys.executable, str(script), *args], pass_fds=fds, env=env)
+
+
+async def reap(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Wait for ``procs`` to exit (their sockets closed: they are on their way out), killing any still alive
+    10 s later."""
+    for proc in procs:
+        try:
+            await asyncio.to_thread(proc.wait, 10.0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            await asyncio.to_thread(proc.wait, 5.0)
+
+
 def _spawn(
     sock: socket.socket, env_ids: list[int], env_kwargs: dict[str, Any], executor: str
 ) -> subprocess.Popen[bytes]:
-    """Start a worker process (:func:`main`) that inherits ``sock``, with this checkout's aioenv importable."""
+    """Start a worker process (:func:`main`) that inherits ``sock``."""
     fd = sock.fileno()
     args = ["--fd", str(fd), "--ids", json.dumps(env_ids), "--env-kwargs", json.dumps(env_kwargs)]
-    args += ["--executor", executor]
-    path = os.pathsep.join(p for p in (str(_ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    env = dict(os.environ, PYTHONPATH=path)
-    return subprocess.Popen([sys.executable, str(_SCRIPT), *args], pass_fds=(fd,), env=env)
+    return spawn(_SCRIPT, [fd], [*args, "--executor", executor])
 
 
 class BareLoop:
@@ -246,16 +278,11 @@ class BareLoop:
         for sock in self._socks:
             loop.remove_reader(sock.fileno())
             sock.close()
-        for proc in self._procs:
-            try:
-                await asyncio.to_thread(proc.wait, 10.0)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                await asyncio.to_thread(proc.wait, 5.0)
+        await reap(self._procs)
 
     def _readable(self, reader: _Reader) -> Callable[[], None]:
         def on_readable() -> None:
-            ids = reader.read()
+            ids = reader.read_ids()
             if ids is None:
                 raise ConnectionError("a bare-loop worker exited")
             self._ready.extend(ids)
@@ -270,7 +297,7 @@ class BareLoop:
         for env_id in ids:
             per.setdefault(self.owner[env_id], []).append(env_id)
         for w, mine in per.items():
-            _send(self._socks[w], _frame(mine))
+            send_bytes(self._socks[w], _frame(mine))
 
     async def once(self) -> int:
         """Wait for ``batch`` finished envs, step them again; the number of rows (``batch``)."""

@@ -158,9 +158,13 @@ def alone(section: str, loop: str) -> Callable[[Results], str]:
 
 
 def remote_speeds(res: Results) -> str:
-    """bench_remote: the three interleaved cells' steps/s (medians of their repeats)."""
-    cells = res["sections"]["cartpole"]["cells"]
-    return ", ".join(f"{where} {cell['steps_per_s']:,.0f}" for where, cell in cells.items()) + " steps/s"
+    """bench_remote: the interleaved cells' steps/s (medians of their repeats), and what a relay process costs
+    the same loop with no pool (relay / direct over bare pipes) when the run has those cells."""
+    sec = res["sections"]["cartpole"]
+    out = ", ".join(f"{where} {cell['steps_per_s']:,.0f}" for where, cell in sec["cells"].items()) + " steps/s"
+    if (bare := sec.get("ratio_bare_relay_direct")) is not None:
+        out += f"; no pool, a relay process / direct over bare pipes {bare:.2f}x"
+    return out
 
 
 def mib(value: Callable[[Results], float | None]) -> Callable[[Results], float | None]:

@@ -8,8 +8,10 @@ timed window. Four cases:
 1. ``cartpole``: CartPole-v1, n=128, ``batch_size=64``, the EnvPool-style loop (``recv()``, then ``send``
    random actions for exactly the returned rows), embedded pool vs remote pool with the same
    ``num_workers`` (2), on this server (ZeroMQ over tcp) and on a second one the case starts on a unix
-   socket (``--bind unix:///...``: no ZeroMQ, see aioenv/transport/stream.py). Repeats interleaved (the
-   order rotates), the medians reported. Bars: each remote / embedded >= 0.8x.
+   socket (``--bind unix:///...``: no ZeroMQ, see aioenv/transport/stream.py). Two more cells run the same
+   loop with no pool over bare pipes (``bare_relay.py``): straight to worker processes, and through a relay
+   process that passes each message on unread; relay / direct is what a process in between costs by itself.
+   Repeats interleaved (the order rotates), the medians reported. Bars: each remote / embedded >= 0.8x.
 2. ``async1k``: 1,024 ``AsyncSleepEnv`` (``asyncio.sleep``, lognormal mean 20 ms, sigma 0.5, cap 200 ms)
    with ``executor="async"``, under two client loops (``recv()`` with ``batch_size=64`` and
    ``recv(min_results=1, max_results=1024)``), remote and embedded. Ideal = 1024 / 0.02 steps/s.
@@ -47,10 +49,11 @@ figure) and ``remote.md`` (tables with the bars, met or missed) to ``benchmarks/
 Bars are informative: a missed bar never fails the run; a cell that raises is recorded as ``error: ...`` and
 the others go on.
 
-The code is in four files of ``benchmarks/``: this one (the entry point: cases 1-2, bars, the report and
-the command line), ``remote_clients.py`` (case 3 and the ``client`` sub-command), ``remote_hosts.py`` (case 4)
-and ``benchutil.py`` (the server and worker-host subprocesses, one timed pool cell, CPU and memory
-accounting, formatting helpers).
+The code is in six files of ``benchmarks/``: this one (the entry point: cases 1-2, bars, the report and
+the command line), ``remote_bare.py`` and ``bare_relay.py`` (case 1's cells of no pool),
+``remote_clients.py`` (case 3 and the ``client`` sub-command), ``remote_hosts.py`` (case 4) and
+``benchutil.py`` (the server and worker-host subprocesses, one timed pool cell, CPU and memory accounting,
+formatting helpers).
 """
 
 from __future__ import annotations
@@ -95,6 +98,7 @@ from benchutil import (  # noqa: E402
     write_atomic,
 )
 from recorded import settings  # noqa: E402
+from remote_bare import BARE_DIRECT, BARE_RELAY, bare_cell  # noqa: E402
 from remote_clients import bench_clients, client_main, md_clients  # noqa: E402
 from remote_hosts import bench_hosts, hosts_notes, md_hosts  # noqa: E402
 
@@ -107,35 +111,44 @@ DISTURBED_PCT = 20.0  # CPU of other programs + steal during a window (% of a co
 # ------------------------------------------------------------------ cases 1 and 2
 def bench_cartpole(args: argparse.Namespace, server: Server) -> dict[str, Any]:
     """CartPole-v1 embedded, on ``server`` (ZeroMQ over tcp) and on a second server on a unix socket (started and
-    stopped here), repeats interleaved (the order rotates); medians and their ratios to embedded."""
+    stopped here), and the same loop with no pool, direct and via a relay (remote_bare.py), repeats interleaved
+    (the order rotates); medians, remote / embedded and relay / direct."""
     n = 16 if args.quick else 128
     spec = Spec("CartPole-v1", n, f"batch:{n // 2}", None, None, args.num_workers, args.warmup, args.seconds)
     label = f"CartPole-v1 n={n}, {spec.label}"
     unix = Server(unix=True)
     print(f"second server pid {unix.pid} listening on {unix.endpoint}", flush=True)
-    runs: dict[str, list[dict[str, Any]]] = {"embedded": [], "remote": [], "remote unix": []}
+    wheres = ["embedded", "remote", "remote unix", BARE_DIRECT, BARE_RELAY]
+    runs: dict[str, list[dict[str, Any]]] = {where: [] for where in wheres}
     try:
         for r in range(args.repeats):
-            order = [*runs][r % 3 :] + [*runs][: r % 3]
-            for where in order:
+            for where in wheres[r % 5 :] + wheres[: r % 5]:
+                repeat = f"{label}, repeat {r + 1}"
+                if where in (BARE_DIRECT, BARE_RELAY):
+                    runs[where].append(bare_cell("cartpole", repeat, spec, where == BARE_RELAY, [server, unix]))
+                    continue
                 on, idle = (unix, server) if where == "remote unix" else (server, unix)
-                remote = where != "embedded"
-                cell = run_cell("cartpole", f"{label}, repeat {r + 1}", spec, on, remote, where=where, idle=[idle])
+                cell = run_cell("cartpole", repeat, spec, on, where != "embedded", where=where, idle=[idle])
                 runs[where].append(cell)
     finally:
         stopped = unix.stop() | {"command": unix.command}
     cells = {where: median_cell(attempts) for where, attempts in runs.items()}
     speed = {w: cells[w].get("steps_per_s") if cells[w]["status"] == "ok" else None for w in runs}
-    emb = speed["embedded"]
     params = dataclasses.asdict(spec) | {"batch_size": spec.batch_size, "repeats": args.repeats}
     return {
         "title": f"CartPole-v1 n={n}, batch_size={spec.batch_size}, {spec.num_workers} workers",
         "params": params,
         "cells": cells,
-        "ratio_remote_embedded": sig(speed["remote"] / emb) if emb and speed["remote"] else None,
-        "ratio_unix_embedded": sig(speed["remote unix"] / emb) if emb and speed["remote unix"] else None,
+        "ratio_remote_embedded": ratio(speed["remote"], speed["embedded"]),
+        "ratio_unix_embedded": ratio(speed["remote unix"], speed["embedded"]),
+        "ratio_bare_relay_direct": ratio(speed[BARE_RELAY], speed[BARE_DIRECT]),
         "unix_server": stopped,
     }
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """``a / b`` to 3 significant digits, None if either is missing (a cell that failed)."""
+    return sig(a / b) if a and b else None
 
 
 def bench_async(args: argparse.Namespace, server: Server) -> dict[str, Any]:
@@ -248,6 +261,13 @@ def render_markdown(res: dict[str, Any]) -> str:
             "ideal = envs / mean latency. CPU: % of one core over the window; workers = the pool's worker "
             "processes (the server's for a remote pool); outside = other programs and the kernel, stolen = taken "
             "by the host (both noise). CPU µs/step: this process + server + workers per env-step.",
+        ]
+    if (sec := secs.get("cartpole")) and (bare := sec.get("ratio_bare_relay_direct")) is not None:
+        tcp, unix = (fmt(sec[key], ".2f", "x") for key in ("ratio_remote_embedded", "ratio_unix_embedded"))
+        lines += [
+            "",
+            f"No pool, over bare pipes: via a relay process / direct {bare:.2f}x, what a process and a hop each "
+            f"way cost by themselves (remote / embedded: tcp {tcp}, unix socket {unix}).",
         ]
     if sec := secs.get("clients"):
         lines += ["", *md_clients(sec)]

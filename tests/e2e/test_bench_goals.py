@@ -125,3 +125,14 @@ def test_the_ppo_goal_shows_the_spread_of_its_rounds() -> None:
     assert rounds({"vs_dummy_rounds": [1.02, 1.3, 1.1]}) == " (rounds 1.02-1.30x)"
     assert rounds({"vs_dummy_rounds": [1.1]}) == ""  # one round: no spread to show
     assert rounds({"vs_dummy": 1.09}) == ""  # results written before the rounds were recorded
+
+
+def test_the_remote_goals_say_what_a_relay_costs_with_no_pool() -> None:
+    remote_speeds = bench_module("bench_goals").remote_speeds
+    cells = {"embedded": {"steps_per_s": 60000.0}, "remote unix": {"steps_per_s": 39000.0}}
+    section = {"cells": cells, "ratio_bare_relay_direct": 0.774}
+    speeds = "embedded 60,000, remote unix 39,000 steps/s"
+    said = remote_speeds({"sections": {"cartpole": section}})
+    assert said == f"{speeds}; no pool, a relay process / direct over bare pipes 0.77x"
+    del section["ratio_bare_relay_direct"]  # results of a run before those cells: the speeds alone
+    assert remote_speeds({"sections": {"cartpole": section}}) == speeds

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-from tests.support.scripts import ROOT, run_python
+from tests.support.scripts import bench_module, run_python
 
 SECTIONS = {"thread64", "async1k", "async10k"}
 
@@ -110,13 +109,8 @@ def test_bare_loop_worker_run_by_hand_says_what_runs_it() -> None:
 
 
 def test_bare_loop_names_its_executors() -> None:
-    spec = importlib.util.spec_from_file_location("bare_loop", ROOT / "benchmarks" / "bare_loop.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     with pytest.raises(ValueError, match=r"executor must be one of \('thread', 'async'\), got 'process'"):
-        module.BareLoop(8, 4, 2, {}, "process")
+        bench_module("bare_loop").BareLoop(8, 4, 2, {}, "process")
     # its worker process refuses it too, before it touches the descriptor it was given
     proc = run_python("benchmarks/bare_loop.py", "--fd", "99", "--ids", "[]", "--env-kwargs", "{}", "--executor", "x")
     assert proc.returncode == 2

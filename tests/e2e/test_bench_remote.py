@@ -27,18 +27,28 @@ def test_remote_benchmark_smoke(tmp_path: Path) -> None:
     assert result["endpoint"].startswith("tcp://127.0.0.1:")
 
     cartpole = result["sections"]["cartpole"]
-    assert set(cartpole["cells"]) == {"embedded", "remote", "remote unix"}
+    bare = {"no pool, direct", "no pool, via a relay"}  # the same loop over bare pipes (bare_relay.py)
+    assert set(cartpole["cells"]) == {"embedded", "remote", "remote unix", *bare}
     for where, cell in cartpole["cells"].items():
         assert cell["status"] == "ok", (where, cell["status"])
         assert cell["steps_per_s"] > 0, where
         assert cell["num_workers"] == 2, where
+        assert cell["rows_per_recv"] == 8, where  # batch_size = n / 2 in every cell
         assert cell["leftover_processes"] == [], where
         # the workers counted are the serving server's (the other server idles, its pool closed)
-        assert cell["processes"]["server_workers"] == (0 if where == "embedded" else 2), where
-        assert cell["processes"]["local_workers"] == (2 if where == "embedded" else 0), where
+        local = where == "embedded" or where in bare
+        assert cell["processes"]["server_workers"] == (0 if local else 2), where
+        assert cell["processes"]["local_workers"] == (2 if local else 0), where
+        assert cell["cpu"]["local_workers" if local else "server_workers"] > 0, where  # the envs ran there
+    # the relay is the cell's "server": a process of its own, using CPU; the direct cell has none
+    assert cartpole["cells"]["no pool, via a relay"]["processes"]["server"] == 1
+    assert cartpole["cells"]["no pool, via a relay"]["cpu"]["server"] > 0
+    assert cartpole["cells"]["no pool, direct"]["processes"]["server"] == 0
     steps = {where: cell["steps_per_s"] for where, cell in cartpole["cells"].items()}
-    assert cartpole["ratio_remote_embedded"] == pytest.approx(steps["remote"] / steps["embedded"], rel=1e-4)
-    assert cartpole["ratio_unix_embedded"] == pytest.approx(steps["remote unix"] / steps["embedded"], rel=1e-4)
+    assert cartpole["ratio_remote_embedded"] == pytest.approx(steps["remote"] / steps["embedded"], rel=1e-3)
+    assert cartpole["ratio_unix_embedded"] == pytest.approx(steps["remote unix"] / steps["embedded"], rel=1e-3)
+    relay_direct = steps["no pool, via a relay"] / steps["no pool, direct"]
+    assert cartpole["ratio_bare_relay_direct"] == pytest.approx(relay_direct, rel=1e-3)
     assert cartpole["unix_server"]["exit_code"] == 0  # the unix-socket server, stopped cleanly, nothing left
     assert cartpole["unix_server"]["workers_left"] == []
 
@@ -109,6 +119,7 @@ def test_remote_benchmark_smoke(tmp_path: Path) -> None:
     assert markdown.startswith("`")
     assert "| bar |" in markdown
     assert "remote via host / remote = " in markdown
+    assert f"via a relay process / direct {cartpole['ratio_bare_relay_direct']:.2f}x" in markdown
     assert "exit codes 0 / 0" in markdown
 
     seen = result["pids_seen"]  # the servers, the host, their workers, the clients, the embedded pools' workers
@@ -120,3 +131,9 @@ def test_remote_benchmark_smoke(tmp_path: Path) -> None:
     while (left := [pid for pid in seen if _alive(pid)]) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not left, left
+
+
+def test_bare_relay_run_by_hand_says_what_runs_it() -> None:
+    proc = run_python("benchmarks/bare_relay.py", timeout=60)
+    assert proc.returncode == 1
+    assert "bench_remote.py --only cartpole" in proc.stderr
