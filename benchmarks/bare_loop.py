@@ -74,14 +74,15 @@ def send_bytes(sock: socket.socket, data: bytes) -> None:
 
 
 class Frames:
-    """Splits a non-blocking socket's byte stream into the bodies :func:`frame` wrote."""
+    """Splits a socket's byte stream into the bodies :func:`frame` wrote (on a blocking socket, :meth:`read`
+    waits for data)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.buf = bytearray()
 
     def read(self) -> list[bytes] | None:
-        """The body of every whole message that arrived; None once the other end closed."""
+        """The body of every whole message that arrived (none yet: ``[]``); None once the other end closed."""
         try:
             data = self.sock.recv(1 << 16)
         except BlockingIOError:
