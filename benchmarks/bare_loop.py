@@ -40,7 +40,7 @@ from aioenv._loop import new_event_loop
 from aioenv.envs.latency import AsyncSleepEnv, SleepEnv
 from workers.__main__ import GC_THRESHOLD
 
-__all__ = ["EXECUTORS", "BareLoop", "Frames", "frame", "reap", "send_bytes", "serve_envs", "spawn"]
+__all__ = ["EXECUTORS", "BareLoop", "Frames", "close", "frame", "send_bytes", "serve_envs", "spawn", "wake"]
 
 #: What hosts the envs in a worker process (see the module docstring).
 EXECUTORS = ("thread", "async")
@@ -218,15 +218,25 @@ def spawn(script: Path, fds: list[int], args: list[str]) -> subprocess.Popen[byt
     return subprocess.Popen([sys.executable, str(script), *args], pass_fds=fds, env=env)
 
 
-async def reap(procs: list[subprocess.Popen[bytes]]) -> None:
-    """Wait for ``procs`` to exit (their sockets closed: they are on their way out), killing any still alive
-    10 s later."""
+async def close(socks: list[socket.socket], procs: list[subprocess.Popen[bytes]]) -> None:
+    """Stop reading ``socks`` and close them (the processes at their other ends see that and exit), then wait
+    for ``procs``, killing any still alive 10 s later."""
+    loop = asyncio.get_running_loop()
+    for sock in socks:
+        loop.remove_reader(sock.fileno())
+        sock.close()
     for proc in procs:
         try:
             await asyncio.to_thread(proc.wait, 10.0)
         except subprocess.TimeoutExpired:
             proc.kill()
             await asyncio.to_thread(proc.wait, 5.0)
+
+
+def wake(waiter: asyncio.Future[None] | None, enough: bool) -> None:
+    """Resolve a client's pending ``once()`` (``waiter``) when ``enough`` rows are in."""
+    if waiter is not None and enough and not waiter.done():
+        waiter.set_result(None)
 
 
 def _spawn(
@@ -275,11 +285,7 @@ class BareLoop:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        loop = asyncio.get_running_loop()
-        for sock in self._socks:
-            loop.remove_reader(sock.fileno())
-            sock.close()
-        await reap(self._procs)
+        await close(self._socks, self._procs)
 
     def _readable(self, reader: _Reader) -> Callable[[], None]:
         def on_readable() -> None:
@@ -287,9 +293,7 @@ class BareLoop:
             if ids is None:
                 raise ConnectionError("a bare-loop worker exited")
             self._ready.extend(ids)
-            waiter = self._waiter
-            if waiter is not None and len(self._ready) >= self.batch and not waiter.done():
-                waiter.set_result(None)
+            wake(self._waiter, len(self._ready) >= self.batch)
 
         return on_readable
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from bare_loop import Frames, frame, reap, send_bytes, spawn
+from bare_loop import Frames, close, frame, send_bytes, spawn, wake
 
 from aioenv._loop import new_event_loop
 
@@ -186,11 +186,7 @@ class BarePipes:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        loop = asyncio.get_running_loop()
-        for sock in self._socks:
-            loop.remove_reader(sock.fileno())
-            sock.close()
-        await reap(self._procs)
+        await close(self._socks, self._procs)
 
     def _readable(self, frames: Frames) -> Callable[[], None]:
         def on_readable() -> None:
@@ -201,9 +197,7 @@ class BarePipes:
                 part = _rows(body)
                 self._parts.append(part)
                 self._rows += part[0].size
-            waiter = self._waiter
-            if waiter is not None and self._rows >= self.batch and not waiter.done():
-                waiter.set_result(None)
+            wake(self._waiter, self._rows >= self.batch)
 
         return on_readable
 
