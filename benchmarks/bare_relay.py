@@ -229,6 +229,13 @@ class BarePipes:
         return int(ids.size)
 
 
+def _descriptors(text: str) -> list[int]:
+    try:
+        return [int(fd) for fd in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers with commas between, got {text!r}") from None
+
+
 def main() -> None:
     """A worker or the relay of :class:`BarePipes` (its sockets inherited as descriptors)."""
     if len(sys.argv) == 1:
@@ -243,12 +250,14 @@ def main() -> None:
     worker.add_argument("--ids", type=json.loads, required=True, help="the env ids this worker hosts, as JSON")
     hop = sub.add_parser("relay", help="pass messages between the client and the workers")
     hop.add_argument("--fd", type=int, required=True, help="the inherited end of the client's socketpair")
-    hop.add_argument("--workers", required=True, help="the inherited ends of the workers' socketpairs, comma-separated")
+    hop.add_argument(
+        "--workers", type=_descriptors, required=True, help="the inherited ends of the workers' socketpairs, e.g. 5,7"
+    )
     args = p.parse_args()
     if args.role == "worker":
         serve_cartpole(socket.socket(fileno=args.fd), args.ids)
     else:
-        workers = [socket.socket(fileno=int(fd)) for fd in args.workers.split(",")]
+        workers = [socket.socket(fileno=fd) for fd in args.workers]
         relay(socket.socket(fileno=args.fd), workers)
 
 

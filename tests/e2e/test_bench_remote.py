@@ -137,3 +137,6 @@ def test_bare_relay_run_by_hand_says_what_runs_it() -> None:
     proc = run_python("benchmarks/bare_relay.py", timeout=60)
     assert proc.returncode == 1
     assert "bench_remote.py --only cartpole" in proc.stderr
+    bad = run_python("benchmarks/bare_relay.py", "relay", "--fd", "99", "--workers", "5,x", timeout=60)
+    assert bad.returncode == 2  # refused before it touches a descriptor
+    assert "argument --workers: expected integers with commas between, got '5,x'" in bad.stderr
