@@ -89,15 +89,15 @@ def error_of(fn: Any) -> tuple[type[BaseException], str] | None:
     return None
 
 
-def envpool_apart(*lines: str) -> tuple[int, str]:
-    """Run ``lines`` after ``env = envpool.make('CartPole-v1', 'gymnasium', num_envs=4, seed=0)`` in a process
-    of their own: ``(exit code, what it printed)``. For calls whose outcome in EnvPool's C++ is undefined (one
-    env stepped by two of its threads at once): a crash there fails no test process."""
+def envpool_apart(*lines: str, make: str = "num_envs=4, seed=0") -> tuple[int, str]:
+    """Run ``lines`` after ``env = envpool.make('CartPole-v1', 'gymnasium', MAKE)`` in a process of their own:
+    ``(exit code, what it printed)``. For calls whose outcome in EnvPool's C++ is undefined (one env stepped
+    by two of its threads at once): a crash there fails no test process."""
     code = "\n".join(
         [
             "import warnings; warnings.simplefilter('ignore')",
             "import envpool, numpy as np",
-            "env = envpool.make('CartPole-v1', 'gymnasium', num_envs=4, seed=0)",
+            f"env = envpool.make('CartPole-v1', 'gymnasium', {make})",
             *lines,
         ]
     )
@@ -601,10 +601,10 @@ def test_busy_env_is_a_usage_error() -> None:
     """EnvPool queues a second request for an env whose first is in flight; aioenv refuses it, naming the env.
     (EnvPool's side runs apart: its threads may then step that env twice at once.)"""
     code, said = envpool_apart(
-        "env = envpool.make('CartPole-v1', 'gymnasium', num_envs=4, batch_size=2, seed=0)",
         "env.async_reset()",
         "env.send(np.ones(1, np.int32), np.array([0], np.int32))",
         "print('queued')",
+        make="num_envs=4, batch_size=2, seed=0",
     )
     assert "Error" not in said, said  # no error raised for the second request
     assert code in (0, -signal.SIGSEGV, -signal.SIGABRT), (code, said)
