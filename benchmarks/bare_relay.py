@@ -92,31 +92,27 @@ def relay(client: socket.socket, workers: list[socket.socket]) -> None:
     for sock in (client, *workers):
         sock.setblocking(False)
 
-    def from_client(frames: Frames) -> None:
-        bodies = frames.read()
-        if bodies is None:
-            loop.stop()
-            return
+    def pump(frames: Frames, forward: Callable[[list[bytes]], None]) -> None:
+        """Read what arrived and pass it on; once either end is gone, the cell is over."""
         try:
-            for body in bodies:
-                (to,) = _TO.unpack_from(body)
-                send_bytes(workers[to], body[4:])  # the worker's message, framed by the client
-        except OSError:  # a worker is gone: the cell is over
+            bodies = frames.read()
+            if bodies is None:
+                raise ConnectionError("the other end closed")
+            forward(bodies)
+        except OSError:
             loop.stop()
 
-    def from_worker(frames: Frames) -> None:
-        bodies = frames.read()
-        if bodies is None:
-            loop.stop()
-            return
-        try:
-            send_bytes(client, b"".join(frame(body) for body in bodies))
-        except OSError:  # the client is gone: the cell is over
-            loop.stop()
+    def to_workers(bodies: list[bytes]) -> None:
+        for body in bodies:
+            (to,) = _TO.unpack_from(body)
+            send_bytes(workers[to], body[4:])  # the worker's message, framed by the client
 
-    loop.add_reader(client.fileno(), from_client, Frames(client))
+    def to_client(bodies: list[bytes]) -> None:
+        send_bytes(client, b"".join(frame(body) for body in bodies))
+
+    loop.add_reader(client.fileno(), pump, Frames(client), to_workers)
     for sock in workers:
-        loop.add_reader(sock.fileno(), from_worker, Frames(sock))
+        loop.add_reader(sock.fileno(), pump, Frames(sock), to_client)
     try:
         loop.run_forever()
     finally:
@@ -221,12 +217,12 @@ class BarePipes:
             self._waiter = asyncio.get_running_loop().create_future()
             await self._waiter
         taken = [np.concatenate(leaf) for leaf in zip(*self._parts, strict=True)]
-        ids, obs, rewards, term, trunc = (leaf[self.batch :] for leaf in taken)
+        ids, obs, rewards, term, trunc = (leaf[self.batch :] for leaf in taken)  # the rows past the batch wait
         self._parts = [(ids, obs, rewards, term, trunc)] if ids.size else []
         self._rows = int(ids.size)
-        ids = taken[0][: self.batch]
-        self._send(ids)
-        return int(ids.size)
+        batch = taken[0][: self.batch]
+        self._send(batch)
+        return int(batch.size)
 
 
 def _descriptors(text: str) -> list[int]:

@@ -91,6 +91,7 @@ from benchutil import (  # noqa: E402
     median_cell,
     not_templates,
     parse_loop,
+    ratio,
     run_cell,
     run_header,
     sig,
@@ -144,11 +145,6 @@ def bench_cartpole(args: argparse.Namespace, server: Server) -> dict[str, Any]:
         "ratio_bare_relay_direct": ratio(speed[BARE_RELAY], speed[BARE_DIRECT]),
         "unix_server": stopped,
     }
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    """``a / b`` to 3 significant digits, None if either is missing (a cell that failed)."""
-    return sig(a / b) if a and b else None
 
 
 def bench_async(args: argparse.Namespace, server: Server) -> dict[str, Any]:

@@ -74,6 +74,11 @@ def sig(x: float) -> float:
     return float(f"{x:.6g}")
 
 
+def ratio(a: float | None, b: float | None) -> float | None:
+    """``a / b`` (:func:`sig`), None without both (a cell that failed)."""
+    return sig(a / b) if a and b else None
+
+
 def run_async(coro: Coroutine[Any, Any, T], timeout: float) -> T:
     """Run ``coro`` on a fresh loop (``aioenv.run``: uvloop when installed) with a timeout."""
     try:

@@ -40,6 +40,7 @@ from benchutil import (
     local_leftovers,
     md_table,
     median_cell,
+    ratio,
     run_cell,
     server_status,
     sig,
@@ -51,11 +52,6 @@ HOST_NAME = "bench-host"
 HOST_SERVER_ARGS = ("--worker-bind", "tcp://127.0.0.1:0", "--local-capacity", "0")
 VIA_HOST = "remote via host"
 WHERE = ("embedded", "remote", VIA_HOST)  # the cells of a repeat, in the order of even repeats
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    """``a / b`` (None without both)."""
-    return sig(a / b) if a and b else None
 
 
 def bench_hosts(args: argparse.Namespace, server: Server) -> dict[str, Any]:
