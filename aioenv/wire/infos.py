@@ -125,7 +125,7 @@ def _batch_column(key: str, rows: Any, values: list[Any], num_rows: int, full: b
                 sub[r] = v
             return batch_infos(sub, num_rows), False
         kind = type(first)
-        if _plain(first) and all(type(v) is kind for v in values):
+        if _plain(first) and _one_type(values):
             python_scalars = kind in (int, float, bool)
             if full:
                 return np.array(values, dtype=kind), python_scalars
@@ -140,6 +140,12 @@ def _batch_column(key: str, rows: Any, values: list[Any], num_rows: int, full: b
     for r, v in zip(rows, values, strict=True):
         array[r] = v
     return array, False
+
+
+def _one_type(values: Any) -> bool:
+    """Every value of one type (a set of the types, built in C: a generator's test per value costs ~5x more,
+    for each key of every reply a worker sends)."""
+    return len(set(map(type, values))) == 1
 
 
 def _same_arrays(first: Any, values: list[Any]) -> bool:
@@ -176,6 +182,9 @@ def merge_infos(items: list[tuple[dict[str, Any], np.ndarray]], num_rows: int) -
     the value at the lowest output row that has it. Each key costs a few numpy assignments per
     part; no Python loop runs over rows except for object columns.
     """
+    uniform = _merge_uniform(items, num_rows)
+    if uniform is not None:
+        return uniform
     out: dict[str, Any] = {}
     keys: dict[str, None] = {}
     for info, _ in items:
@@ -197,6 +206,54 @@ def merge_infos(items: list[tuple[dict[str, Any], np.ndarray]], num_rows: int) -
         else:
             out[key] = _merge_column(key, present, num_rows)
         out[f"_{key}"] = mask
+    return out
+
+
+def _merge_uniform(items: list[tuple[dict[str, Any], np.ndarray]], num_rows: int) -> dict[str, Any] | None:
+    """:func:`merge_infos` when the parts hold every row between them and each has the same keys in the same
+    order, each key a typed column over all its rows (no masks, nothing nested: MuJoCo's rewards and
+    positions, Atari's lives), else None. Each key is then placed part by part into one new column, with an
+    all-True mask: no zeroed column and no mask to fill per key.
+
+    ``positions`` of different parts never share a row (each row of a call is answered once), so parts whose
+    sizes add up to ``num_rows`` hold every row."""
+    first = items[0][0]
+    keys = tuple(first)
+    total = 0
+    for info, positions in items:
+        if tuple(info) != keys:
+            return None
+        total += positions.size
+    if total != num_rows:
+        return None
+    out: dict[str, Any] = {}
+    for key in keys:
+        if key == _PY:  # only untyped (object) columns need it, and those are not merged here
+            continue
+        if key == "final_obs" or (key.startswith("_") and key[1:] in first):
+            return None
+        column = _uniform_column(key, items, num_rows)
+        if column is None:
+            return None
+        out[key] = column
+        out[f"_{key}"] = _all_true(num_rows)
+    return out
+
+
+def _uniform_column(key: str, items: list[tuple[dict[str, Any], np.ndarray]], num_rows: int) -> np.ndarray | None:
+    """The parts' typed columns of ``key`` placed at their positions in a new column, or None unless each part
+    has it as a column over all its rows, all of one dtype and row shape."""
+    first = items[0][0][key]
+    if type(first) is not np.ndarray or first.ndim == 0 or first.dtype.hasobject:
+        return None
+    dtype, tail = first.dtype, first.shape[1:]
+    for info, positions in items:
+        column = info[key]
+        if type(column) is not np.ndarray or column.dtype != dtype or column.shape != (positions.size, *tail):
+            return None
+    out = np.empty((num_rows, *tail), dtype=dtype)
+    for info, positions in items:
+        out[positions] = info[key]
     return out
 
 

@@ -340,36 +340,69 @@ def _steady_infos(rng: np.random.Generator, n: int) -> list[dict[str, Any] | Non
 
 
 @pytest.mark.parametrize("seed", range(5))
-@pytest.mark.parametrize("kind", ["random keys", "steady keys"])
+@pytest.mark.parametrize("kind", ["random keys", "steady keys", "uniform keys"])
 def test_batch_then_merge_equals_gymnasium_row_by_row(seed: int, kind: str) -> None:
     """Workers batch their rows column-wise; the coordinator merges parts at any positions.
 
     Whatever the split and the order parts arrive in, the result must equal gymnasium's
     _add_info applied row by row in output order (dtype from the first row that has a key,
-    even when one part mixes ints and floats).
+    even when one part mixes ints and floats). Parts may leave rows out (rows that failed):
+    those rows have no info, as gymnasium would never have added one for them.
     """
     from aioenv.wire.infos import batch_infos, merge_infos
 
+    make = {"random keys": _random_infos, "steady keys": _steady_infos, "uniform keys": _uniform_infos}[kind]
     rng = np.random.default_rng(seed)
     ref_env = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])
     for _ in range(300):
         n = 6
-        rows = (_random_infos if kind == "random keys" else _steady_infos)(rng, n)
-        split = int(rng.integers(1, n))
+        rows = make(rng, n)
         positions = rng.permutation(n)
-        part_a, part_b = positions[:split], positions[split:]
-        items = [
-            (batch_infos([rows[p] for p in part_a], part_a.size), part_a),
-            (batch_infos([rows[p] for p in part_b], part_b.size), part_b),
-        ]
+        if rng.random() < 0.5:
+            positions.sort()  # each worker's rows in call order, as a lock-step call splits them
+        cuts = sorted(set(rng.integers(1, n, size=int(rng.integers(1, 3))).tolist()))
+        parts = np.split(positions, cuts)
+        if rng.random() < 0.2:
+            parts = parts[1:]  # the rows of a part that never came: no info for them
+        items = [(batch_infos([rows[p] for p in part], part.size), part) for part in parts]
         if rng.random() < 0.5:
             items.reverse()  # arrival order must not matter
         ref_env.num_envs = n
         expected: dict[str, Any] = {}
+        covered = set(np.concatenate(parts).tolist())
         for row, info in enumerate(rows):
-            if info:
+            if info and row in covered:
                 expected = ref_env._add_info(expected, info, row)
-        assert_same(merge_infos(items, n), expected)
+        got = merge_infos(items, n)
+        assert_same(got, expected)
+        if kind != "random keys":  # (keys that only some parts have come in the order of the parts)
+            assert list(got) == list(expected), "keys (and their masks) in gymnasium's order"
+
+
+def test_merge_of_typed_columns_gives_new_writable_columns_and_masks_of_their_own() -> None:
+    """The common case (every part has every key as a typed column) is built apart from the parts: what the
+    caller gets is its own to change."""
+    from aioenv.wire.infos import merge_infos
+
+    parts = [
+        ({"x": np.array([1.0, 2.0]), "n": np.array([3, 4], dtype=np.int32)}, np.array([2, 0])),
+        ({"x": np.array([5.0]), "n": np.array([6], dtype=np.int32)}, np.array([1])),
+    ]
+    for column, _ in parts:
+        for value in column.values():
+            value.flags.writeable = False  # as columns decoded from a message are
+    out = merge_infos(parts, 3)
+    assert list(out) == ["x", "_x", "n", "_n"]
+    assert out["x"].tolist() == [2.0, 5.0, 1.0]
+    assert out["n"].dtype == np.int32
+    assert out["n"].tolist() == [4, 6, 3]
+    assert out["_x"].tolist() == [True] * 3
+    assert out["_x"] is not out["_n"]
+    out["x"][0] = 9.0
+    out["_n"][0] = False
+    assert parts[1][0]["x"][0] == 5.0
+    assert parts[0][0]["x"].tolist() == [1.0, 2.0]
+    assert merge_infos(parts, 3)["_n"].tolist() == [True] * 3
 
 
 def _uniform_infos(rng: np.random.Generator, n: int) -> list[dict[str, Any] | None]:
