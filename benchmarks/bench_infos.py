@@ -8,7 +8,9 @@ one run on the same dicts (the fastest of short timings taken in turn for ``--se
 - ``header``: aioenv's path before protocol 5, every column a msgpack value inside the reply's header, then
   ``merge_infos`` (what the coordinator did with a reply taken whole);
 - ``arrays``: aioenv's path now: numeric columns among the reply's raw arrays
-  (:mod:`aioenv.wire.info_wire`), then ``whole_info``.
+  (:mod:`aioenv.wire.info_wire`), then ``whole_info``;
+- ``two replies``: the same rows from two workers, half each, as a lock-step ``step()`` of a pool with two
+  workers gets them: both replies encoded and decoded, then ``merge_infos``.
 
 Both aioenv paths batch (worker), encode, decode from bytes and build ``info`` (coordinator); the script checks
 that they give gymnasium's ``info``. Run from the repo root::
@@ -107,10 +109,30 @@ def arrays_path(infos: Infos) -> dict[str, Any]:
     return whole_info(binfo_of(header, decoded), rows)
 
 
+def _reply(infos: Infos) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """One worker's reply of ``infos`` (protocol 5), encoded and decoded from bytes."""
+    rows = len(infos)
+    arrays: list[Any] = _obs(rows)
+    fields: dict[str, Any] = {Key.ID: 1, Key.EXTRAS: [0, 1, 2]}
+    put_binfo(fields, batch_infos(infos, rows), arrays)
+    return decode([bytes(frame) for frame in encode(Op.RESULT, fields, arrays)])
+
+
+def two_replies_path(infos: Infos) -> dict[str, Any]:
+    """A lock-step ``step()`` over two workers: each batches and encodes its half of the rows, the coordinator
+    decodes both (the later half first: replies come as they finish) and merges them with ``merge_infos``."""
+    rows = len(infos)
+    half = rows // 2
+    later, first = _reply(infos[half:]), _reply(infos[:half])
+    parts = [(binfo_of(*later), np.arange(half, rows)), (binfo_of(*first), np.arange(half))]
+    return merge_infos(parts, rows)
+
+
 PATHS: dict[str, Callable[[Infos], dict[str, Any]]] = {
     "gymnasium": gymnasium_path,
     "header": header_path,
     "arrays": arrays_path,
+    "two replies": two_replies_path,
 }
 
 
@@ -174,7 +196,7 @@ def run(kinds: list[str], sizes: list[int], seconds: float) -> dict[str, Any]:
 def _row(kind: str, rows: int, cell: dict[str, float]) -> str:
     return (
         f"| {kind} | {rows} | {cell['gymnasium']:.1f} | {cell['header']:.1f} | {cell['arrays']:.1f} "
-        f"| {cell['arrays/header']:.2f}x | {cell['arrays/gymnasium']:.2f}x |"
+        f"| {cell['arrays/header']:.2f}x | {cell['arrays/gymnasium']:.2f}x | {cell['two replies']:.1f} |"
     )
 
 
@@ -196,9 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [16] if args.quick else [16, 64, 256]
     print(
         "| infos | rows | gymnasium µs | header (protocol 4) µs | arrays (protocol 5) µs "
-        "| arrays / header | arrays / gymnasium |"
+        "| arrays / header | arrays / gymnasium | two replies (half the rows each), merged µs |"
     )
-    print("| --- | --: | --: | --: | --: | --: | --: |")
+    print("| --- | --: | --: | --: | --: | --: | --: | --: |")
     results = run(list(KINDS), sizes, args.seconds)
     for kind, cells in results.items():
         for rows, cell in cells.items():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.support.scripts import run_python
 
-PATHS = {"gymnasium", "header", "arrays"}
+PATHS = {"gymnasium", "header", "arrays", "two replies"}
 
 
 def test_infos_benchmark_smoke(tmp_path: Path) -> None:
