@@ -61,6 +61,31 @@ from aioenv.wire.spaces import check_actions
 __all__ = ["AioVecEnv"]
 
 
+class _Answered:
+    """A call's outcome, taken at once (a step answered inside the call, in the caller's thread), read back
+    as a done ``Future``'s: :meth:`result` returns the value or raises the call's error (SB3 raises a step's
+    errors from ``step_wait``)."""
+
+    __slots__ = ("_error", "_value")
+
+    def __init__(self, value: Any, error: Exception | None) -> None:
+        self._value, self._error = value, error
+
+    @classmethod
+    def of(cls, call: Callable[..., Any], /, *args: Any) -> _Answered:
+        """``call(*args)``'s outcome (its value, or the ``Exception`` it raised; Ctrl-C goes on at once)."""
+        try:
+            return cls(call(*args), None)
+        except Exception as exc:  # noqa: BLE001 - the step's error is step_wait's to raise
+            return cls(None, exc)
+
+    def result(self) -> Any:
+        """The value, or the call's error raised."""
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 def _batched_obs(obs: Any, space: spaces.Space[Any]) -> VecEnvObs:
     """A pool's batched observation in SB3's form: an array, a dict of arrays or a tuple of arrays."""
     if isinstance(space, spaces.Dict):
@@ -241,7 +266,7 @@ class AioVecEnv(VecEnv):
         self.waiting = False
         self.closed = False
         self.start_method = start_method
-        self._pending: Future[Any] | None = None
+        self._pending: Future[Any] | _Answered | None = None
         by_id: dict[int, CompatFactory] = {}  # the same callable twice stays one source
         factories = [by_id.setdefault(id(fn), CompatFactory(fn)) for fn in env_fns]
         self._all_ids = np.arange(len(env_fns))
@@ -279,11 +304,13 @@ class AioVecEnv(VecEnv):
             if len(actions) != self.num_envs:
                 raise ValueError(f"expected {self.num_envs} actions (actions[i] for env i), got {len(actions)}")
             leaves = check_actions(self.pool.single_action_space, actions, self._all_ids)
-        if not self.pool.runs_in_caller:  # the loop thread sends later: a leaf may be the caller's array, reused
-            leaves = [np.array(leaf, copy=True) for leaf in leaves]
         # Pool._step_info_list: one message per worker, each env's own info dict back (SB3's infos); every env
         # in order is env_ids=None, which the pool knows without checking the ids.
-        self._pending = self.pool.submit("_step_info_list_checked", leaves, None)
+        if self.pool.runs_in_caller:  # answered inside the call, in this thread: no future to hand it over
+            self._pending = _Answered.of(self.pool._run, "_step_info_list_checked", leaves, None)
+        else:  # the loop thread sends later: a leaf may be the caller's array, reused
+            leaves = [np.array(leaf, copy=True) for leaf in leaves]
+            self._pending = self.pool.submit("_step_info_list_checked", leaves, None)
         self.waiting = True
 
     def step_wait(self) -> VecEnvStepReturn:
@@ -294,21 +321,17 @@ class AioVecEnv(VecEnv):
         self.waiting = False
         assert pending is not None
         obs, reward, terminated, truncated, raw_infos = pending.result()
-        dones = np.logical_or(terminated, truncated)
-        time_limit = (truncated & ~terminated).tolist()  # Python bools: cheaper per env than numpy scalars
-        infos: list[dict[str, Any]] = []
-        for env_id, (done, env_info) in enumerate(zip(dones.tolist(), raw_infos, strict=True)):
-            raw = dict(env_info)
-            if done:  # same_step autoreset: {"final_obs", "final_info", **reset_info}
-                terminal_obs = raw.pop("final_obs")
-                info = dict(raw.pop("final_info") or {})
-                self.reset_infos[env_id] = raw
-                info["TimeLimit.truncated"] = time_limit[env_id]
-                info["terminal_observation"] = terminal_obs
-            else:
-                info = raw
-                info["TimeLimit.truncated"] = time_limit[env_id]
-            infos.append(info)
+        dones = terminated | truncated
+        infos = [dict(env_info) for env_info in raw_infos]  # the caller's own (VecMonitor adds "episode")
+        for info, time_limit in zip(infos, (truncated & ~terminated).tolist(), strict=True):
+            info["TimeLimit.truncated"] = time_limit  # a Python bool: cheaper per env than a numpy scalar
+        for env_id in np.flatnonzero(dones).tolist():  # same_step autoreset: {"final_obs", "final_info", **reset's}
+            raw = infos[env_id]
+            info = dict(raw.pop("final_info") or {})
+            info["TimeLimit.truncated"] = raw.pop("TimeLimit.truncated")
+            info["terminal_observation"] = raw.pop("final_obs")
+            self.reset_infos[env_id] = raw
+            infos[env_id] = info
         return _batched_obs(obs, self.observation_space), reward.astype(np.float32), dones, infos
 
     def reset(self) -> VecEnvObs:

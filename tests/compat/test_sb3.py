@@ -352,11 +352,16 @@ def test_example_sb3_ppo_runs() -> None:
     assert "mean episode return" in proc.stdout
 
 
-def test_env_errors_surface_in_step_wait_and_reset_recovers() -> None:
+@pytest.mark.parametrize("executor", ["inline", "in_process"])
+def test_env_errors_surface_in_step_wait_and_reset_recovers(executor: str) -> None:
+    """Whether the envs run in a worker process or in this one (where step_async steps them at once, in the
+    caller's thread), an env's error comes from step_wait, and nothing is left half done."""
+    placement = {"num_workers": 1} if executor == "inline" else {}
     env = AioVecEnv(
-        [functools.partial(make_probe, fail_at=2), functools.partial(make_probe)], num_workers=1, executor="inline"
+        [functools.partial(make_probe, fail_at=2), functools.partial(make_probe)], executor=executor, **placement
     )
     try:
+        assert env.pool.runs_in_caller == (executor == "in_process")
         env.reset()
         env.step(np.array([0, 0]))
         env.step_async(np.array([0, 0]))
