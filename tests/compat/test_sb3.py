@@ -348,8 +348,15 @@ def test_example_sb3_ppo_runs() -> None:
     args = ["--timesteps", "512", "--num-envs", "2", "--eval-episodes", "1"]
     proc = run_example("sb3_ppo.py", *args, timeout=100)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("training PPO on 2 CartPole envs in aioenv workers for 512 steps")
+    assert proc.stdout.startswith("training PPO on 2 CartPole envs for 512 steps")
+    assert "where they run: 2 envs " in proc.stdout  # "in this process (...)" or "on N inline worker(s)"
     assert "mean episode return" in proc.stdout
+
+
+def test_example_sb3_ppo_refuses_a_bad_count() -> None:
+    proc = run_example("sb3_ppo.py", "--num-envs", "0", timeout=60)
+    assert proc.returncode == 2
+    assert "--num-envs must be at least 1, got 0" in proc.stderr
 
 
 @pytest.mark.parametrize("executor", ["inline", "in_process"])
