@@ -34,7 +34,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--population", type=int, default=24, help="episodes per CEM update")
     parser.add_argument("--elite-frac", type=float, default=0.25, help="fraction of episodes kept as elite")
     parser.add_argument("--noise", type=float, default=0.05, help="extra std added at each update (exploration)")
-    return parser.parse_args()
+    args = parser.parse_args()
+    for name in ("total_steps", "num_envs", "population"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if not 0 < args.elite_frac <= 1:
+        parser.error(f"--elite-frac must be in (0, 1], got {args.elite_frac}")
+    if args.noise < 0:
+        parser.error(f"--noise must be >= 0, got {args.noise}")
+    return args
 
 
 def make_env(env_id: str) -> Callable[[], gym.Env[Any, Any]]:

@@ -26,6 +26,11 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--iterations", type=int, default=2_000, help="recv/send rounds")
     args = parser.parse_args()
+    for name in ("num_envs", "iterations"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if not 1 <= args.batch_size <= args.num_envs:
+        parser.error(f"--batch-size must be between 1 and --num-envs ({args.num_envs}), got {args.batch_size}")
 
     env = envpool.make(args.task, env_type="gymnasium", num_envs=args.num_envs, batch_size=args.batch_size)
     env.action_space.seed(0)

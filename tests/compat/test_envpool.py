@@ -696,6 +696,19 @@ def test_example_envpool_async_runs() -> None:
     assert "800 env steps over 4 envs" in proc.stdout
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--num-envs", "0"], "--num-envs must be at least 1, got 0"),
+        (["--batch-size", "9"], "--batch-size must be between 1 and --num-envs (8), got 9"),
+    ],
+)
+def test_example_envpool_async_refuses_bad_arguments(args: list[str], said: str) -> None:
+    proc = run_example("envpool_async.py", *args, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert said in proc.stderr
+
+
 def test_no_warning_from_a_plain_pool() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")

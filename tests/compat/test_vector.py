@@ -408,6 +408,20 @@ def test_cleanrl_style_example_runs() -> None:
     assert returns, proc.stdout
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--num-envs", "0"], "--num-envs must be at least 1, got 0"),
+        (["--elite-frac", "2"], "--elite-frac must be in (0, 1], got 2.0"),
+        (["--noise", "-1"], "--noise must be >= 0, got -1.0"),
+    ],
+)
+def test_cleanrl_style_example_refuses_bad_arguments(args: list[str], said: str) -> None:
+    proc = run_example("cleanrl_style.py", *args, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert said in proc.stderr
+
+
 def test_thread_executor_overlaps_blocking_steps() -> None:
     """``executor="thread"``: the steps of envs that block (here: until 3 of them are inside ``step``
     at once) overlap even on one worker, where AsyncVectorEnv would need one process per env."""
