@@ -24,7 +24,7 @@ import pytest
 
 import aioenv
 import aioenv.compat.envpool as envpool
-from tests.support.scripts import run_example, run_python
+from tests.support.scripts import assert_example_refuses, run_example, run_python
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -704,9 +704,7 @@ def test_example_envpool_async_runs() -> None:
     ],
 )
 def test_example_envpool_async_refuses_bad_arguments(args: list[str], said: str) -> None:
-    proc = run_example("envpool_async.py", *args, timeout=60)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert said in proc.stderr
+    assert_example_refuses("envpool_async.py", args, said)
 
 
 def test_no_warning_from_a_plain_pool() -> None:

@@ -43,7 +43,7 @@ from aioenv.compat.sb3 import AioVecEnv
 from tests.envs.dictenv import make_dict_env
 from tests.envs.faulty import make_probe
 from tests.envs.sb3_spaces import make_echo_env
-from tests.support.scripts import run_example
+from tests.support.scripts import assert_example_refuses, run_example
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -354,9 +354,7 @@ def test_example_sb3_ppo_runs() -> None:
 
 
 def test_example_sb3_ppo_refuses_a_bad_count() -> None:
-    proc = run_example("sb3_ppo.py", "--num-envs", "0", timeout=60)
-    assert proc.returncode == 2
-    assert "--num-envs must be at least 1, got 0" in proc.stderr
+    assert_example_refuses("sb3_ppo.py", ["--num-envs", "0"], "--num-envs must be at least 1, got 0")
 
 
 @pytest.mark.parametrize("executor", ["inline", "in_process"])

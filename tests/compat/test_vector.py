@@ -34,7 +34,7 @@ from tests.envs.faulty import SLOW, make_probe, make_text
 from tests.envs.waiting import MEET, WaitEnv
 from tests.support.compare import assert_same
 from tests.support.procs import HANG, process_gone
-from tests.support.scripts import run_example
+from tests.support.scripts import assert_example_refuses, run_example
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 4
@@ -417,9 +417,7 @@ def test_cleanrl_style_example_runs() -> None:
     ],
 )
 def test_cleanrl_style_example_refuses_bad_arguments(args: list[str], said: str) -> None:
-    proc = run_example("cleanrl_style.py", *args, timeout=60)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert said in proc.stderr
+    assert_example_refuses("cleanrl_style.py", args, said)
 
 
 def test_thread_executor_overlaps_blocking_steps() -> None:

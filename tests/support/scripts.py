@@ -59,3 +59,11 @@ def kill_group(pgid: int) -> None:
 def run_example(name: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run ``examples/NAME`` with ``args``."""
     return run_python(str(ROOT / "examples" / name), *args, timeout=timeout)
+
+
+def assert_example_refuses(name: str, args: list[str], said: str) -> None:
+    """``examples/NAME`` with ``args`` stops with argparse's usage error (exit 2) saying ``said``, before it
+    starts anything."""
+    proc = run_example(name, *args, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert said in proc.stderr
