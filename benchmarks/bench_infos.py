@@ -99,23 +99,19 @@ def header_path(infos: Infos) -> dict[str, Any]:
     return merge_infos([(header[Key.BATCHED_INFO], np.arange(rows))], rows)
 
 
-def arrays_path(infos: Infos) -> dict[str, Any]:
-    """Protocol 5: numeric columns as raw arrays, then ``whole_info``."""
-    rows = len(infos)
-    arrays: list[Any] = _obs(rows)
-    fields: dict[str, Any] = {Key.ID: 1, Key.EXTRAS: [0, 1, 2]}
-    put_binfo(fields, batch_infos(infos, rows), arrays)
-    header, decoded = decode([bytes(frame) for frame in encode(Op.RESULT, fields, arrays)])
-    return whole_info(binfo_of(header, decoded), rows)
-
-
 def _reply(infos: Infos) -> tuple[dict[str, Any], list[np.ndarray]]:
-    """One worker's reply of ``infos`` (protocol 5), encoded and decoded from bytes."""
+    """One worker's reply of ``infos`` (protocol 5: numeric columns as raw arrays), encoded and decoded from
+    bytes."""
     rows = len(infos)
     arrays: list[Any] = _obs(rows)
     fields: dict[str, Any] = {Key.ID: 1, Key.EXTRAS: [0, 1, 2]}
     put_binfo(fields, batch_infos(infos, rows), arrays)
     return decode([bytes(frame) for frame in encode(Op.RESULT, fields, arrays)])
+
+
+def arrays_path(infos: Infos) -> dict[str, Any]:
+    """Protocol 5: numeric columns as raw arrays, then ``whole_info``."""
+    return whole_info(binfo_of(*_reply(infos)), len(infos))
 
 
 def two_replies_path(infos: Infos) -> dict[str, Any]:
