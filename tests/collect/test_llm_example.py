@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from tests.support.scripts import run_example
+from tests.support.scripts import assert_example_refuses, run_example
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -48,3 +48,15 @@ def test_llm_trajectories_keeps_every_episode_through_hangs_and_errors() -> None
     assert tool_calls >= hung
     assert completions >= 300
     assert "[timeout]" in out  # the sample: an episode with a timed-out turn, its earlier turns kept
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--envs", "0"], "--envs must be at least 1, got 0"),
+        (["--max-turns", "0"], "--max-turns must be at least 1, got 0"),
+        (["--model-error-prob", "1.5"], "--model-error-prob must be in [0, 1], got 1.5"),
+    ],
+)
+def test_llm_trajectories_refuses_bad_arguments_with_a_usage_error(args: list[str], said: str) -> None:
+    assert_example_refuses("llm_trajectories.py", args, said)

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from tests.support.scripts import run_example
+from tests.support.scripts import assert_example_refuses, run_example
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -107,3 +107,20 @@ def test_llm_agent_wrong_answers_score_zero() -> None:
     assert number(out, "episodes") == 4, out
     assert number(out, "mean reward") == 0.0, out  # off by one every time
     assert "Wrong, it was" in out, out  # the env's feedback reaches the next observation
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "said"),
+    [
+        ("web_env.py", ["--num-envs", "0"], "--num-envs must be at least 1, got 0"),
+        ("web_env.py", ["--num-envs", "8", "--batch-size", "9"], "--batch-size 9 exceeds --num-envs 8"),
+        ("web_env.py", ["--hang-prob", "1.5"], "--hang-prob must be in [0, 1], got 1.5"),
+        ("web_env.py", ["--step-timeout", "0"], "--step-timeout and --reset-timeout must be positive"),
+        ("web_env.py", ["--max-concurrency", "0"], "--max-concurrency must be at least 1, got 0"),
+        ("llm_agent.py", ["--num-envs", "0"], "--num-envs must be at least 1, got 0"),
+        ("llm_agent.py", ["--num-workers", "-1"], "--num-workers must be 0 (the envs in this process) or more"),
+        ("llm_agent.py", ["--error-rate", "2"], "--error-rate must be in [0, 1], got 2.0"),
+    ],
+)
+def test_latency_examples_refuse_bad_arguments_with_a_usage_error(name: str, args: list[str], said: str) -> None:
+    assert_example_refuses(name, args, said)

@@ -28,7 +28,7 @@ from aioenv.errors import CapacityError, EnvRemade, WorkerCrashed
 from aioenv.server.status import fetch_status
 from aioenv.wire.protocol import Op, decode, encode
 from tests.support.procs import HANG, children, process_gone
-from tests.support.scripts import ROOT, run_example
+from tests.support.scripts import ROOT, assert_example_refuses, run_example
 from tests.support.servers import ServerProcess, WorkerHostProcess
 
 PROBE = "tests.envs.faulty:make_probe"
@@ -419,6 +419,4 @@ def test_worker_hosts_example_runs() -> None:
     assert "pool: stepped as usual" in out
     assert "both pools stepped 50 more times: host-b 12/12 envs" in out
     assert "host-b and the server exited with 0 and 0" in out
-    bad = run_example("worker_hosts.py", "--steps", "0")
-    assert bad.returncode == 2
-    assert "--steps must be at least 1, got 0" in bad.stderr
+    assert_example_refuses("worker_hosts.py", ["--steps", "0"], "--steps must be at least 1, got 0")

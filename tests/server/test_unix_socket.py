@@ -28,7 +28,7 @@ from aioenv.transport.pipe import framed
 from aioenv.transport.stream import StreamDealer, unix_path
 from aioenv.wire.protocol import Key, Op, encode
 from tests.support.procs import HANG, process_gone
-from tests.support.scripts import ROOT, run_example
+from tests.support.scripts import ROOT, assert_example_refuses, run_example
 from tests.support.servers import ServerProcess, unix_bind
 
 CLI = [sys.executable, "-m", "aioenv.cli"]
@@ -157,6 +157,4 @@ def test_shared_server_example_runs() -> None:
     assert float(re.search(r"steps/s, unix socket\s+([\d,]+)", out).group(1).replace(",", "")) > 0  # type: ignore[union-attr]
     assert re.search(r"server exit code\s+0", out), out
     assert re.search(r"socket file removed\s+yes", out), out
-    bad = run_example("shared_server.py", "--num-envs", "1")
-    assert bad.returncode == 2
-    assert "--num-envs must be at least 2" in bad.stderr
+    assert_example_refuses("shared_server.py", ["--num-envs", "1"], "--num-envs must be at least 2")
