@@ -11,6 +11,7 @@ from gymnasium.vector import AutoresetMode
 
 from aioenv.errors import UsageError
 from aioenv.transport.stream import is_stream
+from aioenv.transport.zmqio import check_tcp_port
 from aioenv.wire.options import (
     ON_TIMEOUT,
     POOL_EXECUTORS,
@@ -122,6 +123,8 @@ def checked_endpoint(endpoint: object) -> str | None:
             "endpoint must be an aioenv server address such as 'tcp://host:5555' or 'unix:///run/aioenv.sock', "
             f"got {endpoint!r}"
         )
+    if endpoint is not None:
+        check_tcp_port(endpoint, bind=False)
     return endpoint
 
 

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import zmq
 
 from aioenv.transport.pipe import PipeLink
-from aioenv.transport.zmqio import has_input, recv_frames, send_frames
+from aioenv.transport.zmqio import check_tcp_port, has_input, recv_frames, send_frames
 
 __all__ = ["Link", "ZmqLink", "open_link"]
 
@@ -60,6 +60,7 @@ class ZmqLink:
     """
 
     def __init__(self, endpoint: str, name: str, configure: Callable[[zmq.Socket[Any]], None] | None = None) -> None:
+        check_tcp_port(endpoint, bind=False)
         sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
         sock.setsockopt(zmq.IDENTITY, name.encode())
         sock.setsockopt(zmq.LINGER, 2000)

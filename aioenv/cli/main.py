@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 import aioenv
+from aioenv.transport.zmqio import check_tcp_port
 from aioenv.wire.options import EXECUTORS, Executor
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -149,7 +150,7 @@ _UNIX = re.compile(r"unix://\S+")
 def _endpoint(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """Refuse an address ZeroMQ cannot use, saying what one looks like."""
     if value is None or _ENDPOINT.fullmatch(value):
-        return value
+        return _in_range(param, value)
     raise click.BadParameter(f"expected an address such as tcp://HOST:PORT (e.g. tcp://0.0.0.0:5555), got {value!r}")
 
 
@@ -157,10 +158,21 @@ def _client_endpoint(_ctx: click.Context, param: click.Parameter, value: str | N
     """An address of the server's client port: ZeroMQ's, or a unix socket's (``unix:///path``: clients on this
     machine, without ZeroMQ; see aioenv.transport.stream)."""
     if value is None or _ENDPOINT.fullmatch(value) or _UNIX.fullmatch(value):
-        return value
+        return _in_range(param, value)
     raise click.BadParameter(
         f"expected an address such as tcp://HOST:PORT (e.g. tcp://0.0.0.0:5555) or unix:///PATH, got {value!r}"
     )
+
+
+def _in_range(param: click.Parameter, value: str | None) -> str | None:
+    """``value`` unless its tcp port is out of range (ZeroMQ would wrap it round to another port): 0-65535 for
+    an address to bind (``--bind``, ``--worker-bind``), 1-65535 for one to connect to."""
+    if value is not None:
+        try:
+            check_tcp_port(value, bind=param.name in ("bind", "worker_bind"))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from exc
+    return value
 
 
 @main.command()

@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol
 
 import zmq
 
-from aioenv.transport.zmqio import has_input, recv_frames, send_frames
+from aioenv.transport.zmqio import check_tcp_port, has_input, recv_frames, send_frames
 
 __all__ = ["Dealer", "Peer", "PeerSocket", "Router", "Sent"]
 
@@ -103,6 +103,7 @@ class Router(_Drained):
         queue: int = 0,
         max_message_bytes: int | None = None,
     ) -> None:
+        check_tcp_port(endpoint, bind=True)
         self._loop = asyncio.get_running_loop()
         self.sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # unknown peer -> error, not a silent drop
@@ -166,6 +167,7 @@ class Dealer(_Drained):
         on_message: Callable[[list[zmq.Frame]], None],
         configure: Callable[[zmq.Socket[bytes]], None] | None = None,
     ) -> None:
+        check_tcp_port(endpoint, bind=False)
         self._loop = asyncio.get_running_loop()
         self.sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
         self.sock.setsockopt(zmq.IDENTITY, identity)

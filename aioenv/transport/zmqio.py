@@ -9,12 +9,13 @@ catching exceptions. Behaviour is that of the pyzmq calls they replace.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
 import zmq
 
-__all__ = ["frames_nbytes", "has_input", "recv_frames", "send_frames"]
+__all__ = ["check_tcp_port", "frames_nbytes", "has_input", "recv_frames", "send_frames"]
 
 _Backend: Any = zmq.Socket.__mro__[1]  # zmq.backend.cython Socket
 _send = _Backend.send
@@ -25,6 +26,27 @@ _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 #: Frames at least this large are sent zero-copy (pyzmq copies smaller ones regardless).
 ZERO_COPY_BYTES = 65536
+
+
+_TCP_PORT = re.compile(r"tcp://.*:(-?\d+)")
+
+
+def check_tcp_port(endpoint: str, *, bind: bool) -> None:
+    """Refuse a ``tcp://HOST:PORT`` address whose port is out of range: 1-65535 to connect, also 0 (a free
+    port) to bind. ZeroMQ itself takes any number and wraps it round 65,536: ``tcp://0.0.0.0:99999`` would
+    listen on port 34463, and a client would dial it, so a mistyped port would serve or wait on another one.
+    Other addresses (``*`` for the port, ``ipc://``, ``unix://``) are left to their own checks.
+
+    Raises:
+        ValueError: naming the address, its port and the range.
+    """
+    match = _TCP_PORT.fullmatch(endpoint)
+    if match is None:
+        return
+    port, lowest = int(match.group(1)), 0 if bind else 1
+    if not lowest <= port <= 65535:
+        free = " (0: any free port)" if bind else ""
+        raise ValueError(f"port {port} of {endpoint!r} is out of range: a tcp port is {lowest}-65535{free}")
 
 
 def send_frames(sock: zmq.Socket[Any], frames: Sequence[Any], flags: int = 0) -> None:

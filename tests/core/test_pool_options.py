@@ -52,6 +52,10 @@ def test_executor_and_on_timeout_are_kept_as_given() -> None:
         ({"autoreset_mode": 3}, "autoreset_mode must be one of"),
         ({"curve_keys": ("a", "b")}, "curve_keys are for a remote pool"),
         ({"endpoint": "http://x"}, "endpoint must be an aioenv server address"),
+        (
+            {"endpoint": "tcp://127.0.0.1:99999"},
+            "port 99999 of 'tcp://127.0.0.1:99999' is out of range: a tcp port is 1-65535",
+        ),
         ({"endpoint": "tcp://h:1", "curve_keys": "ab"}, "curve_keys must be (your .key_secret file"),
         ({"executor": "process"}, "executor must be one of ['inline', 'thread', 'async', 'in_process', 'auto']"),
         ({"executor": "in_process", "endpoint": "tcp://h:1"}, "a remote pool's envs run on the server's workers"),

@@ -1,15 +1,18 @@
-"""The asyncio ROUTER socket: a bind that fails leaves no socket open; input is read after any send."""
+"""The asyncio ROUTER socket: a bind that fails leaves no socket open; input is read after any send; a tcp port out
+of range is refused before ZeroMQ wraps it round to another port."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import re
 import time
 
 import pytest
 import zmq
 
-from aioenv.transport.router import Router
+from aioenv.transport.router import Dealer, Router
+from aioenv.transport.zmqio import check_tcp_port
 from tests.support.procs import HANG
 
 
@@ -21,6 +24,39 @@ async def test_a_router_that_cannot_bind_closes_its_socket() -> None:
         gc.collect()  # an unclosed socket warns when collected, and warnings are errors here
     finally:
         first.close()
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "bind", "refused"),
+    [
+        ("tcp://127.0.0.1:99999", True, "port 99999 of 'tcp://127.0.0.1:99999' is out of range: a tcp port is 0-65535"),
+        ("tcp://0.0.0.0:65536", True, "port 65536"),
+        ("tcp://127.0.0.1:-1", True, "port -1"),
+        ("tcp://127.0.0.1:0", False, "port 0 of 'tcp://127.0.0.1:0' is out of range: a tcp port is 1-65535"),
+        ("tcp://[::1]:70000", False, "port 70000"),
+        ("tcp://127.0.0.1:0", True, None),  # a free port, chosen by the system
+        ("tcp://127.0.0.1:65535", False, None),
+        ("tcp://127.0.0.1:1", False, None),
+        ("tcp://*:*", True, None),
+        ("ipc:///tmp/x:99999", True, None),  # not a tcp port
+        ("unix:///tmp/x:99999", False, None),
+    ],
+)
+def test_tcp_ports_out_of_range_are_refused(endpoint: str, bind: bool, refused: str | None) -> None:
+    if refused is None:
+        check_tcp_port(endpoint, bind=bind)
+    else:
+        with pytest.raises(ValueError, match=re.escape(refused)):
+            check_tcp_port(endpoint, bind=bind)
+
+
+async def test_a_router_or_dealer_refuses_a_port_zeromq_would_wrap_round() -> None:
+    # ZeroMQ alone binds tcp://127.0.0.1:99999 as port 34463 (99999 - 65536): the sockets must not
+    with pytest.raises(ValueError, match=r"port 99999 .* out of range"):
+        Router("tcp://127.0.0.1:99999", lambda _identity, _frames: None)
+    with pytest.raises(ValueError, match=r"port 99999 .* out of range"):
+        Dealer("tcp://127.0.0.1:99999", b"me", lambda _frames: None)
+    gc.collect()  # no socket was opened to warn when collected
 
 
 async def test_input_waiting_behind_a_refused_send_is_still_read() -> None:
