@@ -187,6 +187,8 @@ class Scheduler:
         """``resolve([env_id])`` for one env, cheaper: a cached read-only one-element array."""
         ids = self._ones.get(env_id) if type(env_id) is int else None
         if ids is None:
+            if not isinstance(env_id, (int, np.integer)) or isinstance(env_id, bool):
+                raise UsageError(f"env_id must be an int, got {env_id!r} ({type(env_id).__name__})")
             ids = self.resolve([env_id])
             ids.flags.writeable = False
             self._ones[int(ids[0])] = ids

@@ -106,7 +106,15 @@ def test_one_is_resolve_of_one_env_cached_and_read_only(env_id: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    ("env_id", "words"), [(5, "unknown env id 5"), (-1, "unknown env id -1"), (True, "1-D"), ("0", "1-D"), (1.0, "1-D")]
+    ("env_id", "words"),
+    [
+        (5, "unknown env id 5"),
+        (-1, "unknown env id -1"),
+        (True, r"env_id must be an int, got True \(bool\)"),
+        ("0", r"env_id must be an int, got '0' \(str\)"),
+        (1.0, r"env_id must be an int, got 1.0 \(float\)"),
+        ([1], r"env_id must be an int, got \[1\] \(list\)"),
+    ],
 )
 def test_one_refuses_what_resolve_refuses(env_id: Any, words: str) -> None:
     sched = placed(5, 2)

@@ -724,6 +724,12 @@ async def test_env_id_usage_errors() -> None:
             await guard(pool.reset(env_ids=[-1]))
         with pytest.raises(UsageError, match="unknown env id 4"):
             pool.step_env(4, 0)
+        with pytest.raises(UsageError, match=r"env_id must be an int, got '1' \(str\)"):
+            pool.step_env("1", 0)  # type: ignore[arg-type]
+        with pytest.raises(UsageError, match=r"env_id must be an int, got 1.0 \(float\)"):
+            pool.reset_env(1.0)  # type: ignore[arg-type]
+        with pytest.raises(UsageError, match=r"env_id must be an int, got True \(bool\)"):
+            pool.step_env(True, 0)
         with pytest.raises(UsageError, match="unknown env id 7"):
             pool.send([0], env_ids=[7])
         with pytest.raises(UsageError, match="env id 2 appears more than once"):
@@ -742,6 +748,8 @@ async def test_env_id_usage_errors() -> None:
         obs, *_ = await guard(pool.step(np.zeros(4, dtype=np.int64)))
         assert obs[:, 0].tolist() == [0, 1, 2, 3]
         assert obs[:, 1].tolist() == [1, 1, 1, 1]
+        one, *_ = await guard(pool.step_env(np.int64(1), 0))  # a numpy int is an env id like any int
+        assert one[:2].tolist() == [1, 2]
 
 
 BAD_ARGUMENTS = [
