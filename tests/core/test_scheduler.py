@@ -145,6 +145,50 @@ def test_resolve_duplicates_name_the_id(env_ids: list[int], dup: int) -> None:
         sched.resolve(env_ids)
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(-3, 203), min_size=1, max_size=150),  # either side of SMALL_BATCH (64): both checks
+    st.sampled_from([np.int64, np.int32, np.uint16]),
+)
+def test_resolve_of_a_batch_of_any_size_refuses_what_it_must(env_ids: list[int], dtype: Any) -> None:
+    """Short and long id lists are checked by different code (Python's ``min``/``max``/``set`` up to
+    ``SMALL_BATCH`` ids, numpy beyond): both must pass the same lists and name the same id in an error, the first
+    unknown one in the caller's order, else the smallest repeated one."""
+    sched = placed(200, 3)
+    if dtype is np.uint16 and min(env_ids) < 0:
+        env_ids = [abs(e) for e in env_ids]
+    unknown = [e for e in env_ids if not 0 <= e < 200]
+    repeated = sorted(e for e in set(env_ids) if env_ids.count(e) > 1)
+    if unknown:
+        with pytest.raises(UsageError, match=rf"^unknown env id {unknown[0]}: this pool has env ids 0\.\.199$"):
+            sched.resolve(np.array(env_ids, dtype=dtype))
+    elif repeated:
+        with pytest.raises(UsageError, match=rf"^env id {repeated[0]} appears more than once in env_ids$"):
+            sched.resolve(np.array(env_ids, dtype=dtype))
+    else:
+        ids = sched.resolve(np.array(env_ids, dtype=dtype))
+        assert ids.dtype == np.int64
+        assert ids.tolist() == env_ids
+    assert not sched._seen.any()  # the scratch mask of the long lists' check is left clear
+
+
+@pytest.mark.parametrize("size", [1, 2, 63, 64, 65, 150, 200])
+def test_resolve_at_either_side_of_the_short_list_check(size: int) -> None:
+    sched = placed(200, 3)
+    ids = np.random.default_rng(size).permutation(200)[:size]
+    assert sched.resolve(ids).tolist() == ids.tolist()
+    last = ids.copy()
+    last[-1] = 200  # the pool's size: the first id past its end
+    with pytest.raises(UsageError, match=r"^unknown env id 200: "):
+        sched.resolve(last)
+    if size > 1:
+        twice = ids.copy()
+        twice[-1] = twice[0]
+        with pytest.raises(UsageError, match=rf"^env id {twice[0]} appears more than once"):
+            sched.resolve(twice)
+    assert sched.resolve(ids).tolist() == ids.tolist()  # a refused call leaves nothing behind
+
+
 @pytest.mark.parametrize(
     "env_ids",
     [[], np.array([], dtype=np.int64), [[0, 1]], np.zeros((2, 2), dtype=np.int64), [0.0, 1.0], [0.5], ["0"], [True]],
