@@ -173,8 +173,8 @@ class Scheduler:
             raise UsageError("env_ids is empty: name at least one env")
         if ids.size <= SMALL_BATCH:
             # The ids of a send()/recv() loop's batch: Python's min, max and set over the list. Inside a running pool
-            # numpy's reductions find their caches cold: resolving 16-64 ids took 25-60 µs of CPU that way and 13-26
-            # µs this way (a send of 16-64 ids, thread and inline workers; warm, in a tight loop, both take ~5 µs).
+            # numpy's reductions find their caches cold: resolving 16-64 ids took 25-63 µs of CPU that way and 13-27
+            # µs this way (sends of 16, 32 and 64 ids, thread and inline workers; in a tight loop both take ~5 µs).
             listed = ids.tolist()
             unknown = min(listed) < 0 or max(listed) >= self.num_envs
             repeated = not unknown and len(set(listed)) != len(listed)
