@@ -5,6 +5,10 @@ every frame and signal "nothing more to read" with a raised ``zmq.Again``; on a
 step loop those costs rival the work itself. These helpers call the Cython
 socket methods directly with plain int flags and test ``EVENTS`` instead of
 catching exceptions. Behaviour is that of the pyzmq calls they replace.
+
+Also :func:`check_tcp_port`, run by every ZeroMQ socket of the project before it binds or
+connects (and by the option checks that refuse an address earlier): ZeroMQ itself accepts
+a tcp port out of range and uses another.
 """
 
 from __future__ import annotations
