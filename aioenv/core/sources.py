@@ -5,6 +5,10 @@
 - a callable -> written with cloudpickle to a file in the pool's private directory and sent as
   ``{"kind": "pickle", "path": ...}``: local workers load it from disk; no pickle crosses a socket.
 - a sequence of callables -> one source per distinct callable, env ``i`` uses the ``i``-th.
+
+A server's sources (``strict=True``) carry ``"strict": true``: a client over the network named them, so the
+worker checks what a name leads to before it calls anything (:func:`workers.sources.reach`), and the server
+checks it first with :func:`check_remote_source`.
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from aioenv.errors import UsageError
 from aioenv.wire.options import positive_int
+from workers.sources import CODE_KWARGS, SourceError, reach
 
-__all__ = ["EnvSources", "parse_sources"]
+__all__ = ["CODE_KWARGS", "EnvSources", "check_remote_source", "parse_sources"]
 
 
 @dataclass
@@ -34,12 +40,12 @@ class EnvSources:
 
 
 def parse_sources(
-    env: Any, num_envs: int | None, env_kwargs: dict[str, Any] | None, private_dir: str | None
+    env: Any, num_envs: int | None, env_kwargs: dict[str, Any] | None, private_dir: str | None, strict: bool = False
 ) -> tuple[EnvSources, int]:
     """Validate ``env``/``num_envs`` and describe the sources; returns ``(sources, num_envs)``.
 
     ``private_dir`` is where pickled factories are written; ``None`` means callables are refused
-    (a remote pool sends names only).
+    (a remote pool sends names only). ``strict``: a client over the network named ``env`` (a server's pool).
     """
     kwargs = dict(env_kwargs or {})
     if isinstance(env, str):
@@ -50,6 +56,8 @@ def parse_sources(
             source = {"kind": "entry", "target": env, "kwargs": kwargs}
         else:
             source = {"kind": "gym", "id": env, "kwargs": kwargs}
+        if strict:
+            source["strict"] = True
         return EnvSources({"0": source}, ["0"] * _check_count(num_envs)), num_envs
     if callable(env):
         if num_envs is None:
@@ -67,6 +75,22 @@ def parse_sources(
         "env must be a gymnasium id ('CartPole-v1'), a 'pkg.module:factory' string, a callable that returns "
         f"an env, or a sequence of such callables; got {type(env).__name__}"
     )
+
+
+def check_remote_source(env: str) -> None:
+    """``UsageError`` naming ``env``, what is expected and what it leads to, unless a client's ``env`` name leads
+    to a class or a function defined in the module it names, or a gymnasium id that module registers (see
+    :func:`workers.sources.reach`; nothing is called). The module is imported here; one this process cannot
+    import is left to the workers that make the env (worker hosts may hold packages the server does not), which
+    check the same before they call anything."""
+    if ":" not in env:
+        return
+    try:
+        reach(env)
+    except SourceError as exc:
+        if isinstance(exc.__cause__, ImportError):
+            return
+        raise UsageError(str(exc)) from None
 
 
 def _factory_sources(

@@ -8,8 +8,12 @@ server relays each request to the session's coordinator and the rows back as the
 (:mod:`aioenv.core.relay`).
 
 Admission: env sources are names only (a gymnasium id or ``"pkg.module:factory"``), checked against
-``allow`` patterns (``fnmatch``); without patterns only gymnasium ids are served, since a
-``"module:callable"`` name would let any client call any importable function on the server.
+``allow`` patterns and their env_kwargs against ``allow_kwargs`` rules (:mod:`aioenv.server.allow`); without
+patterns only gymnasium ids are served, since a ``"module:callable"`` name would let any client call any
+importable function on the server, and without rules no env_kwargs. What a name of code leads to is checked
+before the pool starts: a class or a function defined in the module it names (or a gymnasium id that module
+registers), never anything reached through it (:func:`~aioenv.core.sources.check_remote_source`; the workers
+check it again before they call it).
 ``max_envs`` (all sessions) and ``max_envs_per_client`` (the pools of one client process) bound
 what may be made; beyond them :class:`~aioenv.errors.CapacityError`.
 
@@ -33,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fnmatch
 import logging
 import secrets
 import time
@@ -54,9 +57,10 @@ from aioenv.core.relay import BlockEntry, PartEntry, encode_parts
 from aioenv.core.replies import Block
 from aioenv.core.scheduler import Request
 from aioenv.core.sinks import Part
-from aioenv.core.sources import EnvSources, parse_sources
+from aioenv.core.sources import EnvSources, check_remote_source, parse_sources
 from aioenv.errors import AioEnvError, CapacityError, ConnectionLost, PoolClosed, ProtocolError, UsageError
 from aioenv.logs import peer_name
+from aioenv.server.allow import AllowList
 from aioenv.server.fleet import Fleet
 from aioenv.server.peers import DroppedPeers, PeerLimits, Sweep, Unread
 from aioenv.transport.router import Peer, Router, Sent
@@ -98,7 +102,8 @@ class ServerConfig:
     max_envs: int | None = None
     max_envs_per_client: int | None = None
     max_pools_per_client: int | None = 64  # open pools of one client process (each holds worker processes)
-    allow: Sequence[str] = ()
+    allow: Sequence[str] = ()  # env name patterns (aioenv.server.allow); none: gymnasium ids only
+    allow_kwargs: Sequence[str] = ()  # "PATTERN=NAME,..." env_kwargs clients may pass; none: no env_kwargs
     client_timeout: float = 10.0
     auth: str | None = None  # a key directory (see aioenv.transport.auth); None: no authentication
     metrics_port: int | None = None  # serve Prometheus metrics on this port (see aioenv.server.metrics)
@@ -226,6 +231,7 @@ class Server:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
+        self.allow = AllowList(config.allow, config.allow_kwargs)  # ValueError for a pattern it could not serve
         self.sessions: dict[bytes, _Session] = {}
         self._opening: dict[bytes, tuple[str, int]] = {}  # identity -> (client, envs) while being made
         self._tasks: set[asyncio.Future[Any]] = set()
@@ -544,9 +550,11 @@ class Server:
         env, n, client = self._check_open(identity, header)
         self._admit(client, n)
         opts = self._pool_options(header, n)
-        sources, _ = parse_sources(env, n, opts.env_kwargs, None)
+        self.allow.check(env, opts.env_kwargs)
+        sources, _ = parse_sources(env, n, opts.env_kwargs, None, strict=True)
         self._opening[identity] = (client, n)
         try:
+            await asyncio.to_thread(check_remote_source, env)  # imports the env's module: never on the loop
             coord, described = await self._start_coordinator(identity, n, sources, opts)
         finally:
             self._opening.pop(identity, None)
@@ -580,14 +588,6 @@ class Server:
         if not isinstance(env, str) or not env:
             raise UsageError(f"env must be a name (a gymnasium id or 'pkg.module:factory'), got {env!r}")
         n = positive_int("num_envs", n, error=UsageError)
-        allow = list(self.config.allow)
-        if allow and not any(fnmatch.fnmatchcase(env, pattern) for pattern in allow):
-            raise UsageError(f"env {env!r} is not allowed on this server (allowed: {', '.join(allow)})")
-        if not allow and ":" in env:  # 'module:callable' runs any importable function: opt in by name
-            raise UsageError(
-                f"env {env!r} names code to run on the server; this server serves gymnasium ids only "
-                "(start it with --allow-env PATTERN to allow 'pkg.module:factory' names)"
-            )
         return env, n, client
 
     def _pool_options(self, header: dict[str, Any], n: int) -> _PoolOptions:

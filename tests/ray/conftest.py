@@ -25,7 +25,8 @@ from tests.support.scripts import ROOT
 TOKEN_VAR = "AIOENV_RAY_TEST_TOKEN"
 #: Seconds of silence before the test server drops a worker host (short: the failure tests wait for it).
 WORKER_TIMEOUT = 3.0
-ALLOW = ("CartPole-v1", "tests.envs.*", "aioenv.envs.*")
+ALLOW = ("CartPole-v1", "tests.envs.*:*", "aioenv.envs.*:*")
+ALLOW_KWARGS = ("tests.envs.*:*=*",)  # the test envs take any env_kwargs
 
 
 @contextlib.contextmanager
@@ -94,6 +95,7 @@ async def server() -> AsyncIterator[Server]:
         worker_bind="tcp://0.0.0.0:0",
         local_capacity=0,
         allow=ALLOW,
+        allow_kwargs=ALLOW_KWARGS,
         worker_timeout=WORKER_TIMEOUT,
     )
     srv = Server(config)
