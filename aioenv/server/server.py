@@ -13,7 +13,7 @@ patterns only gymnasium ids are served, since a ``"module:callable"`` name would
 importable function on the server, and without rules no env_kwargs. What a name of code leads to is checked
 before the pool starts: a class or a function defined in the module it names (or a gymnasium id that module
 registers), never anything reached through it (:func:`~aioenv.core.sources.check_remote_source`; the workers
-check it again before they call it).
+check it again before they call it). A CALL names a public attribute of the env only: no ``_`` prefix, no dots.
 ``max_envs`` (all sessions) and ``max_envs_per_client`` (the pools of one client process) bound
 what may be made; beyond them :class:`~aioenv.errors.CapacityError`.
 
@@ -847,8 +847,24 @@ def _call_fields(header: dict[str, Any]) -> dict[str, Any]:
     fields = {k: header[k] for k in (Key.KIND, Key.NAME, Key.ARGS, Key.KW) if k in header}
     if fields.get(Key.KIND) not in ("call", "get", "set"):
         raise ProtocolError(f"a call's kind must be call, get or set, got {fields.get(Key.KIND)!r}")
-    if not isinstance(fields.get(Key.NAME), str):
-        raise ProtocolError(f"a call's name must be a string, got {fields.get(Key.NAME)!r}")
-    if not isinstance(fields.get(Key.ARGS, []), list) or not isinstance(fields.get(Key.KW, {}), dict):
+    name = fields.get(Key.NAME)
+    if not isinstance(name, str):
+        raise ProtocolError(f"a call's name must be a string, got {name!r}")
+    args, kw = fields.get(Key.ARGS, []), fields.get(Key.KW, {})
+    if not isinstance(args, list) or not isinstance(kw, dict):
         raise ProtocolError("a call's args must be a list and its kw a map")
+    _public(name)
+    if fields[Key.KIND] == "call" and name in _BY_NAME:  # gymnasium's wrappers reach attributes named in args
+        _public(args[0] if args else kw.get("name"))
     return fields
+
+
+#: gymnasium's methods that get, set or look for the attribute their first argument names.
+_BY_NAME = frozenset(("get_wrapper_attr", "set_wrapper_attr", "has_wrapper_attr"))
+
+
+def _public(name: Any) -> None:
+    """``UsageError`` unless ``name`` names a public attribute: a client never reaches an env's private parts
+    (``__class__``, ``__init__``, ``_np_random``) nor goes through one attribute to another (``unwrapped.close``)."""
+    if not isinstance(name, str) or not name or name.startswith("_") or "." in name:
+        raise UsageError(f"a client's call names a public attribute of its envs (no '_' prefix, no dots), got {name!r}")

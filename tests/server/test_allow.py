@@ -130,6 +130,30 @@ async def test_env_kwargs_need_the_operators_leave(server: ServerProcess, env: s
     assert "--allow-env-kwargs" in message, message
 
 
+async def test_calls_never_reach_private_names(server: ServerProcess) -> None:
+    async with aioenv.Pool(f"{MOD}:make_env", 2, endpoint=server.endpoint) as pool:
+        await pool.reset(seed=0)
+        for name in ("__class__", "__init__", "_np_random", "__dict__", "unwrapped.close", "np_random.bit_generator"):
+            with pytest.raises(UsageError, match=f"{name!r}"):
+                await pool.call(name)
+            with pytest.raises(UsageError, match=f"{name!r}"):
+                await pool.get_attr(name)
+        for name in ("__class__", "__setattr__", "_np_random", "spec.id"):
+            with pytest.raises(UsageError, match=f"{name!r}"):
+                await pool.set_attr(name, [0, 0])
+        for through in ("get_wrapper_attr", "has_wrapper_attr"):
+            with pytest.raises(UsageError, match="'__class__'"):
+                await pool.call(through, "__class__")
+        with pytest.raises(UsageError, match="'_np_random'"):
+            await pool.call("set_wrapper_attr", "_np_random", None)
+        with pytest.raises(UsageError, match="'__dict__'"):  # as a hostile client sends it: the name as a keyword
+            await pool._call("call", "get_wrapper_attr", None, args=[], kw={"name": "__dict__"})
+        assert await pool.get_attr("metadata") == [{"render_modes": []}] * 2  # a public name still works
+        assert await pool.call("get_wrapper_attr", "metadata") == [{"render_modes": []}] * 2
+        obs, *_ = await pool.step(np.zeros(2, dtype=np.int64))
+        assert obs.shape == (2, 3)  # the pool is unharmed
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
