@@ -148,8 +148,8 @@ def reach(target: str) -> Callable[..., Any] | None:
         raise SourceError(f"env {target!r}: expected 'pkg.module:factory'")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise SourceError(f"env {target!r}: cannot import module {module_name!r}: {exc}") from exc
+    except Exception as exc:  # the module's own code failed: the client is told, the process goes on
+        raise SourceError(f"env {target!r}: cannot import module {module_name!r}: {exc!r}") from exc
     path = attr.split(".")
     if not all(_NAME.fullmatch(p) for p in path) or (len(path) == 1 and attr not in vars(module)):
         _registered(target, module_name, attr)

@@ -35,6 +35,7 @@ def server() -> Iterator[ServerProcess]:
         "--allow-env", f"{MOD}:Holder.make",  # a dotted path spelled out: allowed, since it is defined here
         "--allow-env", f"{MOD}:Holder.tool.system",  # spelled out too, but it leads out of the module
         "--allow-env", "tests.envs.hosts_only:*",  # a module only the workers can import: they check it
+        "--allow-env", "tests.envs.broken_import:*",  # its import raises RuntimeError
         "--allow-env", "CartPole-*",
         "--allow-env", "Acrobot-v1",
         "--allow-env", "Ant-v5",  # its xml_file would tell whether a path exists on the server
@@ -75,6 +76,7 @@ ESCAPES = [
     (f"{MOD}:system", _touch, "defined in"),  # `from os import system`
     (f"{MOD}:mark_bound", _path, "defined in"),
     ("tests.envs.hosts_only:system", _touch, "defined in"),  # refused by the worker, before it calls anything
+    ("tests.envs.broken_import:make", lambda m: {}, "cannot import module 'tests.envs.broken_import'"),
     (f"{MOD}:EscapeEnv-v0", lambda m: {"entry_point": f"{MOD}:write_marker", **_path(m)}, "'entry_point'"),
     ("CartPole-v1", lambda m: {"entry_point": f"{MOD}:write_marker", **_path(m)}, "'entry_point'"),
     ("CartPole-v1", lambda m: {"apply_api_compatibility": True, **_path(m)}, "--allow-env-kwargs"),
