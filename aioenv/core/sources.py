@@ -7,8 +7,8 @@
 - a sequence of callables -> one source per distinct callable, env ``i`` uses the ``i``-th.
 
 A server's sources (``strict=True``) carry ``"strict": true``: a client over the network named them, so the
-worker checks what a name leads to before it calls anything (:func:`workers.sources.reach`), and the server
-checks it first with :func:`check_remote_source`.
+worker checks what a name leads to before it calls anything (:func:`workers.sources.reach`); the server never
+imports a client's module itself.
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aioenv.errors import UsageError
 from aioenv.wire.options import positive_int
-from workers.sources import CODE_KWARGS, SourceError, reach
+from workers.sources import CODE_KWARGS
 
-__all__ = ["CODE_KWARGS", "EnvSources", "check_remote_source", "parse_sources"]
+__all__ = ["CODE_KWARGS", "EnvSources", "parse_sources"]
 
 
 @dataclass
@@ -75,22 +74,6 @@ def parse_sources(
         "env must be a gymnasium id ('CartPole-v1'), a 'pkg.module:factory' string, a callable that returns "
         f"an env, or a sequence of such callables; got {type(env).__name__}"
     )
-
-
-def check_remote_source(env: str) -> None:
-    """``UsageError`` naming ``env``, what is expected and what it leads to, unless a client's ``env`` name leads
-    to a class or a function defined in the module it names, or a gymnasium id that module registers (see
-    :func:`workers.sources.reach`; nothing is called). The module is imported here; one this process cannot
-    import is left to the workers that make the env (worker hosts may hold packages the server does not), which
-    check the same before they call anything."""
-    if ":" not in env:
-        return
-    try:
-        reach(env)
-    except SourceError as exc:
-        if isinstance(exc.__cause__, ImportError):
-            return
-        raise UsageError(str(exc)) from None
 
 
 def _factory_sources(

@@ -12,8 +12,9 @@ An env name is a gymnasium id (``"CartPole-v1"``) or a name of code, ``"pkg.modu
 - a name of code with a part that starts with ``_`` (``"mypkg.envs:__class__"``, ``"mypkg._impl:make"``) is
   refused whatever the patterns say, and a pattern that spells one is refused when the server starts.
 
-What a name that passes reaches is checked too, before anything is called (:func:`aioenv.core.sources.
-check_remote_source`): a class or a function defined in that module, or a gymnasium id it registers.
+What a name that passes reaches is checked too, by the worker process that makes the env, before anything is
+called (:func:`workers.sources.reach`): a class or a function defined in that module, or a gymnasium id it
+registers. The server never imports the module itself.
 
 ``env_kwargs`` from a client reach the env's constructor, so none are allowed unless the operator names them per
 env pattern: ``"CartPole-*=sutton_barto_reward,max_episode_steps"`` (``PATTERN=*``: any name). Names that would

@@ -12,8 +12,9 @@ Admission: env sources are names only (a gymnasium id or ``"pkg.module:factory"`
 patterns only gymnasium ids are served, since a ``"module:callable"`` name would let any client call any
 importable function on the server, and without rules no env_kwargs. What a name of code leads to is checked
 before the pool starts: a class or a function defined in the module it names (or a gymnasium id that module
-registers), never anything reached through it (:func:`~aioenv.core.sources.check_remote_source`; the workers
-check it again before they call it). A CALL names a public attribute of the env only: no ``_`` prefix, no dots.
+registers), never anything reached through it: the worker that makes the env checks it before it calls anything
+(:func:`workers.sources.reach`). The server itself never imports a client's module: no env code runs in its
+process. A CALL names a public attribute of the env only: no ``_`` prefix, no dots.
 ``max_envs`` (all sessions) and ``max_envs_per_client`` (the pools of one client process) bound
 what may be made; beyond them :class:`~aioenv.errors.CapacityError`.
 
@@ -57,7 +58,7 @@ from aioenv.core.relay import BlockEntry, PartEntry, encode_parts
 from aioenv.core.replies import Block
 from aioenv.core.scheduler import Request
 from aioenv.core.sinks import Part
-from aioenv.core.sources import EnvSources, check_remote_source, parse_sources
+from aioenv.core.sources import EnvSources, parse_sources
 from aioenv.errors import AioEnvError, CapacityError, ConnectionLost, PoolClosed, ProtocolError, UsageError
 from aioenv.logs import peer_name
 from aioenv.server.allow import AllowList
@@ -554,7 +555,6 @@ class Server:
         sources, _ = parse_sources(env, n, opts.env_kwargs, None, strict=True)
         self._opening[identity] = (client, n)
         try:
-            await asyncio.to_thread(check_remote_source, env)  # imports the env's module: never on the loop
             coord, described = await self._start_coordinator(identity, n, sources, opts)
         finally:
             self._opening.pop(identity, None)

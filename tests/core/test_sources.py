@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from aioenv.core.sources import check_remote_source, parse_sources
+from aioenv.core.sources import parse_sources
 from aioenv.errors import UsageError
 from aioenv.server.allow import AllowList, KwargsRule, compile_pattern
 from tests.envs import escapes
@@ -87,12 +87,12 @@ def test_a_local_pools_own_names_keep_their_freedom(tmp_path: Path) -> None:
     assert sources.sources["0"]["strict"] is True
 
 
-def test_the_servers_check_names_the_env_and_leaves_unknown_modules_to_the_workers() -> None:
-    with pytest.raises(UsageError, match=r"env 'tests.envs.escapes:system' is a builtin_function_or_method"):
-        check_remote_source(f"{MOD}:system")
-    check_remote_source("no_such_module_here:make")  # worker hosts may have it; they check it the same way
-    check_remote_source(f"{MOD}:make_env")
-    check_remote_source("CartPole-v1")
+def test_the_workers_check_names_the_env_before_anything_is_called() -> None:
+    with pytest.raises(SourceError, match=r"env 'tests.envs.escapes:system' is a builtin_function_or_method"):
+        reach(f"{MOD}:system")
+    with pytest.raises(SourceError, match=r"cannot import module 'no_such_module_here'"):
+        reach("no_such_module_here:make")
+    assert reach(f"{MOD}:make_env") is escapes.make_env
     assert escapes.make_env().observation_space.shape == (3,)
 
 
