@@ -24,21 +24,9 @@ from aioenv.transport.spawn import usable_cpus
 from aioenv.wire.protocol import Key, Op, decode, encode
 from tests.support.procs import HANG
 from tests.support.scripts import ROOT
-from tests.support.servers import ServerProcess
+from tests.support.servers import ServerProcess, keygen
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def _keygen(directory: Path, *names: str) -> None:
-    for name in names:
-        made = subprocess.run(
-            [sys.executable, "-m", "aioenv.cli", "keygen", str(directory), "--name", name],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            check=False,
-        )
-        assert made.returncode == 0, made.stderr
 
 
 def _open_raw(endpoint: str, label: object, envs: int = 1, env: str = "CartPole-v1") -> tuple[zmq.Socket[bytes], dict]:
@@ -98,7 +86,7 @@ def test_with_auth_a_client_is_its_key_and_limits_count_per_key(tmp_path: Path) 
     """alice and bob hold admitted keys and send the same name (one process: its name): each may open 2 pools of
     at most 4 envs in all, bob's pools take nothing from alice's, and refusals name the key that was refused."""
     keys = tmp_path / "keys"
-    _keygen(keys, "server", "alice", "bob")
+    keygen(keys, "server", "alice", "bob")
     srv = ServerProcess("--auth", str(keys), "--max-pools-per-client", "2", "--max-envs-per-client", "4")
     alice = (str(keys / "alice.key_secret"), str(keys / "server.key"))
     bob = (str(keys / "bob.key_secret"), str(keys / "server.key"))
