@@ -113,3 +113,30 @@ def test_a_huge_name_and_unread_status_replies_do_not_grow_the_server(cartpole_s
     finally:
         opener.close()
         flooder.close()
+
+
+def test_answers_to_a_connection_without_a_pool_count_against_its_unread_bound() -> None:
+    """A connection that opens no pool, sends 400 STATUS and reads none: what it leaves unread counts as a pool's
+    does (it used to count against no bound), so it is dropped at --max-unread-bytes, once, and others are
+    served."""
+    srv = ServerProcess("--max-unread-bytes", "64KiB", "--max-queued", "100000")
+    flooder = _dealer(srv.endpoint, reads=False)
+    try:
+        for i in range(400):
+            flooder.send_multipart(encode(Op.STATUS, {Key.ID: i}))
+
+        async def still_served() -> None:
+            async with aioenv.Pool("CartPole-v1", 2, endpoint=srv.endpoint, num_workers=1) as pool:
+                await pool.reset(seed=0)
+
+        deadline = time.monotonic() + HANG
+        while not [line for line in srv.log if "dropped" in line]:
+            assert time.monotonic() < deadline, "".join(srv.log)
+            time.sleep(0.1)
+        asyncio.run(asyncio.wait_for(still_served(), HANG))
+    finally:
+        flooder.close()
+        srv.stop()
+    dropped = [line for line in srv.log if "dropped" in line]
+    assert len(dropped) == 1, "".join(srv.log)
+    assert "bytes of replies sent to it would be unread (the bound is 65536" in dropped[0]
