@@ -93,6 +93,7 @@ class RemoteCoordinator:
         self._beat: asyncio.TimerHandle | None = None
         self._last_heard = self.loop.time()
         self._ack: int | None = None  # the mark of the last message read (see aioenv.server.peers)
+        self._ack_kept: int | None = None  # the last kept (odd) mark read
         self.max_message_bytes: int | None = None  # the largest request the server takes (told at OPEN)
 
     # ------------------------------------------------------------ start and stop
@@ -181,6 +182,8 @@ class RemoteCoordinator:
         replies low (see :mod:`aioenv.server.peers`)."""
         if self._ack is not None:
             fields[Key.ACK] = self._ack
+        if self._ack_kept is not None and self._ack_kept != self._ack:
+            fields[Key.ACK_KEPT] = self._ack_kept
         return fields
 
     def _too_large(self, kind: str, env_ids: np.ndarray, size: int) -> UsageError:
@@ -208,6 +211,8 @@ class RemoteCoordinator:
         mark = header.get(Key.MARK)
         if type(mark) is int:  # read: acknowledged in the next message to the server (see aioenv.server.peers)
             self._ack = mark
+            if mark & 1:  # a mark the server keeps until it is acknowledged
+                self._ack_kept = mark
         op = header[Key.OP]
         req_id = header.get(Key.ID)
         if op == Op.PONG:

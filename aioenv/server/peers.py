@@ -21,9 +21,12 @@ those queues grow without limit, so three bounds apply to each peer (:class:`Pee
 
   What the server keeps per client is bounded: a mark is *kept* when at least ``max_unread_bytes / 8``
   bytes were sent since the last kept one (so at most 9 are kept before the client is over its
-  bound), and of the marks between, only the newest. A client that lags behind acknowledges a kept
-  mark within every eighth of its bound; an acknowledgement of a mark no longer kept counts for
-  nothing (it is never trusted, only not rewarded), and the client's next one names a newer mark.
+  bound), and of the marks between, only the newest. A kept mark is odd, any other even, so the
+  client knows which is which: it names the last mark it read (``ack``) and, when that is not a
+  kept one, also the last kept mark it read (``ackk``). A client that lags behind (it pipelines, and
+  the server has sent more since) gets credit for everything up to its last kept mark, within an
+  eighth of the bound of what it read; an acknowledgement of a mark no longer kept counts for
+  nothing (it is never trusted, only not rewarded).
 
 Every connection is held to these bounds, one without a pool too (a STATUS, a PING or a refused OPEN is
 answered on it): its replies count until it acknowledges them, or until it has been silent for the
@@ -104,16 +107,17 @@ class Unread:
         """Bytes sent after the last mark the peer acknowledged."""
         return self.sent - self._acked
 
-    @staticmethod
-    def mark() -> int:
-        """A new mark's nonce, for the header of the message about to be sent (then :meth:`add` it)."""
-        return secrets.randbits(62) + 1
+    def mark(self) -> int:
+        """A new mark's nonce, for the header of the message about to be sent (then :meth:`add` it): odd when it
+        will be kept (``max_unread_bytes / 8`` were sent since the last kept one), else even."""
+        kept = self.sent - self._kept_at >= self._every
+        return (secrets.randbits(61) + 1) << 1 | kept
 
     def add(self, nbytes: int, nonce: int) -> None:
-        """Count a message of ``nbytes`` sent, which carried the mark ``nonce``."""
+        """Count a message of ``nbytes`` sent, which carried the mark ``nonce`` (from :meth:`mark`)."""
         self.sent += nbytes
         self.tally.total += nbytes
-        if self.sent - self._kept_at >= self._every:
+        if nonce & 1:
             self._kept.append((nonce, self.sent))
             self._kept_at = self.sent
             self._newest = None

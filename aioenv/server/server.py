@@ -936,12 +936,14 @@ def _request_id(header: dict[str, Any]) -> int | None:
 
 
 def _acknowledge(unread: Unread, header: dict[str, Any]) -> None:
-    """The mark a client says it read (``ack``, see :mod:`aioenv.server.peers`), if it names one."""
-    ack = header.get(Key.ACK)
-    if ack is not None:
-        if type(ack) is not int:
-            raise ProtocolError(f"'ack' must be an int, got a {type(ack).__name__}")
-        unread.ack(ack)
+    """The marks a client says it read (``ackk``, the last kept one, then ``ack``, the last one; see
+    :mod:`aioenv.server.peers`), if it names them."""
+    for key in (Key.ACK_KEPT, Key.ACK):
+        ack = header.get(key)
+        if ack is not None:
+            if type(ack) is not int:
+                raise ProtocolError(f"{key!r} must be an int, got a {type(ack).__name__}")
+            unread.ack(ack)
 
 
 def _flag(header: dict[str, Any], key: str) -> bool:

@@ -37,18 +37,35 @@ def test_the_newest_mark_counts_everything_sent_as_read() -> None:
     assert unread.unread == tally.total == 0
 
 
-def test_kept_marks_are_spaced_and_the_ones_between_count_for_nothing() -> None:
+def test_kept_marks_are_odd_and_spaced_and_the_ones_between_count_for_nothing() -> None:
     tally = Tally()
     unread = Unread(100, tally)
-    kept = _sent(unread, 150)  # past 100 since the start: kept
+    first = _sent(unread, 150)  # nothing was sent before it: not kept
+    kept = _sent(unread, 30)  # 150 sent since the last kept one: kept
     between = _sent(unread, 30)  # the newest for a while, then superseded by the next
     _sent(unread, 30)
-    unread.ack(between)  # no longer kept: counts for nothing (never trusted, only not rewarded)
-    assert unread.unread == 210
+    assert (first & 1, kept & 1, between & 1) == (0, 1, 0)
+    for superseded in (first, between):
+        unread.ack(superseded)  # no longer kept: counts for nothing (never trusted, only not rewarded)
+        assert unread.unread == 240
     unread.ack(kept)
     assert unread.unread == tally.total == 60
     unread.ack(kept)  # already passed: changes nothing
     assert unread.unread == 60
+
+
+def test_a_reader_that_lags_behind_gets_credit_up_to_its_last_kept_mark() -> None:
+    """A client that pipelines reads message after message while the server sends more: the last mark it read
+    is rarely still the newest, but its last kept mark is never more than an eighth of the bound behind."""
+    unread = Unread(100, Tally())
+    marks = [(_sent(unread, 7), unread.sent) for _ in range(1000)]
+    read = 900  # the client has read 900 of the 1000 messages
+    last = marks[read - 1][0]
+    kept, kept_at = next((m, at) for m, at in reversed(marks[:read]) if m & 1)
+    unread.ack(kept)
+    unread.ack(last)  # superseded by newer ones: nothing more
+    assert unread.unread == unread.sent - kept_at
+    assert marks[read - 1][1] - kept_at < 100 + 7
 
 
 def test_marks_kept_are_bounded_by_the_bytes_unread() -> None:
