@@ -3,11 +3,14 @@ in test_peer_bounds.py)."""
 
 from __future__ import annotations
 
+import logging
+import sys
+
 import pytest
 
 from aioenv.cli.main import byte_size
 from aioenv.errors import UsageError
-from aioenv.logs import peer_name
+from aioenv.logs import LineFormatter, peer_name, printable
 from aioenv.server.peers import DroppedPeers, PeerLimits, Tally, Unread
 
 
@@ -138,3 +141,23 @@ def test_sizes_on_the_command_line(text: str, size: int) -> None:
 def test_a_peer_is_named_readably_in_logs() -> None:
     assert peer_name(b"host-42-abc") == "host-42-abc"
     assert peer_name(b"\x00k\x8bEg") == "0x006b8b4567"
+
+
+def test_a_log_line_shows_control_characters_as_escapes() -> None:
+    """Whatever a message carries (a peer's name, an env's, an error's text), a record is one line: a newline cannot
+    start a forged line, an escape sequence never reaches the terminal; a traceback still follows on its own lines."""
+    formatter = LineFormatter("%(levelname)s %(message)s")
+    record = logging.LogRecord(
+        "aioenv.server", logging.INFO, __file__, 1, "client %s opened", ("x\nWARNING forged",), None
+    )
+    assert formatter.format(record) == "INFO client x\\nWARNING forged opened"
+    record = logging.LogRecord("aioenv.server", logging.INFO, __file__, 1, "env %s", ("\x1b[2J\x07\t",), None)
+    assert formatter.format(record) == "INFO env \\x1b[2J\\x07\\t"
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        record = logging.LogRecord("aioenv.server", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
+    first, *rest = formatter.format(record).splitlines()
+    assert first == "ERROR failed"
+    assert rest[0] == "Traceback (most recent call last):"
+    assert printable("plain text, é and 日本") == "plain text, é and 日本"
