@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["JsonFormatter", "configure_logging"]
+__all__ = ["JsonFormatter", "LineFormatter", "configure_logging", "peer_name", "printable"]
 
 
 class JsonFormatter(logging.Formatter):
@@ -32,6 +32,25 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out)
 
 
+class LineFormatter(logging.Formatter):
+    """Plain lines for people, one per record: the message's control characters (a newline, an escape
+    sequence) are shown as escapes, so no text a peer chose (a client's name, an env's name, an error's
+    message) can write a line of its own or drive the terminal. A traceback still follows on lines of its own."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        """The line, with the message made :func:`printable`."""
+        record.message = printable(record.message)
+        return super().formatMessage(record)
+
+
+def printable(text: str) -> str:
+    """``text`` with each character that is not printable (newlines, tabs, ``ESC`` and the other control
+    characters, unassigned code points) shown as its Python escape, e.g. ``\\n`` or ``\\x1b``."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def _plain(value: Any) -> bool:
     """A value JSON carries as it is: a scalar, or a list of scalars (env ids)."""
     scalar = (str, int, float, bool, type(None))
@@ -44,7 +63,7 @@ def configure_logging(level: str = "INFO", *, json_lines: bool = False) -> None:
     if json_lines:
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        handler.setFormatter(LineFormatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

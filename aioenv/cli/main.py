@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 import aioenv
 from aioenv.transport.zmqio import check_tcp_port
@@ -199,9 +200,26 @@ def _allow(_ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) 
 )
 @executor_option("executor of pools whose client does not choose one")
 @click.option("--workers", type=click.IntRange(1), default=None, help="workers per pool (default: usable cores)")
-@click.option("--max-envs", type=click.IntRange(1), default=None, help="envs of all clients together")
-@click.option("--max-envs-per-client", type=click.IntRange(1), default=None, help="envs of one client process")
-@count_option("--max-pools-per-client", 64, "open pools of one client process (each holds worker processes)")
+@click.option(
+    "--max-envs",
+    type=click.IntRange(1),
+    default=None,
+    help="envs of all clients together  [default: 256 per usable core]",
+)
+@click.option("--max-envs-per-client", type=click.IntRange(1), default=None, help="envs of one client (see --auth)")
+@count_option("--max-pools-per-client", 64, "open pools of one client (with --auth: one key; else one connection)")
+@click.option(
+    "--max-workers",
+    type=click.IntRange(1),
+    default=None,
+    help="worker processes of all pools together  [default: 4 per usable core]",
+)
+@click.option(
+    "--max-workers-per-client",
+    type=click.IntRange(1),
+    default=None,
+    help="worker processes of one client's pools (more asked are not started)  [default: 2 per usable core]",
+)
 @click.option(
     "--allow-env",
     "allow",
@@ -253,6 +271,8 @@ def serve(
     max_envs: int | None,
     max_envs_per_client: int | None,
     max_pools_per_client: int,
+    max_workers: int | None,
+    max_workers_per_client: int | None,
     allow: tuple[str, ...],
     allow_kwargs: tuple[str, ...],
     client_timeout: float,
@@ -281,11 +301,20 @@ def serve(
     _check_worker_sched()
     if local_capacity is not None and worker_bind is None:
         raise click.UsageError("--local-capacity needs --worker-bind (without worker hosts every env is local)")
+    machine = {  # not given: the defaults that fit this machine (ServerConfig's)
+        name: value
+        for name, value in (
+            ("max_envs", max_envs),
+            ("max_workers", max_workers),
+            ("max_workers_per_client", max_workers_per_client),
+        )
+        if value is not None
+    }
     config = ServerConfig(
         bind=bind,
         executor=executor,
         workers=workers,
-        max_envs=max_envs,
+        **machine,
         max_envs_per_client=max_envs_per_client,
         max_pools_per_client=max_pools_per_client,
         allow=allow,
@@ -456,7 +485,7 @@ def status(endpoint: str, timeout: float, quiet: bool, as_json: bool, key: str |
     console = Console()
     console.print(_summary_table(state, endpoint))
     if state.get("pools"):
-        console.print(_pools_table(state["pools"]))
+        console.print(_pools_table(state["pools"], state.get("pools_not_listed")))
     if state.get("worker_endpoint"):
         console.print(_hosts_table(state["worker_endpoint"], state.get("hosts") or []))
 
@@ -472,43 +501,64 @@ def _unanswered(endpoint: str, timeout: float, exc: BaseException) -> click.Clic
 
 def _summary_table(state: dict[str, Any], endpoint: str) -> Table:
     """The server's figures: version, uptime, clients, envs (of the limit), requests, protocol errors."""
-    table = Table(title=f"aioenv server at {state.get('endpoint', endpoint)}")
+    table = Table(title=_text(f"aioenv server at {state.get('endpoint', endpoint)}"))
     table.add_column("measure")
     table.add_column("value", justify="right")
-    limit = state.get("max_envs")
-    table.add_row("version / protocol", f"{state.get('version')} / {state.get('protocol')}")
-    table.add_row("uptime", f"{state.get('uptime', 0):.0f} s")
-    table.add_row("clients / pools", f"{state.get('clients')} / {state.get('sessions')}")
-    table.add_row("envs", f"{state.get('envs')}" + (f" of {limit}" if limit else ""))
-    table.add_row("requests in flight", str(state.get("in_flight")))
-    table.add_row("protocol errors", str(state.get("protocol_errors")))
+    limit, most_workers = state.get("max_envs"), state.get("max_workers")
+    rows = [
+        ("version / protocol", f"{state.get('version')} / {state.get('protocol')}"),
+        ("uptime", f"{_number(state.get('uptime'), 0):.0f} s"),
+        ("clients / pools", f"{state.get('clients')} / {state.get('sessions')}"),
+        ("envs", f"{state.get('envs')}" + (f" of {limit}" if limit else "")),
+        ("worker processes", f"{state.get('workers')}" + (f" of {most_workers}" if most_workers else "")),
+        ("requests in flight", str(state.get("in_flight"))),
+        ("protocol errors", str(state.get("protocol_errors"))),
+    ]
+    for measure, value in rows:
+        table.add_row(measure, _text(value))
     return table
 
 
-def _pools_table(pools: list[list[Any]]) -> Table:
-    """One row per open pool: client, env, envs."""
-    table = Table(title="pools")
-    for column in ("client", "env", "envs"):
+def _text(value: Any) -> Text:
+    """A server's value as a table cell: shown as it is, never as rich markup (``[bold]``), its control
+    characters (an escape sequence, a newline) shown as escapes (a server's state holds names its clients
+    chose)."""
+    from aioenv.logs import printable
+
+    return Text(printable(str(value)))
+
+
+def _number(value: Any, default: float) -> float:
+    """``value`` if it is a number, else ``default``."""
+    return float(value) if isinstance(value, (int, float)) else default
+
+
+def _pools_table(pools: list[list[Any]], not_listed: Any = 0) -> Table:
+    """One row per open pool: client (who the server knows it is), the name it gave itself, env, envs."""
+    table = Table(
+        title="pools" + (f" ({not_listed} more not listed)" if isinstance(not_listed, int) and not_listed else "")
+    )
+    for column in ("client", "named", "env", "envs"):
         table.add_column(column)
-    for client, env, n in pools:
-        table.add_row(str(client), str(env), str(n))
+    for client, env, n, *label in pools:
+        table.add_row(_text(client), _text(label[0] if label else ""), _text(env), _text(n))
     return table
 
 
 def _hosts_table(worker_endpoint: str, rows: list[dict[str, Any]]) -> Table:
     """One row per worker host: name, address, executor, envs, capacity, processes."""
-    table = Table(title=f"worker hosts (joining at {worker_endpoint})")
+    table = Table(title=_text(f"worker hosts (joining at {worker_endpoint})"))
     for column in ("host", "address", "executor", "envs", "capacity", "processes"):
         table.add_column(column, justify="right" if column in ("envs", "capacity", "processes") else "left")
     for row in rows:
         cap, procs = row.get("capacity"), row.get("processes")
         table.add_row(
-            str(row.get("name")),
-            str(row.get("host") or "-"),
-            str(row.get("executor")),
-            str(row.get("envs")),
-            "unlimited" if cap is None else str(cap),
-            "-" if procs is None else str(procs),
+            _text(row.get("name")),
+            _text(row.get("host") or "-"),
+            _text(row.get("executor")),
+            _text(row.get("envs")),
+            _text("unlimited" if cap is None else cap),
+            _text("-" if procs is None else procs),
         )
     return table
 

@@ -26,7 +26,7 @@ from aioenv.wire.errors import from_wire, relay_wire
 from aioenv.wire.info_wire import binfo_of, put_binfo
 from aioenv.wire.protocol import Key, Op, encode, leaves_from_wire, leaves_to_wire
 
-__all__ = ["BlockEntry", "PartEntry", "decode_block", "decode_part", "encode_parts"]
+__all__ = ["BlockEntry", "PartEntry", "decode_block", "decode_part", "encode_parts", "parts_fields"]
 
 
 class PartEntry(NamedTuple):
@@ -47,9 +47,14 @@ class BlockEntry(NamedTuple):
 
 def encode_parts(entries: list[PartEntry | BlockEntry]) -> list[Any]:
     """One RESULT carrying every entry, in order."""
+    return encode(Op.RESULT, *parts_fields(entries))
+
+
+def parts_fields(entries: list[PartEntry | BlockEntry]) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """The header fields and arrays of :func:`encode_parts`'s RESULT, for a sender that adds fields of its own."""
     arrays: list[np.ndarray] = []
     out = [_block(e, arrays) if isinstance(e, BlockEntry) else _segment(e, arrays) for e in entries]
-    return encode(Op.RESULT, {Key.ID: None, Key.PARTS: out}, arrays)
+    return {Key.ID: None, Key.PARTS: out}, arrays
 
 
 def _segment(entry: PartEntry, arrays: list[np.ndarray]) -> dict[str, Any]:

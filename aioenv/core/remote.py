@@ -34,6 +34,7 @@ from aioenv.errors import AioEnvError, ConnectionLost, PoolClosed, ProtocolError
 from aioenv.transport.dial import ClientLink, dial
 from aioenv.transport.zmqio import frames_nbytes
 from aioenv.wire.errors import from_wire
+from aioenv.wire.options import client_label
 from aioenv.wire.protocol import Key, Op, decode, encode
 
 __all__ = ["CLIENT_ID", "HEARTBEAT", "SERVER_TIMEOUT", "RemoteCoordinator"]
@@ -91,13 +92,15 @@ class RemoteCoordinator:
         self._dealer: ClientLink | None = None
         self._beat: asyncio.TimerHandle | None = None
         self._last_heard = self.loop.time()
-        self._ack: int | None = None  # the last "mark" read (see aioenv.server.peers)
+        self._ack: int | None = None  # the mark of the last message read (see aioenv.server.peers)
+        self._ack_kept: int | None = None  # the last kept (odd) mark read
         self.max_message_bytes: int | None = None  # the largest request the server takes (told at OPEN)
 
     # ------------------------------------------------------------ start and stop
 
     async def start(self, num_workers: int | None) -> dict[str, Any]:
         """Ask the server to open the pool; returns the env description (spaces, metadata)."""
+        client_label(CLIENT_ID, error=UsageError)  # the server refuses a name too long or not printable
         identity = f"{CLIENT_ID}-{uuid.uuid4().hex[:8]}".encode()
         try:
             self._dealer = dial(self.endpoint, identity, self._on_message, self._on_disconnect, self.curve_keys)
@@ -179,6 +182,8 @@ class RemoteCoordinator:
         replies low (see :mod:`aioenv.server.peers`)."""
         if self._ack is not None:
             fields[Key.ACK] = self._ack
+        if self._ack_kept is not None and self._ack_kept != self._ack:
+            fields[Key.ACK_KEPT] = self._ack_kept
         return fields
 
     def _too_large(self, kind: str, env_ids: np.ndarray, size: int) -> UsageError:
@@ -203,6 +208,11 @@ class RemoteCoordinator:
             log.error("malformed message from the server at %s: %s", self.endpoint, exc)
             return
         self._last_heard = self.loop.time()
+        mark = header.get(Key.MARK)
+        if type(mark) is int:  # read: acknowledged in the next message to the server (see aioenv.server.peers)
+            self._ack = mark
+            if mark & 1:  # a mark the server keeps until it is acknowledged
+                self._ack_kept = mark
         op = header[Key.OP]
         req_id = header.get(Key.ID)
         if op == Op.PONG:
@@ -226,9 +236,7 @@ class RemoteCoordinator:
 
     def _event(self, header: dict[str, Any]) -> None:
         event = header.get(Key.EVENT)
-        if event == "mark" and isinstance(header.get(Key.ID), int):
-            self._ack = header[Key.ID]
-        elif event == "remade":
+        if event == "remade":
             self.on_remade(np.asarray(header.get(Key.ENV) or [], dtype=np.int64))
         elif event == "closing" and self.lost is None:
             self.lost = ConnectionLost(f"the aioenv server at {self.endpoint} shut down; the pool is unusable")

@@ -10,15 +10,30 @@ those queues grow without limit, so three bounds apply to each peer (:class:`Pee
 - ``max_queued``: messages queued for (and from) one peer (``SNDHWM``/``RCVHWM``). A reply that meets a
   full queue cannot be delivered.
 - ``max_unread_bytes``: bytes of replies sent to a client that it has not shown it read. ZeroMQ cannot
-  say what a peer has read, so the server asks: every ``max_unread_bytes / 8`` bytes it sends the
-  client a *mark* (an EVENT with a random nonce), and the client names the last mark it read in
-  each message it sends (``ack``). Replies are delivered in order, so a client that acknowledges a
-  mark has read everything sent before it; a nonce cannot be guessed, so a client cannot
-  acknowledge what it did not read. A client that is busy but reading acknowledges within one of
-  its requests or heartbeats.
+  say what a peer has read, so the server asks. Every message it sends a client carries a *mark* (``mk``,
+  a random nonce) in its own header, and the client names the last mark it read in each message it
+  sends (``ack``). Replies are delivered in order, so a client that acknowledges a mark has read the
+  message that carried it and everything sent before; a nonce cannot be guessed, so a client cannot
+  acknowledge what it did not read. The mark travels inside the message, never after it: a client
+  that has read a reply has read its mark, so a client in lock-step (it reads each reply before it
+  sends its next request) has nothing unread when its request arrives, and is never dropped while the
+  bound holds its largest reply.
 
-The unread bytes of all clients together are bounded too (``max_unread_total``): past it, the client
-with the most unread is dropped.
+  What the server keeps per client is bounded: a mark is *kept* when at least ``max_unread_bytes / 8``
+  bytes were sent since the last kept one (so at most 9 are kept before the client is over its
+  bound), and of the marks between, only the newest. A kept mark is odd, any other even, so the
+  client knows which is which: it names the last mark it read (``ack``) and, when that is not a
+  kept one, also the last kept mark it read (``ackk``). A client that lags behind (it pipelines, and
+  the server has sent more since) gets credit for everything up to its last kept mark, within an
+  eighth of the bound of what it read; an acknowledgement of a mark no longer kept counts for
+  nothing (it is never trusted, only not rewarded).
+
+Every connection is held to these bounds, one without a pool too (a STATUS, a PING or a refused OPEN is
+answered on it): its replies count until it acknowledges them, or until it has been silent for the
+client timeout, when it is forgotten and its connection, if it left replies unread, is ended.
+
+The unread bytes of all connections together are bounded too (``max_unread_total``, kept as a running
+sum, checked at every message): past it, the connection with the most unread is dropped.
 
 A peer over a bound is *dropped*: its pool is closed and its envs released, one warning is logged,
 and the client is told why (an EVENT ``dropped``) as soon as its queue has room, so its calls fail
@@ -35,7 +50,7 @@ from dataclasses import dataclass
 from aioenv.errors import UsageError
 from aioenv.wire.options import positive_int
 
-__all__ = ["DroppedPeers", "PeerLimits", "Sweep", "Unread"]
+__all__ = ["DroppedPeers", "PeerLimits", "Sweep", "Tally", "Unread"]
 
 MIB = 1 << 20
 
@@ -63,43 +78,77 @@ class PeerLimits:
         return max(1, self.max_unread_bytes // 8)
 
 
+class Tally:
+    """The unread bytes of all of a server's connections together (see :class:`Unread`)."""
+
+    __slots__ = ("total",)
+
+    def __init__(self) -> None:
+        self.total = 0
+
+
 class Unread:
-    """Bytes sent to one client that it has not yet shown it read (see the module docstring)."""
+    """Bytes sent to one connection that its peer has not yet shown it read (see the module docstring); every
+    change is added to ``tally``, the sum over all connections."""
 
-    __slots__ = ("_acked", "_every", "_marks", "_next_mark", "sent")
+    __slots__ = ("_acked", "_every", "_kept", "_kept_at", "_newest", "sent", "tally")
 
-    def __init__(self, mark_every: int) -> None:
-        self.sent = 0  # bytes sent to the client
-        self._acked = 0  # ``sent`` when the last mark the client acknowledged was sent
+    def __init__(self, mark_every: int, tally: Tally) -> None:
+        self.sent = 0  # bytes sent to the peer
+        self.tally = tally
+        self._acked = 0  # ``sent`` after the message whose mark the peer last acknowledged
         self._every = mark_every
-        self._next_mark = mark_every
-        self._marks: deque[tuple[int, int]] = deque()  # (nonce, sent at the mark), oldest first
+        self._kept: deque[tuple[int, int]] = deque()  # (nonce, sent after its message), oldest first
+        self._kept_at = 0  # ``sent`` at the newest kept mark
+        self._newest: tuple[int, int] | None = None  # the newest mark, when it is not a kept one
 
     @property
     def unread(self) -> int:
-        """Bytes sent after the last mark the client acknowledged."""
+        """Bytes sent after the last mark the peer acknowledged."""
         return self.sent - self._acked
 
-    def add(self, nbytes: int) -> int | None:
-        """Count a message of ``nbytes`` sent; returns the nonce of a mark to send now, if one is due."""
+    def mark(self) -> int:
+        """A new mark's nonce, for the header of the message about to be sent (then :meth:`add` it): odd when it
+        will be kept (``max_unread_bytes / 8`` were sent since the last kept one), else even."""
+        kept = self.sent - self._kept_at >= self._every
+        return (secrets.randbits(61) + 1) << 1 | kept
+
+    def add(self, nbytes: int, nonce: int) -> None:
+        """Count a message of ``nbytes`` sent, which carried the mark ``nonce`` (from :meth:`mark`)."""
         self.sent += nbytes
-        if self.sent < self._next_mark:
-            return None
-        self._next_mark = self.sent + self._every
-        nonce = secrets.randbits(62) + 1
-        self._marks.append((nonce, self.sent))
-        return nonce
+        self.tally.total += nbytes
+        if nonce & 1:
+            self._kept.append((nonce, self.sent))
+            self._kept_at = self.sent
+            self._newest = None
+        else:
+            self._newest = (nonce, self.sent)
 
     def ack(self, nonce: int) -> None:
-        """The client read the mark ``nonce`` (and so everything sent before it); an unknown nonce counts
-        for nothing."""
-        if not any(n == nonce for n, _ in self._marks):
+        """The peer read the message that carried ``nonce`` (and so everything sent before it); a nonce that is
+        not kept counts for nothing."""
+        if self._newest is not None and self._newest[0] == nonce:
+            self._advance(self._newest[1])
+            self._kept.clear()
+            self._newest = None
             return
-        while self._marks:
-            n, at = self._marks.popleft()
-            self._acked = at
+        if not any(n == nonce for n, _ in self._kept):
+            return
+        while self._kept:
+            n, at = self._kept.popleft()
             if n == nonce:
+                self._advance(at)
                 return
+
+    def release(self) -> None:
+        """Stop counting what this peer has not read (its connection is ended or forgotten)."""
+        self._advance(self.sent)
+        self._kept.clear()
+        self._newest = None
+
+    def _advance(self, acked: int) -> None:
+        self.tally.total -= acked - self._acked
+        self._acked = acked
 
 
 class DroppedPeers:

@@ -15,8 +15,11 @@ before the pool starts: a class or a function defined in the module it names (or
 registers), never anything reached through it: the worker that makes the env checks it before it calls anything
 (:func:`workers.sources.reach`). The server itself never imports a client's module: no env code runs in its
 process. A CALL names a public attribute of the env only: no ``_`` prefix, no dots.
-``max_envs`` (all sessions) and ``max_envs_per_client`` (the pools of one client process) bound
-what may be made; beyond them :class:`~aioenv.errors.CapacityError`.
+``max_envs`` (all sessions) and ``max_envs_per_client`` (the pools of one client) bound what may be
+made, ``max_workers`` and ``max_workers_per_client`` the worker processes (a pool asking for more gets
+what is left); beyond them :class:`~aioenv.errors.CapacityError`. Who a client is (:class:`_Client`):
+with ``auth``, its public key, which its handshake proved; else its connection. The name it sends is
+a label, bounded and shown escaped, never counted by.
 
 Worker hosts: with ``worker_bind``, ``aioenv worker --connect`` processes on any machine join the
 server's :class:`~aioenv.server.fleet.Fleet` and each pool's worker processes are placed on the least-loaded
@@ -42,7 +45,7 @@ import logging
 import secrets
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -54,17 +57,17 @@ from aioenv.transport.auth import ServerAuth
 if TYPE_CHECKING:
     from aioenv.server.metrics import ServerGauges, ServerMetrics
 from aioenv.core.coordinator import Coordinator, reset_builder, step_builder
-from aioenv.core.relay import BlockEntry, PartEntry, encode_parts
+from aioenv.core.relay import BlockEntry, PartEntry, parts_fields
 from aioenv.core.replies import Block
 from aioenv.core.scheduler import Request
 from aioenv.core.sinks import Part
 from aioenv.core.sources import EnvSources, parse_sources
 from aioenv.errors import AioEnvError, CapacityError, ConnectionLost, PoolClosed, ProtocolError, UsageError
-from aioenv.logs import peer_name
+from aioenv.logs import peer_name, printable
 from aioenv.server.allow import AllowList
 from aioenv.server.fleet import Fleet
-from aioenv.server.peers import DroppedPeers, PeerLimits, Sweep, Unread
-from aioenv.transport.router import Peer, Router, Sent
+from aioenv.server.peers import DroppedPeers, PeerLimits, Sweep, Tally, Unread
+from aioenv.transport.router import Peer, Router
 from aioenv.transport.slab import Slab
 from aioenv.transport.spawn import usable_cpus, warm_up
 from aioenv.transport.stream import StreamRouter, is_stream
@@ -78,6 +81,7 @@ from aioenv.wire.options import (
     Executor,
     OnTimeout,
     choice,
+    client_label,
     positive_int,
 )
 from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire
@@ -89,7 +93,10 @@ __all__ = ["Server", "ServerConfig"]
 log = logging.getLogger("aioenv.server")
 
 _KINDS = {Op.STEP: "step", Op.RESET: "reset", Op.CALL: "call"}
-_LARGE = 1 << 18  # a message this large (or a mark) makes the server check all clients' unread bytes together
+#: The longest env name an OPEN may carry (names are kept per pool and shown in the status).
+_MAX_ENV_NAME = 256
+#: Pools listed one by one in a STATUS reply (the rest are counted), so that the reply has a bounded size.
+_STATUS_POOLS = 100
 _OPERATIONAL = frozenset(("StepTimeout", "WorkerCrashed", "ProtocolError", "CapacityError"))  # logged as warnings
 
 
@@ -100,9 +107,11 @@ class ServerConfig:
     bind: str = "tcp://0.0.0.0:5555"
     executor: Executor = "inline"
     workers: int | None = None
-    max_envs: int | None = None
+    max_envs: int | None = field(default_factory=lambda: default_max_envs())  # None: no bound
     max_envs_per_client: int | None = None
-    max_pools_per_client: int | None = 64  # open pools of one client process (each holds worker processes)
+    max_pools_per_client: int | None = 64  # open pools of one client (see Server._who: who a client is)
+    max_workers: int | None = field(default_factory=lambda: default_max_workers())  # all pools' worker processes
+    max_workers_per_client: int | None = field(default_factory=lambda: default_max_workers_per_client())
     allow: Sequence[str] = ()  # env name patterns (aioenv.server.allow); none: gymnasium ids only
     allow_kwargs: Sequence[str] = ()  # "PATTERN=NAME,..." env_kwargs clients may pass; none: no env_kwargs
     client_timeout: float = 10.0
@@ -112,6 +121,21 @@ class ServerConfig:
     local_capacity: int | None = None  # with worker_bind: envs the server hosts itself (None: as a last resort)
     worker_timeout: float = 10.0  # with worker_bind: seconds of silence before a worker host is dropped
     limits: PeerLimits = field(default_factory=PeerLimits)  # what one client may make the server hold
+
+
+def default_max_envs() -> int:
+    """``aioenv serve --max-envs`` by default: 256 envs per usable core."""
+    return 256 * usable_cpus()
+
+
+def default_max_workers() -> int:
+    """``aioenv serve --max-workers`` by default: 4 worker processes per usable core, all clients together."""
+    return 4 * usable_cpus()
+
+
+def default_max_workers_per_client() -> int:
+    """``aioenv serve --max-workers-per-client`` by default: 2 worker processes per usable core."""
+    return 2 * usable_cpus()
 
 
 def _unportable(described: dict[str, Any]) -> str:
@@ -138,10 +162,21 @@ class _PoolOptions:
     max_worker_rss: int | None
 
 
+@dataclass(frozen=True)
+class _Client:
+    """Who opens a pool, for the limits per client and the status: ``key`` is what the server knows (with
+    ``--auth`` the client's public key, which its handshake proved; else its connection), ``shown`` how logs
+    and the status name it, ``label`` the name the client gave itself (shown, never trusted)."""
+
+    key: bytes
+    shown: str
+    label: str
+
+
 @dataclass(eq=False)
 class _Session:
     identity: bytes
-    client: str
+    client: str  # as logs name it (_Client.shown)
     env: str
     num_envs: int
     coord: Coordinator
@@ -149,7 +184,19 @@ class _Session:
     outlet: _Outlet
     unread: Unread
     socket: Peer | None  # the connection it opened the pool on (to cut it off when it is dropped)
+    who: _Client
+    workers: int  # worker processes of the pool
     opened: float = field(default_factory=time.time)
+
+
+@dataclass(eq=False)
+class _Loose:
+    """A connection without a pool (a STATUS, a PING, a refused OPEN): what it has not read counts against the
+    bounds as a pool's does, until it has been silent for the client timeout."""
+
+    unread: Unread
+    last_seen: float
+    socket: Peer | None
 
 
 class _Outlet:
@@ -222,9 +269,7 @@ class _Relay:
 
     def fail(self, exc: BaseException) -> None:
         err = exc if isinstance(exc, AioEnvError) else PoolClosed(str(exc))
-        self.outlet.server.send(
-            self.outlet.identity, encode(Op.ERROR, {Key.ID: self.req_id, Key.ERROR: relay_wire(err)})
-        )
+        self.outlet.server.send(self.outlet.identity, Op.ERROR, {Key.ID: self.req_id, Key.ERROR: relay_wire(err)})
 
 
 class Server:
@@ -234,7 +279,9 @@ class Server:
         self.config = config
         self.allow = AllowList(config.allow, config.allow_kwargs)  # ValueError for a pattern it could not serve
         self.sessions: dict[bytes, _Session] = {}
-        self._opening: dict[bytes, tuple[str, int]] = {}  # identity -> (client, envs) while being made
+        self._opening: dict[bytes, tuple[_Client, int, int]] = {}  # identity -> (client, envs, workers) while made
+        self._loose: dict[bytes, _Loose] = {}  # connections without a pool that were answered (see _Loose)
+        self._tally = Tally()  # the unread bytes of every connection together
         self._tasks: set[asyncio.Future[Any]] = set()
         self._router: Router | StreamRouter | None = None
         self.started = time.time()
@@ -319,7 +366,7 @@ class Server:
             self._reaper.cancel()
         sessions = list(self.sessions.values())
         for session in sessions:  # idle clients learn at once, not at their heartbeat timeout
-            self.send(session.identity, encode(Op.EVENT, {Key.EVENT: "closing"}))
+            self.send(session.identity, Op.EVENT, {Key.EVENT: "closing"})
         self.sessions.clear()
         await asyncio.gather(*(s.coord.aclose() for s in sessions), return_exceptions=True)
         for task in list(self._tasks):
@@ -349,67 +396,81 @@ class Server:
     def _send_queued(self, identity: bytes) -> None:
         parts = self._outbox.pop(identity, None)
         if parts:
-            self._transmit(identity, encode_parts(parts))
+            self._transmit(identity, Op.RESULT, *parts_fields(parts))
 
-    def send(self, identity: bytes, frames: list[Any]) -> None:
+    def send(self, identity: bytes, op: str, fields: dict[str, Any]) -> None:
         """Send to a client (after the rows queued for it: a request's error never overtakes its rows); a
         client that is gone is dropped silently (its session will be reaped)."""
         if identity in self._outbox:
             self._send_queued(identity)
-        self._transmit(identity, frames)
+        self._transmit(identity, op, fields)
 
-    def _transmit(self, identity: bytes, frames: list[Any]) -> None:
-        """Hand a message to ZeroMQ and hold the client to its bounds (:mod:`aioenv.server.peers`): a
-        message that would take it over its unread bytes, or that meets its full queue, drops it."""
+    def _transmit(self, identity: bytes, op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray] = ()) -> None:
+        """Hand a message to ZeroMQ, with its mark, and hold the connection to its bounds
+        (:mod:`aioenv.server.peers`): a message that would take it over its unread bytes, or that meets its full
+        queue, drops it; one that takes all connections together over theirs drops the one with the most."""
         router, limits = self._router, self.config.limits
         if router is None:
             return
-        session = self.sessions.get(identity)
-        nbytes = frames_nbytes(frames) if session is not None else 0
-        if session is not None and session.unread.unread + nbytes > limits.max_unread_bytes:
+        unread = self._unread_of(identity)
+        fields[Key.MARK] = nonce = unread.mark()
+        frames = encode(op, fields, arrays)
+        nbytes = frames_nbytes(frames)
+        if unread.unread + nbytes > limits.max_unread_bytes:
             why = (
-                f"{session.unread.unread + nbytes} bytes of replies sent to it would be unread "
+                f"{unread.unread + nbytes} bytes of replies sent to it would be unread "
                 f"(the bound is {limits.max_unread_bytes}: aioenv serve --max-unread-bytes)"
             )
             self._drop(identity, why)
             return
         try:
             sent = router.offer(identity, frames)
-            if sent == "sent" and session is not None:
-                sent = self._count_unread(session, nbytes)
         except zmq.ZMQError:  # the socket is closed (shutdown)
             return
-        if sent == "full":
-            self._drop(identity, f"{limits.max_queued} messages are queued for it unread (aioenv serve --max-queued)")
+        if sent == "sent":
+            unread.add(nbytes, nonce)
+            if self._tally.total > limits.max_unread_total:
+                self._bound_unread_total()
+        elif (
+            sent == "full"
+        ):  # a connection without a pool stays: ZeroMQ holds at most --max-queued small replies for it
+            why = f"{limits.max_queued} messages are queued for it unread (aioenv serve --max-queued)"
+            self._drop(identity, why, cut=identity in self.sessions)
 
-    def _count_unread(self, session: _Session, nbytes: int) -> Sent:
-        """Count a message sent to ``session``'s client: send a mark when one is due, and check every client's
-        unread bytes together after a large message or a mark."""
-        sent: Sent = "sent"
-        nonce = session.unread.add(nbytes)
-        if nonce is not None and self._router is not None:
-            sent = self._router.offer(session.identity, encode(Op.EVENT, {Key.EVENT: "mark", Key.ID: nonce}))
-        if nbytes >= _LARGE or nonce is not None:
-            self._bound_unread_total()
-        return sent
+    def _unread_of(self, identity: bytes) -> Unread:
+        """The count of what the connection ``identity`` has not read: its pool's, or its own as a connection
+        without a pool (kept from now on, see :class:`_Loose`)."""
+        session = self.sessions.get(identity)
+        if session is not None:
+            return session.unread
+        loose = self._loose.get(identity)
+        if loose is None:
+            unread = Unread(self.config.limits.mark_every, self._tally)
+            loose = self._loose[identity] = _Loose(unread, time.monotonic(), None)
+        return loose.unread
 
     def _bound_unread_total(self) -> None:
-        """All clients' unread bytes together within ``max_unread_total``: past it, drop the client with the
-        most (checked after large messages and marks only: a sum over the sessions)."""
+        """All connections' unread bytes together within ``max_unread_total``: past it, drop the one with the
+        most (its pool's envs released, its connection ended)."""
         limit = self.config.limits.max_unread_total
-        total = sum(s.unread.unread for s in self.sessions.values())
-        if total > limit:
-            worst = max(self.sessions.values(), key=lambda s: s.unread.unread)
-            why = (
-                f"the server's clients together have {total} bytes of replies unread (the bound is {limit}: "
-                f"aioenv serve --max-unread-total), and this client had the most ({worst.unread.unread})"
-            )
-            self._drop(worst.identity, why)
+        total = self._tally.total
+        counts = [(s.unread, i) for i, s in self.sessions.items()] + [(c.unread, i) for i, c in self._loose.items()]
+        worst, identity = max(counts, key=lambda pair: pair[0].unread)
+        why = (
+            f"the server's clients together have {total} bytes of replies unread (the bound is {limit}: "
+            f"aioenv serve --max-unread-total), and this client had the most ({worst.unread})"
+        )
+        self._drop(identity, why)
 
-    def _drop(self, identity: bytes, why: str) -> None:
-        """Drop a client over its bounds: close its pool, forget its queued rows, log once."""
+    def _drop(self, identity: bytes, why: str, *, cut: bool = True) -> None:
+        """Drop a client over its bounds: close its pool, forget its queued rows, end its connection (``cut``),
+        log once."""
         self._outbox.pop(identity, None)
         session = self.sessions.pop(identity, None)
+        loose = self._loose.pop(identity, None)
+        for count in (session, loose):
+            if count is not None:
+                count.unread.release()
         if self._dropped.add(identity, why):
             log.warning(
                 "client %s dropped: %s%s",
@@ -421,10 +482,11 @@ class Server:
         self._tell_dropped(identity, why)  # before its requests' PoolClosed errors, when its queue has room
         if session is not None:
             self._spawn(session.coord.aclose())
-            if session.socket is not None:
-                # What ZeroMQ queued for it stays until its connection ends: end it (a client of aioenv
-                # reconnects, and is told at its next heartbeat why it was dropped).
-                session.socket.cut()
+        socket = session.socket if session is not None else loose.socket if loose is not None else None
+        if socket is not None and cut:
+            # What ZeroMQ queued for it stays until its connection ends: end it (a client of aioenv
+            # reconnects, and is told at its next heartbeat why it was dropped).
+            socket.cut()
 
     def _tell_dropped(self, identity: bytes, why: str) -> None:
         if self._router is not None:
@@ -448,22 +510,24 @@ class Server:
             session = self.sessions.get(identity)
             if session is not None:
                 session.last_seen = time.monotonic()
-                _acknowledge(session, header)
-            elif (why := self._dropped.why(identity)) is not None:  # tell it again, in case its queue was full
-                self._tell_dropped(identity, why)
+                _acknowledge(session.unread, header)
+            else:
+                self._heard_loose(identity, header, frames)
+                if (why := self._dropped.why(identity)) is not None:  # tell it again, in case its queue was full
+                    self._tell_dropped(identity, why)
             if op == Op.PING:
-                self.send(identity, encode(Op.PONG, {Key.ID: req_id}))
+                self.send(identity, Op.PONG, {Key.ID: req_id})
             elif op in _KINDS:
                 if session is None:
                     raise UsageError("this client has no open pool on the server (it was closed or timed out)")
                 self._submit(session, _KINDS[op], header, arrays)
             elif op == Op.OPEN:
                 peer = self._router.peer(identity, frames[0]) if self._router is not None else None
-                self._spawn(self._open(identity, req_id, header, peer))
+                self._spawn(self._open(identity, req_id, header, peer, self._who(identity, frames[0], header)))
             elif op == Op.CLOSE:
                 self._spawn(self._close(identity, req_id))
             elif op == Op.STATUS:
-                self.send(identity, encode(Op.RESULT, {Key.ID: req_id, **self.status()}))
+                self.send(identity, Op.RESULT, {Key.ID: req_id, **self.status()})
             elif op == Op.JOIN:
                 where = f"at {self.fleet.endpoint}" if self.fleet is not None else "nowhere: it has no --worker-bind"
                 raise UsageError(f"this is the server's client port: worker hosts join {where}")
@@ -472,20 +536,52 @@ class Server:
         except AioEnvError as exc:
             if isinstance(exc, ProtocolError):
                 self.protocol_errors += 1
-                log.warning("protocol error from client %s: %s", peer_name(identity), exc)
+                log.warning("protocol error from client %s: %s", self._shown(identity), exc)
             self._refuse(identity, req_id, exc)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             self.protocol_errors += 1
             err = ProtocolError(f"malformed request: {type(exc).__name__}: {exc}")
-            log.warning("protocol error from client %s: %s", peer_name(identity), err)
+            log.warning("protocol error from client %s: %s", self._shown(identity), err)
             self._refuse(identity, req_id, err)
+
+    def _heard_loose(self, identity: bytes, header: dict[str, Any], frames: list[Any]) -> None:
+        """A message from a connection without a pool: the marks it read count, and it is not yet silent."""
+        loose = self._loose.get(identity)
+        if loose is not None:
+            loose.last_seen = time.monotonic()
+            if loose.socket is None and self._router is not None:
+                loose.socket = self._router.peer(identity, frames[0])
+            _acknowledge(loose.unread, header)
+
+    def _who(self, identity: bytes, frame: Any, header: dict[str, Any]) -> _Client:
+        """Who the client opening a pool is. With ``--auth``: its public key (ZAP's user id, the key its CURVE
+        handshake proved), shown by the name of its key file; else its connection, shown by its ZeroMQ identity
+        (or unix-socket connection). The name it sent (``client``) is a label only, checked for its length and
+        printability (a ``UsageError`` at OPEN otherwise)."""
+        try:
+            label = client_label(header.get(Key.CLIENT), error=UsageError)
+        except UsageError:
+            label = ""  # refused at OPEN (_check_open), with the reason
+        user = self._auth.user(frame) if self._auth is not None else None
+        if self._auth is not None and user is not None:
+            return _Client(b"key:" + user.encode(), self._auth.holder(user), label)
+        return _Client(b"connection:" + identity, peer_name(identity), label)
+
+    def _shown(self, identity: bytes) -> str:
+        """How logs name the client of the connection ``identity``."""
+        session = self.sessions.get(identity)
+        return session.client if session is not None else peer_name(identity)
 
     def _on_gone(self, identity: bytes, reason: str, eof: bool) -> None:
         """A client's unix-socket connection ended (``eof``: it closed it or exited; else it sent bytes that are no
         message, or one over --max-message-bytes): its pool is closed now, not after --client-timeout of silence."""
         self._outbox.pop(identity, None)
         session = self.sessions.pop(identity, None)
-        name = (session.client if session is not None else "") or peer_name(identity)
+        loose = self._loose.pop(identity, None)
+        for count in (session, loose):
+            if count is not None:
+                count.unread.release()
+        name = session.client if session is not None else peer_name(identity)
         if not eof:
             self.protocol_errors += 1
             log.warning("protocol error from client %s: it %s; its connection is closed", name, reason)
@@ -496,7 +592,7 @@ class Server:
     def _refuse(self, identity: bytes, req_id: Any, err: AioEnvError) -> None:
         """Answer a request (or a message too broken to have an id) with an error."""
         fields = {Key.ID: req_id if isinstance(req_id, int) else None, Key.ERROR: relay_wire(err)}
-        self.send(identity, encode(Op.ERROR, fields))
+        self.send(identity, Op.ERROR, fields)
 
     def _submit(self, session: _Session, kind: str, header: dict[str, Any], arrays: list[np.ndarray]) -> None:
         coord = session.coord
@@ -532,28 +628,32 @@ class Server:
 
     # ------------------------------------------------------------ sessions
 
-    async def _open(self, identity: bytes, req_id: Any, header: dict[str, Any], sock: Peer | None) -> None:
+    async def _open(
+        self, identity: bytes, req_id: Any, header: dict[str, Any], sock: Peer | None, who: _Client
+    ) -> None:
         try:
-            reply = await self._make_session(identity, header, sock)
+            reply = await self._make_session(identity, header, sock, who)
         except AioEnvError as exc:
-            log.info("refused a pool for client %s: %s", peer_name(identity), exc.message)
-            self.send(identity, encode(Op.ERROR, {Key.ID: req_id, Key.ERROR: relay_wire(exc)}))
+            log.info("refused a pool for client %s: %s", who.shown, exc.message)
+            self.send(identity, Op.ERROR, {Key.ID: req_id, Key.ERROR: relay_wire(exc)})
         except (KeyError, TypeError, ValueError) as exc:
             err = UsageError(f"cannot open the pool: {exc}")
-            log.info("refused a pool for client %s: %s", peer_name(identity), err.message)
-            self.send(identity, encode(Op.ERROR, {Key.ID: req_id, Key.ERROR: relay_wire(err)}))
+            log.info("refused a pool for client %s: %s", who.shown, err.message)
+            self.send(identity, Op.ERROR, {Key.ID: req_id, Key.ERROR: relay_wire(err)})
         else:
-            self.send(identity, encode(Op.RESULT, {Key.ID: req_id, **reply}))
+            self.send(identity, Op.RESULT, {Key.ID: req_id, **reply})
 
-    async def _make_session(self, identity: bytes, header: dict[str, Any], sock: Peer | None) -> dict[str, Any]:
+    async def _make_session(
+        self, identity: bytes, header: dict[str, Any], sock: Peer | None, who: _Client
+    ) -> dict[str, Any]:
         """Open a client's pool: check the request and the limits, start its coordinator, keep it as a session;
         returns the OPEN reply's fields (the envs' spaces and how the pool runs)."""
-        env, n, client = self._check_open(identity, header)
-        self._admit(client, n)
+        env, n, _ = self._check_open(identity, header)
         opts = self._pool_options(header, n)
         self.allow.check(env, opts.env_kwargs)
+        opts = replace(opts, workers=self._admit(who, n, opts.workers))
         sources, _ = parse_sources(env, n, opts.env_kwargs, None, strict=True)
-        self._opening[identity] = (client, n)
+        self._opening[identity] = (who, n, opts.workers)
         try:
             coord, described = await self._start_coordinator(identity, n, sources, opts)
         finally:
@@ -564,11 +664,21 @@ class Server:
             if gone:  # the client's unix-socket connection ended meanwhile: nobody would ever close this pool
                 raise ConnectionLost("the client's connection ended while its pool was being made")
             raise PoolClosed("the server is shutting down") if self.closing else UsageError(why)
-        name = client or peer_name(identity)
-        outlet = _Outlet(self, identity, name)
-        unread = Unread(self.config.limits.mark_every)
-        self.sessions[identity] = _Session(identity, client, env, n, coord, time.monotonic(), outlet, unread, sock)
-        log.info("client %s opened %d %s envs on %d %s workers", name, n, env, opts.workers, opts.executor)
+        outlet = _Outlet(self, identity, who.shown)
+        loose = self._loose.pop(identity, None)  # what it was sent before it had a pool counts on
+        unread = loose.unread if loose is not None else Unread(self.config.limits.mark_every, self._tally)
+        self.sessions[identity] = _Session(
+            identity, who.shown, env, n, coord, time.monotonic(), outlet, unread, sock, who, opts.workers
+        )
+        log.info(
+            "client %s (named %r) opened %d %s envs on %d %s workers",
+            who.shown,
+            who.label,
+            n,
+            printable(env),
+            opts.workers,
+            opts.executor,
+        )
         chosen = {
             "num_workers": opts.workers,
             "executor": opts.executor,
@@ -584,9 +694,17 @@ class Server:
             raise UsageError("this client connection already has a pool")
         if (why := self._dropped.why(identity)) is not None:
             raise UsageError(f"this client connection was dropped ({why}): open a pool on a new connection")
-        env, n, client = header.get(Key.ENV), header.get(Key.NUM_ENVS), str(header.get(Key.CLIENT, ""))
-        if not isinstance(env, str) or not env:
-            raise UsageError(f"env must be a name (a gymnasium id or 'pkg.module:factory'), got {env!r}")
+        env, n, client = (
+            header.get(Key.ENV),
+            header.get(Key.NUM_ENVS),
+            client_label(header.get(Key.CLIENT), error=UsageError),
+        )
+        if not isinstance(env, str) or not env or len(env) > _MAX_ENV_NAME:
+            shown = f"a name of {len(env)} characters" if isinstance(env, str) and env else repr(env)[:64]
+            raise UsageError(
+                f"env must be a name (a gymnasium id or 'pkg.module:factory') of at most {_MAX_ENV_NAME} characters, "
+                f"got {shown}"
+            )
         n = positive_int("num_envs", n, error=UsageError)
         return env, n, client
 
@@ -637,9 +755,7 @@ class Server:
                 Coordinator.private_directory(),
                 autoreset_mode=opts.autoreset_mode,
                 executor=opts.executor,
-                on_remade=lambda ids: self.send(
-                    identity, encode(Op.EVENT, {Key.EVENT: "remade", Key.ENV: ids.tolist()})
-                ),
+                on_remade=lambda ids: self.send(identity, Op.EVENT, {Key.EVENT: "remade", Key.ENV: ids.tolist()}),
                 max_concurrency=opts.max_concurrency,
                 on_timeout=opts.on_timeout,
                 max_worker_rss=opts.max_worker_rss,
@@ -657,36 +773,49 @@ class Server:
                 ) from exc
             raise
 
-    def _admit(self, client: str, n: int) -> None:
-        active = sum(s.num_envs for s in self.sessions.values()) + sum(k for _, k in self._opening.values())
+    def _admit(self, who: _Client, n: int, workers: int) -> int:
+        """Check that ``who`` may make ``n`` more envs (a ``CapacityError`` says which limit refuses them); returns
+        the worker processes its pool gets: ``workers``, or fewer if the caps on worker processes leave fewer."""
+        held = [(s.who, s.num_envs, s.workers) for s in self.sessions.values()] + list(self._opening.values())
+        mine = [(k, w) for c, k, w in held if c.key == who.key]
+        active = sum(k for _, k, _ in held)
         limit = self.config.max_envs
         if limit is not None and active + n > limit:
             raise CapacityError(f"cannot make {n} more envs: {active} are active and the server allows {limit} in all")
         per = self.config.max_envs_per_client
-        if per is not None:
-            mine = sum(s.num_envs for s in self.sessions.values() if s.client == client)
-            mine += sum(k for c, k in self._opening.values() if c == client)
-            if mine + n > per:
-                raise CapacityError(
-                    f"cannot make {n} more envs for this client: it has {mine} active and the server allows "
-                    f"{per} per client"
-                )
+        if per is not None and sum(k for k, _ in mine) + n > per:
+            raise CapacityError(
+                f"cannot make {n} more envs for client {who.shown}: it has {sum(k for k, _ in mine)} active and the "
+                f"server allows {per} per client (aioenv serve --max-envs-per-client)"
+            )
         pools = self.config.max_pools_per_client
-        if pools is not None:
-            mine = sum(s.client == client for s in self.sessions.values())
-            mine += sum(c == client for c, _ in self._opening.values())
-            if mine + 1 > pools:
+        if pools is not None and len(mine) + 1 > pools:
+            raise CapacityError(
+                f"cannot open another pool for client {who.shown}: it has {len(mine)} open and the server allows "
+                f"{pools} per client (aioenv serve --max-pools-per-client)"
+            )
+        room = workers
+        for cap, used, flag in (
+            (self.config.max_workers, sum(w for _, _, w in held), "--max-workers"),
+            (self.config.max_workers_per_client, sum(w for _, w in mine), "--max-workers-per-client"),
+        ):
+            if cap is not None and used >= cap:
+                whose = "the server's pools" if flag == "--max-workers" else f"client {who.shown}'s pools"
                 raise CapacityError(
-                    f"cannot open another pool for this client: it has {mine} open and the server allows {pools} "
-                    "per client (aioenv serve --max-pools-per-client)"
+                    f"cannot start a worker process for {n} more envs: {whose} hold {used} and the server allows "
+                    f"{cap} (aioenv serve {flag})"
                 )
+            if cap is not None:
+                room = min(room, cap - used)
+        return room
 
     async def _close(self, identity: bytes, req_id: Any) -> None:
         session = self.sessions.pop(identity, None)
-        if session is not None:
+        if session is not None:  # what it has not read counts on, as a connection without a pool's
+            self._loose[identity] = _Loose(session.unread, time.monotonic(), session.socket)
             await session.coord.aclose()
-            log.info("client %s closed its %d %s envs", session.client, session.num_envs, session.env)
-        self.send(identity, encode(Op.RESULT, {Key.ID: req_id}))
+            log.info("client %s closed its %d %s envs", session.client, session.num_envs, printable(session.env))
+        self.send(identity, Op.RESULT, {Key.ID: req_id})
 
     def _reap(self) -> None:
         now, late = time.monotonic(), self._sweep.late()
@@ -700,7 +829,15 @@ class Server:
                     now - session.last_seen,
                     session.num_envs,
                 )
+                session.unread.release()
                 self._spawn(session.coord.aclose())
+        for identity, loose in list(self._loose.items()):
+            loose.last_seen += late
+            if now - loose.last_seen > self.config.client_timeout:  # forgotten; what it left unread is freed
+                del self._loose[identity]
+                if loose.unread.unread and loose.socket is not None:
+                    loose.socket.cut()
+                loose.unread.release()
         if not self.closing:
             self._reaper = asyncio.get_running_loop().call_later(self._sweep.interval, self._reap)
 
@@ -714,7 +851,7 @@ class Server:
             made=sum(s.num_envs for s in sessions),
             busy=sum(int(np.count_nonzero(s.coord.sched.busy)) for s in sessions),
             in_flight=sum(len(s.coord.sched.requests) for s in sessions),
-            clients=len({s.client for s in sessions}),
+            clients=len({s.who.key for s in sessions}),
             pools=len(sessions),
             workers=sum(1 for slot in slots if slot.proc is not None),
             restarts=sum(slot.restarts for slot in slots),
@@ -733,14 +870,19 @@ class Server:
             "endpoint": self.endpoint,
             "uptime": time.time() - self.started,
             "sessions": len(sessions),
-            "clients": len({s.client for s in sessions}),
+            "clients": len({s.who.key for s in sessions}),
             "envs": sum(s.num_envs for s in sessions),
             "in_flight": sum(len(s.coord.sched.requests) for s in sessions),
             "max_envs": self.config.max_envs,
             "max_envs_per_client": self.config.max_envs_per_client,
             "max_pools_per_client": self.config.max_pools_per_client,
+            "workers": sum(s.workers for s in sessions),
+            "max_workers": self.config.max_workers,
+            "max_workers_per_client": self.config.max_workers_per_client,
             "protocol_errors": self.all_protocol_errors,
-            "pools": [[s.client, s.env, s.num_envs] for s in sessions],
+            # [client, env, envs, the name it gave itself]; at most _STATUS_POOLS, the rest counted
+            "pools": [[s.client, s.env, s.num_envs, s.who.label] for s in sessions[:_STATUS_POOLS]],
+            "pools_not_listed": max(0, len(sessions) - _STATUS_POOLS),
             "worker_endpoint": self.fleet.endpoint if self.fleet else None,
             "hosts": self.fleet.status() if self.fleet else [],
         }
@@ -793,13 +935,15 @@ def _request_id(header: dict[str, Any]) -> int | None:
     return req_id
 
 
-def _acknowledge(session: _Session, header: dict[str, Any]) -> None:
-    """The mark a client says it read (``ack``, see :mod:`aioenv.server.peers`), if it names one."""
-    ack = header.get(Key.ACK)
-    if ack is not None:
-        if type(ack) is not int:
-            raise ProtocolError(f"'ack' must be an int, got a {type(ack).__name__}")
-        session.unread.ack(ack)
+def _acknowledge(unread: Unread, header: dict[str, Any]) -> None:
+    """The marks a client says it read (``ackk``, the last kept one, then ``ack``, the last one; see
+    :mod:`aioenv.server.peers`), if it names them."""
+    for key in (Key.ACK_KEPT, Key.ACK):
+        ack = header.get(key)
+        if ack is not None:
+            if type(ack) is not int:
+                raise ProtocolError(f"{key!r} must be an int, got a {type(ack).__name__}")
+            unread.ack(ack)
 
 
 def _flag(header: dict[str, Any], key: str) -> bool:

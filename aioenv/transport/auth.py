@@ -79,6 +79,7 @@ class ServerAuth:
         clients = {name: key for name, key in clients.items() if name != "server.key" and key != self.public}
         self.admitted = sorted(clients)
         self._keys = frozenset(clients.values())
+        self._holders = {key.decode("ascii"): name.removesuffix(".key") for name, key in clients.items()}
         self._authenticator: Any = None
         self.refusals = Refusals()
 
@@ -88,6 +89,20 @@ class ServerAuth:
             return True
         self.refusals.refused(key)
         return False
+
+    def user(self, frame: Any) -> str | None:
+        """The client a received message (``frame``, one of its frames) came from: the public key (z85) its CURVE
+        handshake proved, which the ZAP handler gave its connection as user id; None when ZeroMQ cannot say."""
+        try:
+            user = frame.get("User-Id")
+        except (zmq.ZMQError, AttributeError, TypeError):
+            return None
+        return user if isinstance(user, str) and user in self._holders else None
+
+    def holder(self, user: str) -> str:
+        """How logs and the status name the client of public key ``user``: its key file's name (``alice`` for
+        ``alice.key``)."""
+        return self._holders.get(user, f"key {user[:8]}...")
 
     def start(self) -> None:
         """Start the ZAP handler (in this event loop) that checks peers' keys."""

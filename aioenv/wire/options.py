@@ -22,7 +22,9 @@ __all__ = [
     "Executor",
     "OnTimeout",
     "PoolExecutor",
+    "MAX_LABEL",
     "choice",
+    "client_label",
     "is_int",
     "positive_int",
     "positive_seconds",
@@ -47,6 +49,25 @@ AUTORESET_MODES: tuple[AutoresetName, ...] = get_args(AutoresetName)
 #: What a step past its deadline becomes: a ``StepTimeout`` error, or a truncated row.
 OnTimeout = Literal["error", "truncate"]
 ON_TIMEOUT: tuple[OnTimeout, ...] = get_args(OnTimeout)
+
+
+#: The longest client name (a label the client chooses for itself, shown in a server's log and status).
+MAX_LABEL = 128
+
+
+def client_label(value: Any, *, error: type[Exception] = ValueError) -> str:
+    """``value`` if it can be a client's name: printable text (no control characters, no newline) of at most
+    :data:`MAX_LABEL` characters, or empty; else ``error`` saying what a name must be and what arrived (a
+    length and a type, never the bytes themselves)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise error(f"a client name must be text, got a {type(value).__name__}")
+    if len(value) > MAX_LABEL:
+        raise error(f"a client name is at most {MAX_LABEL} characters, got {len(value)}")
+    if not value.isprintable():
+        raise error(f"a client name must be printable text (no control characters), got {value!r}")
+    return value
 
 
 def choice(name: str, value: Any, allowed: tuple[Name, ...], *, error: type[Exception] = ValueError) -> Name:

@@ -157,8 +157,10 @@ class Key:
     BLOCKS = "blk"  # a block of PARTS: [[request id, positions, start], ...]
     ERROR = "error"  # ERROR: the error description of a request that failed as a whole
     SPACES = "spaces"  # RESULT of MAKE or OPEN: the envs' descriptions
-    EVENT = "ev"  # EVENT: what happened ("remade", "closing", "mark" with a nonce as ID, "dropped" with ERROR)
-    ACK = "ack"  # a client's message to a server: the nonce of the last "mark" it read (aioenv.server.peers)
+    EVENT = "ev"  # EVENT: what happened ("remade", "closing", "dropped" with ERROR)
+    MARK = "mk"  # a server's message to a client: a nonce the client acknowledges once it read it (aioenv.server.peers)
+    ACK = "ack"  # a client's message to a server: the last mark it read (aioenv.server.peers)
+    ACK_KEPT = "ackk"  # a client's message to a server: the last kept (odd) mark it read, when "ack" is not one
     TIMEOUT = "to"  # a request to a server: its deadline in seconds
     CLIENT = "client"  # OPEN: the client process's id
     NUM_ENVS = "n"  # OPEN: num_envs

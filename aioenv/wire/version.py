@@ -5,6 +5,7 @@ speaking another version is refused with a message naming both. Bump it on any
 change to the message layout in :mod:`aioenv.wire.protocol`.
 """
 
-#: 5: a batched info's numeric columns travel as raw arrays ("bcol"); 4: clients acknowledge a server's "mark"
-#: events ("ack"); 3: "blk" entries.
-PROTOCOL_VERSION: int = 5
+#: 6: every message of a server to a client carries its mark ("mk"), no "mark" events; 5: a batched info's
+#: numeric columns travel as raw arrays ("bcol"); 4: clients acknowledge a server's "mark" events ("ack"); 3: "blk"
+#: entries.
+PROTOCOL_VERSION: int = 6

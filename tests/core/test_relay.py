@@ -71,7 +71,7 @@ async def test_a_servers_queued_rows_leave_before_anything_else_it_sends_that_cl
         rows = Part(np.array([0]), [np.zeros((1, 2), np.float32)], None)
         server.queue(b"c1", PartEntry(5, rows, np.array([0])))
         server.queue(b"c1", PartEntry(6, rows, np.array([0])))
-        server.send(b"c1", encode(Op.ERROR, {"id": 5, "error": None}))  # sent at once, after the queued rows
+        server.send(b"c1", Op.ERROR, {"id": 5, "error": None})  # sent at once, after the queued rows
         first, second = await receive(), await receive()
         assert [s["id"] for s in first["parts"]] == [5, 6]
         assert (second["op"], second["id"]) == (Op.ERROR, 5)

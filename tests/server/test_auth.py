@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,19 +16,7 @@ from aioenv.core import remote
 from aioenv.server.status import fetch_status
 from aioenv.transport.auth import Refusals
 from tests.support.procs import HANG
-from tests.support.scripts import ROOT
-from tests.support.servers import ServerProcess
-
-
-def _keygen(directory: Path, name: str) -> None:
-    made = subprocess.run(
-        [sys.executable, "-m", "aioenv.cli", "keygen", str(directory), "--name", name],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-    )
-    assert made.returncode == 0, made.stderr
+from tests.support.servers import ServerProcess, keygen
 
 
 class _RecordingProxy:
@@ -80,7 +66,7 @@ def test_a_replayed_handshake_and_requests_get_no_session(tmp_path: Path) -> Non
     new connection: CURVE's per-connection cookie refuses it, and the server makes nothing for it."""
     keys = tmp_path / "keys"
     for name in ("server", "alice"):
-        _keygen(keys, name)
+        keygen(keys, name)
     alice = (str(keys / "alice.key_secret"), str(keys / "server.key"))
     srv = ServerProcess("--allow-env", "CartPole-v1", "--auth", str(keys))
     try:
@@ -132,7 +118,7 @@ def test_refused_keys_are_logged_once_and_never_a_key(tmp_path: Path, monkeypatc
     monkeypatch.setattr(remote, "SERVER_TIMEOUT", 1.5)
     keys, strangers = tmp_path / "keys", tmp_path / "strangers"
     for directory, name in ((keys, "server"), (keys, "alice"), (strangers, "mallory")):
-        _keygen(directory, name)
+        keygen(directory, name)
     srv = ServerProcess("--allow-env", "CartPole-v1", "--auth", str(keys))
     try:
         mallory = (str(strangers / "mallory.key_secret"), str(keys / "server.key"))
@@ -177,7 +163,7 @@ def test_a_refusal_line_says_how_many_were_not_logged(caplog: pytest.LogCaptureF
 def test_the_server_port_speaks_only_curve_when_auth_is_on(tmp_path: Path) -> None:
     """A plain (non-CURVE) ZeroMQ peer and a raw tcp peer get nothing from a server with --auth."""
     keys = tmp_path / "keys"
-    _keygen(keys, "server")
+    keygen(keys, "server")
     srv = ServerProcess("--auth", str(keys))
     try:
         host, port = srv.endpoint.removeprefix("tcp://").rsplit(":", 1)

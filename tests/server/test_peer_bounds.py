@@ -200,7 +200,7 @@ def test_all_clients_unread_bytes_are_bounded_together() -> None:
             time.sleep(0.3)
         assert recv_monitor_message(a_events)["event"] == zmq.EVENT_DISCONNECTED  # a was dropped
         state = asyncio.run(fetch_status(srv.endpoint))
-        assert state["pools"] == [["raw-b", BIG, 20]]
+        assert state["pools"] == [["raw-b", BIG, 20, "raw-b"]]
     finally:
         for sock, events in ((a, a_events), (b, b_events)):
             sock.disable_monitor()
@@ -211,3 +211,124 @@ def test_all_clients_unread_bytes_are_bounded_together() -> None:
     assert len(dropped) == 1, "".join(srv.log)
     assert "client raw-a dropped: the server's clients together have" in dropped[0]
     assert "aioenv serve --max-unread-total), and this client had the most" in dropped[0]
+
+
+FRAMES = "tests.envs.bigenv:make_frames"  # observations of 4x84x84 uint8: 8 envs answer 221 KiB a call
+
+
+async def _lock_step(endpoint: str, calls: int, workers: int = 4) -> int:
+    """A client of 8 envs that reads every reply before it sends its next request; returns the calls made."""
+    async with aioenv.Pool(FRAMES, 8, endpoint=endpoint, num_workers=workers) as pool:
+        await pool.reset(seed=0)
+        for t in range(calls):
+            obs, *_ = await pool.step(np.zeros(8, np.int64))
+            assert obs.shape == (8, 4, 84, 84)
+            assert int(obs[0, 0, 0, 0]) == (t + 1) % 256
+    return calls
+
+
+def test_a_lock_step_client_is_never_dropped_while_its_replies_fit_the_bound() -> None:
+    """Replies of 221 KiB to a client that reads each before it asks again, under a bound of 384 KiB (1.74
+    replies): what it has read is never counted as unread, whenever the server's marks reach it."""
+    srv = ServerProcess("--allow-env", "tests.envs.bigenv:*", "--max-unread-bytes", "384KiB")
+    try:
+        for _ in range(3):
+            assert asyncio.run(_lock_step(srv.endpoint, 40)) == 40
+    finally:
+        srv.stop()
+    assert not [line for line in srv.log if "dropped" in line], "".join(srv.log)
+
+
+def test_eight_lock_step_clients_within_the_total_bound_are_not_dropped() -> None:
+    """8 such clients at once, 8 x 221 KiB = 1.77 MiB, under a total bound of 2 MiB."""
+    srv = ServerProcess("--allow-env", "tests.envs.bigenv:*", "--max-unread-total", "2MiB")
+
+    async def main() -> list[int]:
+        return await asyncio.gather(*(_lock_step(srv.endpoint, 25, workers=1) for _ in range(8)))
+
+    try:
+        assert asyncio.run(main()) == [25] * 8
+    finally:
+        srv.stop()
+    assert not [line for line in srv.log if "dropped" in line], "".join(srv.log)
+
+
+class _LockStepPeer:
+    """A client that speaks the protocol by hand, in lock-step: it reads the whole reply to a step (and nothing
+    after it) before it sends the next, acknowledging the last mark it has read, wherever the server put it."""
+
+    def __init__(self, endpoint: str, name: bytes) -> None:
+        self.sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.RCVTIMEO, int(HANG * 1000))
+        self.sock.setsockopt(zmq.IDENTITY, name)
+        self.sock.connect(endpoint)
+        self.ack: int | None = None
+        fields = {Key.ID: -1, Key.ENV: FRAMES, Key.NUM_ENVS: 8, Key.CLIENT: name.decode(), Key.OPT: {"num_workers": 1}}
+        self.sock.send_multipart(encode(Op.OPEN, fields))
+        assert self._next()[Key.OP] == Op.RESULT
+
+    def _next(self) -> dict[str, object]:
+        header = decode(self.sock.recv_multipart())[0]
+        mark = header.get("mk")  # a mark carried by a reply itself
+        if header[Key.OP] == Op.EVENT and header[Key.EVENT] == "mark":  # a mark of its own
+            mark = header[Key.ID]
+        if isinstance(mark, int):
+            self.ack = mark
+        assert header[Key.OP] != Op.EVENT or header[Key.EVENT] == "mark", header
+        assert header[Key.OP] != Op.ERROR, header
+        return header
+
+    def send_step(self, req_id: int) -> None:
+        fields: dict[str, object] = {Key.ID: req_id, Key.ENV: list(range(8)), Key.ACT: [0]}
+        if self.ack is not None:
+            fields[Key.ACK] = self.ack
+        self.sock.send_multipart(encode(Op.STEP, fields, [np.zeros(8, np.int64)]))
+
+    def read_reply(self) -> None:
+        rows = 0
+        while rows < 8:
+            header = self._next()
+            for entry in header.get(Key.PARTS) or []:
+                assert isinstance(entry, dict)
+                blocks = entry.get(Key.BLOCKS)
+                rows += sum(len(pos) for _, pos, _ in blocks) if blocks else len(entry[Key.POS])
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_lock_step_client_that_reads_each_reply_before_its_mark_is_not_dropped() -> None:
+    """Replies of 221 KiB under a bound of 384 KiB, to a client that sends its next step as soon as it has read
+    a reply (a mark sent after the reply may not have reached it yet): it used to be dropped at its second step,
+    the reply it had read counted as unread."""
+    srv = ServerProcess("--allow-env", "tests.envs.bigenv:*", "--max-unread-bytes", "384KiB")
+    peer = _LockStepPeer(srv.endpoint, b"lock-step")
+    try:
+        for req_id in range(1, 41):
+            peer.send_step(req_id)
+            peer.read_reply()
+    finally:
+        peer.close()
+        srv.stop()
+    assert not [line for line in srv.log if "dropped" in line], "".join(srv.log)
+
+
+def test_eight_lock_step_clients_under_the_total_bound_are_not_dropped() -> None:
+    """8 such clients with their replies in flight together, 8 x 221 KiB = 1.77 MiB, under a total bound of
+    2 MiB (it used to drop half of them, counting each one's last reply read as unread)."""
+    srv = ServerProcess(
+        "--allow-env", "tests.envs.bigenv:*", "--max-unread-bytes", "1MiB", "--max-unread-total", "2MiB"
+    )  # fmt: skip
+    peers = [_LockStepPeer(srv.endpoint, f"lock-step-{i}".encode()) for i in range(8)]
+    try:
+        for req_id in range(1, 21):
+            for peer in peers:
+                peer.send_step(req_id)
+            for peer in peers:
+                peer.read_reply()
+    finally:
+        for peer in peers:
+            peer.close()
+        srv.stop()
+    assert not [line for line in srv.log if "dropped" in line], "".join(srv.log)

@@ -3,49 +3,100 @@ in test_peer_bounds.py)."""
 
 from __future__ import annotations
 
+import logging
+import sys
+
 import pytest
 
 from aioenv.cli.main import byte_size
 from aioenv.errors import UsageError
-from aioenv.logs import peer_name
-from aioenv.server.peers import DroppedPeers, PeerLimits, Unread
+from aioenv.logs import LineFormatter, peer_name, printable
+from aioenv.server.peers import DroppedPeers, PeerLimits, Tally, Unread
 
 
-def test_a_mark_is_due_every_mark_every_bytes() -> None:
-    unread = Unread(100)
-    assert unread.add(60) is None
-    first = unread.add(60)  # 120 sent: past the first 100
-    assert isinstance(first, int)
-    assert first > 0
-    assert unread.add(90) is None  # the next is due at 220
-    second = unread.add(10)
-    assert isinstance(second, int)
-    assert second != first
-    assert unread.unread == unread.sent == 220
+def _sent(unread: Unread, nbytes: int) -> int:
+    """Send a message of ``nbytes`` with a new mark, as the server does; returns the mark."""
+    nonce = unread.mark()
+    unread.add(nbytes, nonce)
+    return nonce
 
 
-def test_an_acknowledged_mark_counts_everything_sent_before_it_as_read() -> None:
-    unread = Unread(100)
-    first = unread.add(150)
-    second = unread.add(100)
-    unread.add(30)
-    assert first is not None
-    assert second is not None
-    unread.ack(first)
-    assert unread.unread == 130  # sent after the first mark
-    unread.ack(second)
-    assert unread.unread == 30
-    unread.ack(first)  # an old mark, already passed: changes nothing
-    assert unread.unread == 30
+def test_every_message_carries_a_mark_of_its_own() -> None:
+    unread = Unread(100, Tally())
+    marks = {_sent(unread, 10) for _ in range(50)}
+    assert len(marks) == 50
+    assert all(m > 0 for m in marks)
+
+
+def test_the_newest_mark_counts_everything_sent_as_read() -> None:
+    """A client in lock-step acknowledges the mark of the last message it read: nothing is left unread,
+    however small the messages were (none was a kept mark)."""
+    tally = Tally()
+    unread = Unread(100, tally)
+    _sent(unread, 30)
+    last = _sent(unread, 30)
+    assert unread.unread == tally.total == 60
+    unread.ack(last)
+    assert unread.unread == tally.total == 0
+
+
+def test_kept_marks_are_odd_and_spaced_and_the_ones_between_count_for_nothing() -> None:
+    tally = Tally()
+    unread = Unread(100, tally)
+    first = _sent(unread, 150)  # nothing was sent before it: not kept
+    kept = _sent(unread, 30)  # 150 sent since the last kept one: kept
+    between = _sent(unread, 30)  # the newest for a while, then superseded by the next
+    _sent(unread, 30)
+    assert (first & 1, kept & 1, between & 1) == (0, 1, 0)
+    for superseded in (first, between):
+        unread.ack(superseded)  # no longer kept: counts for nothing (never trusted, only not rewarded)
+        assert unread.unread == 240
+    unread.ack(kept)
+    assert unread.unread == tally.total == 60
+    unread.ack(kept)  # already passed: changes nothing
+    assert unread.unread == 60
+
+
+def test_a_reader_that_lags_behind_gets_credit_up_to_its_last_kept_mark() -> None:
+    """A client that pipelines reads message after message while the server sends more: the last mark it read
+    is rarely still the newest, but its last kept mark is never more than an eighth of the bound behind."""
+    unread = Unread(100, Tally())
+    marks = [(_sent(unread, 7), unread.sent) for _ in range(1000)]
+    read = 900  # the client has read 900 of the 1000 messages
+    last = marks[read - 1][0]
+    kept, kept_at = next((m, at) for m, at in reversed(marks[:read]) if m & 1)
+    unread.ack(kept)
+    unread.ack(last)  # superseded by newer ones: nothing more
+    assert unread.unread == unread.sent - kept_at
+    assert marks[read - 1][1] - kept_at < 100 + 7
+
+
+def test_marks_kept_are_bounded_by_the_bytes_unread() -> None:
+    unread = Unread(100, Tally())
+    for _ in range(10_000):
+        _sent(unread, 7)
+    assert len(unread._kept) <= unread.unread // 100 + 1
 
 
 def test_a_nonce_the_server_never_sent_counts_for_nothing() -> None:
-    unread = Unread(100)
-    mark = unread.add(500)
-    assert mark is not None
+    unread = Unread(100, Tally())
+    mark = _sent(unread, 500)
     for guess in (0, 1, 2, mark + 1, -mark):
         unread.ack(guess)
         assert unread.unread == 500
+
+
+def test_the_tally_sums_every_peer_and_forgets_a_released_one() -> None:
+    tally = Tally()
+    a, b = Unread(100, tally), Unread(100, tally)
+    _sent(a, 300)
+    last = _sent(b, 40)
+    assert tally.total == 340
+    b.ack(last)
+    assert tally.total == 300
+    a.release()
+    a.release()
+    assert tally.total == 0
 
 
 def test_a_dropped_peer_is_reported_once_and_the_memory_is_bounded() -> None:
@@ -90,3 +141,23 @@ def test_sizes_on_the_command_line(text: str, size: int) -> None:
 def test_a_peer_is_named_readably_in_logs() -> None:
     assert peer_name(b"host-42-abc") == "host-42-abc"
     assert peer_name(b"\x00k\x8bEg") == "0x006b8b4567"
+
+
+def test_a_log_line_shows_control_characters_as_escapes() -> None:
+    """Whatever a message carries (a peer's name, an env's, an error's text), a record is one line: a newline cannot
+    start a forged line, an escape sequence never reaches the terminal; a traceback still follows on its own lines."""
+    formatter = LineFormatter("%(levelname)s %(message)s")
+    record = logging.LogRecord(
+        "aioenv.server", logging.INFO, __file__, 1, "client %s opened", ("x\nWARNING forged",), None
+    )
+    assert formatter.format(record) == "INFO client x\\nWARNING forged opened"
+    record = logging.LogRecord("aioenv.server", logging.INFO, __file__, 1, "env %s", ("\x1b[2J\x07\t",), None)
+    assert formatter.format(record) == "INFO env \\x1b[2J\\x07\\t"
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        record = logging.LogRecord("aioenv.server", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
+    first, *rest = formatter.format(record).splitlines()
+    assert first == "ERROR failed"
+    assert rest[0] == "Traceback (most recent call last):"
+    assert printable("plain text, é and 日本") == "plain text, é and 日本"

@@ -58,10 +58,12 @@ asyncio.run(main(sys.argv[1]))
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ServerProcess]:
-    """A server for CartPole and the latency envs."""
+    """A server for CartPole and the latency envs, with room for the pools of every vanished client (each is held
+    until --client-timeout, and many vanish in a few seconds)."""
+    room = ("--max-envs", "4096", "--max-workers", "256")
     srv = ServerProcess(
         "--allow-env", "CartPole-v1", "--allow-env", "aioenv.envs.latency:*",
-        "--allow-env-kwargs", "aioenv.envs.latency:*=mean,sigma,cap",
+        "--allow-env-kwargs", "aioenv.envs.latency:*=mean,sigma,cap", *room,
     )  # fmt: skip
     try:
         yield srv

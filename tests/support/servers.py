@@ -15,7 +15,7 @@ import time
 from tests.support.procs import HANG, process_gone, workers_of
 from tests.support.scripts import ROOT
 
-__all__ = ["ServerProcess", "WorkerHostProcess", "unix_bind"]
+__all__ = ["ServerProcess", "WorkerHostProcess", "keygen", "unix_bind"]
 
 
 def unix_bind() -> tuple[str, str]:
@@ -23,6 +23,20 @@ def unix_bind() -> tuple[str, str]:
     path (108 bytes at most, which pytest's ``tmp_path`` can pass)."""
     where = tempfile.mkdtemp(prefix="aioenv-", dir="/tmp")
     return f"unix://{where}/s.sock", where
+
+
+def keygen(directory: str | os.PathLike[str], *names: str) -> None:
+    """Key pairs ``NAME.key``/``NAME.key_secret`` in ``directory``, made as users make them (``aioenv keygen``)."""
+    for name in names:
+        made = subprocess.run(
+            [sys.executable, "-m", "aioenv.cli", "keygen", str(directory), "--name", name],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            check=False,
+        )
+        assert made.returncode == 0, made.stderr
 
 
 def terminate(
