@@ -1,5 +1,5 @@
 """Prometheus metrics of ``aioenv serve --metrics-port PORT`` (prometheus-client), on ``--metrics-bind``
-(loopback by default: the figures name clients, envs and worker hosts, and nobody needs a key to read them).
+(loopback by default: the figures show the load, errors and worker hosts' names, and nobody needs a key to read them).
 
 Request latency and errors are recorded as rows are relayed (:class:`ServerMetrics`); the state
 (clients, pools, envs by state, requests in flight, workers, restarts, protocol errors) is read from
