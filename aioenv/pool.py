@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import shutil
 from collections.abc import Sequence
 from typing import Any
@@ -51,7 +52,7 @@ from aioenv.wire.options import (
 )
 from aioenv.wire.protocol import Key
 
-__all__ = ["Pool", "make"]
+__all__ = ["Pool", "check_not_forked", "make"]
 
 log = logging.getLogger("aioenv.pool")
 
@@ -60,6 +61,22 @@ _FOREIGN_LOOP = (
     "replies would never arrive there): use aioenv.SyncPool from threads, or hand the call to the pool's loop "
     "with asyncio.run_coroutine_threadsafe(coro, loop)"
 )
+
+
+def check_not_forked(started_in: int) -> None:
+    """Refuse a pool's call in a child forked from the process ``started_in`` that started the pool: its worker
+    processes, sockets and event loop belong to that process, so the call would hang, or disturb them.
+
+    Raises:
+        UsageError: in any other process, naming both and the ways out.
+    """
+    if os.getpid() != started_in:
+        raise UsageError(
+            f"this pool was started in process {started_in} and is used in process {os.getpid()}, a child forked "
+            "from it (os.fork(), or multiprocessing's 'fork' start method): its worker processes, sockets and event "
+            "loop belong to the parent, where a call from here would hang or disturb them. Make a new pool in the "
+            "child, or start child processes with multiprocessing's 'spawn' or 'forkserver' method"
+        )
 
 
 def _space(desc: Any, key: str) -> Any:
@@ -366,6 +383,7 @@ class Pool:
         assert self._coord is not None
         self._recv = RecvQueue(self.single_observation_space, self._coord.sched)
         self._home = asyncio.get_running_loop()  # the loop whose sockets, futures and timers the pool uses
+        self._pid = os.getpid()  # the process whose workers and sockets these are (see check_not_forked)
 
     @property
     def autoreset_mode(self) -> AutoresetMode:
@@ -387,6 +405,8 @@ class Pool:
         (CLOSE, then SIGTERM, then SIGKILL); never hangs. Idempotent."""
         if self.closed:
             return
+        if hasattr(self, "_home"):
+            check_not_forked(self._pid)
         if hasattr(self, "_home") and _running_loop() is not self._home:
             raise UsageError(_FOREIGN_LOOP)
         self.closed = True
@@ -407,6 +427,7 @@ class Pool:
             raise UsageError(
                 "the pool is not started: use `await aioenv.make(...)`, `await pool.start()` or `async with`"
             )
+        check_not_forked(self._pid)
         if _running_loop() is not self._home:
             raise UsageError(_FOREIGN_LOOP)
         return self._coord
