@@ -452,6 +452,8 @@ def _unanswered(endpoint: str, timeout: float, exc: BaseException) -> click.Clic
     """What `aioenv status` says when the server did not answer, answered with a refusal, or was not reached."""
     if isinstance(exc, TimeoutError):
         return click.ClickException(f"no answer from {endpoint} within {timeout:g} s")
+    if isinstance(exc, aioenv.UsageError):  # asked nothing: e.g. an address ZeroMQ cannot dial
+        return click.ClickException(exc.message)
     if isinstance(exc, aioenv.AioEnvError):  # it answered, with a refusal
         return click.ClickException(f"{endpoint} refused the status request: {exc}")
     return click.ClickException(f"cannot reach {endpoint}: {exc}")
