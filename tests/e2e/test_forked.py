@@ -10,6 +10,7 @@ import signal
 import time
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -82,14 +83,19 @@ async def test_an_async_pool_in_a_forked_child_is_refused_at_once() -> None:
         assert obs.shape == (2, 4)
 
 
+def _refused_in_children_then_served(step: Callable[[np.ndarray], Any], reset: Callable[[], object]) -> None:
+    """A blocking pool of 2 CartPole envs: its step and reset are refused in forked children; its own step works."""
+    reset()
+    acts = np.zeros(2, dtype=np.int64)
+    _refused(in_child(lambda: step(acts)))
+    _refused(in_child(reset))
+    obs, *_ = step(acts)
+    assert obs.shape == (2, 4)
+
+
 def test_a_sync_pool_in_a_forked_child_is_refused_at_once() -> None:
     with aioenv.SyncPool("CartPole-v1", 2, num_workers=1, executor="inline") as pool:
-        pool.reset(seed=0)
-        acts = np.zeros(2, dtype=np.int64)
-        _refused(in_child(lambda: pool.step(acts)))
-        _refused(in_child(pool.reset))
-        obs, *_ = pool.step(acts)
-        assert obs.shape == (2, 4)
+        _refused_in_children_then_served(pool.step, pool.reset)
 
 
 @pytest.mark.parametrize("executor", ["auto", "inline"])
@@ -98,11 +104,6 @@ def test_a_vector_env_in_a_forked_child_is_refused_at_once(executor: PoolExecuto
     start worker processes the parent owns."""
     envs = AioVectorEnv([partial(gym.make, "CartPole-v1")] * 2, executor=executor)
     try:
-        envs.reset(seed=0)
-        acts = np.zeros(2, dtype=np.int64)
-        _refused(in_child(lambda: envs.step(acts)))
-        _refused(in_child(envs.reset))
-        obs, *_ = envs.step(acts)
-        assert obs.shape == (2, 4)
+        _refused_in_children_then_served(envs.step, envs.reset)
     finally:
         envs.close()
