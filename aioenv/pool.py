@@ -52,7 +52,7 @@ from aioenv.wire.options import (
 )
 from aioenv.wire.protocol import Key
 
-__all__ = ["Pool", "check_not_forked", "make"]
+__all__ = ["ForkGuard", "Pool", "make"]
 
 log = logging.getLogger("aioenv.pool")
 
@@ -63,20 +63,35 @@ _FOREIGN_LOOP = (
 )
 
 
-def check_not_forked(started_in: int) -> None:
-    """Refuse a pool's call in a child forked from the process ``started_in`` that started the pool: its worker
-    processes, sockets and event loop belong to that process, so the call would hang, or disturb them.
+#: Children forked so far on the way to this process (each child counts one more than its parent at the fork).
+_FORKS = [0]
+os.register_at_fork(after_in_child=lambda: _FORKS.__setitem__(0, _FORKS[0] + 1))
 
-    Raises:
-        UsageError: in any other process, naming both and the ways out.
-    """
-    if os.getpid() != started_in:
-        raise UsageError(
-            f"this pool was started in process {started_in} and is used in process {os.getpid()}, a child forked "
-            "from it (os.fork(), or multiprocessing's 'fork' start method): its worker processes, sockets and event "
-            "loop belong to the parent, where a call from here would hang or disturb them. Make a new pool in the "
-            "child, or start child processes with multiprocessing's 'spawn' or 'forkserver' method"
-        )
+
+class ForkGuard:
+    """The process that started a pool, told apart from a child forked from it by comparing two ints (asking the
+    system for the process id on every call would cost more than the comparison)."""
+
+    __slots__ = ("forks", "pid")
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.forks = _FORKS[0]
+
+    def check(self) -> None:
+        """Refuse a pool's call in a child forked from the process that started the pool: its worker processes,
+        sockets and event loop belong to that process, so the call would hang, or disturb them.
+
+        Raises:
+            UsageError: in a forked child, naming both processes and the ways out.
+        """
+        if _FORKS[0] != self.forks:
+            raise UsageError(
+                f"this pool was started in process {self.pid} and is used in process {os.getpid()}, a child forked "
+                "from it (os.fork(), or multiprocessing's 'fork' start method): its worker processes, sockets and "
+                "event loop belong to the parent, where a call from here would hang or disturb them. Make a new pool "
+                "in the child, or start child processes with multiprocessing's 'spawn' or 'forkserver' method"
+            )
 
 
 def _space(desc: Any, key: str) -> Any:
@@ -383,7 +398,7 @@ class Pool:
         assert self._coord is not None
         self._recv = RecvQueue(self.single_observation_space, self._coord.sched)
         self._home = asyncio.get_running_loop()  # the loop whose sockets, futures and timers the pool uses
-        self._pid = os.getpid()  # the process whose workers and sockets these are (see check_not_forked)
+        self._started_here = ForkGuard()  # the process whose workers and sockets these are
 
     @property
     def autoreset_mode(self) -> AutoresetMode:
@@ -406,7 +421,7 @@ class Pool:
         if self.closed:
             return
         if hasattr(self, "_home"):
-            check_not_forked(self._pid)
+            self._started_here.check()
         if hasattr(self, "_home") and _running_loop() is not self._home:
             raise UsageError(_FOREIGN_LOOP)
         self.closed = True
@@ -427,7 +442,7 @@ class Pool:
             raise UsageError(
                 "the pool is not started: use `await aioenv.make(...)`, `await pool.start()` or `async with`"
             )
-        check_not_forked(self._pid)
+        self._started_here.check()
         if _running_loop() is not self._home:
             raise UsageError(_FOREIGN_LOOP)
         return self._coord

@@ -62,7 +62,6 @@ import concurrent.futures
 import importlib
 import inspect
 import logging
-import os
 import signal
 import threading
 import weakref
@@ -74,7 +73,7 @@ from gymnasium.vector import AutoresetMode
 from aioenv._loop import consume, new_event_loop
 from aioenv.core.sinks import ResetResult, StepResult
 from aioenv.errors import PoolClosed, UsageError
-from aioenv.pool import Pool, check_not_forked
+from aioenv.pool import ForkGuard, Pool
 
 __all__ = ["SyncPool", "make_sync"]
 
@@ -186,7 +185,7 @@ class _Runtime:
 
     def __init__(self, pool: Pool, name: str) -> None:
         self.pool = pool
-        self.pid = os.getpid()  # a forked child's calls are refused (check_caller): the loop thread is not there
+        self.started_here = ForkGuard()  # a forked child's calls are refused (check_caller): no loop thread there
         self.loop = new_event_loop()
         self.closed = False
         self._close_lock = threading.Lock()
@@ -326,7 +325,7 @@ class _Runtime:
     def check_caller(self) -> None:
         """Refuse a call from a forked child, from inside a call of this pool, from the loop thread, or after
         close."""
-        check_not_forked(self.pid)
+        self.started_here.check()
         if self.driven_here():
             raise UsageError(_NESTED)
         if self.in_loop_thread():
