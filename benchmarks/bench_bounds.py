@@ -52,6 +52,8 @@ class Server:
     def __init__(self, checkout: Path) -> None:
         env = dict(os.environ, PYTHONPATH=str(checkout))
         cmd = [sys.executable, "-m", "aioenv.cli", "serve", "--bind", "tcp://127.0.0.1:0", "--allow-env", SLOW]
+        if (checkout / "aioenv" / "server" / "allow.py").exists():  # a server that takes no env_kwargs unless told
+            cmd += ["--allow-env-kwargs", f"{SLOW}=mean,sigma,obs_dim"]
         self.proc = subprocess.Popen(cmd, cwd=checkout, env=env, stderr=subprocess.PIPE, text=True)
         assert self.proc.stderr is not None
         self.log: list[str] = []

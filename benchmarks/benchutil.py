@@ -63,6 +63,7 @@ T = TypeVar("T")
 EPISODE_STEPS = 10**9  # latency envs never autoreset inside a window (a reset step does not wait)
 ASYNC_ENV = "aioenv.envs.latency:AsyncSleepEnv"
 ALLOW = ("CartPole-v1", ASYNC_ENV)  # the env names the server may make (aioenv serve --allow-env)
+ALLOW_KWARGS = (f"{ASYNC_ENV}=mean,sigma,cap,episode_steps",)  # and their env_kwargs (--allow-env-kwargs)
 START_TIMEOUT = 30.0  # seconds for the server to print its address (a worker host: to be admitted)
 STOP_TIMEOUT = 30.0  # seconds for the server (a worker host) to exit after SIGTERM
 PIDS_SEEN: set[int] = set()  # every process this run started (servers, hosts, workers, clients): for checks
@@ -233,6 +234,7 @@ class Server(Managed):
         bind = f"unix://{self._dir}/s.sock" if self._dir else "tcp://127.0.0.1:0"
         cmd = [sys.executable, "-m", "aioenv.cli", "serve", "--bind", bind]
         cmd += [arg for pattern in ALLOW for arg in ("--allow-env", pattern)]
+        cmd += [arg for rule in ALLOW_KWARGS for arg in ("--allow-env-kwargs", rule)]
         patterns = {"listening": r"listening on ((?:tcp|unix)://\S+)", "workers": r"worker hosts join at (tcp://\S+)"}
         super().__init__([*cmd, *extra], patterns)
         self.endpoint = self.wait_for("listening")  # logged after the worker port's line

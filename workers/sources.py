@@ -10,16 +10,34 @@ A source is a dict:
   with cloudpickle by a *local* coordinator. The bytes are read from a file in the
   private directory the worker was started with (``--trusted-dir``), never from a socket;
   a path outside that directory is refused.
+
+A source a server made from a client's request carries ``"strict": true``: a client over the network named it,
+so :func:`reach` checks what the name leads to before anything is called (a class or a function defined in the
+named module, or a gymnasium id that module registers; no path through anything else, no private names), no
+env_kwargs that would point gymnasium at other code (:data:`CODE_KWARGS`) pass, and no pickle is loaded. A
+local pool's own names keep the freedom its caller chose them with.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
+import re
+import types
 from collections.abc import Callable
 from typing import Any
 
+from aioenv.errors import UsageError
+
 Factory = Callable[[], Any]
+
+#: env_kwargs names that would point gymnasium at other code (an env spec's fields that name code): a client over
+#: the network never passes them. gymnasium>=1.0's ``make`` takes ``max_episode_steps`` and
+#: ``disable_env_checker`` itself (they name no code) and hands every other keyword to the env's constructor.
+CODE_KWARGS = frozenset(("entry_point", "vector_entry_point", "additional_wrappers"))
+
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 
 class SourceError(ValueError):
@@ -34,6 +52,11 @@ def resolve(source: Any, trusted_dir: str | None) -> Factory:
     kwargs = source.get("kwargs") or {}
     if not isinstance(kwargs, dict):
         raise SourceError(f"env_kwargs must be a map, got {type(kwargs).__name__}")
+    if source.get("strict", False) is not False:
+        try:
+            return _strict(source, kind, kwargs)
+        except SourceError as exc:  # the client asked for it: its error, not the env's
+            raise UsageError(str(exc)) from None
     if kind == "gym":
         env_id = _str_field(source, "id")
         return lambda: _gym_make(env_id, kwargs)
@@ -92,3 +115,88 @@ def _pickled(path: str, kwargs: dict[str, Any], trusted_dir: str | None) -> Fact
     if kwargs:
         return lambda: factory(**kwargs)
     return factory
+
+
+def _strict(source: dict[str, Any], kind: Any, kwargs: dict[str, Any]) -> Factory:
+    """The factory of a source a client over the network named, checked before anything is called."""
+    if source.get("strict") is not True:
+        raise SourceError(f"env source field 'strict' must be true or false, got {source.get('strict')!r}")
+    name = source.get("id") if kind == "gym" else source.get("target")
+    if not isinstance(name, str) or kind not in ("gym", "entry"):
+        raise SourceError(f"a client's env source must be a gymnasium id or 'pkg.module:factory', got {source!r}")
+    if code := sorted(CODE_KWARGS.intersection(kwargs)):
+        raise SourceError(f"env {name!r}: env_kwargs {code[0]!r} would point gymnasium at other code")
+    if ":" not in name:
+        return lambda: _gym_make(name, kwargs)
+    factory = reach(name)
+    if factory is None:
+        return lambda: _gym_make(name, kwargs)
+    return lambda: factory(**kwargs)
+
+
+def reach(target: str) -> Callable[..., Any] | None:
+    """What a client's ``"pkg.module:factory"`` name leads to, called by nobody yet: a class or a function defined
+    in ``pkg.module`` (through classes defined there when the name is a dotted path: a class's classmethod or
+    staticmethod); None for gymnasium's ``"module:EnvId"`` when importing the module registered that id.
+    ``SourceError`` naming the env, what is expected and what it leads to, for anything else: a private part,
+    an imported module or function, a builtin, a ``functools.partial``, a bound method of another object."""
+    module_name, _, attr = target.partition(":")
+    parts = [*module_name.split("."), *attr.split(".")]
+    if private := next((p for p in parts if p.startswith("_")), None):
+        raise SourceError(f"env {target!r} names {private!r}, which starts with '_': private names are never served")
+    if not module_name or not attr or ":" in attr:
+        raise SourceError(f"env {target!r}: expected 'pkg.module:factory'")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # the module's own code failed: the client is told, the process goes on
+        raise SourceError(f"env {target!r}: cannot import module {module_name!r}: {exc!r}") from exc
+    path = attr.split(".")
+    if not all(_NAME.fullmatch(p) for p in path) or (len(path) == 1 and attr not in vars(module)):
+        _registered(target, module_name, attr)
+        return None
+    expected = f"a class or a function defined in {module_name!r}"
+    owner: Any = module
+    for i, part in enumerate(path):
+        where = ":".join((module_name, ".".join(path[:i]))) if i else module_name
+        if part not in vars(owner):
+            raise SourceError(f"env {target!r}: {where!r} has no {part!r}; expected {expected}")
+        found = vars(owner)[part]  # the object's own namespace: no inherited names, no __getattr__
+        if i < len(path) - 1:
+            if not (isinstance(found, type) and found.__module__ == module_name):
+                raise SourceError(f"env {target!r} leads through {_what(found)}; expected {expected}")
+            owner = found
+            continue
+        if isinstance(found, (classmethod, staticmethod)) and owner is not module:
+            func = found.__func__
+            if isinstance(func, types.FunctionType) and func.__module__ == module_name:
+                bound: Callable[..., Any] = found.__get__(None, owner)
+                return bound
+        elif isinstance(found, (type, types.FunctionType)) and found.__module__ == module_name:
+            return found
+        raise SourceError(f"env {target!r} is {_what(found)}; expected {expected}")
+    raise AssertionError("unreachable")
+
+
+def _registered(target: str, module_name: str, env_id: str) -> None:
+    """None when importing ``module_name`` registered the gymnasium id ``env_id``, else ``SourceError``."""
+    import gymnasium
+
+    if env_id not in gymnasium.envs.registry:
+        raise SourceError(
+            f"env {target!r}: {module_name!r} defines no {env_id!r} and registers no such gymnasium id; expected "
+            f"a class or a function defined in {module_name!r}, or a gymnasium id it registers"
+        )
+
+
+def _what(obj: Any) -> str:
+    """What ``obj`` is, for an error message: ``a module ('os')``, ``a function defined in 'posix'``."""
+    if isinstance(obj, types.ModuleType):
+        return f"a module ({obj.__name__!r})"
+    if isinstance(obj, functools.partial):
+        return "a functools.partial"
+    kind = "a class" if isinstance(obj, type) else f"a {type(obj).__name__}"
+    where = getattr(obj, "__module__", None)
+    if where is None:
+        owner = getattr(obj, "__self__", None)
+        where = getattr(type(owner), "__module__", None) if owner is not None else None
+    return f"{kind} defined in {where!r}" if isinstance(where, str) else kind

@@ -175,6 +175,20 @@ def _in_range(param: click.Parameter, value: str | None) -> str | None:
     return value
 
 
+def _allow(_ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    """Refuse an ``--allow-env`` pattern or an ``--allow-env-kwargs`` rule a server could never serve (see
+    aioenv.server.allow), saying what one looks like."""
+    from aioenv.server.allow import KwargsRule, compile_pattern
+
+    check = compile_pattern if param.name == "allow" else KwargsRule.parse
+    for spec in value:
+        try:
+            check(spec)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from exc
+    return value
+
+
 @main.command()
 @click.option(
     "--bind",
@@ -193,7 +207,18 @@ def _in_range(param: click.Parameter, value: str | None) -> str | None:
     "--allow-env",
     "allow",
     multiple=True,
-    help="env names clients may make (fnmatch pattern, repeatable); without it: gymnasium ids only",
+    callback=_allow,
+    help="env names clients may make (pattern, repeatable: 'CartPole-*', 'mypkg.envs:*'; wildcards never match "
+    "':', nor '.' after it); without it: gymnasium ids only",
+)
+@click.option(
+    "--allow-env-kwargs",
+    "allow_kwargs",
+    multiple=True,
+    callback=_allow,
+    metavar="PATTERN=NAME[,NAME...]",
+    help="env_kwargs names clients may pass to envs matching PATTERN (repeatable; PATTERN=*: any name); "
+    "without it: none",
 )
 @silence_option("--client-timeout", "seconds a client may be silent before its pool is closed")
 @click.option(
@@ -239,6 +264,7 @@ def serve(
     max_envs_per_client: int | None,
     max_pools_per_client: int,
     allow: tuple[str, ...],
+    allow_kwargs: tuple[str, ...],
     client_timeout: float,
     auth: str | None,
     insecure: bool,
@@ -275,6 +301,7 @@ def serve(
         max_envs_per_client=max_envs_per_client,
         max_pools_per_client=max_pools_per_client,
         allow=allow,
+        allow_kwargs=allow_kwargs,
         client_timeout=client_timeout,
         auth=auth,
         insecure=insecure,

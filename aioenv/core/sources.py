@@ -5,6 +5,10 @@
 - a callable -> written with cloudpickle to a file in the pool's private directory and sent as
   ``{"kind": "pickle", "path": ...}``: local workers load it from disk; no pickle crosses a socket.
 - a sequence of callables -> one source per distinct callable, env ``i`` uses the ``i``-th.
+
+A server's sources (``strict=True``) carry ``"strict": true``: a client over the network named them, so the
+worker checks what a name leads to before it calls anything (:func:`workers.sources.reach`); the server never
+imports a client's module itself.
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from aioenv.wire.options import positive_int
+from workers.sources import CODE_KWARGS
 
-__all__ = ["EnvSources", "parse_sources"]
+__all__ = ["CODE_KWARGS", "EnvSources", "parse_sources"]
 
 
 @dataclass
@@ -34,12 +39,12 @@ class EnvSources:
 
 
 def parse_sources(
-    env: Any, num_envs: int | None, env_kwargs: dict[str, Any] | None, private_dir: str | None
+    env: Any, num_envs: int | None, env_kwargs: dict[str, Any] | None, private_dir: str | None, strict: bool = False
 ) -> tuple[EnvSources, int]:
     """Validate ``env``/``num_envs`` and describe the sources; returns ``(sources, num_envs)``.
 
     ``private_dir`` is where pickled factories are written; ``None`` means callables are refused
-    (a remote pool sends names only).
+    (a remote pool sends names only). ``strict``: a client over the network named ``env`` (a server's pool).
     """
     kwargs = dict(env_kwargs or {})
     if isinstance(env, str):
@@ -50,6 +55,8 @@ def parse_sources(
             source = {"kind": "entry", "target": env, "kwargs": kwargs}
         else:
             source = {"kind": "gym", "id": env, "kwargs": kwargs}
+        if strict:
+            source["strict"] = True
         return EnvSources({"0": source}, ["0"] * _check_count(num_envs)), num_envs
     if callable(env):
         if num_envs is None:

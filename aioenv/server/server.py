@@ -8,8 +8,13 @@ server relays each request to the session's coordinator and the rows back as the
 (:mod:`aioenv.core.relay`).
 
 Admission: env sources are names only (a gymnasium id or ``"pkg.module:factory"``), checked against
-``allow`` patterns (``fnmatch``); without patterns only gymnasium ids are served, since a
-``"module:callable"`` name would let any client call any importable function on the server.
+``allow`` patterns and their env_kwargs against ``allow_kwargs`` rules (:mod:`aioenv.server.allow`); without
+patterns only gymnasium ids are served, since a ``"module:callable"`` name would let any client call any
+importable function on the server, and without rules no env_kwargs. What a name of code leads to is checked
+before the pool starts: a class or a function defined in the module it names (or a gymnasium id that module
+registers), never anything reached through it: the worker that makes the env checks it before it calls anything
+(:func:`workers.sources.reach`). The server itself never imports a client's module: no env code runs in its
+process. A CALL names a public attribute of the env only: no ``_`` prefix, no dots.
 ``max_envs`` (all sessions) and ``max_envs_per_client`` (the pools of one client process) bound
 what may be made; beyond them :class:`~aioenv.errors.CapacityError`.
 
@@ -33,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fnmatch
 import logging
 import secrets
 import time
@@ -57,6 +61,7 @@ from aioenv.core.sinks import Part
 from aioenv.core.sources import EnvSources, parse_sources
 from aioenv.errors import AioEnvError, CapacityError, ConnectionLost, PoolClosed, ProtocolError, UsageError
 from aioenv.logs import peer_name
+from aioenv.server.allow import AllowList
 from aioenv.server.exposure import exposure_warnings
 from aioenv.server.fleet import Fleet
 from aioenv.server.peers import DroppedPeers, PeerLimits, Sweep, Unread
@@ -99,7 +104,8 @@ class ServerConfig:
     max_envs: int | None = None
     max_envs_per_client: int | None = None
     max_pools_per_client: int | None = 64  # open pools of one client process (each holds worker processes)
-    allow: Sequence[str] = ()
+    allow: Sequence[str] = ()  # env name patterns (aioenv.server.allow); none: gymnasium ids only
+    allow_kwargs: Sequence[str] = ()  # "PATTERN=NAME,..." env_kwargs clients may pass; none: no env_kwargs
     client_timeout: float = 10.0
     auth: str | None = None  # a key directory (see aioenv.transport.auth); None: no authentication
     insecure: bool = False  # serve non-loopback ports without auth (aioenv.server.exposure); logged as warnings
@@ -229,6 +235,7 @@ class Server:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
+        self.allow = AllowList(config.allow, config.allow_kwargs)  # ValueError for a pattern it could not serve
         self.sessions: dict[bytes, _Session] = {}
         self._opening: dict[bytes, tuple[str, int]] = {}  # identity -> (client, envs) while being made
         self._tasks: set[asyncio.Future[Any]] = set()
@@ -550,7 +557,8 @@ class Server:
         env, n, client = self._check_open(identity, header)
         self._admit(client, n)
         opts = self._pool_options(header, n)
-        sources, _ = parse_sources(env, n, opts.env_kwargs, None)
+        self.allow.check(env, opts.env_kwargs)
+        sources, _ = parse_sources(env, n, opts.env_kwargs, None, strict=True)
         self._opening[identity] = (client, n)
         try:
             coord, described = await self._start_coordinator(identity, n, sources, opts)
@@ -586,14 +594,6 @@ class Server:
         if not isinstance(env, str) or not env:
             raise UsageError(f"env must be a name (a gymnasium id or 'pkg.module:factory'), got {env!r}")
         n = positive_int("num_envs", n, error=UsageError)
-        allow = list(self.config.allow)
-        if allow and not any(fnmatch.fnmatchcase(env, pattern) for pattern in allow):
-            raise UsageError(f"env {env!r} is not allowed on this server (allowed: {', '.join(allow)})")
-        if not allow and ":" in env:  # 'module:callable' runs any importable function: opt in by name
-            raise UsageError(
-                f"env {env!r} names code to run on the server; this server serves gymnasium ids only "
-                "(start it with --allow-env PATTERN to allow 'pkg.module:factory' names)"
-            )
         return env, n, client
 
     def _pool_options(self, header: dict[str, Any], n: int) -> _PoolOptions:
@@ -853,8 +853,24 @@ def _call_fields(header: dict[str, Any]) -> dict[str, Any]:
     fields = {k: header[k] for k in (Key.KIND, Key.NAME, Key.ARGS, Key.KW) if k in header}
     if fields.get(Key.KIND) not in ("call", "get", "set"):
         raise ProtocolError(f"a call's kind must be call, get or set, got {fields.get(Key.KIND)!r}")
-    if not isinstance(fields.get(Key.NAME), str):
-        raise ProtocolError(f"a call's name must be a string, got {fields.get(Key.NAME)!r}")
-    if not isinstance(fields.get(Key.ARGS, []), list) or not isinstance(fields.get(Key.KW, {}), dict):
+    name = fields.get(Key.NAME)
+    if not isinstance(name, str):
+        raise ProtocolError(f"a call's name must be a string, got {name!r}")
+    args, kw = fields.get(Key.ARGS, []), fields.get(Key.KW, {})
+    if not isinstance(args, list) or not isinstance(kw, dict):
         raise ProtocolError("a call's args must be a list and its kw a map")
+    _public(name)
+    if fields[Key.KIND] == "call" and name in _BY_NAME:  # gymnasium's wrappers reach attributes named in args
+        _public(args[0] if args else kw.get("name"))
     return fields
+
+
+#: gymnasium's methods that get, set or look for the attribute their first argument names.
+_BY_NAME = frozenset(("get_wrapper_attr", "set_wrapper_attr", "has_wrapper_attr"))
+
+
+def _public(name: Any) -> None:
+    """``UsageError`` unless ``name`` names a public attribute: a client never reaches an env's private parts
+    (``__class__``, ``__init__``, ``_np_random``) nor goes through one attribute to another (``unwrapped.close``)."""
+    if not isinstance(name, str) or not name or name.startswith("_") or "." in name:
+        raise UsageError(f"a client's call names a public attribute of its envs (no '_' prefix, no dots), got {name!r}")

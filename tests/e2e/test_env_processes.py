@@ -41,7 +41,7 @@ async def test_an_envs_processes_end_with_its_worker_and_its_pool() -> None:
 @pytest.mark.timeout(120)
 def test_on_a_worker_host_too() -> None:
     srv = ServerProcess(
-        "--allow-env", "tests.envs.*", "--worker-bind", "tcp://127.0.0.1:0", "--local-capacity", "0"
+        "--allow-env", "tests.envs.*:*", "--worker-bind", "tcp://127.0.0.1:0", "--local-capacity", "0"
     )  # fmt: skip
     host = WorkerHostProcess(srv.worker_endpoint, name="host-a", capacity=8)
     try:

@@ -106,7 +106,7 @@ async def test_a_wrong_value_names_its_env_and_leaves_the_others_untouched() -> 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ServerProcess]:
-    srv = ServerProcess("--allow-env", "tests.envs.variable:*")
+    srv = ServerProcess("--allow-env", "tests.envs.variable:*", "--allow-env-kwargs", "tests.envs.variable:*=*")
     try:
         yield srv
     finally:

@@ -25,7 +25,8 @@ from tests.support.scripts import ROOT
 TOKEN_VAR = "AIOENV_RAY_TEST_TOKEN"
 #: Seconds of silence before the test server drops a worker host (short: the failure tests wait for it).
 WORKER_TIMEOUT = 3.0
-ALLOW = ("CartPole-v1", "tests.envs.*", "aioenv.envs.*")
+ALLOW = ("CartPole-v1", "tests.envs.*:*", "aioenv.envs.*:*")
+ALLOW_KWARGS = ("tests.envs.*:*=*",)  # the test envs take any env_kwargs
 
 
 @contextlib.contextmanager
@@ -95,6 +96,7 @@ async def server() -> AsyncIterator[Server]:
         insecure=True,  # the test's own Ray cluster, on this machine; test_local.py has a run with auth too
         local_capacity=0,
         allow=ALLOW,
+        allow_kwargs=ALLOW_KWARGS,
         worker_timeout=WORKER_TIMEOUT,
     )
     srv = Server(config)

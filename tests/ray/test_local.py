@@ -30,7 +30,7 @@ from aioenv.errors import CapacityError, EnvRemade, UsageError, WorkerCrashed
 from aioenv.ray import place_hosts, place_hosts_async, reachable_endpoint
 from aioenv.server.server import Server, ServerConfig
 from aioenv.transport.auth import create_keys
-from tests.ray.conftest import ALLOW, host_processes, loads, ray_environment, until, wait_no_hosts
+from tests.ray.conftest import ALLOW, ALLOW_KWARGS, host_processes, loads, ray_environment, until, wait_no_hosts
 from tests.ray.conftest import wait_no_ray_processes as wait_no_ray
 from tests.support.procs import HANG, proc_table
 from tests.support.scripts import ROOT
@@ -104,7 +104,12 @@ async def test_curve_keys_reach_the_hosts_without_a_trace(cluster: str, tmp_path
     _, secret = zmq.auth.load_certificate(keys / "rayhost.key_secret")
     assert secret is not None
     config = ServerConfig(
-        bind="tcp://127.0.0.1:0", worker_bind="tcp://0.0.0.0:0", local_capacity=0, allow=ALLOW, auth=str(keys)
+        bind="tcp://127.0.0.1:0",
+        worker_bind="tcp://0.0.0.0:0",
+        local_capacity=0,
+        allow=ALLOW,
+        auth=str(keys),
+        allow_kwargs=ALLOW_KWARGS,
     )
     client_keys = (str(keys / "rayhost.key_secret"), str(keys / "server.key"))  # a client key may be shared
     srv = Server(config)

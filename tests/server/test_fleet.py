@@ -54,7 +54,8 @@ def _join(hosts: list[WorkerHostProcess], srv: ServerProcess, name: str, capacit
 
 
 def _server(*args: str, bind: str = "tcp://127.0.0.1:0", worker_bind: str = "tcp://127.0.0.1:0") -> ServerProcess:
-    allow = ("--allow-env", "tests.envs.*", "--allow-env", "aioenv.envs.*", "--allow-env", "CartPole-*")
+    allow = ("--allow-env", "tests.envs.*:*", "--allow-env", "aioenv.envs.*:*", "--allow-env", "CartPole-*")
+    allow += ("--allow-env-kwargs", "tests.envs.*:*=*", "--allow-env-kwargs", "aioenv.envs.*:*=*")
     return ServerProcess("--worker-bind", worker_bind, *allow, *args, bind=bind)
 
 

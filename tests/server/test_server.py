@@ -35,11 +35,14 @@ from tests.support.scripts import ROOT
 from tests.support.servers import ServerProcess
 
 PROBE = "tests.envs.faulty:make_probe"
+# the test envs with any env_kwargs, CartPole with the one these tests pass
+ALLOW = ("--allow-env", "CartPole-*", "--allow-env", "tests.envs.*:*", "--allow-env-kwargs", "tests.envs.*:*=*")
+ALLOW += ("--allow-env-kwargs", "CartPole-*=max_episode_steps")
 
 
 @pytest.fixture
 def server() -> Iterator[ServerProcess]:
-    srv = ServerProcess("--allow-env", "CartPole-*", "--allow-env", "tests.envs.*")
+    srv = ServerProcess(*ALLOW)
     try:
         yield srv
     finally:
@@ -50,7 +53,7 @@ def server() -> Iterator[ServerProcess]:
 def any_server(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
     """The same server on ZeroMQ over tcp, then on a unix socket: a remote pool behaves the same over both."""
     bind = "tcp://127.0.0.1:0" if request.param == "tcp" else "unix"
-    srv = ServerProcess("--allow-env", "CartPole-*", "--allow-env", "tests.envs.*", bind=bind)
+    srv = ServerProcess(*ALLOW, bind=bind)
     try:
         yield srv
     finally:
@@ -171,7 +174,7 @@ async def test_two_clients_are_isolated(any_server: ServerProcess) -> None:
 
 
 def test_allow_env_and_names_only() -> None:
-    srv = ServerProcess("--allow-env", "CartPole-*", "--allow-env", "tests.envs.*")
+    srv = ServerProcess(*ALLOW)
     try:
 
         async def main() -> None:
@@ -289,7 +292,7 @@ async def test_a_server_that_never_answers_fails_the_pool(monkeypatch: pytest.Mo
 
 
 async def test_server_shutdown_answers_requests_in_flight(tmp_path: Path) -> None:
-    srv = ServerProcess("--allow-env", "tests.envs.*")
+    srv = ServerProcess(*ALLOW)
     try:
         pool = await aioenv.make(PROBE, 2, endpoint=srv.endpoint, env_kwargs={"slow_seconds": 60})
         await pool.reset()
@@ -447,9 +450,7 @@ def test_metrics_and_json_logs(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    srv = ServerProcess(
-        "--metrics-port", str(port), "--log-json", "--log-level", "DEBUG", "--allow-env", "tests.envs.*"
-    )
+    srv = ServerProcess("--metrics-port", str(port), "--log-json", "--log-level", "DEBUG", *ALLOW)
     try:
 
         async def main() -> str:

@@ -36,7 +36,10 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
 
 def test_a_client_gone_while_its_pool_is_made_leaves_nothing_behind() -> None:
-    srv = ServerProcess("--client-timeout", "3600", "--allow-env", "tests.envs.*", bind="unix")
+    srv = ServerProcess(
+        "--client-timeout", "3600", "--allow-env", "tests.envs.*:*", "--allow-env-kwargs", "tests.envs.*:*=*",
+        bind="unix",
+    )  # fmt: skip
     try:
 
         async def open_then_leave() -> None:

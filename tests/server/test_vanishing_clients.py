@@ -59,7 +59,10 @@ asyncio.run(main(sys.argv[1]))
 @pytest.fixture(scope="module")
 def server() -> Iterator[ServerProcess]:
     """A server for CartPole and the latency envs."""
-    srv = ServerProcess("--allow-env", "CartPole-v1", "--allow-env", "aioenv.envs.latency:*")
+    srv = ServerProcess(
+        "--allow-env", "CartPole-v1", "--allow-env", "aioenv.envs.latency:*",
+        "--allow-env-kwargs", "aioenv.envs.latency:*=mean,sigma,cap",
+    )  # fmt: skip
     try:
         yield srv
     finally:
