@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import shutil
 from collections.abc import Sequence
 from typing import Any
@@ -51,7 +52,7 @@ from aioenv.wire.options import (
 )
 from aioenv.wire.protocol import Key
 
-__all__ = ["Pool", "make"]
+__all__ = ["ForkGuard", "Pool", "make"]
 
 log = logging.getLogger("aioenv.pool")
 
@@ -60,6 +61,37 @@ _FOREIGN_LOOP = (
     "replies would never arrive there): use aioenv.SyncPool from threads, or hand the call to the pool's loop "
     "with asyncio.run_coroutine_threadsafe(coro, loop)"
 )
+
+
+#: Children forked so far on the way to this process (each child counts one more than its parent at the fork).
+_FORKS = [0]
+os.register_at_fork(after_in_child=lambda: _FORKS.__setitem__(0, _FORKS[0] + 1))
+
+
+class ForkGuard:
+    """The process that started a pool, told apart from a child forked from it by comparing two ints (asking the
+    system for the process id on every call would cost more than the comparison)."""
+
+    __slots__ = ("forks", "pid")
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.forks = _FORKS[0]
+
+    def check(self) -> None:
+        """Refuse a pool's call in a child forked from the process that started the pool: its worker processes,
+        sockets and event loop belong to that process, so the call would hang, or disturb them.
+
+        Raises:
+            UsageError: in a forked child, naming both processes and the ways out.
+        """
+        if _FORKS[0] != self.forks:
+            raise UsageError(
+                f"this pool was started in process {self.pid} and is used in process {os.getpid()}, a child forked "
+                "from it (os.fork(), or multiprocessing's 'fork' start method): its worker processes, sockets and "
+                "event loop belong to the parent, where a call from here would hang or disturb them. Make a new pool "
+                "in the child, or start child processes with multiprocessing's 'spawn' or 'forkserver' method"
+            )
 
 
 def _space(desc: Any, key: str) -> Any:
@@ -366,6 +398,7 @@ class Pool:
         assert self._coord is not None
         self._recv = RecvQueue(self.single_observation_space, self._coord.sched)
         self._home = asyncio.get_running_loop()  # the loop whose sockets, futures and timers the pool uses
+        self._started_here = ForkGuard()  # the process whose workers and sockets these are
 
     @property
     def autoreset_mode(self) -> AutoresetMode:
@@ -387,6 +420,8 @@ class Pool:
         (CLOSE, then SIGTERM, then SIGKILL); never hangs. Idempotent."""
         if self.closed:
             return
+        if hasattr(self, "_home"):
+            self._started_here.check()
         if hasattr(self, "_home") and _running_loop() is not self._home:
             raise UsageError(_FOREIGN_LOOP)
         self.closed = True
@@ -407,6 +442,7 @@ class Pool:
             raise UsageError(
                 "the pool is not started: use `await aioenv.make(...)`, `await pool.start()` or `async with`"
             )
+        self._started_here.check()
         if _running_loop() is not self._home:
             raise UsageError(_FOREIGN_LOOP)
         return self._coord

@@ -73,7 +73,7 @@ from gymnasium.vector import AutoresetMode
 from aioenv._loop import consume, new_event_loop
 from aioenv.core.sinks import ResetResult, StepResult
 from aioenv.errors import PoolClosed, UsageError
-from aioenv.pool import Pool
+from aioenv.pool import ForkGuard, Pool
 
 __all__ = ["SyncPool", "make_sync"]
 
@@ -185,6 +185,7 @@ class _Runtime:
 
     def __init__(self, pool: Pool, name: str) -> None:
         self.pool = pool
+        self.started_here = ForkGuard()  # a forked child's calls are refused (check_caller): no loop thread there
         self.loop = new_event_loop()
         self.closed = False
         self._close_lock = threading.Lock()
@@ -322,7 +323,9 @@ class _Runtime:
                 fut.add_done_callback(self.orphans.discard)
 
     def check_caller(self) -> None:
-        """Refuse a call from inside a call of this pool, from the loop thread, or after close."""
+        """Refuse a call from a forked child, from inside a call of this pool, from the loop thread, or after
+        close."""
+        self.started_here.check()
         if self.driven_here():
             raise UsageError(_NESTED)
         if self.in_loop_thread():

@@ -12,8 +12,8 @@ One run on a local Ray cluster (``ray.init(num_cpus=--ray-cpus)``, started here)
 
    - ``embedded``: a pool in this process, its workers local children;
    - ``server, local workers``: a pool on ``aioenv serve`` (a subprocess) whose workers are its children;
-   - ``server, Ray hosts``: a pool on a second ``aioenv serve --worker-bind tcp://0.0.0.0:0 --local-capacity 0``
-     whose workers run under worker hosts that Ray placed (``--hosts`` inline hosts for CartPole, as many
+   - ``server, Ray hosts``: a pool on a second ``aioenv serve --worker-bind tcp://0.0.0.0:0 --local-capacity 0
+     --insecure`` whose workers run under worker hosts that Ray placed (``--hosts`` inline hosts for CartPole, as many
      async ones for the latency env), dialing this node's address over tcp.
 
    The cells of a repeat are interleaved (their order reverses every other repeat); each figure is the median
@@ -214,7 +214,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     placed = []
     try:
         servers["local"] = Server()
-        servers["ray"] = Server(["--worker-bind", "tcp://0.0.0.0:0", "--local-capacity", "0"])
+        # --insecure: the Ray cluster is this machine's own (ray.init above), its hosts dial this node's address
+        servers["ray"] = Server(["--worker-bind", "tcp://0.0.0.0:0", "--local-capacity", "0", "--insecure"])
         assert servers["ray"].worker_endpoint is not None
         wep = servers["ray"].worker_endpoint
         out["startup"] = [time_startup(wep, args, i) for i in range(args.startup_repeats)]

@@ -6,8 +6,9 @@ exits 1):
 1. **build**: ``docker/Dockerfile`` builds (podman with ``--format docker``: the OCI format has no
    HEALTHCHECK); the image runs as a non-root user, has a health check, no compiler and no build-stage
    sources, and its size is reported (and what aioenv adds to the base image);
-2. **run**: ``run -d`` with the port published on loopback; the time from ``run`` to the server's first
-   reply; a remote pool of 8 CartPole envs gives exactly ``gymnasium.vector.SyncVectorEnv``'s
+2. **run**: ``run -d`` with the port published on loopback and a key directory mounted at ``/keys`` (the
+   image serves with ``--auth /keys``; a client holds an admitted key); the time from ``run`` to the server's
+   first reply; a remote pool of 8 CartPole envs gives exactly ``gymnasium.vector.SyncVectorEnv``'s
    observations, rewards and flags for the same seeds and actions (autoresets included);
 3. **health check**: the image's own HEALTHCHECK command answers inside the container (and podman's
    ``healthcheck run`` says healthy), and fails in a container with no server;
@@ -51,6 +52,7 @@ import numpy as np
 
 import aioenv
 from aioenv.server.status import fetch_status
+from aioenv.transport.auth import create_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
@@ -341,12 +343,14 @@ def check_image(engine: Engine, facts: ImageFacts) -> None:
 # ---- a remote pool against SyncVectorEnv -------------------------------------------------------------------
 
 
-async def first_reply(endpoint: str, alive: Callable[[], None], deadline: float) -> float:
-    """Ask ``endpoint`` for its status until it answers; the monotonic time of the answer. ``alive()`` raises
-    when the container already exited."""
+async def first_reply(
+    endpoint: str, alive: Callable[[], None], deadline: float, keys: tuple[str, str] | None = None
+) -> float:
+    """Ask ``endpoint`` for its status (with ``keys``: a client's CURVE keys) until it answers; the monotonic time
+    of the answer. ``alive()`` raises when the container already exited."""
     while True:
         try:
-            await fetch_status(endpoint, timeout=0.5)
+            await fetch_status(endpoint, timeout=0.5, curve_keys=keys)
             return time.monotonic()
         except (TimeoutError, OSError):
             pass
@@ -416,22 +420,37 @@ def stop_container(engine: Engine, name: str, grace: int) -> tuple[int, float]:
     return int(state.get("ExitCode", -1)), took
 
 
-async def run_alone(engine: Engine, facts: ImageFacts, run_id: str) -> dict[str, float]:
+def image_keys(directory: Path) -> tuple[str, tuple[str, str]]:
+    """A key directory for the image's ``--auth /keys`` (the server's, the health check's and a client's key pairs,
+    readable by the image's user: throwaway keys of this run) as ``run`` mounts it, and the client's keys."""
+    for key in ("server", "health", "client"):
+        create_keys(directory, key)
+    directory.chmod(0o755)
+    for path in directory.iterdir():
+        path.chmod(0o644)
+    return f"{directory}:/keys:ro", (str(directory / "client.key_secret"), str(directory / "server.key"))
+
+
+async def run_alone(engine: Engine, facts: ImageFacts, run_id: str, keys_dir: Path) -> dict[str, float]:
     """Run the image alone: first reply, a remote pool equal to SyncVectorEnv, the health check, SIGTERM."""
     name = f"aioenv-image-test-{run_id}"
     port = free_port()
     endpoint = f"tcp://127.0.0.1:{port}"
+    mount, keys = image_keys(keys_dir)
     timings: dict[str, float] = {}
     pool: aioenv.Pool | None = None
     start = time.monotonic()
     try:
-        engine("run", "-d", "--name", name, "--label", RUN_LABEL, "--init", "-p", f"127.0.0.1:{port}:5555", facts.name)
-        replied = await first_reply(endpoint, container_alive(engine, name), start + HANG)
+        engine(
+            "run", "-d", "--name", name, "--label", RUN_LABEL, "--init", "-p", f"127.0.0.1:{port}:5555", "-v", mount,
+            facts.name,
+        )  # fmt: skip
+        replied = await first_reply(endpoint, container_alive(engine, name), start + HANG, keys)
         timings["first reply"] = replied - start
         ok(f"run -> first reply from the server: {timings['first reply']:.2f} s ({endpoint})")
 
         async with asyncio.timeout(HANG):
-            pool = await aioenv.make(ENV_ID, NUM_ENVS, endpoint=endpoint, seed=1234)
+            pool = await aioenv.make(ENV_ID, NUM_ENVS, endpoint=endpoint, seed=1234, curve_keys=keys)
             timings["first pool"] = time.monotonic() - start
             await matches_sync(pool, 1234, f"run: remote pool of {NUM_ENVS} {ENV_ID}")
             await pool.aclose()
@@ -455,6 +474,8 @@ async def run_alone(engine: Engine, facts: ImageFacts, run_id: str) -> dict[str,
             "--rm",
             "--label",
             RUN_LABEL,
+            "-v",
+            mount,
             "--entrypoint",
             facts.health[0],
             facts.name,
@@ -466,7 +487,7 @@ async def run_alone(engine: Engine, facts: ImageFacts, run_id: str) -> dict[str,
         ok(f"health check `{' '.join(facts.health)}`: {verdict}; exits {lone.returncode} without a server")
 
         # SIGTERM with a client's pool still open, as `docker stop` comes in production.
-        pool = await aioenv.make(ENV_ID, 2, endpoint=endpoint, seed=0)
+        pool = await aioenv.make(ENV_ID, 2, endpoint=endpoint, seed=0, curve_keys=keys)
         await pool.reset()
         code, took = await asyncio.to_thread(stop_container, engine, name, 30)
         logs = engine("logs", name, check=False)
@@ -665,7 +686,8 @@ async def run_compose(engine: Engine, facts: ImageFacts, run_id: str) -> None:
 
 async def main_async(engine: Engine, facts: ImageFacts, run_id: str) -> dict[str, float]:
     """Everything after the build."""
-    timings = await run_alone(engine, facts, run_id)
+    with tempfile.TemporaryDirectory(prefix="aioenv-image-keys-") as keys:
+        timings = await run_alone(engine, facts, run_id, Path(keys) / "keys")
     await run_compose(engine, facts, run_id)
     left = engine.containers(f"label={RUN_LABEL}")
     if left:

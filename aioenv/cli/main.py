@@ -152,7 +152,7 @@ def _endpoint(_ctx: click.Context, param: click.Parameter, value: str | None) ->
     """Refuse an address ZeroMQ cannot use, saying what one looks like."""
     if value is None or _ENDPOINT.fullmatch(value):
         return _in_range(param, value)
-    raise click.BadParameter(f"expected an address such as tcp://HOST:PORT (e.g. tcp://0.0.0.0:5555), got {value!r}")
+    raise click.BadParameter(f"expected an address such as tcp://HOST:PORT (e.g. tcp://127.0.0.1:5555), got {value!r}")
 
 
 def _client_endpoint(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -161,7 +161,7 @@ def _client_endpoint(_ctx: click.Context, param: click.Parameter, value: str | N
     if value is None or _ENDPOINT.fullmatch(value) or _UNIX.fullmatch(value):
         return _in_range(param, value)
     raise click.BadParameter(
-        f"expected an address such as tcp://HOST:PORT (e.g. tcp://0.0.0.0:5555) or unix:///PATH, got {value!r}"
+        f"expected an address such as tcp://HOST:PORT (e.g. tcp://127.0.0.1:5555) or unix:///PATH, got {value!r}"
     )
 
 
@@ -193,10 +193,11 @@ def _allow(_ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) 
 @main.command()
 @click.option(
     "--bind",
-    default="tcp://0.0.0.0:5555",
+    default="tcp://127.0.0.1:5555",
     show_default=True,
     callback=_client_endpoint,
-    help="where clients connect (unix:///PATH: clients on this machine, without ZeroMQ)",
+    help="where clients connect (unix:///PATH: clients on this machine, without ZeroMQ); beyond loopback only "
+    "with --auth or --insecure",
 )
 @executor_option("executor of pools whose client does not choose one")
 @click.option("--workers", type=click.IntRange(1), default=None, help="workers per pool (default: usable cores)")
@@ -244,12 +245,21 @@ def _allow(_ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) 
     default=None,
     help="CURVE keys directory (aioenv keygen): admit only the public keys in it",
 )
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="serve a non-loopback --bind or --worker-bind without --auth: anyone who reaches it is served (SECURITY.md)",
+)
 @click.option("--metrics-port", type=click.IntRange(1, 65535), default=None, help="serve Prometheus /metrics")
+@click.option(
+    "--metrics-bind", default="127.0.0.1", show_default=True, metavar="ADDRESS", help="the address of --metrics-port"
+)
 @click.option(
     "--worker-bind",
     default=None,
     callback=_endpoint,
-    help="where worker hosts join (aioenv worker --connect), e.g. tcp://0.0.0.0:5556",
+    help="where worker hosts join (aioenv worker --connect), e.g. tcp://10.0.0.5:5556; beyond loopback only with "
+    "--auth or --insecure",
 )
 @click.option(
     "--local-capacity",
@@ -277,7 +287,9 @@ def serve(
     allow_kwargs: tuple[str, ...],
     client_timeout: float,
     auth: str | None,
+    insecure: bool,
     metrics_port: int | None,
+    metrics_bind: str,
     worker_bind: str | None,
     local_capacity: int | None,
     worker_timeout: float,
@@ -321,7 +333,9 @@ def serve(
         allow_kwargs=allow_kwargs,
         client_timeout=client_timeout,
         auth=auth,
+        insecure=insecure,
         metrics_port=metrics_port,
+        metrics_bind=metrics_bind,
         worker_bind=worker_bind,
         local_capacity=local_capacity,
         worker_timeout=worker_timeout,
@@ -494,6 +508,8 @@ def _unanswered(endpoint: str, timeout: float, exc: BaseException) -> click.Clic
     """What `aioenv status` says when the server did not answer, answered with a refusal, or was not reached."""
     if isinstance(exc, TimeoutError):
         return click.ClickException(f"no answer from {endpoint} within {timeout:g} s")
+    if isinstance(exc, aioenv.UsageError):  # asked nothing: e.g. an address ZeroMQ cannot dial
+        return click.ClickException(exc.message)
     if isinstance(exc, aioenv.AioEnvError):  # it answered, with a refusal
         return click.ClickException(f"{endpoint} refused the status request: {exc}")
     return click.ClickException(f"cannot reach {endpoint}: {exc}")

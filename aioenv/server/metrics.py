@@ -1,4 +1,5 @@
-"""Prometheus metrics of ``aioenv serve --metrics-port PORT`` (prometheus-client).
+"""Prometheus metrics of ``aioenv serve --metrics-port PORT`` (prometheus-client), on ``--metrics-bind``
+(loopback by default: the figures show the load, errors and worker hosts' names, and nobody needs a key to read them).
 
 Request latency and errors are recorded as rows are relayed (:class:`ServerMetrics`); the state
 (clients, pools, envs by state, requests in flight, workers, restarts, protocol errors) is read from
@@ -112,7 +113,7 @@ class ServerMetrics:
         elif infos is not None:
             self.timeouts.inc(sum(1 for info in infos if isinstance(info, dict) and info.get("timeout")))
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+    def serve(self, port: int, addr: str = "127.0.0.1") -> None:
         """Serve ``/metrics`` over HTTP on ``addr:port`` (a daemon thread)."""
         start_http_server(port, addr=addr, registry=self.registry)
         log.info("Prometheus metrics on http://%s:%d/metrics", addr, port)

@@ -65,6 +65,7 @@ from aioenv.core.sources import EnvSources, parse_sources
 from aioenv.errors import AioEnvError, CapacityError, ConnectionLost, PoolClosed, ProtocolError, UsageError
 from aioenv.logs import peer_name, printable
 from aioenv.server.allow import AllowList
+from aioenv.server.exposure import exposure_warnings
 from aioenv.server.fleet import Fleet
 from aioenv.server.peers import DroppedPeers, PeerLimits, Sweep, Tally, Unread
 from aioenv.transport.router import Peer, Router
@@ -104,7 +105,7 @@ _OPERATIONAL = frozenset(("StepTimeout", "WorkerCrashed", "ProtocolError", "Capa
 class ServerConfig:
     """What ``aioenv serve`` was told (see ``aioenv serve --help``)."""
 
-    bind: str = "tcp://0.0.0.0:5555"
+    bind: str = "tcp://127.0.0.1:5555"  # loopback: beyond it only with auth or insecure (aioenv.server.exposure)
     executor: Executor = "inline"
     workers: int | None = None
     max_envs: int | None = field(default_factory=lambda: default_max_envs())  # None: no bound
@@ -116,7 +117,9 @@ class ServerConfig:
     allow_kwargs: Sequence[str] = ()  # "PATTERN=NAME,..." env_kwargs clients may pass; none: no env_kwargs
     client_timeout: float = 10.0
     auth: str | None = None  # a key directory (see aioenv.transport.auth); None: no authentication
+    insecure: bool = False  # serve non-loopback ports without auth (aioenv.server.exposure); logged as warnings
     metrics_port: int | None = None  # serve Prometheus metrics on this port (see aioenv.server.metrics)
+    metrics_bind: str = "127.0.0.1"  # the address of the metrics port
     worker_bind: str | None = None  # the port worker hosts join (see aioenv.server.fleet); None: local workers only
     local_capacity: int | None = None  # with worker_bind: envs the server hosts itself (None: as a last resort)
     worker_timeout: float = 10.0  # with worker_bind: seconds of silence before a worker host is dropped
@@ -313,6 +316,9 @@ class Server:
 
     async def start(self) -> None:
         """Bind and start serving."""
+        config = self.config
+        for warning in exposure_warnings(config.bind, config.worker_bind, auth=config.auth, insecure=config.insecure):
+            log.warning(warning)
         configure = None
         if self.config.auth is not None and is_stream(self.config.bind):
             raise ValueError(
@@ -340,7 +346,7 @@ class Server:
             from aioenv.server.metrics import ServerMetrics
 
             self.metrics = ServerMetrics(self.gauges)
-            self.metrics.serve(self.config.metrics_port)
+            self.metrics.serve(self.config.metrics_port, self.config.metrics_bind)
         if self.config.worker_bind is not None:
             self.fleet = Fleet(
                 self.config.worker_bind,

@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol
 
 import zmq
 
+from aioenv.errors import UsageError
 from aioenv.transport.zmqio import check_tcp_port, has_input, recv_frames, send_frames
 
 __all__ = ["Dealer", "Peer", "PeerSocket", "Router", "Sent"]
@@ -174,9 +175,19 @@ class Dealer(_Drained):
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.RCVHWM, 0)
         self.sock.setsockopt(zmq.LINGER, 0)
-        if configure is not None:  # e.g. CURVE keys, which must be set before connect
-            configure(self.sock)
-        self.sock.connect(endpoint)
+        try:
+            if configure is not None:  # e.g. CURVE keys, which must be set before connect
+                configure(self.sock)
+            self.sock.connect(endpoint)
+        except BaseException as exc:  # e.g. a bad address: no socket is left open behind the error
+            self.sock.close()
+            if isinstance(exc, zmq.ZMQError) and exc.errno == zmq.EINVAL:
+                raise UsageError(
+                    f"cannot connect to {endpoint!r}: ZeroMQ refuses the address ({zmq.strerror(exc.errno)}); a tcp "
+                    "address is tcp://HOST:PORT, HOST an IP address or an ASCII host name (an international name in "
+                    "its xn-- form), PORT a number"
+                ) from None
+            raise
         self.endpoint = endpoint
         self._on_message = on_message
         self._start_reading()

@@ -31,6 +31,12 @@ list of its rows' values inside the header.
 
 Arrays decoded from frames are read-only views of the received buffers; the
 coordinator copies them once into the arrays it hands to users.
+
+A header that would pass :data:`SPILL_HEADER_BYTES` (values holding large arrays: a big
+space's per-element bounds) is encoded again with each array of its values of at least
+:data:`BLOB_LIMIT` bytes carried as one of the message's arrays instead, after its own:
+``"s"`` says how many, and extension ``6`` (the index among them) marks each one's place.
+:func:`decode` puts them back, so callers never see the difference.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from aioenv.wire.version import PROTOCOL_VERSION
 __all__ = [
     "BLOB_LIMIT",
     "MAX_HEADER_BYTES",
+    "SPILL_HEADER_BYTES",
     "PROTOCOL_VERSION",
     "Key",
     "Local",
@@ -79,6 +86,9 @@ _EXT_TUPLE = 2
 _EXT_SCALAR = 3
 _EXT_GRAPH = 4
 _EXT_PICKLED = 5
+_EXT_MOVED = 6  # an array of a header value, carried as one of the message's arrays (see encode)
+#: A header larger than this is encoded again with its values' large arrays moved out to frames (see encode).
+SPILL_HEADER_BYTES = 1 << 20
 _NUMERIC_KINDS = frozenset("biufc")
 
 
@@ -125,6 +135,7 @@ class Key:
     OP = "op"  # an Op name
     ARRAYS = "a"  # [[dtype, shape, frame, offset], ...]: the raw arrays (0: in BLOB, else a frame of its own)
     BLOB = "b"  # bytes: the small arrays, packed and 8-byte aligned
+    SPILLED = "s"  # how many of the last arrays belong to header values (extension 6 marks where): see encode()
     # requests and replies
     ID = "id"  # request id; a reply carries its request's
     ENV = "env"  # [env ids] a request covers (STEP, RESET, CALL, CANCEL); OPEN, EVENT: see Op
@@ -185,6 +196,28 @@ class _Trust(threading.local):
 
 
 _TRUST = _Trust()
+
+
+class _Moving(threading.local):
+    """This thread's encode moving its header values' large arrays out (the list they go to), and its decode's
+    count of references to such arrays met in a header."""
+
+    arrays: list[np.ndarray] | None = None
+    refs = 0
+
+
+_MOVING = _Moving()
+
+
+class _Moved:
+    """The place of a moved array in a decoded header, until :func:`decode` puts the array there."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
 _PROCESS_TRUST = [False]  # a worker that talks only to the pool that started it (trust_parent_pipe)
 
 
@@ -223,6 +256,9 @@ def pickle_allowed() -> bool:
 def _default(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):  # the most common by far: tested first
         if obj.dtype.kind in _NUMERIC_KINDS:
+            if obj.nbytes >= BLOB_LIMIT and (moving := _MOVING.arrays) is not None:
+                moving.append(obj)
+                return msgpack.ExtType(_EXT_MOVED, _PACK(len(moving) - 1))
             # tobytes() is C-order whatever the layout; ascontiguousarray would turn 0-d into (1,)
             return msgpack.ExtType(_EXT_NDARRAY, _PACK([obj.dtype.str, list(obj.shape), obj.tobytes()]))
         if obj.dtype.kind in "OUS":  # object and str arrays: their items, each packed as a value of its own
@@ -336,6 +372,12 @@ def _ext_hook(code: int, data: bytes) -> Any:
         return np.frombuffer(payload, dtype=_check_dtype(dtype_code))[0]
     if code == _EXT_GRAPH:
         return _graph(_UNPACK(data))
+    if code == _EXT_MOVED:
+        index = _UNPACK(data)
+        if type(index) is not int or index < 0:
+            raise ValueError(f"a moved array's index must be an int >= 0, got {index!r}")
+        _MOVING.refs += 1
+        return _Moved(index)
     if code == _EXT_PICKLED:
         if not _trusted():
             raise ValueError("a pickled value arrived from a peer that is not trusted with pickle (never unpickled)")
@@ -383,7 +425,8 @@ def unpack(data: bytes | memoryview) -> Any:
 
 
 def encode(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray] = (), *, trusted: bool = False) -> list[Any]:
-    """Build the frames of one message.
+    """Build the frames of one message (a header past :data:`SPILL_HEADER_BYTES` has its values' large arrays
+    moved out to frames: see the module docstring).
 
     Args:
         op: an :class:`Op` name.
@@ -398,6 +441,24 @@ def encode(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray] = (), *
     Returns:
         ``[header_bytes, *array_frames]`` ready for ``send_multipart``.
     """
+    frames = _encode(op, fields, arrays, trusted)
+    if len(frames[0]) <= SPILL_HEADER_BYTES:
+        return frames
+    moved: list[np.ndarray] = []
+    _MOVING.arrays = moved
+    try:
+        _encode(op, fields, arrays, trusted)  # finds the arrays to move (its header is not the one sent)
+        found = list(moved)
+        if not found:
+            return frames
+        moved.clear()  # the same arrays are met again, in the same order: the same indices
+        frames = _encode(op, {**fields, Key.SPILLED: len(found)}, [*arrays, *found], trusted)
+    finally:
+        _MOVING.arrays = None
+    return frames
+
+
+def _encode(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray], trusted: bool) -> list[Any]:
     header = dict(fields)
     header[Key.VERSION] = PROTOCOL_VERSION
     header[Key.OP] = op
@@ -502,14 +563,42 @@ def decode(frames: Sequence[Any], *, trusted: bool = False) -> tuple[dict[str, A
             raise ProtocolError(
                 f"malformed message: {len(frames) - 1} frames follow the header but it describes no arrays"
             )
-        return header, []
-    if type(specs) is not list:
-        raise ProtocolError(f"malformed header: 'a' must be a list of array specs, got {type(specs).__name__}")
-    blob = header.get(Key.BLOB, b"")
-    if type(blob) is not bytes:
-        raise ProtocolError(f"malformed header: 'b' must be bytes, got {type(blob).__name__}")
-    buffers: list[Any] = [blob] if len(frames) == 1 else [blob, *(_buffer(f) for f in frames[1:])]
-    return header, _decode_arrays(specs, buffers)
+        arrays: list[np.ndarray] = []
+    else:
+        if type(specs) is not list:
+            raise ProtocolError(f"malformed header: 'a' must be a list of array specs, got {type(specs).__name__}")
+        blob = header.get(Key.BLOB, b"")
+        if type(blob) is not bytes:
+            raise ProtocolError(f"malformed header: 'b' must be bytes, got {type(blob).__name__}")
+        buffers: list[Any] = [blob] if len(frames) == 1 else [blob, *(_buffer(f) for f in frames[1:])]
+        arrays = _decode_arrays(specs, buffers)
+    if Key.SPILLED in header:
+        return _moved_back(header, arrays)
+    return header, arrays
+
+
+def _moved_back(header: dict[str, Any], arrays: list[np.ndarray]) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """``(header, arrays)`` of a message whose header values' large arrays were moved out (see :func:`encode`):
+    each put back in its place; the message's own arrays."""
+    count = header.pop(Key.SPILLED)
+    if type(count) is not int or not 0 < count <= len(arrays):
+        raise ProtocolError(f"malformed header: it says it moved {count!r} of its {len(arrays)} arrays")
+    moved, own = arrays[len(arrays) - count :], arrays[: len(arrays) - count]
+
+    def back(value: Any) -> Any:
+        if type(value) is _Moved:
+            if value.index >= count:
+                raise ProtocolError(f"malformed header: it refers to moved array {value.index} of {count}")
+            return moved[value.index]
+        if type(value) is dict:
+            return {key: back(item) for key, item in value.items()}
+        if type(value) is list:
+            return [back(item) for item in value]
+        if type(value) is tuple:
+            return tuple(back(item) for item in value)
+        return value
+
+    return back(header), own
 
 
 def _decode_header(raw: memoryview, trusted: bool = False) -> dict[str, Any]:
@@ -517,6 +606,7 @@ def _decode_header(raw: memoryview, trusted: bool = False) -> dict[str, Any]:
     if len(raw) > MAX_HEADER_BYTES:
         raise ProtocolError(f"header of {len(raw)} bytes exceeds the limit of {MAX_HEADER_BYTES}")
     _TRUST.on = trusted
+    _MOVING.refs = 0
     try:
         header = _UNPACK(raw)
     except Exception as exc:
@@ -525,6 +615,8 @@ def _decode_header(raw: memoryview, trusted: bool = False) -> dict[str, Any]:
         _TRUST.on = False
     if not isinstance(header, dict):
         raise ProtocolError(f"malformed header: expected a msgpack map, got {type(header).__name__}")
+    if _MOVING.refs and Key.SPILLED not in header:
+        raise ProtocolError("malformed header: it refers to arrays of the message but says it moved none")
     version = header.get(Key.VERSION)
     if type(version) is not int or version != PROTOCOL_VERSION:
         raise ProtocolError(

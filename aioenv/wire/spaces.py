@@ -36,6 +36,7 @@ cached by space identity: a space must not be mutated after its first use here.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -59,6 +60,7 @@ from aioenv.wire.options import is_int
 from aioenv.wire.protocol import Pickled
 
 __all__ = [
+    "MAX_BOX_ELEMENTS",
     "RowReader",
     "is_plain_leaf",
     "is_portable",
@@ -87,6 +89,10 @@ _Unflatten = Callable[[list[Leaf]], Any]
 
 _SUPPORTED = "Box, Discrete, MultiDiscrete, MultiBinary, Text, Dict, Tuple, Graph, Sequence, OneOf"
 _MAX_DEPTH = 32
+#: The most elements a described Box may have (2**27: 128 MiB of uint8 per observation). A description states its
+#: bounds in a few bytes when they are uniform, but rebuilding the space allocates them, and more: beyond this a
+#: peer's description could exhaust the memory of the side that reads it.
+MAX_BOX_ELEMENTS = 1 << 27
 _DTYPE_RE = re.compile(r"[<>|=]?[biuf]\d{1,2}")
 
 
@@ -134,15 +140,15 @@ def not_portable(space: gs.Space[Any], where: str) -> str:
 def describe_space(space: gs.Space[Any]) -> dict[str, Any]:
     """Describe ``space`` with plain values and ndarrays only (no RNG/seed).
 
-    Shapes are lists, ``dtype`` is ``np.dtype.str`` (e.g. ``'<f4'``); Box low/high
-    and MultiDiscrete nvec/start are ndarrays of the space's shape.
+    Shapes are lists, ``dtype`` is ``np.dtype.str`` (e.g. ``'<f4'``); MultiDiscrete nvec/start are ndarrays of
+    the space's shape, and so are Box low/high, or one value each (a 0-d ndarray) when every element has it: a
+    ``Box(0, 255, (40, 1024, 1024), uint8)`` is described in a few bytes, not twice 40 MiB.
     """
     if isinstance(space, gs.Box | gs.Discrete | gs.MultiDiscrete | gs.MultiBinary):
         dt = np.dtype(space.dtype)
         desc: dict[str, Any] = {"dtype": dt.str, "shape": list(space.shape or ())}
         if isinstance(space, gs.Box):
-            low, high = np.array(space.low, dtype=dt), np.array(space.high, dtype=dt)
-            desc.update(type="Box", low=low, high=high)
+            desc.update(type="Box", low=_bound(space.low, dt), high=_bound(space.high, dt))
         elif isinstance(space, gs.Discrete):
             desc.update(type="Discrete", n=int(space.n), start=int(space.start))
         elif isinstance(space, gs.MultiDiscrete):
@@ -168,6 +174,14 @@ def describe_space(space: gs.Space[Any]) -> dict[str, Any]:
     if isinstance(space, gs.Tuple):
         return {"type": "Tuple", "subspaces": [describe_space(s) for s in space]}
     return _describe_variable(space)
+
+
+def _bound(values: npt.NDArray[Any], dt: np.dtype[Any]) -> npt.NDArray[Any]:
+    """A Box bound as it is described: one value (a 0-d array) when every element has it, else every element."""
+    bound = np.asarray(values, dtype=dt)
+    if bound.size and (bound == bound.flat[0]).all():
+        return np.array(bound.flat[0], dtype=dt)
+    return bound.copy()
 
 
 def _describe_variable(space: gs.Space[Any]) -> dict[str, Any]:
@@ -267,10 +281,23 @@ def _build(desc: Any, depth: int) -> gs.Space[Any]:
 
 def _build_box(desc: Mapping[str, Any], _depth: int) -> gs.Space[Any]:
     shape = _shape_field(desc, "Box")
+    elements = math.prod(shape)
+    if elements > MAX_BOX_ELEMENTS:  # its bounds alone would take gigabytes here, whatever the description's size
+        raise _bad("Box", f"shape {list(shape)} has {elements} elements: at most {MAX_BOX_ELEMENTS}")
     dt = _dtype_field(desc, "Box", "biuf")
-    low = _array_field(desc, "low", "Box", dt, shape)
-    high = _array_field(desc, "high", "Box", dt, shape)
+    low = _bound_field(desc, "low", dt, shape)
+    high = _bound_field(desc, "high", dt, shape)
     return _make("Box", gs.Box, low=low, high=high, shape=shape, dtype=dt)
+
+
+def _bound_field(desc: Mapping[str, Any], key: str, dt: np.dtype[Any], shape: tuple[int, ...]) -> Leaf:
+    """A Box bound: an array of the space's shape, or one value for every element (see :func:`describe_space`)."""
+    bound = _array_field(desc, key, "Box", dt, None)
+    if bound.shape == ():
+        return np.full(shape, bound, dtype=dt)
+    if bound.shape != shape:
+        raise _bad("Box", f"field {key!r} has shape {bound.shape}, expected {shape} or one value")
+    return bound
 
 
 def _build_discrete(desc: Mapping[str, Any], _depth: int) -> gs.Space[Any]:

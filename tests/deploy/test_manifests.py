@@ -8,7 +8,8 @@
 - what no schema knows: selectors select their own pod templates (and only them), the Service's ports lead
   to the server's named ports, the server's and the workers' arguments are accepted by ``aioenv serve`` and
   ``aioenv worker`` and agree on the ports, the probes run the image's own HEALTHCHECK, the pods run as the
-  image's non-root user without privileges, and the kustomization lists every manifest.
+  image's non-root user without privileges, the ports beyond loopback authenticate (``--auth`` with keys from
+  Secrets, never ``--insecure``) and the kustomization lists every manifest.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import yaml
 from kubernetes_validate import utils as kv_utils
 
 from aioenv.cli.main import main as cli
+from aioenv.server.exposure import exposure_warnings
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "deploy" / "kubernetes"
@@ -140,12 +142,37 @@ def expanded(args: list[str], spec: dict[str, Any]) -> list[str]:
     return [re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", value, arg) for arg in args]
 
 
-def accepted(command: str, args: list[str]) -> None:
-    """``aioenv COMMAND ARGS`` parses: every option exists and every value has its type (nothing runs)."""
+def secret_mounts(workload: dict[str, Any]) -> dict[str, str]:
+    """Where a workload's container mounts Secrets: mount path -> the Secret's name."""
+    secrets = {v["name"]: v["secret"]["secretName"] for v in pod_spec(workload).get("volumes", []) if "secret" in v}
+    return {
+        m["mountPath"]: secrets[m["name"]] for m in container(workload).get("volumeMounts", []) if m["name"] in secrets
+    }
+
+
+def on_this_machine(args: list[str], mounts: dict[str, str], where: Path) -> list[str]:
+    """``args`` with each path under a Secret's mount moved under ``where``, where it then exists: a directory
+    for the mount itself, a file for a file in it (the files a Secret must hold)."""
+    moved = []
+    for arg in args:
+        mount = next((m for m in mounts if arg == m or arg.startswith(m + "/")), None)
+        if mount is not None:
+            local = where / mounts[mount] / arg[len(mount) :].lstrip("/")
+            (local.parent if arg != mount else local).mkdir(parents=True, exist_ok=True)
+            if arg != mount:
+                local.touch()
+            arg = str(local)
+        moved.append(arg)
+    return moved
+
+
+def accepted(command: str, args: list[str]) -> dict[str, Any]:
+    """``aioenv COMMAND ARGS`` parses: every option exists and every value has its type (nothing runs); the
+    parsed options."""
     assert isinstance(cli, click.Group)
     cmd = cli.commands[command]
     try:
-        cmd.make_context(f"aioenv {command}", list(args))
+        return cmd.make_context(f"aioenv {command}", list(args)).params
     except click.ClickException as exc:
         pytest.fail(f"aioenv {command} {' '.join(args)}: {exc.format_message()}")
 
@@ -277,15 +304,15 @@ def test_the_service_leads_to_the_servers_named_ports() -> None:
     for port in service["spec"]["ports"]:
         assert port["targetPort"] in named, f"Service port {port} leads to no port of the server: {named}"
         assert port["port"] == named[port["targetPort"]], f"{port}: the Service moves the port: {named}"
-    assert service["spec"].get("type", "ClusterIP") == "ClusterIP", "the server has no authentication by default"
+    assert service["spec"].get("type", "ClusterIP") == "ClusterIP", "the metrics port has no authentication"
 
 
-def test_the_servers_arguments_are_accepted_by_aioenv_serve_and_agree_with_its_ports() -> None:
+def test_the_servers_arguments_are_accepted_by_aioenv_serve_and_agree_with_its_ports(tmp_path: Path) -> None:
     server = the("Deployment", "aioenv-server")
     spec = container(server)
     assert "command" not in spec, "the image's ENTRYPOINT (aioenv serve) must stay"
     args = expanded(spec["args"], spec)
-    accepted("serve", args)
+    accepted("serve", on_this_machine(args, secret_mounts(server), tmp_path))
     named = {p["name"]: p["containerPort"] for p in spec["ports"]}
     assert named == {
         "clients": port_of(option(args, "--bind")),
@@ -297,13 +324,13 @@ def test_the_servers_arguments_are_accepted_by_aioenv_serve_and_agree_with_its_p
     assert server["spec"]["strategy"]["type"] == "Recreate", "a rolling update runs two servers at once"
 
 
-def test_the_workers_dial_the_services_worker_port_with_arguments_aioenv_worker_accepts() -> None:
+def test_the_workers_dial_the_services_worker_port_with_arguments_aioenv_worker_accepts(tmp_path: Path) -> None:
     worker = the("Deployment", "aioenv-worker")
     service = the("Service", "aioenv-server")
     spec = container(worker)
     assert spec["command"] == ["aioenv", "worker"]
     args = expanded(spec["args"], spec)
-    accepted("worker", args)
+    accepted("worker", on_this_machine(args, secret_mounts(worker), tmp_path))
     service_port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "workers")
     assert option(args, "--connect") == f"tcp://{service['metadata']['name']}:{service_port}"
     # each host's name is its pod's (unique while the pod lives): the server refuses a name already joined
@@ -321,6 +348,41 @@ def test_the_server_probes_run_the_images_health_check() -> None:
         assert spec[probe]["timeoutSeconds"] >= 10, f"{probe}: aioenv status waits up to 3 s for the answer"
     clients = next(p["containerPort"] for p in spec["ports"] if p["name"] == "clients")
     assert health[2] == f"tcp://127.0.0.1:{clients}", "the health check would ask another port"
+
+
+def test_every_port_beyond_loopback_authenticates_with_keys_from_a_secret(tmp_path: Path) -> None:
+    """The server binds every address of its pod with --auth (never --insecure: a NetworkPolicy is not enforced
+    by every cluster, and every pod of the namespace passes it) and aioenv serve itself agrees; its key directory,
+    the probes' key pair and the workers' keys are files of Secrets, mounted read-only and readable by the image's
+    group; the worker hosts present their own key and check the server's."""
+    server, worker = the("Deployment", "aioenv-server"), the("Deployment", "aioenv-worker")
+    spec = container(server)
+    args = expanded(spec["args"], spec)
+    assert "--insecure" not in args
+    mounts = secret_mounts(server)
+    assert option(args, "--auth") in mounts, f"--auth {option(args, '--auth')} is no Secret's mount: {mounts}"
+    params = accepted("serve", on_this_machine(args, mounts, tmp_path))
+    assert params["auth"] is not None
+    assert exposure_warnings(params["bind"], params["worker_bind"], auth=params["auth"], insecure=False) == []
+    keys = option(args, "--auth")
+    for probe in ("readinessProbe", "livenessProbe"):
+        command = spec[probe]["exec"]["command"]
+        assert option(command, "--key") == f"{keys}/health.key_secret", f"{probe}: not a key pair of the Secret"
+        assert option(command, "--server-key") == f"{keys}/server.key", probe
+    worker_args = expanded(container(worker)["args"], container(worker))
+    worker_mounts = secret_mounts(worker)
+    for flag in ("--key", "--server-key"):
+        assert option(worker_args, flag).rpartition("/")[0] in worker_mounts, f"the worker's {flag} is in no Secret"
+    assert option(worker_args, "--server-key").endswith("/server.key")
+    assert set(mounts.values()).isdisjoint(worker_mounts.values()), "the workers would hold the server's secret key"
+    for load in (server, worker):
+        pod = pod_spec(load)
+        for volume in pod["volumes"]:
+            if "secret" in volume:
+                assert volume["secret"]["defaultMode"] & 0o007 == 0, f"{volume}: every user of the node may read it"
+                assert volume["secret"]["defaultMode"] & 0o040, f"{volume}: the image's group cannot read it"
+        assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"], load["metadata"]["name"]
+        assert all(m.get("readOnly") for m in container(load)["volumeMounts"] if m["mountPath"] in secret_mounts(load))
 
 
 def test_pods_run_as_the_images_user_without_privileges() -> None:

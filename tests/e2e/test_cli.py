@@ -115,6 +115,13 @@ BAD_ARGUMENTS = [  # (the command's words, what its error must say): each exits 
 ]
 
 
+def test_status_of_an_address_zeromq_cannot_dial_says_so() -> None:
+    proc = run_python("-m", "aioenv.cli", "status", "tcp://ünïcode:5555")
+    assert proc.returncode == 1, proc.stderr
+    assert "Error: cannot connect to 'tcp://ünïcode:5555': ZeroMQ refuses the address (Invalid argument)" in proc.stderr
+    assert "refused the status request" not in proc.stderr  # nothing was asked
+
+
 @pytest.mark.parametrize(("words", "says"), BAD_ARGUMENTS, ids=lambda x: " ".join(x) if isinstance(x, tuple) else "")
 def test_worker_serve_and_status_refuse_bad_arguments_clearly(words: tuple[str, ...], says: list[str]) -> None:
     proc = run_python("-m", "aioenv.cli", *words)

@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 import aioenv
+from aioenv.transport.auth import create_keys
 from tests.support.procs import HANG, descendants, processes_with_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,6 +42,10 @@ BIN = Path(sys.executable).parent
 #: The address the image binds and the one its health check asks.
 IMAGE_BIND = "tcp://0.0.0.0:5555"
 IMAGE_HEALTH = "tcp://127.0.0.1:5555"
+#: The key directory the image's server admits peers from (``--auth``), mounted by whoever runs it.
+IMAGE_KEYS = "/keys"
+#: The health check's client keys: a key pair of its own, whose public key is in the key directory (admitted).
+IMAGE_HEALTH_KEYS = ["--key", f"{IMAGE_KEYS}/health.key_secret", "--server-key", f"{IMAGE_KEYS}/server.key"]
 
 
 @dataclass
@@ -200,9 +205,9 @@ def test_dockerfile_runs_the_server_as_a_non_root_user_from_a_pinned_slim_base()
         assert re.fullmatch(r"python:3\.11-slim-[a-z]+", base), f"unpinned or unexpected base image: {base}"
     img = image()
     assert img.entrypoint == ["aioenv", "serve"]
-    assert img.cmd == ["--bind", IMAGE_BIND]
+    assert img.cmd == ["--bind", IMAGE_BIND, "--auth", IMAGE_KEYS], "every address, so only admitted keys"
     assert img.exposed == [bind_port(img.cmd)]
-    assert img.health_cmd == ["aioenv", "status", IMAGE_HEALTH, "--quiet"]
+    assert img.health_cmd == ["aioenv", "status", IMAGE_HEALTH, "--quiet", *IMAGE_HEALTH_KEYS]
     assert img.user.split(":")[0] not in ("root", "0"), f"the server runs as root: USER {img.user}"
     installs = [args for stage in stages for args in stage.all("RUN") if "pip install" in args]
     assert installs, installs
@@ -257,6 +262,20 @@ def test_compose_server_builds_this_dockerfile_and_agrees_with_its_port_and_comm
     assert int(health[1]) == bind_port(command), "the image's health check would ask another port"
 
 
+def test_compose_serves_without_auth_only_where_nothing_beyond_this_host_reaches_it() -> None:
+    """compose.yaml's server says --insecure (no keys to make for a local stack): acceptable only because its
+    client port is published on the host's loopback alone and no other port is published, as its comment
+    says; then its health check asks without keys (the image's asks with the keys of --auth)."""
+    server = compose_server()
+    command = server["command"]
+    assert "--insecure" in command
+    assert "--auth" not in command
+    assert all(str(mapping).startswith("127.0.0.1:") for mapping in server["ports"]), server["ports"]
+    published = [int(str(mapping).split(":")[-1].split("/")[0]) for mapping in server["ports"]]
+    assert published == [bind_port(command)], "a port beyond the client port is published"
+    assert server["healthcheck"]["test"] == ["CMD", *image().health_cmd[: -len(IMAGE_HEALTH_KEYS)]]
+
+
 def test_compose_command_is_accepted_by_aioenv_serve() -> None:
     # click rejects an unknown option even with --help, so this checks every option name without serving
     argv = local([*image().entrypoint, *compose_server().get("command", image().cmd), "--help"])
@@ -295,8 +314,11 @@ async def test_image_entrypoint_serves_passes_its_health_check_and_stops_cleanly
     img = image()
     port = free_port()
     address = f"tcp://127.0.0.1:{port}"
-    argv = local([*img.entrypoint, *replaced(img.cmd, IMAGE_BIND, address)])
-    check = local(replaced(img.health_cmd, IMAGE_HEALTH, address))
+    keys = tmp_path / "keys"  # what the image's user mounts at /keys: the server's, the health check's, a client's
+    for name in ("server", "health", "alice"):
+        create_keys(keys, name)
+    argv = local([*img.entrypoint, *replaced(replaced(img.cmd, IMAGE_BIND, address), IMAGE_KEYS, str(keys))])
+    check = local([arg.replace(IMAGE_KEYS, str(keys)) for arg in replaced(img.health_cmd, IMAGE_HEALTH, address)])
     # Docker kills a health check at its --timeout; here that (plus slack) is a hang guard.
     check_timeout = seconds(img.health_options.get("timeout", "30s")) + 5
     server_log = tmp_path / "server.log"
@@ -325,7 +347,8 @@ async def test_image_entrypoint_serves_passes_its_health_check_and_stops_cleanly
 
         # a client, as the docs show it; its pool stays open across the stop, as when `docker stop` comes
         async with asyncio.timeout(HANG):
-            pool = await aioenv.make("CartPole-v1", 2, endpoint=address, seed=0)
+            curve_keys = (str(keys / "alice.key_secret"), str(keys / "server.key"))
+            pool = await aioenv.make("CartPole-v1", 2, endpoint=address, seed=0, curve_keys=curve_keys)
             obs, _ = await pool.reset()
             assert obs.shape == (2, 4)
             await pool.step(np.ones(2, dtype=np.int64))

@@ -93,6 +93,7 @@ async def server() -> AsyncIterator[Server]:
     config = ServerConfig(
         bind="tcp://127.0.0.1:0",
         worker_bind="tcp://0.0.0.0:0",
+        insecure=True,  # the test's own Ray cluster, on this machine; test_local.py has a run with auth too
         local_capacity=0,
         allow=ALLOW,
         allow_kwargs=ALLOW_KWARGS,

@@ -390,7 +390,8 @@ def test_a_worker_host_in_another_network_namespace(
     hosts: list[WorkerHostProcess], other_host: tuple[str, str, str]
 ) -> None:
     ns, _, here = other_host
-    srv = _server("--local-capacity", "0", bind=f"tcp://{here}:0", worker_bind=f"tcp://{here}:0")
+    # --insecure: both addresses are on this test's own veth pair, which only its namespace shares
+    srv = _server("--local-capacity", "0", "--insecure", bind=f"tcp://{here}:0", worker_bind=f"tcp://{here}:0")
     try:
         # The host process runs inside the namespace: it reaches the server only over the veth pair.
         remote = WorkerHostProcess(srv.worker_endpoint, name="far", capacity=4, prefix=("ip", "netns", "exec", ns))

@@ -508,7 +508,8 @@ def test_metrics_and_json_logs(tmp_path: Path) -> None:
 
 def test_server_on_another_host_address(other_host: tuple[str, str, str]) -> None:
     ns, address, _ = other_host
-    srv = ServerProcess(bind=f"tcp://{address}:0", prefix=("ip", "netns", "exec", ns))
+    # --insecure: the address is on this test's own veth pair, which only its namespace shares
+    srv = ServerProcess("--insecure", bind=f"tcp://{address}:0", prefix=("ip", "netns", "exec", ns))
     try:
         assert srv.endpoint.startswith(f"tcp://{address}:")
 

@@ -11,6 +11,8 @@ import time
 import pytest
 import zmq
 
+import aioenv
+from aioenv.errors import UsageError
 from aioenv.transport.router import Dealer, Router
 from aioenv.transport.zmqio import check_tcp_port
 from tests.support.procs import HANG
@@ -57,6 +59,18 @@ async def test_a_router_or_dealer_refuses_a_port_zeromq_would_wrap_round() -> No
     with pytest.raises(ValueError, match=r"port 99999 .* out of range"):
         Dealer("tcp://127.0.0.1:99999", b"me", lambda _frames: None)
     gc.collect()  # no socket was opened to warn when collected
+
+
+@pytest.mark.parametrize("endpoint", ["tcp://ünïcode:5555", "tcp://host:port"])
+async def test_an_address_zeromq_cannot_dial_is_a_usage_error_naming_it(endpoint: str) -> None:
+    """Not a bare ``zmq.error.ZMQError`` ("Invalid argument"): an aioenv error naming the address, from the socket
+    and from the public API, with no socket left open."""
+    with pytest.raises(UsageError, match=re.escape(f"cannot connect to {endpoint!r}")):
+        Dealer(endpoint, b"me", lambda _frames: None)
+    with pytest.raises(UsageError, match=re.escape(f"cannot connect to {endpoint!r}")) as refused:
+        await aioenv.make("CartPole-v1", 1, endpoint=endpoint)
+    assert "ASCII" in str(refused.value)
+    gc.collect()  # no socket was left open to warn when collected
 
 
 async def test_input_waiting_behind_a_refused_send_is_still_read() -> None:

@@ -727,3 +727,51 @@ def test_packing_reuses_packers_safely_across_threads_nesting_and_errors() -> No
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         list(pool.map(roundtrip, range(400)))
+
+
+# ---------------------------------------------------------------- large arrays inside header values
+
+
+def test_large_arrays_inside_a_huge_header_travel_as_frames() -> None:
+    """A value of the header holding large arrays (a 40 MiB Box's per-element bounds) would pass the header limit:
+    its large arrays go as frames of the message instead and come back in their place; the message's own arrays
+    stay as they are."""
+    low = np.arange(40 << 20, dtype=np.uint64).astype(np.uint8).reshape(40, 1024, 1024)
+    fields = {"spaces": {"k": {"low": low, "high": low + np.uint8(1), "small": np.arange(4), "t": (low[0, 0, :3],)}}}
+    own = np.arange(6, dtype=np.float32)
+    frames = to_wire(encode(Op.RESULT, fields, [own]))
+    assert len(frames[0]) < 1 << 20
+    header, arrays = decode(frames)
+    assert len(arrays) == 1
+    np.testing.assert_array_equal(arrays[0], own)
+    got = header["spaces"]["k"]
+    np.testing.assert_array_equal(got["low"], low)
+    np.testing.assert_array_equal(got["high"], low + np.uint8(1))
+    np.testing.assert_array_equal(got["small"], np.arange(4))
+    np.testing.assert_array_equal(got["t"][0], low[0, 0, :3])
+    assert Key.SPILLED not in header
+
+
+def _spilling(fields: dict[str, Any], refs: list[int], spilled: Any, arrays: int = 1) -> list[bytes]:
+    """A message whose header refers to spilled arrays ``refs`` and says it spilled ``spilled``."""
+    header_fields = {"x": [msgpack.ExtType(6, msgpack.packb(i)) for i in refs], **fields}
+    if spilled is not None:
+        header_fields[Key.SPILLED] = spilled
+    return to_wire(encode(Op.RESULT, header_fields, [np.zeros(3)] * arrays))
+
+
+@pytest.mark.parametrize(
+    ("refs", "spilled", "arrays", "says"),
+    [
+        ([0], None, 1, "refers to arrays of the message but says it moved none"),
+        ([1], 1, 1, "refers to moved array 1 of 1"),
+        ([0], 2, 1, "says it moved 2 of its 1 arrays"),
+        ([0], 0, 1, "says it moved 0 of its 1 arrays"),
+        ([0], "1", 1, "says it moved '1' of its 1 arrays"),
+    ],
+)
+def test_a_malformed_reference_to_a_moved_array_is_a_protocol_error(
+    refs: list[int], spilled: Any, arrays: int, says: str
+) -> None:
+    with pytest.raises(ProtocolError, match=says):
+        decode(_spilling({}, refs, spilled, arrays))

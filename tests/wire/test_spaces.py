@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from aioenv.errors import InvalidAction
 from aioenv.wire.checks import SMALL_BATCH
+from aioenv.wire.protocol import Key, Op, decode, encode
 from aioenv.wire.spaces import (
     check_actions,
     concat_leaves,
@@ -566,3 +567,37 @@ def test_discrete_property(n_vals: int, start: int, n: int, dtype: Any, data: st
     info_dt = np.iinfo(dtype)
     if info_dt.min <= acts.min() and acts.max() <= info_dt.max:
         assert check_actions(space, acts.astype(dtype), env_ids)[0].dtype == np.int64
+
+
+# -------------------------------------------------------------- large boxes
+HUGE = gs.Box(0, 255, (40, 1024, 1024), np.uint8)  # 40 MiB per observation
+
+
+def test_a_huge_box_with_uniform_bounds_travels_in_a_small_header() -> None:
+    """Its bounds are one value each: the description holds them once, not per element (it used to need a header
+    of 83,886,292 bytes, past the protocol's limit), and it is rebuilt equal, through the real codec."""
+    frames = encode(Op.RESULT, {Key.SPACES: {"k": {"obs": describe_space(HUGE)}}})
+    assert len(frames[0]) < 1024
+    header, _ = decode(frames)
+    rebuilt = space_from_description(header[Key.SPACES]["k"]["obs"])
+    assert rebuilt == HUGE
+    assert isinstance(rebuilt, gs.Box)
+    assert rebuilt.low.shape == rebuilt.high.shape == HUGE.shape
+    mixed = gs.Box(np.array([0.0, -np.inf, 1.0]), np.array([1.0, 2.0, np.inf]))  # per-element bounds stay per element
+    assert describe_space(mixed)["low"].shape == (3,)
+    assert space_from_description(decode(encode(Op.RESULT, {"d": describe_space(mixed)}))[0]["d"]) == mixed
+
+
+@pytest.mark.parametrize(
+    ("shape", "low", "match"),
+    [
+        ([2, 3], np.zeros(3), r"field 'low' has shape \(3,\), expected \(2, 3\) or one value"),
+        ([1 << 20, 1 << 20], np.zeros(()), "has 1099511627776 elements: at most 134217728"),
+    ],
+)
+def test_a_box_description_with_one_value_for_its_bounds_is_still_checked(
+    shape: list[int], low: np.ndarray, match: str
+) -> None:
+    desc = {"type": "Box", "shape": shape, "dtype": "<f4", "low": low, "high": np.ones(())}
+    with pytest.raises(ValueError, match=match):
+        space_from_description(desc)
