@@ -583,7 +583,9 @@ def test_a_huge_box_with_uniform_bounds_travels_in_a_small_header() -> None:
     assert rebuilt == HUGE
     assert isinstance(rebuilt, gs.Box)
     assert rebuilt.low.shape == rebuilt.high.shape == HUGE.shape
-    mixed = gs.Box(np.array([0.0, -np.inf, 1.0]), np.array([1.0, 2.0, np.inf]))  # per-element bounds stay per element
+    mixed = gs.Box(
+        np.array([0.0, -np.inf, 1.0]), np.array([1.0, 2.0, np.inf]), dtype=np.float64
+    )  # per-element bounds stay per element
     assert describe_space(mixed)["low"].shape == (3,)
     assert space_from_description(decode(encode(Op.RESULT, {"d": describe_space(mixed)}))[0]["d"]) == mixed
 
