@@ -10,6 +10,7 @@ never the caller or its event loop. The faults that would end or stall a caller 
 from __future__ import annotations
 
 import asyncio
+import os
 import textwrap
 import time
 from collections.abc import Awaitable
@@ -19,8 +20,11 @@ import numpy as np
 import pytest
 
 import aioenv
+from aioenv.core import remote
+from aioenv.core.memory import rss_bytes
 from tests.support.procs import HANG
 from tests.support.scripts import run_python
+from tests.support.servers import ServerProcess
 
 TURNING = "tests.envs.turning:TurningEnv"
 
@@ -35,6 +39,7 @@ SCRIPT = textwrap.dedent(
     async def main(fault: str) -> None:
         pool = await aioenv.make("tests.envs.turning:TurningEnv", 2, seed=0)
         print("placed:", pool.envs_in_process, pool.describe_placement(), flush=True)
+        print("private:", pool._private_dir, flush=True)
         await pool.reset()
         await pool.step(np.zeros(2, np.int64))
         await pool.set_attr("fault", fault, env_ids=[0])
@@ -74,6 +79,9 @@ def test_an_env_that_ends_its_process_costs_a_worker_not_the_caller(fault: str) 
     out = run_fault(fault)
     assert "raised: WorkerCrashed" in out, out
     assert "env 1 stepped: [1.0]" in out, out
+    private = out.split("private: ")[1].split()[0]
+    assert private.startswith("/"), out
+    assert not os.path.exists(private), out  # the pool's files went with it
 
 
 def test_an_env_that_raises_system_exit_fails_its_row_only() -> None:
@@ -144,3 +152,46 @@ async def test_envs_whose_steps_turn_slow_never_hold_the_callers_event_loop() ->
         assert waited < STEP_SECONDS, f"wait_for({STEP_SECONDS / 2}) returned after {waited:.2f} s"
     finally:
         await asyncio.wait_for(pool.aclose(), HANG)
+
+
+async def test_an_env_that_leaks_grows_a_worker_not_the_caller() -> None:
+    """An env that keeps 100 MiB a step after the probe: 3 steps grow its worker, not the caller's RSS."""
+    pool = await aioenv.make(TURNING, 1, seed=0)
+    try:
+        assert pool.envs_in_process == 0, pool.describe_placement()
+        await pool.reset()
+        await pool.set_attr("fault", "leak")
+        before = rss_bytes(os.getpid())
+        for _ in range(3):
+            await asyncio.wait_for(pool.step(np.zeros(1, np.int64)), HANG)
+        after = rss_bytes(os.getpid())
+        assert before is not None
+        assert after is not None
+        assert after - before < 100 << 20, f"the caller grew by {(after - before) >> 20} MiB"
+    finally:
+        await asyncio.wait_for(pool.aclose(), HANG)
+
+
+async def test_a_slow_local_env_never_starves_a_remote_pool_on_the_same_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A remote pool gives its server up after ``SERVER_TIMEOUT`` s of silence (here 2 s, a PING every 0.2 s).
+    Beside it, on the same loop, a local default pool whose 4 envs' steps became 1 s each: the remote pool keeps
+    hearing its server while the local step runs, and steps on after it (with the envs in this process the loop
+    was held for the 4 s, and the remote pool failed with ConnectionLost while its server was healthy)."""
+    monkeypatch.setattr(remote, "SERVER_TIMEOUT", 2.0)
+    monkeypatch.setattr(remote, "HEARTBEAT", 0.2)
+    srv = ServerProcess("--allow-env", "CartPole-v1")
+    try:
+        far = await aioenv.make("CartPole-v1", 2, endpoint=srv.endpoint)
+        try:
+            await asyncio.wait_for(far.reset(), HANG)
+            near = await slow_pool(4)
+            try:
+                await asyncio.wait_for(near.step(np.zeros(4, np.int64)), HANG)
+            finally:
+                await asyncio.wait_for(near.aclose(), HANG)
+            _, rew, *_ = await asyncio.wait_for(far.step(np.zeros(2, np.int64)), HANG)
+            assert rew.tolist() == [1.0, 1.0]
+        finally:
+            await asyncio.wait_for(far.aclose(), HANG)
+    finally:
+        srv.stop()

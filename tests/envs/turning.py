@@ -7,6 +7,7 @@ process) until ``fault`` is set (``pool.set_attr("fault", ...)``), after the poo
 - ``"segfault"``: its next step reads address 0 (``ctypes.string_at(0)``: SIGSEGV);
 - ``"system_exit"``: its next step raises ``SystemExit(3)``;
 - ``"slow"``: each step sleeps ``seconds`` (an env whose steps became slow: a service that slowed down);
+- ``"leak"``: each step keeps 100 MiB more (written, so it is resident);
 - ``"hang_close"``: ``close()`` sleeps for an hour.
 """
 
@@ -33,6 +34,7 @@ class TurningEnv(gym.Env[np.ndarray, np.int64]):
         self.fault = ""
         self.seconds = 0.0
         self.t = 0
+        self.kept: list[np.ndarray] = []
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
@@ -48,6 +50,8 @@ class TurningEnv(gym.Env[np.ndarray, np.int64]):
             raise SystemExit(3)
         if self.fault == "slow":
             time.sleep(self.seconds)
+        if self.fault == "leak":
+            self.kept.append(np.ones(100 << 17))  # 8-byte floats: 100 MiB, every page written
         self.t += 1
         return np.array([float(self.t)]), 1.0, False, False, {}
 
