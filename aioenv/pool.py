@@ -32,6 +32,7 @@ from aioenv.errors import InvalidAction, PoolClosed, ProtocolError, UsageError
 from aioenv.pool_options import (
     MODES,
     check_in_process,
+    checked_allow_in_process,
     checked_curve_keys,
     checked_endpoint,
     checked_on_timeout,
@@ -181,6 +182,7 @@ class Pool:
         max_worker_rss: int | None = None,
         endpoint: str | None = None,
         curve_keys: tuple[str, str] | None = None,
+        allow_in_process: bool = False,
     ) -> None:
         self.endpoint = checked_endpoint(endpoint)
         self._curve_keys = checked_curve_keys(curve_keys, endpoint)
@@ -194,6 +196,8 @@ class Pool:
             reset_timeout=reset_timeout,
             max_worker_rss=max_worker_rss,
         )
+        #: Whether ``executor="auto"`` may place envs in this process (see :func:`make`).
+        self.allow_in_process = checked_allow_in_process(allow_in_process, self._asked_executor, endpoint)
         if self._asked_workers == 0 and self._asked_executor == "inline":
             self._asked_executor = "in_process"  # the inline executor in this process
         self._mode = mode_name(autoreset_mode)
@@ -212,8 +216,8 @@ class Pool:
             self._remove_private_dir()
             raise
         self.executor: PoolExecutor = self._asked_executor or "auto"
-        #: How many envs (the first ones) run in this process (see ``executor="in_process"``, ``"auto"`` and
-        #: ``num_workers=0``).
+        #: How many envs (the first ones) run in this process (see ``executor="in_process"``, ``"auto"`` with
+        #: ``allow_in_process=True`` and ``num_workers=0``).
         self.envs_in_process = self.num_envs if self.executor == "in_process" or self._asked_workers == 0 else 0
         #: Why ``executor="auto"`` chose what it did ("" until it did).
         self.placement_reason = ""
@@ -301,7 +305,8 @@ class Pool:
         if probed is None:
             choice = costs.Choice("inline", self.num_workers, 0, why)
         else:
-            choice = costs.choose(probed.cost, self.num_envs, cpus, self.batch_size)
+            allowed = self.allow_in_process
+            choice = costs.choose(probed.cost, self.num_envs, cpus, self.batch_size, allow_in_process=allowed)
             if choice.in_process and (not_here := _no_envs_here(needs_workers)):
                 choice = costs.Choice("inline", max(1, min(self.num_envs, cpus)), 0, not_here)
         if self._asked_workers == 0:  # every env in this process, on the executor the probe suggests
@@ -791,7 +796,9 @@ async def make(env: Any, num_envs: int | None = None, **options: Any) -> Pool:
             on, its affinity mask, see :func:`aioenv.transport.spawn.usable_cpus`). ``0``: none, every env runs
             in this process on ``executor`` (``"thread"``: a thread each; ``"async"``: coroutines on this loop;
             ``"inline"``: as ``"in_process"``), with no deadline (``step_timeout`` is refused).
-        executor: ``"inline"`` (envs stepped one after another in each worker: CPU-bound envs), ``"thread"``
+        executor: ``"auto"`` (default: chosen from what one env's steps cost, in worker processes unless
+            ``allow_in_process``), ``"inline"`` (envs stepped one after another in each worker: CPU-bound envs),
+            ``"thread"``
             (each env on its own thread: blocking I/O envs) or ``"async"`` (:class:`aioenv.AsyncEnv` coroutines,
             thousands per worker: LLM/HTTP envs).
         autoreset_mode: ``"next_step"`` (default), ``"same_step"`` or ``"disabled"`` (gymnasium 1.x semantics).
@@ -816,6 +823,10 @@ async def make(env: Any, num_envs: int | None = None, **options: Any) -> Pool:
             this machine started with ``--bind unix:///path``, reached without ZeroMQ (faster round trips).
         curve_keys: for a server started with ``--auth``: ``(your .key_secret file, the server's .key file)``,
             as written by ``aioenv keygen``.
+        allow_in_process: let ``executor="auto"`` keep cheap envs in this process (all of them, or a share
+            beside worker processes), where a step sends no message; default False: ``auto`` places envs in
+            worker processes only. In this process an env that hangs or slows down holds the event loop, and a
+            crash, ``os._exit``, a leak or a ``SystemExit`` in an env is this process's (``docs/api.md``).
     """
     pool = Pool(env, num_envs, **options)
     return await pool.start()

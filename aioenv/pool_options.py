@@ -28,6 +28,7 @@ __all__ = [
     "MODES",
     "SEED_LIMIT",
     "check_in_process",
+    "checked_allow_in_process",
     "checked_curve_keys",
     "checked_endpoint",
     "checked_on_timeout",
@@ -105,6 +106,21 @@ def check_in_process(executor: PoolExecutor | None, num_workers: int | None, **o
             f"{given[0]} is for envs in worker processes: {asked} runs them in this process, where a hung step "
             f"cannot be interrupted and a worker's memory cannot be told apart; {instead}"
         )
+
+
+def checked_allow_in_process(value: object, executor: PoolExecutor | None, endpoint: str | None) -> bool:
+    """``allow_in_process`` as given to :func:`make`: a bool, and True only where ``executor="auto"`` places a
+    local pool's envs (``ValueError`` naming what it is for)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"allow_in_process must be True or False, got {value!r}")
+    if value and endpoint is not None:
+        raise ValueError("allow_in_process=True lets envs run in this process; a remote pool's run on the server")
+    if value and executor not in (None, "auto"):
+        raise ValueError(
+            f"allow_in_process=True lets executor='auto' place envs in this process; executor={executor!r} places "
+            "them itself (executor='in_process' runs every env here)"
+        )
+    return value
 
 
 def _on_timeout(value: object) -> OnTimeout:

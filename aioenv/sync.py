@@ -8,10 +8,10 @@ threads at once, and from code whose own thread already runs an event loop (a
 Jupyter cell): the caller's loop is simply blocked for the duration of the call.
 
 Calls in the caller's thread: when every env is stepped inside the calls in this process
-(``executor="in_process"``, or what ``"auto"`` chose for cheap envs; not envs on threads or coroutines of
-this process, ``num_workers=0``, which need the loop between calls), a call is answered inside itself and nothing
-happens on the loop between calls. Handing each call to another thread and back would then
-cost more than the call (two thread wake-ups, 200-500 µs on a small VM, against ~200 µs
+(``executor="in_process"``, or what ``"auto"`` chose for cheap envs with ``allow_in_process=True``; not envs
+on threads or coroutines of this process, ``num_workers=0``, which need the loop between calls), a call is
+answered inside itself and nothing happens on the loop between calls. Handing each call to another thread and
+back would then cost more than the call (two thread wake-ups, 200-500 µs on a small VM, against ~200 µs
 for 8 CartPole steps), so after the start the loop thread is parked and each call runs
 the loop in the caller's own thread, one call at a time (:attr:`SyncPool.runs_in_caller`).
 The caller's own running loop, if any, is set aside for the call and restored. The
@@ -516,7 +516,8 @@ class SyncPool:
     @property
     def runs_in_caller(self) -> bool:
         """True while calls run in the calling thread rather than on the loop thread: the pool's envs all run
-        in this process (``executor="in_process"``, or what ``"auto"`` chose), so no call needs the loop between
+        in this process (``executor="in_process"``, or what ``"auto"`` chose with ``allow_in_process=True``), so no
+        call needs the loop between
         calls and none pays a hop between threads. See the module docstring."""
         return self._rt.direct
 

@@ -12,7 +12,8 @@ worker processes, the steps whose rows go to ``recv()`` wait instead (:meth:`InP
 coordinator answers them (``Coordinator.answer_here``: when ``recv()`` would wait, or on the loop's second turn).
 
 What the caller gives up, and why it is a choice (``executor="in_process"``, or what ``"auto"`` picks
-for cheap envs): a step runs in the caller's thread, so an env that hangs holds the event loop (no
+for cheap envs with ``allow_in_process=True``; never by default): a step runs
+in the caller's thread, so an env that hangs holds the event loop (no
 deadline can fire), and an env that crashes the interpreter takes the caller with it. Exceptions raised
 by an env are its row's own errors, as in any worker.
 
@@ -106,6 +107,7 @@ class InProcessWorker(InProcessProc):
         self._slab_fd = os.dup(slab_fd) if slab_fd is not None else None
         self._worker = Worker(-1, name, trusted_dir=trusted_dir, executor="inline", slab_fd=self._slab_fd)
         self._worker.trusted = True
+        self._worker.env_failures = (Exception,)  # a SystemExit goes on to the caller, as a Ctrl-C does
         self._inbox: deque[Sequence[Any]] = deque()
         self._serving = False
         self._loop.call_soon(self._say_hello)

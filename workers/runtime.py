@@ -137,6 +137,10 @@ class Worker:
         self.mode = "next_step"
         #: Pickled values travel both ways (a pool's in-process worker: its peer is its own process).
         self.trusted = False
+        #: What env code may raise that fails its own row only. In a worker process a ``SystemExit`` (an env that
+        #: calls ``sys.exit()``) is one more such failure, not the end of the process and of its other envs; a
+        #: pool's in-process worker lets it through to the caller (``workers.inproc``).
+        self.env_failures: tuple[type[BaseException], ...] = (Exception, SystemExit)
         self.handlers: dict[str, Callable[[dict[str, Any], list[np.ndarray]], Reply]] = {
             Op.MAKE: self.on_make,
             Op.STEP: self.on_step,
@@ -235,7 +239,7 @@ class Worker:
                 self.group_of[env_id] = group
                 if key not in described:
                     described[key] = describe_env(env, self.trusted or pickle_allowed())
-            except Exception as exc:  # noqa: BLE001
+            except self.env_failures as exc:
                 errors[row] = error_fields(exc, env_id)
         return {Key.SPACES: described, Key.ERRORS: errors}, []
 
@@ -301,8 +305,8 @@ class Worker:
 
         Returns ``(obs, rewards, terminated, truncated, infos, errors)``: the observation leaves, three lists of
         ``len(env_ids)`` values (a failed row's are 0.0, False, False), each env's info dict (None: no env had
-        one) and row -> error fields. An env that raises fails its own row only; a ``KeyboardInterrupt`` or
-        ``SystemExit`` goes on to the caller (the env it cut short is broken until reset)."""
+        one) and row -> error fields. An env that raises fails its own row only (:attr:`env_failures`); what else
+        it raises (a ``KeyboardInterrupt``) goes on to the caller (the env it cut short is broken until reset)."""
         n = len(env_ids)
         infos: list[Any] | None = None
         errors: dict[int, Any] = {}
@@ -338,7 +342,7 @@ class Worker:
                     if infos is None:
                         infos = [None] * n
                     infos[i] = info
-            except Exception as exc:  # noqa: BLE001 - one env's failure is its row's alone
+            except self.env_failures as exc:  # one env's failure is its row's alone
                 rewards[i], terminated[i], truncated[i] = 0.0, False, False
                 errors[i] = error_fields(exc, env_id)
         obs, infos = put_obs(group, obs, rows, outs, env_ids, (rewards, terminated, truncated), infos, errors)
@@ -363,7 +367,7 @@ class Worker:
                     if infos is None:
                         infos = [None] * n
                     infos[i] = info
-            except Exception as exc:  # noqa: BLE001
+            except self.env_failures as exc:
                 errors[i] = error_fields(exc, env_id)
         if slab is not None:
             _, infos = put_obs(group, slab.obs, env_ids, outs, env_ids, None, infos, errors)
@@ -379,7 +383,7 @@ class Worker:
         for i, env_id in enumerate(header[Key.ENV]):
             try:
                 results.append(checked_value(spec.apply(self.hosted(env_id).env, i)))
-            except Exception as exc:  # noqa: BLE001
+            except self.env_failures as exc:
                 results.append(None)
                 errors[i] = error_fields(exc, env_id)
         return {Key.VALUES: results, Key.ERRORS: errors}, []

@@ -92,8 +92,8 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             ``multiprocessing.TimeoutError``) and its env is replaced.
         executor: ``"inline"`` (default: worker processes, as ``AsyncVectorEnv`` has), ``"thread"`` for envs that
             block on I/O (each env on its own thread, so their steps overlap), ``"auto"`` (chosen from what one
-            env's steps cost: cheap envs then step in this process, faster than any process can) or
-            ``"in_process"`` (see ``docs/api.md``).
+            env's steps cost, always worker processes: cheap envs on as few as pay) or ``"in_process"`` (every
+            env in this process: no message, and no isolation; see ``docs/api.md``).
 
     Shapes: ``N = num_envs``. Observations are batched as gymnasium does (``(N, *shape)`` arrays,
     dicts/tuples of them, tuples of ``N`` values for ``Text`` and other object spaces); rewards ``(N,)``

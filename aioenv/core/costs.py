@@ -16,10 +16,19 @@ worker kept busy (first-finished ``recv()``) and to one that waited (lock-step),
 :data:`BUSY_ROUND_TRIP` and :data:`ROUND_TRIP` estimates. It was started
 with the pool's shared rows, so a pool whose envs go to ``inline`` workers keeps it as its first worker
 (:class:`Probed`): ``auto`` then costs no process start of its own.
-:func:`choose` turns the timings into a :class:`Choice`, pure arithmetic (unit-tested without envs):
+:func:`choose` turns the timings into a :class:`Choice`, pure arithmetic (unit-tested without envs). By default
+no env runs in the caller's process, however cheap: a worker process is what keeps an env that later hangs,
+slows down (the probe sees its first ~25 ms only), crashes or leaks from holding the caller's event loop or
+ending its program. So, unless the pool allows it (``allow_in_process=True``):
 
 - a coroutine ``step``: ``async`` workers;
 - a step that takes over 1 ms of wall time while using under half of it on the CPU: ``thread`` workers;
+- a step over :data:`SHARE_LIMIT` on several CPUs: ``inline`` worker processes, one per usable CPU;
+- otherwise ``inline`` workers, as many as predict the fewest seconds per batch (:func:`_fewest_workers`: one
+  for a few cheap envs, whose whole batch costs less than a second message).
+
+With ``allow_in_process=True`` the cheap cases are weighed against this process too:
+
 - ``num_envs x step`` under the round trip, or a single usable CPU: every env in this process;
 - a step over :data:`SHARE_LIMIT`: ``inline`` worker processes, one per usable CPU;
 - otherwise (cheap steps, a batch dearer than a round trip) the predicted seconds of one batch decide between
@@ -263,9 +272,13 @@ async def _ping(proc: WorkerProc, pong: list[asyncio.Future[None]], gap: float) 
     return statistics.median(times) + MESSAGE_WORK, cpu + MESSAGE_WORK
 
 
-def choose(cost: Cost, num_envs: int, cpus: int, batch_size: int | None = None) -> Choice:
+def choose(
+    cost: Cost, num_envs: int, cpus: int, batch_size: int | None = None, *, allow_in_process: bool = False
+) -> Choice:
     """Where ``num_envs`` envs of this ``cost`` run best with ``cpus`` usable CPUs, for a pool whose ``recv``
-    returns ``batch_size`` rows (None: all of them); see the module docstring."""
+    returns ``batch_size`` rows (None: all of them); see the module docstring. Envs run in the caller's process
+    (all of them, or a share) only with ``allow_in_process``; else in worker processes
+    (:func:`_fewest_workers` for cheap envs)."""
     workers = max(1, min(num_envs, cpus))
     if cost.asynchronous:
         return Choice("async", workers, 0, "the env's step is a coroutine")
@@ -275,6 +288,10 @@ def choose(cost: Cost, num_envs: int, cpus: int, batch_size: int | None = None) 
     if first_finished:  # recv() of the first rows to finish keeps the workers busy
         cost = replace(cost, round_trip=cost.busy_round_trip, message_cpu=cost.busy_message_cpu)
     batch, trip = num_envs * cost.step, cost.round_trip
+    if not allow_in_process:
+        if cost.step > SHARE_LIMIT and cpus >= 2:
+            return Choice("inline", workers, 0, f"a step takes {_us(cost.step)}")
+        return _fewest_workers(cost, num_envs, workers, first_finished)
     if cpus < 2 or batch <= trip:
         why = (
             "one usable CPU"
@@ -318,6 +335,23 @@ def _cheapest(cost: Cost, num_envs: int, workers: int, batch_size: int | None) -
     if batch_size is not None and in_process:
         why += f"; recv() returns the first {batch_size} of {num_envs} rows, and steps the envs here when it would wait"
     return Choice("inline", num_workers, in_process, why)
+
+
+def _fewest_workers(cost: Cost, num_envs: int, workers: int, first_finished: bool) -> Choice:
+    """Cheap steps, envs in worker processes only: the number of ``inline`` workers, up to ``workers``, of the
+    fewest predicted seconds per batch (:func:`_workers_only`; one worker steps at its full speed, as this
+    process only waits for it). A batch of a few cheap envs is one message to one worker: more workers would
+    each cost a message for a share of a batch that is no dearer than the message."""
+
+    def seconds(count: int) -> float:
+        return _workers_only(cost, num_envs, count, 1.0 if first_finished or count == 1 else PARALLEL)
+
+    best = min(range(1, workers + 1), key=lambda count: (seconds(count), -count))
+    why = (
+        f"a step takes {_us(cost.step)}, {num_envs} take {_us(seconds(best))} on {best} worker process(es) "
+        f"(a round trip {_us(cost.round_trip)}; envs run in this process only with allow_in_process=True)"
+    )
+    return Choice("inline", best, 0, why)
 
 
 def _workers_only(cost: Cost, num_envs: int, workers: int, parallel: float) -> float:

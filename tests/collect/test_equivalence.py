@@ -4,8 +4,8 @@ Lock-step batches (``mode="sync"``) are replayed row by row into a ``SyncVectorE
 observations, actions, rewards, flags, the true final observation at every episode's end, and which rows
 are ``next_step``'s reset steps. First-finished batches (``mode="async"``) and the options that reset envs
 themselves are checked env by env against a ``SyncVectorEnv`` driven by the same observation-only policy
-(:func:`refs.reference_per_env`). Real pools, real worker processes (or envs in this process, as
-``executor="auto"`` places CartPole).
+(:func:`refs.reference_per_env`). Real pools, real worker processes (where ``executor="auto"`` places
+CartPole).
 """
 
 from __future__ import annotations

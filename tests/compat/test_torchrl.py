@@ -280,9 +280,10 @@ def test_text_observations_are_refused_clearly() -> None:
 # --------------------------------------------------------------------------------------------- rollouts
 
 
-# "auto" puts CartPole in this process on a small machine; "inline" makes sure worker processes give the same.
-# (Tests that are not about where envs run pass executor="in_process": no probe process at start.)
-EXECUTORS = ["auto", "inline"]
+# "auto" puts CartPole on one worker process on a small machine, "inline" on one per CPU, and "in_process" in this
+# process: each gives the same. (Tests that are not about where envs run pass executor="in_process": no probe
+# process at start.)
+EXECUTORS = ["auto", "inline", "in_process"]
 
 
 @pytest.fixture(scope="module", params=EXECUTORS)

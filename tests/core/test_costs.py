@@ -34,8 +34,54 @@ from workers.probe import CHUNKS, probe_env, robust_mean
 US = 1e-6
 
 
+@pytest.mark.parametrize(
+    ("cost", "num_envs", "cpus", "batch_size"),
+    [
+        (Cost(5 * US, 5 * US), 8, 2, None),  # a batch cheaper than a round trip
+        (Cost(40 * US, 40 * US), 256, 1, None),  # one usable CPU
+        (Cost(5 * US, 5 * US, round_trip=150 * US, message_cpu=80 * US), 256, 4, None),  # a share would pay
+        (Cost(5 * US, 5 * US), 1000, 2, 500),  # a first-finished share would pay
+        (Cost(14 * US, 14 * US, round_trip=400 * US, message_cpu=250 * US), 32, 2, None),  # all here would win
+    ],
+    ids=["cheap-batch", "one-cpu", "lock-step-share", "recv-share", "all-here-wins"],
+)
+def test_by_default_no_env_runs_in_this_process(cost: Cost, num_envs: int, cpus: int, batch_size: int | None) -> None:
+    """Without ``allow_in_process`` every placement that would keep envs in the caller's process goes to inline
+    worker processes: as many as predict the fewest seconds per batch, one worker for a batch of a few cheap
+    envs (a second would cost a message for a share no dearer than the message)."""
+    here = choose(cost, num_envs, cpus, batch_size, allow_in_process=True)
+    assert here.in_process > 0
+    choice = choose(cost, num_envs, cpus, batch_size)
+    assert (choice.executor, choice.in_process) == ("inline", 0)
+    assert 1 <= choice.num_workers <= cpus
+    assert "allow_in_process=True" in choice.why
+    first_finished = batch_size is not None
+    predicted = {
+        count: costs._workers_only(
+            cost
+            if not first_finished
+            else dataclasses.replace(cost, round_trip=cost.busy_round_trip, message_cpu=cost.busy_message_cpu),
+            num_envs,
+            count,
+            1.0 if first_finished or count == 1 else PARALLEL,
+        )
+        for count in range(1, min(num_envs, cpus) + 1)
+    }
+    assert predicted[choice.num_workers] == min(predicted.values())
+
+
+def test_by_default_a_few_cheap_envs_go_to_one_worker_and_many_to_every_cpu() -> None:
+    cheap = Cost(10 * US, 10 * US)  # CartPole on a 2-vCPU VM, the default round trip (270 µs, 160 µs per message)
+    assert (choose(cheap, 8, cpus=2).num_workers, choose(cheap, 32, cpus=2).num_workers) == (1, 1)
+    assert choose(cheap, 256, cpus=2).num_workers == 2
+    dear = Cost(SHARE_LIMIT * 2, SHARE_LIMIT * 2)
+    assert choose(dear, 32, cpus=4) == costs.Choice("inline", 4, 0, mock.ANY)  # as with allow_in_process
+    assert choose(Cost(20e-3, 0.1e-3), 64, cpus=2).executor == "thread"
+    assert choose(Cost(asynchronous=True), 64, cpus=2).executor == "async"
+
+
 def test_a_batch_cheaper_than_a_round_trip_runs_in_this_process() -> None:
-    choice = choose(Cost(5 * US, 5 * US), 8, cpus=2)
+    choice = choose(Cost(5 * US, 5 * US), 8, cpus=2, allow_in_process=True)
     assert (choice.executor, choice.num_workers, choice.in_process) == ("in_process", 0, 8)
     assert "less than a round trip" in choice.why
 
@@ -43,16 +89,16 @@ def test_a_batch_cheaper_than_a_round_trip_runs_in_this_process() -> None:
 def test_the_measured_round_trip_decides_not_the_estimate() -> None:
     """The same 20 µs steps: with messages as slow as on a busy VM (400 µs) 16 envs stay here; with fast
     messages (60 µs, 20 µs of this process's CPU) they are shared with a worker process."""
-    slow = choose(Cost(20 * US, 20 * US, round_trip=400 * US), 16, cpus=2)
+    slow = choose(Cost(20 * US, 20 * US, round_trip=400 * US), 16, cpus=2, allow_in_process=True)
     assert (slow.executor, slow.in_process) == ("in_process", 16)
     assert "less than a round trip (400 µs)" in slow.why
-    fast = choose(Cost(20 * US, 20 * US, round_trip=60 * US, message_cpu=20 * US), 16, cpus=2)
+    fast = choose(Cost(20 * US, 20 * US, round_trip=60 * US, message_cpu=20 * US), 16, cpus=2, allow_in_process=True)
     assert (fast.executor, fast.num_workers) == ("inline", 1)
     assert 0 < fast.in_process < 16
 
 
 def test_one_usable_cpu_keeps_every_cheap_env_here() -> None:
-    choice = choose(Cost(40 * US, 40 * US), 256, cpus=1)
+    choice = choose(Cost(40 * US, 40 * US), 256, cpus=1, allow_in_process=True)
     assert (choice.executor, choice.in_process) == ("in_process", 256)
     assert choice.why == "one usable CPU"
 
@@ -60,7 +106,7 @@ def test_one_usable_cpu_keeps_every_cheap_env_here() -> None:
 @pytest.mark.parametrize(("num_envs", "cpus"), [(256, 2), (256, 4), (1000, 8)])
 def test_cheap_envs_on_several_cpus_are_shared_so_both_sides_finish_together(num_envs: int, cpus: int) -> None:
     step, trip, message = 5 * US, 150 * US, 80 * US  # messages as to a busy worker on a quiet VM
-    choice = choose(Cost(step, step, round_trip=trip, message_cpu=message), num_envs, cpus)
+    choice = choose(Cost(step, step, round_trip=trip, message_cpu=message), num_envs, cpus, allow_in_process=True)
     assert choice.executor == "inline"
     assert choice.num_workers == cpus - 1
     assert 0 < choice.in_process < num_envs
@@ -85,14 +131,16 @@ def test_a_lock_step_pool_weighs_a_waiting_worker_and_recv_a_busy_one() -> None:
         10 * US, 10 * US, round_trip=280 * US, message_cpu=160 * US, busy_round_trip=160 * US, busy_message_cpu=100 * US
     )
     as_if_busy = dataclasses.replace(cost, round_trip=160 * US, message_cpu=100 * US)
-    lock_step = choose(cost, 64, cpus=2)
+    lock_step = choose(cost, 64, cpus=2, allow_in_process=True)
     assert (lock_step.executor, lock_step.in_process) == ("in_process", 64)
     assert "(a round trip 280 µs, 160 µs of this process per message)" in lock_step.why
-    assert 0 < choose(as_if_busy, 64, cpus=2).in_process < 64
-    first_finished = choose(dataclasses.replace(cost, message_cpu=300 * US), 64, cpus=2, batch_size=32)
+    assert 0 < choose(as_if_busy, 64, cpus=2, allow_in_process=True).in_process < 64
+    first_finished = choose(
+        dataclasses.replace(cost, message_cpu=300 * US), 64, cpus=2, batch_size=32, allow_in_process=True
+    )
     assert (first_finished.executor, first_finished.num_workers, first_finished.in_process) == ("inline", 1, 16)
     as_if_waiting = dataclasses.replace(cost, busy_round_trip=280 * US, busy_message_cpu=300 * US)
-    assert choose(as_if_waiting, 64, cpus=2, batch_size=32).executor == "in_process"
+    assert choose(as_if_waiting, 64, cpus=2, batch_size=32, allow_in_process=True).executor == "in_process"
     assert ROUND_TRIP > BUSY_ROUND_TRIP
     assert MESSAGE_CPU > BUSY_MESSAGE_CPU
 
@@ -105,7 +153,7 @@ def test_a_share_needs_a_smaller_predicted_gain_than_workers_alone() -> None:
     seconds, workers, here = costs._share(cost, 96, 2)
     all_here = CALL_COST + 96 * cost.step
     assert WORKER_GAIN * all_here < seconds <= SHARE_GAIN * all_here  # between the two bars
-    choice = choose(cost, 96, cpus=2)
+    choice = choose(cost, 96, cpus=2, allow_in_process=True)
     assert (choice.executor, choice.num_workers, choice.in_process) == ("inline", workers, here)
     assert "this process shares the work" in choice.why
     # first-finished results: workers alone would not clear WORKER_GAIN, a share of the other kind clears SHARE_GAIN
@@ -113,18 +161,24 @@ def test_a_share_needs_a_smaller_predicted_gain_than_workers_alone() -> None:
     assert costs._workers_only(busy, 96, 2, 1.0) > WORKER_GAIN * all_here
     recv_seconds, _, recv_here = costs._recv_share(busy, 96, 2, 48)
     assert recv_seconds <= SHARE_GAIN * all_here
-    assert choose(busy, 96, cpus=2, batch_size=48) == costs.Choice("inline", 1, recv_here, mock.ANY)
+    assert choose(busy, 96, cpus=2, batch_size=48, allow_in_process=True) == costs.Choice(
+        "inline", 1, recv_here, mock.ANY
+    )
 
 
 def test_a_share_that_would_not_clearly_pay_keeps_every_env_here() -> None:
     """32 steps of 14 µs (CartPole on a slow VM), a 400 µs round trip and 250 µs of this process's CPU per
     message (as measured there): a share or two workers would save under a fifth of the batch, or nothing."""
-    choice = choose(Cost(14 * US, 14 * US, round_trip=400 * US, message_cpu=250 * US), 32, cpus=2)
+    choice = choose(
+        Cost(14 * US, 14 * US, round_trip=400 * US, message_cpu=250 * US), 32, cpus=2, allow_in_process=True
+    )
     assert (choice.executor, choice.num_workers, choice.in_process) == ("in_process", 0, 32)
     assert choice.why.startswith(f"32 steps take {(CALL_COST + 32 * 14 * US) * 1e6:.0f} µs here; with worker processes")
     assert "250 µs of this process per message" in choice.why
     # The same envs with 256 of them: sharing now clearly pays.
-    shared = choose(Cost(14 * US, 14 * US, round_trip=400 * US, message_cpu=250 * US), 256, cpus=2)
+    shared = choose(
+        Cost(14 * US, 14 * US, round_trip=400 * US, message_cpu=250 * US), 256, cpus=2, allow_in_process=True
+    )
     assert (shared.executor, shared.num_workers) == ("inline", 1)
     assert 0 < shared.in_process < 256
 
@@ -133,13 +187,13 @@ def test_first_finished_pools_share_a_quarter_of_their_envs_on_two_cpus() -> Non
     """recv() of the first 500 of 1000 rows: this process steps its share only when recv() would wait, so it
     and the worker are both kept busy, and it also does the pool's work: a quarter of the envs here on two CPUs
     (each other process takes twice this one's part), an eighth on four."""
-    first_finished = choose(Cost(5 * US, 5 * US), 1000, cpus=2, batch_size=500)
+    first_finished = choose(Cost(5 * US, 5 * US), 1000, cpus=2, batch_size=500, allow_in_process=True)
     assert (first_finished.executor, first_finished.num_workers, first_finished.in_process) == ("inline", 1, 250)
     assert first_finished.why.endswith(
         "this process shares the work; recv() returns the first 500 of 1000 rows, "
         "and steps the envs here when it would wait"
     )
-    on_four = choose(Cost(5 * US, 5 * US), 1000, cpus=4, batch_size=500)
+    on_four = choose(Cost(5 * US, 5 * US), 1000, cpus=4, batch_size=500, allow_in_process=True)
     assert (on_four.num_workers, on_four.in_process) == (3, 125)
     # The steps and the pool's own work per batch, spread over every process (choose() hands it the busy worker's
     # message price as message_cpu).
@@ -147,14 +201,23 @@ def test_first_finished_pools_share_a_quarter_of_their_envs_on_two_cpus() -> Non
     seconds, others, here = costs._recv_share(cost, 128, 2, 64)
     assert (others, here) == (1, 32)
     assert seconds == pytest.approx((128 * 10 * US + 2 * (CALL_COST + 100 * US)) / 2)
-    assert choose(Cost(5 * US, 5 * US), 16, cpus=2, batch_size=4).executor == "in_process"  # no round trip pays
+    assert (
+        choose(Cost(5 * US, 5 * US), 16, cpus=2, batch_size=4, allow_in_process=True).executor == "in_process"
+    )  # no round trip pays
     # Fewer than RECV_SHARE_MIN envs are not shared: 48 steps of 17 µs in batches of 24, which the model says pay.
     small = Cost(17 * US, 17 * US, busy_message_cpu=150 * US)
     assert costs._recv_share(dataclasses.replace(small, message_cpu=150 * US), 48, 2, 24)[0] < SHARE_GAIN * (
         CALL_COST + 48 * small.step
     )
-    assert choose(small, 48, cpus=2, batch_size=24).in_process in (0, 48)  # workers only, or every env here
-    assert 0 < choose(small, RECV_SHARE_MIN, cpus=2, batch_size=RECV_SHARE_MIN // 2).in_process < RECV_SHARE_MIN
+    assert choose(small, 48, cpus=2, batch_size=24, allow_in_process=True).in_process in (
+        0,
+        48,
+    )  # workers only, or every env here
+    assert (
+        0
+        < choose(small, RECV_SHARE_MIN, cpus=2, batch_size=RECV_SHARE_MIN // 2, allow_in_process=True).in_process
+        < RECV_SHARE_MIN
+    )
 
 
 def test_dear_steps_run_in_worker_processes_only() -> None:

@@ -36,6 +36,7 @@ from aioenv.core import costs
 from tests.envs.asyncwrap import wrapped
 from tests.envs.dictenv import make_dict_env
 from tests.support.compare import assert_same
+from tests.support.placement import placed
 
 N = 4
 WORKERS = 2
@@ -76,7 +77,7 @@ def make_sync(case: Case, mode: str) -> SyncVectorEnv:
 @pytest.fixture
 def shared_placement(monkeypatch: pytest.MonkeyPatch) -> None:
     """``executor="auto"`` places the first 2 envs in this process and the other 2 on one inline worker."""
-    monkeypatch.setattr(costs, "choose", lambda *_: costs.Choice("inline", 1, 2, "the test's placement"))
+    monkeypatch.setattr(costs, "choose", placed(costs.Choice("inline", 1, 2, "the test's placement")))
 
 
 def make_pool(case: Case, mode: str, executor: str = "inline", **options: Any) -> aioenv.Pool:
@@ -84,6 +85,7 @@ def make_pool(case: Case, mode: str, executor: str = "inline", **options: Any) -
     ``auto`` under the :func:`shared_placement` fixture."""
     if executor == "shared":
         executor = "auto"
+        options["allow_in_process"] = True
     elif executor in HERE:
         executor = HERE[executor]
         options["num_workers"] = 0

@@ -2,7 +2,9 @@
 
 Trajectories against SyncVectorEnv are in test_equivalence.py (``in_process`` and ``shared``); here: what the
 caller gives up and keeps (errors stay per env, a stopped in-process worker is re-made, nothing is left
-behind), and that ``auto`` picks in-process, shared, thread or async placements for real envs.
+behind), and that ``auto`` picks thread, async or inline placements for real envs, and in-process or shared
+ones only for a pool that allows it (``allow_in_process=True``; that the default never does is
+test_default_isolation.py's).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import aioenv
 from aioenv.core import costs
 from aioenv.errors import AioEnvError, EnvError, EnvRemade, UsageError, WorkerCrashed
 from aioenv.transport.spawn import usable_cpus
+from tests.support.placement import placed
 from tests.support.procs import HANG, worker_processes
 
 ASYNC_SLEEP = "aioenv.envs.latency:AsyncSleepEnv"
@@ -270,8 +273,10 @@ def test_the_sync_facade_runs_an_in_process_pool() -> None:
         ("CartPole-v1", 2, {"step_timeout": 5.0}, "inline", 0),  # a deadline needs worker processes
         ("CartPole-v1", 2, {"num_workers": 1}, "inline", 0),  # worker processes asked for by number
         (Blocking, 8, {"num_workers": 1}, "thread", 0),  # ... of the executor the probe suggests
+        ("CartPole-v1", 2, {}, "inline", 0),  # cheap: worker processes unless the pool allows this one
+        ("CartPole-v1", 2, {"allow_in_process": True, "step_timeout": 5.0}, "inline", 0),  # a deadline still does
     ],
-    ids=["blocking", "coroutine", "deadline", "workers", "blocking-workers"],
+    ids=["blocking", "coroutine", "deadline", "workers", "blocking-workers", "cheap", "allowed-deadline"],
 )
 async def test_auto_places_real_envs_by_what_they_cost(
     env: Any, n: int, options: dict, executor: str, here: int
@@ -285,12 +290,12 @@ async def test_auto_places_real_envs_by_what_they_cost(
         assert result[1].shape == (n,)
 
 
-async def test_auto_keeps_cheap_real_envs_in_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    """2 CartPole steps cost a few µs, less than a round trip to a worker process: no message pays, both envs
-    run here. The probe times a mean of wall seconds, which one preemption of its process on a loaded
-    machine (tens of ms) can swell past the round trip; the CPU seconds it measures beside them cannot
-    grow so. So: the real probe's CPU seconds are cheap, the pool is placed as its measurement says, and
-    that measurement, timed without preemption (wall = CPU), places both envs here."""
+async def test_auto_keeps_cheap_real_envs_in_this_process_when_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """2 CartPole steps cost a few µs, less than a round trip to a worker process: no message pays, and with
+    ``allow_in_process=True`` both envs run here. The probe times a mean of wall seconds, which one preemption
+    of its process on a loaded machine (tens of ms) can swell past the round trip; the CPU seconds it measures
+    beside them cannot grow so. So: the real probe's CPU seconds are cheap, the pool is placed as its
+    measurement says, and that measurement, timed without preemption (wall = CPU), places both envs here."""
     measured: list[costs.Cost] = []
     real_probe = costs.probe
 
@@ -300,21 +305,21 @@ async def test_auto_keeps_cheap_real_envs_in_this_process(monkeypatch: pytest.Mo
         return probed
 
     monkeypatch.setattr(costs, "probe", recorded)
-    async with aioenv.Pool("CartPole-v1", 2, seed=0) as pool:  # executor="auto" is the default
+    async with aioenv.Pool("CartPole-v1", 2, seed=0, allow_in_process=True) as pool:  # executor="auto"
         (cost,) = measured
         assert 0 < 2 * cost.cpu < cost.round_trip
         # both round trips were measured (a PING's time plus the pool's own work), not the estimates taken
         for measured_seconds in (cost.round_trip, cost.busy_round_trip, cost.message_cpu, cost.busy_message_cpu):
             assert measured_seconds > costs.MESSAGE_WORK
         assert (cost.round_trip, cost.busy_round_trip) != (costs.ROUND_TRIP, costs.BUSY_ROUND_TRIP)
-        choice = costs.choose(cost, 2, usable_cpus())
+        choice = costs.choose(cost, 2, usable_cpus(), allow_in_process=True)
         assert (pool.executor, pool.num_workers, pool.envs_in_process) == (
             choice.executor,
             choice.num_workers,
             choice.in_process,
         )
         assert pool.placement_reason == choice.why
-        unpreempted = costs.choose(dataclasses.replace(cost, step=cost.cpu), 2, usable_cpus())
+        unpreempted = costs.choose(dataclasses.replace(cost, step=cost.cpu), 2, usable_cpus(), allow_in_process=True)
         assert (unpreempted.executor, unpreempted.in_process) == ("in_process", 2)
         await guard(pool.reset())
         result = await guard(pool.step(np.zeros(2, dtype=np.int64)))
@@ -328,7 +333,7 @@ async def test_auto_shares_cheap_envs_between_this_process_and_a_worker(monkeypa
     monkeypatch.setattr(aioenv.pool, "usable_cpus", lambda: 2)
     monkeypatch.setattr(costs, "probe", five_microseconds)
     before = _workers()
-    async with aioenv.Pool("CartPole-v1", 200, seed=0) as pool:
+    async with aioenv.Pool("CartPole-v1", 200, seed=0, allow_in_process=True) as pool:
         assert pool.executor == "inline"
         assert pool.num_workers == 1
         assert 0 < pool.envs_in_process < 200
@@ -346,7 +351,9 @@ async def test_auto_weighs_the_steps_against_a_round_trip_measured_on_this_machi
     """The probe's process answers PINGs; their round trip (plus the pool's own work per message, here
     made half a second) is what the envs' batch is weighed against, not a fixed estimate."""
     monkeypatch.setattr(costs, "MESSAGE_WORK", 0.5)
-    async with aioenv.Pool("CartPole-v1", 300, seed=0) as pool:  # 300 steps of µs: far less than 0.5 s
+    async with aioenv.Pool(
+        "CartPole-v1", 300, seed=0, allow_in_process=True
+    ) as pool:  # 300 steps of µs: far less than 0.5 s
         assert (pool.executor, pool.envs_in_process) == ("in_process", 300)
         trip = re.search(r"less than a round trip \((\d+) µs\)", pool.placement_reason)
         assert trip is not None, pool.placement_reason
@@ -389,7 +396,7 @@ async def test_the_process_that_timed_the_env_goes_on_as_the_first_worker() -> N
 async def test_envs_that_stay_in_this_process_leave_no_process_behind(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(costs, "MESSAGE_WORK", 0.5)  # a round trip dearer than any batch, however busy the machine
     before = set(_workers())
-    async with aioenv.Pool("CartPole-v1", 2, seed=0) as pool:
+    async with aioenv.Pool("CartPole-v1", 2, seed=0, allow_in_process=True) as pool:
         assert (pool.executor, pool.envs_in_process) == ("in_process", 2)
         assert set(_workers()) <= before  # the process that timed the env is gone
 
@@ -457,8 +464,8 @@ async def test_ctrl_c_inside_an_env_here_of_a_pool_shared_with_a_worker_answers_
     once, env 1 with the interruption. Under ``max_concurrency`` the rows held back go out as room frees (the
     interruption frees it), never lost: nothing stays in flight or busy, and the pool goes on."""
     monkeypatch.setenv(INTERRUPT_PID, str(os.getpid()))
-    monkeypatch.setattr(costs, "choose", lambda *_: costs.Choice("inline", 1, 2, "the test's placement"))
-    async with aioenv.Pool(InterruptedHere, 4, batch_size=4, max_concurrency=limit) as pool:
+    monkeypatch.setattr(costs, "choose", placed(costs.Choice("inline", 1, 2, "the test's placement")))
+    async with aioenv.Pool(InterruptedHere, 4, batch_size=4, max_concurrency=limit, allow_in_process=True) as pool:
         assert (pool.envs_in_process, pool.num_workers) == (2, 1)
         await guard(pool.reset(seed=0))
         pool.send(np.array([0, 1, 0, 0]))
@@ -496,8 +503,8 @@ async def test_ctrl_c_inside_an_env_here_cuts_a_lock_step_call_short_and_never_s
     and 1 (here) go first, the Ctrl-C inside env 1 reaches the caller, and envs 2 and 3 never go out (their
     rows are answered with it). Nothing stays busy: after a reset the pool steps every env again."""
     monkeypatch.setenv(INTERRUPT_PID, str(os.getpid()))
-    monkeypatch.setattr(costs, "choose", lambda *_: costs.Choice("inline", 1, 2, "the test's placement"))
-    async with aioenv.Pool(InterruptedHere, 4, max_concurrency=2) as pool:
+    monkeypatch.setattr(costs, "choose", placed(costs.Choice("inline", 1, 2, "the test's placement")))
+    async with aioenv.Pool(InterruptedHere, 4, max_concurrency=2, allow_in_process=True) as pool:
         await guard(pool.reset(seed=0))
         with pytest.raises(KeyboardInterrupt):  # in this task, not one of guard's (the loop would stop)
             await pool.step(np.array([0, 1, 0, 0]))

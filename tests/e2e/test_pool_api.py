@@ -157,7 +157,7 @@ async def main():
         await pool.reset(seed=0)
         spec = make_spec("CartPole-v1", num_envs=4)
         counts = {"pool": pool.num_workers, "envpool": worker_count(spec.config), "cpus": os.cpu_count()}
-    async with await aioenv.make("CartPole-v1", 4) as auto:  # executor="auto": one CPU, no worker to share with
+    async with await aioenv.make("CartPole-v1", 4) as auto:  # executor="auto": one CPU, one worker
         counts["auto"] = [auto.executor, auto.num_workers, auto.envs_in_process]
     print(json.dumps(counts))
 
@@ -167,13 +167,14 @@ asyncio.run(main())
 
 def test_default_worker_counts_follow_the_cpus_this_process_may_use() -> None:
     """Pinned to one CPU, a pool (and EnvPool's num_threads=0) starts one worker, however many the machine has;
-    ``executor="auto"`` keeps the envs in the pinned process, with no worker to compete with it."""
+    ``executor="auto"`` gives the envs one worker process (it keeps them in the pinned process only with
+    ``allow_in_process=True``)."""
     done = run_python("-c", PINNED)
     assert done.returncode == 0, done.stderr[-2000:]
     counts = json.loads(done.stdout.strip().splitlines()[-1])
     assert counts["pool"] == 1
     assert counts["envpool"] == 1
-    assert counts["auto"] == ["in_process", 0, 4]
+    assert counts["auto"] == ["inline", 1, 0]
 
 
 async def test_make_with_lambda_ships_closure_by_value() -> None:

@@ -19,6 +19,7 @@ import aioenv
 from aioenv.core import costs
 from aioenv.core.coordinator import Coordinator
 from aioenv.transport.pipe import PipePort
+from tests.support.placement import placed
 from tests.support.procs import HANG
 
 N, HERE = 4, 2  # envs 0 and 1 here, 2 and 3 on one worker process
@@ -27,7 +28,7 @@ N, HERE = 4, 2  # envs 0 and 1 here, 2 and 3 on one worker process
 @pytest.fixture
 def share(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every pool of the test shares its envs: the first ``HERE`` in this process, the rest on one worker."""
-    monkeypatch.setattr(costs, "choose", lambda *_: costs.Choice("inline", 1, HERE, "the test's placement"))
+    monkeypatch.setattr(costs, "choose", placed(costs.Choice("inline", 1, HERE, "the test's placement")))
 
 
 async def guard(awaitable: Any) -> Any:
@@ -49,7 +50,7 @@ def _wait_for_reply(coord: Coordinator) -> None:
 
 
 async def test_recv_hands_out_the_workers_rows_that_arrived_before_stepping_the_envs_here(share: None) -> None:
-    async with aioenv.Pool("CartPole-v1", N, batch_size=2, seed=0) as pool:
+    async with aioenv.Pool("CartPole-v1", N, batch_size=2, seed=0, allow_in_process=True) as pool:
         assert (pool.envs_in_process, pool.num_workers) == (HERE, 1)
         await guard(pool.reset())
         coord = _coordinator(pool)
@@ -65,7 +66,7 @@ async def test_recv_hands_out_the_workers_rows_that_arrived_before_stepping_the_
 
 
 async def test_rows_no_recv_asked_for_are_stepped_on_the_loops_second_turn(share: None) -> None:
-    async with aioenv.Pool("CartPole-v1", N, batch_size=2, seed=0) as pool:
+    async with aioenv.Pool("CartPole-v1", N, batch_size=2, seed=0, allow_in_process=True) as pool:
         await guard(pool.reset())
         coord = _coordinator(pool)
         pool.send(np.zeros(HERE, dtype=np.int64), np.arange(HERE))
@@ -80,7 +81,7 @@ async def test_rows_no_recv_asked_for_are_stepped_on_the_loops_second_turn(share
 
 async def test_a_recv_in_a_task_of_its_own_gets_every_row(share: None) -> None:
     """``asyncio.wait_for`` runs the recv in a task of its own, a turn after the send: the rows still come."""
-    async with aioenv.Pool("CartPole-v1", N, batch_size=N, seed=0) as pool:
+    async with aioenv.Pool("CartPole-v1", N, batch_size=N, seed=0, allow_in_process=True) as pool:
         await guard(pool.reset())
         for _ in range(20):
             pool.send(np.zeros(N, dtype=np.int64))
@@ -92,7 +93,7 @@ async def test_a_recv_in_a_task_of_its_own_gets_every_row(share: None) -> None:
 async def test_first_finished_recv_steps_every_env_of_a_share(share: None) -> None:
     """The EnvPool loop (recv the first 2 rows, send them back): the worker's envs step too. Had send stepped the
     envs here, they would be the first 2 rows of every recv, and the worker's would never step again."""
-    async with aioenv.Pool("CartPole-v1", N, batch_size=2, seed=0) as pool:
+    async with aioenv.Pool("CartPole-v1", N, batch_size=2, seed=0, allow_in_process=True) as pool:
         await guard(pool.reset())
         steps = np.zeros(N, dtype=np.int64)
         pool.send(np.zeros(N, dtype=np.int64))
@@ -109,7 +110,7 @@ async def test_first_finished_recv_steps_every_env_of_a_share(share: None) -> No
 
 async def test_closing_with_rows_deferred_answers_them(share: None) -> None:
     """A pool closed while the envs here still wait to step: their recv is failed, nothing hangs."""
-    pool = aioenv.Pool("CartPole-v1", N, batch_size=N, seed=0)
+    pool = aioenv.Pool("CartPole-v1", N, batch_size=N, seed=0, allow_in_process=True)
     async with pool:
         await guard(pool.reset())
         pool.send(np.zeros(HERE, dtype=np.int64), np.arange(HERE))
