@@ -29,13 +29,10 @@ from collections.abc import Callable
 from typing import Any
 
 from aioenv.errors import UsageError
+from aioenv.wire.options import CODE_KWARGS
 
 Factory = Callable[[], Any]
 
-#: env_kwargs names that would point gymnasium at other code (an env spec's fields that name code): a client over
-#: the network never passes them. gymnasium>=1.0's ``make`` takes ``max_episode_steps`` and
-#: ``disable_env_checker`` itself (they name no code) and hands every other keyword to the env's constructor.
-CODE_KWARGS = frozenset(("entry_point", "vector_entry_point", "additional_wrappers"))
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 

@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from aioenv.wire.options import positive_int
-from workers.sources import CODE_KWARGS
 
-__all__ = ["CODE_KWARGS", "EnvSources", "parse_sources"]
+__all__ = ["EnvSources", "parse_sources"]
 
 
 @dataclass

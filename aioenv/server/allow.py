@@ -18,7 +18,7 @@ registers. The server never imports the module itself.
 
 ``env_kwargs`` from a client reach the env's constructor, so none are allowed unless the operator names them per
 env pattern: ``"CartPole-*=sutton_barto_reward,max_episode_steps"`` (``PATTERN=*``: any name). Names that would
-point gymnasium at other code (:data:`aioenv.core.sources.CODE_KWARGS`) are refused even then.
+point gymnasium at other code (:data:`aioenv.wire.options.CODE_KWARGS`) are refused even then.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aioenv.core.sources import CODE_KWARGS
 from aioenv.errors import UsageError
+from aioenv.wire.options import CODE_KWARGS
 
 __all__ = ["AllowList", "KwargsRule", "compile_pattern", "private_part"]
 

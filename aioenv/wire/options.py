@@ -15,6 +15,7 @@ import numpy as np
 
 __all__ = [
     "AUTORESET_MODES",
+    "CODE_KWARGS",
     "EXECUTORS",
     "ON_TIMEOUT",
     "POOL_EXECUTORS",
@@ -31,6 +32,11 @@ __all__ = [
 ]
 
 Name = TypeVar("Name", bound=str)
+
+#: env_kwargs names that would point gymnasium at other code (an env spec's fields that name code): a client over
+#: the network never passes them. gymnasium>=1.0's ``make`` takes ``max_episode_steps`` and
+#: ``disable_env_checker`` itself (they name no code) and hands every other keyword to the env's constructor.
+CODE_KWARGS = frozenset(("entry_point", "vector_entry_point", "additional_wrappers"))
 
 #: How a worker runs its envs: one after another (``inline``), one thread each (``thread``), or as
 #: coroutines of one event loop (``async``).

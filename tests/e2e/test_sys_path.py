@@ -135,7 +135,7 @@ SHADOWED_RUNTIME = """
 
     async def main():
         out = {}
-        async with aioenv.Pool("CartPole-v1", 2, seed=0) as pool:  # auto: 2 cheap envs would run here
+        async with aioenv.Pool("CartPole-v1", 2, seed=0, allow_in_process=True) as pool:  # 2 cheap envs would run here
             obs, _ = await pool.reset()
             out["auto"] = [pool.executor, pool.envs_in_process, pool.placement_reason, obs.shape[0]]
         try:
@@ -150,8 +150,8 @@ SHADOWED_RUNTIME = """
 
 def test_a_users_workers_module_never_stands_in_for_the_runtime_in_the_callers_process(tmp_path: Path) -> None:
     """Envs run in the caller's process through aioenv's ``workers`` package: a ``workers.py`` beside the
-    user's script is never imported; ``auto`` keeps the envs in worker processes and says why, and
-    ``executor="in_process"`` refuses with the reason."""
+    user's script is never imported; ``auto``, though allowed to place envs here, keeps them in worker
+    processes and says why, and ``executor="in_process"`` refuses with the reason."""
     _write(tmp_path / "workers.py", "raise SystemExit('the user module workers.py was imported')\n")
     _write(tmp_path / "run.py", SHADOWED_RUNTIME)
     done = subprocess.run(
