@@ -407,6 +407,11 @@ class Pool:
         else:
             self._remove_private_dir()
 
+    def _in_env_code(self) -> bool:
+        """Whether the calling thread runs env code of this pool in this process (``executor="in_process"``: an
+        env that calls its own pool, which would wait for the very thread it runs on)."""
+        return isinstance(self._coord, Coordinator) and self._coord.in_env_code()
+
     def _core(self) -> Coordinator | RemoteCoordinator:
         """The started coordinator, checked where every public call enters: the pool is open, started, and
         called from the event loop it was started in."""

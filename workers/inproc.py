@@ -141,6 +141,10 @@ class _EnvThread:
         """End the thread once the jobs queued before this are done."""
         self._jobs.put(None)
 
+    def runs_here(self) -> bool:
+        """Whether the calling thread is this one (env code calling back into its pool)."""
+        return threading.get_ident() == self._thread.ident
+
     def _run(self) -> None:
         while (job := self._jobs.get()) is not None:
             job.run()
@@ -307,6 +311,10 @@ class InProcessWorker(InProcessProc):
         if done:
             self._end(0, "exited with code 0")
         self._on_message(self._identity, reply)
+
+    def runs_env_code_here(self) -> bool:
+        """Whether the calling thread is the one that runs this worker's env code (an env calling its pool)."""
+        return self._thread.runs_here()
 
     def idle(self) -> bool:
         """Whether a step may run at once, with no request (:meth:`step_now`): never, now that env code runs on

@@ -382,6 +382,14 @@ class Coordinator(Recovery):
             self.truncation.remember(Part(env_ids, obs, extras, infos, errors))
         return obs, extras, infos, errors
 
+    def in_env_code(self) -> bool:
+        """Whether the calling thread runs env code of this pool's ``inline`` worker in this process (an env
+        that calls its own pool: a call that would wait for the very thread it runs on)."""
+        if self.executor != "inline" or not self.slots or not self.slots[0].in_process:
+            return False
+        proc = cast("InProcessWorker | None", self.slots[0].proc)
+        return proc is not None and proc.runs_env_code_here()
+
     def _sole_here(self) -> InProcessWorker | None:
         """The in-process worker when it hosts every env, serves, and nothing waits or is owed (no rows held
         under ``max_concurrency``, no outbox, no row owed after a deadline): the conditions of :meth:`step_here`.
