@@ -183,6 +183,7 @@ class Pool:
         endpoint: str | None = None,
         curve_keys: tuple[str, str] | None = None,
         allow_in_process: bool = False,
+        max_loop_hold: float | None = None,
     ) -> None:
         self.endpoint = checked_endpoint(endpoint)
         self._curve_keys = checked_curve_keys(curve_keys, endpoint)
@@ -206,6 +207,8 @@ class Pool:
         self.on_timeout = checked_on_timeout(on_timeout, self._mode)
         self.max_concurrency = positive_int("max_concurrency", max_concurrency, allow_none=True)
         self.max_worker_rss = positive_int("max_worker_rss", max_worker_rss, allow_none=True, unit="number of bytes")
+        #: The most seconds a call holds the event loop for envs stepped in this process (None: the default).
+        self.max_loop_hold = positive_seconds("max_loop_hold", max_loop_hold)
         self._env_name = env if isinstance(env, str) else ""
         self._env_kwargs = env_kwargs
         # a remote pool sends names only: no private directory, callables refused by parse_sources
@@ -279,6 +282,7 @@ class Pool:
                     max_worker_rss=self.max_worker_rss,
                     in_process=self.envs_in_process,
                     adopt=adopt,
+                    max_loop_hold=self.max_loop_hold,
                 )
                 described = await self._coord.start(self.num_workers)
             self._adopt(described)
@@ -437,6 +441,11 @@ class Pool:
             await self._coord.aclose()
         else:
             self._remove_private_dir()
+
+    def _in_env_code(self) -> bool:
+        """Whether the calling thread runs env code of this pool in this process (``executor="in_process"``: an
+        env that calls its own pool, which would wait for the very thread it runs on)."""
+        return isinstance(self._coord, Coordinator) and self._coord.in_env_code()
 
     def _core(self) -> Coordinator | RemoteCoordinator:
         """The started coordinator, checked where every public call enters: the pool is open, started, and
@@ -795,7 +804,8 @@ async def make(env: Any, num_envs: int | None = None, **options: Any) -> Pool:
         num_workers: worker processes (default ``min(num_envs, usable CPUs)``: the CPUs this process may run
             on, its affinity mask, see :func:`aioenv.transport.spawn.usable_cpus`). ``0``: none, every env runs
             in this process on ``executor`` (``"thread"``: a thread each; ``"async"``: coroutines on this loop;
-            ``"inline"``: as ``"in_process"``), with no deadline (``step_timeout`` is refused).
+            ``"inline"``: as ``"in_process"``; ``thread`` and ``async`` with no deadline: ``step_timeout`` is
+            refused).
         executor: ``"auto"`` (default: chosen from what one env's steps cost, in worker processes unless
             ``allow_in_process``), ``"inline"`` (envs stepped one after another in each worker: CPU-bound envs),
             ``"thread"``
@@ -827,6 +837,10 @@ async def make(env: Any, num_envs: int | None = None, **options: Any) -> Pool:
             beside worker processes), where a step sends no message; default False: ``auto`` places envs in
             worker processes only. In this process an env that hangs or slows down holds the event loop, and a
             crash, ``os._exit``, a leak or a ``SystemExit`` in an env is this process's (``docs/api.md``).
+        max_loop_hold: for envs stepped one after another in this process (``executor="in_process"``, or what
+            ``auto`` keeps here): the most seconds a call holds the event loop (default 0.01). Their env code
+            runs on a thread of this process; a call that takes longer is answered once it is done, and the
+            loop goes on meanwhile (``step_timeout`` applies as in a worker process).
     """
     pool = Pool(env, num_envs, **options)
     return await pool.start()

@@ -229,8 +229,9 @@ class _Runtime:
         return threading.get_ident() == self.thread.ident
 
     def driven_here(self) -> bool:
-        """Whether this thread is inside a call that runs the loop here (direct mode)."""
-        return self._driver == threading.get_ident()
+        """Whether this thread is inside a call of this pool: one that runs the loop here (direct mode), or the
+        env code of an env in this process, which its call waits for."""
+        return self._driver == threading.get_ident() or self.pool._in_env_code()
 
     async def invoke(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], shield: bool) -> Any:
         """Run ``fn(*args, **kwargs)`` on the loop (awaiting it if it returns an awaitable).

@@ -91,6 +91,8 @@ class Coordinator(Recovery):
         adopt: a running local ``inline`` worker with no envs and the shared rows' descriptor it inherited
             (``executor="auto"``'s probe, see :class:`aioenv.core.costs.Probed`): it becomes the first launched
             worker, and the descriptor the pool's rows. Both are the coordinator's from here on.
+        max_loop_hold: the most seconds a request to the ``inline`` worker in this process holds the event loop
+            (its env code runs on a thread of this process; see :mod:`workers.inproc`); None: its default.
     """
 
     def __init__(
@@ -110,8 +112,11 @@ class Coordinator(Recovery):
         max_worker_rss: int | None = None,
         in_process: int = 0,
         adopt: tuple[LocalProcess, int | None] | None = None,
+        max_loop_hold: float | None = None,
     ) -> None:
         self.sched = Scheduler(num_envs, max_concurrency)
+        #: The most seconds a request to the inline worker in this process holds the loop (None: its default).
+        self.max_loop_hold = max_loop_hold
         #: How many envs (the first ones) run in this process, on the event loop (see workers.inproc).
         self.in_process = in_process
         self.max_worker_rss = max_worker_rss
@@ -209,7 +214,14 @@ class Coordinator(Recovery):
         slot.ready = False
         slot.outbox = []
         spec = LaunchSpec(
-            slot.name, self.executor, envs, self.private_dir, self._on_exit, self._on_message, self._slab_fd
+            slot.name,
+            self.executor,
+            envs,
+            self.private_dir,
+            self._on_exit,
+            self._on_message,
+            self._slab_fd,
+            self.max_loop_hold,
         )
         slot.proc = launch_in_process(spec) if slot.in_process else self._launch(spec)
         self._by_name[slot.name.encode()] = slot
@@ -369,6 +381,14 @@ class Coordinator(Recovery):
         if self.truncation is not None:
             self.truncation.remember(Part(env_ids, obs, extras, infos, errors))
         return obs, extras, infos, errors
+
+    def in_env_code(self) -> bool:
+        """Whether the calling thread runs env code of this pool's ``inline`` worker in this process (an env
+        that calls its own pool: a call that would wait for the very thread it runs on)."""
+        if self.executor != "inline" or not self.slots or not self.slots[0].in_process:
+            return False
+        proc = cast("InProcessWorker | None", self.slots[0].proc)
+        return proc is not None and proc.runs_env_code_here()
 
     def _sole_here(self) -> InProcessWorker | None:
         """The in-process worker when it hosts every env, serves, and nothing waits or is owed (no rows held

@@ -172,6 +172,31 @@ async def test_an_env_that_leaks_grows_a_worker_not_the_caller() -> None:
         await asyncio.wait_for(pool.aclose(), HANG)
 
 
+# ---------------------------------------------------------------- envs in this process, asked for
+
+
+async def test_a_slow_step_in_this_process_holds_the_loop_no_longer_than_max_loop_hold() -> None:
+    """``executor="in_process"``: env code runs on a thread of this process, and a call waits for it on the
+    loop's thread at most ``max_loop_hold`` s. 4 envs whose steps become 1 s each: a 10 ms heartbeat stays far
+    below one step late, ``wait_for(pool.step(...), 0.5)`` returns near 0.5 s, and ``aclose`` returns within its
+    grace though the envs are still inside a step."""
+    pool = await aioenv.make(TURNING, 4, seed=0, executor="in_process", max_loop_hold=0.02)
+    try:
+        await pool.reset()
+        await pool.set_attr("seconds", STEP_SECONDS)
+        await pool.set_attr("fault", "slow")
+        late, (_, rew, *_) = await heartbeat_lateness(pool.step(np.zeros(4, np.int64)))
+        assert rew.tolist() == [1.0] * 4
+        assert late < STEP_SECONDS / 2, f"a 10 ms heartbeat was {late * 1e3:.0f} ms late"
+        start = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(pool.step(np.zeros(4, np.int64)), STEP_SECONDS / 2)
+        waited = time.monotonic() - start
+        assert waited < STEP_SECONDS, f"wait_for({STEP_SECONDS / 2}) returned after {waited:.2f} s"
+    finally:
+        await asyncio.wait_for(pool.aclose(), HANG)
+
+
 async def test_a_slow_local_env_never_starves_a_remote_pool_on_the_same_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     """A remote pool gives its server up after ``SERVER_TIMEOUT`` s of silence (here 2 s, a PING every 0.2 s).
     Beside it, on the same loop, a local default pool whose 4 envs' steps became 1 s each: the remote pool keeps
@@ -195,3 +220,31 @@ async def test_a_slow_local_env_never_starves_a_remote_pool_on_the_same_loop(mon
             await asyncio.wait_for(far.aclose(), HANG)
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize("on_timeout", ["error", "truncate"])
+async def test_step_timeout_applies_to_envs_in_this_process(on_timeout: str) -> None:
+    """A step of an env in this process past ``step_timeout`` fails with ``StepTimeout`` (or comes back truncated)
+    while the loop goes on; the env is made again on a fresh thread, and the pool steps on."""
+    pool = await aioenv.make(TURNING, 2, seed=0, executor="in_process", step_timeout=0.3, on_timeout=on_timeout)
+    try:
+        await pool.reset()
+        await pool.set_attr("seconds", 20.0, env_ids=[0])
+        await pool.set_attr("fault", "slow", env_ids=[0])
+        stepping = pool.step(np.zeros(2, np.int64))
+        if on_timeout == "error":
+            with pytest.raises(aioenv.StepTimeout):
+                await heartbeat_lateness(asyncio.wait_for(stepping, HANG))
+        else:
+            late, (_, rew, _, truncated, info) = await heartbeat_lateness(asyncio.wait_for(stepping, HANG))
+            assert late < 0.25, f"a 10 ms heartbeat was {late * 1e3:.0f} ms late"
+            assert truncated.tolist() == [True, True]  # env 1 was replaced with it: its episode ends too
+            assert bool(info["timeout"][0])
+        if on_timeout == "error":
+            with pytest.raises(aioenv.EnvRemade):
+                await asyncio.wait_for(pool.step(np.zeros(2, np.int64)), HANG)
+        await asyncio.wait_for(pool.reset(), HANG)
+        _, rew, *_ = await asyncio.wait_for(pool.step(np.zeros(2, np.int64)), HANG)
+        assert rew.tolist() == [1.0, 1.0]
+    finally:
+        await asyncio.wait_for(pool.aclose(), HANG)
