@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import functools
 import os
 import queue
@@ -53,21 +54,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-import numpy as np
+from workers.runtime import Worker
 
-from aioenv.wire.errors import error_fields
-from aioenv.wire.protocol import Key, decode
-from workers.runtime import Worker, encode_reply
-
-__all__ = ["InProcessProc", "InProcessWorker", "Port", "Stepped"]
-
-
-#: The rows of a step answered in this process without a message (:meth:`InProcessWorker.step_now`):
-#: ``(obs, extras, infos, errors)``. ``obs``: observation leaves, ``extras``: ``[reward (k,) float64, terminated
-#: (k,) bool, truncated (k,) bool]``, all fresh arrays of k rows (None: every row failed); ``infos``: each env's
-#: info dict or None, decoded from the wire's encoding (None: no env had an info); ``errors``: row -> error fields.
-#: A plain tuple: a step of a few cheap envs feels every object it makes.
-Stepped = tuple[list[np.ndarray] | None, list[np.ndarray] | None, list[Any] | None, dict[int, Any]]
+__all__ = ["InProcessProc", "InProcessWorker", "Port"]
 
 
 class Port(Protocol):
@@ -86,22 +75,20 @@ class _Job:
     """One piece of env code for the env thread: its outcome (``result`` or ``error``), and what to call from
     the env thread once it is done if the loop stopped waiting for it (:meth:`wait`, :meth:`later`)."""
 
-    __slots__ = ("_done", "_lock", "error", "fn", "late", "result")
+    __slots__ = ("_done", "_lock", "error", "fn", "interrupted", "late", "result")
 
     def __init__(self, fn: Callable[[], Any]) -> None:
         self.fn = fn
         self.result: Any = None
         self.error: BaseException | None = None
         self.late: Callable[[], None] | None = None
+        #: Whether a KeyboardInterrupt was raised in it (:meth:`_EnvThread.interrupt`).
+        self.interrupted = False
         self._lock = threading.Lock()
         self._done = threading.Event()
 
-    def run(self) -> None:
-        """Run it (on the env thread); then, if the loop went on without it, call what :meth:`later` set."""
-        try:
-            self.result = self.fn()
-        except BaseException as exc:  # noqa: BLE001 - the loop thread raises it, as if the env ran there
-            self.error = exc
+    def finish(self) -> None:
+        """Mark it done (on the env thread); then, if the loop went on without it, call what :meth:`later` set."""
         with self._lock:
             self._done.set()
             late = self.late
@@ -121,6 +108,11 @@ class _Job:
             return True
 
 
+def _raise_in(thread_id: int, exc: type[BaseException] | None) -> None:
+    """Have ``exc`` raised in the thread ``thread_id`` at its next bytecode (None: take back one not raised yet)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc else None)
+
+
 class _EnvThread:
     """The thread of this process that runs an in-process worker's env code, one job after another.
 
@@ -128,6 +120,8 @@ class _EnvThread:
 
     def __init__(self, name: str) -> None:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._current: _Job | None = None  # the job whose code runs now, which interrupt() may cut short
         self._thread = threading.Thread(target=self._run, name=f"aioenv-{name}", daemon=True)
         self._thread.start()
 
@@ -145,9 +139,37 @@ class _EnvThread:
         """Whether the calling thread is this one (env code calling back into its pool)."""
         return threading.get_ident() == self._thread.ident
 
+    def interrupt(self) -> _Job | None:
+        """Raise ``KeyboardInterrupt`` in the job that runs now, as a Ctrl-C raises it in code of the main
+        thread (once a job, between two of its bytecodes: a call into C finishes first); that job, or None when
+        none runs."""
+        with self._lock:
+            job = self._current
+            if job is None or job.interrupted or self._thread.ident is None:
+                return job
+            job.interrupted = True
+            _raise_in(self._thread.ident, KeyboardInterrupt)
+            return job
+
     def _run(self) -> None:
         while (job := self._jobs.get()) is not None:
-            job.run()
+            with self._lock:
+                self._current = job
+            try:  # an interrupt raised anywhere in here is the job's outcome, never the thread's end
+                try:
+                    job.result = job.fn()
+                finally:
+                    self._disarm(job)
+            except BaseException as exc:  # noqa: BLE001 - the loop thread raises it, as if the env ran there
+                job.error = exc
+            job.finish()
+
+    def _disarm(self, job: _Job) -> None:
+        """No interrupt lands in ``job`` from here on: one asked for and not raised yet is taken back."""
+        with self._lock:
+            self._current = None
+            if job.interrupted and self._thread.ident is not None:
+                _raise_in(self._thread.ident, None)
 
 
 class InProcessProc:
@@ -262,9 +284,17 @@ class InProcessWorker(InProcessProc):
                 job = self._thread.submit(functools.partial(self._worker.handle, frames))
                 try:
                     done = job.wait(self._hold)
-                except BaseException:  # a Ctrl-C while waiting: the env goes on, and is answered once done
-                    waiting = True
-                    self._answer_later(frames, job)
+                except BaseException as exc:  # a Ctrl-C while waiting: the env goes on, and is answered once
+                    # done, unless it was interrupted too (interrupt_env_code): then it is answered here, as when
+                    # it ran in this thread, if its code takes the interrupt within hold (Python code does), and
+                    # so is every request queued behind it, with the interruption (none runs)
+                    if job.interrupted and job.wait(self._hold):
+                        self._answer(frames, job)
+                        while inbox and self._code is None:
+                            self._on_message(self._identity, self._worker.interrupted(inbox.popleft(), exc))
+                    else:
+                        waiting = True
+                        self._answer_later(frames, job)
                     raise
                 if not done:
                     waiting = True
@@ -312,39 +342,22 @@ class InProcessWorker(InProcessProc):
             self._end(0, "exited with code 0")
         self._on_message(self._identity, reply)
 
+    def runs_env_code(self) -> bool:
+        """Whether a request is being answered (its env code runs, or runs past ``hold`` and is answered
+        later) or waits to be."""
+        return self._code is None and (self._serving or bool(self._inbox))
+
+    def interrupt_env_code(self) -> None:
+        """Raise ``KeyboardInterrupt`` inside the env code that runs now, if any, as a Ctrl-C in this thread
+        raised it when env code ran on the loop's thread: the env that was running is broken until reset, and
+        its request is answered with the interruption (a second Ctrl-C in a call of ``SyncPool``, for an env
+        whose step never ends). Python code takes it at once; a call into C finishes first."""
+        if self._code is None:
+            self._thread.interrupt()
+
     def runs_env_code_here(self) -> bool:
         """Whether the calling thread is the one that runs this worker's env code (an env calling its pool)."""
         return self._thread.runs_here()
-
-    def idle(self) -> bool:
-        """Whether a step may run at once, with no request (:meth:`step_now`): never, now that env code runs on
-        the env thread. A step goes as a request, which a deadline can end and the loop need not wait for."""
-        return False
-
-    def step_now(self, env_ids: list[int], leaves: list[np.ndarray]) -> Stepped:
-        """Step ``env_ids`` with the checked action ``leaves`` (row ``i`` for ``env_ids[i]``) now, with no
-        message: what a STEP request would answer, for a pool whose every env runs here (see
-        ``Coordinator.step_here``).
-
-        The same :meth:`Worker.step_apart` steps the envs, as a worker process steps a STEP without shared rows.
-        Infos still make the trip through the wire's encoding that a reply from a worker process makes: a value
-        msgpack cannot carry fails its row here too, and the caller gets values of their own, not the objects
-        the env keeps. A ``KeyboardInterrupt`` in an env goes on to the caller."""
-        worker = self._worker
-        try:
-            group = worker.group(env_ids)
-            obs, extras, infos, errors = worker.step_apart(env_ids, group, leaves)
-            if infos is None:
-                return obs, extras, None, errors
-            # Each env's own dict crosses (as for "ilist"), and the sink batches the decoded dicts if its caller
-            # wants them batched (Part.batched_info): the same values as batching first and encoding the batch,
-            # at half the cost (a batch's object columns, final_obs and final_info above all, cost a Python
-            # call per element to encode and decode).
-            fields: dict[str, Any] = {Key.INFO: infos, Key.ERRORS: errors}
-            header, _ = decode(encode_reply(fields, [], env_ids, True, trusted=True), trusted=True)
-        except Exception as exc:  # noqa: BLE001 - what Worker.handle answers with an ERROR: every row fails with it
-            return None, None, None, {i: error_fields(exc, e) for i, e in enumerate(env_ids)}
-        return obs, extras, header.get(Key.INFO), header.get(Key.ERRORS) or {}
 
     # ------------------------------------------------------------ WorkerProc
 

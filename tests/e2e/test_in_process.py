@@ -147,8 +147,7 @@ async def test_steps_of_a_pool_whose_every_env_runs_here_run_on_a_thread_of_its_
         ops.clear()  # the envs' MAKE and the like
         await guard(pool.reset(seed=0))
         assert ops == ["reset"]
-        started = pool._start_step(np.zeros(4, dtype=np.int64))
-        assert not isinstance(started, asyncio.Future) or started.done()
+        assert pool._start_step(np.zeros(4, dtype=np.int64)).done()
         *_, info = await guard(pool.step(np.zeros(4, dtype=np.int64)))
         np.testing.assert_array_equal(info["seen"], [0, 0, 0, 0])  # infos as a worker's reply carries them
         *_, info = await guard(pool.step(np.array([0, 0]), env_ids=[3, 1]))
