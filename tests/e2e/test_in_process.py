@@ -463,6 +463,19 @@ class InterruptedHere(Flaky):
         return super().step(0)
 
 
+async def read_rows_one_by_one(pool: aioenv.Pool, n: int) -> tuple[list[int], dict[int | None, AioEnvError]]:
+    """``n`` rows read one ``recv`` at a time: the env ids answered, and each failed row's error by env id."""
+    answered: list[int] = []
+    failed: dict[int | None, AioEnvError] = {}
+    for _ in range(n):
+        try:
+            *_, info = await guard(pool.recv(min_results=1, max_results=1))
+            answered += info["env_id"].tolist()
+        except AioEnvError as err:
+            failed[err.env_id] = err
+    return answered, failed
+
+
 @pytest.mark.parametrize("limit", [None, 1, 2])
 async def test_ctrl_c_inside_an_env_here_of_a_pool_shared_with_a_worker_answers_every_row_once(
     monkeypatch: pytest.MonkeyPatch, limit: int | None
@@ -481,14 +494,7 @@ async def test_ctrl_c_inside_an_env_here_of_a_pool_shared_with_a_worker_answers_
         # here even if the worker's 2 rows arrived first.
         with pytest.raises(KeyboardInterrupt):
             await pool.recv(min_results=4, max_results=4)
-        answered: list[int] = []
-        failed: dict[int | None, AioEnvError] = {}
-        for _ in range(4):
-            try:
-                *_, info = await guard(pool.recv(min_results=1, max_results=1))
-                answered += info["env_id"].tolist()
-            except AioEnvError as err:
-                failed[err.env_id] = err
+        answered, failed = await read_rows_one_by_one(pool, 4)
         assert None not in failed, failed  # every error names its env
         assert sorted(answered + [e for e in failed if e is not None]) == [0, 1, 2, 3]  # each env once
         assert isinstance(failed[1], EnvError)
@@ -549,14 +555,7 @@ async def test_ctrl_c_inside_an_in_process_send_answers_every_row_once(limit: in
         with pytest.raises(KeyboardInterrupt):
             pool.send(np.array([0, 1, 0]))
         assert (pool._recv.in_flight, pool._recv.ready) == (0, 3)
-        answered: list[int] = []
-        failed: dict[int | None, AioEnvError] = {}
-        for _ in range(3):
-            try:
-                *_, info = await guard(pool.recv(min_results=1, max_results=1))
-                answered += info["env_id"].tolist()
-            except AioEnvError as err:
-                failed[err.env_id] = err
+        answered, failed = await read_rows_one_by_one(pool, 3)
         assert sorted(answered + [e for e in failed if e is not None]) == [0, 1, 2]
         assert isinstance(failed[1], EnvError)
         assert failed[1].remote_type == "KeyboardInterrupt"
