@@ -75,7 +75,7 @@ class _Job:
     """One piece of env code for the env thread: its outcome (``result`` or ``error``), and what to call from
     the env thread once it is done if the loop stopped waiting for it (:meth:`wait`, :meth:`later`)."""
 
-    __slots__ = ("_done", "_lock", "error", "fn", "interrupted", "late", "result")
+    __slots__ = ("_done", "_gate", "_lock", "error", "fn", "interrupted", "late", "result")
 
     def __init__(self, fn: Callable[[], Any]) -> None:
         self.fn = fn
@@ -85,24 +85,31 @@ class _Job:
         #: Whether a KeyboardInterrupt was raised in it (:meth:`_EnvThread.interrupt`).
         self.interrupted = False
         self._lock = threading.Lock()
-        self._done = threading.Event()
+        self._done = False
+        # held until it is done: a wait is one acquire in C (an Event's wait costs a Condition's Python code)
+        self._gate = threading.Lock()
+        self._gate.acquire()
 
     def finish(self) -> None:
         """Mark it done (on the env thread); then, if the loop went on without it, call what :meth:`later` set."""
         with self._lock:
-            self._done.set()
+            self._done = True
             late = self.late
+        self._gate.release()
         if late is not None:
             late()
 
     def wait(self, seconds: float) -> bool:
         """Wait up to ``seconds`` for it; whether it is done."""
-        return self._done.wait(seconds)
+        if not self._gate.acquire(timeout=seconds):
+            return False
+        self._gate.release()  # open for the next wait too
+        return True
 
     def later(self, then: Callable[[], None]) -> bool:
         """Have the env thread call ``then`` once it is done; False (and nothing set) when it is done already."""
         with self._lock:
-            if self._done.is_set():
+            if self._done:
                 return False
             self.late = then
             return True
