@@ -22,12 +22,20 @@ the envs if the call ever returns) and its envs are made again on a fresh worker
 a CLOSE its grace, then abandons the thread the same way. Yielding to the loop between envs instead would
 bound the hold to one env's step only, which a single slow step breaks.
 
-What it costs: two thread wake-ups per request (the env thread's and the loop thread's), and a request's
-bookkeeping where the loop's thread used to step the envs with no request at all. Lock-step ``step()`` of
-CartPole-v1 in this process, alternated in 0.2 s slices against the loop-thread design it replaced (2 vCPUs
-shared with other jobs, ``benchmarks/bench_isolation.py --tree-before``): n = 8 0.63x as fast, n = 32 0.93x;
-a worker process costs more (0.45x and 0.58x). What it buys: 8 envs whose steps become 2 s each held a 10 ms
-heartbeat 16 s late; now it is late by about ``hold``.
+What it costs: two thread wake-ups per request (the env thread's and the loop thread's; a wait is one lock
+acquire in C, :meth:`_Job.wait`), and a request's bookkeeping where the loop's thread used to step the envs
+with no request at all. Lock-step ``step()`` of CartPole-v1 in this process, alternated in 0.2 s slices
+against the loop-thread design it replaced (a 2-vCPU VM, lightly loaded, ``benchmarks/bench_isolation.py
+--tree-before``, two runs): n = 8 0.45x and 0.49x as fast (96,000 -> 42,000 env-steps/s), n = 32 0.67x and
+0.66x; under load the gap narrows (0.63x and 0.93x on a busy minute), and a worker process costs more (0.45x
+and 0.58x of in-process stepping on the loop's thread). What it buys: 8 envs whose steps become 2 s each held a
+10 ms heartbeat 16,003 ms late and ``wait_for(step(), 0.5)`` returned after 16 s; now the heartbeat is 11 ms
+late (about ``hold``) and ``wait_for`` returns after 0.50 s.
+
+A Ctrl-C lands in the main thread, never here: :meth:`InProcessWorker.interrupt_env_code` raises
+``KeyboardInterrupt`` inside the env code that runs (``PyThreadState_SetAsyncExc``; taken back by
+:meth:`_EnvThread._disarm` if the code returned first), as a Ctrl-C did when env code ran on the loop's
+thread; ``SyncPool`` does it on a second Ctrl-C in one call.
 
 What the caller still gives up, and why it is a choice (``executor="in_process"``, or what ``"auto"`` picks
 for cheap envs with ``allow_in_process=True``; never by default): env code shares the caller's GIL, so a step
