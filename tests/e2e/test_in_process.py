@@ -564,3 +564,29 @@ async def test_ctrl_c_inside_an_in_process_send_answers_every_row_once(limit: in
         _, rew, *_, info = await guard(pool.recv())
         np.testing.assert_array_equal(info["env_id"], [0, 1, 2])
         np.testing.assert_array_equal(rew, [1.0, 1.0, 1.0])
+
+
+def test_an_interrupt_lands_in_the_env_code_that_runs_never_in_the_thread_that_runs_it() -> None:
+    # what a second Ctrl-C in a SyncPool call does to env code on its thread (InProcessWorker.interrupt_env_code)
+    from workers.inproc import _EnvThread
+
+    runs = _EnvThread("test")
+    started = threading.Event()
+
+    def spin() -> None:
+        started.set()
+        while True:  # Python code: takes the interrupt between two bytecodes
+            pass
+
+    job = runs.submit(spin)
+    assert started.wait(HANG)
+    assert runs.interrupt() is job
+    assert job.wait(HANG)
+    assert isinstance(job.error, KeyboardInterrupt)
+    quick = runs.submit(lambda: 1)
+    assert quick.wait(HANG)
+    assert runs.interrupt() is None  # nothing runs: nothing to cut short, and nothing left pending
+    after = runs.submit(lambda: 2)
+    assert after.wait(HANG)
+    assert (after.result, after.error) == (2, None)  # the thread lives on and runs what comes next
+    runs.stop()

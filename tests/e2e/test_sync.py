@@ -541,6 +541,23 @@ def test_ctrl_c_at_any_moment_of_calls_in_the_callers_thread_leaves_the_pool_usa
         assert sp.get_attr("render_mode") == [None] * 4
 
 
+def test_a_step_past_step_timeout_in_the_callers_thread_fails_and_the_pool_goes_on() -> None:
+    # env code runs on a thread of this process, the loop in the caller's thread while a call waits for it:
+    # the deadline fires there, and the env is made again on a fresh thread
+    with SyncPool("tests.envs.turning:TurningEnv", 2, executor="in_process", step_timeout=0.3, seed=0) as sp:
+        assert sp.runs_in_caller
+        sp.reset()
+        sp.set_attr("seconds", [20.0, 0.0])
+        sp.set_attr("fault", ["slow", ""])
+        with pytest.raises(aioenv.StepTimeout):
+            sp.step(np.zeros(2, np.int64))
+        with pytest.raises(aioenv.EnvRemade):
+            sp.step(np.zeros(2, np.int64))
+        sp.reset()
+        _, reward, *_ = sp.step(np.zeros(2, np.int64))
+        assert reward.tolist() == [1.0, 1.0]
+
+
 # ---------------------------------------------------------------- shutdown
 
 
