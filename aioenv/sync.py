@@ -124,15 +124,16 @@ class _CtrlC:
     A KeyboardInterrupt raised wherever the main thread happens to be would land inside the coordinator's
     bookkeeping or inside the event loop's own code (uvloop then stays marked as running, and every later call
     fails): on the loop thread that code never sees a signal. So, as ``asyncio.run`` does for its main task,
-    the first SIGINT only cancels what the call waits for, if anything but env code of the pool (which runs on
-    a thread of its own, :mod:`workers.inproc`, and ends as it did when it ran in this thread: the call finishes
-    with it), and the call raises KeyboardInterrupt when it returns (its envs have stepped: the result is
+    the first SIGINT only cancels what the call waits for, if anything but env code the call runs (which runs
+    on a thread of its own, :mod:`workers.inproc`, and ends as it did when it ran in this thread: the call
+    finishes with it; a ``recv`` stops waiting at once, its rows stay queued), and the call raises
+    KeyboardInterrupt when it returns (its envs have stepped: the result is
     dropped, as for an interrupted call on the loop thread). A second SIGINT in the same call raises at once,
     wherever it lands, and inside the env code that runs now (an env that hangs inside its step is then broken
     until reset). Only in the main thread, and only over Python's default handler: a handler of the program's
     own is left alone."""
 
-    __slots__ = ("_armed", "_loop", "_pool", "hit", "waited")
+    __slots__ = ("_armed", "_loop", "_pool", "ends_with_env_code", "hit", "waited")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, pool: Pool) -> None:
         self._loop = loop
@@ -141,6 +142,9 @@ class _CtrlC:
         self.hit = False
         #: The future the call waits for while the loop runs here (cancelled by the first SIGINT).
         self.waited: asyncio.Future[Any] | None = None
+        #: Whether :attr:`waited` is a call that runs env code (shielded: a step, a reset, a call), which the
+        #: first SIGINT lets end; else (a ``recv``) it stops waiting at once and loses nothing.
+        self.ends_with_env_code = False
 
     def __enter__(self) -> _CtrlC:
         self._armed = (
@@ -157,7 +161,9 @@ class _CtrlC:
             raise KeyboardInterrupt
         self.hit = True
         waited = self.waited
-        if waited is not None and not waited.done() and not self._pool._runs_env_code():
+        if waited is None or waited.done():
+            return
+        if not (self.ends_with_env_code and self._pool._runs_env_code()):
             waited.cancel()
             self._loop.call_soon_threadsafe(_nothing)  # wake the loop if it sleeps in its poll
 
@@ -415,6 +421,7 @@ class _Runtime:
             return result
         inner = asyncio.ensure_future(result)
         ctrl_c.waited = waited = asyncio.shield(inner) if shield else inner
+        ctrl_c.ends_with_env_code = shield
         asyncio._set_running_loop(None)  # run_until_complete refuses a thread whose loop is running
         try:
             return self.loop.run_until_complete(waited)

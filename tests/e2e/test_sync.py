@@ -541,6 +541,51 @@ def test_ctrl_c_at_any_moment_of_calls_in_the_callers_thread_leaves_the_pool_usa
         assert sp.get_attr("render_mode") == [None] * 4
 
 
+class GatedEnv(gym.Env[np.ndarray, np.int64]):
+    """Its steps wait for :data:`GATE` (set by the test) to return."""
+
+    observation_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: Any) -> Any:
+        assert GATE.wait(HANG)
+        return np.zeros(1, np.float32), 1.0, False, False, {}
+
+
+GATE = threading.Event()
+
+
+@pytest.mark.usefixtures("ctrl_c_raises")
+def test_ctrl_c_in_a_recv_waiting_for_env_code_in_this_process_loses_no_rows() -> None:
+    # the steps of a send() outlast max_loop_hold and go on on their thread; a Ctrl-C in the recv() that waits
+    # for them stops it at once, and the rows come to the next recv()
+    GATE.clear()
+    with SyncPool(GatedEnv, 2, executor="in_process", batch_size=2) as sp:
+        assert sp.runs_in_caller
+        sp.reset()
+        sp.send(np.zeros(2, np.int64))
+
+        def press() -> None:
+            deadline = time.monotonic() + HANG
+            while sp._rt._driver is None and time.monotonic() < deadline:  # until recv() runs the loop here
+                time.sleep(0.001)
+            time.sleep(0.05)
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+        presser = threading.Thread(target=press, daemon=True)
+        presser.start()
+        with pytest.raises(KeyboardInterrupt):
+            sp.recv(timeout=HANG)
+        presser.join(HANG)
+        GATE.set()
+        *_, info = sp.recv(timeout=HANG)
+        assert sorted(info["env_id"].tolist()) == [0, 1]
+
+
 def test_a_step_past_step_timeout_in_the_callers_thread_fails_and_the_pool_goes_on() -> None:
     # env code runs on a thread of this process, the loop in the caller's thread while a call waits for it:
     # the deadline fires there, and the env is made again on a fresh thread
