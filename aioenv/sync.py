@@ -42,10 +42,12 @@ Rules:
   sees a busy env. Per-env futures (:meth:`SyncPool.step_env`) are unaffected.
   When calls run in the caller's thread, Ctrl-C (SIGINT in the main thread) does not
   raise wherever it lands, which could be inside the pool's own bookkeeping or the
-  event loop: the call finishes (a call waiting on the loop stops waiting, its
+  event loop: the call finishes (its env code, which runs on a thread of its own, ends
+  first; a call waiting on anything else, a ``recv`` among them, stops waiting, its
   requests go on as above) and raises ``KeyboardInterrupt`` as it returns. A second
-  Ctrl-C in the same call raises at once, for an env whose step never ends (that env
-  then needs a reset). A SIGINT handler of the program's own is left alone.
+  Ctrl-C in the same call raises at once, and inside the env code that runs, for an env
+  whose step never ends (that env then needs a reset). A SIGINT handler of the
+  program's own is left alone.
 - :meth:`SyncPool.close` (idempotent) awaits ``Pool.aclose()`` on the loop thread,
   then stops and joins the thread. A pool that is never closed is closed when it is
   garbage-collected and, at the latest, at interpreter exit (``weakref.finalize``,
