@@ -541,19 +541,12 @@ def test_ctrl_c_at_any_moment_of_calls_in_the_callers_thread_leaves_the_pool_usa
         assert sp.get_attr("render_mode") == [None] * 4
 
 
-class GatedEnv(gym.Env[np.ndarray, np.int64]):
+class GatedEnv(ThreadEnv):
     """Its steps wait for :data:`GATE` (set by the test) to return."""
-
-    observation_space = gym.spaces.Box(-1, 1, (1,), np.float32)
-    action_space = gym.spaces.Discrete(2)
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
-        super().reset(seed=seed)
-        return np.zeros(1, np.float32), {}
 
     def step(self, action: Any) -> Any:
         assert GATE.wait(HANG)
-        return np.zeros(1, np.float32), 1.0, False, False, {}
+        return super().step(action)
 
 
 GATE = threading.Event()
