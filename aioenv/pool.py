@@ -22,11 +22,11 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
 from aioenv._loop import consume
 from aioenv.core import costs
-from aioenv.core.coordinator import Coordinator, HereRows, reset_builder, step_builder
+from aioenv.core.coordinator import Coordinator, reset_builder, step_builder
 from aioenv.core.launcher import LocalProcess, in_process_unavailable
 from aioenv.core.remote import RemoteCoordinator
 from aioenv.core.scheduler import Request
-from aioenv.core.sinks import Gather, Part, RecvQueue, ResetResult, Single, Sink, StepResult, whole_result
+from aioenv.core.sinks import Gather, RecvQueue, ResetResult, Single, Sink, StepResult
 from aioenv.core.sources import parse_sources
 from aioenv.errors import InvalidAction, PoolClosed, ProtocolError, UsageError
 from aioenv.pool_options import (
@@ -125,15 +125,14 @@ def _same_description(a: dict[str, Any], b: dict[str, Any]) -> bool:
 _running_loop = asyncio._get_running_loop
 
 
-def _take_back(queue: RecvQueue, rows: int, delivered: int, exc: BaseException) -> None:
+def _take_back(queue: RecvQueue, rows: int, exc: BaseException) -> None:
     """A ``send``/``send_reset`` of ``rows`` rows raised ``exc``: no longer expect the rows that will not come.
 
     An ``Exception`` (a bad action, a busy env, a value the wire cannot carry) is raised before anything goes
-    out: none of them comes. A Ctrl-C (or SystemExit) inside an env stepped in this process comes after: a
-    step stepped here at once is taken back whole, nothing delivered (``Coordinator.step_here``); a call that
-    went out as messages stands, and every row of it is answered, the interrupted ones with the interruption
-    (some are delivered before the interrupt reaches here)."""
-    if isinstance(exc, Exception) or queue.delivered == delivered:
+    out: none of them comes. A Ctrl-C (or SystemExit) inside an env stepped in this process comes after: the
+    call went out as messages and stands, and every row of it is answered, the interrupted ones with the
+    interruption (some are delivered before the interrupt reaches here, others once their env code is done)."""
+    if isinstance(exc, Exception):
         queue.expect(-rows)
 
 
@@ -183,6 +182,7 @@ class Pool:
         endpoint: str | None = None,
         curve_keys: tuple[str, str] | None = None,
         allow_in_process: bool = False,
+        max_loop_hold: float | None = None,
     ) -> None:
         self.endpoint = checked_endpoint(endpoint)
         self._curve_keys = checked_curve_keys(curve_keys, endpoint)
@@ -206,6 +206,8 @@ class Pool:
         self.on_timeout = checked_on_timeout(on_timeout, self._mode)
         self.max_concurrency = positive_int("max_concurrency", max_concurrency, allow_none=True)
         self.max_worker_rss = positive_int("max_worker_rss", max_worker_rss, allow_none=True, unit="number of bytes")
+        #: The most seconds a call holds the event loop for envs stepped in this process (None: the default).
+        self.max_loop_hold = positive_seconds("max_loop_hold", max_loop_hold)
         self._env_name = env if isinstance(env, str) else ""
         self._env_kwargs = env_kwargs
         # a remote pool sends names only: no private directory, callables refused by parse_sources
@@ -279,6 +281,7 @@ class Pool:
                     max_worker_rss=self.max_worker_rss,
                     in_process=self.envs_in_process,
                     adopt=adopt,
+                    max_loop_hold=self.max_loop_hold,
                 )
                 described = await self._coord.start(self.num_workers)
             self._adopt(described)
@@ -438,6 +441,21 @@ class Pool:
         else:
             self._remove_private_dir()
 
+    def _in_env_code(self) -> bool:
+        """Whether the calling thread runs env code of this pool in this process (``executor="in_process"``: an
+        env that calls its own pool, which would wait for the very thread it runs on)."""
+        return isinstance(self._coord, Coordinator) and self._coord.in_env_code()
+
+    def _runs_env_code(self) -> bool:
+        """Whether env code of this pool runs (or waits to run) in this process now."""
+        return isinstance(self._coord, Coordinator) and self._coord.runs_env_code()
+
+    def _interrupt_env_code(self) -> None:
+        """Raise ``KeyboardInterrupt`` inside the env code of this pool that runs in this process now, if any
+        (a second Ctrl-C in one call of :class:`aioenv.SyncPool`: an env whose step never ends is cut short)."""
+        if isinstance(self._coord, Coordinator):
+            self._coord.interrupt_env_code()
+
     def _core(self) -> Coordinator | RemoteCoordinator:
         """The started coordinator, checked where every public call enters: the pool is open, started, and
         called from the event loop it was started in."""
@@ -475,26 +493,22 @@ class Pool:
         self, actions: Any, ids: np.ndarray, sink: Sink, *, info_list: bool = False, checked: bool = False
     ) -> None:
         """Check ``actions`` for ``ids`` (from :meth:`_ids`), claim the envs and send the steps; their rows go
-        to ``sink`` (before this returns when every env runs in this process: ``Coordinator.step_here``).
+        to ``sink``.
 
         ``checked``: ``actions`` are the leaves :func:`aioenv.wire.spaces.check_actions` returned for ``ids``
         already (an adapter that checked them in its caller's thread), owned by this call."""
         coord = self._core()
-        leaves, rows = self._claim_step(coord, actions, ids, checked)
-        if rows is not None:
-            sink.deliver(Part(ids, *rows), np.arange(ids.size))  # one worker: every row, in order
-            return
+        leaves = self._claim_step(coord, actions, ids, checked)
         self._send_step(coord, ids, leaves, sink, info_list)
 
     def _claim_step(
         self, coord: Coordinator | RemoteCoordinator, actions: Any, ids: np.ndarray, checked: bool
-    ) -> tuple[list[np.ndarray], HereRows | None]:
-        """Check ``actions`` for ``ids`` (unless ``checked``) and claim the envs. Returns the action leaves, and
-        the envs' rows when every env runs in this process and they were stepped at once
-        (``Coordinator.step_here``; None: send the steps with :meth:`_send_step`)."""
-        leaves = actions if checked else spaces.check_actions(self.single_action_space, actions, ids)
+    ) -> list[np.ndarray]:
+        """Check ``actions`` for ``ids`` (unless ``checked``) and claim the envs; the action leaves, for
+        :meth:`_send_step`."""
+        leaves: list[np.ndarray] = actions if checked else spaces.check_actions(self.single_action_space, actions, ids)
         coord.sched.claim(ids)
-        return leaves, coord.step_here(ids, leaves) if isinstance(coord, Coordinator) else None
+        return leaves
 
     def _send_step(
         self,
@@ -578,33 +592,19 @@ class Pool:
             EnvError: an env raised; ``err.partial`` holds the other rows, ``err.errors`` every failure.
             WorkerCrashed / StepTimeout: for the envs concerned, likewise.
         """
-        started = self._start_step(actions, env_ids)
         result: tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
-        result = await started if isinstance(started, asyncio.Future) else started
+        result = await self._start_step(actions, env_ids)
         return result
 
     def _start_step(
         self, actions: Any, env_ids: Any = None, *, info_list: bool = False, checked: bool = False
-    ) -> tuple[Any, ...] | asyncio.Future[Any]:
+    ) -> asyncio.Future[Any]:
         """:meth:`step` (``info_list``: :meth:`_step_info_list`) without the coroutine: dispatch now and return
-        the future of its result (see :meth:`_start_reset`; ``checked``: see :meth:`_dispatch_step`), or the
-        result itself when every env ran in this process within the call and none failed (no future, no
-        gathering: ``Coordinator.step_here``)."""
+        the future of its result (see :meth:`_start_reset`; ``checked``: see :meth:`_dispatch_step`). Done
+        already when every env ran in this process within the call (``max_loop_hold``)."""
         coord = self._core()
         ids = coord.sched.resolve(env_ids)
-        leaves, rows = self._claim_step(coord, actions, ids, checked)
-        if rows is not None:
-            obs, extras, infos, errors = rows
-            if infos is None and not errors and not info_list and obs is not None and extras is not None:
-                # the common case: the rows are the result as they are (no Part, nothing to merge)
-                obs_batch = spaces.from_leaves(self.single_observation_space, obs)
-                return obs_batch, *extras, {"env_id": ids.astype(np.int32)}
-            part = Part(ids, obs, extras, infos, errors)
-            if not errors:
-                return whole_result("step", part, self.single_observation_space, info_list=info_list)
-            failed = Gather("step", ids, self.single_observation_space, info_list=info_list)
-            failed.deliver(part, np.arange(ids.size))  # the call's error, with the other rows
-            return failed.future
+        leaves = self._claim_step(coord, actions, ids, checked)
         sink = Gather("step", ids, self.single_observation_space, info_list=info_list)
         try:
             self._send_step(coord, ids, leaves, sink, info_list)
@@ -618,9 +618,8 @@ class Pool:
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
         """Like :meth:`step`, but ``info`` is a list with each env's own info dict (row order), as
         Stable-Baselines3 wants; still one message per worker. For the adapters in :mod:`aioenv.compat`."""
-        started = self._start_step(actions, env_ids, info_list=True)
         result: tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]
-        result = await started if isinstance(started, asyncio.Future) else started
+        result = await self._start_step(actions, env_ids, info_list=True)
         return result
 
     def send(self, actions: Any, env_ids: Any = None) -> None:
@@ -628,11 +627,10 @@ class Pool:
         ids = self._ids(env_ids)
         queue = self._recv_sink()
         queue.expect(ids.size)  # before dispatch: a row may be answered at once (see Coordinator.submit)
-        delivered = queue.delivered
         try:
             self._dispatch_step(actions, ids, queue)
         except BaseException as exc:
-            _take_back(queue, ids.size, delivered, exc)
+            _take_back(queue, ids.size, exc)
             raise
 
     def send_reset(
@@ -646,11 +644,10 @@ class Pool:
         ids = self._ids(env_ids)
         queue = self._recv_sink()
         queue.expect(ids.size)
-        delivered = queue.delivered
         try:
             self._dispatch_reset(ids, seed, options, queue)
         except BaseException as exc:
-            _take_back(queue, ids.size, delivered, exc)
+            _take_back(queue, ids.size, exc)
             raise
 
     def _recv_sink(self) -> RecvQueue:
@@ -795,7 +792,8 @@ async def make(env: Any, num_envs: int | None = None, **options: Any) -> Pool:
         num_workers: worker processes (default ``min(num_envs, usable CPUs)``: the CPUs this process may run
             on, its affinity mask, see :func:`aioenv.transport.spawn.usable_cpus`). ``0``: none, every env runs
             in this process on ``executor`` (``"thread"``: a thread each; ``"async"``: coroutines on this loop;
-            ``"inline"``: as ``"in_process"``), with no deadline (``step_timeout`` is refused).
+            ``"inline"``: as ``"in_process"``; ``thread`` and ``async`` with no deadline: ``step_timeout`` is
+            refused).
         executor: ``"auto"`` (default: chosen from what one env's steps cost, in worker processes unless
             ``allow_in_process``), ``"inline"`` (envs stepped one after another in each worker: CPU-bound envs),
             ``"thread"``
@@ -827,6 +825,10 @@ async def make(env: Any, num_envs: int | None = None, **options: Any) -> Pool:
             beside worker processes), where a step sends no message; default False: ``auto`` places envs in
             worker processes only. In this process an env that hangs or slows down holds the event loop, and a
             crash, ``os._exit``, a leak or a ``SystemExit`` in an env is this process's (``docs/api.md``).
+        max_loop_hold: for envs stepped one after another in this process (``executor="in_process"``, or what
+            ``auto`` keeps here): the most seconds a call holds the event loop (default 0.01). Their env code
+            runs on a thread of this process; a call that takes longer is answered once it is done, and the
+            loop goes on meanwhile (``step_timeout`` applies as in a worker process).
     """
     pool = Pool(env, num_envs, **options)
     return await pool.start()

@@ -98,7 +98,11 @@ def check_in_process(executor: PoolExecutor | None, num_workers: int | None, **o
         raise ValueError(
             f"{asked} runs envs in this process; a remote pool's envs run on the server's workers: {remote}"
         )
-    given = [name for name in ("step_timeout", "reset_timeout", "max_worker_rss") if options[name]]
+    # Envs stepped one after another here run on a thread of this process that a deadline can abandon
+    # (workers.inproc); envs on threads or coroutines of their own here have no such way out.
+    deadlines = executor in ("in_process", "inline")
+    timeouts = () if deadlines else ("step_timeout", "reset_timeout")
+    given = [name for name in (*timeouts, "max_worker_rss") if options[name]]
     if executor == "in_process" and num_workers:
         given.append("num_workers")
     if given:

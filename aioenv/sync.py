@@ -42,10 +42,12 @@ Rules:
   sees a busy env. Per-env futures (:meth:`SyncPool.step_env`) are unaffected.
   When calls run in the caller's thread, Ctrl-C (SIGINT in the main thread) does not
   raise wherever it lands, which could be inside the pool's own bookkeeping or the
-  event loop: the call finishes (a call waiting on the loop stops waiting, its
+  event loop: the call finishes (its env code, which runs on a thread of its own, ends
+  first; a call waiting on anything else, a ``recv`` among them, stops waiting, its
   requests go on as above) and raises ``KeyboardInterrupt`` as it returns. A second
-  Ctrl-C in the same call raises at once, for an env whose step never ends (that env
-  then needs a reset). A SIGINT handler of the program's own is left alone.
+  Ctrl-C in the same call raises at once, and inside the env code that runs, for an env
+  whose step never ends (that env then needs a reset). A SIGINT handler of the
+  program's own is left alone.
 - :meth:`SyncPool.close` (idempotent) awaits ``Pool.aclose()`` on the loop thread,
   then stops and joins the thread. A pool that is never closed is closed when it is
   garbage-collected and, at the latest, at interpreter exit (``weakref.finalize``,
@@ -89,9 +91,9 @@ _STARTERS: dict[str, tuple[str, dict[str, Any]]] = {
     "_step_info_list_checked": ("_start_step", {"info_list": True, "checked": True}),  # ... its actions checked
 }
 
-#: A pool call that dispatches synchronously (``Pool._start_step``): it returns the future of its result, or the
-#: result itself when it was answered inside the call (every env in this process, none failed).
-_Starter = Callable[..., "asyncio.Future[Any] | tuple[Any, ...]"]
+#: A pool call that dispatches synchronously (``Pool._start_step``): it returns the future of its result (done
+#: already when it was answered inside the call: every env in this process, quick enough).
+_Starter = Callable[..., "asyncio.Future[Any]"]
 
 #: What :meth:`_Runtime.call_here` returns when the loop was taken back before the call could run here.
 _TAKEN_BACK: Any = object()
@@ -124,20 +126,27 @@ class _CtrlC:
     A KeyboardInterrupt raised wherever the main thread happens to be would land inside the coordinator's
     bookkeeping or inside the event loop's own code (uvloop then stays marked as running, and every later call
     fails): on the loop thread that code never sees a signal. So, as ``asyncio.run`` does for its main task,
-    the first SIGINT only cancels what the call waits for, if anything, and the call raises KeyboardInterrupt
-    when it returns (its envs have stepped: the result is dropped, as for an interrupted call on the loop
-    thread). A second SIGINT in the same call raises at once, wherever it lands (an env that hangs inside its
-    step is then broken until reset). Only in the main thread, and only over Python's default handler: a
-    handler of the program's own is left alone."""
+    the first SIGINT only cancels what the call waits for, if anything but env code the call runs (which runs
+    on a thread of its own, :mod:`workers.inproc`, and ends as it did when it ran in this thread: the call
+    finishes with it; a ``recv`` stops waiting at once, its rows stay queued), and the call raises
+    KeyboardInterrupt when it returns (its envs have stepped: the result is
+    dropped, as for an interrupted call on the loop thread). A second SIGINT in the same call raises at once,
+    wherever it lands, and inside the env code that runs now (an env that hangs inside its step is then broken
+    until reset). Only in the main thread, and only over Python's default handler: a handler of the program's
+    own is left alone."""
 
-    __slots__ = ("_armed", "_loop", "hit", "waited")
+    __slots__ = ("_armed", "_loop", "_pool", "ends_with_env_code", "hit", "waited")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, pool: Pool) -> None:
         self._loop = loop
+        self._pool = pool
         self._armed = False
         self.hit = False
         #: The future the call waits for while the loop runs here (cancelled by the first SIGINT).
         self.waited: asyncio.Future[Any] | None = None
+        #: Whether :attr:`waited` is a call that runs env code (shielded: a step, a reset, a call), which the
+        #: first SIGINT lets end; else (a ``recv``) it stops waiting at once and loses nothing.
+        self.ends_with_env_code = False
 
     def __enter__(self) -> _CtrlC:
         self._armed = (
@@ -149,11 +158,14 @@ class _CtrlC:
         return self
 
     def _on_sigint(self, signum: int, frame: object) -> None:
-        if self.hit:
-            raise KeyboardInterrupt  # a second Ctrl-C: the user insists
+        if self.hit:  # a second Ctrl-C: the user insists
+            self._pool._interrupt_env_code()
+            raise KeyboardInterrupt
         self.hit = True
         waited = self.waited
-        if waited is not None and not waited.done():
+        if waited is None or waited.done():
+            return
+        if not (self.ends_with_env_code and self._pool._runs_env_code()):
             waited.cancel()
             self._loop.call_soon_threadsafe(_nothing)  # wake the loop if it sleeps in its poll
 
@@ -229,8 +241,9 @@ class _Runtime:
         return threading.get_ident() == self.thread.ident
 
     def driven_here(self) -> bool:
-        """Whether this thread is inside a call that runs the loop here (direct mode)."""
-        return self._driver == threading.get_ident()
+        """Whether this thread is inside a call of this pool: one that runs the loop here (direct mode), or the
+        env code of an env in this process, which its call waits for."""
+        return self._driver == threading.get_ident() or self.pool._in_env_code()
 
     async def invoke(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], shield: bool) -> Any:
         """Run ``fn(*args, **kwargs)`` on the loop (awaiting it if it returns an awaitable).
@@ -254,7 +267,7 @@ class _Runtime:
 
     def start(self, starter: _Starter, args: tuple[Any, ...], kwargs: dict[str, Any]) -> concurrent.futures.Future[Any]:
         """Like :meth:`submit` with ``shield``, for a call that dispatches synchronously and returns the
-        future of its result, or the result (a :data:`_Starter`): no coroutine and no task per call, one hop each way.
+        future of its result (a :data:`_Starter`): no coroutine and no task per call, one hop each way.
 
         The returned future stays pending until the result is in, so it can be cancelled (an interrupted
         wait): the call then becomes an orphan that the next call waits for, as with :meth:`submit`.
@@ -277,10 +290,6 @@ class _Runtime:
             except Exception as exc:  # noqa: BLE001 - any error of the call goes to its caller (InvalidAction, ...)
                 if done.set_running_or_notify_cancel():
                     done.set_exception(exc)
-                return
-            if not isinstance(fut, asyncio.Future):  # the result itself, answered inside the call (see _Starter)
-                if done.set_running_or_notify_cancel():
-                    done.set_result(fut)
                 return
             inner.append(fut)
             if fut.done():  # answered inside the call (envs in this process): no callback, no extra loop turn
@@ -306,8 +315,7 @@ class _Runtime:
         await self._orphans_done()
         if done.cancelled():
             return None  # interrupted while it waited: nothing was sent
-        started = starter(*args, **kwargs)
-        return await started if isinstance(started, asyncio.Future) else started
+        return await starter(*args, **kwargs)
 
     def _orphans_done(self) -> asyncio.Future[list[Any]]:
         """Done once every interrupted call still in flight has ended (their outcomes are discarded)."""
@@ -393,7 +401,7 @@ class _Runtime:
             if not self.direct:
                 return _TAKEN_BACK
             prev = asyncio._get_running_loop()
-            ctrl_c = _CtrlC(self.loop)
+            ctrl_c = _CtrlC(self.loop, self.pool)
             try:  # set inside the try: a Ctrl-C landing anywhere here must not leave this thread marked
                 self._driver = threading.get_ident()
                 asyncio._set_running_loop(self.loop)
@@ -415,6 +423,7 @@ class _Runtime:
             return result
         inner = asyncio.ensure_future(result)
         ctrl_c.waited = waited = asyncio.shield(inner) if shield else inner
+        ctrl_c.ends_with_env_code = shield
         asyncio._set_running_loop(None)  # run_until_complete refuses a thread whose loop is running
         try:
             return self.loop.run_until_complete(waited)

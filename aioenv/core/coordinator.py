@@ -59,13 +59,6 @@ log = logging.getLogger("aioenv.coordinator")
 _OPS = {"step": Op.STEP, "reset": Op.RESET, "call": Op.CALL}
 
 
-#: The rows of a step answered in this process (:meth:`Coordinator.step_here`), as :class:`Part` takes them:
-#: ``(obs leaves, [reward (k,), terminated (k,), truncated (k,)], infos, errors)``; obs and the extras are None
-#: when every row failed, infos None when no env had one, errors (row -> error) None when none failed. A tuple,
-#: not a Part: a step of a few cheap envs that nothing failed becomes its result without one.
-HereRows = tuple[list[np.ndarray] | None, list[np.ndarray] | None, list[Any] | None, dict[int, AioEnvError] | None]
-
-
 class Coordinator(Recovery):
     """Local workers behind one ROUTER socket, for one pool.
 
@@ -91,6 +84,8 @@ class Coordinator(Recovery):
         adopt: a running local ``inline`` worker with no envs and the shared rows' descriptor it inherited
             (``executor="auto"``'s probe, see :class:`aioenv.core.costs.Probed`): it becomes the first launched
             worker, and the descriptor the pool's rows. Both are the coordinator's from here on.
+        max_loop_hold: the most seconds a request to the ``inline`` worker in this process holds the event loop
+            (its env code runs on a thread of this process; see :mod:`workers.inproc`); None: its default.
     """
 
     def __init__(
@@ -110,8 +105,11 @@ class Coordinator(Recovery):
         max_worker_rss: int | None = None,
         in_process: int = 0,
         adopt: tuple[LocalProcess, int | None] | None = None,
+        max_loop_hold: float | None = None,
     ) -> None:
         self.sched = Scheduler(num_envs, max_concurrency)
+        #: The most seconds a request to the inline worker in this process holds the loop (None: its default).
+        self.max_loop_hold = max_loop_hold
         #: How many envs (the first ones) run in this process, on the event loop (see workers.inproc).
         self.in_process = in_process
         self.max_worker_rss = max_worker_rss
@@ -124,8 +122,6 @@ class Coordinator(Recovery):
         self.executor = executor
         self.on_remade = on_remade
         self.slots: list[Slot] = []
-        #: The one slot, when it is an inline worker in this process hosting every env (see :meth:`_sole_here`).
-        self._sole_slot: Slot | None = None
         self._by_name: dict[bytes, Slot] = {}
         self.closing = False
         self._turn_booked = False  # the loop's second turn will answer a share's deferred rows
@@ -167,8 +163,6 @@ class Coordinator(Recovery):
                 self._adopt = None
             else:
                 self._spawn(slot, ids.size)
-        if len(self.slots) == 1 and self.slots[0].in_process and self.executor == "inline":
-            self._sole_slot = self.slots[0]
         makes = [self._make(slot, ids) for slot, ids in zip(self.slots, blocks, strict=True)]
         replies = await asyncio.gather(*makes, return_exceptions=True)
         failed = [r for r in replies if isinstance(r, BaseException)]
@@ -209,7 +203,14 @@ class Coordinator(Recovery):
         slot.ready = False
         slot.outbox = []
         spec = LaunchSpec(
-            slot.name, self.executor, envs, self.private_dir, self._on_exit, self._on_message, self._slab_fd
+            slot.name,
+            self.executor,
+            envs,
+            self.private_dir,
+            self._on_exit,
+            self._on_message,
+            self._slab_fd,
+            self.max_loop_hold,
         )
         slot.proc = launch_in_process(spec) if slot.in_process else self._launch(spec)
         self._by_name[slot.name.encode()] = slot
@@ -347,43 +348,28 @@ class Coordinator(Recovery):
                 return local(Op.STEP, fields, [np.array(a) for a in arrays])
         return encode(_OPS[kind], fields, arrays, trusted=trusted)
 
-    def step_here(self, env_ids: np.ndarray, leaves: list[np.ndarray]) -> HereRows | None:
-        """Step ``env_ids`` (claimed) with the checked action ``leaves`` at once, without a message, when every
-        env of the pool runs in this process and its worker is idle. Returns their rows (:data:`HereRows`: row
-        ``i`` for ``env_ids[i]``, every row answered, failed ones in ``errors``), or None: nothing was done,
-        send them as usual (:meth:`submit`).
-
-        What a STEP to the in-process worker would do, minus its bookkeeping: no request is opened (it is
-        answered before anything else can run on the loop, so nothing can time out, be cancelled or be
-        held), no message is encoded and no shared row is written or read. The envs are released on every
-        way out; a ``KeyboardInterrupt`` inside an env reaches the caller with nothing answered (the caller
-        forgets the call: see ``Pool._start_step`` and ``Pool.send``)."""
-        here = self._sole_here()
-        if here is None:
+    def _inline_here(self) -> InProcessWorker | None:
+        """The ``inline`` worker in this process, if this pool has one."""
+        if self.executor != "inline" or not self.slots or not self.slots[0].in_process:
             return None
-        try:
-            obs, extras, infos, wire_errors = here.step_now(env_ids.tolist(), leaves)
-        finally:
-            self.sched.release(env_ids)
-        errors = {int(r): from_wire(d, context="step") for r, d in wire_errors.items()} if wire_errors else None
-        if self.truncation is not None:
-            self.truncation.remember(Part(env_ids, obs, extras, infos, errors))
-        return obs, extras, infos, errors
+        return cast("InProcessWorker | None", self.slots[0].proc)
 
-    def _sole_here(self) -> InProcessWorker | None:
-        """The in-process worker when it hosts every env, serves, and nothing waits or is owed (no rows held
-        under ``max_concurrency``, no outbox, no row owed after a deadline): the conditions of :meth:`step_here`.
+    def in_env_code(self) -> bool:
+        """Whether the calling thread runs env code of this pool's ``inline`` worker in this process (an env
+        that calls its own pool: a call that would wait for the very thread it runs on)."""
+        proc = self._inline_here()
+        return proc is not None and proc.runs_env_code_here()
 
-        A concurrency limit does not hold it back: envs in this process step one after the other, never more
-        than one at a time, and a call's rows over the limit would go out as soon as the rows before them were
-        answered, within the same call (rows that wait already go first: then the message path keeps order)."""
-        slot = self._sole_slot
-        if slot is None or not slot.ready or slot.outbox or self.sched.held or self.closing:
-            return None
-        proc = cast("InProcessWorker | None", slot.proc)  # what launch_in_process starts
-        if proc is None or (self.truncation is not None and self.truncation.replaced_count):
-            return None
-        return proc if proc.idle() else None
+    def runs_env_code(self) -> bool:
+        """Whether the ``inline`` worker in this process runs (or has queued) env code now."""
+        proc = self._inline_here()
+        return proc is not None and proc.runs_env_code()
+
+    def interrupt_env_code(self) -> None:
+        """Raise ``KeyboardInterrupt`` inside the env code that the ``inline`` worker in this process runs now, if
+        any (:meth:`workers.inproc.InProcessWorker.interrupt_env_code`)."""
+        if (proc := self._inline_here()) is not None:
+            proc.interrupt_env_code()
 
     def _answer_unsent(
         self, kind: str, env_ids: np.ndarray, positions: np.ndarray, sink: Sink, exc: BaseException

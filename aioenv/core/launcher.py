@@ -103,6 +103,8 @@ class LaunchSpec:
         on_exit: called once in the loop thread when the process has exited (or was lost).
         on_message: the coordinator's handler for the worker's messages (``identity``: its name).
         slab_fd: the pool's shared-memory rows (:mod:`aioenv.transport.slab`), inherited by a local worker; None: none.
+        hold: for a worker in this process (:func:`launch_in_process`): the most seconds a request holds the
+            event loop (None: :data:`workers.inproc.HOLD`).
     """
 
     name: str
@@ -112,6 +114,7 @@ class LaunchSpec:
     on_exit: Callable[[WorkerProc], None]
     on_message: Callable[[bytes, list[Any]], None]
     slab_fd: int | None = None
+    hold: float | None = None
 
 
 def launch_local(spec: LaunchSpec) -> LocalProcess:
@@ -158,9 +161,10 @@ def launch_in_process(spec: LaunchSpec) -> InProcessWorker | InProcessConcurrent
         from workers.inproc_concurrent import InProcessConcurrentWorker
 
         return InProcessConcurrentWorker(spec.name, spec.private_dir, spec.executor, spec.on_exit, spec.on_message)
-    from workers.inproc import InProcessWorker
+    from workers.inproc import HOLD, InProcessWorker
 
-    return InProcessWorker(spec.name, spec.private_dir, spec.on_exit, spec.on_message, slab_fd=spec.slab_fd)
+    hold = HOLD if spec.hold is None else spec.hold
+    return InProcessWorker(spec.name, spec.private_dir, spec.on_exit, spec.on_message, slab_fd=spec.slab_fd, hold=hold)
 
 
 def describe_exit(code: int | None) -> str:

@@ -345,8 +345,6 @@ class RecvQueue:
         self._items: deque[_Segment] = deque()
         self.ready = 0
         self.in_flight = 0
-        #: Rows delivered so far, ever (a call that delivered none was taken back whole: see ``Pool.send``).
-        self.delivered = 0
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []  # concurrent recv calls, oldest first
 
     def expect(self, rows: int) -> None:
@@ -357,7 +355,6 @@ class RecvQueue:
         """Queue a part's rows, cutting it around failed rows (each error is a reply of its own)."""
         n = part.env_ids.size
         self.in_flight -= n
-        self.delivered += n
         start = 0
         for row in sorted(part.errors):
             if row > start:

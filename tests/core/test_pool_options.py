@@ -59,8 +59,9 @@ def test_executor_and_on_timeout_are_kept_as_given() -> None:
         ({"endpoint": "tcp://h:1", "curve_keys": "ab"}, "curve_keys must be (your .key_secret file"),
         ({"executor": "process"}, "executor must be one of ['inline', 'thread', 'async', 'in_process', 'auto']"),
         ({"executor": "in_process", "endpoint": "tcp://h:1"}, "a remote pool's envs run on the server's workers"),
-        ({"executor": "in_process", "step_timeout": 1.0}, "step_timeout is for envs in worker processes"),
-        ({"executor": "in_process", "reset_timeout": 1.0}, "reset_timeout is for envs in worker processes"),
+        ({"executor": "thread", "num_workers": 0, "step_timeout": 1.0}, "step_timeout is for envs in worker proc"),
+        ({"executor": "async", "num_workers": 0, "reset_timeout": 1.0}, "reset_timeout is for envs in worker proc"),
+        ({"max_loop_hold": 0}, "max_loop_hold must be a positive number of seconds or None, got 0"),
         ({"executor": "in_process", "max_worker_rss": 1 << 30}, "max_worker_rss is for envs in worker processes"),
         ({"executor": "in_process", "num_workers": 2}, "num_workers is for envs in worker processes"),
     ],
@@ -68,3 +69,9 @@ def test_executor_and_on_timeout_are_kept_as_given() -> None:
 def test_refused_options_say_why(options: dict[str, object], words: str) -> None:
     with pytest.raises(ValueError, match=re.escape(words)):
         aioenv.Pool("CartPole-v1", 2, **options)  # type: ignore[arg-type]
+
+
+def test_envs_stepped_one_after_another_in_this_process_take_deadlines() -> None:
+    # their env code runs on a thread of this process that a late step's recovery abandons (workers.inproc)
+    pool = aioenv.Pool("CartPole-v1", 2, executor="in_process", step_timeout=1.0, reset_timeout=2.0, max_loop_hold=0.5)
+    assert (pool.step_timeout, pool.reset_timeout, pool.max_loop_hold) == (1.0, 2.0, 0.5)

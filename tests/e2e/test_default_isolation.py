@@ -127,31 +127,39 @@ async def heartbeat_lateness(during: Awaitable[Any], period: float = 0.01) -> tu
 STEP_SECONDS = 1.0
 
 
-async def slow_pool(n: int) -> aioenv.Pool:
-    """A default pool of ``n`` TurningEnvs timed cheap, whose steps then take :data:`STEP_SECONDS` each."""
-    pool = await aioenv.make(TURNING, n, seed=0)
-    assert pool.envs_in_process == 0, pool.describe_placement()
+async def slow_pool(n: int, **options: Any) -> aioenv.Pool:
+    """A pool of ``n`` TurningEnvs (default: timed cheap, in worker processes), whose steps then take
+    :data:`STEP_SECONDS` each."""
+    pool = await aioenv.make(TURNING, n, seed=0, **options)
+    if not options:
+        assert pool.envs_in_process == 0, pool.describe_placement()
     await pool.reset()
     await pool.set_attr("seconds", STEP_SECONDS)
     await pool.set_attr("fault", "slow")
     return pool
 
 
-async def test_envs_whose_steps_turn_slow_never_hold_the_callers_event_loop() -> None:
-    """4 envs whose steps become 1 s each after the probe: a 10 ms heartbeat stays far below one step late (in
-    the caller's process it was 4 steps late), and ``wait_for(pool.step(...), 0.5)`` returns near 0.5 s."""
-    pool = await slow_pool(4)
+async def assert_loop_goes_on(pool: aioenv.Pool) -> None:
+    """While ``pool``'s steps take :data:`STEP_SECONDS` each: a 10 ms heartbeat stays far below one step late,
+    and ``wait_for(pool.step(...), STEP_SECONDS / 2)`` returns before a step is done; then ``pool`` is closed."""
+    n = pool.num_envs
     try:
-        late, (_, rew, *_) = await heartbeat_lateness(pool.step(np.zeros(4, np.int64)))
-        assert rew.tolist() == [1.0] * 4
+        late, (_, rew, *_) = await heartbeat_lateness(pool.step(np.zeros(n, np.int64)))
+        assert rew.tolist() == [1.0] * n
         assert late < STEP_SECONDS / 2, f"a 10 ms heartbeat was {late * 1e3:.0f} ms late"
         start = time.monotonic()
         with pytest.raises(TimeoutError):
-            await asyncio.wait_for(pool.step(np.zeros(4, np.int64)), STEP_SECONDS / 2)
+            await asyncio.wait_for(pool.step(np.zeros(n, np.int64)), STEP_SECONDS / 2)
         waited = time.monotonic() - start
         assert waited < STEP_SECONDS, f"wait_for({STEP_SECONDS / 2}) returned after {waited:.2f} s"
     finally:
         await asyncio.wait_for(pool.aclose(), HANG)
+
+
+async def test_envs_whose_steps_turn_slow_never_hold_the_callers_event_loop() -> None:
+    """4 envs whose steps become 1 s each after the probe: a 10 ms heartbeat stays far below one step late (in
+    the caller's process it was 4 steps late), and ``wait_for(pool.step(...), 0.5)`` returns near 0.5 s."""
+    await assert_loop_goes_on(await slow_pool(4))
 
 
 async def test_an_env_that_leaks_grows_a_worker_not_the_caller() -> None:
@@ -170,6 +178,17 @@ async def test_an_env_that_leaks_grows_a_worker_not_the_caller() -> None:
         assert after - before < 100 << 20, f"the caller grew by {(after - before) >> 20} MiB"
     finally:
         await asyncio.wait_for(pool.aclose(), HANG)
+
+
+# ---------------------------------------------------------------- envs in this process, asked for
+
+
+async def test_a_slow_step_in_this_process_holds_the_loop_no_longer_than_max_loop_hold() -> None:
+    """``executor="in_process"``: env code runs on a thread of this process, and a call waits for it on the
+    loop's thread at most ``max_loop_hold`` s. 4 envs whose steps become 1 s each: a 10 ms heartbeat stays far
+    below one step late, ``wait_for(pool.step(...), 0.5)`` returns near 0.5 s, and ``aclose`` returns within its
+    grace though the envs are still inside a step."""
+    await assert_loop_goes_on(await slow_pool(4, executor="in_process", max_loop_hold=0.02))
 
 
 async def test_a_slow_local_env_never_starves_a_remote_pool_on_the_same_loop(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -195,3 +214,31 @@ async def test_a_slow_local_env_never_starves_a_remote_pool_on_the_same_loop(mon
             await asyncio.wait_for(far.aclose(), HANG)
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize("on_timeout", ["error", "truncate"])
+async def test_step_timeout_applies_to_envs_in_this_process(on_timeout: str) -> None:
+    """A step of an env in this process past ``step_timeout`` fails with ``StepTimeout`` (or comes back truncated)
+    while the loop goes on; the env is made again on a fresh thread, and the pool steps on."""
+    pool = await aioenv.make(TURNING, 2, seed=0, executor="in_process", step_timeout=0.3, on_timeout=on_timeout)
+    try:
+        await pool.reset()
+        await pool.set_attr("seconds", 20.0, env_ids=[0])
+        await pool.set_attr("fault", "slow", env_ids=[0])
+        stepping = pool.step(np.zeros(2, np.int64))
+        if on_timeout == "error":
+            with pytest.raises(aioenv.StepTimeout):
+                await heartbeat_lateness(asyncio.wait_for(stepping, HANG))
+        else:
+            late, (_, rew, _, truncated, info) = await heartbeat_lateness(asyncio.wait_for(stepping, HANG))
+            assert late < 0.25, f"a 10 ms heartbeat was {late * 1e3:.0f} ms late"
+            assert truncated.tolist() == [True, True]  # env 1 was replaced with it: its episode ends too
+            assert bool(info["timeout"][0])
+        if on_timeout == "error":
+            with pytest.raises(aioenv.EnvRemade):
+                await asyncio.wait_for(pool.step(np.zeros(2, np.int64)), HANG)
+        await asyncio.wait_for(pool.reset(), HANG)
+        _, rew, *_ = await asyncio.wait_for(pool.step(np.zeros(2, np.int64)), HANG)
+        assert rew.tolist() == [1.0, 1.0]
+    finally:
+        await asyncio.wait_for(pool.aclose(), HANG)

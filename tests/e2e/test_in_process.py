@@ -14,6 +14,7 @@ import dataclasses
 import os
 import re
 import signal
+import threading
 import time
 from typing import Any, ClassVar
 
@@ -115,8 +116,9 @@ async def test_a_plain_step_in_process_serialises_nothing_and_a_step_with_infos_
         assert encoded == []
 
 
-def _count_messages(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The ops of the requests the pool's in-process worker answers from now on (what crossed as a message)."""
+def _count_messages(monkeypatch: pytest.MonkeyPatch, threads: set[int] | None = None) -> list[str]:
+    """The ops of the requests the pool's in-process worker answers from now on (what crossed as a message);
+    ``threads`` gets the ident of each thread that answered one."""
     import workers.runtime as runtime
     from aioenv.wire.protocol import Key, decode
 
@@ -125,20 +127,27 @@ def _count_messages(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     def handle(self: runtime.Worker, frames: Any) -> Any:
         ops.append(decode(frames, trusted=True)[0][Key.OP])
+        if threads is not None:
+            threads.add(threading.get_ident())
         return real(self, frames)
 
     monkeypatch.setattr(runtime.Worker, "handle", handle)
     return ops
 
 
-async def test_steps_of_a_pool_whose_every_env_runs_here_cross_no_message(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every env in this process: a step (whole, partial, send/recv, one env, with infos and errors) is answered
-    by stepping the envs at once, without a request to the in-process worker; a reset still is one."""
-    ops = _count_messages(monkeypatch)
+async def test_steps_of_a_pool_whose_every_env_runs_here_run_on_a_thread_of_its_own_within_the_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every env in this process: a step (whole, partial, send/recv, one env, with infos and errors) is a request
+    to the in-process worker, whose env code runs on a thread of this process, not the loop's; a quick one is
+    answered inside the call (a lock-step ``step()`` finds its result ready, with no turn of the loop)."""
+    threads: set[int] = set()
+    ops = _count_messages(monkeypatch, threads)
     async with aioenv.Pool(Flaky, 4, executor="in_process", batch_size=2) as pool:
         ops.clear()  # the envs' MAKE and the like
         await guard(pool.reset(seed=0))
         assert ops == ["reset"]
+        assert pool._start_step(np.zeros(4, dtype=np.int64)).done()
         *_, info = await guard(pool.step(np.zeros(4, dtype=np.int64)))
         np.testing.assert_array_equal(info["seen"], [0, 0, 0, 0])  # infos as a worker's reply carries them
         *_, info = await guard(pool.step(np.array([0, 0]), env_ids=[3, 1]))
@@ -152,15 +161,16 @@ async def test_steps_of_a_pool_whose_every_env_runs_here_cross_no_message(monkey
         np.testing.assert_array_equal(info["env_id"], [0, 1])
         one = await guard(pool.step_env(3, 0))
         assert (one.env_id, one.reward, one.info) == (3, 1.0, {"seen": 0})
-        assert ops == ["reset"]
+        assert ops == ["reset"] + ["step"] * 6
+        assert len(threads) == 1  # the pool's env thread
+        assert threading.get_ident() not in threads
 
 
-async def test_under_a_concurrency_limit_steps_here_still_cross_no_message_with_the_same_rows(
+async def test_under_a_concurrency_limit_steps_here_give_the_same_rows(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Envs in this process step one at a time, so ``max_concurrency`` never holds their steps back: a pool
-    under it steps them at once too (its reset, a message, waits its turn as before), and a seeded CartPole
-    pool gives the same trajectory either way."""
+    """A seeded CartPole pool in this process gives the same trajectory under ``max_concurrency`` (its rows
+    beyond the limit wait their turn) as without."""
     ops = _count_messages(monkeypatch)
     trajectories = []
     for limit in (None, 3):
@@ -168,9 +178,7 @@ async def test_under_a_concurrency_limit_steps_here_still_cross_no_message_with_
             ops.clear()  # the envs' MAKE and the like
             await guard(pool.reset(seed=3))
             assert ops == (["reset"] if limit is None else ["reset", "reset"])  # 3 rows, then the fourth
-            ops.clear()
             rows = [await guard(pool.step(np.array([t % 2, 1, 0, t % 3 % 2]))) for t in range(40)]
-            assert ops == []
             trajectories.append(rows)
     for here, sent in zip(*trajectories, strict=True):
         for a, b in zip(here[:4], sent[:4], strict=True):
@@ -455,6 +463,19 @@ class InterruptedHere(Flaky):
         return super().step(0)
 
 
+async def read_rows_one_by_one(pool: aioenv.Pool, n: int) -> tuple[list[int], dict[int | None, AioEnvError]]:
+    """``n`` rows read one ``recv`` at a time: the env ids answered, and each failed row's error by env id."""
+    answered: list[int] = []
+    failed: dict[int | None, AioEnvError] = {}
+    for _ in range(n):
+        try:
+            *_, info = await guard(pool.recv(min_results=1, max_results=1))
+            answered += info["env_id"].tolist()
+        except AioEnvError as err:
+            failed[err.env_id] = err
+    return answered, failed
+
+
 @pytest.mark.parametrize("limit", [None, 1, 2])
 async def test_ctrl_c_inside_an_env_here_of_a_pool_shared_with_a_worker_answers_every_row_once(
     monkeypatch: pytest.MonkeyPatch, limit: int | None
@@ -473,14 +494,7 @@ async def test_ctrl_c_inside_an_env_here_of_a_pool_shared_with_a_worker_answers_
         # here even if the worker's 2 rows arrived first.
         with pytest.raises(KeyboardInterrupt):
             await pool.recv(min_results=4, max_results=4)
-        answered: list[int] = []
-        failed: dict[int | None, AioEnvError] = {}
-        for _ in range(4):
-            try:
-                *_, info = await guard(pool.recv(min_results=1, max_results=1))
-                answered += info["env_id"].tolist()
-            except AioEnvError as err:
-                failed[err.env_id] = err
+        answered, failed = await read_rows_one_by_one(pool, 4)
         assert None not in failed, failed  # every error names its env
         assert sorted(answered + [e for e in failed if e is not None]) == [0, 1, 2, 3]  # each env once
         assert isinstance(failed[1], EnvError)
@@ -532,17 +546,47 @@ async def test_ctrl_c_inside_an_in_process_step_reaches_the_caller_and_leaves_th
 
 
 @pytest.mark.parametrize("limit", [None, 2])
-async def test_ctrl_c_inside_an_in_process_send_leaves_no_row_owed_to_recv(limit: int | None) -> None:
-    """``send`` that a Ctrl-C cuts short raises it and queues nothing: no env is left in flight or unread,
-    and ``recv`` then returns the rows of the next ``send``, not stale ones; under ``max_concurrency`` too
-    (whose limit does not hold back steps in this process: they run one at a time anyway)."""
+async def test_ctrl_c_inside_an_in_process_send_answers_every_row_once(limit: int | None) -> None:
+    """``send`` that a Ctrl-C cuts short raises it, and every row of the call is answered once, the ones cut off
+    with the interruption: no env is left in flight, and once they are read ``recv`` returns the rows of the
+    next ``send``, not stale ones; under ``max_concurrency`` too (the rows it held back are answered with it)."""
     async with aioenv.Pool(Interrupted, 3, executor="in_process", batch_size=3, max_concurrency=limit) as pool:
         await guard(pool.reset(seed=0))
         with pytest.raises(KeyboardInterrupt):
             pool.send(np.array([0, 1, 0]))
-        assert (pool._recv.in_flight, pool._recv.ready) == (0, 0)
+        assert (pool._recv.in_flight, pool._recv.ready) == (0, 3)
+        answered, failed = await read_rows_one_by_one(pool, 3)
+        assert sorted(answered + [e for e in failed if e is not None]) == [0, 1, 2]
+        assert isinstance(failed[1], EnvError)
+        assert failed[1].remote_type == "KeyboardInterrupt"
         await guard(pool.reset(seed=1))  # no env is "in flight" or has an unread result
         pool.send(np.array([0, 0, 0]))
         _, rew, *_, info = await guard(pool.recv())
         np.testing.assert_array_equal(info["env_id"], [0, 1, 2])
         np.testing.assert_array_equal(rew, [1.0, 1.0, 1.0])
+
+
+def test_an_interrupt_lands_in_the_env_code_that_runs_never_in_the_thread_that_runs_it() -> None:
+    # what a second Ctrl-C in a SyncPool call does to env code on its thread (InProcessWorker.interrupt_env_code)
+    from workers.inproc import _EnvThread
+
+    runs = _EnvThread("test")
+    started = threading.Event()
+
+    def spin() -> None:
+        started.set()
+        while True:  # Python code: takes the interrupt between two bytecodes
+            pass
+
+    job = runs.submit(spin)
+    assert started.wait(HANG)
+    assert runs.interrupt() is job
+    assert job.wait(HANG)
+    assert isinstance(job.error, KeyboardInterrupt)
+    quick = runs.submit(lambda: 1)
+    assert quick.wait(HANG)
+    assert runs.interrupt() is None  # nothing runs: nothing to cut short, and nothing left pending
+    after = runs.submit(lambda: 2)
+    assert after.wait(HANG)
+    assert (after.result, after.error) == (2, None)  # the thread lives on and runs what comes next
+    runs.stop()

@@ -294,22 +294,25 @@ NESTED: list[SyncPool] = []
 
 
 def test_a_pool_whose_envs_run_here_runs_each_call_in_the_callers_thread() -> None:
-    with SyncPool(ThreadEnv, 3, executor="in_process") as sp:
+    """The calls run in the caller's thread (no hop to the loop thread and back); the env code on the pool's env
+    thread, which the call waits for (answered inside it: nothing left for a loop to deliver)."""
+    with SyncPool(ThreadEnv, 3, executor="in_process", max_loop_hold=HANG) as sp:
         assert sp.runs_in_caller
-        me = threading.get_ident()
+        me, loop_thread = threading.get_ident(), sp._rt.thread.ident
         sp.reset()
         *_, info = sp.step(np.array([0, 1, 0]))
-        assert info["thread"].tolist() == [me] * 3  # no hop to the loop thread and back
+        (env_thread,) = set(info["thread"].tolist())
+        assert env_thread not in (me, loop_thread)
         fut = sp.step_env(1, 0)
-        assert fut.done()  # answered inside the call: nothing left for a loop to deliver
-        assert fut.result().info["thread"] == me
+        assert fut.done()
+        assert fut.result().info["thread"] == env_thread
         sp.send(np.array([0, 0]), [0, 2])
         *_, info = sp.recv(min_results=2)
         assert sorted(info["env_id"].tolist()) == [0, 2]
-        assert info["thread"].tolist() == [me, me]
+        assert info["thread"].tolist() == [env_thread] * 2
         assert sp.call("reset", seed=1)[0][0].shape == (1,)  # a coroutine call runs the loop here
         called = sp.run_coroutine(sp.pool.call("step", 0, env_ids=[0])).result(HANG)  # env.step as a method
-        assert called[0][4]["thread"] == me
+        assert called[0][4]["thread"] == env_thread
 
 
 def test_asking_for_the_loop_gives_it_back_to_its_thread_for_good() -> None:
@@ -317,12 +320,11 @@ def test_asking_for_the_loop_gives_it_back_to_its_thread_for_good() -> None:
         sp.reset()
         loop = sp.loop
         assert not sp.runs_in_caller
-        loop_thread = sp._rt.thread.ident
         *_, info = sp.step(np.array([0, 0]))
-        assert info["thread"].tolist() == [loop_thread] * 2
+        (env_thread,) = set(info["thread"].tolist())  # the env code's own thread, as before
         # work of the caller's own on the loop runs there now
         result = asyncio.run_coroutine_threadsafe(sp.pool.step(np.array([1, 1])), loop).result(HANG)
-        assert result[4]["thread"].tolist() == [loop_thread] * 2
+        assert result[4]["thread"].tolist() == [env_thread] * 2
         assert sp.run_coroutine(sp.pool.reset()).result(HANG)[0].shape == (2, 1)
 
 
@@ -414,7 +416,10 @@ def test_a_call_in_the_callers_thread_first_waits_for_an_interrupted_one() -> No
 
 class CtrlCEnv(gym.Env[np.ndarray, np.int64]):
     """Counts its steps; action ``k`` sends ``k`` SIGINTs to the main thread from inside its step (Ctrl-C
-    pressed while the step runs), each taken there before the step goes on; action 3 sends one, then fails."""
+    pressed while the step runs), each taken there before the step goes on; action 3 sends one, then fails.
+
+    Its code runs on a thread of its own, not the main thread that takes a SIGINT: it waits for the main thread
+    to take each (two sent at once would reach Python's handler as one, unlike two presses of a key)."""
 
     observation_space = gym.spaces.Box(0, 1e9, (1,), np.float64)
     action_space = gym.spaces.Discrete(4)
@@ -433,9 +438,12 @@ class CtrlCEnv(gym.Env[np.ndarray, np.int64]):
         return np.array([self.t], np.float64), 1.0, False, False, {}
 
     def press_ctrl_c(self) -> int:
+        ctrl_c = signal.getsignal(signal.SIGINT).__self__  # type: ignore[union-attr]  # SyncPool's, in a call
+        second = ctrl_c.hit
         signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
-        for _ in range(1000):  # a signal is taken between bytecodes: it is taken here, inside the env's code
-            pass
+        deadline = time.monotonic() + HANG  # hang guard
+        while time.monotonic() < deadline and (second or not ctrl_c.hit):  # a second is raised in here
+            time.sleep(0.001)
         return self.t
 
     def press_ctrl_c_then_fail(self) -> None:
@@ -531,6 +539,61 @@ def test_ctrl_c_at_any_moment_of_calls_in_the_callers_thread_leaves_the_pool_usa
         obs, *_ = sp.step(np.zeros(4, np.int64))
         assert obs.shape == (4, 4)
         assert sp.get_attr("render_mode") == [None] * 4
+
+
+class GatedEnv(ThreadEnv):
+    """Its steps wait for :data:`GATE` (set by the test) to return."""
+
+    def step(self, action: Any) -> Any:
+        assert GATE.wait(HANG)
+        return super().step(action)
+
+
+GATE = threading.Event()
+
+
+@pytest.mark.usefixtures("ctrl_c_raises")
+def test_ctrl_c_in_a_recv_waiting_for_env_code_in_this_process_loses_no_rows() -> None:
+    # the steps of a send() outlast max_loop_hold and go on on their thread; a Ctrl-C in the recv() that waits
+    # for them stops it at once, and the rows come to the next recv()
+    GATE.clear()
+    with SyncPool(GatedEnv, 2, executor="in_process", batch_size=2) as sp:
+        assert sp.runs_in_caller
+        sp.reset()
+        sp.send(np.zeros(2, np.int64))
+
+        def press() -> None:
+            deadline = time.monotonic() + HANG
+            while sp._rt._driver is None and time.monotonic() < deadline:  # until recv() runs the loop here
+                time.sleep(0.001)
+            time.sleep(0.05)
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+        presser = threading.Thread(target=press, daemon=True)
+        presser.start()
+        with pytest.raises(KeyboardInterrupt):
+            sp.recv(timeout=HANG)
+        presser.join(HANG)
+        GATE.set()
+        *_, info = sp.recv(timeout=HANG)
+        assert sorted(info["env_id"].tolist()) == [0, 1]
+
+
+def test_a_step_past_step_timeout_in_the_callers_thread_fails_and_the_pool_goes_on() -> None:
+    # env code runs on a thread of this process, the loop in the caller's thread while a call waits for it:
+    # the deadline fires there, and the env is made again on a fresh thread
+    with SyncPool("tests.envs.turning:TurningEnv", 2, executor="in_process", step_timeout=0.3, seed=0) as sp:
+        assert sp.runs_in_caller
+        sp.reset()
+        sp.set_attr("seconds", [20.0, 0.0])
+        sp.set_attr("fault", ["slow", ""])
+        with pytest.raises(aioenv.StepTimeout):
+            sp.step(np.zeros(2, np.int64))
+        with pytest.raises(aioenv.EnvRemade):
+            sp.step(np.zeros(2, np.int64))
+        sp.reset()
+        _, reward, *_ = sp.step(np.zeros(2, np.int64))
+        assert reward.tolist() == [1.0, 1.0]
 
 
 # ---------------------------------------------------------------- shutdown
