@@ -23,6 +23,9 @@ PUBLIC = {
     "aioenv.compat.envpool": "DMEnvPool EnvPool EnvSpec GymnasiumEnvPool list_all_envs make make_dm make_gym "
     "make_gymnasium make_spec",
     "aioenv.compat.sb3": "AioVecEnv",
+    "aioenv.compat.torchrl": "AioEnv",
+    "aioenv.collect": "Batch Collector Episode EpisodeCollector Turn",
+    "aioenv.ray": "HostInfo RayHosts STRATEGIES place_hosts place_hosts_async reachable_endpoint",
 }
 
 

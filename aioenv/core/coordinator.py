@@ -1,6 +1,7 @@
 """The coordinator: routes requests to worker processes and replies back to sinks.
 
-It owns the ROUTER socket (:mod:`aioenv.transport.router`), the local worker processes
+It owns a connection to each of its workers (a socketpair to a local child, :mod:`aioenv.transport.pipe`; the
+fleet's ZeroMQ port for a worker host's, through a server's ``launch``), the worker processes
 (:mod:`aioenv.core.launcher`) and the env/request tables (:mod:`aioenv.core.scheduler`).
 It never runs env code. What it does when a worker fails it (a process that exits, a message it cannot
 read, a request past its deadline: answer what was lost, start a fresh process in the slot, re-make the
@@ -60,7 +61,7 @@ _OPS = {"step": Op.STEP, "reset": Op.RESET, "call": Op.CALL}
 
 
 class Coordinator(Recovery):
-    """Local workers behind one ROUTER socket, for one pool.
+    """The workers of one pool, each on a connection of its own (see the module docstring).
 
     Args:
         num_envs: size of the env table.
