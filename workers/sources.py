@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aioenv.errors import UsageError
-from aioenv.wire.options import CODE_KWARGS
+from aioenv.wire.options import CODE_KWARGS, private_part
 
 Factory = Callable[[], Any]
 
@@ -138,8 +138,7 @@ def reach(target: str) -> Callable[..., Any] | None:
     ``SourceError`` naming the env, what is expected and what it leads to, for anything else: a private part,
     an imported module or function, a builtin, a ``functools.partial``, a bound method of another object."""
     module_name, _, attr = target.partition(":")
-    parts = [*module_name.split("."), *attr.split(".")]
-    if private := next((p for p in parts if p.startswith("_")), None):
+    if private := private_part(target):
         raise SourceError(f"env {target!r} names {private!r}, which starts with '_': private names are never served")
     if not module_name or not attr or ":" in attr:
         raise SourceError(f"env {target!r}: expected 'pkg.module:factory'")

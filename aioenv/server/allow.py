@@ -29,20 +29,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from aioenv.errors import UsageError
-from aioenv.wire.options import CODE_KWARGS
+from aioenv.wire.options import CODE_KWARGS, private_part
 
-__all__ = ["AllowList", "KwargsRule", "compile_pattern", "private_part"]
+__all__ = ["AllowList", "KwargsRule", "compile_pattern"]
 
 _KWARG = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def private_part(name: str) -> str | None:
-    """The first part of a ``"pkg.module:attr.path"`` name that starts with ``_`` (None when none does, or for a
-    name without a colon)."""
-    module, colon, attr = name.partition(":")
-    if not colon:
-        return None
-    return next((p for p in (*module.split("."), *attr.split(".")) if p.startswith("_")), None)
 
 
 def _translate(pattern: str, never: str) -> str:

@@ -101,31 +101,6 @@ _STATUS_POOLS = 100
 _OPERATIONAL = frozenset(("StepTimeout", "WorkerCrashed", "ProtocolError", "CapacityError"))  # logged as warnings
 
 
-@dataclass
-class ServerConfig:
-    """What ``aioenv serve`` was told (see ``aioenv serve --help``)."""
-
-    bind: str = "tcp://127.0.0.1:5555"  # loopback: beyond it only with auth or insecure (aioenv.server.exposure)
-    executor: Executor = "inline"
-    workers: int | None = None
-    max_envs: int | None = field(default_factory=lambda: default_max_envs())  # None: no bound
-    max_envs_per_client: int | None = None
-    max_pools_per_client: int | None = 64  # open pools of one client (see Server._who: who a client is)
-    max_workers: int | None = field(default_factory=lambda: default_max_workers())  # all pools' worker processes
-    max_workers_per_client: int | None = field(default_factory=lambda: default_max_workers_per_client())
-    allow: Sequence[str] = ()  # env name patterns (aioenv.server.allow); none: gymnasium ids only
-    allow_kwargs: Sequence[str] = ()  # "PATTERN=NAME,..." env_kwargs clients may pass; none: no env_kwargs
-    client_timeout: float = 10.0
-    auth: str | None = None  # a key directory (see aioenv.transport.auth); None: no authentication
-    insecure: bool = False  # serve non-loopback ports without auth (aioenv.server.exposure); logged as warnings
-    metrics_port: int | None = None  # serve Prometheus metrics on this port (see aioenv.server.metrics)
-    metrics_bind: str = "127.0.0.1"  # the address of the metrics port
-    worker_bind: str | None = None  # the port worker hosts join (see aioenv.server.fleet); None: local workers only
-    local_capacity: int | None = None  # with worker_bind: envs the server hosts itself (None: as a last resort)
-    worker_timeout: float = 10.0  # with worker_bind: seconds of silence before a worker host is dropped
-    limits: PeerLimits = field(default_factory=PeerLimits)  # what one client may make the server hold
-
-
 def default_max_envs() -> int:
     """``aioenv serve --max-envs`` by default: 256 envs per usable core."""
     return 256 * usable_cpus()
@@ -139,6 +114,31 @@ def default_max_workers() -> int:
 def default_max_workers_per_client() -> int:
     """``aioenv serve --max-workers-per-client`` by default: 2 worker processes per usable core."""
     return 2 * usable_cpus()
+
+
+@dataclass
+class ServerConfig:
+    """What ``aioenv serve`` was told (see ``aioenv serve --help``)."""
+
+    bind: str = "tcp://127.0.0.1:5555"  # loopback: beyond it only with auth or insecure (aioenv.server.exposure)
+    executor: Executor = "inline"
+    workers: int | None = None
+    max_envs: int | None = field(default_factory=default_max_envs)  # None: no bound
+    max_envs_per_client: int | None = None
+    max_pools_per_client: int | None = 64  # open pools of one client (see Server._who: who a client is)
+    max_workers: int | None = field(default_factory=default_max_workers)  # all pools' worker processes
+    max_workers_per_client: int | None = field(default_factory=default_max_workers_per_client)
+    allow: Sequence[str] = ()  # env name patterns (aioenv.server.allow); none: gymnasium ids only
+    allow_kwargs: Sequence[str] = ()  # "PATTERN=NAME,..." env_kwargs clients may pass; none: no env_kwargs
+    client_timeout: float = 10.0
+    auth: str | None = None  # a key directory (see aioenv.transport.auth); None: no authentication
+    insecure: bool = False  # serve non-loopback ports without auth (aioenv.server.exposure); logged as warnings
+    metrics_port: int | None = None  # serve Prometheus metrics on this port (see aioenv.server.metrics)
+    metrics_bind: str = "127.0.0.1"  # the address of the metrics port
+    worker_bind: str | None = None  # the port worker hosts join (see aioenv.server.fleet); None: local workers only
+    local_capacity: int | None = None  # with worker_bind: envs the server hosts itself (None: as a last resort)
+    worker_timeout: float = 10.0  # with worker_bind: seconds of silence before a worker host is dropped
+    limits: PeerLimits = field(default_factory=PeerLimits)  # what one client may make the server hold
 
 
 def _unportable(described: dict[str, Any]) -> str:
@@ -179,7 +179,6 @@ class _Client:
 @dataclass(eq=False)
 class _Session:
     identity: bytes
-    client: str  # as logs name it (_Client.shown)
     env: str
     num_envs: int
     coord: Coordinator
@@ -190,6 +189,11 @@ class _Session:
     who: _Client
     workers: int  # worker processes of the pool
     opened: float = field(default_factory=time.time)
+
+    @property
+    def client(self) -> str:
+        """How logs and the status name its client (:attr:`_Client.shown`)."""
+        return self.who.shown
 
 
 @dataclass(eq=False)
@@ -437,9 +441,7 @@ class Server:
             unread.add(nbytes, nonce)
             if self._tally.total > limits.max_unread_total:
                 self._bound_unread_total()
-        elif (
-            sent == "full"
-        ):  # a connection without a pool stays: ZeroMQ holds at most --max-queued small replies for it
+        elif sent == "full":  # a connection without a pool stays: ZeroMQ holds at most --max-queued replies for it
             why = f"{limits.max_queued} messages are queued for it unread (aioenv serve --max-queued)"
             self._drop(identity, why, cut=identity in self.sessions)
 
@@ -471,16 +473,11 @@ class Server:
     def _drop(self, identity: bytes, why: str, *, cut: bool = True) -> None:
         """Drop a client over its bounds: close its pool, forget its queued rows, end its connection (``cut``),
         log once."""
-        self._outbox.pop(identity, None)
-        session = self.sessions.pop(identity, None)
-        loose = self._loose.pop(identity, None)
-        for count in (session, loose):
-            if count is not None:
-                count.unread.release()
+        session, loose = self._forget(identity)
         if self._dropped.add(identity, why):
             log.warning(
                 "client %s dropped: %s%s",
-                session.client if session is not None else peer_name(identity),
+                self._name(identity, session),
                 why,
                 f"; releasing its {session.num_envs} envs" if session is not None else "",
                 extra={"client": peer_name(identity), "reason": why},
@@ -493,6 +490,17 @@ class Server:
             # What ZeroMQ queued for it stays until its connection ends: end it (a client of aioenv
             # reconnects, and is told at its next heartbeat why it was dropped).
             socket.cut()
+
+    def _forget(self, identity: bytes) -> tuple[_Session | None, _Loose | None]:
+        """Forget the connection ``identity``: its queued rows, its pool's session (returned, for the caller to
+        close) or its count as a connection without a pool; what it had not read no longer counts."""
+        self._outbox.pop(identity, None)
+        session = self.sessions.pop(identity, None)
+        loose = self._loose.pop(identity, None)
+        for count in (session, loose):
+            if count is not None:
+                count.unread.release()
+        return session, loose
 
     def _tell_dropped(self, identity: bytes, why: str) -> None:
         if self._router is not None:
@@ -529,7 +537,7 @@ class Server:
                 self._submit(session, _KINDS[op], header, arrays)
             elif op == Op.OPEN:
                 peer = self._router.peer(identity, frames[0]) if self._router is not None else None
-                self._spawn(self._open(identity, req_id, header, peer, self._who(identity, frames[0], header)))
+                self._spawn(self._open(identity, req_id, header, peer, self._who(identity, frames[0])))
             elif op == Op.CLOSE:
                 self._spawn(self._close(identity, req_id))
             elif op == Op.STATUS:
@@ -559,35 +567,30 @@ class Server:
                 loose.socket = self._router.peer(identity, frames[0])
             _acknowledge(loose.unread, header)
 
-    def _who(self, identity: bytes, frame: Any, header: dict[str, Any]) -> _Client:
-        """Who the client opening a pool is. With ``--auth``: its public key (ZAP's user id, the key its CURVE
-        handshake proved), shown by the name of its key file; else its connection, shown by its ZeroMQ identity
-        (or unix-socket connection). The name it sent (``client``) is a label only, checked for its length and
-        printability (a ``UsageError`` at OPEN otherwise)."""
-        try:
-            label = client_label(header.get(Key.CLIENT), error=UsageError)
-        except UsageError:
-            label = ""  # refused at OPEN (_check_open), with the reason
+    def _who(self, identity: bytes, frame: Any) -> _Client:
+        """Who the client opening a pool is, read from its message's ``frame`` (its label, the name it sent, is
+        added once :meth:`_check_open` has checked it). With ``--auth``: its public key (ZAP's user id, the key
+        its CURVE handshake proved), shown by the name of its key file; else its connection, shown by its
+        ZeroMQ identity (or unix-socket connection)."""
         user = self._auth.user(frame) if self._auth is not None else None
         if self._auth is not None and user is not None:
-            return _Client(b"key:" + user.encode(), self._auth.holder(user), label)
-        return _Client(b"connection:" + identity, peer_name(identity), label)
+            return _Client(b"key:" + user.encode(), self._auth.holder(user), "")
+        return _Client(b"connection:" + identity, peer_name(identity), "")
 
     def _shown(self, identity: bytes) -> str:
         """How logs name the client of the connection ``identity``."""
-        session = self.sessions.get(identity)
-        return session.client if session is not None else peer_name(identity)
+        return self._name(identity, self.sessions.get(identity))
+
+    @staticmethod
+    def _name(identity: bytes, session: _Session | None) -> str:
+        """How logs name the client of the connection ``identity``, whose pool's session is ``session`` (if any)."""
+        return session.who.shown if session is not None else peer_name(identity)
 
     def _on_gone(self, identity: bytes, reason: str, eof: bool) -> None:
         """A client's unix-socket connection ended (``eof``: it closed it or exited; else it sent bytes that are no
         message, or one over --max-message-bytes): its pool is closed now, not after --client-timeout of silence."""
-        self._outbox.pop(identity, None)
-        session = self.sessions.pop(identity, None)
-        loose = self._loose.pop(identity, None)
-        for count in (session, loose):
-            if count is not None:
-                count.unread.release()
-        name = session.client if session is not None else peer_name(identity)
+        session, _ = self._forget(identity)
+        name = self._name(identity, session)
         if not eof:
             self.protocol_errors += 1
             log.warning("protocol error from client %s: it %s; its connection is closed", name, reason)
@@ -654,7 +657,8 @@ class Server:
     ) -> dict[str, Any]:
         """Open a client's pool: check the request and the limits, start its coordinator, keep it as a session;
         returns the OPEN reply's fields (the envs' spaces and how the pool runs)."""
-        env, n, _ = self._check_open(identity, header)
+        env, n, label = self._check_open(identity, header)
+        who = replace(who, label=label)
         opts = self._pool_options(header, n)
         self.allow.check(env, opts.env_kwargs)
         opts = replace(opts, workers=self._admit(who, n, opts.workers))
@@ -674,7 +678,7 @@ class Server:
         loose = self._loose.pop(identity, None)  # what it was sent before it had a pool counts on
         unread = loose.unread if loose is not None else Unread(self.config.limits.mark_every, self._tally)
         self.sessions[identity] = _Session(
-            identity, who.shown, env, n, coord, time.monotonic(), outlet, unread, sock, who, opts.workers
+            identity, env, n, coord, time.monotonic(), outlet, unread, sock, who, opts.workers
         )
         log.info(
             "client %s (named %r) opened %d %s envs on %d %s workers",

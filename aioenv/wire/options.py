@@ -29,6 +29,7 @@ __all__ = [
     "is_int",
     "positive_int",
     "positive_seconds",
+    "private_part",
 ]
 
 Name = TypeVar("Name", bound=str)
@@ -37,6 +38,16 @@ Name = TypeVar("Name", bound=str)
 #: the network never passes them. gymnasium>=1.0's ``make`` takes ``max_episode_steps`` and
 #: ``disable_env_checker`` itself (they name no code) and hands every other keyword to the env's constructor.
 CODE_KWARGS = frozenset(("entry_point", "vector_entry_point", "additional_wrappers"))
+
+
+def private_part(name: str) -> str | None:
+    """The first part of a ``"pkg.module:attr.path"`` name that starts with ``_`` (None when none does, or for a
+    name without a colon)."""
+    module, colon, attr = name.partition(":")
+    if not colon:
+        return None
+    return next((p for p in (*module.split("."), *attr.split(".")) if p.startswith("_")), None)
+
 
 #: How a worker runs its envs: one after another (``inline``), one thread each (``thread``), or as
 #: coroutines of one event loop (``async``).
