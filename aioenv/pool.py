@@ -428,10 +428,10 @@ class Pool:
         (CLOSE, then SIGTERM, then SIGKILL); never hangs. Idempotent."""
         if self.closed:
             return
-        if hasattr(self, "_home"):
+        if hasattr(self, "_home"):  # started: in the process and on the loop it was started in
             self._started_here.check()
-        if hasattr(self, "_home") and _running_loop() is not self._home:
-            raise UsageError(_FOREIGN_LOOP)
+            if _running_loop() is not self._home:
+                raise UsageError(_FOREIGN_LOOP)
         self.closed = True
         if self._coord is not None:
             err = PoolClosed("the pool was closed while recv() was waiting")

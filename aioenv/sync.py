@@ -525,9 +525,8 @@ class SyncPool:
     @property
     def runs_in_caller(self) -> bool:
         """True while calls run in the calling thread rather than on the loop thread: the pool's envs all run
-        in this process (``executor="in_process"``, or what ``"auto"`` chose with ``allow_in_process=True``), so no
-        call needs the loop between
-        calls and none pays a hop between threads. See the module docstring."""
+        in this process (``executor="in_process"``, or what ``"auto"`` chose with ``allow_in_process=True``), so
+        no call needs the loop between calls and none pays a hop to the loop's thread. See the module docstring."""
         return self._rt.direct
 
     def run_coroutine(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:

@@ -111,7 +111,7 @@ class Coordinator(Recovery):
         self.sched = Scheduler(num_envs, max_concurrency)
         #: The most seconds a request to the inline worker in this process holds the loop (None: its default).
         self.max_loop_hold = max_loop_hold
-        #: How many envs (the first ones) run in this process, on the event loop (see workers.inproc).
+        #: How many envs (the first ones) run in this process, on a thread of their worker's (see workers.inproc).
         self.in_process = in_process
         self.max_worker_rss = max_worker_rss
         self._memory: MemoryWatch | None = None
