@@ -22,10 +22,11 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
 from aioenv._loop import consume
 from aioenv.core import costs
-from aioenv.core.coordinator import Coordinator, reset_builder, step_builder
+from aioenv.core.coordinator import Coordinator
 from aioenv.core.launcher import LocalProcess, in_process_unavailable
+from aioenv.core.lifecycle import POOL, Lifecycle, Phase
 from aioenv.core.remote import RemoteCoordinator
-from aioenv.core.scheduler import Request
+from aioenv.core.runner import Runner
 from aioenv.core.sinks import Gather, RecvQueue, ResetResult, Single, Sink, StepResult
 from aioenv.core.sources import parse_sources
 from aioenv.errors import InvalidAction, PoolClosed, ProtocolError, UsageError
@@ -224,9 +225,13 @@ class Pool:
         #: Why ``executor="auto"`` chose what it did ("" until it did).
         self.placement_reason = ""
         self._recorded = list(self._seeds)
-        self.closed = False
-        self._started = False
-        self._coord: Coordinator | RemoteCoordinator | None = None
+        #: NEW, STARTING, RUNNING, CLOSING, CLOSED (see :mod:`aioenv.core.lifecycle`).
+        self._life = Lifecycle("pool", Phase.NEW, POOL)
+        #: What runs the envs (a local or a remote coordinator), once :meth:`start` made it.
+        self._runner: Runner | None = None
+        #: The event loop whose sockets, futures and timers the pool uses (None until it runs).
+        self._home: asyncio.AbstractEventLoop | None = None
+        self._started_here = ForkGuard()  # the process whose workers and sockets these are (set again at start)
         self.metadata: dict[str, Any] = {}
         self.render_mode: str | None = None
 
@@ -256,20 +261,30 @@ class Pool:
 
     # ------------------------------------------------------------ lifecycle
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`aclose` began."""
+        return self._life.state is Phase.CLOSING or self._life.state is Phase.CLOSED
+
     async def start(self) -> Pool:
-        """Start the workers and make every env (idempotent). Returns the pool."""
+        """Start the workers and make every env (idempotent: a pool started or starting is returned as it is).
+        Returns the pool.
+
+        Raises:
+            PoolClosed: the pool was closed (before, or while it started).
+        """
         if self.closed:
             raise PoolClosed("this pool was closed; make a new one")
-        if self._started:
+        if self._life.state is not Phase.NEW:
             return self
-        self._started = True
+        self._life.move(Phase.STARTING)
         try:
             if self.endpoint is not None:
                 described = await self._start_remote(self.endpoint)
             else:
                 assert self._private_dir is not None
                 adopt = await self._place_by_cost() if self.executor == "auto" else None
-                self._coord = Coordinator(
+                coord = self._runner = Coordinator(
                     self.num_envs,
                     self._sources,
                     self._private_dir,
@@ -283,8 +298,11 @@ class Pool:
                     adopt=adopt,
                     max_loop_hold=self.max_loop_hold,
                 )
-                described = await self._coord.start(self.num_workers)
+                described = await coord.start(self.num_workers)
+            if self.closed:
+                raise PoolClosed("the pool was closed while it started")
             self._adopt(described)
+            self._life.move(Phase.RUNNING)
         except BaseException:
             await self.aclose()
             raise
@@ -375,7 +393,7 @@ class Pool:
             on_remade=self._on_remade,
             curve_keys=self._curve_keys,
         )
-        self._coord = remote
+        self._runner = remote
         described = await remote.start(self._asked_workers)
         info = described.pop("_server", {})  # what the server chose: workers, executor
         self.num_workers = int(info.get("num_workers", self.num_workers))
@@ -403,10 +421,10 @@ class Pool:
         self.metadata = dict(first.get("metadata") or {})
         self.metadata["autoreset_mode"] = self.autoreset_mode
         self.render_mode = first.get("render_mode")
-        assert self._coord is not None
-        self._recv = RecvQueue(self.single_observation_space, self._coord.sched)
-        self._home = asyncio.get_running_loop()  # the loop whose sockets, futures and timers the pool uses
-        self._started_here = ForkGuard()  # the process whose workers and sockets these are
+        assert self._runner is not None
+        self._recv: RecvQueue = self._runner.recv_queue(self.single_observation_space)
+        self._home = asyncio.get_running_loop()
+        self._started_here = ForkGuard()
 
     @property
     def autoreset_mode(self) -> AutoresetMode:
@@ -428,50 +446,55 @@ class Pool:
         (CLOSE, then SIGTERM, then SIGKILL); never hangs. Idempotent."""
         if self.closed:
             return
-        if hasattr(self, "_home"):  # started: in the process and on the loop it was started in
+        if self._home is not None:  # it ran: closed in the process and on the loop it was started in
             self._started_here.check()
             if _running_loop() is not self._home:
                 raise UsageError(_FOREIGN_LOOP)
-        self.closed = True
-        if self._coord is not None:
-            err = PoolClosed("the pool was closed while recv() was waiting")
-            if hasattr(self, "_recv"):
-                self._recv.fail_waiter(err)
-            await self._coord.aclose()
-        else:
-            self._remove_private_dir()
+        self._life.move(Phase.CLOSING)
+        try:
+            if self._home is not None:
+                self._recv.fail_waiter(PoolClosed("the pool was closed while recv() was waiting"))
+            if self._runner is not None:
+                await self._runner.aclose()
+            else:
+                self._remove_private_dir()
+        finally:
+            self._life.move(Phase.CLOSED)
 
     def _in_env_code(self) -> bool:
         """Whether the calling thread runs env code of this pool in this process (``executor="in_process"``: an
         env that calls its own pool, which would wait for the very thread it runs on)."""
-        return isinstance(self._coord, Coordinator) and self._coord.in_env_code()
+        return self._runner is not None and self._runner.in_env_code()
 
     def _runs_env_code(self) -> bool:
         """Whether env code of this pool runs (or waits to run) in this process now."""
-        return isinstance(self._coord, Coordinator) and self._coord.runs_env_code()
+        return self._runner is not None and self._runner.runs_env_code()
 
     def _interrupt_env_code(self) -> None:
         """Raise ``KeyboardInterrupt`` inside the env code of this pool that runs in this process now, if any
         (a second Ctrl-C in one call of :class:`aioenv.SyncPool`: an env whose step never ends is cut short)."""
-        if isinstance(self._coord, Coordinator):
-            self._coord.interrupt_env_code()
+        if self._runner is not None:
+            self._runner.interrupt_env_code()
 
-    def _core(self) -> Coordinator | RemoteCoordinator:
-        """The started coordinator, checked where every public call enters: the pool is open, started, and
-        called from the event loop it was started in."""
-        if self.closed:
-            raise PoolClosed("the pool is closed")
-        if self._coord is None or not hasattr(self, "_recv"):
+    def _core(self) -> Runner:
+        """The runner, checked where every public call enters: the pool runs, and is called from the process
+        and the event loop it was started in."""
+        runner = self._runner
+        if self._life.state is not Phase.RUNNING or runner is None:
+            if self.closed:
+                raise PoolClosed("the pool is closed")
             raise UsageError(
                 "the pool is not started: use `await aioenv.make(...)`, `await pool.start()` or `async with`"
             )
         self._started_here.check()
         if _running_loop() is not self._home:
             raise UsageError(_FOREIGN_LOOP)
-        return self._coord
+        return runner
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else ("running" if self._started else "not started")
+        state = {Phase.NEW: "not started", Phase.CLOSING: "closed", Phase.LOST: "running"}.get(
+            self._life.state, self._life.state.value
+        )
         here = f" in_process={self.envs_in_process}" if self.envs_in_process else ""
         return (
             f"<aioenv.Pool num_envs={self.num_envs} workers={self.num_workers} executor={self.executor}{here} {state}>"
@@ -479,48 +502,20 @@ class Pool:
 
     # ------------------------------------------------------------ dispatch helpers
 
-    def _claim(self, env_ids: Any) -> tuple[Coordinator | RemoteCoordinator, np.ndarray]:
-        coord = self._core()
-        ids = self._ids(env_ids)
-        coord.sched.claim(ids)
-        return coord, ids
-
     def _ids(self, env_ids: Any) -> np.ndarray:
-        """``env_ids`` checked and normalised once per call (see ``Scheduler.resolve``)."""
-        return self._core().sched.resolve(env_ids)
+        """``env_ids`` checked and normalised once per call (see :meth:`aioenv.core.runner.Runner.resolve`)."""
+        return self._core().resolve(env_ids)
 
     def _dispatch_step(
         self, actions: Any, ids: np.ndarray, sink: Sink, *, info_list: bool = False, checked: bool = False
     ) -> None:
-        """Check ``actions`` for ``ids`` (from :meth:`_ids`), claim the envs and send the steps; their rows go
-        to ``sink``.
+        """Check ``actions`` for ``ids`` (from :meth:`_ids`) and hand the step to the runner, which claims the
+        envs and sends it; the rows go to ``sink``.
 
         ``checked``: ``actions`` are the leaves :func:`aioenv.wire.spaces.check_actions` returned for ``ids``
         already (an adapter that checked them in its caller's thread), owned by this call."""
-        coord = self._core()
-        leaves = self._claim_step(coord, actions, ids, checked)
-        self._send_step(coord, ids, leaves, sink, info_list)
-
-    def _claim_step(
-        self, coord: Coordinator | RemoteCoordinator, actions: Any, ids: np.ndarray, checked: bool
-    ) -> list[np.ndarray]:
-        """Check ``actions`` for ``ids`` (unless ``checked``) and claim the envs; the action leaves, for
-        :meth:`_send_step`."""
         leaves: list[np.ndarray] = actions if checked else spaces.check_actions(self.single_action_space, actions, ids)
-        coord.sched.claim(ids)
-        return leaves
-
-    def _send_step(
-        self,
-        coord: Coordinator | RemoteCoordinator,
-        ids: np.ndarray,
-        leaves: list[np.ndarray],
-        sink: Sink,
-        info_list: bool,
-    ) -> None:
-        # after the claim: none of these envs' shared rows is in use
-        build = step_builder(coord.slab, ids, leaves, info_list, ids is coord.sched.all_ids)
-        coord.submit("step", ids, sink, build, timeout=self.step_timeout)
+        self._core().step(ids, leaves, sink, info_list=info_list, timeout=self.step_timeout)
 
     def _seeds_for(self, ids: np.ndarray, seed: Any) -> list[int | None]:
         """The seed each env of ``ids`` resets with (validates; changes nothing)."""
@@ -535,14 +530,12 @@ class Pool:
                 self._recorded[i] = s  # what a re-made env resets with
 
     def _dispatch_reset(self, ids: np.ndarray, seed: Any, options: Any, sink: Sink) -> None:
-        """Claim ``ids`` (from :meth:`_ids`) and send their resets."""
-        coord = self._core()
+        """Check the seeds and options for ``ids`` (from :meth:`_ids`) and hand the resets to the runner."""
+        runner = self._core()
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
         seeds = self._seeds_for(ids, seed)
-        coord.sched.claim(ids)
-        build = reset_builder(seeds, options, coord.slab is not None)
-        coord.submit("reset", ids, sink, build, timeout=self.reset_timeout)
+        runner.reset(ids, seeds, options, sink, timeout=self.reset_timeout)
         self._record_seeds(ids, seeds)  # only once the resets are on their way: a refused one records nothing
 
     # ------------------------------------------------------------ batched API
@@ -602,12 +595,12 @@ class Pool:
         """:meth:`step` (``info_list``: :meth:`_step_info_list`) without the coroutine: dispatch now and return
         the future of its result (see :meth:`_start_reset`; ``checked``: see :meth:`_dispatch_step`). Done
         already when every env ran in this process within the call (``max_loop_hold``)."""
-        coord = self._core()
-        ids = coord.sched.resolve(env_ids)
-        leaves = self._claim_step(coord, actions, ids, checked)
+        runner = self._core()
+        ids = runner.resolve(env_ids)
+        leaves: list[np.ndarray] = actions if checked else spaces.check_actions(self.single_action_space, actions, ids)
         sink = Gather("step", ids, self.single_observation_space, info_list=info_list)
         try:
-            self._send_step(coord, ids, leaves, sink, info_list)
+            runner.step(ids, leaves, sink, info_list=info_list, timeout=self.step_timeout)
         except BaseException:  # as in _start_reset
             sink.future.add_done_callback(consume)
             raise
@@ -668,7 +661,7 @@ class Pool:
         Raises:
             UsageError: without a timeout, when fewer results are ready and in flight than ``min_results``.
         """
-        self._core()
+        runner = self._core()
         need = self.batch_size if min_results is None else int(min_results)
         most = max(self.batch_size, need) if max_results is None else int(max_results)
         if need < 0 or most < 1 or need > most:
@@ -685,12 +678,12 @@ class Pool:
                 else:
                     why = f"{queue.ready} results are ready and {queue.in_flight} in flight; send() more steps first"
                 raise UsageError(f"recv(min_results={need}) can never be satisfied: {why}, or pass a timeout")
-            if queue.ready < need and isinstance(coord := self._coord, Coordinator):
+            if queue.ready < need:
                 # A share: step the envs here only now that this call would wait, and only if the worker
                 # processes' rows that arrived do not already make up its rows. Those go first, so their envs
                 # step again at once while this process steps its own (answered inside send(), they would
                 # starve the workers).
-                coord.answer_here(lambda: queue.ready >= need)
+                runner.answer_waiting(lambda: queue.ready >= need)
             left = None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
             await queue.wait(need, left)
             if self.closed:
@@ -706,7 +699,7 @@ class Pool:
     def step_env(self, env_id: int, action: Any) -> asyncio.Future[StepResult]:
         """Step one env; the returned future gets its :class:`StepResult` (not ``recv``)."""
         fut: asyncio.Future[StepResult] = asyncio.get_running_loop().create_future()
-        ids = self._core().sched.one(env_id)
+        ids = self._core().one(env_id)
         sink = Single("step", fut, self.single_observation_space)
         leaves = _one_discrete(self.single_action_space, action)
         if leaves is not None:
@@ -722,7 +715,7 @@ class Pool:
         fut: asyncio.Future[ResetResult] = asyncio.get_running_loop().create_future()
         seeds = None if seed is None else checked_seeds([seed], [env_id])
         self._dispatch_reset(
-            self._core().sched.one(env_id), seeds, options, Single("reset", fut, self.single_observation_space)
+            self._core().one(env_id), seeds, options, Single("reset", fut, self.single_observation_space)
         )
         return fut
 
@@ -731,17 +724,11 @@ class Pool:
     async def _call(self, kind: str, name: str, env_ids: Any, **fields: Any) -> list[Any]:
         if not isinstance(name, str):
             raise TypeError(f"name must be a str, got {type(name).__name__}")
-        coord, ids = self._claim(env_ids)
+        runner = self._core()
+        ids = runner.resolve(env_ids)
         sink = Gather("call", ids, self.single_observation_space)
         per_env = fields.pop("per_env", None)
-
-        def build(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
-            out = {Key.KIND: kind, Key.NAME: name, **fields}
-            if per_env is not None:
-                out[Key.VALUES] = [per_env[int(p)] for p in (req.positions if req.positions is not None else [])]
-            return out, []
-
-        coord.submit("call", ids, sink, build, timeout=None)
+        runner.call(ids, {Key.KIND: kind, Key.NAME: name, **fields}, per_env, sink)
         values: list[Any] = await sink.future  # one per env of ids
         return values
 

@@ -30,10 +30,12 @@ import numpy as np
 from aioenv.core.deadlines import DeadlineTimer, Truncation
 from aioenv.core.failures import for_env, unsendable
 from aioenv.core.launcher import LaunchSpec, LocalProcess, WorkerProc, launch_in_process, launch_local
+from aioenv.core.lifecycle import COORDINATOR, Lifecycle, Phase
 from aioenv.core.make_errors import start_failure
 from aioenv.core.memory import MemoryWatch
 from aioenv.core.recovery import SETUP, Recovery, Slot
 from aioenv.core.replies import Block, Outlet, Segment, int_lists, route_block
+from aioenv.core.runner import Requests
 from aioenv.core.scheduler import THROTTLED, Build, HeldCall, Request, Scheduler, SetupFuture
 from aioenv.core.sinks import Part, RecvQueue, Sink
 from aioenv.core.sources import EnvSources
@@ -45,11 +47,10 @@ from aioenv.errors import (
 )
 from aioenv.transport.pipe import PipePort
 from aioenv.transport.slab import Slab
-from aioenv.wire import spaces
 from aioenv.wire.errors import error_fields, from_wire
 from aioenv.wire.info_wire import binfo_of
 from aioenv.wire.options import AutoresetName, Executor, OnTimeout
-from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, leaves_to_wire, local
+from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, local
 from aioenv.wire.spaces import space_from_description
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ log = logging.getLogger("aioenv.coordinator")
 _OPS = {"step": Op.STEP, "reset": Op.RESET, "call": Op.CALL}
 
 
-class Coordinator(Recovery):
+class Coordinator(Recovery, Requests):
     """The workers of one pool, each on a connection of its own (see the module docstring).
 
     Args:
@@ -124,7 +125,8 @@ class Coordinator(Recovery):
         self.on_remade = on_remade
         self.slots: list[Slot] = []
         self._by_name: dict[bytes, Slot] = {}
-        self.closing = False
+        #: NEW, STARTING (workers start, envs are made), RUNNING, CLOSING, CLOSED (see aioenv.core.lifecycle).
+        self.life = Lifecycle("coordinator", Phase.NEW, COORDINATOR)
         self._turn_booked = False  # the loop's second turn will answer a share's deferred rows
         self._retired: list[WorkerProc] = []
         self._launch = launch
@@ -144,6 +146,16 @@ class Coordinator(Recovery):
         elif self._trusted and executor == "inline":
             self._slab_fd = Slab.try_new_fd()
 
+    @property
+    def closing(self) -> bool:
+        """Whether :meth:`aclose` began."""
+        return self.life.state is Phase.CLOSING or self.life.state is Phase.CLOSED
+
+    def check_open(self) -> None:
+        """Raise ``PoolClosed`` unless requests may go out (the coordinator runs)."""
+        if self.life.state is not Phase.RUNNING:
+            raise PoolClosed(f"the pool's coordinator is {self.life.state.value}: it takes no requests")
+
     @staticmethod
     def private_directory() -> str:
         """A fresh 0700 directory for pickled factories."""
@@ -153,7 +165,12 @@ class Coordinator(Recovery):
 
     async def start(self, num_workers: int) -> dict[str, Any]:
         """Start ``num_workers`` launched workers (plus one in this process when ``in_process`` envs run here),
-        make every env; returns the env description ({"obs", "act", "metadata", ...})."""
+        make every env; returns the env description ({"obs", "act", "metadata", ...}).
+
+        Raises:
+            PoolClosed: :meth:`aclose` began meanwhile. Any error of the workers' start (``EnvError``...).
+        """
+        self.life.move(Phase.STARTING)
         here = 1 if self.in_process else 0
         blocks = self.sched.place(num_workers + here, self.in_process)
         for index, ids in enumerate(blocks):
@@ -174,6 +191,9 @@ class Coordinator(Recovery):
             assert isinstance(reply, dict)
             described.update(reply)
         await self._share_rows(described)
+        if self.closing:
+            raise PoolClosed("the pool was closed while its workers started")
+        self.life.move(Phase.RUNNING)
         self._watch_memory()
         return described
 
@@ -255,7 +275,7 @@ class Coordinator(Recovery):
 
     # ------------------------------------------------------------ requests
 
-    def submit(self, kind: str, env_ids: np.ndarray, sink: Sink, build: Build, *, timeout: float | None = None) -> None:
+    def submit(self, kind: str, env_ids: np.ndarray, sink: Sink, build: Build, *, timeout: float | None) -> None:
         """Send one request per worker covering ``env_ids`` (already claimed); replies go to ``sink``.
 
         ``build(req)`` returns the request's fields and arrays for its rows (``req.positions`` index into
@@ -418,7 +438,7 @@ class Coordinator(Recovery):
 
     def _on_turn(self) -> None:
         self._turn_booked = False
-        self.answer_here()
+        self.answer_waiting()
 
     @property
     def _here(self) -> InProcessWorker | None:
@@ -432,10 +452,10 @@ class Coordinator(Recovery):
         here = self._here
         return here is not None and here.deferred
 
-    def answer_here(self, enough: Callable[[], bool] = lambda: False) -> None:
+    def answer_waiting(self, enough: Callable[[], bool] = lambda: False) -> None:
         """Step the envs in this process whose requests wait (:meth:`deferred_here`) now, once the replies that
         local worker processes' pipes hold are handled (without waiting for the loop), unless those made
-        ``enough`` true: the workers' rows go first."""
+        ``enough`` true: the workers' rows go first (:meth:`aioenv.core.runner.Runner.answer_waiting`)."""
         here = self._here
         if here is None or not here.deferred:
             return
@@ -654,7 +674,7 @@ class Coordinator(Recovery):
         """
         if self.closing:
             return
-        self.closing = True
+        self.life.move(Phase.CLOSING)
         self._timer.cancel()
         if self._memory is not None:
             self._memory.close()
@@ -687,6 +707,7 @@ class Coordinator(Recovery):
             raise
         finally:
             self._release_files()
+            self.life.move(Phase.CLOSED)
 
     def _release_files(self) -> None:
         """Remove the private directory and unmap the shared rows: on every way out of :meth:`aclose`."""
@@ -696,46 +717,6 @@ class Coordinator(Recovery):
         if self._slab_fd is not None:
             os.close(self._slab_fd)
             self._slab_fd = None
-
-
-def step_builder(slab: Slab | None, ids: np.ndarray, leaves: list[np.ndarray], info_list: bool, every: bool) -> Build:
-    """How to build each worker's STEP for ``ids`` (claimed already) with the checked action ``leaves``
-    (``len(ids)`` rows each; ``every``: ``ids`` is every env, in order). With a ``slab`` the actions go
-    into the envs' shared rows now and a STEP carries none; else each STEP carries its rows as arrays.
-    ``info_list``: the caller wants each env's own info dict (``"ilist"``)."""
-    flags: dict[str, Any] = {Key.INFO_LIST: True} if info_list else {}
-    if slab is not None:
-        slab.put_actions(ids, leaves, every)
-
-        def shared(_req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
-            return {Key.SHARED: 1, **flags}, []
-
-        return shared
-    n = ids.size
-
-    def carried(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
-        arrays: list[np.ndarray] = []
-        at = req.positions  # increasing row indices: all of them means every row, in order
-        part = leaves if at is None or at.size == n else spaces.take_rows(leaves, at)
-        return {Key.ACT: leaves_to_wire(part, arrays), **flags}, arrays
-
-    return carried
-
-
-def reset_builder(seeds: list[int | None], options: dict[str, Any] | None, shared: bool) -> Build:
-    """How to build each worker's RESET: its rows' ``seeds`` (one per row of the call), the call's
-    ``options``; ``shared``: the observations go to the envs' shared rows (a slab)."""
-
-    def build(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
-        pos = req.positions if req.positions is not None else range(len(seeds))
-        fields: dict[str, Any] = {Key.SEED: [seeds[int(p)] for p in pos]}
-        if options is not None:
-            fields[Key.OPT] = options
-        if shared:
-            fields[Key.SHARED] = 1
-        return fields, []
-
-    return build
 
 
 def _setup_future(req: Request) -> SetupFuture | None:

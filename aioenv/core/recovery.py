@@ -93,7 +93,6 @@ class Recovery:
     sched: Scheduler
     slots: list[Slot]
     loop: asyncio.AbstractEventLoop
-    closing: bool
     executor: str
     truncation: Truncation | None
     on_remade: Callable[[np.ndarray], None]
@@ -103,6 +102,9 @@ class Recovery:
     _when_room: Callable[[Callable[[], bool]], None] | None
 
     if TYPE_CHECKING:
+
+        @property
+        def closing(self) -> bool: ...
 
         def _spawn(self, slot: Slot, envs: int) -> None: ...
 

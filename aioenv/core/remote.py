@@ -26,8 +26,10 @@ import numpy as np
 import zmq
 
 from aioenv.core.failures import for_env, unsendable
+from aioenv.core.lifecycle import REMOTE, Lifecycle, Phase
 from aioenv.core.relay import decode_block, decode_part
 from aioenv.core.replies import route_block
+from aioenv.core.runner import Requests
 from aioenv.core.scheduler import Build, Request, Scheduler
 from aioenv.core.sinks import Part, RecvQueue, Sink
 from aioenv.errors import AioEnvError, ConnectionLost, PoolClosed, ProtocolError, UsageError
@@ -51,7 +53,7 @@ CLIENT_ID = f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 _OPS = {"step": Op.STEP, "reset": Op.RESET, "call": Op.CALL}
 
 
-class RemoteCoordinator:
+class RemoteCoordinator(Requests):
     """Requests of one :class:`~aioenv.pool.Pool` to an aioenv server (see the module docstring).
 
     Args:
@@ -85,7 +87,8 @@ class RemoteCoordinator:
         self.options = options
         self.on_remade = on_remade
         self.loop = asyncio.get_running_loop()
-        self.closing = False
+        #: NEW, STARTING (the OPEN), RUNNING, LOST (the server is gone: calls raise :attr:`lost`), CLOSING, CLOSED.
+        self.life = Lifecycle("remote pool", Phase.NEW, REMOTE)
         self.lost: ConnectionLost | None = None
         self._calls: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._next_call = -1  # open/close ids are negative: never a request id
@@ -96,10 +99,43 @@ class RemoteCoordinator:
         self._ack_kept: int | None = None  # the last kept (odd) mark read
         self.max_message_bytes: int | None = None  # the largest request the server takes (told at OPEN)
 
+    @property
+    def closing(self) -> bool:
+        """Whether :meth:`aclose` began."""
+        return self.life.state is Phase.CLOSING or self.life.state is Phase.CLOSED
+
+    def check_open(self) -> None:
+        """Raise :attr:`lost` once the server is gone, ``PoolClosed`` once closing."""
+        if self.lost is not None:
+            raise self.lost
+        if self.life.state is not Phase.RUNNING:
+            raise PoolClosed(f"the remote pool is {self.life.state.value}: it takes no requests")
+
+    # ------------------------------------------------------------ runner calls with no envs in this process
+
+    def answer_waiting(self, enough: Callable[[], bool]) -> None:
+        """Nothing to do: every env runs on the server (:meth:`aioenv.core.runner.Runner.answer_waiting`)."""
+
+    def in_env_code(self) -> bool:
+        """False: no env code of a remote pool runs in this process."""
+        return False
+
+    def runs_env_code(self) -> bool:
+        """False: no env code of a remote pool runs in this process."""
+        return False
+
+    def interrupt_env_code(self) -> None:
+        """Nothing to interrupt: no env code of a remote pool runs in this process."""
+
     # ------------------------------------------------------------ start and stop
 
     async def start(self, num_workers: int | None) -> dict[str, Any]:
-        """Ask the server to open the pool; returns the env description (spaces, metadata)."""
+        """Ask the server to open the pool; returns the env description (spaces, metadata).
+
+        Raises:
+            ConnectionLost: no server answers. Any error of the server's (``UsageError``, ``EnvError``...).
+        """
+        self.life.move(Phase.STARTING)
         client_label(CLIENT_ID, error=UsageError)  # the server refuses a name too long or not printable
         identity = f"{CLIENT_ID}-{uuid.uuid4().hex[:8]}".encode()
         try:
@@ -114,6 +150,11 @@ class RemoteCoordinator:
         described = dict(reply.get(Key.SPACES) or {})
         most = dict(described.get("_server") or {}).get("max_message_bytes")
         self.max_message_bytes = most if isinstance(most, int) else None
+        if self.lost is not None:  # lost while the server opened it
+            raise self.lost
+        if self.closing:
+            raise PoolClosed("the pool was closed while the server opened it")
+        self.life.move(Phase.RUNNING)
         return described
 
     async def _call(self, op: str, fields: dict[str, Any]) -> dict[str, Any]:
@@ -136,7 +177,7 @@ class RemoteCoordinator:
         """Close the pool on the server (its envs and workers), fail what is in flight; idempotent."""
         if self.closing:
             return
-        self.closing = True
+        self.life.move(Phase.CLOSING)
         if self._beat is not None:
             self._beat.cancel()
         if self._dealer is not None and self.lost is None:
@@ -145,17 +186,12 @@ class RemoteCoordinator:
         self._fail_all(lambda: PoolClosed("the pool was closed while the request was in flight"))
         if self._dealer is not None:
             self._dealer.close()
+        self.life.move(Phase.CLOSED)
 
     # ------------------------------------------------------------ requests
 
-    def submit(self, kind: str, env_ids: np.ndarray, sink: Sink, build: Build, *, timeout: float | None = None) -> None:
+    def submit(self, kind: str, env_ids: np.ndarray, sink: Sink, build: Build, *, timeout: float | None) -> None:
         """Send one request covering ``env_ids`` (already claimed); rows come back to ``sink``."""
-        if self.lost is not None:
-            self.sched.release(env_ids)
-            raise self.lost
-        if self.closing:
-            self.sched.release(env_ids)
-            raise PoolClosed("the pool is closed")
         positions = np.arange(env_ids.size)
         req = self.sched.open(0, kind, env_ids, sink=sink, positions=positions)
         try:
@@ -239,7 +275,7 @@ class RemoteCoordinator:
         if event == "remade":
             self.on_remade(np.asarray(header.get(Key.ENV) or [], dtype=np.int64))
         elif event == "closing" and self.lost is None:
-            self.lost = ConnectionLost(f"the aioenv server at {self.endpoint} shut down; the pool is unusable")
+            self._lose(ConnectionLost(f"the aioenv server at {self.endpoint} shut down; the pool is unusable"))
         elif event == "dropped" and self.lost is None:
             why = from_wire(header.get(Key.ERROR))
             self._give_up(ConnectionLost(f"{why.message} (the aioenv server at {self.endpoint}); the pool is unusable"))
@@ -272,11 +308,12 @@ class RemoteCoordinator:
             return
         silent = self.loop.time() - self._last_heard
         if silent > SERVER_TIMEOUT:
-            self.lost = ConnectionLost(
-                f"the aioenv server at {self.endpoint} has not answered for {silent:.0f} s "
-                "(wrong address, server down or unreachable); the pool is unusable"
+            self._give_up(
+                ConnectionLost(
+                    f"the aioenv server at {self.endpoint} has not answered for {silent:.0f} s "
+                    "(wrong address, server down or unreachable); the pool is unusable"
+                )
             )
-            self._give_up(self.lost)
             return
         with contextlib.suppress(zmq.ZMQError):
             self._dealer.send(encode(Op.PING, self._acked({Key.ID: 0})))  # unsent when disconnected: silence tells
@@ -287,9 +324,15 @@ class RemoteCoordinator:
         if not self.closing and self.lost is None:
             self._give_up(ConnectionLost(f"{reason} (the aioenv server at {self.endpoint}); the pool is unusable"))
 
+    def _lose(self, lost: ConnectionLost) -> None:
+        """Every later call raises ``lost`` (requests in flight may still be answered)."""
+        self.lost = lost
+        if self.life.can(Phase.LOST):  # not once closing: the close goes on
+            self.life.move(Phase.LOST)
+
     def _give_up(self, lost: ConnectionLost) -> None:
         """The pool is unusable: ``lost`` fails every request and call in flight, and every later one."""
-        self.lost = lost
+        self._lose(lost)
         log.error("%s", lost)
         self._fail_all(lambda: lost)
         for fut in list(self._calls.values()):

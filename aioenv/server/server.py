@@ -56,10 +56,9 @@ from aioenv.transport.auth import ServerAuth
 
 if TYPE_CHECKING:
     from aioenv.server.metrics import ServerGauges, ServerMetrics
-from aioenv.core.coordinator import Coordinator, reset_builder, step_builder
+from aioenv.core.coordinator import Coordinator
 from aioenv.core.relay import BlockEntry, PartEntry, parts_fields
 from aioenv.core.replies import Block
-from aioenv.core.scheduler import Request
 from aioenv.core.sinks import Part
 from aioenv.core.sources import EnvSources, parse_sources
 from aioenv.errors import AioEnvError, CapacityError, ConnectionLost, PoolClosed, ProtocolError, UsageError
@@ -608,22 +607,18 @@ class Server:
         req_id = header[Key.ID]
         if not isinstance(req_id, int):
             raise ProtocolError(f"request id must be an int, got {req_id!r}")
-        ids = coord.sched.resolve(header[Key.ENV])
+        ids = coord.resolve(header[Key.ENV])
         timeout = header.get(Key.TIMEOUT)
         if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
             raise ProtocolError(f"'to' must be a positive number of seconds, got {timeout!r}")
+        # every field checked first, so that nothing is claimed for a malformed request
         if kind == "step":
             leaves = _step_actions(header, arrays, ids.size, coord.slab)
             info_list = _flag(header, Key.INFO_LIST)
-            coord.sched.claim(ids)  # first: none of these envs' shared rows is in use once they are claimed
-            try:  # the actions go into the shared rows now: a row that does not fit frees the claim again
-                build = step_builder(coord.slab, ids, leaves, info_list, ids is coord.sched.all_ids)
-            except Exception:
-                coord.sched.release(ids)
-                raise
+        elif kind == "reset":
+            seeds, options = _reset_fields(header, ids.size)
         else:
-            build = _builder(kind, header, ids.size, coord.slab is not None)
-            coord.sched.claim(ids)
+            fields, per_env = _call_fields(header), _per_env(header, Key.VALUES, ids.size)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "client %s request %s: %s for envs %s",
@@ -633,7 +628,13 @@ class Server:
                 ids.tolist(),
                 extra={"client": session.outlet.client, "request_id": req_id, "kind": kind, "env_ids": ids.tolist()},
             )
-        coord.submit(kind, ids, _Relay(session.outlet, req_id, kind), build, timeout=timeout)
+        sink = _Relay(session.outlet, req_id, kind)
+        if kind == "step":
+            coord.step(ids, leaves, sink, info_list=info_list, timeout=timeout)
+        elif kind == "reset":
+            coord.reset(ids, seeds, options, sink, timeout=timeout)
+        else:
+            coord.call(ids, fields, per_env, sink)
 
     # ------------------------------------------------------------ sessions
 
@@ -972,28 +973,15 @@ def _per_env(header: dict[str, Any], key: str, n: int) -> list[Any] | None:
     return value
 
 
-def _builder(kind: str, header: dict[str, Any], n: int, shared: bool) -> Any:
-    """How to build each worker's share of a client's reset or call (``req.positions`` index the client's
-    rows), every field checked first so that nothing is claimed for a malformed request; ``shared``: a
-    reset's observations go to the envs' shared rows."""
-    if kind == "reset":
-        seeds = _per_env(header, Key.SEED, n) or [None] * n
-        if not all(s is None or (type(s) is int and 0 <= s < 2**64) for s in seeds):
-            raise ProtocolError(f"seeds must be ints in [0, 2**64) or None, got {seeds!r}")
-        options = header.get(Key.OPT)
-        if options is not None and not isinstance(options, dict):
-            raise ProtocolError(f"reset options must be a map or None, got {options!r}")
-        return reset_builder(seeds, options, shared)
-    fixed = _call_fields(header)
-    values = _per_env(header, Key.VALUES, n)
-
-    def build_call(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
-        fields: dict[str, Any] = dict(fixed)
-        if values is not None:
-            fields[Key.VALUES] = [values[int(p)] for p in (req.positions if req.positions is not None else range(n))]
-        return fields, []
-
-    return build_call
+def _reset_fields(header: dict[str, Any], n: int) -> tuple[list[int | None], dict[str, Any] | None]:
+    """A client's reset's seeds (one per env of the request, None: none) and options, checked."""
+    seeds = _per_env(header, Key.SEED, n) or [None] * n
+    if not all(s is None or (type(s) is int and 0 <= s < 2**64) for s in seeds):
+        raise ProtocolError(f"seeds must be ints in [0, 2**64) or None, got {seeds!r}")
+    options = header.get(Key.OPT)
+    if options is not None and not isinstance(options, dict):
+        raise ProtocolError(f"reset options must be a map or None, got {options!r}")
+    return seeds, options
 
 
 def _call_fields(header: dict[str, Any]) -> dict[str, Any]:

@@ -339,7 +339,7 @@ def test_constructor_arguments() -> None:
 
 def test_close_leaves_no_worker() -> None:
     envs = AioVectorEnv([CASES["cartpole-box"]] * 3)
-    coord = envs.pool.pool._coord
+    coord = envs.pool.pool._runner
     assert coord is not None
     pids = [int(s.proc.pid) for s in coord.slots if s.proc is not None]
     envs.reset(seed=0)

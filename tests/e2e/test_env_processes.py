@@ -27,7 +27,7 @@ async def test_an_envs_processes_end_with_its_worker_and_its_pool() -> None:
         _, info = await pool.reset()
         children = info["child_pid"].tolist()
         assert not any(process_gone(pid, marker="sleep") for pid in children)
-        lost = pool._coord.sched.envs_of(1).tolist()
+        lost = pool._runner.sched.envs_of(1).tolist()
         old = worker_pid(pool, 1)
         os.kill(old, signal.SIGKILL)  # the worker dies: the processes its envs started go with it
         await wait_new_worker(pool, 1, old)

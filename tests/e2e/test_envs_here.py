@@ -214,7 +214,7 @@ async def test_a_stopped_worker_here_is_made_again_and_its_envs_say_so(executor:
     env = "CartPole-v1" if executor == "thread" else ASYNC_SLEEP
     async with aioenv.Pool(env, 2, executor=executor, num_workers=0, seed=0) as pool:
         await guard(pool.reset())
-        coord = pool._coord
+        coord = pool._runner
         assert coord is not None
         old = coord.slots[0].proc
         assert old is not None

@@ -227,7 +227,7 @@ async def test_worker_killed_mid_step_fails_in_flight_with_worker_crashed(gate: 
     async with aioenv.Pool(PROBE, 4, executor="inline", num_workers=2, env_kwargs=gate.kwargs()) as pool:
         await guard(pool.reset(seed=[10, 11, 12, 13]))
         old, other = worker_pid(pool, 0), worker_pid(pool, 1)
-        old_name = pool._coord.slots[0].name
+        old_name = pool._runner.slots[0].name
         slow = pool.step_env(0, SLOW)
         queued = pool.step_env(1, 0)  # same worker, behind env 0
         await gate.started(10)
@@ -396,7 +396,7 @@ async def test_deaths_older_than_the_window_do_not_count(monkeypatch: pytest.Mon
             os.kill(pid, signal.SIGKILL)
             pid = await wait_new_worker(pool, 0, pid)
             await asyncio.sleep(0.5)
-        assert not pool._coord.slots[0].dead_reason
+        assert not pool._runner.slots[0].dead_reason
         await guard(pool.reset(seed=0))
         obs, *_ = await guard(pool.step(np.zeros(2, dtype=np.int64)))
         assert obs[:, 1].tolist() == [1, 1]
@@ -417,7 +417,7 @@ async def test_a_worker_that_keeps_dying_is_given_up_and_its_envs_fail_fast(monk
             pid = await wait_new_worker(pool, 0, pid)
         os.kill(pid, signal.SIGKILL)  # the third death: given up
         async with asyncio.timeout(HANG):
-            while not pool._coord.slots[0].dead_reason:
+            while not pool._runner.slots[0].dead_reason:
                 await asyncio.sleep(0.01)
         assert process_gone(pid)
         for env_id in (0, 1):
@@ -431,7 +431,7 @@ async def test_a_worker_that_keeps_dying_is_given_up_and_its_envs_fail_fast(monk
         assert info.value.partial[-1]["env_id"].tolist() == [2, 3]
         obs, *_ = await guard(pool.step(np.zeros(2, dtype=np.int64), env_ids=[2, 3]))
         assert obs[:, 1].tolist() == [2, 2]  # their first step was in the failed batch's partial rows
-        assert pool._coord.slots[0].proc is None, "no worker was started again"
+        assert pool._runner.slots[0].proc is None, "no worker was started again"
 
 
 async def test_reset_after_crash_uses_recorded_seed() -> None:
@@ -650,10 +650,10 @@ async def test_coordinator_escalates_to_sigkill_when_sigterm_is_ignored() -> Non
     stopped = False
     try:
         await guard(pool.reset(seed=0))
-        await guard(pool._coord.aclose(grace=0.3))
+        await guard(pool._runner.aclose(grace=0.3))
         stopped = True
         assert process_gone(pid)
-        assert pool._coord.slots[0].proc.returncode == -signal.SIGKILL
+        assert pool._runner.slots[0].proc.returncode == -signal.SIGKILL
         assert not os.path.exists(private)
     finally:
         if not stopped:

@@ -212,7 +212,7 @@ async def test_closing_an_in_process_pool_closes_its_envs() -> None:
 async def test_a_stopped_in_process_worker_is_made_again_and_its_envs_say_so() -> None:
     async with aioenv.Pool("CartPole-v1", 2, executor="in_process", seed=0) as pool:
         await guard(pool.reset())
-        coord = pool._coord
+        coord = pool._runner
         assert coord is not None
         old = coord.slots[0].proc
         assert old is not None

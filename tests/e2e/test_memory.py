@@ -34,7 +34,7 @@ async def test_a_worker_over_max_worker_rss_is_recycled_and_its_envs_say_so() ->
         assert worker_pid(pool, 0) != first
         assert sorted(remade.errors) == [0, 1]
         message = remade.errors[0].message
-        assert f"its worker {pool._coord.slots[0].name.rsplit('.', 1)[0]}." in message
+        assert f"its worker {pool._runner.slots[0].name.rsplit('.', 1)[0]}." in message
         assert "was recycled: its memory (RSS" in message
         assert "passed max_worker_rss (160 MiB)" in message
         await pool.reset(seed=1)

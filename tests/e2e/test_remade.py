@@ -46,8 +46,8 @@ async def test_an_idle_env_whose_worker_died_says_so_as_a_crash(executor: str, e
         await guard(pool.reset())
         actions = np.zeros(4, np.int64)
         await guard(pool.step(actions))
-        lost = sorted(pool._coord.sched.envs_of(1).tolist())
-        old, name = worker_pid(pool, 1), pool._coord.slots[1].name
+        lost = sorted(pool._runner.sched.envs_of(1).tolist())
+        old, name = worker_pid(pool, 1), pool._runner.slots[1].name
         os.kill(old, signal.SIGKILL)  # no request in flight: nobody is told now
         await wait_new_worker(pool, 1, old)
         with pytest.raises(EnvRemade) as caught:

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def worker_pids(sp: SyncPool) -> list[int]:
-    coord = sp.pool._coord
+    coord = sp.pool._runner
     assert coord is not None
     return [slot.proc.pid for slot in coord.slots if slot.proc is not None and isinstance(slot.proc.pid, int)]
 
@@ -651,7 +651,7 @@ def test_no_worker_outlives_a_program_that_forgot_close(tmp_path: Path, how: str
             import aioenv
             pool = aioenv.SyncPool({PROBE!r}, 3, num_workers=3, executor="inline")
             pool.reset()
-            print(" ".join(str(s.proc.pid) for s in pool.pool._coord.slots), flush=True)
+            print(" ".join(str(s.proc.pid) for s in pool.pool._runner.slots), flush=True)
             if {how!r} == "exception":
                 raise SystemExit(3)
             """

@@ -129,14 +129,14 @@ def process_gone(pid: int, marker: str = "workers") -> bool:
 
 def worker_pid(pool: Any, index: int) -> int:
     """The pid of the process in worker slot ``index``."""
-    slot = pool._coord.slots[index]
+    slot = pool._runner.slots[index]
     assert not slot.in_process, f'worker slot {index} runs in this process: the test needs executor="inline"'
     return int(slot.proc.pid)
 
 
 async def wait_new_worker(pool: Any, index: int, old_pid: int) -> int:
     """Wait until slot ``index`` runs a new process that said HELLO and re-made its envs; returns its pid."""
-    coord = pool._coord
+    coord = pool._runner
     async with asyncio.timeout(HANG):
         while True:
             slot = coord.slots[index]

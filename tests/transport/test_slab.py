@@ -191,8 +191,8 @@ def reorder(value: Any, order: np.ndarray) -> Any:
 async def run_dict(slab: str, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], bool]:
     monkeypatch.setenv(SLAB_ENV, slab)
     async with aioenv.Pool("tests.envs.dictenv:make_dict_env", N, num_workers=2, autoreset_mode="same_step") as pool:
-        assert pool._coord is not None
-        return await asyncio.wait_for(drive(pool), HANG), pool._coord.slab is not None
+        assert pool._runner is not None
+        return await asyncio.wait_for(drive(pool), HANG), pool._runner.slab is not None
 
 
 async def test_an_inline_pool_shares_rows_and_answers_exactly_as_with_messages(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -207,8 +207,8 @@ async def test_a_failing_env_fails_its_own_row_through_the_slab() -> None:
     async with aioenv.Pool(
         "tests.envs.faulty:make_probe", 4, num_workers=2, executor="inline", env_kwargs={"fail_at": 3}
     ) as pool:
-        assert pool._coord is not None
-        assert pool._coord.slab is not None
+        assert pool._runner is not None
+        assert pool._runner.slab is not None
         await asyncio.wait_for(pool.reset(seed=0), HANG)
         await asyncio.wait_for(pool.step(np.zeros(4, dtype=np.int64)), HANG)
         await asyncio.wait_for(pool.step(np.zeros(4, dtype=np.int64)), HANG)
@@ -223,17 +223,17 @@ async def test_a_re_made_worker_maps_the_rows_again() -> None:
     ref = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
     ref.reset(seed=3)
     async with aioenv.Pool("CartPole-v1", 4, num_workers=2) as pool:
-        assert pool._coord is not None
-        assert pool._coord.slab is not None
+        assert pool._runner is not None
+        assert pool._runner.slab is not None
         await asyncio.wait_for(pool.reset(seed=3), HANG)
-        old = pool._coord.slots[0].proc
+        old = pool._runner.slots[0].proc
         assert old is not None
         os.kill(int(old.pid), signal.SIGKILL)
         for _ in range(int(HANG / 0.01)):  # until its death is noticed and a fresh worker takes its envs
-            if pool._coord.slots[0].proc is not old:
+            if pool._runner.slots[0].proc is not old:
                 break
             await asyncio.sleep(0.01)
-        assert pool._coord.slots[0].proc is not old
+        assert pool._runner.slots[0].proc is not old
         obs, _ = await asyncio.wait_for(pool.reset(seed=3), HANG)
         ref_obs, _ = ref.reset(seed=3)
         np.testing.assert_array_equal(obs, ref_obs)
@@ -251,8 +251,8 @@ async def test_a_re_made_worker_maps_the_rows_again() -> None:
 )
 async def test_pools_that_cannot_share_rows_keep_their_messages(env: str, options: dict[str, Any]) -> None:
     async with aioenv.Pool(env, 2, num_workers=2, **options) as pool:
-        assert pool._coord is not None
-        assert pool._coord.slab is None
+        assert pool._runner is not None
+        assert pool._runner.slab is None
         await asyncio.wait_for(pool.reset(seed=0), HANG)
         action = ["ab", "cd"] if env.endswith("make_text") else np.zeros(2, dtype=np.int64)
         obs, *_ = await asyncio.wait_for(pool.step(action), HANG)

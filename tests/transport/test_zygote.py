@@ -218,7 +218,7 @@ def test_no_worker_outlives_a_process_killed_with_its_pool(tmp_path: Path) -> No
             assert warm_up(30)
             pool = aioenv.SyncPool("CartPole-v1", 2, num_workers=2, executor="inline")
             pool.reset()
-            pids = [s.proc.pid for s in pool.pool._coord.slots]
+            pids = [s.proc.pid for s in pool.pool._runner.slots]
             print(os.getpid(), " ".join(map(str, pids)), flush=True)
             print(open(f"/proc/{pids[0]}/stat").read().split(")")[1].split()[1], flush=True)  # its parent
             os.kill(os.getpid(), signal.SIGKILL)

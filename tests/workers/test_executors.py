@@ -206,7 +206,7 @@ async def test_restarts_after_deadlines_never_give_a_worker_up(monkeypatch: pyte
                 await pool.step(acts(HANG_ACTION), env_ids=[0])
             await wait_new_worker(pool, 0, pid)
             await pool.reset()
-        assert not pool._coord.slots[0].dead_reason
+        assert not pool._runner.slots[0].dead_reason
         obs, *_ = await pool.step(acts(INSTANT, INSTANT))
         np.testing.assert_array_equal(obs[:, 1], [1, 1])
 
@@ -261,8 +261,8 @@ async def test_max_concurrency_bounds_running_steps(executor: str) -> None:
         _, _, _, _, info = await pool.recv()
         assert info["running"].max() <= 3
         assert sorted(info["env_id"].tolist()) == list(range(8))
-        assert pool._coord.sched.running == 0
-        assert not pool._coord.sched.held
+        assert pool._runner.sched.running == 0
+        assert not pool._runner.sched.held
 
 
 async def test_max_concurrency_with_deadlines_counts_from_dispatch() -> None:
@@ -380,7 +380,7 @@ async def test_random_timeouts_keep_every_invariant(executor: str, on_timeout: s
         assert sum(v for k, v in replies.items() if k != "reset") == sent  # exactly one reply per request
         assert replies["ok"] > 0
         assert replies["timeout" if on_timeout == "error" else "truncated"] > 0
-        sched = pool._coord.sched
+        sched = pool._runner.sched
         async with asyncio.timeout(HANG):  # a CANCEL or a re-make may still be finishing
             while sched.requests:
                 await asyncio.sleep(0.02)
