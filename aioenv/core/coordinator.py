@@ -23,13 +23,13 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import numpy as np
 
 from aioenv.core.deadlines import DeadlineTimer, Truncation
 from aioenv.core.failures import for_env, unsendable
-from aioenv.core.launcher import LaunchSpec, LocalProcess, WorkerProc, launch_in_process, launch_local
+from aioenv.core.launcher import HereWorker, LaunchSpec, LocalProcess, WorkerProc, launch_in_process, launch_local
 from aioenv.core.lifecycle import COORDINATOR, Lifecycle, Phase
 from aioenv.core.make_errors import start_failure
 from aioenv.core.memory import MemoryWatch
@@ -52,9 +52,6 @@ from aioenv.wire.info_wire import binfo_of
 from aioenv.wire.options import AutoresetName, Executor, OnTimeout
 from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, local
 from aioenv.wire.spaces import space_from_description
-
-if TYPE_CHECKING:
-    from workers.inproc import InProcessWorker  # imported by the launcher, once it is known to be aioenv's
 
 log = logging.getLogger("aioenv.coordinator")
 
@@ -369,11 +366,11 @@ class Coordinator(Recovery, Requests):
                 return local(Op.STEP, fields, [np.array(a) for a in arrays])
         return encode(_OPS[kind], fields, arrays, trusted=trusted)
 
-    def _inline_here(self) -> InProcessWorker | None:
+    def _inline_here(self) -> HereWorker | None:
         """The ``inline`` worker in this process, if this pool has one."""
         if self.executor != "inline" or not self.slots or not self.slots[0].in_process:
             return None
-        return cast("InProcessWorker | None", self.slots[0].proc)
+        return cast("HereWorker | None", self.slots[0].proc)
 
     def in_env_code(self) -> bool:
         """Whether the calling thread runs env code of this pool's ``inline`` worker in this process (an env
@@ -429,7 +426,7 @@ class Coordinator(Recovery, Requests):
     # took (a caller that awaits something else, or a recv() in a task of its own), workers' replies first.
 
     def _defer(self, slot: Slot, frames: list[Any]) -> None:
-        proc = cast("InProcessWorker", slot.proc)
+        proc = cast("HereWorker", slot.proc)
         if not slot.ready or not proc.defer(frames):
             self._send(slot, frames)
         elif not self._turn_booked:
@@ -441,11 +438,11 @@ class Coordinator(Recovery, Requests):
         self.answer_waiting()
 
     @property
-    def _here(self) -> InProcessWorker | None:
+    def _here(self) -> HereWorker | None:
         """The worker in this process of a pool that shares its envs with worker processes (None: no share)."""
         if len(self.slots) < 2 or not self.slots[0].in_process or self.executor != "inline":
             return None
-        return cast("InProcessWorker | None", self.slots[0].proc)
+        return cast("HereWorker | None", self.slots[0].proc)
 
     def deferred_here(self) -> bool:
         """Whether steps of the envs in this process wait to be answered (a share's rows for ``recv()``)."""

@@ -25,17 +25,14 @@ import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from aioenv.errors import UsageError
 from aioenv.transport.pipe import PipePort
 from aioenv.transport.spawn import launch_worker, worker_sched_policy
 
-if TYPE_CHECKING:
-    from workers.inproc import InProcessWorker
-    from workers.inproc_concurrent import InProcessConcurrentWorker
-
 __all__ = [
+    "HereWorker",
     "LaunchSpec",
     "LocalProcess",
     "WorkerProc",
@@ -88,6 +85,41 @@ class WorkerProc(Protocol):
 
     async def stop(self, grace: float, *, ask_first: bool = True) -> None:
         """Wait for it to exit, escalating; returns once it has."""
+        ...
+
+
+class HereWorker(WorkerProc, Protocol):
+    """The ``inline`` worker a pool runs in its own process (:class:`workers.inproc.InProcessWorker`), as the
+    coordinator drives it: its env code runs on a thread of this process, and a share's requests for ``recv()``
+    may wait to be answered until the caller would wait (see :meth:`aioenv.core.coordinator.Coordinator.answer_waiting`).
+
+    Named here, so that the coordinator needs the worker runtime's behaviour, not its module: only
+    :func:`launch_in_process` imports the runtime (the one edge from ``core`` to ``workers``, see
+    ``tests/test_layers.py``)."""
+
+    @property
+    def deferred(self) -> bool:
+        """Whether requests wait to be answered."""
+        ...
+
+    def defer(self, frames: Sequence[Any]) -> bool:
+        """Queue a request without answering it yet; False when it cannot wait (then send it)."""
+        ...
+
+    def answer_deferred(self) -> None:
+        """Answer the requests that wait, now."""
+        ...
+
+    def runs_env_code(self) -> bool:
+        """Whether its env code runs, or is queued, now."""
+        ...
+
+    def runs_env_code_here(self) -> bool:
+        """Whether the calling thread is the one its env code runs on."""
+        ...
+
+    def interrupt_env_code(self) -> None:
+        """Raise ``KeyboardInterrupt`` inside the env code that runs now, if any."""
         ...
 
 
@@ -147,7 +179,7 @@ def in_process_unavailable() -> str | None:
     return None
 
 
-def launch_in_process(spec: LaunchSpec) -> InProcessWorker | InProcessConcurrentWorker:
+def launch_in_process(spec: LaunchSpec) -> WorkerProc:
     """Run the worker in this process, served by the running event loop: no process, no pipe. The ``inline``
     executor steps the envs inside the calls (``executor="in_process"``, :mod:`workers.inproc`); ``thread`` and
     ``async`` run them on threads or coroutines of this process (``num_workers=0``,
@@ -164,7 +196,10 @@ def launch_in_process(spec: LaunchSpec) -> InProcessWorker | InProcessConcurrent
     from workers.inproc import HOLD, InProcessWorker
 
     hold = HOLD if spec.hold is None else spec.hold
-    return InProcessWorker(spec.name, spec.private_dir, spec.on_exit, spec.on_message, slab_fd=spec.slab_fd, hold=hold)
+    here: HereWorker = InProcessWorker(
+        spec.name, spec.private_dir, spec.on_exit, spec.on_message, slab_fd=spec.slab_fd, hold=hold
+    )
+    return here
 
 
 def describe_exit(code: int | None) -> str:
