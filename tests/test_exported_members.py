@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import pathlib
+import re
 import types
 
 import pytest
@@ -26,7 +28,37 @@ PUBLIC = {
     "aioenv.compat.torchrl": "AioEnv",
     "aioenv.collect": "Batch Collector Episode EpisodeCollector Turn",
     "aioenv.ray": "HostInfo RayHosts STRATEGIES place_hosts place_hosts_async reachable_endpoint",
+    "aioenv.server.server": "Server ServerConfig",  # a server in one's own process (docs/ray.md)
+    "aioenv.server.status": "fetch_status",  # what `aioenv status` asks, from code (examples/)
 }
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+#: ``import aioenv.x`` / ``from aioenv.x import y`` in the docs' code and the examples.
+_IMPORT = re.compile(r"^\s*(?:from\s+(aioenv(?:\.\w+)*)\s+import\s+([\w, ]+)|import\s+(aioenv(?:\.\w+)*))", re.M)
+
+
+def _documented_modules() -> set[str]:
+    """The aioenv modules the README, docs/ and examples/ import from (a name imported from a package that is
+    itself a module counts as that module)."""
+    found: set[str] = set()
+    texts = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "examples").glob("*.py"))]
+    for path in texts:
+        for source, names, plain in _IMPORT.findall(path.read_text()):
+            if plain:
+                found.add(plain)
+                continue
+            found.add(source)
+            for name in (n.strip() for n in names.split(",")):
+                if isinstance(getattr(importlib.import_module(source), name, None), types.ModuleType):
+                    found.add(f"{source}.{name}")
+    return found
+
+
+def test_every_module_the_docs_import_from_is_pinned() -> None:
+    documented = _documented_modules()
+    assert {"aioenv", "aioenv.collect", "aioenv.compat.envpool"} <= documented  # the scan sees real imports
+    packages_of_modules = {"aioenv.compat"}  # holds pinned modules, exports nothing of its own
+    assert documented - packages_of_modules <= set(PUBLIC), sorted(documented - packages_of_modules - set(PUBLIC))
 
 
 @pytest.mark.parametrize("name", sorted(PUBLIC))
