@@ -401,7 +401,7 @@ class AioVecEnv(VecEnv):
         private directory (see :class:`aioenv.compat.payloads.Transfer`; every file is gone when this returns)."""
         self._check_open()
         ids = self._env_ids(indices)
-        private_dir = self.pool.pool._private_dir
+        private_dir = self.pool.pool.private_dir
         assert private_dir is not None, "AioVecEnv takes env factories: its pool is always local"
         results: list[Any] = [None] * len(ids)
         with Transfer(private_dir) as transfer:

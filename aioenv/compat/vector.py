@@ -475,7 +475,7 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         self, op: str, name: str, *, inline: Any = None, pickled: Any = None, plain: bool = True, env_ids: Any = None
     ) -> tuple[concurrent.futures.Future[Any], Transfer]:
         """Start the compat helper (:mod:`aioenv.compat.payloads`) on the envs: any picklable value both ways."""
-        private_dir = self._sp.pool._private_dir
+        private_dir = self._sp.pool.private_dir
         assert private_dir is not None, "AioVectorEnv takes env factories: its pool is always local"
         transfer = Transfer(private_dir)
         try:
