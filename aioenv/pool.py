@@ -431,6 +431,11 @@ class Pool:
         """The autoreset mode, as gymnasium's enum."""
         return MODES[self._mode]
 
+    @property
+    def private_dir(self) -> str | None:
+        """The 0700 directory of this pool's pickled factories and payloads; None for a remote pool."""
+        return self._private_dir
+
     def _on_remade(self, env_ids: np.ndarray) -> None:
         for env_id in env_ids.tolist():
             self._seeds[env_id] = self._recorded[env_id]

@@ -67,9 +67,11 @@ import logging
 import signal
 import threading
 import weakref
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from types import MethodType
+from typing import Any, Literal, ParamSpec, TypeVar, overload
 
+import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from aioenv._loop import consume, new_event_loop
@@ -82,14 +84,12 @@ __all__ = ["SyncPool", "make_sync"]
 log = logging.getLogger("aioenv.sync")
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
-#: Pool calls that dispatch synchronously and return a future (``Pool._start_*``): see ``_Runtime.start``.
-_STARTERS: dict[str, tuple[str, dict[str, Any]]] = {
-    "step": ("_start_step", {}),
-    "reset": ("_start_reset", {}),
-    "_step_info_list": ("_start_step", {"info_list": True}),  # the SB3 adapter's step
-    "_step_info_list_checked": ("_start_step", {"info_list": True, "checked": True}),  # ... its actions checked
-}
+#: What a step returns: ``(obs, reward, terminated, truncated, info)``, info a dict of batched values.
+StepRows = tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
+#: A step whose ``info`` is a list with each env's own info dict, in row order (Stable-Baselines3's infos).
+StepRowsListed = tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]
 
 #: A pool call that dispatches synchronously (``Pool._start_step``): it returns the future of its result (done
 #: already when it was answered inside the call: every env in this process, quick enough).
@@ -197,6 +197,16 @@ class _Runtime:
 
     def __init__(self, pool: Pool, name: str) -> None:
         self.pool = pool
+        #: The calls that take the light path (:meth:`start`: no task per call), keyed by the bound method a caller
+        #: passes, each with the pool's starter that dispatches it at once (same arguments) and returns the future
+        #: of its result; a starter passed itself is one too (the adapters' step, :meth:`SyncPool.step_checked`).
+        self.starters: dict[Callable[..., Any], _Starter] = {
+            pool.step: pool._start_step,
+            pool.reset: pool._start_reset,
+            pool._start_step: pool._start_step,
+        }
+        #: The one call that is not shielded: an interrupted ``recv`` stops waiting, and its rows stay queued.
+        self.recv = pool.recv
         self.started_here = ForkGuard()  # a forked child's calls are refused (check_caller): no loop thread there
         self.loop = new_event_loop()
         self.closed = False
@@ -239,6 +249,10 @@ class _Runtime:
 
     def in_loop_thread(self) -> bool:
         return threading.get_ident() == self.thread.ident
+
+    def starter(self, fn: Callable[..., Any]) -> _Starter | None:
+        """The pool's starter for ``fn`` when ``fn`` takes the light path (:attr:`starters`), else None."""
+        return self.starters.get(fn) if isinstance(fn, MethodType) else None
 
     def driven_here(self) -> bool:
         """Whether this thread is inside a call of this pool: one that runs the loop here (direct mode), or the
@@ -540,37 +554,56 @@ class SyncPool:
         future: concurrent.futures.Future[T] = self._rt.submit(run, (), {}, shield=False)
         return future
 
-    def submit(self, name: str, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
-        """Start ``Pool.<name>(*args, **kwargs)`` on the loop thread without waiting for it (when calls run in
-        the caller's thread, :attr:`runs_in_caller`, it runs here and is done when this returns).
+    @overload
+    def submit(
+        self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> concurrent.futures.Future[T]: ...
+    @overload
+    def submit(
+        self, fn: Callable[P, None], /, *args: P.args, **kwargs: P.kwargs
+    ) -> concurrent.futures.Future[None]: ...
+    def submit(self, fn: Callable[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> concurrent.futures.Future[Any]:
+        """Start ``fn(*args, **kwargs)``, a method of :attr:`pool` (``sp.submit(sp.pool.step, actions)``), on the
+        loop thread without waiting for it (when calls run in the caller's thread, :attr:`runs_in_caller`, it
+        runs here and is done when this returns). A type checker checks the arguments against ``fn``'s own.
 
-        Returns a ``concurrent.futures.Future`` with the call's result (or exception); wait for it
-        with :meth:`wait`. A later call first waits for this one if it was interrupted. For the
-        building of ``step_async``/``step_wait`` style adapters.
+        Returns a ``concurrent.futures.Future`` with the call's result (a coroutine method's, or a returned
+        future's, awaited) or exception; wait for it with :meth:`wait`. A later call first waits for this one
+        if it was interrupted; an interrupted ``pool.recv`` loses no rows. ``pool.step`` and ``pool.reset`` take
+        the light path (no task per call). For the building of ``step_async``/``step_wait`` style adapters.
+
+        Raises:
+            TypeError: ``fn`` is a method's name (the form this method took before): pass the method itself.
         """
-        fn, kwargs, starts = self._target(name, kwargs)
-        if starts:  # the common calls take the lighter path (no task per call)
-            return self._rt.start(fn, args, kwargs)
-        return self._rt.submit(fn, args, kwargs, shield=name != "recv")
+        if isinstance(fn, str):
+            raise TypeError(
+                f"SyncPool.submit takes the pool's method itself, not its name: sp.submit(sp.pool.step, actions) "
+                f"rather than sp.submit('step', actions); got {fn!r}"
+            )
+        return self._submit(fn, args, kwargs)
 
-    def _target(self, name: str, kwargs: dict[str, Any]) -> tuple[Callable[..., Any], dict[str, Any], bool]:
-        """The pool method that performs ``name``, its keyword arguments, and whether it is a starter (it
-        dispatches and returns the future of its result: ``_STARTERS``)."""
-        starter = _STARTERS.get(name)
-        if starter is None:
-            return getattr(self._rt.pool, name), kwargs, False
-        method, extra = starter
-        return getattr(self._rt.pool, method), {**kwargs, **extra}, True
+    def _submit(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> concurrent.futures.Future[Any]:
+        rt = self._rt
+        starter = rt.starter(fn)
+        if starter is not None:  # the common calls take the lighter path (no task per call)
+            return rt.start(starter, args, kwargs)
+        return rt.submit(fn, args, kwargs, shield=fn != rt.recv)
 
-    def _run(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
+    @overload
+    def _run(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T: ...
+    @overload
+    def _run(self, fn: Callable[P, None], /, *args: P.args, **kwargs: P.kwargs) -> None: ...
+    def _run(self, fn: Callable[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> Any:
+        """``fn(*args, **kwargs)`` (a method of the pool) run to its end: its result, awaited, or its error."""
         rt = self._rt
         if rt.direct:  # in this thread, with no future to hand the outcome over (see _Runtime.call_here)
             rt.check_caller()
-            fn, fn_kwargs, starts = self._target(name, kwargs)
-            value = rt.call_here(fn, args, fn_kwargs, shield=starts or name != "recv")
+            value = rt.call_here(rt.starter(fn) or fn, args, kwargs, shield=fn != rt.recv)
             if value is not _TAKEN_BACK:
                 return value
-        return rt.wait(self.submit(name, *args, **kwargs))
+        return rt.wait(self._submit(fn, args, kwargs))
 
     def wait(self, future: concurrent.futures.Future[T], timeout: float | None = None) -> T:
         """Block until ``future`` (from :meth:`submit`) is done and return its result.
@@ -649,18 +682,16 @@ class SyncPool:
     ) -> tuple[Any, dict[str, Any]]:
         """Reset ``env_ids`` (all when None) and wait; returns ``(obs, info)``, obs with B rows,
         ``info["env_id"]`` ``(B,)`` int32. See :meth:`aioenv.Pool.reset`."""
-        result: tuple[Any, dict[str, Any]] = self._run("reset", env_ids, seed=seed, options=options)
-        return result
+        return self._run(self._rt.pool.reset, env_ids, seed=seed, options=options)
 
-    def step(self, actions: Any, env_ids: Any = None) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+    def step(self, actions: Any, env_ids: Any = None) -> StepRows:
         """Step ``env_ids`` (all when None) and wait; returns ``(obs, reward, terminated, truncated, info)``:
         reward ``(B,)`` float64, flags ``(B,)`` bool. See :meth:`aioenv.Pool.step`."""
-        result: tuple[Any, Any, Any, Any, dict[str, Any]] = self._run("step", actions, env_ids)
-        return result
+        return self._run(self._rt.pool.step, actions, env_ids)
 
     def send(self, actions: Any, env_ids: Any = None) -> None:
         """Dispatch steps (returns once they are sent); results come through :meth:`recv`."""
-        self._run("send", actions, env_ids)
+        self._run(self._rt.pool.send, actions, env_ids)
 
     def send_reset(
         self,
@@ -670,17 +701,48 @@ class SyncPool:
         options: dict[str, Any] | None = None,
     ) -> None:
         """Dispatch resets; their rows come through :meth:`recv` with reward 0."""
-        self._run("send_reset", env_ids, seed=seed, options=options)
+        self._run(self._rt.pool.send_reset, env_ids, seed=seed, options=options)
 
     def recv(
         self, *, min_results: int | None = None, max_results: int | None = None, timeout: float | None = None
-    ) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+    ) -> StepRows:
         """Rows of :meth:`send`/:meth:`send_reset` in the order they finished (B between ``min_results`` and
         ``max_results``). An interrupted ``recv`` loses nothing: rows stay queued. See :meth:`aioenv.Pool.recv`."""
-        result: tuple[Any, Any, Any, Any, dict[str, Any]] = self._run(
-            "recv", min_results=min_results, max_results=max_results, timeout=timeout
+        return self._run(self._rt.pool.recv, min_results=min_results, max_results=max_results, timeout=timeout)
+
+    # ------------------------------------------------------------ for the adapters in aioenv.compat
+
+    @overload
+    def step_checked(self, leaves: Sequence[np.ndarray], *, info_list: Literal[False] = False) -> StepRows: ...
+    @overload
+    def step_checked(self, leaves: Sequence[np.ndarray], *, info_list: Literal[True]) -> StepRowsListed: ...
+    def step_checked(self, leaves: Sequence[np.ndarray], *, info_list: bool = False) -> StepRows | StepRowsListed:
+        """Step every env with actions checked already, and wait: :meth:`step` for the adapters in
+        :mod:`aioenv.compat`, which check a whole batch in their own terms first.
+
+        ``leaves``: what :func:`aioenv.wire.spaces.check_actions` returned for the actions of every env in
+        order, taken as they are (the pool does not check them again; the caller must not change them until the
+        step is sent). With ``info_list``, ``info`` is a list with each env's own info dict, in row order, as
+        Stable-Baselines3 wants (still one message per worker). When calls run in the caller's thread
+        (:attr:`runs_in_caller`), the step is answered inside this call, with no future to hand it over."""
+        rows: StepRows | StepRowsListed = self._run(
+            self._rt.pool._start_step, leaves, None, info_list=info_list, checked=True
         )
-        return result
+        return rows
+
+    @overload
+    def submit_step_checked(
+        self, leaves: Sequence[np.ndarray], *, info_list: Literal[False] = False
+    ) -> concurrent.futures.Future[StepRows]: ...
+    @overload
+    def submit_step_checked(
+        self, leaves: Sequence[np.ndarray], *, info_list: Literal[True]
+    ) -> concurrent.futures.Future[StepRowsListed]: ...
+    def submit_step_checked(
+        self, leaves: Sequence[np.ndarray], *, info_list: bool = False
+    ) -> concurrent.futures.Future[StepRows] | concurrent.futures.Future[StepRowsListed]:
+        """:meth:`step_checked` without waiting, as :meth:`submit` starts a call: the future of its result."""
+        return self.submit(self._rt.pool._start_step, leaves, None, info_list=info_list, checked=True)
 
     # ------------------------------------------------------------ per-env futures
 
@@ -734,21 +796,19 @@ class SyncPool:
 
     def call(self, name: str, *args: Any, env_ids: Any = None, **kwargs: Any) -> list[Any]:
         """Call method ``name`` on each env; a list with one result per env. See :meth:`aioenv.Pool.call`."""
-        result: list[Any] = self._run("call", name, *args, env_ids=env_ids, **kwargs)
-        return result
+        return self._run(self._rt.pool.call, name, *args, env_ids=env_ids, **kwargs)
 
     def get_attr(self, name: str, env_ids: Any = None) -> list[Any]:
         """Attribute ``name`` of each env (one per env in ``env_ids`` order)."""
-        result: list[Any] = self._run("get_attr", name, env_ids)
-        return result
+        return self._run(self._rt.pool.get_attr, name, env_ids)
 
     def set_attr(self, name: str, values: Any, env_ids: Any = None) -> None:
         """Set attribute ``name``: a list/tuple gives one value per env, anything else is set on all."""
-        self._run("set_attr", name, values, env_ids)
+        self._run(self._rt.pool.set_attr, name, values, env_ids)
 
-    def render(self, env_ids: Any = None) -> Any:
+    def render(self, env_ids: Any = None) -> np.ndarray:
         """RGB frames, shape ``(B, H, W, 3)`` uint8 (envs made with ``render_mode="rgb_array"``)."""
-        return self._run("render", env_ids)
+        return self._run(self._rt.pool.render, env_ids)
 
     # ------------------------------------------------------------ lifecycle
 

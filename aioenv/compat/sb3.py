@@ -41,7 +41,7 @@ import multiprocessing
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, ParamSpec
 
 import gymnasium as gym
 import numpy as np
@@ -60,6 +60,8 @@ from aioenv.wire.spaces import check_actions
 
 __all__ = ["AioVecEnv"]
 
+P = ParamSpec("P")
+
 
 class _Answered:
     """A call's outcome, taken at once (a step answered inside the call, in the caller's thread), read back
@@ -72,10 +74,10 @@ class _Answered:
         self._value, self._error = value, error
 
     @classmethod
-    def of(cls, call: Callable[..., Any], /, *args: Any) -> _Answered:
-        """``call(*args)``'s outcome (its value, or the ``Exception`` it raised; Ctrl-C goes on at once)."""
+    def of(cls, call: Callable[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> _Answered:
+        """``call(*args, **kwargs)``'s outcome (its value, or the ``Exception`` it raised; Ctrl-C goes on at once)."""
         try:
-            return cls(call(*args), None)
+            return cls(call(*args, **kwargs), None)
         except Exception as exc:  # noqa: BLE001 - the step's error is step_wait's to raise
             return cls(None, exc)
 
@@ -304,13 +306,12 @@ class AioVecEnv(VecEnv):
             if len(actions) != self.num_envs:
                 raise ValueError(f"expected {self.num_envs} actions (actions[i] for env i), got {len(actions)}")
             leaves = check_actions(self.pool.single_action_space, actions, self._all_ids)
-        # Pool._step_info_list: one message per worker, each env's own info dict back (SB3's infos); every env
-        # in order is env_ids=None, which the pool knows without checking the ids.
+        # info_list: one message per worker, each env's own info dict back (SB3's infos)
         if self.pool.runs_in_caller:  # answered inside the call, in this thread: no future to hand it over
-            self._pending = _Answered.of(self.pool._run, "_step_info_list_checked", leaves, None)
+            self._pending = _Answered.of(self.pool.step_checked, leaves, info_list=True)
         else:  # the loop thread sends later: a leaf may be the caller's array, reused
             leaves = [np.array(leaf, copy=True) for leaf in leaves]
-            self._pending = self.pool.submit("_step_info_list_checked", leaves, None)
+            self._pending = self.pool.submit_step_checked(leaves, info_list=True)
         self.waiting = True
 
     def step_wait(self) -> VecEnvStepReturn:
@@ -401,7 +402,7 @@ class AioVecEnv(VecEnv):
         private directory (see :class:`aioenv.compat.payloads.Transfer`; every file is gone when this returns)."""
         self._check_open()
         ids = self._env_ids(indices)
-        private_dir = self.pool.pool._private_dir
+        private_dir = self.pool.pool.private_dir
         assert private_dir is not None, "AioVecEnv takes env factories: its pool is always local"
         results: list[Any] = [None] * len(ids)
         with Transfer(private_dir) as transfer:

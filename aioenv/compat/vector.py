@@ -242,8 +242,8 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                 str(self._state.value),
             )
 
-    def _start(self, state: _State, name: str, *call_args: Any, **kwargs: Any) -> None:
-        self._pending = self._sp.submit(name, *call_args, **kwargs)
+    def _start(self, state: _State, pending: concurrent.futures.Future[Any]) -> None:
+        self._pending = pending
         self._state = state
 
     def _wait(self, state: _State, call: str, timeout: float | None) -> Any:
@@ -336,7 +336,7 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         error = seed_error(seeds, self._ids.tolist() if ids is None else ids.tolist())
         if error is not None:
             raise error
-        self._start(_State.WAITING_RESET, "reset", ids, seed=seeds, options=options)
+        self._start(_State.WAITING_RESET, self._sp.submit(self._sp.pool.reset, ids, seed=seeds, options=options))
         self._reset_ids = ids
 
     def _reset_mask(self, options: dict[str, Any] | None) -> np.ndarray | None:
@@ -407,7 +407,7 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         self._assert_is_running()
         self._assert_default("step_async")
         leaves = self._checked_actions(actions)
-        self._start(_State.WAITING_STEP, "step", leaves, None, checked=True)
+        self._start(_State.WAITING_STEP, self._sp.submit_step_checked(leaves))
 
     def _checked_actions(self, actions: Any) -> list[np.ndarray]:
         """The pool's checked leaves for ``actions``; the actions of envs that autoreset in this step are not
@@ -475,12 +475,12 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         self, op: str, name: str, *, inline: Any = None, pickled: Any = None, plain: bool = True, env_ids: Any = None
     ) -> tuple[concurrent.futures.Future[Any], Transfer]:
         """Start the compat helper (:mod:`aioenv.compat.payloads`) on the envs: any picklable value both ways."""
-        private_dir = self._sp.pool._private_dir
+        private_dir = self._sp.pool.private_dir
         assert private_dir is not None, "AioVectorEnv takes env factories: its pool is always local"
         transfer = Transfer(private_dir)
         try:
             fields = transfer.payload(inline, pickled, plain=plain)
-            return self._sp.submit("call", HELPER_NAME, op, name, fields, env_ids=env_ids), transfer
+            return self._sp.submit(self._sp.pool.call, HELPER_NAME, op, name, fields, env_ids=env_ids), transfer
         except BaseException:
             transfer.cleanup()
             raise

@@ -394,7 +394,7 @@ def test_env_errors_surface_in_step_wait_and_reset_recovers(executor: str) -> No
 
 
 def _leftovers(env: AioVecEnv) -> list[str]:
-    return sorted(n for n in os.listdir(env.pool.pool._private_dir) if n.startswith("compat-"))
+    return sorted(n for n in os.listdir(env.pool.pool.private_dir) if n.startswith("compat-"))
 
 
 def test_non_msgpack_values_and_exception_types_round_trip_through_files(venv: AioVecEnv) -> None:

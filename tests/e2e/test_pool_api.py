@@ -247,6 +247,19 @@ async def test_autoreset_mode_accepts_enum_and_string() -> None:
         assert pool.metadata["autoreset_mode"] is AutoresetMode.SAME_STEP
 
 
+async def test_private_dir_is_the_pools_own_0700_directory_and_none_for_a_remote_pool() -> None:
+    async with aioenv.Pool(PROBE, 2, executor="inline", num_workers=1) as pool:
+        private = pool.private_dir
+        assert private is not None
+        assert os.stat(private).st_mode & 0o777 == 0o700
+    assert not os.path.exists(private)  # removed with the pool
+    remote = aioenv.Pool("CartPole-v1", 2, endpoint="tcp://127.0.0.1:1")  # never started: nothing to connect to
+    try:
+        assert remote.private_dir is None  # a server's envs: nothing of this process to pickle
+    finally:
+        await remote.aclose()
+
+
 # ------------------------------------------------------------------ reset
 
 

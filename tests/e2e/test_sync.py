@@ -224,13 +224,69 @@ def test_failed_start_leaves_nothing_behind() -> None:
     assert threading.active_count() == before
 
 
+# ---------------------------------------------------------------- submit
+
+
+@pytest.mark.parametrize("executor", ["inline", "in_process"])
+def test_submit_takes_the_pools_method_with_its_arguments(executor: str) -> None:
+    with SyncPool(PROBE, 2, executor=executor, seed=10, batch_size=1) as sp:
+        obs, info = sp.wait(sp.submit(sp.pool.reset, [1, 0], seed=[20, 30], options=None))  # a starter, by keyword
+        assert info["env_id"].tolist() == [1, 0]
+        assert obs[:, 0].tolist() == [20, 30]
+        obs, reward, _term, _trunc, info = sp.wait(sp.submit(sp.pool.step, np.array([0, 0]), env_ids=None))
+        assert reward.tolist() == [0.5, 0.5]
+        assert obs[:, 1].tolist() == [1, 1]
+        described = sp.wait(sp.submit(sp.pool.call, "describe", 2, scale=3, env_ids=[1]))  # a coroutine method
+        assert described == [{"ident": 20, "value": 6}]
+        assert sp.wait(sp.submit(sp.pool.send, np.array([0]), [1])) is None  # a plain method
+        *_, info = sp.wait(sp.submit(sp.pool.recv, min_results=1, timeout=HANG))
+        assert info["env_id"].tolist() == [1]
+        result = sp.wait(sp.submit(sp.pool.step_env, 0, 0))  # a method that returns a future: its result
+        assert isinstance(result, aioenv.StepResult)
+        assert result.obs[1] == 2
+
+
+def test_submit_of_a_step_or_a_reset_takes_no_task_per_call(gate: Any) -> None:
+    # step and reset dispatch on the loop thread at once and hand their result's future over (the light path);
+    # any other call runs as a task of its own
+    with SyncPool(PROBE, 2, executor="inline", seed=0, batch_size=1, env_kwargs=gate.kwargs()) as sp:
+        sp.reset()
+        loop = sp.loop
+
+        async def count() -> int:
+            return len(asyncio.all_tasks()) - 1  # less this coroutine's own task
+
+        def tasks() -> int:
+            return asyncio.run_coroutine_threadsafe(count(), loop).result(HANG)
+
+        idle = tasks()
+        sp.send(np.array([SLOW]), [0])
+        received = sp.submit(sp.pool.recv)
+        wait_marker(gate, 0)
+        assert tasks() == idle + 1  # the recv waits in a task
+        stepped = sp.submit(sp.pool.step, np.array([SLOW]), [1])
+        wait_marker(gate, 1)
+        assert tasks() == idle + 1  # the step has none
+        gate.open()
+        assert sp.wait(received, HANG)[-1]["env_id"].tolist() == [0]
+        assert sp.wait(stepped, HANG)[-1]["env_id"].tolist() == [1]
+
+
+@pytest.mark.parametrize("executor", ["inline", "in_process"])
+def test_submit_refuses_a_methods_name(executor: str) -> None:
+    with SyncPool(PROBE, 1, executor=executor) as sp:
+        with pytest.raises(TypeError, match=r"sp\.submit\(sp\.pool\.step, actions\)"):
+            sp.submit("step", np.array([0]))  # type: ignore[call-overload]
+        sp.reset()  # refused before anything was sent
+
+
 # ---------------------------------------------------------------- interruption
 
 
 def test_wait_timeout_does_not_corrupt_the_pool(gate: Any) -> None:
     with SyncPool(PROBE, 2, executor="inline", seed=0, env_kwargs=gate.kwargs()) as sp:
         sp.reset()
-        fut = sp.submit("step", np.array([SLOW, 0]))
+        fut = sp.submit(sp.pool.step, np.array([SLOW, 0]))
         wait_marker(gate, 0)
         with pytest.raises(TimeoutError):
             sp.wait(fut, timeout=0.01)  # the gate is closed: it cannot finish
@@ -245,7 +301,7 @@ def test_interrupted_recv_loses_no_rows(gate: Any) -> None:
     with SyncPool(PROBE, 2, executor="inline", seed=0, batch_size=2, env_kwargs=gate.kwargs()) as sp:
         sp.reset()
         sp.send(np.array([SLOW, 0]))
-        fut = sp.submit("recv")
+        fut = sp.submit(sp.pool.recv)
         wait_marker(gate, 0)
         with pytest.raises(TimeoutError):
             sp.wait(fut, timeout=0.01)
@@ -617,7 +673,7 @@ def test_close_is_idempotent_and_stops_everything(executor: str) -> None:
 def test_close_fails_a_blocked_call_with_pool_closed(gate: Any) -> None:
     sp = SyncPool(PROBE, 2, executor="inline", seed=0, env_kwargs=gate.kwargs())
     sp.reset()
-    fut = sp.submit("step", np.array([SLOW, 0]))
+    fut = sp.submit(sp.pool.step, np.array([SLOW, 0]))
     wait_marker(gate, 0)
     closer = threading.Thread(target=sp.close)
     closer.start()
