@@ -597,7 +597,8 @@ class Pool:
     def _start_step(
         self, actions: Any, env_ids: Any = None, *, info_list: bool = False, checked: bool = False
     ) -> asyncio.Future[Any]:
-        """:meth:`step` (``info_list``: :meth:`_step_info_list`) without the coroutine: dispatch now and return
+        """:meth:`step` (``info_list``: ``info`` is a list with each env's own info dict, in row order, as
+        Stable-Baselines3 wants; still one message per worker) without the coroutine: dispatch now and return
         the future of its result (see :meth:`_start_reset`; ``checked``: see :meth:`_dispatch_step`). Done
         already when every env ran in this process within the call (``max_loop_hold``)."""
         runner = self._core()
@@ -610,15 +611,6 @@ class Pool:
             sink.future.add_done_callback(consume)
             raise
         return sink.future
-
-    async def _step_info_list(
-        self, actions: Any, env_ids: Any = None
-    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
-        """Like :meth:`step`, but ``info`` is a list with each env's own info dict (row order), as
-        Stable-Baselines3 wants; still one message per worker. For the adapters in :mod:`aioenv.compat`."""
-        result: tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]
-        result = await self._start_step(actions, env_ids, info_list=True)
-        return result
 
     def send(self, actions: Any, env_ids: Any = None) -> None:
         """Dispatch steps for ``env_ids`` and return at once; results arrive through :meth:`recv`."""

@@ -1081,7 +1081,7 @@ async def test_step_info_list_gives_each_envs_own_info_in_one_batch() -> None:
         for _ in range(25):
             actions = rng.integers(0, 3, size=4)
             _, rew_a, term_a, trunc_a, info_a = await guard(batched.step(actions, [3, 0, 1, 2]))
-            _, rew_b, term_b, trunc_b, infos = await guard(listed._step_info_list(actions, [3, 0, 1, 2]))
+            _, rew_b, term_b, trunc_b, infos = await guard(listed._start_step(actions, [3, 0, 1, 2], info_list=True))
             assert isinstance(infos, list)
             assert len(infos) == 4
             assert all(isinstance(d, dict) for d in infos)
