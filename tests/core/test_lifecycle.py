@@ -12,13 +12,14 @@ import itertools
 
 import pytest
 
-from aioenv.core.lifecycle import COORDINATOR, POOL, REMOTE, InvalidTransition, Lifecycle, Phase, Transitions
+from aioenv.core.lifecycle import COORDINATOR, POOL, REMOTE, SERVER, InvalidTransition, Lifecycle, Phase, Transitions
 from aioenv.core.recovery import SLOT, SlotState
 
 TABLES: dict[str, tuple[type[enum.Enum], Transitions[enum.Enum]]] = {
     "pool": (Phase, POOL),  # type: ignore[dict-item]
     "coordinator": (Phase, COORDINATOR),  # type: ignore[dict-item]
     "remote": (Phase, REMOTE),  # type: ignore[dict-item]
+    "server": (Phase, SERVER),  # type: ignore[dict-item]
     "worker slot": (SlotState, SLOT),  # type: ignore[dict-item]
 }
 
@@ -45,7 +46,7 @@ def test_each_transition_is_taken_or_refused_as_the_table_says(table: str, start
 def test_the_pool_lifecycles_say_what_the_docs_say() -> None:
     """The paths the docs promise: start, run, close; a close before the start or of a failed start; closed
     is final; a remote pool may lose its server and is then only closed."""
-    for table in (POOL, COORDINATOR, REMOTE):
+    for table in (POOL, COORDINATOR, REMOTE, SERVER):
         for path in (
             [Phase.STARTING, Phase.RUNNING, Phase.CLOSING, Phase.CLOSED],
             [Phase.CLOSING, Phase.CLOSED],
