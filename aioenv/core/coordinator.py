@@ -33,7 +33,7 @@ from aioenv.core.launcher import HereWorker, LaunchSpec, LocalProcess, WorkerPro
 from aioenv.core.lifecycle import COORDINATOR, Lifecycle, Phase
 from aioenv.core.make_errors import start_failure
 from aioenv.core.memory import MemoryWatch
-from aioenv.core.recovery import SETUP, Recovery, Slot
+from aioenv.core.recovery import SETUP, Recovery, Slot, SlotState
 from aioenv.core.replies import Block, Outlet, Segment, int_lists, route_block
 from aioenv.core.runner import Requests
 from aioenv.core.scheduler import THROTTLED, Build, HeldCall, Request, Scheduler, SetupFuture
@@ -218,7 +218,6 @@ class Coordinator(Recovery, Requests):
         """Start a worker process for ``slot`` (may raise CapacityError from a fleet's launcher)."""
         slot.generation += 1
         slot.name = f"{self._prefix}w{slot.index}.{slot.generation}"
-        slot.ready = False
         slot.outbox = []
         spec = LaunchSpec(
             slot.name,
@@ -231,16 +230,17 @@ class Coordinator(Recovery, Requests):
             self.max_loop_hold,
         )
         slot.proc = launch_in_process(spec) if slot.in_process else self._launch(spec)
+        slot.move(SlotState.STARTING)
         self._by_name[slot.name.encode()] = slot
 
     def _take(self, slot: Slot, proc: LocalProcess) -> None:
         """Make the running worker ``proc`` (it said HELLO to its first owner) ``slot``'s worker."""
         slot.generation += 1
         slot.name = f"{self._prefix}w{slot.index}.{slot.generation}"
-        slot.ready = True
         slot.outbox = []
         proc.rebind(slot.name, self._on_message, self._on_exit)
         slot.proc = proc
+        slot.move(SlotState.READY)
         self._by_name[slot.name.encode()] = slot
 
     async def _make(self, slot: Slot, env_ids: np.ndarray) -> dict[str, Any]:
@@ -485,7 +485,8 @@ class Coordinator(Recovery, Requests):
             return
         op = header[Key.OP]
         if op == Op.HELLO:
-            slot.ready = True
+            if slot.state is SlotState.STARTING:  # else a worker that reconnected: READY or DRAINING, it stays
+                slot.move(SlotState.READY)
             outbox, slot.outbox = slot.outbox, []
             for queued in outbox:
                 self._send(slot, queued)
@@ -500,7 +501,7 @@ class Coordinator(Recovery, Requests):
             self._deliver_or_fail(slot, req, op, header, arrays)
         if self.sched.held:
             self._pump()
-        if slot.recycle:
+        if slot.state is SlotState.DRAINING:
             self._recycle_if_idle(slot)
 
     # ------------------------------------------------------------ memory (see aioenv.core.memory)
@@ -520,23 +521,24 @@ class Coordinator(Recovery, Requests):
 
     def _over_memory(self, index: int, rss: int) -> None:
         slot = self.slots[index]
-        if not slot.recycle:
+        if slot.state is SlotState.READY:  # DRAINING: marked already; STARTING: no HELLO, so no envs made yet
             mib = 1 << 20
-            slot.recycle = (
+            why = (
                 f"was recycled: its memory (RSS {rss / mib:.0f} MiB) passed max_worker_rss "
                 f"({(self.max_worker_rss or 0) / mib:.0f} MiB)"
             )
-            log.warning("worker %s %s", slot.name, slot.recycle)
+            slot.move(SlotState.DRAINING, why)
+            log.warning("worker %s %s", slot.name, why)
         self._recycle_if_idle(slot)
 
     def _recycle_if_idle(self, slot: Slot) -> None:
         """Replace the slot's worker now if no request is in flight on it (else after its next reply)."""
         proc = slot.proc
-        if self.closing or proc is None or not slot.ready:
+        if self.closing or proc is None or slot.state is not SlotState.DRAINING:
             return
         if any(req.worker == slot.index for req in self.sched.requests.values()):
             return
-        how, slot.recycle = slot.recycle, ""
+        how = slot.why
         proc.kill()  # it holds nothing of use now; aclose reaps it (see _retire)
         self._restart(slot, how, crash=False)
 
@@ -692,10 +694,10 @@ class Coordinator(Recovery, Requests):
         procs = [*self._retired, *(slot.proc for slot in self.slots if slot.proc is not None)]
         stops = [p.stop(grace, ask_first=False) for p in self._retired]
         for slot in self.slots:
-            if slot.proc is None:
-                continue
-            asked = slot.ready and slot.proc.port.send(slot.name.encode(), encode(Op.CLOSE, {Key.ID: 0}))
-            stops.append(slot.proc.stop(grace, ask_first=bool(asked)))
+            if slot.proc is not None:
+                asked = slot.ready and slot.proc.port.send(slot.name.encode(), encode(Op.CLOSE, {Key.ID: 0}))
+                stops.append(slot.proc.stop(grace, ask_first=bool(asked)))
+            slot.move(SlotState.CLOSED)
         try:
             await asyncio.gather(*stops)
         except asyncio.CancelledError:  # e.g. a server shutting down cancels its sessions' closes

@@ -91,7 +91,8 @@ class WorkerProc(Protocol):
 class HereWorker(WorkerProc, Protocol):
     """The ``inline`` worker a pool runs in its own process (:class:`workers.inproc.InProcessWorker`), as the
     coordinator drives it: its env code runs on a thread of this process, and a share's requests for ``recv()``
-    may wait to be answered until the caller would wait (see :meth:`aioenv.core.coordinator.Coordinator.answer_waiting`).
+    may wait to be answered until the caller would wait (see
+    :meth:`aioenv.core.coordinator.Coordinator.answer_waiting`).
 
     Named here, so that the coordinator needs the worker runtime's behaviour, not its module: only
     :func:`launch_in_process` imports the runtime (the one edge from ``core`` to ``workers``, see

@@ -23,6 +23,7 @@ __all__ = [
     "COORDINATOR",
     "POOL",
     "REMOTE",
+    "SERVER",
     "InvalidTransition",
     "Lifecycle",
     "Phase",
@@ -121,3 +122,7 @@ REMOTE: Transitions[Phase] = {
     _LOST: frozenset((_CLOSING,)),
     _CLOSING: frozenset((_CLOSED,)),
 }
+
+#: A server (:class:`aioenv.server.server.Server`): as a pool. STARTING: ``start()`` binds its ports (a start that
+#: raised is closed from there); RUNNING: it serves clients; CLOSING: ``aclose()`` closes its sessions.
+SERVER: Transitions[Phase] = POOL

@@ -7,6 +7,7 @@ with ``on_timeout="truncate"``), starts a fresh process in the same slot and re-
 which then need a reset. A slot whose process keeps dying by itself (over :data:`MAX_RESTARTS` within
 :data:`RESTART_WINDOW`) is given up: its envs fail fast with the reason. An ``async`` worker is asked to
 cancel its late steps and replace those envs instead of being killed (within :data:`CANCEL_GRACE`).
+What a slot is doing is one :class:`SlotState`, moved along :data:`SLOT` (see :mod:`aioenv.core.lifecycle`).
 
 :class:`Recovery` is the part of :class:`aioenv.core.coordinator.Coordinator` that handles this (a mixin: it
 shares the coordinator's tables); the coordinator routes requests and replies, this module decides what a
@@ -16,6 +17,7 @@ failure answers and what is started again.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -25,12 +27,23 @@ import numpy as np
 
 from aioenv.core.deadlines import DeadlineTimer, Truncation, cancel_fields, timeout_error
 from aioenv.core.launcher import WorkerProc
+from aioenv.core.lifecycle import Lifecycle, Transitions
 from aioenv.core.scheduler import Request, Scheduler, SetupFuture
 from aioenv.core.sinks import Part, Sink
 from aioenv.errors import AioEnvError, ProtocolError, WorkerCrashed
 from aioenv.wire.protocol import Key, Op, encode
 
-__all__ = ["CANCEL_GRACE", "MAX_RESTARTS", "RESTART_WINDOW", "SETUP", "Lost", "Recovery", "Slot"]
+__all__ = [
+    "CANCEL_GRACE",
+    "MAX_RESTARTS",
+    "RESTART_WINDOW",
+    "SETUP",
+    "SLOT",
+    "Lost",
+    "Recovery",
+    "Slot",
+    "SlotState",
+]
 
 log = logging.getLogger("aioenv.coordinator")
 
@@ -44,22 +57,99 @@ SETUP = frozenset(("make", "slab"))
 CANCEL_GRACE = 5.0
 
 
+class SlotState(enum.Enum):
+    """What a worker slot (:class:`Slot`) is doing.
+
+    ``EMPTY``: made, no worker yet. ``STARTING``: its worker process is launched and has not said HELLO:
+    messages for it wait in the slot's outbox. ``READY``: its worker said HELLO; messages go to it (a worker
+    that reconnects says HELLO again and stays as it is). ``DRAINING``: ready, and replaced as soon as no request
+    is in flight on it (its memory passed ``max_worker_rss``: :mod:`aioenv.core.memory`). ``LOST``: its worker is
+    gone (it died, or was killed: a deadline, a message this side cannot read, recycling) and the requests it took
+    are answered; the same call starts a fresh one or gives the slot up. ``GIVEN_UP``: no worker, for good (it
+    crash-looped, or could not be restarted and nothing says when room frees): its envs fail fast.
+    ``WAITING_FOR_ROOM``: no worker until a worker host has room (a fleet's launcher had none); then started
+    again. ``CLOSED``: the pool closed (its worker, if it had one, is stopped); final.
+    """
+
+    EMPTY = "empty"
+    STARTING = "starting"
+    READY = "ready"
+    DRAINING = "draining"
+    LOST = "lost"
+    GIVEN_UP = "given up"
+    WAITING_FOR_ROOM = "waiting for room"
+    CLOSED = "closed"
+
+
+_EMPTY, _STARTING, _READY, _DRAINING, _LOST, _GIVEN_UP, _WAITING, _CLOSED = (
+    SlotState.EMPTY,
+    SlotState.STARTING,
+    SlotState.READY,
+    SlotState.DRAINING,
+    SlotState.LOST,
+    SlotState.GIVEN_UP,
+    SlotState.WAITING_FOR_ROOM,
+    SlotState.CLOSED,
+)
+
+#: A worker slot: a worker replaced when it is lost, and a pool that may close in any state (also between a
+#: failed restart's LOST and what should have followed it).
+SLOT: Transitions[SlotState] = {
+    _EMPTY: frozenset((_STARTING, _READY, _CLOSED)),  # READY: a worker taken over that said HELLO already
+    _STARTING: frozenset((_READY, _LOST, _CLOSED)),
+    _READY: frozenset((_DRAINING, _LOST, _CLOSED)),
+    _DRAINING: frozenset((_LOST, _CLOSED)),
+    _LOST: frozenset((_STARTING, _GIVEN_UP, _WAITING, _CLOSED)),
+    _GIVEN_UP: frozenset((_CLOSED,)),
+    _WAITING: frozenset((_STARTING, _CLOSED)),
+}
+#: The states in which a slot's worker said HELLO: messages go to it, not to the outbox.
+_HEARD = frozenset((_READY, _DRAINING))
+#: The states in which a slot has no worker and its envs' requests fail fast.
+_NO_WORKER = frozenset((_GIVEN_UP, _WAITING))
+
+
 class Slot:
-    """A worker position; its process is replaced when it dies."""
+    """A worker position; its process is replaced when it dies. Its :class:`SlotState` says what it is doing
+    and changes only through :meth:`move`."""
 
     def __init__(self, index: int, in_process: bool = False) -> None:
         self.index = index
         self.in_process = in_process  # its worker runs in this process (see workers.inproc)
+        self.life = Lifecycle(f"worker slot {index}", SlotState.EMPTY, SLOT)
+        #: The words of its state: DRAINING: why its worker is replaced; LOST: how its worker ended; GIVEN_UP,
+        #: WAITING_FOR_ROOM: why it has no worker (what its envs' errors say). "" in the other states.
+        self.why = ""
         self.generation = 0
         self.name = ""
-        self.proc: WorkerProc | None = None
-        self.ready = False
+        self.proc: WorkerProc | None = None  # its worker: STARTING, READY, DRAINING (and CLOSED: being stopped)
         self.outbox: list[list[Any]] = []
         self.restarts = 0  # every restart, for the metrics
         self.deaths: deque[float] = deque()  # when its workers died by themselves, within RESTART_WINDOW
-        self.dead_reason = ""
-        self.waits_for_room = False  # given up for want of room: started again once a host has room
-        self.recycle = ""  # why its worker is to be replaced once idle (see aioenv.core.memory), if it is
+
+    @property
+    def state(self) -> SlotState:
+        """What it is doing now."""
+        return self.life.state
+
+    @property
+    def ready(self) -> bool:
+        """Whether its worker said HELLO (READY, DRAINING): messages go to it rather than to the outbox."""
+        return self.life.state in _HEARD
+
+    @property
+    def dead_reason(self) -> str:
+        """Why it has no worker and its envs fail fast (GIVEN_UP, WAITING_FOR_ROOM); "" while it has one."""
+        return self.why if self.life.state in _NO_WORKER else ""
+
+    def move(self, to: SlotState, why: str = "") -> None:
+        """Enter ``to``, with the words that state gives (:attr:`why`).
+
+        Raises:
+            InvalidTransition: :data:`SLOT` does not allow it (nothing changes).
+        """
+        self.life.move(to)
+        self.why = why
 
 
 class Lost(NamedTuple):
@@ -129,7 +219,7 @@ class Recovery:
     # ------------------------------------------------------------ failures
 
     def _no_worker(self, slot: Slot, env_id: int, kind: str) -> WorkerCrashed:
-        later = " (it is started as soon as a host has room)" if slot.waits_for_room else ""
+        later = " (it is started as soon as a host has room)" if slot.state is SlotState.WAITING_FOR_ROOM else ""
         return WorkerCrashed(
             f"{kind} failed for env {env_id}: it has no worker: worker slot {slot.index} {slot.dead_reason}{later}",
             env_id=env_id,
@@ -181,10 +271,12 @@ class Recovery:
         return len(slot.deaths) > MAX_RESTARTS
 
     def _retire(self, slot: Slot, how: str) -> Lost:
-        """Forget the slot's process (``aclose`` still reaps it if it has not exited yet); returns what the
-        errors of its lost requests say about it."""
+        """The slot's worker is lost (LOST): forget its process (``aclose`` still reaps it if it has not exited
+        yet); returns what the errors of its lost requests say about it."""
         proc = slot.proc
         lost = Lost(slot.name, proc.pid if proc else "?", proc.returncode if proc else None, how)
+        slot.move(SlotState.LOST, how)
+        slot.proc = None
         if proc is not None and not proc.exited.is_set():
             self._retired.append(proc)  # killed, not yet reaped: aclose waits for it
         self._by_name.pop(slot.name.encode(), None)
@@ -222,33 +314,32 @@ class Recovery:
         try:
             self._spawn(slot, env_ids.size)
         except AioEnvError as exc:
-            self._give_up(slot, f"could not be restarted: {exc}")
-            if self._when_room is not None:
-                slot.waits_for_room = True
-                self._when_room(lambda: self._revive(slot))
+            when_room = self._when_room
+            self._give_up(slot, f"could not be restarted: {exc}", when_room is not None)
+            if when_room is not None:
+                when_room(lambda: self._revive(slot))
             return False
         return True
 
-    def _give_up(self, slot: Slot, reason: str) -> None:
-        """The slot's envs fail fast from now on (requests get ``WorkerCrashed`` saying why)."""
-        slot.dead_reason = reason
-        slot.proc = None
+    def _give_up(self, slot: Slot, reason: str, waits_for_room: bool = False) -> None:
+        """The slot's envs fail fast from now on (requests get ``WorkerCrashed`` saying why); ``waits_for_room``:
+        until room frees up on a worker host (:meth:`_revive`), else for good."""
+        slot.move(SlotState.WAITING_FOR_ROOM if waits_for_room else SlotState.GIVEN_UP, reason)
         self._by_name.pop(slot.name.encode(), None)
         log.error("worker slot %d %s", slot.index, reason)
 
     def _revive(self, slot: Slot) -> bool:
         """Try again to start the worker of a slot given up for want of room; True when done (or moot)."""
-        if self.closing or not slot.dead_reason:
+        if self.closing or slot.state is not SlotState.WAITING_FOR_ROOM:
             return True
         env_ids = self.sched.envs_of(slot.index)
+        reason = slot.why
         try:
             self._spawn(slot, env_ids.size)
         except AioEnvError:
             return False
         log.warning("worker slot %d started again on %s: re-making envs %s", slot.index, slot.name, env_ids.tolist())
-        why = f"its worker slot {slot.index} had no worker for a while ({slot.dead_reason})"
-        slot.dead_reason = ""
-        slot.waits_for_room = False
+        why = f"its worker slot {slot.index} had no worker for a while ({reason})"
         self._send_make(slot, env_ids, None, remade={"why": why, "worker": slot.name, "code": None})
         self.on_remade(env_ids)
         return True

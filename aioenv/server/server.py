@@ -30,7 +30,9 @@ Liveness: a session the server has not heard from for ``client_timeout`` seconds
 every second) is closed and its envs released. Garbage on the port never stops the server: a
 malformed message is answered with a ``ProtocolError`` when its sender can be told, and dropped.
 Shutdown (SIGTERM/SIGINT on ``aioenv serve``): every session is closed (requests in flight are
-answered with ``PoolClosed``), every worker stopped.
+answered with ``PoolClosed``, a pool asked for meanwhile is refused), every worker stopped. The server's
+life is a :class:`~aioenv.core.lifecycle.Phase` (``Server.life``): NEW, STARTING, RUNNING, CLOSING, CLOSED,
+once each (:data:`~aioenv.core.lifecycle.SERVER`).
 
 Logs: a line per pool opened, closed or dropped, and per client request with failed rows (client,
 request id, envs, error type: a warning for deadlines and crashes, information for an env's error);
@@ -57,6 +59,7 @@ from aioenv.transport.auth import ServerAuth
 if TYPE_CHECKING:
     from aioenv.server.metrics import ServerGauges, ServerMetrics
 from aioenv.core.coordinator import Coordinator
+from aioenv.core.lifecycle import SERVER, Lifecycle, Phase
 from aioenv.core.relay import BlockEntry, PartEntry, parts_fields
 from aioenv.core.replies import Block
 from aioenv.core.sinks import Part
@@ -292,7 +295,7 @@ class Server:
         self._router: Router | StreamRouter | None = None
         self.started = time.time()
         self.protocol_errors = 0
-        self.closing = False
+        self.life = Lifecycle("server", Phase.NEW, SERVER)  # RUNNING: it serves
         self._auth: ServerAuth | None = None
         self.metrics: ServerMetrics | None = None
         self.fleet: Fleet | None = None
@@ -307,6 +310,11 @@ class Server:
         self._dropped = DroppedPeers()  # clients dropped for going over their bounds (aioenv.server.peers)
 
     @property
+    def closing(self) -> bool:
+        """Whether :meth:`aclose` was called: from then on it refuses new pools ("the server is shutting down")."""
+        return self.life.state in (Phase.CLOSING, Phase.CLOSED)
+
+    @property
     def all_protocol_errors(self) -> int:
         """Malformed messages received on the client port and, with worker hosts, on the worker port."""
         return self.protocol_errors + (self.fleet.protocol_errors if self.fleet is not None else 0)
@@ -318,7 +326,15 @@ class Server:
         return self._router.endpoint
 
     async def start(self) -> None:
-        """Bind and start serving."""
+        """Bind and start serving.
+
+        Raises:
+            UsageError: it was started before, or closed: a server starts once (make a new one).
+            ValueError: the configuration cannot be served (``--auth`` on a ``unix://`` address).
+        """
+        if self.life.state is not Phase.NEW:
+            raise UsageError(f"this server is {self.life.state.value}: a server starts once (make a new Server)")
+        self.life.move(Phase.STARTING)
         config = self.config
         for warning in exposure_warnings(config.bind, config.worker_bind, auth=config.auth, insecure=config.insecure):
             log.warning(warning)
@@ -364,13 +380,15 @@ class Server:
         self._reaper = asyncio.get_running_loop().call_later(self._sweep.interval, self._reap)
         if self.config.local_capacity != 0:
             warm_up()  # with AIOENV_WORKER_START=fork: the template makes its imports while no client waits
+        self.life.move(Phase.RUNNING)
         log.info("aioenv server listening on %s (protocol %d, aioenv %s)", self.endpoint, PROTOCOL_VERSION, __version__)
 
     async def aclose(self) -> None:
-        """Close every session (in-flight requests get PoolClosed), stop every worker, unbind; idempotent."""
+        """Close every session (in-flight requests get PoolClosed), stop every worker, unbind; idempotent (also
+        before :meth:`start`, and after a start that raised)."""
         if self.closing:
             return
-        self.closing = True
+        self.life.move(Phase.CLOSING)
         if self._reaper is not None:  # None: never started
             self._reaper.cancel()
         sessions = list(self.sessions.values())
@@ -387,6 +405,7 @@ class Server:
             self.fleet.close()
         if self._auth is not None:
             self._auth.stop()
+        self.life.move(Phase.CLOSED)
         log.info("aioenv server stopped (%d sessions closed)", len(sessions))
 
     def queue(self, identity: bytes, entry: PartEntry | BlockEntry) -> None:

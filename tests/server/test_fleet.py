@@ -2,7 +2,8 @@
 
 Everything runs as users run it: the server, each worker host and its worker processes are separate
 processes talking over real tcp; the pools are clients in this process. Each test stops its hosts
-and server with SIGTERM and checks they exit 0 and leave no worker process behind.
+and server with SIGTERM and checks they exit 0 and leave no worker process behind. One test runs the
+server in this process, to read a worker slot's state as its host is lost and another joins.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,12 @@ import pytest
 import zmq
 
 import aioenv
+from aioenv.core.recovery import SLOT, SlotState
 from aioenv.errors import CapacityError, EnvRemade, WorkerCrashed
+from aioenv.server.server import Server, ServerConfig
 from aioenv.server.status import fetch_status
 from aioenv.wire.protocol import Op, decode, encode
+from tests.support.lifecycles import record
 from tests.support.procs import HANG, children, process_gone
 from tests.support.scripts import ROOT, assert_example_refuses, run_example
 from tests.support.servers import ServerProcess, WorkerHostProcess
@@ -257,6 +261,53 @@ def test_envs_with_no_room_left_wait_for_a_host_and_come_back(hosts: list[Worker
         aioenv.run(main())
     finally:
         srv.stop()
+
+
+async def test_a_slot_without_room_waits_for_it_and_starts_when_a_host_joins(
+    hosts: list[WorkerHostProcess],
+) -> None:
+    """The slot's path, read in the server (in this process): its host is lost (LOST), no host has room
+    (WAITING_FOR_ROOM: its envs fail fast saying they wait), a host joins (STARTING), its worker says HELLO
+    (READY)."""
+    allow = ("tests.envs.*:*",)
+    config = ServerConfig(
+        bind="tcp://127.0.0.1:0", worker_bind="tcp://127.0.0.1:0", local_capacity=0, worker_timeout=1, allow=allow
+    )
+    server = Server(config)
+    await server.start()
+    assert server.fleet is not None
+    try:
+        a = WorkerHostProcess(server.fleet.endpoint, name="host-a", capacity=4)
+        hosts.append(a)
+        await asyncio.to_thread(a.wait_joined)
+        async with aioenv.Pool(PROBE, 3, endpoint=server.endpoint, num_workers=1) as pool:
+            await asyncio.wait_for(pool.reset(seed=0), HANG)
+            (session,) = server.sessions.values()
+            slot = session.coord.slots[0]
+            assert slot.state is SlotState.READY
+            path = record(slot, SLOT).path
+            a.proc.kill()  # SIGKILL: the host says nothing; dropped after worker_timeout
+            await _until_true(lambda: slot.state is SlotState.WAITING_FOR_ROOM)
+            assert path == [SlotState.LOST, SlotState.WAITING_FOR_ROOM]
+            assert slot.proc is None
+            with pytest.raises(WorkerCrashed, match=r"\(it is started as soon as a host has room\)"):
+                await asyncio.wait_for(pool.reset(seed=0), HANG)
+            b = WorkerHostProcess(server.fleet.endpoint, name="host-b", capacity=4)
+            hosts.append(b)
+            await asyncio.to_thread(b.wait_joined)
+            await _until_true(lambda: slot.state is SlotState.READY)
+            assert path == [SlotState.LOST, SlotState.WAITING_FOR_ROOM, SlotState.STARTING, SlotState.READY]
+            obs, _ = await asyncio.wait_for(pool.reset(seed=0), HANG)
+            assert obs[:, 0].tolist() == [0, 1, 2]
+        assert path[-1] is SlotState.CLOSED
+    finally:
+        await server.aclose()
+
+
+async def _until_true(predicate: Callable[[], bool]) -> None:
+    async with asyncio.timeout(HANG):
+        while not predicate():
+            await asyncio.sleep(0.05)
 
 
 async def _gone(pid: int) -> bool:
