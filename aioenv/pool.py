@@ -491,7 +491,8 @@ class Pool:
             raise UsageError(
                 "the pool is not started: use `await aioenv.make(...)`, `await pool.start()` or `async with`"
             )
-        self._started_here.check()
+        if _FORKS[0] != self._started_here.forks:  # a forked child (ForkGuard.check, without a call on this path)
+            self._started_here.check()
         if _running_loop() is not self._home:
             raise UsageError(_FOREIGN_LOOP)
         return runner

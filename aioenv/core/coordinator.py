@@ -106,7 +106,7 @@ class Coordinator(Recovery, Requests):
         adopt: tuple[LocalProcess, int | None] | None = None,
         max_loop_hold: float | None = None,
     ) -> None:
-        self.sched = Scheduler(num_envs, max_concurrency)
+        Requests.__init__(self, Scheduler(num_envs, max_concurrency))
         #: The most seconds a request to the inline worker in this process holds the loop (None: its default).
         self.max_loop_hold = max_loop_hold
         #: How many envs (the first ones) run in this process, on a thread of their worker's (see workers.inproc).
@@ -341,7 +341,16 @@ class Coordinator(Recovery, Requests):
                 req = self.sched.open(worker, kind, ids, sink=sink, positions=positions, deadline=deadline)
                 opened.append(req)
                 slot = self.slots[worker]
-                frames = None if slot.dead_reason else self._encode_request(kind, req, build, self._trusted, slot)
+                frames: list[Any] | None = None  # its worker is gone for good
+                if not slot.dead_reason:  # the request's frames: its builder's fields and arrays, its id and envs
+                    fields, arrays = build(req)
+                    fields[Key.ID] = req.id
+                    fields[Key.ENV] = ids.tolist()
+                    frames = (
+                        _local_step(fields, arrays, self._trusted)
+                        if slot.in_process and kind == "step"
+                        else encode(_OPS[kind], fields, arrays, trusted=self._trusted)
+                    )
                 prepared.append((slot, req, positions, frames))
         except Exception as exc:
             for req in opened:
@@ -349,22 +358,6 @@ class Coordinator(Recovery, Requests):
             self.sched.release(env_ids)
             raise unsendable(kind, env_ids, exc) from exc
         return prepared
-
-    @staticmethod
-    def _encode_request(kind: str, req: Request, build: Build, trusted: bool, slot: Slot) -> list[Any]:
-        """The frames of ``req``: its builder's fields and arrays, with its id and env ids. A step for the worker
-        in this process, over shared rows or with numeric actions, is ids, flags and arrays: it is passed as it
-        is (``protocol.Local``), its actions copied."""
-        fields, arrays = build(req)
-        fields[Key.ID] = req.id
-        fields[Key.ENV] = req.env_ids.tolist()
-        if slot.in_process and kind == "step":
-            if not arrays and Key.SHARED in fields:
-                return local(Op.STEP, fields)
-            numeric = all(type(leaf) is int for leaf in fields.get(Key.ACT, [None]))  # every leaf an array
-            if numeric:  # copies of the rows: the caller may change its own once send returned
-                return local(Op.STEP, fields, [np.array(a) for a in arrays])
-        return encode(_OPS[kind], fields, arrays, trusted=trusted)
 
     def _inline_here(self) -> HereWorker | None:
         """The ``inline`` worker in this process, if this pool has one."""
@@ -485,7 +478,7 @@ class Coordinator(Recovery, Requests):
             return
         op = header[Key.OP]
         if op == Op.HELLO:
-            if slot.state is SlotState.STARTING:  # else a worker that reconnected: READY or DRAINING, it stays
+            if slot.life.state is SlotState.STARTING:  # else a worker that reconnected: READY or DRAINING, it stays
                 slot.move(SlotState.READY)
             outbox, slot.outbox = slot.outbox, []
             for queued in outbox:
@@ -498,10 +491,18 @@ class Coordinator(Recovery, Requests):
             req = self.sched.finish(header.get(Key.ID))
             if req is None:
                 return  # a late reply to a request that timed out or was failed: dropped
-            self._deliver_or_fail(slot, req, op, header, arrays)
+            try:
+                if op == Op.RESULT and req.kind in THROTTLED:  # a step's or reset's rows: what every step takes
+                    self._deliver_result(req, header, arrays)
+                else:
+                    self._deliver(req, op, header, arrays)
+            except Exception as exc:
+                log.exception("bad reply from worker %s", slot.name)
+                err = ProtocolError(f"malformed reply from worker {slot.name}: {exc}")
+                self._deliver_part(req, Part.failed(req.env_ids, lambda e: _with_env(err, e)), req.positions)
         if self.sched.held:
             self._pump()
-        if slot.state is SlotState.DRAINING:
+        if slot.life.state is SlotState.DRAINING:
             self._recycle_if_idle(slot)
 
     # ------------------------------------------------------------ memory (see aioenv.core.memory)
@@ -521,7 +522,7 @@ class Coordinator(Recovery, Requests):
 
     def _over_memory(self, index: int, rss: int) -> None:
         slot = self.slots[index]
-        if slot.state is SlotState.READY:  # DRAINING: marked already; STARTING: no HELLO, so no envs made yet
+        if slot.life.state is SlotState.READY:  # DRAINING: marked already; STARTING: no HELLO, so no envs made yet
             mib = 1 << 20
             why = (
                 f"was recycled: its memory (RSS {rss / mib:.0f} MiB) passed max_worker_rss "
@@ -534,24 +535,13 @@ class Coordinator(Recovery, Requests):
     def _recycle_if_idle(self, slot: Slot) -> None:
         """Replace the slot's worker now if no request is in flight on it (else after its next reply)."""
         proc = slot.proc
-        if self.closing or proc is None or slot.state is not SlotState.DRAINING:
+        if self.closing or proc is None or slot.life.state is not SlotState.DRAINING:
             return
         if any(req.worker == slot.index for req in self.sched.requests.values()):
             return
         how = slot.why
         proc.kill()  # it holds nothing of use now; aclose reaps it (see _retire)
         self._restart(slot, how, crash=False)
-
-    def _deliver_or_fail(
-        self, slot: Slot, req: Request, op: str, header: dict[str, Any], arrays: list[np.ndarray]
-    ) -> None:
-        env_ids, positions = req.env_ids, req.positions
-        try:
-            self._deliver(req, op, header, arrays)
-        except Exception as exc:
-            log.exception("bad reply from worker %s", slot.name)
-            err = ProtocolError(f"malformed reply from worker {slot.name}: {exc}")
-            self._deliver_part(req, Part.failed(env_ids, lambda e: _with_env(err, e)), positions)
 
     def _on_rows(self, slot: Slot, op: str, header: dict[str, Any], arrays: list[np.ndarray], multi: Any) -> None:
         """A thread/async worker's RESULT with finished rows of several requests (``"multi"``, see
@@ -594,7 +584,7 @@ class Coordinator(Recovery, Requests):
             self._deliver_part(req, part, req.positions)
             return
         described = header.get(Key.ERRORS)
-        errors = {int(row): from_wire(d, context=kind) for row, d in described.items()} if described else {}
+        errors = _row_errors(described, kind) if described else {}
         if kind in SETUP:
             self._made(req, header, errors)
         elif kind == "cancel":
@@ -603,13 +593,13 @@ class Coordinator(Recovery, Requests):
         elif kind == "call":
             self._deliver_part(req, Part(env_ids, errors=errors, values=header[Key.VALUES]), req.positions)
         else:
-            self._deliver_result(req, header, arrays, errors)
+            self._deliver_result(req, header, arrays)
 
-    def _deliver_result(
-        self, req: Request, header: dict[str, Any], arrays: list[np.ndarray], errors: dict[int, AioEnvError]
-    ) -> None:
+    def _deliver_result(self, req: Request, header: dict[str, Any], arrays: list[np.ndarray]) -> None:
         """The rows of a step or reset answered as a whole (an inline worker's RESULT)."""
         kind, env_ids = req.kind, req.env_ids
+        described = header.get(Key.ERRORS)
+        errors = _row_errors(described, kind) if described else {}
         if header.get(Key.SHARED):  # the rows are in the slab
             assert self.slab is not None, "a worker answered in shared rows this pool does not have"
             obs, extras = self.slab.results(env_ids, kind == "step")
@@ -628,7 +618,8 @@ class Coordinator(Recovery, Requests):
         part = Part(env_ids, obs, extras, header.get(Key.INFO), errors, binfo=binfo)
         if self.truncation is not None:
             self.truncation.remember(part)
-        self._deliver_part(req, part, req.positions)
+        assert req.positions is not None, "a step or reset has positions"
+        cast("Sink", req.sink).deliver(part, req.positions)  # a step's or reset's sink (Request.rows_sink)
 
     def _deliver_part(self, req: Request, part: Part, positions: np.ndarray | None = None) -> None:
         if req.kind in SETUP:  # the whole MAKE failed (e.g. its env source cannot be imported)
@@ -716,6 +707,22 @@ class Coordinator(Recovery, Requests):
         if self._slab_fd is not None:
             os.close(self._slab_fd)
             self._slab_fd = None
+
+
+def _row_errors(described: dict[Any, Any], kind: str) -> dict[int, AioEnvError]:
+    """A reply's errors by row (``"errs"``: row -> error map), as exceptions."""
+    return {int(row): from_wire(d, context=kind) for row, d in described.items()}
+
+
+def _local_step(fields: dict[str, Any], arrays: list[np.ndarray], trusted: bool) -> list[Any]:
+    """The frames of a step for the worker in this process: over shared rows or with numeric actions, its ids,
+    flags and arrays passed as they are (``protocol.Local``), its actions copied (the caller may change its own
+    once ``send`` returned); else encoded as for any worker."""
+    if not arrays and Key.SHARED in fields:
+        return local(Op.STEP, fields)
+    if all(type(leaf) is int for leaf in fields.get(Key.ACT, [None])):  # every leaf an array
+        return local(Op.STEP, fields, [np.array(a) for a in arrays])
+    return encode(Op.STEP, fields, arrays, trusted=trusted)
 
 
 def _setup_future(req: Request) -> SetupFuture | None:

@@ -126,21 +126,16 @@ class Slot:
         self.outbox: list[list[Any]] = []
         self.restarts = 0  # every restart, for the metrics
         self.deaths: deque[float] = deque()  # when its workers died by themselves, within RESTART_WINDOW
+        # Two views of the state, read on every request and kept by move() alone (plain attributes: no call):
+        #: Whether its worker said HELLO (READY, DRAINING): messages go to it rather than to the outbox.
+        self.ready = False
+        #: Why it has no worker and its envs fail fast (GIVEN_UP, WAITING_FOR_ROOM); "" while it has one.
+        self.dead_reason = ""
 
     @property
     def state(self) -> SlotState:
         """What it is doing now."""
         return self.life.state
-
-    @property
-    def ready(self) -> bool:
-        """Whether its worker said HELLO (READY, DRAINING): messages go to it rather than to the outbox."""
-        return self.life.state in _HEARD
-
-    @property
-    def dead_reason(self) -> str:
-        """Why it has no worker and its envs fail fast (GIVEN_UP, WAITING_FOR_ROOM); "" while it has one."""
-        return self.why if self.life.state in _NO_WORKER else ""
 
     def move(self, to: SlotState, why: str = "") -> None:
         """Enter ``to``, with the words that state gives (:attr:`why`).
@@ -150,6 +145,8 @@ class Slot:
         """
         self.life.move(to)
         self.why = why
+        self.ready = to in _HEARD
+        self.dead_reason = why if to in _NO_WORKER else ""
 
 
 class Lost(NamedTuple):

@@ -79,7 +79,7 @@ class RemoteCoordinator(Requests):
     ) -> None:
         self.endpoint = endpoint
         self.curve_keys = curve_keys
-        self.sched = Scheduler(num_envs)
+        Requests.__init__(self, Scheduler(num_envs))
         self.sched.place(1)
         self.slab: None = None  # rows cross the network in the messages (see aioenv.transport.slab)
         self.env = env

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from aioenv.core.lifecycle import Lifecycle, Phase
 from aioenv.core.scheduler import Build, Request, Scheduler
 from aioenv.core.sinks import RecvQueue, Sink
 from aioenv.transport.slab import Slab
@@ -128,9 +129,18 @@ class Requests(abc.ABC):
     """:class:`Runner`'s calls for a runner that has a scheduler and a ``submit`` (the local and the remote
     coordinator): claim, build, submit, once, with the claim released when building fails."""
 
-    sched: Scheduler
     #: The pool's shared rows (None: arrays travel in the messages).
     slab: Slab | None
+    #: NEW, STARTING, RUNNING (requests go out), ... (see :mod:`aioenv.core.lifecycle`).
+    life: Lifecycle[Phase]
+
+    def __init__(self, sched: Scheduler) -> None:
+        #: The env table and the in-flight requests.
+        self.sched = sched
+        #: See :meth:`Runner.resolve`: the scheduler's own, bound once (a call checks its ids with no hop between).
+        self.resolve: Callable[[object], np.ndarray] = sched.resolve
+        #: See :meth:`Runner.one`: likewise.
+        self.one: Callable[[object], np.ndarray] = sched.one
 
     @property
     def num_envs(self) -> int:
@@ -139,20 +149,13 @@ class Requests(abc.ABC):
 
     @abc.abstractmethod
     def check_open(self) -> None:
-        """Raise ``PoolClosed`` (or ``ConnectionLost``) if no request may go out now."""
+        """Raise ``PoolClosed`` (or ``ConnectionLost``) if no request may go out now (the calls below ask only
+        when :attr:`life` is not RUNNING)."""
 
     @abc.abstractmethod
     def submit(self, kind: str, env_ids: np.ndarray, sink: Sink, build: Build, *, timeout: float | None) -> None:
         """Send ``env_ids`` (claimed) as requests built by ``build`` (``req.positions`` index into ``env_ids``);
         their rows come to ``sink``. On an exception nothing was sent and their claim is released."""
-
-    def resolve(self, env_ids: object) -> np.ndarray:
-        """See :meth:`Runner.resolve`."""
-        return self.sched.resolve(env_ids)
-
-    def one(self, env_id: object) -> np.ndarray:
-        """See :meth:`Runner.one`."""
-        return self.sched.one(env_id)
 
     def recv_queue(self, obs_space: Any) -> RecvQueue:
         """See :meth:`Runner.recv_queue`."""
@@ -162,7 +165,8 @@ class Requests(abc.ABC):
         self, ids: np.ndarray, leaves: list[np.ndarray], sink: Sink, *, info_list: bool, timeout: float | None
     ) -> None:
         """See :meth:`Runner.step`."""
-        self.check_open()
+        if self.life.state is not Phase.RUNNING:
+            self.check_open()
         sched = self.sched
         sched.claim(ids)  # first: none of these envs' shared rows is in use once they are claimed
         try:  # the actions go into the shared rows now: a row that does not fit frees the claim again
@@ -182,13 +186,15 @@ class Requests(abc.ABC):
         timeout: float | None,
     ) -> None:
         """See :meth:`Runner.reset`."""
-        self.check_open()
+        if self.life.state is not Phase.RUNNING:
+            self.check_open()
         self.sched.claim(ids)
         self.submit("reset", ids, sink, reset_builder(seeds, options, self.slab is not None), timeout=timeout)
 
     def call(self, ids: np.ndarray, fields: dict[str, Any], per_env: list[Any] | None, sink: Sink) -> None:
         """See :meth:`Runner.call`."""
-        self.check_open()
+        if self.life.state is not Phase.RUNNING:
+            self.check_open()
         self.sched.claim(ids)
         self.submit("call", ids, sink, call_builder(fields, per_env), timeout=None)
 
