@@ -337,21 +337,26 @@ class InProcessWorker(InProcessProc):
             return  # stopped while it ran (a deadline passed): its envs are being made again elsewhere
         frames = self._inbox.popleft()
         self._serving = False
-        self._answer(frames, job)
+        # interrupted by a second Ctrl-C (interrupt_env_code), which raised in its caller already: answered with
+        # the interruption, not raised again in whatever call runs the loop now
+        self._answer(frames, job, reraise=not job.interrupted)
         self.answer_deferred()
 
-    def _answer(self, frames: Sequence[Any], job: _Job) -> None:
+    def _answer(self, frames: Sequence[Any], job: _Job, *, reraise: bool = True) -> None:
         """Hand a request's reply to the coordinator. A Ctrl-C (or SystemExit) inside env code, in this
         process: the request is answered (its envs are released, the one that was running is broken until
         reset), and so is every request queued behind it (sent while this one was answered, rows the pool held
         back under max_concurrency): none runs, each gets the interruption as its reply. Then the interrupt
-        goes on to the caller (from the loop, for a request answered after ``hold``)."""
+        goes on to the caller (from the loop, for a request answered after ``hold``), unless not ``reraise``
+        (the caller had it already)."""
         exc = job.error
         if exc is not None:
             self._on_message(self._identity, self._worker.interrupted(frames, exc))
             while self._inbox and self._code is None:
                 self._on_message(self._identity, self._worker.interrupted(self._inbox.popleft(), exc))
-            raise exc
+            if reraise:
+                raise exc
+            return
         reply, done = job.result
         if done:
             self._end(0, "exited with code 0")

@@ -546,6 +546,21 @@ def test_a_second_ctrl_c_in_one_call_raises_at_once() -> None:
         assert obs[:, 0].tolist() == [1, 1, 1]
 
 
+def test_a_second_ctrl_c_is_raised_once_when_the_env_takes_it_after_the_call_returned() -> None:
+    # The env code takes the interruption after max_loop_hold (here at once: a machine under load takes over 10 ms
+    # as well): its request is answered later, from the loop, with the interruption. The caller had its
+    # KeyboardInterrupt already, so the next call gets the env's error, not a second KeyboardInterrupt.
+    with SyncPool(CtrlCEnv, 3, executor="in_process", max_loop_hold=1e-6) as sp:
+        sp.reset()
+        with pytest.raises(KeyboardInterrupt):
+            sp.step(np.array([0, 2, 0]))
+        with pytest.raises(UsageError, match="env 1 cannot be stepped: its last step raised KeyboardInterrupt"):
+            sp.step(np.array([0, 0, 0]))
+        sp.reset()
+        obs, *_ = sp.step(np.array([0, 0, 0]))
+        assert obs[:, 0].tolist() == [1, 1, 1]
+
+
 @pytest.mark.usefixtures("ctrl_c_raises")
 def test_ctrl_c_at_any_moment_of_calls_in_the_callers_thread_leaves_the_pool_usable() -> None:
     # Ctrl-C at random moments of steps, resets and attribute reads (which run the event loop here). SIGINT is
