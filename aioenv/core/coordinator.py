@@ -34,7 +34,7 @@ from aioenv.core.lifecycle import COORDINATOR, Lifecycle, Phase
 from aioenv.core.make_errors import start_failure
 from aioenv.core.memory import MemoryWatch
 from aioenv.core.recovery import SETUP, Recovery, Slot, SlotState
-from aioenv.core.replies import Block, Outlet, Segment, int_lists, route_block
+from aioenv.core.replies import Block, Relayed, Segment, int_lists, route_block
 from aioenv.core.runner import Requests
 from aioenv.core.scheduler import THROTTLED, Build, HeldCall, Request, Scheduler, SetupFuture
 from aioenv.core.sinks import Part, RecvQueue, Sink
@@ -607,13 +607,13 @@ class Coordinator(Recovery, Requests):
             extras = [arrays[i] for i in header.get(Key.EXTRAS, [])] or None
             obs = leaves_from_wire(header[Key.OBS], arrays)
         binfo = binfo_of(header, arrays)
-        outlet: Outlet | None = getattr(req.sink, "outlet", None)
-        if outlet is not None:  # a server's relay: the rows cross to the client as they came
+        sink = req.sink
+        if isinstance(sink, Relayed):  # a server's relay: the rows cross to the client as they came
             block = Block(obs, extras or [], header.get(Key.INFO), binfo, header.get(Key.ERRORS), kind)
             if self.truncation is not None:
                 self.truncation.remember(block.part(env_ids, 0, env_ids.size))
             at = req.positions if req.positions is not None else np.arange(env_ids.size)
-            outlet.forward(block, [(req.rows_sink(), at, 0, env_ids)])
+            sink.outlet.forward(block, [(sink, at, 0, env_ids)])
             return
         part = Part(env_ids, obs, extras, header.get(Key.INFO), errors, binfo=binfo)
         if self.truncation is not None:

@@ -28,7 +28,7 @@ from aioenv.wire.info_wire import binfo_of
 from aioenv.wire.infos import take_info
 from aioenv.wire.protocol import Key, leaves_from_wire
 
-__all__ = ["Block", "Deliver", "Outlet", "OutletSegment", "Segment", "int_lists", "route_block"]
+__all__ = ["Block", "Deliver", "Outlet", "OutletSegment", "Relayed", "Segment", "int_lists", "route_block"]
 
 #: A segment of a block: ``(request id, rows of that request (k,) int64, first row in the block)``; the id is
 #: as the message carried it (an unknown or malformed one finds no request and its rows are dropped).
@@ -149,6 +149,17 @@ class Outlet(Protocol):
         """Take the segments of ``block`` bound for this outlet, in block order."""
 
 
+class Relayed:
+    """The base of a sink whose rows go on wholesale to its :attr:`outlet`, as they came (a server's relay: the
+    block crosses to the client without being decoded here); the rows of any other sink are decoded and
+    delivered to it. A base class rather than an attribute looked up on every sink: one ``isinstance`` per
+    reply says which."""
+
+    __slots__ = ()
+    #: Where its rows go.
+    outlet: Outlet
+
+
 def route_block(
     sched: Scheduler,
     block: Block,
@@ -162,7 +173,7 @@ def route_block(
     ``deliver(sink, req, part, positions)`` gets a part per segment (``req`` None and ``positions``
     None for a merged run bound for a RecvQueue); rows of unknown or closed requests are dropped;
     ``on_bad`` gets the ``ValueError`` of a segment whose rows are out of range or answered already
-    (that segment is dropped). Segments whose sink has an ``outlet`` go to it (see :class:`Outlet`),
+    (that segment is dropped). Segments whose sink is :class:`Relayed` go to its outlet (see :class:`Outlet`),
     after ``remember`` (if given) saw their rows as parts.
     """
     run = _RecvRun(block, deliver)
@@ -179,8 +190,8 @@ def route_block(
             continue  # rows of an unknown or closed request: dropped
         stop = start + at.size
         env_ids = req.env_ids[at]
-        outlet: Outlet | None = getattr(sink, "outlet", None)
-        if outlet is not None:
+        if isinstance(sink, Relayed):
+            outlet = sink.outlet
             outlets.setdefault(id(outlet), (outlet, []))[1].append((sink, _positions(req, at), start, env_ids))
             if remember is not None:
                 remember(block.part(env_ids, start, stop))

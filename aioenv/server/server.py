@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 from aioenv.core.coordinator import Coordinator
 from aioenv.core.lifecycle import SERVER, Lifecycle, Phase
 from aioenv.core.relay import BlockEntry, PartEntry, parts_fields
-from aioenv.core.replies import Block
+from aioenv.core.replies import Block, Relayed
 from aioenv.core.sinks import Part
 from aioenv.core.sources import EnvSources, parse_sources
 from aioenv.errors import AioEnvError, CapacityError, ConnectionLost, PoolClosed, ProtocolError, UsageError
@@ -255,10 +255,11 @@ def _log_failed(client: str, req_id: int, kind: str, failed: dict[int, str]) -> 
             )
 
 
-class _Relay:
+class _Relay(Relayed):
     """A sink of the session's coordinator that sends rows to the client as they arrive."""
 
     __slots__ = ("kind", "outlet", "req_id", "t0")
+    outlet: _Outlet
 
     def __init__(self, outlet: _Outlet, req_id: int, kind: str) -> None:
         self.outlet = outlet
