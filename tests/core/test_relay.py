@@ -12,7 +12,7 @@ import zmq
 import zmq.asyncio
 
 from aioenv.core.relay import BlockEntry, PartEntry, decode_block, decode_part, encode_parts
-from aioenv.core.replies import Block, int_lists, route_block
+from aioenv.core.replies import Block, Relayed, int_lists, route_block
 from aioenv.core.scheduler import Scheduler
 from aioenv.core.sinks import Part, RecvQueue
 from aioenv.errors import EnvError, StepTimeout
@@ -150,7 +150,15 @@ def test_a_block_whose_segments_are_not_lists_is_refused() -> None:
 
 
 class _Sink:
-    def __init__(self, outlet: Any = None) -> None:
+    """A sink whose rows are decoded and delivered."""
+
+
+class _Relay(Relayed):
+    """A sink whose rows go on wholesale to its outlet."""
+
+    __slots__ = ("outlet",)
+
+    def __init__(self, outlet: Any) -> None:
         self.outlet = outlet
 
 
@@ -166,7 +174,7 @@ async def test_route_rows_merges_recv_runs_groups_outlets_and_drops_what_it_cann
     sched = Scheduler(8)
     queue = RecvQueue(None)
     outlet = _Outlet()
-    relay_a, relay_b, plain = _Sink(outlet), _Sink(outlet), _Sink()
+    relay_a, relay_b, plain = _Relay(outlet), _Relay(outlet), _Sink()
     ids = sched.resolve(None)
     sched.claim(ids)
     q1 = sched.open(0, "step", np.array([0, 1]), sink=queue)
