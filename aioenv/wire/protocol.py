@@ -430,7 +430,7 @@ def encode(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray] = (), *
 
     Args:
         op: an :class:`Op` name.
-        fields: header fields (msgpack values); ``"v"``, ``"op"`` and ``"a"`` are set here.
+        fields: header fields (msgpack values); ``"v"``, ``"op"``, ``"a"``, ``"b"`` and ``"s"`` are set here.
         arrays: numeric arrays to carry raw. Arrays under :data:`BLOB_LIMIT` bytes are packed
             together into the header's ``"b"`` blob (every frame costs socket calls whatever its
             size); larger ones get a frame each and are sent zero-copy, so they must be fresh
