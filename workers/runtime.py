@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import zmq
@@ -199,10 +199,12 @@ class Worker:
                 raise ProtocolError(f"worker {self.name} got unknown op {op!r}")
             fields, out = handler(header, arrays)
             fields[Key.ID] = req_id
-            if type(frames[0]) is Local and not out and Key.INFO not in fields and Key.ERRORS not in fields:
+            if Key.INFO in fields:  # infos: batched, and one that cannot cross the wire fails its row alone
+                info_list = bool(header.get(Key.INFO_LIST))
+                return encode_reply(fields, out, header.get(Key.ENV) or [], info_list, trusted=self.trusted), False
+            if type(frames[0]) is Local and not out and Key.ERRORS not in fields:
                 return local(Op.RESULT, fields), False  # ids and flags back to this process (see Local)
-            info_list = bool(header.get(Key.INFO_LIST))
-            return encode_reply(fields, out, header.get(Key.ENV) or [], info_list, trusted=self.trusted), False
+            return encode(Op.RESULT, fields, out, trusted=self.trusted), False
         except Exception as exc:  # every request gets a reply, a failed one an ERROR
             log.debug("request %s failed", req_id, exc_info=True)
             return encode(Op.ERROR, {Key.ID: req_id, Key.ERROR: error_fields(exc, None)}), False
@@ -257,10 +259,9 @@ class Worker:
             self.slab = Slab.attach(self.slab_fd, header[Key.SLAB])
         return {}, []
 
-    def _shared(self) -> Slab:
-        if self.slab is None:
-            raise ProtocolError(f"worker {self.name} got a request for shared rows before their layout")
-        return self.slab
+    def _no_slab(self) -> NoReturn:
+        """A step or reset over shared rows came before the message that says how they lie."""
+        raise ProtocolError(f"worker {self.name} got a request for shared rows before their layout")
 
     def on_step(self, header: dict[str, Any], arrays: list[np.ndarray]) -> Reply:
         """Step ``header["env"]`` with the batched action leaves, one row per env; or, with ``"sh"``, through
@@ -269,7 +270,7 @@ class Worker:
         env_ids: list[int] = header[Key.ENV]
         group = self.group(env_ids)
         if header.get(Key.SHARED):
-            slab = self._shared()
+            slab = self.slab or self._no_slab()
             _, rewards, terminated, truncated, infos, errors = self.step_rows(
                 env_ids, group, slab.act, slab.obs, env_ids
             )
@@ -355,7 +356,7 @@ class Worker:
         seeds = header.get(Key.SEED) or [None] * len(env_ids)
         options = header.get(Key.OPT)
         group = self.group(env_ids)
-        slab = self._shared() if header.get(Key.SHARED) else None
+        slab = (self.slab or self._no_slab()) if header.get(Key.SHARED) else None
         n = len(env_ids)
         outs: list[Any] = [None] * n  # written after the loop, as a step's (put_obs)
         infos: list[Any] | None = None

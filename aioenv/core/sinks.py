@@ -126,8 +126,10 @@ def _own_rows(part: Part) -> bool:
     frames (those are read-only) but copies made for this reply (the shared rows' :meth:`Slab.results`)."""
     if part.obs is None:
         return False
-    arrays = (*part.obs, part.reward, part.terminated, part.truncated)
-    return all(a.flags.writeable for a in arrays)
+    for leaf in part.obs:  # a loop, not all() over a generator: this runs for every whole reply
+        if not leaf.flags.writeable:
+            return False
+    return bool(part.reward.flags.writeable and part.terminated.flags.writeable and part.truncated.flags.writeable)
 
 
 def whole_result(kind: str, part: Part, obs_space: Any, *, info_list: bool = False) -> tuple[Any, ...]:

@@ -60,7 +60,7 @@ def _size(frame: Any) -> int:
 def framed(frames: Sequence[Any]) -> tuple[list[Any], int]:
     """``frames`` (contiguous buffers: bytes, numpy arrays, memoryviews) preceded by their prefix,
     and the number of bytes in all."""
-    sizes = [_size(f) for f in frames]
+    sizes = [len(f) if type(f) is bytes else _size(f) for f in frames]  # a header is bytes: no call for it
     prefix = struct.pack(f"<I{len(sizes)}Q", len(sizes), *sizes)
     return [prefix, *frames], len(prefix) + sum(sizes)
 
@@ -107,21 +107,8 @@ class FrameReader:
     def advance(self, n: int) -> list[list[memoryview]]:
         """``n`` bytes were written into the last :meth:`buffer`; returns the messages now complete."""
         if self._big is not None:
-            self._big_fill += n
-            if self._big_fill < len(self._big):
-                return []
-            view = memoryview(self._big).toreadonly()
-            off = self._big_head
-            frames = []
-            for size in self._big_sizes:
-                frames.append(view[off : off + size])
-                off += size
-            self._big = None
-            return [frames]
+            return self._advance_big(n)
         self._end += n
-        return self._parse()
-
-    def _parse(self) -> list[list[memoryview]]:
         buf = self._buf
         pos, end = self._start, self._end
         out: list[list[memoryview]] = []
@@ -160,6 +147,21 @@ class FrameReader:
             pos = end = 0
         self._start, self._end = pos, end
         return out
+
+    def _advance_big(self, n: int) -> list[list[memoryview]]:
+        """:meth:`advance` while a big message is received in place: it, once whole."""
+        assert self._big is not None
+        self._big_fill += n
+        if self._big_fill < len(self._big):
+            return []
+        view = memoryview(self._big).toreadonly()
+        off = self._big_head
+        frames = []
+        for size in self._big_sizes:
+            frames.append(view[off : off + size])
+            off += size
+        self._big = None
+        return [frames]
 
     def _compact(self) -> None:
         """Move the unparsed tail to the front (nothing else refers to this buffer: messages are copies)."""
@@ -240,7 +242,7 @@ class PipePort:
         self._reader = FrameReader(max_message)
         self._backlog: collections.deque[memoryview] = collections.deque()
         self.closed = False
-        self._loop.add_reader(self._fd, self._readable)
+        self._loop.add_reader(self._fd, self.drain, 64)  # 64 reads, then other callbacks run (it is called again)
 
     def rebind(self, identity: bytes, on_message: Callable[[bytes, list[Any]], None]) -> None:
         """Deliver the worker's messages to ``on_message`` under ``identity`` from now on (a new owner)."""
@@ -275,9 +277,6 @@ class PipePort:
             self._lost(f"closed its end of the pipe ({exc})", True)
             return
         self._loop.remove_writer(self._fd)
-
-    def _readable(self) -> None:
-        self.drain(64)  # then let other callbacks run; the loop calls again while input is waiting
 
     def drain(self, reads: int | None = None) -> None:
         """Read and handle the messages that have arrived: all of them, or what ``reads`` reads bring

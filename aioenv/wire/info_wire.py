@@ -68,4 +68,7 @@ def put_binfo(fields: dict[str, Any], binfo: dict[str, Any], arrays: list[Any]) 
 def binfo_of(header: dict[str, Any], arrays: list[np.ndarray]) -> Any:
     """The batched info of a decoded message (None: it has none), its columns from the message's ``arrays``;
     ``ValueError`` for malformed references (see :func:`binfo_from_wire`)."""
-    return binfo_from_wire(header.get(Key.BATCHED_INFO), header.get(Key.INFO_COLUMNS), arrays)
+    refs = header.get(Key.INFO_COLUMNS)
+    if refs is None:  # no numeric columns (most replies have no info at all): nothing to put back
+        return header.get(Key.BATCHED_INFO)
+    return binfo_from_wire(header.get(Key.BATCHED_INFO), refs, arrays)

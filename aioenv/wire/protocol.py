@@ -41,6 +41,7 @@ space's per-element bounds) is encoded again with each array of its values of at
 
 from __future__ import annotations
 
+import functools
 import math
 import pickle
 import re
@@ -404,8 +405,8 @@ def _PACK(obj: Any) -> bytes:
     return data
 
 
-def _UNPACK(data: bytes | memoryview) -> Any:
-    return msgpack.unpackb(data, ext_hook=_ext_hook, strict_map_key=False, raw=False, use_list=True)
+#: ``_UNPACK(data)``: msgpack with the extensions above (a partial: no Python frame of its own on every message).
+_UNPACK = functools.partial(msgpack.unpackb, ext_hook=_ext_hook, strict_map_key=False, raw=False, use_list=True)
 
 
 def pack(obj: Any) -> bytes:
@@ -430,7 +431,7 @@ def encode(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray] = (), *
 
     Args:
         op: an :class:`Op` name.
-        fields: header fields (msgpack values); ``"v"``, ``"op"`` and ``"a"`` are set here.
+        fields: header fields (msgpack values); ``"v"``, ``"op"``, ``"a"``, ``"b"`` and ``"s"`` are set here.
         arrays: numeric arrays to carry raw. Arrays under :data:`BLOB_LIMIT` bytes are packed
             together into the header's ``"b"`` blob (every frame costs socket calls whatever its
             size); larger ones get a frame each and are sent zero-copy, so they must be fresh
@@ -441,55 +442,64 @@ def encode(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray] = (), *
     Returns:
         ``[header_bytes, *array_frames]`` ready for ``send_multipart``.
     """
-    frames = _encode(op, fields, arrays, trusted)
-    if len(frames[0]) <= SPILL_HEADER_BYTES:
-        return frames
+    header = dict(fields)
+    header[Key.VERSION] = PROTOCOL_VERSION
+    header[Key.OP] = op
+    frames: list[Any] = [b""]
+    if arrays:
+        specs: list[list[Any]] = []
+        blob: list[bytes] = []
+        offset = 0
+        for arr in arrays:
+            code = _DTYPE_CODES.get(arr.dtype)
+            if code is None:
+                code = _dtype_code(arr.dtype)
+            nbytes = arr.nbytes
+            if nbytes < BLOB_LIMIT:
+                specs.append([code, list(arr.shape), 0, offset])
+                blob.append(arr.tobytes())  # C order whatever the layout
+                pad = -nbytes % 8  # keep every array 8-byte aligned in the blob
+                if pad:
+                    blob.append(_PADDING[pad])
+                offset += nbytes + pad
+            else:
+                if not arr.flags.c_contiguous:
+                    arr = np.ascontiguousarray(arr).reshape(arr.shape)  # keep 0-d arrays 0-d
+                specs.append([code, list(arr.shape), len(frames), 0])
+                frames.append(arr)
+        if blob:
+            header[Key.BLOB] = b"".join(blob)
+        header[Key.ARRAYS] = specs
+    if trusted:  # Pickled values may travel pickled (see _default)
+        _TRUST.on = True
+        try:
+            frames[0] = _PACK(header)
+        finally:
+            _TRUST.on = False
+    else:
+        frames[0] = _PACK(header)
+    if len(frames[0]) > SPILL_HEADER_BYTES and _MOVING.arrays is None:
+        return _spilled(op, fields, arrays, trusted, frames)
+    return frames
+
+
+def _spilled(
+    op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray], trusted: bool, frames: list[Any]
+) -> list[Any]:
+    """The frames of a message whose header came out past :data:`SPILL_HEADER_BYTES` (``frames``): again, with its
+    values' arrays of at least :data:`BLOB_LIMIT` bytes moved out to the message's arrays (``frames`` when it has
+    none)."""
     moved: list[np.ndarray] = []
     _MOVING.arrays = moved
     try:
-        _encode(op, fields, arrays, trusted)  # finds the arrays to move (its header is not the one sent)
+        encode(op, fields, arrays, trusted=trusted)  # finds the arrays to move (its header is not the one sent)
         found = list(moved)
         if not found:
             return frames
         moved.clear()  # the same arrays are met again, in the same order: the same indices
-        frames = _encode(op, {**fields, Key.SPILLED: len(found)}, [*arrays, *found], trusted)
+        return encode(op, {**fields, Key.SPILLED: len(found)}, [*arrays, *found], trusted=trusted)
     finally:
         _MOVING.arrays = None
-    return frames
-
-
-def _encode(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray], trusted: bool) -> list[Any]:
-    header = dict(fields)
-    header[Key.VERSION] = PROTOCOL_VERSION
-    header[Key.OP] = op
-    if not arrays:
-        return [_pack_header(header, trusted)]
-    frames: list[Any] = [b""]
-    specs: list[list[Any]] = []
-    blob: list[bytes] = []
-    offset = 0
-    for arr in arrays:
-        code = _DTYPE_CODES.get(arr.dtype)
-        if code is None:
-            code = _dtype_code(arr.dtype)
-        nbytes = arr.nbytes
-        if nbytes < BLOB_LIMIT:
-            specs.append([code, list(arr.shape), 0, offset])
-            blob.append(arr.tobytes())  # C order whatever the layout
-            pad = -nbytes % 8  # keep every array 8-byte aligned in the blob
-            if pad:
-                blob.append(_PADDING[pad])
-            offset += nbytes + pad
-        else:
-            if not arr.flags.c_contiguous:
-                arr = np.ascontiguousarray(arr).reshape(arr.shape)  # keep 0-d arrays 0-d
-            specs.append([code, list(arr.shape), len(frames), 0])
-            frames.append(arr)
-    if blob:
-        header[Key.BLOB] = b"".join(blob)
-    header[Key.ARRAYS] = specs
-    frames[0] = _pack_header(header, trusted)
-    return frames
 
 
 class Local:
@@ -519,16 +529,6 @@ def local(op: str, fields: dict[str, Any], arrays: Sequence[np.ndarray] = ()) ->
     return [Local(header, list(arrays))]
 
 
-def _pack_header(header: dict[str, Any], trusted: bool) -> bytes:
-    if not trusted:
-        return _PACK(header)
-    _TRUST.on = True
-    try:
-        return _PACK(header)
-    finally:
-        _TRUST.on = False
-
-
 #: Wire codes of the numeric dtypes sent so far (``dtype.str`` builds a new string each time).
 _DTYPE_CODES: dict[np.dtype[Any], str] = {}
 _PADDING = [b"\0" * k for k in range(8)]
@@ -554,9 +554,32 @@ def decode(frames: Sequence[Any], *, trusted: bool = False) -> tuple[dict[str, A
     """
     if not frames:
         raise ProtocolError("empty message: expected [header, *arrays]")
-    if type(frames[0]) is Local:  # from this process (see Local): nothing to parse
-        return frames[0].header, frames[0].arrays
-    header = _decode_header(_buffer(frames[0]), trusted)
+    first = frames[0]
+    if type(first) is Local:  # from this process (see Local): nothing to parse
+        return first.header, first.arrays
+    if not (type(first) is bytes or (type(first) is memoryview and first.readonly)):  # a pipe's: read-only already
+        first = _buffer(first)
+    if len(first) > MAX_HEADER_BYTES:
+        raise ProtocolError(f"header of {len(first)} bytes exceeds the limit of {MAX_HEADER_BYTES}")
+    _TRUST.on = trusted
+    _MOVING.refs = 0
+    try:
+        header = _UNPACK(first)
+    except Exception as exc:
+        raise ProtocolError(f"malformed header: not a msgpack map ({exc})") from exc
+    finally:
+        _TRUST.on = False
+    if not isinstance(header, dict):
+        raise ProtocolError(f"malformed header: expected a msgpack map, got {type(header).__name__}")
+    if _MOVING.refs and Key.SPILLED not in header:
+        raise ProtocolError("malformed header: it refers to arrays of the message but says it moved none")
+    version = header.get(Key.VERSION)
+    if type(version) is not int or version != PROTOCOL_VERSION:
+        raise ProtocolError(
+            f"protocol version mismatch: this side speaks version {PROTOCOL_VERSION}, the peer sent {version!r}"
+        )
+    if not isinstance(header.get(Key.OP), str):
+        raise ProtocolError(f"malformed header: 'op' must be a string, got {header.get(Key.OP)!r}")
     specs = header.get(Key.ARRAYS)
     if specs is None:  # no arrays: the common case of control messages
         if len(frames) > 1:
@@ -599,33 +622,6 @@ def _moved_back(header: dict[str, Any], arrays: list[np.ndarray]) -> tuple[dict[
         return value
 
     return back(header), own
-
-
-def _decode_header(raw: memoryview, trusted: bool = False) -> dict[str, Any]:
-    """The header map of a message, checked: size, msgpack map, protocol version, ``op``."""
-    if len(raw) > MAX_HEADER_BYTES:
-        raise ProtocolError(f"header of {len(raw)} bytes exceeds the limit of {MAX_HEADER_BYTES}")
-    _TRUST.on = trusted
-    _MOVING.refs = 0
-    try:
-        header = _UNPACK(raw)
-    except Exception as exc:
-        raise ProtocolError(f"malformed header: not a msgpack map ({exc})") from exc
-    finally:
-        _TRUST.on = False
-    if not isinstance(header, dict):
-        raise ProtocolError(f"malformed header: expected a msgpack map, got {type(header).__name__}")
-    if _MOVING.refs and Key.SPILLED not in header:
-        raise ProtocolError("malformed header: it refers to arrays of the message but says it moved none")
-    version = header.get(Key.VERSION)
-    if type(version) is not int or version != PROTOCOL_VERSION:
-        raise ProtocolError(
-            f"protocol version mismatch: this side speaks version {PROTOCOL_VERSION}, the peer sent {version!r}"
-        )
-    op = header.get(Key.OP)
-    if not isinstance(op, str):
-        raise ProtocolError(f"malformed header: 'op' must be a string, got {op!r}")
-    return header
 
 
 def _decode_arrays(specs: list[Any], buffers: list[Any]) -> list[np.ndarray]:

@@ -635,5 +635,6 @@ def check_actions(space: gs.Space[Any], actions: Any, env_ids: npt.NDArray[Any])
     env id, or ``env_id=None`` for a whole-batch shape/dtype/structure error.
     """
     out: list[Leaf] = []
-    _plan(space).check(actions, env_ids, out)
+    entry = _PLANS.get(id(space))  # _plan's cache, looked up here: every step checks its actions
+    (entry[1] if entry is not None and entry[0] is space else _plan(space)).check(actions, env_ids, out)
     return out

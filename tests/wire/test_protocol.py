@@ -608,7 +608,8 @@ VALUES = st.recursive(
     ),
     max_leaves=20,
 )
-RESERVED = {"v", "op", "a", "b"}
+#: Header fields encode() sets itself (a caller's own field of that name would be a different message).
+RESERVED = {Key.VERSION, Key.OP, Key.ARRAYS, Key.BLOB, Key.SPILLED}
 FIELDS = st.dictionaries(st.text(max_size=8).filter(lambda k: k not in RESERVED), VALUES, max_size=6)
 
 NUMERIC_DTYPE_ST = st.one_of(
