@@ -9,7 +9,7 @@ the pool's public calls that no env was left claimed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import numpy as np
@@ -26,18 +26,9 @@ from tests.support.servers import ServerProcess
 N = 3
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[ServerProcess]:
-    srv = ServerProcess("--allow-env", "CartPole-v1")
-    try:
-        yield srv
-    finally:
-        srv.stop()
-
-
 @pytest.fixture(params=["local", "remote"])
 async def pool(request: pytest.FixtureRequest) -> AsyncIterator[aioenv.Pool]:
-    endpoint = request.getfixturevalue("server").endpoint if request.param == "remote" else None
+    endpoint = request.getfixturevalue("cartpole_server").endpoint if request.param == "remote" else None
     options: dict[str, Any] = {"endpoint": endpoint} if endpoint else {"num_workers": 1, "executor": "inline"}
     p = await asyncio.wait_for(aioenv.make("CartPole-v1", N, seed=0, **options), HANG)
     try:
