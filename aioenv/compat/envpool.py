@@ -32,7 +32,8 @@ error (``aioenv.InvalidAction`` naming the task, the env, the expected space and
 from __future__ import annotations
 
 import warnings
-from typing import Any, Literal, overload
+from collections.abc import Callable
+from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 import gymnasium
 import numpy as np
@@ -56,6 +57,8 @@ __all__ = [
     "make_spec",
 ]
 
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 _ENV_TYPES = ("dm", "gym", "gymnasium")
 _INTEGER_SPACES = (gymnasium.spaces.Discrete, gymnasium.spaces.MultiDiscrete, gymnasium.spaces.MultiBinary)
 _ROW_FAILURES = (EnvError, WorkerCrashed, StepTimeout)  # a failed env's row, consumed by the recv that raises it
@@ -251,11 +254,11 @@ class EnvPool:
             arr = arr.reshape(1, *arr.shape)
         return arr
 
-    def _call(self, fn: Any, *args: Any) -> Any:
+    def _call(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """``fn(*args)`` with the task id added to the message of an ``InvalidAction`` or a ``UsageError``
         (raised before anything was sent)."""
         try:
-            return fn(*args)
+            return fn(*args, **kwargs)
         except (InvalidAction, UsageError) as err:
             raise type(err)(f"{self.spec.task_id}: {err.message}", env_id=err.env_id) from err
 
