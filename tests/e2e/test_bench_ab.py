@@ -1,0 +1,31 @@
+"""``benchmarks/ab.py`` alternates two checkouts and reports their ratios: run here with this checkout on both
+sides (each ratio then compares the code with itself), and refusing a folder that holds no aioenv."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tests.support.scripts import ROOT, run_python
+
+
+def test_ab_alternates_two_checkouts_and_reports_the_ratios() -> None:
+    proc = run_python(
+        "benchmarks/ab.py", "--base", str(ROOT), "--new", str(ROOT), "--envs", "2", "--rounds", "2", "--seconds", "0.2",
+        timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    row = proc.stdout.strip().splitlines()[-1]
+    found = re.fullmatch(r"\| 2 \| 2 \| ([\d.]+) \(.*\) \| ([\d.]+) \(.*\) \| ([\d.]+) / ([\d.]+) \|", row)
+    assert found, proc.stdout
+    speed, cpu, base_us, new_us = (float(x) for x in found.groups())
+    assert speed > 0
+    assert cpu > 0
+    assert base_us > 0
+    assert new_us > 0
+
+
+def test_ab_refuses_a_folder_without_aioenv(tmp_path: Path) -> None:
+    proc = run_python("benchmarks/ab.py", "--base", str(tmp_path), timeout=60)
+    assert proc.returncode == 2
+    assert "holds no aioenv/ package" in proc.stderr
