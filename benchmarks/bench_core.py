@@ -13,8 +13,13 @@ order). ``step/Sync alternated`` and ``s/r/Sync alternated`` measure ``await poo
 and the send/recv loop against ``SyncVectorEnv.step`` once more, in one process, in
 slices of a few tenths of a second back to back (:func:`alternated_throughput`): on a
 shared VM a process's speed swings by up to 2x within a second, so these are the
-figures to compare, with the quartiles of their rounds beside them. Results go to a
-JSON file and a Markdown table (``benchmarks/results/core.{json,md}``).
+figures to compare, with the quartiles of their rounds beside them.
+
+The cost figures: the floor and the aioenv pools also time the CPU of the process that runs them (this one;
+their workers are other processes) per batch, per worker message and per env row (:func:`cost`), against the
+floor's per message. CPU time does not depend on how many cores there are, so ``--cost-workers 16`` measures a
+16-worker pool's cost on 2 cores. Results go to a JSON file and Markdown tables
+(``benchmarks/results/core.{json,md}``).
 """
 
 from __future__ import annotations
@@ -35,8 +40,9 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
-from time import perf_counter, perf_counter_ns
+from time import perf_counter, perf_counter_ns, process_time
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -54,7 +60,8 @@ except ImportError:  # pragma: no cover - uvloop is optional
 
 T = TypeVar("T")
 Aio = ModuleType | str  # the aioenv module, or why it is unavailable
-Cell = Callable[[], float | tuple[float, ...]] | str  # a measurement, or a skip reason
+Measured = float | tuple[float, ...] | dict[str, float]  # one value, values by position, or values by metric
+Cell = Callable[[], Measured] | str  # a measurement, or a skip reason
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT / "benchmarks") not in sys.path:
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -96,6 +103,27 @@ TARGETS = {  # name -> {ratio: minimum}; informative only, never fails the run
     "ant-32": {"aioenv_step/sync": 1.9, ALTERNATED: 1.9},
 }
 SECTIONS = (*WORKLOADS, "startup", "roundtrip")
+#: The cells whose pool's own process CPU is measured (the cost figures), with their labels.
+COSTED = {
+    "floor": "floor",
+    "aioenv_step": "aioenv step",
+    "aioenv_sendrecv": "aioenv send/recv",
+    "workers_step": "workers step",
+    "workers_sendrecv": "workers s/r",
+}
+COST_GOAL = 1.5  # the pool's CPU per worker message, at most this many times the floor's (aioenv_step, _sendrecv)
+#: Every figure a workload's cell may report: throughput (all), the ceiling's lock-step rate (cores), the
+#: pool process's CPU (COSTED; per message and messages per batch only when every env is in a worker process).
+WORKLOAD_METRICS = (
+    "steps_per_s",
+    "lockstep_per_s",
+    "cpu_us_per_batch",
+    "cpu_us_per_message",
+    "cpu_us_per_row",
+    "messages_per_batch",
+    "worker_processes",
+    "envs_in_process",
+)
 RT_LABELS = {"aioenv": "aioenv step_env", "raw_zmq": "raw pyzmq DEALER/ROUTER"}
 
 
@@ -147,30 +175,93 @@ def make_vec(kind: str, env_id: str, num_envs: int) -> VectorEnv:
     return cls(fns, autoreset_mode=AutoresetMode.NEXT_STEP)
 
 
-def timed_steps(step: Callable[[int], int], warmup: float, seconds: float) -> float:
-    """Warm up, then call ``step(k)`` for ~``seconds``; return env-steps/s."""
+@dataclass(frozen=True)
+class Window:
+    """What the measured window of a step loop did: ``calls`` batches of ``steps`` env-steps in all, over
+    ``wall`` seconds, with ``cpu`` seconds of this process's CPU (``time.process_time``: every thread of this
+    process, user and system; its child processes, the workers, not at all)."""
+
+    steps: int
+    calls: int
+    wall: float
+    cpu: float
+
+    @property
+    def steps_per_s(self) -> float:
+        """Env-steps per second of wall time."""
+        return self.steps / self.wall
+
+
+def timed_window(step: Callable[[int], int], warmup: float, seconds: float) -> Window:
+    """Warm up, then call ``step(k)`` (which returns its env-steps) for ~``seconds``; the window's figures."""
     k, end = 0, perf_counter() + warmup
     while perf_counter() < end:
         step(k)
         k += 1
-    steps, start = 0, perf_counter()
+    steps, calls, start, cpu = 0, 0, perf_counter(), process_time()
     while (now := perf_counter()) < start + seconds:
         steps += step(k)
         k += 1
-    return steps / (now - start)
+        calls += 1
+    return Window(steps, calls, now - start, process_time() - cpu)
 
 
-async def atimed_steps(step: Callable[[int], Awaitable[int]], warmup: float, seconds: float) -> float:
-    """Async twin of :func:`timed_steps`."""
+async def atimed_window(step: Callable[[int], Awaitable[int]], warmup: float, seconds: float) -> Window:
+    """Async twin of :func:`timed_window`."""
     k, end = 0, perf_counter() + warmup
     while perf_counter() < end:
         await step(k)
         k += 1
-    steps, start = 0, perf_counter()
+    steps, calls, start, cpu = 0, 0, perf_counter(), process_time()
     while (now := perf_counter()) < start + seconds:
         steps += await step(k)
         k += 1
-    return steps / (now - start)
+        calls += 1
+    return Window(steps, calls, now - start, process_time() - cpu)
+
+
+def timed_steps(step: Callable[[int], int], warmup: float, seconds: float) -> float:
+    """Env-steps/s of :func:`timed_window`."""
+    return timed_window(step, warmup, seconds).steps_per_s
+
+
+async def atimed_steps(step: Callable[[int], Awaitable[int]], warmup: float, seconds: float) -> float:
+    """Env-steps/s of :func:`atimed_window`."""
+    return (await atimed_window(step, warmup, seconds)).steps_per_s
+
+
+def cost(window: Window, messages: int, worker_processes: int, envs_in_process: int = 0) -> dict[str, float]:
+    """A pool cell's figures: env-steps/s and its process's CPU (µs) per batch, per worker message and per env
+    row over ``window``, in which the pool sent ``messages`` messages to its ``worker_processes`` worker
+    processes (each answered by one reply).
+
+    Per message (and messages per batch) only when no env ran in this process (``envs_in_process``): then its
+    CPU is the pool's own work, while with envs here it holds their env code too, and a figure per message
+    would charge env code to messages."""
+    cpu_us = window.cpu * 1e6
+    out = {"steps_per_s": window.steps_per_s, "cpu_us_per_batch": cpu_us / window.calls}
+    out |= {"cpu_us_per_row": cpu_us / window.steps, "worker_processes": float(worker_processes)}
+    out["envs_in_process"] = float(envs_in_process)
+    if messages and not envs_in_process:
+        out |= {"cpu_us_per_message": cpu_us / messages, "messages_per_batch": messages / window.calls}
+    return out
+
+
+def worker_of(num_envs: int, num_workers: int, in_process: int = 0) -> np.ndarray:
+    """The worker process of each env of an aioenv pool (-1: in this process): the first ``in_process`` envs
+    in this process, the others over ``num_workers`` workers in contiguous blocks (``np.array_split``), as
+    ``aioenv.core.scheduler.Scheduler.place`` places them (a test checks it does)."""
+    owner = np.full(num_envs, -1, dtype=np.int64)
+    if num_workers:
+        for worker, block in enumerate(np.array_split(np.arange(in_process, num_envs), num_workers)):
+            owner[block] = worker
+    return owner
+
+
+def messages_sent(owner: np.ndarray, sends: list[np.ndarray]) -> int:
+    """Messages to worker processes that ``sends`` (each one ``pool.send``'s env ids) made: one per worker
+    each send's envs touch (the coordinator sends one request per worker a call reaches)."""
+    return sum(int(np.count_nonzero(np.unique(owner[ids]) >= 0)) for ids in sends)
 
 
 def sig(x: float) -> float:
@@ -189,11 +280,15 @@ def target(op: str, threshold: float, value: float | None) -> dict[str, Any]:
     return {"op": op, "threshold": threshold, "value": value, "met": met}
 
 
-def run_cell(label: str, cell: Callable[[], float | tuple[float, ...]]) -> tuple[float, ...]:
-    """Run one measurement; return its values rounded to 6 significant digits."""
+def run_cell(label: str, cell: Callable[[], Measured], metrics: tuple[str, ...]) -> dict[str, float]:
+    """Run one measurement; return its values by metric (a cell's values by position are ``metrics``' first
+    ones), rounded to 6 significant digits."""
     v = cell()
-    row = tuple(sig(x) for x in (v if isinstance(v, tuple) else (v,)))
-    shown = ", ".join(f"{x:,.0f}" if x >= 1e3 else f"{x:.4g}" for x in row)
+    row = v if isinstance(v, dict) else dict(zip(metrics, v if isinstance(v, tuple) else (v,), strict=False))
+    if unknown := set(row) - set(metrics):
+        raise ValueError(f"{label} reported {sorted(unknown)}, not among {metrics}")
+    row = {m: sig(x) for m, x in row.items()}
+    shown = ", ".join(f"{m} {x:,.0f}" if x >= 1e3 else f"{m} {x:.4g}" for m, x in row.items())
     print(f"{label}: {shown}", flush=True)
     return row
 
@@ -204,7 +299,7 @@ def run_rounds(label: str, cells: dict[str, Cell], repeats: int, metrics: tuple[
     A cell that raises is recorded as ``error: ...`` and not retried.  Each
     cell reports the median of every metric, its repeats and a status.
     """
-    vals: dict[str, list[tuple[float, ...]]] = {k: [] for k in cells}
+    vals: dict[str, list[dict[str, float]]] = {k: [] for k in cells}
     status = {k: c if isinstance(c, str) else "ok" for k, c in cells.items()}
     names = list(cells)
     for rnd in range(repeats):
@@ -213,19 +308,19 @@ def run_rounds(label: str, cells: dict[str, Cell], repeats: int, metrics: tuple[
             if isinstance(cell, str) or status[name] != "ok":
                 continue
             try:
-                vals[name].append(run_cell(f"[{label}] {name} #{rnd + 1}", cell))
+                vals[name].append(run_cell(f"[{label}] {name} #{rnd + 1}", cell, metrics))
             except Exception as exc:  # noqa: BLE001 - report, keep the other cells
                 traceback.print_exc()
                 status[name] = f"error: {exc!r}"
             gc.collect()
     out: dict[str, dict[str, Any]] = {}
     for name, rows in vals.items():
-        # a cell may report fewer metrics than listed (the ceiling reports two, the others one): the first is
+        # a cell may report fewer metrics than listed (the ceiling reports two, most others one): the first is
         # always there (None without a value), the others only when the cell reported them
-        cols = [[r[i] for r in rows if len(r) > i] for i in range(len(metrics))]
+        cols = [[r[m] for r in rows if m in r] for m in metrics]
         medians = enumerate(zip(metrics, cols, strict=True))
         out[name] = {m: sig(statistics.median(c)) if c else None for i, (m, c) in medians if i == 0 or c}
-        out[name]["repeats"] = [r[0] if len(r) == 1 else dict(zip(metrics, r, strict=False)) for r in rows]
+        out[name]["repeats"] = [r[metrics[0]] if list(r) == [metrics[0]] else r for r in rows]
         out[name]["status"] = status[name]
     return out
 
@@ -236,15 +331,23 @@ def gym_throughput(kind: str, env_id: str, n: int, warm: float, secs: float) -> 
     return lockstep_throughput(make_vec(kind, env_id, n), n, warm, secs)
 
 
-def floor_cell(env_id: str, n: int, warm: float, secs: float) -> Cell:
+def floor_cell(env_id: str, n: int, warm: float, secs: float, workers: int | None = None) -> Cell:
     """The floor's cell, or why ``floor.py`` cannot be imported."""
     floor = try_import("floor")
-    return floor if isinstance(floor, str) else functools.partial(floor_throughput, floor, env_id, n, warm, secs)
+    if isinstance(floor, str):
+        return floor
+    return functools.partial(floor_throughput, floor, env_id, n, warm, secs, workers)
 
 
-def floor_throughput(floor: ModuleType, env_id: str, n: int, warm: float, secs: float) -> float:
-    """Env-steps/s of the floor (``floor.py``) with as many workers as aioenv's default."""
-    return lockstep_throughput(floor.FloorVectorEnv(env_id, n, default_workers(n)), n, warm, secs)
+def floor_throughput(
+    floor: ModuleType, env_id: str, n: int, warm: float, secs: float, workers: int | None = None
+) -> dict[str, float]:
+    """Env-steps/s of the floor (``floor.py``) with ``workers`` worker processes (None: as many as aioenv's
+    default), and this process's CPU: ``FloorVectorEnv.step`` runs here, its workers in child processes, and
+    every step sends one message to each worker."""
+    env = floor.FloorVectorEnv(env_id, n, workers or default_workers(n))
+    window = lockstep_window(env, n, warm, secs)
+    return cost(window, window.calls * env.num_workers, env.num_workers)
 
 
 def default_workers(n: int) -> int:
@@ -264,6 +367,11 @@ def cores_cell(env_id: str, n: int, warm: float, secs: float) -> Cell:
 
 def lockstep_throughput(env: Any, n: int, warm: float, secs: float) -> float:
     """Env-steps/s of ``env.step`` (a vector env of ``n`` envs) on pre-sampled actions; closes ``env``."""
+    return lockstep_window(env, n, warm, secs).steps_per_s
+
+
+def lockstep_window(env: Any, n: int, warm: float, secs: float) -> Window:
+    """The measured window of ``env.step`` (see :func:`lockstep_throughput`); closes ``env``."""
     try:
         env.reset(seed=0)
         acts = presample(env.single_action_space, n)
@@ -272,19 +380,31 @@ def lockstep_throughput(env: Any, n: int, warm: float, secs: float) -> float:
             env.step(acts[k % ACTION_BATCHES])
             return n
 
-        return timed_steps(step, warm, secs)
+        return timed_window(step, warm, secs)
     finally:
         env.close()
 
 
 async def aioenv_throughput(
-    aio: ModuleType, env_id: str, n: int, sendrecv: bool, warm: float, secs: float, executor: str = "auto"
-) -> float:
-    """Env-steps/s of ``await pool.step`` or of the send/recv loop (batch n/2)."""
-    pool = await aio.make(env_id, n, batch_size=n // 2 if sendrecv else None, seed=0, executor=executor)
+    aio: ModuleType,
+    env_id: str,
+    n: int,
+    sendrecv: bool,
+    warm: float,
+    secs: float,
+    executor: str = "auto",
+    num_workers: int | None = None,
+) -> dict[str, float]:
+    """Env-steps/s of ``await pool.step`` or of the send/recv loop (batch n/2), and the CPU of this process,
+    which runs the pool (:func:`cost`). Messages to workers: a lock-step ``step()`` sends one to every worker
+    process; the send/recv loop one per worker each ``send`` touches, counted from the env ids it sent (kept
+    during the window, counted after it) and where the pool placed the envs (:func:`worker_of`)."""
+    make = {"executor": executor} | ({} if num_workers is None else {"num_workers": num_workers})
+    pool = await aio.make(env_id, n, batch_size=n // 2 if sendrecv else None, seed=0, **make)
     try:
         await pool.reset(seed=0)
         acts = presample(pool.single_action_space, n)
+        sends: list[np.ndarray] = []
 
         async def step(k: int) -> int:
             await pool.step(acts[k % ACTION_BATCHES])
@@ -294,11 +414,18 @@ async def aioenv_throughput(
             *_, info = await pool.recv()
             ids = info["env_id"]
             pool.send(acts[k % ACTION_BATCHES][ids], ids)
+            sends.append(ids)
             return len(ids)
 
         if sendrecv:
             pool.send(acts[0], np.arange(n, dtype=np.int32))
-        return await atimed_steps(send_recv if sendrecv else step, warm, secs)
+        window = await atimed_window(send_recv if sendrecv else step, warm, secs)
+        workers, here = pool.num_workers, pool.envs_in_process
+        if sendrecv:  # the window's sends are the last ones: one per call
+            messages = messages_sent(worker_of(n, workers, here), sends[len(sends) - window.calls :])
+        else:
+            messages = window.calls * workers
+        return cost(window, messages, workers, here)
     finally:
         await pool.aclose()
 
@@ -410,23 +537,33 @@ def bench_workload(name: str, args: argparse.Namespace, aio: Aio) -> dict[str, A
     env_id, n = WORKLOADS[name]
     a = (env_id, n)
     t = (args.warmup, args.seconds)
+    forced = args.cost_workers
+    # --cost-workers: the floor and every aioenv pool cell on that many worker processes, every env in them
+    auto: tuple[str, int | None] = ("auto", None) if forced is None else ("inline", forced)
+    inline = ("inline", forced)
     cells: dict[str, Cell] = {
         "sync": functools.partial(gym_throughput, "sync", *a, *t),
         "async": functools.partial(gym_throughput, "async", *a, *t),
-        "floor": floor_cell(*a, *t),
-        "aioenv_step": aio_cell(aio, args.timeout, aioenv_throughput, *a, False, *t),
-        "aioenv_sendrecv": aio_cell(aio, args.timeout, aioenv_throughput, *a, True, *t),
-        "workers_step": aio_cell(aio, args.timeout, aioenv_throughput, *a, False, *t, "inline"),
-        "workers_sendrecv": aio_cell(aio, args.timeout, aioenv_throughput, *a, True, *t, "inline"),
+        "floor": floor_cell(*a, *t, forced),
+        "aioenv_step": aio_cell(aio, args.timeout, aioenv_throughput, *a, False, *t, *auto),
+        "aioenv_sendrecv": aio_cell(aio, args.timeout, aioenv_throughput, *a, True, *t, *auto),
+        "workers_step": aio_cell(aio, args.timeout, aioenv_throughput, *a, False, *t, *inline),
+        "workers_sendrecv": aio_cell(aio, args.timeout, aioenv_throughput, *a, True, *t, *inline),
         "cores": cores_cell(*a, *t),
     }
     if env_id.startswith("Ant") and isinstance(mj := try_import("mujoco"), str):
         cells = dict.fromkeys(cells, f"skipped: mujoco not importable ({mj})")
-    res: dict[str, Any] = {"env_id": env_id, "num_envs": n}
-    res |= run_rounds(name, cells, args.repeats, ("steps_per_s", "lockstep_per_s"))
+    res: dict[str, Any] = {"env_id": env_id, "num_envs": n, "cost_workers": forced}
+    res |= run_rounds(name, cells, args.repeats, WORKLOAD_METRICS)
     sps = {k: res[k]["steps_per_s"] for k in IMPLS}
     sps["cores_lockstep"] = res["cores"].get("lockstep_per_s")
     res["ratios"] = {r: ratio(sps[a], sps[b]) for r, (a, b) in RATIOS.items()}
+    per_message = {k: res[k].get("cpu_us_per_message") for k in COSTED}
+    res["cost_ratios"] = {f"{k}/floor": ratio(per_message[k], per_message["floor"]) for k in COSTED if k != "floor"}
+    res["cost_targets"] = {
+        f"{k}/floor": target("<=", COST_GOAL, res["cost_ratios"][f"{k}/floor"])
+        for k in ("aioenv_step", "aioenv_sendrecv")
+    }
     res["alternated"] = bench_alternated(name, args, aio)
     res["alternated_sendrecv"] = bench_alternated(name, args, aio, sendrecv=True)
     res["ratios"][ALTERNATED] = res["alternated"].get("ratio")
@@ -583,9 +720,9 @@ def fmt_targets(targets: dict[str, dict[str, Any]], unit: str = "x") -> str:
     return "; ".join(f"{k} {t['op']} {t['threshold']:g}{unit}: {word[t['met']]}" for k, t in targets.items())
 
 
-def md_table(head: list[str], rows: list[list[str]]) -> list[str]:
-    """Markdown table lines; numbers right-aligned, labels and targets left."""
-    rule = ["---" if i == 0 or h == "targets" else "--:" for i, h in enumerate(head)]
+def md_table(head: list[str], rows: list[list[str]], labels: tuple[str, ...] = ("targets",)) -> list[str]:
+    """Markdown table lines; numbers right-aligned, the first column and those named in ``labels`` left."""
+    rule = ["---" if i == 0 or h in labels else "--:" for i, h in enumerate(head)]
     return ["| " + " | ".join(r) + " |" for r in (head, rule, *rows)]
 
 
@@ -602,6 +739,24 @@ def md_workloads(workloads: dict[str, Any]) -> list[str]:
         row += [fmt_alternated(wl[k]) for k in ("alternated", "alternated_sendrecv")]
         rows.append([*row, fmt_targets(wl["targets"])])
     return md_table(head, rows)
+
+
+def md_costs(workloads: dict[str, Any]) -> list[str]:
+    """Cost table: the CPU of the process that runs each pool (µs per batch, per worker message, per env row),
+    each pool's per-message figure over the floor's, and the goal (at most ``COST_GOAL`` times the floor's)."""
+    head = ["workload", "pool", "worker processes", "messages/batch", "CPU µs/batch", "CPU µs/message"]
+    head += ["CPU µs/row", "per message / floor", "targets"]
+    rows = []
+    for wl in workloads.values():
+        for impl, label in COSTED.items():
+            cell = wl[impl]
+            row = [f"{wl['env_id']} n={wl['num_envs']}", label, fmt(cell.get("worker_processes"))]
+            row += [fmt(cell.get("messages_per_batch"), ".3g")]
+            row += [fmt(cell.get(f"cpu_us_per_{per}"), ",.1f") for per in ("batch", "message", "row")]
+            row += ["1x" if impl == "floor" else fmt(wl["cost_ratios"][f"{impl}/floor"], ".2f", "x")]
+            goal = {k: t for k, t in wl["cost_targets"].items() if k == f"{impl}/floor"}
+            rows.append([*row, fmt_targets(goal)])
+    return md_table(head, rows, ("pool", "targets"))
 
 
 def md_startup(st: dict[str, Any]) -> list[str]:
@@ -631,6 +786,21 @@ def md_notes(res: dict[str, Any]) -> list[str]:
     return [f"- {s} ({', '.join(c)})" for s, c in by_status.items()]
 
 
+def cost_caption(workloads: dict[str, Any]) -> str:
+    """What the cost table shows, and on how many worker processes."""
+    forced = {wl["cost_workers"] for wl in workloads.values()}
+    workers = (
+        f"--cost-workers: every pool on {forced.pop()} worker processes, every env in them"
+        if forced != {None}
+        else "the floor on as many worker processes as aioenv's default, the aioenv cells as above"
+    )
+    return (
+        f"CPU time of the process that runs the pool ({workers}; its workers not counted), over the measured"
+        " window; per message: each message to a worker process and its reply, shown only when no env runs in"
+        " the pool's process."
+    )
+
+
 def render_markdown(res: dict[str, Any]) -> str:
     """Compact Markdown tables for every measured section plus the command."""
     m = res["machine"]
@@ -638,7 +808,8 @@ def render_markdown(res: dict[str, Any]) -> str:
     about += f", gymnasium {m['gymnasium']}, pyzmq {m['pyzmq']}, {res['date']}"
     lines = [f"`{res['command']}`", "", about]
     if res["workloads"]:
-        lines += ["", *md_workloads(res["workloads"])]
+        lines += ["", *md_workloads(res["workloads"]), "", cost_caption(res["workloads"]), ""]
+        lines += md_costs(res["workloads"])
     if "startup" in res:
         lines += ["", *md_startup(res["startup"])]
     if "roundtrip" in res:
@@ -668,11 +839,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, help="repeats per cell, median reported (default 3, --quick 1)")
     p.add_argument("--slice", type=float, help="seconds per side of an alternated round (default 0.2, --quick 0.1)")
     p.add_argument("--rounds", type=int, help="alternated rounds per measurement (default 35, --quick 3)")
+    p.add_argument(
+        "--cost-workers",
+        type=int,
+        metavar="N",
+        help="the floor and every aioenv pool cell on N worker processes (executor inline), for the CPU per "
+        "message of an N-worker pool on any machine (default: as many as aioenv's default; aioenv_* cells: "
+        "executor auto)",
+    )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON path; the Markdown goes next to it (.md)")
     args = p.parse_args(argv)
-    for name in ("seconds", "repeats", "slice", "rounds"):
+    for name in ("seconds", "repeats", "slice", "rounds", "cost_workers"):
         if (given := getattr(args, name)) is not None and given <= 0:
-            p.error(f"--{name} must be positive, got {given}")
+            p.error(f"--{name.replace('_', '-')} must be positive, got {given}")
     args.seconds = args.seconds or (0.5 if args.quick else 3.0)
     args.repeats = max(1, args.repeats or (1 if args.quick else 3))
     args.slice = args.slice or (0.1 if args.quick else 0.2)
@@ -690,7 +869,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine_info(aio),
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "command": command(),
-        "settings": {k: getattr(args, k) for k in ("seconds", "repeats", "warmup", "slice", "rounds")},
+        "settings": {k: getattr(args, k) for k in ("seconds", "repeats", "warmup", "slice", "rounds", "cost_workers")},
         "workloads": {w: bench_workload(w, args, aio) for w in WORKLOADS if w in selected},
     }
     if "startup" in selected:

@@ -100,12 +100,14 @@ class FloorVectorEnv:
 
     Attributes:
         num_envs: B, the number of envs.
+        num_workers: the worker processes (``num_workers``, at most B; default one per CPU); a step sends one
+            message to each.
         single_observation_space / single_action_space: one env's spaces.
     """
 
     def __init__(self, env_id: str, num_envs: int, num_workers: int | None = None) -> None:
         workers = max(1, min(num_envs, num_workers or os.cpu_count() or 1))
-        self.num_envs = num_envs
+        self.num_envs, self.num_workers = num_envs, workers
         probe = gym.make(env_id)
         self.single_observation_space, self.single_action_space = probe.observation_space, probe.action_space
         probe.close()

@@ -81,7 +81,91 @@ def test_core_benchmark_smoke(tmp_path: Path) -> None:
         assert cells[impl]["steps_per_s"] == pytest.approx(float(np.median(repeats)), rel=1e-5), impl
     assert result["startup"]["aioenv"]["status"] == "ok"
     assert result["startup"]["aioenv"]["seconds"] > 0
-    assert (tmp_path / "core.md").read_text().startswith("`")
+    md = (tmp_path / "core.md").read_text()
+    assert md.startswith("`")
+    check_cost_figures(cells, md)
+
+
+def check_cost_figures(cells: dict[str, Any], md: str) -> None:
+    """The CPU of the process that runs each pool, per batch, per worker message and per env row, in the JSON
+    and in the Markdown's cost table, with each pool's per-message figure over the floor's and the goal."""
+    costed: dict[str, str] = bench_module("bench_core").COSTED  # cell -> its label in the table
+    assert set(costed) == {"floor", "aioenv_step", "aioenv_sendrecv", "workers_step", "workers_sendrecv"}
+    assert cells["cost_workers"] is None  # the cells' own worker counts
+    for impl in costed:
+        cell = cells[impl]
+        assert cell["envs_in_process"] == 0, cell  # isolation by default: every env in a worker process
+        assert cell["worker_processes"] >= 1, cell
+        for figure in ("cpu_us_per_batch", "cpu_us_per_message", "cpu_us_per_row"):
+            assert cell[figure] > 0, (impl, figure, cell)
+        # lock-step: every worker process gets a message each batch; send/recv: those the batch's rows touch
+        lockstep = impl in ("floor", "aioenv_step", "workers_step")
+        msgs = cell["messages_per_batch"]
+        assert (msgs == cell["worker_processes"]) if lockstep else (1 <= msgs <= cell["worker_processes"]), cell
+        # a batch costs what its messages cost, and is 32 rows (lock-step) or at least one (send/recv)
+        assert cell["cpu_us_per_batch"] >= cell["cpu_us_per_message"] * (msgs if lockstep else 1) * 0.99, cell
+        assert cell["cpu_us_per_row"] * (31.9 if lockstep else 1) <= cell["cpu_us_per_batch"] * 1.01, cell
+    per_message = {impl: cells[impl]["cpu_us_per_message"] for impl in costed}
+    assert set(cells["cost_ratios"]) == {f"{impl}/floor" for impl in costed if impl != "floor"}
+    for name, value in cells["cost_ratios"].items():
+        assert value == pytest.approx(per_message[name.split("/")[0]] / per_message["floor"], rel=1e-4), name
+    assert set(cells["cost_targets"]) == {"aioenv_step/floor", "aioenv_sendrecv/floor"}
+    for name, goal in cells["cost_targets"].items():
+        assert (goal["op"], goal["threshold"], goal["value"]) == ("<=", 1.5, cells["cost_ratios"][name])
+        assert goal["met"] == (goal["value"] <= 1.5)
+    assert "| workload | pool | worker processes | messages/batch | CPU µs/batch | CPU µs/message | CPU µs/row |" in md
+    for impl, label in costed.items():
+        row = re.search(rf"^\| CartPole-v1 n=32 \| {re.escape(label)} \| (.*) \|$", md, re.MULTILINE)
+        assert row, (label, md)
+        workers, msgs, batch, message, per_row, over_floor, goal = row[1].split(" | ")
+        assert float(message.replace(",", "")) == pytest.approx(per_message[impl], abs=0.051), (label, row[0])
+        assert float(batch.replace(",", "")) > 0, row[0]
+        assert float(per_row.replace(",", "")) > 0, row[0]
+        assert int(workers) == cells[impl]["worker_processes"], row[0]
+        if impl == "floor":
+            assert (over_floor, goal) == ("1x", ""), row[0]
+        else:
+            assert over_floor == f"{cells['cost_ratios'][f'{impl}/floor']:.2f}x", row[0]
+        if impl in ("aioenv_step", "aioenv_sendrecv"):
+            assert re.fullmatch(rf"{impl}/floor <= 1.5x: (met|MISSED)", goal), row[0]
+
+
+async def test_the_cost_cells_count_the_messages_to_worker_processes_and_no_other_process_cpu() -> None:
+    """``--cost-workers``' pools: a lock-step step sends one message to each worker process, a send/recv loop
+    one per worker a send's rows touch; each CPU figure is the window's CPU of this process over its count."""
+    import aioenv
+
+    core = bench_module("bench_core")
+    for sendrecv in (False, True):
+        figures = await core.aioenv_throughput(aioenv, "CartPole-v1", 12, sendrecv, 0.05, 0.3, "inline", 3)
+        assert figures["worker_processes"] == 3, figures
+        assert figures["envs_in_process"] == 0, figures
+        # send/recv, batch 6 of 12 envs in blocks of 4: a batch's rows lie on 2 or 3 workers (4 + 2, 2 + 4,
+        # 2 + 2 + 2...), never 1
+        msgs = figures["messages_per_batch"]
+        assert (2 <= msgs <= 3) if sendrecv else (msgs == 3), figures
+        rows = 6 if sendrecv else 12
+        assert figures["cpu_us_per_batch"] == pytest.approx(figures["cpu_us_per_message"] * msgs, rel=1e-6)
+        assert figures["cpu_us_per_batch"] == pytest.approx(figures["cpu_us_per_row"] * rows, rel=1e-6)
+    floor = core.floor_throughput(bench_module("floor"), "CartPole-v1", 12, 0.05, 0.3, 3)
+    assert (floor["worker_processes"], floor["messages_per_batch"]) == (3, 3), floor
+    assert floor["cpu_us_per_batch"] == pytest.approx(floor["cpu_us_per_row"] * 12, rel=1e-6)
+
+
+async def test_the_cost_cells_place_envs_on_workers_as_the_pool_does() -> None:
+    """``worker_of`` (which worker process each env is on, for counting send/recv's messages) agrees with the
+    pool's own placement."""
+    import aioenv
+
+    worker_of = bench_module("bench_core").worker_of
+    for n, workers in ((7, 2), (12, 5), (3, 3)):
+        async with aioenv.Pool("CartPole-v1", n, num_workers=workers, executor="inline") as pool:
+            assert pool.envs_in_process == 0
+            placed = pool._runner.sched.worker_of  # the coordinator's table: env id -> worker
+            assert worker_of(n, pool.num_workers, 0).tolist() == placed.tolist(), (n, workers)
+    # envs in this process come first and reach no worker process; the others are split as above
+    assert worker_of(7, 2, 3).tolist() == [-1, -1, -1, 0, 0, 1, 1]
+    assert bench_module("bench_core").messages_sent(worker_of(7, 2, 3), [np.array([0, 4, 5]), np.array([1])]) == 2
 
 
 def test_the_floor_steps_the_trajectories_of_sync_vector_env() -> None:
@@ -151,7 +235,13 @@ async def test_a_send_recv_slice_leaves_no_step_in_flight() -> None:
 
 def test_options_that_must_be_positive_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     parse_args = bench_module("bench_core").parse_args
-    for option, value in (("--slice", "-1"), ("--rounds", "0"), ("--seconds", "0"), ("--repeats", "-2")):
+    for option, value in (
+        ("--slice", "-1"),
+        ("--rounds", "0"),
+        ("--seconds", "0"),
+        ("--repeats", "-2"),
+        ("--cost-workers", "0"),
+    ):
         with pytest.raises(SystemExit) as exited:
             parse_args([option, value])
         assert exited.value.code == 2
