@@ -5,8 +5,10 @@ Three workloads, each cell in a fresh Python process with ``torch.set_num_thread
 1. ``cartpole``: CartPole-v1, 32 envs, a 64x64 MLP policy (a torch module sampling from its logits), 1,024
    frames per batch. Frames/s of ``Collector(aioenv.SyncPool("CartPole-v1", 32), module)`` (``aioenv``), and of
    TorchRL's ``Collector`` with the same MLP over ``SerialEnv(32, GymEnv)`` (``torchrl serial``) and over
-   ``ParallelEnv(2, SerialEnv(16, GymEnv))`` (``torchrl parallel``), as ``bench_torchrl.py`` builds them. Goal:
-   aioenv >= 5x the faster TorchRL setup.
+   ``ParallelEnv(2, SerialEnv(16, GymEnv))`` (``torchrl parallel``), as ``bench_torchrl.py`` builds them; and
+   ``hand loop``: the same SyncPool and MLP stepped by ``pool.step(policy(obs))`` in a plain loop, what a user
+   writes without a collector. Goals: aioenv >= 5x the faster TorchRL setup, and >= 0.95x the hand loop (the
+   collector's bookkeeping costs at most 5%).
 2. ``latency``: 256 envs whose steps only wait (lognormal, mean 20 ms, sigma 0.5, cap 200 ms:
    ``aioenv/envs/latency.py``; ideal = 256 / 20 ms). ``aioenv``: ``AsyncSleepEnv`` on ``executor="async"``,
    ``Collector(mode="async")`` with a numpy policy; ``torchrl pool``: TorchRL's ``AsyncEnvPool`` (threading
@@ -61,6 +63,7 @@ WORKLOADS: dict[str, dict[str, str]] = {
         "aioenv": 'Collector(SyncPool("CartPole-v1", 32), MLP module)',
         "torchrl serial": 'TorchRL Collector over SerialEnv(32, GymEnv("CartPole-v1"))',
         "torchrl parallel": "TorchRL Collector over ParallelEnv(2, SerialEnv(16, GymEnv))",
+        "hand loop": 'obs = pool.step(module(obs)) over SyncPool("CartPole-v1", 32), a plain loop',
     },
     "latency": {
         "aioenv": 'Collector(Pool(AsyncSleepEnv, 256, executor="async"), mode="async")',
@@ -72,6 +75,7 @@ RATIOS = {
     "cartpole": {
         "aioenv / torchrl serial": ("aioenv", "torchrl serial"),
         "aioenv / torchrl parallel": ("aioenv", "torchrl parallel"),
+        "aioenv / hand loop": ("aioenv", "hand loop"),
     },
     "latency": {"aioenv / torchrl pool": ("aioenv", "torchrl pool")},
     "memory": {},
@@ -121,6 +125,29 @@ def cartpole_aioenv(seconds: float) -> dict[str, Any]:
         Collector(pool, mlp_policy(), frames_per_batch=FRAMES_PER_BATCH) as collector,
     ):
         out = timed(iter(collector), seconds, lambda b: b.frames)
+        out["note"] = pool.pool.describe_placement()
+    return out
+
+
+def cartpole_hand(seconds: float) -> dict[str, Any]:
+    """The collector's workload without it: ``pool.step(policy(obs))`` in a loop, 1,024 frames a "batch"."""
+    import torch
+
+    import aioenv
+
+    policy = mlp_policy()
+
+    def batches(pool: Any) -> Any:
+        obs, _ = pool.reset()
+        while True:
+            for _ in range(FRAMES_PER_BATCH // NUM_ENVS):
+                with torch.no_grad():
+                    actions = policy(torch.as_tensor(obs)).numpy()
+                obs, _reward, _terminated, _truncated, _info = pool.step(actions)
+            yield FRAMES_PER_BATCH
+
+    with aioenv.SyncPool("CartPole-v1", NUM_ENVS, seed=0) as pool:
+        out = timed(batches(pool), seconds, lambda frames: frames)
         out["note"] = pool.pool.describe_placement()
     return out
 
@@ -279,7 +306,9 @@ def run_cell(workload: str, cell: str, seconds: float) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     if workload == "cartpole":
-        return cartpole_aioenv(seconds) if cell == "aioenv" else cartpole_torchrl(cell, seconds)
+        if cell == "aioenv":
+            return cartpole_aioenv(seconds)
+        return cartpole_hand(seconds) if cell == "hand loop" else cartpole_torchrl(cell, seconds)
     if workload == "latency":
         return latency_aioenv(seconds) if cell == "aioenv" else latency_torchrl(seconds)
     if workload == "memory":
@@ -335,6 +364,10 @@ def goals(result: dict[str, Any]) -> list[dict[str, Any]]:
     if best and "aioenv" in cart:
         out.append({"goal": "cartpole: aioenv >= 5x the faster TorchRL setup", "value": cart["aioenv"] / best,
                     "threshold": 5.0, "met": cart["aioenv"] / best >= 5.0})  # fmt: skip
+    hand = result["workloads"].get("cartpole", {}).get("ratios", {}).get("aioenv / hand loop")
+    if hand is not None:
+        out.append({"goal": "cartpole: aioenv >= 0.95x a hand loop over the same pool and policy", "value": hand,
+                    "threshold": 0.95, "met": hand >= 0.95})  # fmt: skip
     lat = result["workloads"].get("latency", {})
     for cell in lat.get("values", {}):
         rounds = [rnd[cell] for rnd in lat["rounds"] if cell in rnd]

@@ -138,15 +138,25 @@ def _traj_end(done: np.ndarray, cut: np.ndarray, valid: np.ndarray, traj: np.nda
     return valid & (done | cut | (same_next & (~nxt_valid | (nxt_traj != traj))))
 
 
+_JOINED = [f.name for f in dataclasses.fields(Chunk) if f.name not in ("error", "info", "info_row")]
+
+
 def _joined(chunks: Sequence[Chunk], join: Any) -> dict[str, Any]:
-    names = [f.name for f in dataclasses.fields(Chunk) if f.name not in ("error", "info", "info_row")]
-    return {name: _tree.tmap(lambda *xs: join(xs), *(getattr(c, name) for c in chunks)) for name in names}
+    return {name: _tree.tmap(lambda *xs: join(xs), *[getattr(c, name) for c in chunks]) for name in _JOINED}
+
+
+def _stack(xs: Sequence[np.ndarray]) -> np.ndarray:
+    """``np.stack(xs)``; for arrays of numbers as one ``np.array`` call, without ``np.stack``'s Python-level
+    work per array (object arrays keep ``np.stack``: their items may be arrays that ``np.array`` would unpack)."""
+    if xs[0].dtype != object and all(x.shape == xs[0].shape for x in xs):
+        return np.array(xs)
+    return np.stack(xs)
 
 
 def time_major(chunks: Sequence[Chunk], *, cut_last: bool) -> Batch:
     """``T`` lock-step chunks of ``B`` rows as a ``(T, B)`` batch; ``cut_last``: the collector cuts every
     trajectory after this batch (``reset_at_each_iter``)."""
-    f = _joined(chunks, np.stack)
+    f = _joined(chunks, _stack)
     done = f["valid"] & (f["terminated"] | f["truncated"])
     same_next = np.ones_like(f["valid"])
     same_next[-1] = False

@@ -56,6 +56,13 @@ def _expand_info(info: dict[str, Any], rows: np.ndarray, n: int) -> dict[str, An
     return out
 
 
+def _filled(n: int, value: float, dtype: type[np.generic]) -> np.ndarray:
+    """``n`` copies of ``value`` (``np.full`` without its Python-level overhead)."""
+    out = np.empty(n, dtype=dtype)
+    out.fill(value)
+    return out
+
+
 def _flag(info: dict[str, Any], key: str, rows: np.ndarray) -> np.ndarray:
     """Rows ``rows`` of a boolean info entry (``info[key]`` with its ``_key`` mask), False where absent."""
     value = info.get(key)
@@ -213,9 +220,10 @@ class Engine:
         ids = self.all_ids
         t0 = time.perf_counter()
         actions, version = await self._actions(ids)
-        actions = _tree.tmap(np.array, actions)  # ours to keep, whatever the policy does with its output
+        # ours to keep, whatever the policy does with its output
+        actions = np.array(actions) if isinstance(actions, np.ndarray) else _tree.tmap(np.array, actions)
         t1 = time.perf_counter()
-        failed = np.zeros(self.n, dtype=np.bool_)
+        failed: np.ndarray | None = None
         errors: dict[int, AioEnvError] = {}
         try:
             step = await self.pool.step(actions)
@@ -225,24 +233,85 @@ class Engine:
             step, failed = self._merge_partial(exc)
             errors = exc.errors
         t2 = time.perf_counter()
-        valid = ~self.pending & ~failed
-        times = (np.full(self.n, t2 - t1), np.full(self.n, t1 - t0), np.full(self.n, version, dtype=np.int64))
-        chunk, autoreset, explicit = self._record(ids, actions, step, ids, valid, times)
-        if failed.any():
+        valid = ~self.pending if failed is None else ~self.pending & ~failed
+        chunk, autoreset, explicit = self._record_all(actions, step, valid, (t2 - t1, t1 - t0, version))
+        if failed is not None and failed.any():
             chunk.cut = failed.copy()
             chunk.traj_id[failed] = self.trajs.traj[failed]
             chunk.error = [f"env: {_error_text(errors[int(e)])}" if failed[e] else None for e in ids]
             self.trajs.restart(ids[failed])
-            explicit = explicit | failed
+            explicit = failed if explicit is None else explicit | failed
         self.pending = autoreset
         self.cur_obs = step[0]
-        if explicit.any():
+        if explicit is not None and explicit.any():
             if chunk.next_obs is self.cur_obs:
                 self.cur_obs = _tree.tmap(np.copy, self.cur_obs)
             reset_ids = ids[explicit]
             reset_obs, _ = await self.pool.reset(env_ids=reset_ids)
             _tree.put(self.cur_obs, reset_ids, reset_obs)
         return chunk
+
+    def _record_all(
+        self,
+        action: Any,
+        step: tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]],
+        valid: np.ndarray,
+        times: tuple[float, float, int],
+    ) -> tuple[Chunk, np.ndarray, np.ndarray | None]:
+        """:meth:`_record` for a lock-step of every env, with whole-array operations only (no row indexing):
+        its chunk, the rows whose env resets in its next step, and those the engine must reset itself (None:
+        none). ``times``: env seconds, policy seconds and policy version, the same for every row."""
+        o, reward, terminated, truncated, info = step
+        n = self.n
+        ended = terminated | truncated
+        finals = valid & ended
+        any_final = bool(finals.any())
+        next_obs = o
+        if self.same_step and any_final:
+            next_obs = _tree.tmap(np.copy, o)
+            final_obs = info["final_obs"]
+            for row in np.flatnonzero(finals):
+                _tree.put_row(next_obs, int(row), final_obs[row])
+        steps = self.trajs.steps
+        cap = self.opts.max_frames_per_traj
+        ours: np.ndarray | None = None
+        done = finals
+        if cap:
+            # as a TimeLimit (and TorchRL's StepCounter): truncated at the cap even if it also terminated there
+            ours = valid & (steps + 1 >= cap)
+            if ours.any():
+                truncated = truncated | ours
+                done = valid & (terminated | truncated)
+                any_final = True
+        env_s, pol_s, version = times
+        timeout = info.get("timeout")
+        chunk = Chunk(
+            env_id=self.all_ids,
+            obs=self.cur_obs,
+            action=action,
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            next_obs=next_obs,
+            valid=valid,
+            cut=np.zeros(n, dtype=np.bool_),
+            traj_id=np.where(valid, self.trajs.traj, -1),
+            step_count=np.where(valid, steps, -1),
+            policy_version=_filled(n, version, np.int64),
+            env_seconds=_filled(n, env_s, np.float64),
+            policy_seconds=_filled(n, pol_s, np.float64),
+            timeout=np.zeros(n, dtype=np.bool_) if timeout is None else _flag(info, "timeout", self.all_ids),
+        )
+        self.frames += int(np.count_nonzero(valid))
+        steps += valid
+        if any_final:
+            self.trajs.restart(np.flatnonzero(done))
+        explicit: np.ndarray | None = None
+        if ours is not None:
+            explicit = ours & ~ended
+        if self.disabled and any_final:
+            explicit = finals if explicit is None else explicit | finals
+        return chunk, finals if self.next_step else np.zeros(n, dtype=np.bool_), explicit
 
     def _merge_partial(self, exc: AioEnvError) -> tuple[tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any], Any]:
         """A whole step's rows out of a failed ``pool.step``: the rows that succeeded, the others empty."""

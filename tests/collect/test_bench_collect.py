@@ -34,8 +34,8 @@ def test_memory_workload_smoke(tmp_path: Path) -> None:
 def test_rounds_rotate_and_ratios_pair_within_a_round(monkeypatch: Any) -> None:
     module = bench()
     order: list[str] = []
-    speeds = iter([1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5])  # the machine slows down during round 2
-    base = {"aioenv": 100.0, "torchrl serial": 10.0, "torchrl parallel": 20.0}
+    speeds = iter([1.0] * 4 + [0.5] * 8)  # the machine slows down during round 2
+    base = {"aioenv": 100.0, "torchrl serial": 10.0, "torchrl parallel": 20.0, "hand loop": 125.0}
 
     def fake(workload: str, cell: str, seconds: float) -> dict[str, Any]:
         order.append(cell)
@@ -47,10 +47,24 @@ def test_rounds_rotate_and_ratios_pair_within_a_round(monkeypatch: Any) -> None:
     assert order == cells + cells[1:] + cells[:1] + cells[2:] + cells[:2]
     assert out["ratios"]["aioenv / torchrl serial"] == pytest.approx(10.0)
     assert out["ratios"]["aioenv / torchrl parallel"] == pytest.approx(5.0)
+    assert out["ratios"]["aioenv / hand loop"] == pytest.approx(0.8)
     assert out["values"]["aioenv"] == 50.0  # median of 100, 50, 50
     result = {"workloads": {"cartpole": out}}
-    (goal,) = module.goals(result)
-    assert goal["value"] == pytest.approx(50.0 / 10.0)  # against the faster TorchRL setup (medians 10, 5)
+    torchrl, hand = module.goals(result)
+    assert torchrl["value"] == pytest.approx(50.0 / 10.0)  # against the faster TorchRL setup (medians 10, 5)
+    assert hand["value"] == pytest.approx(0.8)
+    assert hand["threshold"] == 0.95
+    assert hand["met"] is False
+
+
+def test_the_hand_loop_cell_steps_the_pool() -> None:
+    proc = run_python("benchmarks/bench_collect.py", "--cell", "cartpole/hand loop", "--seconds", "0.3", timeout=80)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cell = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert cell["batches"] >= 1
+    assert cell["frames"] == cell["batches"] * 1024
+    assert cell["value"] == pytest.approx(cell["frames"] / cell["seconds"])
+    assert "32 envs" in cell["note"]
 
 
 def test_the_batch_aware_ideal() -> None:
