@@ -573,8 +573,11 @@ class SyncPool:
         the light path (no task per call). For the building of ``step_async``/``step_wait`` style adapters.
 
         Raises:
-            TypeError: ``fn`` is a method's name (the form this method took before): pass the method itself.
+            TypeError: ``fn`` is a method's name (the form this method took before): pass the method itself; or
+                ``fn`` is not callable at all.
         """
+        if not callable(fn) and not isinstance(fn, str):
+            raise TypeError(f"SyncPool.submit takes a callable, such as sp.pool.step; got {type(fn).__name__}")
         if isinstance(fn, str):
             raise TypeError(
                 f"SyncPool.submit takes the pool's method itself, not its name: sp.submit(sp.pool.step, actions) "

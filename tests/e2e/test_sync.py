@@ -277,6 +277,8 @@ def test_submit_refuses_a_methods_name(executor: str) -> None:
     with SyncPool(PROBE, 1, executor=executor) as sp:
         with pytest.raises(TypeError, match=r"sp\.submit\(sp\.pool\.step, actions\)"):
             sp.submit("step", np.array([0]))  # type: ignore[call-overload]
+        with pytest.raises(TypeError, match=r"takes a callable, such as sp\.pool\.step; got int"):
+            sp.submit(42)  # type: ignore[call-overload]
         sp.reset()  # refused before anything was sent
 
 
