@@ -301,6 +301,8 @@ class Engine:
             env_seconds=_filled(n, env_s, np.float64),
             policy_seconds=_filled(n, pol_s, np.float64),
             timeout=np.zeros(n, dtype=np.bool_) if timeout is None else _flag(info, "timeout", self.all_ids),
+            info=info if self.keep_info else None,  # as _record: a whole step's row i is its info's row i
+            info_row=self.all_ids if self.keep_info else None,
         )
         self.frames += int(np.count_nonzero(valid))
         steps += valid
