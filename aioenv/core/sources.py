@@ -5,6 +5,8 @@
 - a callable -> written with cloudpickle to a file in the pool's private directory and sent as
   ``{"kind": "pickle", "path": ...}``: local workers load it from disk; no pickle crosses a socket.
 - a sequence of callables -> one source per distinct callable, env ``i`` uses the ``i``-th.
+- ``"openenv+ws://HOST:PORT"`` or ``"openenv+app:pkg.module:app"`` (an OpenEnv environment) ->
+  ``{"kind": "openenv", "url" | "app": ...}`` (:mod:`aioenv.openenv.source`); local pools only.
 
 A server's sources (``strict=True``) carry ``"strict": true``: a client over the network named them, so the
 worker checks what a name leads to before it calls anything (:func:`workers.sources.reach`); the server never
@@ -18,9 +20,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from aioenv.errors import UsageError
 from aioenv.wire.options import positive_int
 
-__all__ = ["EnvSources", "parse_sources"]
+__all__ = ["OPENENV_PREFIX", "EnvSources", "parse_sources"]
+
+#: What the name of an OpenEnv environment starts with (:mod:`aioenv.openenv.source`).
+OPENENV_PREFIX = "openenv+"
 
 
 @dataclass
@@ -50,6 +56,16 @@ def parse_sources(
         if num_envs is None:
             raise TypeError(f"num_envs is required with env={env!r}: how many copies should the pool run?")
         source: dict[str, Any]
+        if env.startswith(OPENENV_PREFIX):
+            if strict:
+                raise UsageError(
+                    f"env {env!r}: a server does not open OpenEnv sessions or start OpenEnv apps a client names; "
+                    "make the pool on the client's machine (without endpoint=)"
+                )
+            from aioenv.openenv.source import source_of
+
+            source = source_of(env, kwargs)
+            return EnvSources({"0": source}, ["0"] * _check_count(num_envs)), num_envs
         if ":" in env:
             source = {"kind": "entry", "target": env, "kwargs": kwargs}
         else:

@@ -1,0 +1,88 @@
+"""A real OpenEnv server process for the tests: :mod:`tests.support.openenv_app` served by ``uvicorn`` on a loopback
+port, started, killed and started again (on the same port) by the test."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+from tests.support.procs import HANG
+from tests.support.scripts import ROOT
+
+__all__ = ["APP", "OpenEnvServer", "free_port"]
+
+#: The test app, as uvicorn and ``openenv+app:`` name it.
+APP = "tests.support.openenv_app:app"
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class OpenEnvServer:
+    """``python -m uvicorn tests.support.openenv_app:app`` on ``127.0.0.1:port``; :meth:`stop` kills it."""
+
+    def __init__(self, max_sessions: int = 64, port: int | None = None) -> None:
+        self.port = free_port() if port is None else port
+        self.max_sessions = max_sessions
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """``ws://127.0.0.1:PORT``."""
+        return f"ws://127.0.0.1:{self.port}"
+
+    @property
+    def http(self) -> str:
+        """``http://127.0.0.1:PORT``."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> OpenEnvServer:
+        """Start the process and wait until it answers ``/health``."""
+        env = dict(os.environ, PYTHONPATH=str(ROOT), COUNT_MAX_SESSIONS=str(self.max_sessions))
+        cmd = [sys.executable, "-m", "uvicorn", APP, "--host", "127.0.0.1", "--port", str(self.port)]
+        cmd += ["--log-level", "warning"]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + HANG
+        while True:
+            assert self.proc.poll() is None, f"the OpenEnv test server exited with {self.proc.returncode}"
+            try:
+                self.get("/health")
+                return self
+            except OSError:
+                assert time.monotonic() < deadline, "the OpenEnv test server did not answer /health"
+                time.sleep(0.05)
+
+    def get(self, path: str) -> object:
+        """``GET path``, its JSON."""
+        with urllib.request.urlopen(self.http + path, timeout=HANG) as reply:
+            return json.loads(reply.read())
+
+    def live(self) -> int:
+        """Environments alive in the server (sessions not yet ended)."""
+        got = self.get("/live")
+        assert isinstance(got, dict)
+        return int(got["live"])
+
+    def wait_live(self, n: int) -> None:
+        """Wait until exactly ``n`` environments are alive in the server."""
+        deadline = time.monotonic() + HANG
+        while (live := self.live()) != n:
+            assert time.monotonic() < deadline, f"{live} sessions alive on the OpenEnv server, expected {n}"
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        """SIGKILL the process and reap it."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        if proc is not None:
+            proc.wait(HANG)
