@@ -70,9 +70,11 @@ ALLOWED = {
     "server": {"ground", "wire", "transport", "core"},
     "compat": {"ground", "wire", "transport", "core", "face"},
     "cli": {"ground", "wire", "transport", "core", "face", "server", "compat", "workers", "ray"},
-    "workers": {"ground", "wire", "transport"},
+    "workers": {"ground", "wire", "transport", "openenv"},
     # collectors (aioenv.collect): batches and episodes from a Pool or SyncPool and a policy
     "collect": {"ground", "wire", "transport", "core", "face"},
+    # OpenEnv sessions as envs (aioenv.openenv): workers host them as any AsyncEnv
+    "openenv": {"ground", "wire"},
     # worker hosts placed by Ray (aioenv.ray): runs the worker host (workers.agent) inside Ray actors
     "ray": {"ground", "wire", "transport", "workers"},
 }

@@ -1,14 +1,15 @@
-"""The ``openenv+...`` env names of :func:`aioenv.make`, and the factories workers make their envs with.
+"""The factories workers make the envs of ``openenv+...`` names with (:func:`aioenv.make`).
 
 - ``"openenv+ws://HOST:PORT"`` (or ``openenv+http://``, ``openenv+wss://``, ``openenv+https://``, with a path
   prefix when the server sits behind one): a running OpenEnv server; each env opens a session of its own.
 - ``"openenv+app:pkg.module:app"``: an OpenEnv app (what ``create_app`` returned) that each worker process serves
-  itself, from a server process of its own (``python -m uvicorn``, on a loopback port): a child of the worker, so it
-  ends with it (a worker's process group is killed when the worker is reaped). A server that died is started again
-  at the next reset of one of its envs.
+  itself, from a server process of its own (:mod:`aioenv.openenv.appserver`: uvicorn on a loopback port): a child of
+  the worker that ends with it (it exits when its parent is gone). A server that died is started again at the next
+  reset of one of its envs.
 
-Either is described by a source ``{"kind": "openenv", "url": ...}`` or ``{"kind": "openenv", "app": ...}``; a
-server's pool refuses both (a client over the network would have the server open connections or start apps).
+Either is described by a source ``{"kind": "openenv", "url": ...}`` or ``{"kind": "openenv", "app": ...}``
+(:func:`aioenv.core.sources.openenv_source`); a server's pool refuses both (a client over the network would have the
+server open connections or start apps).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -28,37 +28,10 @@ from typing import Any, ClassVar
 
 from aioenv.openenv.env import CONNECT_TIMEOUT, OpenEnvConnectionError, OpenEnvEnv, base_urls
 
-__all__ = ["APP_START_TIMEOUT", "PREFIX", "LocalApp", "factory", "is_openenv", "source_of"]
+__all__ = ["APP_START_TIMEOUT", "AppEnv", "LocalApp", "factory"]
 
-#: What an OpenEnv env name starts with.
-PREFIX = "openenv+"
 #: Seconds a local app's server may take to answer ``/health`` after it was started.
 APP_START_TIMEOUT = 60.0
-
-_TARGET = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*")
-
-
-def is_openenv(env: object) -> bool:
-    """Whether ``env`` (the first argument of :func:`aioenv.make`) names an OpenEnv environment."""
-    return isinstance(env, str) and env.startswith(PREFIX)
-
-
-def source_of(env: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The source description of an ``openenv+...`` name (see the module); ``ValueError`` naming the accepted forms."""
-    rest = env[len(PREFIX) :]
-    if rest.startswith("app:"):
-        target = rest[len("app:") :]
-        if not _TARGET.fullmatch(target):
-            raise ValueError(f"expected 'openenv+app:pkg.module:app' (an OpenEnv app object), got {env!r}")
-        return {"kind": "openenv", "app": target, "kwargs": kwargs}
-    try:
-        base_urls(rest)
-    except ValueError:
-        raise ValueError(
-            f"expected 'openenv+ws://HOST:PORT', 'openenv+http://HOST:PORT' (a running OpenEnv server) or "
-            f"'openenv+app:pkg.module:app' (an OpenEnv app served by each worker), got {env!r}"
-        ) from None
-    return {"kind": "openenv", "url": rest, "kwargs": kwargs}
 
 
 def factory(source: dict[str, Any], kwargs: dict[str, Any]) -> Callable[[], Any]:
@@ -66,13 +39,13 @@ def factory(source: dict[str, Any], kwargs: dict[str, Any]) -> Callable[[], Any]
     url, app = source.get("url"), source.get("app")
     if isinstance(url, str) and url:
         return lambda: OpenEnvEnv(url, **kwargs)
-    if isinstance(app, str) and _TARGET.fullmatch(app):
+    if isinstance(app, str) and app:
         return lambda: AppEnv(LocalApp.of(app), **kwargs)
     raise ValueError(f"an openenv source needs 'url' or 'app' ('pkg.module:app'), got {source!r}")
 
 
 class LocalApp:
-    """An OpenEnv app served by a ``uvicorn`` process this process started, on a loopback port of its own; one per
+    """An OpenEnv app served by a uvicorn process this process started, on a loopback port of its own; one per
     app and process (:meth:`of`)."""
 
     _apps: ClassVar[dict[str, LocalApp]] = {}
@@ -111,8 +84,7 @@ class LocalApp:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
-        cmd = [sys.executable, "-m", "uvicorn", self.target, "--host", "127.0.0.1", "--port", str(self.port)]
-        cmd += ["--log-level", "warning", "--no-access-log"]
+        cmd = [sys.executable, "-m", "aioenv.openenv.appserver", self.target, str(self.port), str(os.getpid())]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=dict(os.environ))
         deadline = time.monotonic() + APP_START_TIMEOUT
         while True:
@@ -132,9 +104,8 @@ class LocalApp:
                 time.sleep(0.05)
 
     async def ensure(self) -> None:
-        """Start the server again if it died (one restart however many envs ask at once)."""
-        if self.alive():
-            return
+        """Start the server again if it died: one restart however many envs ask at once, each waiting until it
+        answers (a process that runs may not listen yet)."""
         if self.restarting is None:
             self.restarting = asyncio.Lock()
         async with self.restarting:

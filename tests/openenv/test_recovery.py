@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
-import textwrap
+import uuid
 
 import numpy as np
 import pytest
@@ -16,9 +14,8 @@ import pytest
 import aioenv
 from aioenv import EnvError, StepTimeout
 from aioenv.collect import EpisodeCollector
-from tests.support.openenv_server import OpenEnvServer
+from tests.support.openenv_server import OpenEnvServer, start_client
 from tests.support.procs import HANG
-from tests.support.scripts import ROOT
 
 
 def _actions(n: int, delays: list[float] | None = None) -> dict[str, object]:
@@ -115,33 +112,10 @@ async def test_episodes_collect_over_sessions(server: OpenEnvServer) -> None:
     assert turn.next_observation["echoed"] == turn.action["word"]
 
 
-_CLIENT = textwrap.dedent(
-    """
-    import asyncio, sys
-    import numpy as np
-    import aioenv
-
-    async def main():
-        pool = await aioenv.make("openenv+" + sys.argv[1], 3, executor="async", num_workers=1)
-        await pool.reset()
-        words = np.empty(3, dtype=object)
-        words[:] = ["a", "b", "c"]
-        await pool.step({"delay": np.zeros(3), "fail": np.zeros(3, dtype=np.int64), "word": words})
-        print("ready", flush=True)
-        await asyncio.sleep(3600)
-
-    asyncio.run(main())
-    """
-)
-
-
 async def test_a_killed_client_leaves_no_session(server: OpenEnvServer) -> None:
     """SIGKILL the process that made the pool: its workers die with it and the server sees their sockets close."""
     before = server.live()
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _CLIENT, server.url], stdout=subprocess.PIPE, cwd=ROOT, env=env, text=True
-    )
+    proc = start_client("openenv+" + server.url, uuid.uuid4().hex)
     try:
         assert proc.stdout is not None
         line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), HANG)

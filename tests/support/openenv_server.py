@@ -8,13 +8,14 @@ import os
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 import urllib.request
 
 from tests.support.procs import HANG
 from tests.support.scripts import ROOT
 
-__all__ = ["APP", "OpenEnvServer", "free_port"]
+__all__ = ["APP", "CLIENT", "OpenEnvServer", "free_port", "start_client"]
 
 #: The test app, as uvicorn and ``openenv+app:`` name it.
 APP = "tests.support.openenv_app:app"
@@ -86,3 +87,33 @@ class OpenEnvServer:
             proc.kill()
         if proc is not None:
             proc.wait(HANG)
+
+
+#: A client process: a pool of 3 envs of ``argv[1]`` (an ``openenv+...`` name), reset and stepped once; it prints
+#: ``ready`` and waits to be killed.
+CLIENT = textwrap.dedent(
+    """
+    import asyncio, sys
+    import numpy as np
+    import aioenv
+
+    async def main():
+        pool = await aioenv.make(sys.argv[1], 3, executor="async", num_workers=1)
+        await pool.reset()
+        words = np.empty(3, dtype=object)
+        words[:] = ["a", "b", "c"]
+        await pool.step({"delay": np.zeros(3), "fail": np.zeros(3, dtype=np.int64), "word": words})
+        print("ready", flush=True)
+        await asyncio.sleep(3600)
+
+    asyncio.run(main())
+    """
+)
+
+
+def start_client(env_name: str, token: str) -> subprocess.Popen[str]:
+    """:data:`CLIENT` on ``env_name``, with ``token`` in its environment (and its descendants')."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), AIOENV_TEST_TOKEN=token)
+    return subprocess.Popen(
+        [sys.executable, "-c", CLIENT, env_name], stdout=subprocess.PIPE, cwd=ROOT, env=env, text=True
+    )

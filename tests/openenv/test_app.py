@@ -1,0 +1,91 @@
+"""``openenv+app:pkg.module:app``: each worker serves the OpenEnv app from a server process of its own, started
+again when it dies and gone when the pool closes; and the names a pool refuses."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import uuid
+
+import numpy as np
+import pytest
+
+import aioenv
+from aioenv import EnvError, UsageError
+from aioenv.core.sources import parse_sources
+from tests.support.openenv_server import APP, start_client
+from tests.support.procs import HANG, descendants, process_gone, processes_with_env
+
+
+def _app_servers() -> list[int]:
+    """Pids of the app servers this process's pools started (children of their workers)."""
+    return [pid for pid, cmd in descendants(os.getpid()) if "aioenv.openenv.appserver" in cmd and APP in cmd]
+
+
+async def _wait_no_app_servers() -> None:
+    async with asyncio.timeout(HANG):
+        while _app_servers():
+            await asyncio.sleep(0.05)
+
+
+async def test_a_pool_serves_the_app_itself_restarts_it_and_stops_it() -> None:
+    async with asyncio.timeout(HANG * 2):
+        pool = await aioenv.make("openenv+app:" + APP, 2, executor="async", num_workers=1)
+        try:
+            (pid,) = _app_servers()
+            await pool.reset()
+            obs, rew, *_ = await pool.step_env(1, {"word": "solo", "delay": 0.0, "fail": 0})
+            assert obs["echoed"] == "solo"
+            assert rew == 0.5
+            os.kill(pid, signal.SIGKILL)
+            words = np.empty(2, dtype=object)
+            words[:] = ["a", "b"]
+            with pytest.raises(EnvError, match="OpenEnvConnectionError"):
+                await pool.step({"word": words, "delay": np.zeros(2), "fail": np.zeros(2, dtype=np.int64)})
+            obs, _ = await pool.reset()  # the app's server is started again
+            (new,) = _app_servers()
+            assert new != pid
+            assert process_gone(pid, "appserver")
+            obs, *_ = await pool.step({"word": words, "delay": np.zeros(2), "fail": np.zeros(2, dtype=np.int64)})
+            assert obs["echoed"].tolist() == ["a", "b"]
+        finally:
+            await pool.aclose()
+        await _wait_no_app_servers()
+
+
+async def test_a_killed_client_leaves_no_app_server() -> None:
+    """SIGKILL the process that made the pool: its worker dies with it, and the worker's app server follows."""
+    token = uuid.uuid4().hex
+    proc = start_client("openenv+app:" + APP, token)
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), HANG * 2)
+        assert line.strip() == "ready"
+        assert any(APP in cmd for _, cmd in processes_with_env(token))  # the app server runs
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(HANG)
+        async with asyncio.timeout(HANG):
+            while left := processes_with_env(token):
+                await asyncio.sleep(0.05)
+        assert not left
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["openenv+ftp://host:1", "openenv+ws://", "openenv+app:nomodule", "openenv+app:a:b:c", "openenv+ws:/x"],
+)
+def test_a_malformed_name_is_refused_naming_the_forms(name: str) -> None:
+    with pytest.raises(ValueError, match=r"openenv\+ws://HOST:PORT|openenv\+app:pkg.module:app"):
+        parse_sources(name, 2, None, None)
+
+
+def test_a_servers_pool_opens_no_openenv_sessions() -> None:
+    with pytest.raises(UsageError, match="does not open OpenEnv sessions"):
+        parse_sources("openenv+ws://127.0.0.1:9", 2, None, None, strict=True)
