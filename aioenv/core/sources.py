@@ -39,6 +39,12 @@ class EnvSources:
     sources: dict[str, dict[str, Any]]
     keys: list[str]
 
+    @property
+    def asynchronous(self) -> bool:
+        """Whether every env is known to be an ``aioenv.AsyncEnv`` without making one (OpenEnv sessions), so
+        ``executor="auto"`` chooses ``async`` without timing an env."""
+        return all(s.get("kind") == "openenv" for s in self.sources.values())
+
     def for_envs(self, env_ids: Sequence[int]) -> tuple[list[list[Any]], dict[str, dict[str, Any]]]:
         """The MAKE payload for ``env_ids``: ``[[env_id, key]]`` and the sources they use."""
         pairs = [[int(i), self.keys[int(i)]] for i in env_ids]

@@ -25,6 +25,9 @@ async def test_spaces_and_steps_follow_the_servers_models(server: OpenEnvServer)
     async with asyncio.timeout(HANG):
         pool = await aioenv.make("openenv+" + server.url, 3, seed=10)
         try:
+            assert pool.executor == "async"  # executor="auto", without timing an env
+            assert pool.num_workers >= 1  # never in this process unless asked
+            assert "OpenEnv sessions are async envs" in pool.placement_reason
             space = pool.single_observation_space
             assert list(space.spaces) == ["count", "echoed", "scores"]  # done, reward, metadata are not observations
             assert list(pool.single_action_space.spaces) == ["delay", "fail", "word"]  # metadata left out
