@@ -17,6 +17,8 @@ from aioenv.core.sources import parse_sources
 from tests.support.openenv_server import APP, start_client
 from tests.support.procs import HANG, descendants, process_gone, processes_with_env
 
+pytestmark = pytest.mark.timeout(240)
+
 
 def _app_servers() -> list[int]:
     """Pids of the app servers this process's pools started (children of their workers)."""
