@@ -14,7 +14,7 @@ import pytest
 import aioenv
 from aioenv import EnvError, UsageError
 from aioenv.core.sources import parse_sources
-from tests.support.openenv_server import APP, start_client
+from tests.support.openenv_server import APP, killed_client
 from tests.support.procs import HANG, descendants, process_gone, processes_with_env
 
 pytestmark = pytest.mark.timeout(240)
@@ -59,24 +59,11 @@ async def test_a_pool_serves_the_app_itself_restarts_it_and_stops_it() -> None:
 async def test_a_killed_client_leaves_no_app_server() -> None:
     """SIGKILL the process that made the pool: its worker dies with it, and the worker's app server follows."""
     token = uuid.uuid4().hex
-    proc = start_client("openenv+app:" + APP, token)
-    try:
-        assert proc.stdout is not None
-        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), HANG * 4)
-        assert line.strip() == "ready"
+    async with killed_client("openenv+app:" + APP, token, ready_within=HANG * 4):
         assert any(APP in cmd for _, cmd in processes_with_env(token))  # the app server runs
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(HANG)
-        async with asyncio.timeout(HANG):
-            while left := processes_with_env(token):
-                await asyncio.sleep(0.05)
-        assert not left
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+    async with asyncio.timeout(HANG):
+        while processes_with_env(token):
+            await asyncio.sleep(0.05)
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,6 @@ the slot is freed, and the server is left with no session of the pool's."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import uuid
 
 import numpy as np
@@ -14,7 +12,7 @@ import pytest
 import aioenv
 from aioenv import EnvError, StepTimeout
 from aioenv.collect import EpisodeCollector
-from tests.support.openenv_server import OpenEnvServer, start_client
+from tests.support.openenv_server import OpenEnvServer, killed_client
 from tests.support.procs import HANG
 
 
@@ -115,18 +113,6 @@ async def test_episodes_collect_over_sessions(server: OpenEnvServer) -> None:
 async def test_a_killed_client_leaves_no_session(server: OpenEnvServer) -> None:
     """SIGKILL the process that made the pool: its workers die with it and the server sees their sockets close."""
     before = server.live()
-    proc = start_client("openenv+" + server.url, uuid.uuid4().hex)
-    try:
-        assert proc.stdout is not None
-        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), HANG)
-        assert line.strip() == "ready"
+    async with killed_client("openenv+" + server.url, uuid.uuid4().hex):
         assert server.live() == before + 3
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(HANG)
-        await asyncio.to_thread(server.wait_live, before)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+    await asyncio.to_thread(server.wait_live, before)

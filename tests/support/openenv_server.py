@@ -3,19 +3,23 @@ port, started, killed and started again (on the same port) by the test."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
 import time
 import urllib.request
+from collections.abc import AsyncIterator
 
 from tests.support.procs import HANG
 from tests.support.scripts import ROOT
 
-__all__ = ["APP", "CLIENT", "OpenEnvServer", "free_port", "start_client"]
+__all__ = ["APP", "CLIENT", "OpenEnvServer", "free_port", "killed_client"]
 
 #: The test app, as uvicorn and ``openenv+app:`` name it.
 APP = "tests.support.openenv_app:app"
@@ -111,9 +115,23 @@ CLIENT = textwrap.dedent(
 )
 
 
-def start_client(env_name: str, token: str) -> subprocess.Popen[str]:
-    """:data:`CLIENT` on ``env_name``, with ``token`` in its environment (and its descendants')."""
+@contextlib.asynccontextmanager
+async def killed_client(env_name: str, token: str, ready_within: float = HANG) -> AsyncIterator[int]:
+    """Run :data:`CLIENT` on ``env_name`` (``token`` in its environment and its descendants'), wait until its pool
+    stepped, yield its pid, then SIGKILL it and reap it."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), AIOENV_TEST_TOKEN=token)
-    return subprocess.Popen(
-        [sys.executable, "-c", CLIENT, env_name], stdout=subprocess.PIPE, cwd=ROOT, env=env, text=True
-    )
+    cmd = [sys.executable, "-c", CLIENT, env_name]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, cwd=ROOT, env=env, text=True)
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), ready_within)
+        assert line.strip() == "ready", f"the client process said {line!r}"
+        yield proc.pid
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(HANG)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
