@@ -41,6 +41,7 @@ __all__ = [
     "OpenEnvEnv",
     "OpenEnvError",
     "base_urls",
+    "observation_result",
     "server_fields",
 ]
 
@@ -96,6 +97,14 @@ def server_fields(http_base: str, timeout: float = CONNECT_TIMEOUT) -> tuple[Obj
         fields = fields_of(schema["action"], ACTION_EXTRAS), fields_of(schema["observation"], OBSERVATION_EXTRAS)
         _FIELDS[http_base] = fields
         return fields
+
+
+def observation_result(field: ObjectField, data: dict[str, Any]) -> tuple[Any, float, bool, dict[str, Any]]:
+    """``(obs, reward, terminated, info)`` of an ``"observation"`` reply's ``data`` (see the module). Older servers
+    (OpenEnv 0.3) send no ``metadata``: their info is empty."""
+    reward, info = data.get("reward"), data.get("metadata")
+    info = dict(info) if isinstance(info, dict) else {}
+    return field.decode(data.get("observation")), 0.0 if reward is None else float(reward), bool(data.get("done")), info
 
 
 class OpenEnvEnv(AsyncEnv[dict[str, Any], dict[str, Any]]):
@@ -172,10 +181,7 @@ class OpenEnvEnv(AsyncEnv[dict[str, Any], dict[str, Any]]):
         return data
 
     def _result(self, data: dict[str, Any]) -> tuple[Any, float, bool, dict[str, Any]]:
-        obs = self._observation.decode(data.get("observation"))
-        reward = data.get("reward")
-        info = data.get("metadata")
-        return obs, 0.0 if reward is None else float(reward), bool(data.get("done")), dict(info) if info else {}
+        return observation_result(self._observation, data)
 
     async def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None

@@ -11,6 +11,7 @@ import pytest
 from openenv.core.env_server.types import Action, Observation
 from pydantic import BaseModel, Field
 
+from aioenv.openenv.env import observation_result
 from aioenv.openenv.spaces import ACTION_EXTRAS, OBSERVATION_EXTRAS, TEXT_MAX_LENGTH, SchemaError, fields_of
 from aioenv.wire.spaces import describe_space, space_from_description
 from tests.support.openenv_app import CountAction, CountObservation
@@ -133,3 +134,14 @@ def test_a_schema_that_is_not_a_model_is_refused() -> None:
         fields_of({"type": "string"})
     with pytest.raises(SchemaError, match="does not define"):
         fields_of({"$ref": "#/$defs/Missing"})
+
+
+def test_a_reply_maps_to_obs_reward_terminated_and_info() -> None:
+    field = fields_of(CountObservation.model_json_schema(), OBSERVATION_EXTRAS)
+    obs = CountObservation(count=2, echoed="x").model_dump(exclude={"done", "reward", "metadata"})
+    got, reward, terminated, info = observation_result(
+        field, {"observation": obs, "reward": None, "done": True, "metadata": {"step": 2}}
+    )
+    assert (got["count"], reward, terminated, info) == (2, 0.0, True, {"step": 2})
+    got, reward, terminated, info = observation_result(field, {"observation": obs, "reward": 1, "done": False})
+    assert (reward, terminated, info) == (1.0, False, {})  # an older server (OpenEnv 0.3): no metadata
