@@ -161,10 +161,16 @@ class OpenEnvEnv(AsyncEnv[dict[str, Any], dict[str, Any]]):
             text = await ws.recv()
         except ConnectionClosed as exc:
             self._ws = None
-            raise OpenEnvConnectionError(
-                f"the OpenEnv server {self.ws_url} closed the session during {message['type']} ({exc}); "
-                "reset to open a new one"
-            ) from None
+            # A server that refuses a session (at its limit, its env failed to start) says why, then closes: that
+            # reply may be waiting still, read before the close.
+            text = None
+            with contextlib.suppress(ConnectionClosed):
+                text = await ws.recv()
+            if text is None:
+                raise OpenEnvConnectionError(
+                    f"the OpenEnv server {self.ws_url} closed the session during {message['type']} ({exc}); "
+                    "reset to open a new one"
+                ) from None
         try:
             reply = json.loads(text)
         except ValueError:
@@ -192,7 +198,12 @@ class OpenEnvEnv(AsyncEnv[dict[str, Any], dict[str, Any]]):
         data = dict(options or {})
         if seed is not None:
             data["seed"] = int(seed)
-        obs, _, _, info = self._result(await self._call({"type": "reset", "data": data}))
+        try:
+            reply = await self._call({"type": "reset", "data": data})
+        except OpenEnvError:
+            await self.close()  # the server may have ended the session (a refused one): the next reset opens one
+            raise
+        obs, _, _, info = self._result(reply)
         return obs, info
 
     async def step(self, action: dict[str, Any]) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:

@@ -117,3 +117,26 @@ async def test_closing_the_pool_ends_every_session() -> None:
                 small.wait_live(0)
     finally:
         small.stop()
+
+
+async def test_a_full_server_refuses_the_reset_and_the_next_reset_opens_a_session() -> None:
+    """A server at its session limit answers the reset with an error and closes the socket: the env says so, and its
+    next reset, once a session is free, opens a new one at once."""
+    small = OpenEnvServer(max_sessions=2).start()
+    try:
+        async with asyncio.timeout(HANG):
+            first = await aioenv.make("openenv+" + small.url, 2, executor="async", num_workers=1)
+            second = await aioenv.make("openenv+" + small.url, 1, executor="async", num_workers=1)
+            try:
+                await first.reset()
+                with pytest.raises(EnvError, match="CAPACITY_REACHED"):
+                    await second.reset()
+                await first.aclose()
+                await asyncio.to_thread(small.wait_live, 0)
+                obs, _ = await second.reset()
+                assert obs["count"].tolist() == [0]
+            finally:
+                await first.aclose()
+                await second.aclose()
+    finally:
+        small.stop()
