@@ -14,6 +14,7 @@ import pytest
 import aioenv
 from aioenv import EnvError, UsageError
 from aioenv.core.sources import parse_sources
+from aioenv.openenv.env import base_urls
 from tests.support.openenv_server import APP, killed_client
 from tests.support.procs import HANG, descendants, process_gone, processes_with_env
 
@@ -73,6 +74,19 @@ async def test_a_killed_client_leaves_no_app_server() -> None:
 def test_a_malformed_name_is_refused_naming_the_forms(name: str) -> None:
     with pytest.raises(ValueError, match=r"openenv\+ws://HOST:PORT|openenv\+app:pkg.module:app"):
         parse_sources(name, 2, None, None)
+
+
+@pytest.mark.parametrize(
+    ("url", "http", "ws"),
+    [
+        ("ws://h:1", "http://h:1", "ws://h:1/ws"),
+        ("http://h:1/", "http://h:1", "ws://h:1/ws"),
+        ("https://h/env/ws", "https://h/env", "wss://h/env/ws"),
+        ("wss://h:2/a", "https://h:2/a", "wss://h:2/a/ws"),
+    ],
+)
+def test_a_servers_url_gives_its_schema_and_session_urls(url: str, http: str, ws: str) -> None:
+    assert base_urls(url) == (http, ws)
 
 
 def test_a_servers_pool_opens_no_openenv_sessions() -> None:
