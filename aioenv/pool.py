@@ -45,6 +45,7 @@ from aioenv.pool_options import (
 )
 from aioenv.transport.spawn import usable_cpus
 from aioenv.wire import spaces
+from aioenv.wire.checks import space_text
 from aioenv.wire.options import (
     AutoresetName,
     OnTimeout,
@@ -860,4 +861,4 @@ def _batch_one(space: gymnasium.Space[Any], action: Any) -> Any:
     try:
         return concatenate(space, [action], create_empty_array(space, 1))  # type: ignore[arg-type]
     except Exception as exc:
-        raise InvalidAction(f"action {action!r} does not fit {space}: {exc}") from exc
+        raise InvalidAction(f"action {action!r} does not fit {space_text(space)}: {exc}") from exc
