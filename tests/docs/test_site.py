@@ -96,12 +96,7 @@ WARNED: dict[str, Break] = {
 #: Each stops the build at once: one copy and one build each.
 STOPPING: dict[str, Break] = {
     "an API reference to nothing": ("docs/reference/aioenv.ray.md", "::: aioenv.ray", "::: aioenv.rays", "aioenv.rays"),
-    "a figure no script draws": (
-        "docs/architecture.md",
-        "<!-- figure: step-path -->",
-        "<!-- figure: steps -->",
-        "steps",
-    ),
+    "a figure no script draws": ("docs/architecture.md", "figure: step-path -->", "figure: steps -->", "'steps'"),
 }
 
 
