@@ -8,6 +8,8 @@
   where it says ``<!-- figure: NAME -->`` on a line of its own (invisible where the Markdown is read as it is),
   with the caption the figure's data gives (the command and the machine that produced it). A name that no
   figure has fails the build.
+- The docstrings name code Sphinx's way (``:class:`Pool```, ``:meth:`~aioenv.Pool.step```); on the API pages the
+  role goes and the name stays code (with ``~``, its last part only, as Sphinx shows it).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ ROOT_PAGES = {"SECURITY.md": "security.md"}
 _TO_ROOT_PAGE = re.compile(r"\]\(\.\./(" + "|".join(re.escape(name) for name in ROOT_PAGES) + r")(#[^)]*)?\)")
 _ROOT_TO_DOCS = re.compile(r"\]\(docs/")
 _FIGURE = re.compile(r"^<!-- figure: ([\w-]+) -->$", re.M)
+_ROLE = re.compile(r":(?:class|meth|func|mod|data|attr|exc|obj|const):<code>(~?)([^<]*)</code>")
 
 #: The figures of the build under way, by name.
 _drawn: dict[str, figures.Drawn] = {}
@@ -63,3 +66,10 @@ def _figure(name: str, up: str, page: str) -> str:
         f'<figure markdown="span">\n  ![{html.escape(drawn.alt)}]({up}img/{name}.svg)\n'
         f"  <figcaption>{drawn.caption}</figcaption>\n</figure>"
     )
+
+
+def on_page_content(html_text: str, *, page: Page, config: MkDocsConfig, files: Files) -> str:
+    """On the API pages, a Sphinx role before a name in code goes (``:class:`~a.B``` reads ``B``)."""
+    if not page.file.src_uri.startswith("reference/"):
+        return html_text
+    return _ROLE.sub(lambda m: f"<code>{m.group(2).rsplit('.', 1)[-1] if m.group(1) else m.group(2)}</code>", html_text)
