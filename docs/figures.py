@@ -458,7 +458,7 @@ def step_path(architecture: pathlib.Path) -> Drawn:
                 (x - box_w / 2, y - box_h / 2), box_w, box_h, boxstyle="round,pad=0.03", fc=colour[0], ec=colour[1]
             )
         )
-        title = textwrap.fill(f"{stage.number}. {stage.title}", 22)
+        title = textwrap.fill(f"{stage.number}. {stage.title}", 19)
         ax.text(x, y + box_h / 2 - 0.1, title, ha="center", va="top", fontsize=8.5, weight="bold")
         lines = ([stage.file] if stage.file else []) + stage.calls
         top = y + box_h / 2 - 0.22 - 0.2 * title.count("\n") - 0.14
@@ -478,8 +478,8 @@ def step_path(architecture: pathlib.Path) -> Drawn:
         "the path of one pool.step: the pool, the seam, the coordinator, the worker process, and back to the result",
         "The path of one <code>await pool.step(actions)</code> in a pool with a local inline worker, drawn from the "
         "numbered walk of “One step, end to end” (docs/architecture.md): each box names its file and the first "
-        "project functions the walk names there. <code>python benchmarks/walk.py --executor inline --list</code> "
-        "prints the whole path from a running pool.",
+        "project functions and classes the walk names there. "
+        "<code>python benchmarks/walk.py --executor inline --list</code> prints the whole path from a running pool.",
     )
 
 
