@@ -148,7 +148,8 @@ class AioEnv(EnvBase):  # type: ignore[misc]  # torchrl ships no type informatio
             indices (``Categorical``, ``(B,)``) instead of one-hot (``OneHot``, ``(B, n)``), as ``GymEnv``'s
             option of that name.
         device: TorchRL's env device: where the tensors it returns live (None: CPU tensors, no device).
-        run_type_checks, allow_done_after_reset: ``EnvBase``'s options.
+        run_type_checks: ``EnvBase``'s option of that name.
+        allow_done_after_reset: ``EnvBase``'s option of that name.
         **pool_options: :class:`aioenv.Pool`'s options (``seed``, ``executor``, ``num_workers``,
             ``env_kwargs``, ``step_timeout``, ``endpoint``, ...). ``autoreset_mode`` can only be
             ``"disabled"`` (TorchRL resets envs itself) and ``batch_size`` only ``num_envs``.
