@@ -347,3 +347,35 @@ def test_wrong_http_options_are_refused_before_anything_starts(args: tuple[str, 
     )
     assert done.returncode == 2, done.stderr
     assert words in done.stderr, done.stderr
+
+
+NODE_CLIENT = Path(__file__).parent / "node"
+
+
+def test_a_node_client_with_the_ws_package_plays_an_episode(http_server: Http) -> None:
+    """A client outside Python: Node.js with the ``ws`` package from the npm registry (``npm ci`` from the
+    committed lock file), speaking OpenEnv's WebSocket protocol."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    assert node is not None, "Node.js is needed (Debian: apt-get install nodejs npm)"
+    assert npm is not None, "npm is needed (Debian: apt-get install npm)"
+    if not (NODE_CLIENT / "node_modules" / "ws").is_dir():
+        subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=NODE_CLIENT, check=True, timeout=300)
+    played = subprocess.run(
+        [node, str(NODE_CLIENT / "play.mjs"), ws_url(http_server), "9"],
+        capture_output=True,
+        text=True,
+        timeout=HANG,
+        check=True,
+    )
+    seen = json.loads(played.stdout)
+    ref = gym.make("CartPole-v1")
+    obs, _ = ref.reset(seed=9)
+    np.testing.assert_array_equal(np.asarray(seen["first"], np.float32), obs)
+    assert seen["error"]["code"] == "VALIDATION_ERROR"
+    assert "expected an integer in [0, 1], got 5" in seen["error"]["message"]
+    steps, done = 0, False
+    while not done:
+        _, _, terminated, truncated, _ = ref.step(1)
+        steps, done = steps + 1, terminated or truncated
+    assert seen["steps"] == steps
+    assert seen["rewards"] == float(steps)
