@@ -291,6 +291,13 @@ def _allow(_ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) 
     help="an env the HTTP port serves and how many sessions of it may be open at once (repeatable)",
 )
 @click.option(
+    "--http-env-kwargs",
+    "http_env_kwargs",
+    multiple=True,
+    metavar="NAME=JSON",
+    help="the kwargs of an --http-env env, a JSON object (repeatable)",
+)
+@click.option(
     "--http-default-env", default=None, metavar="NAME", help="the env of /ws and /schema (default: the first)"
 )
 @click.option(
@@ -341,6 +348,7 @@ def serve(
     max_unread_total: int,
     http_bind: str | None,
     http_envs: tuple[str, ...],
+    http_env_kwargs: tuple[str, ...],
     http_default_env: str | None,
     http_token_file: str | None,
     http_max_sessions_per_client: int,
@@ -393,6 +401,7 @@ def serve(
     http = _http_port(
         http_bind,
         http_envs,
+        http_env_kwargs,
         http_default_env,
         http_token_file,
         insecure=insecure,
@@ -414,15 +423,29 @@ def serve(
 
 
 def _http_port(
-    bind: str | None, envs: tuple[str, ...], default_env: str | None, token_file: str | None, **options: Any
+    bind: str | None,
+    envs: tuple[str, ...],
+    env_kwargs: tuple[str, ...],
+    default_env: str | None,
+    token_file: str | None,
+    **options: Any,
 ) -> Port | None:
     """``aioenv serve``'s HTTP port (:class:`aioenv.openenv.serve.HttpPort`) as its options say; None: no port."""
     if bind is None:
-        if envs or default_env or token_file:
-            raise click.UsageError("--http-env, --http-default-env and --http-token-file need --http HOST:PORT")
+        if envs or env_kwargs or default_env or token_file:
+            raise click.UsageError(
+                "--http-env, --http-env-kwargs, --http-default-env and --http-token-file need --http HOST:PORT"
+            )
         return None
     try:
-        from aioenv.openenv.serve import HttpConfig, HttpPort, http_exposure, parse_http_env, split_bind
+        from aioenv.openenv.serve import (
+            HttpConfig,
+            HttpPort,
+            http_exposure,
+            parse_http_env,
+            parse_http_env_kwargs,
+            split_bind,
+        )
     except ImportError as exc:
         raise click.ClickException(f"--http needs the openenv extra (pip install 'aioenv[openenv]'): {exc}") from None
     from aioenv.errors import UsageError
@@ -430,8 +453,11 @@ def _http_port(
     try:
         split_bind(bind)
         parsed = dict(parse_http_env(e) for e in envs)
+        kwargs = dict(parse_http_env_kwargs(k) for k in env_kwargs)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+    if unknown := sorted(set(kwargs) - set(parsed)):
+        raise click.UsageError(f"--http-env-kwargs names {unknown}, which no --http-env serves")
     if not parsed:
         raise click.UsageError("--http serves the envs named by --http-env NAME=SESSIONS: name at least one")
     token = None
@@ -444,7 +470,8 @@ def _http_port(
         http_exposure(bind, token=token, insecure=options["insecure"])
     except UsageError as exc:
         raise click.UsageError(exc.message) from None
-    return HttpPort(HttpConfig(bind=bind, envs=parsed, default_env=default_env, token=token, **options))
+    config = HttpConfig(bind=bind, envs=parsed, env_kwargs=kwargs, default_env=default_env, token=token, **options)
+    return HttpPort(config)
 
 
 def _check_worker_sched() -> None:

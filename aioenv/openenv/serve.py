@@ -66,7 +66,7 @@ from aioenv.transport.spawn import usable_cpus
 from aioenv.transport.zmqio import is_loopback
 from aioenv.wire.options import Executor
 
-__all__ = ["HttpConfig", "HttpPort", "parse_http_env"]
+__all__ = ["HttpConfig", "HttpPort", "http_exposure", "parse_http_env", "parse_http_env_kwargs", "split_bind"]
 
 log = logging.getLogger("aioenv.openenv")
 
@@ -80,6 +80,7 @@ class HttpConfig:
 
     bind: str = "127.0.0.1:8000"  # HOST:PORT; beyond loopback only with a token or insecure
     envs: dict[str, int] = field(default_factory=dict)  # env name -> sessions it may hold at once
+    env_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)  # env name -> its kwargs (the operator's)
     default_env: str | None = None  # the env of /ws and /schema (None: the first of envs)
     token: str | None = None  # every request carries "Authorization: Bearer TOKEN"
     insecure: bool = False  # listen beyond loopback without a token
@@ -101,6 +102,22 @@ def parse_http_env(text: str) -> tuple[str, int]:
     if not sep or not name or not count.isdigit() or int(count) < 1:
         raise ValueError(f"expected NAME=SESSIONS (e.g. CartPole-v1=64), got {text!r}")
     return name, int(count)
+
+
+def parse_http_env_kwargs(text: str) -> tuple[str, dict[str, Any]]:
+    """``'NAME={"key": value}'`` (``--http-env-kwargs``) as ``(name, kwargs)``.
+
+    Raises:
+        ValueError: not ``NAME=`` followed by a JSON object.
+    """
+    name, sep, rest = text.partition("={")
+    try:
+        kwargs = json.loads("{" + rest) if sep and name else None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"expected NAME=JSON-OBJECT, got {text!r}: {exc}") from None
+    if not isinstance(kwargs, dict):
+        raise ValueError(f'expected NAME=JSON-OBJECT (e.g. MyEnv-v0={{"size": 8}}), got {text!r}')
+    return name, kwargs
 
 
 def http_exposure(bind: str, *, token: str | None, insecure: bool) -> list[str]:
@@ -362,6 +379,7 @@ class HttpPort:
                 pool = await aioenv.make(
                     name,
                     count,
+                    env_kwargs=self.config.env_kwargs.get(name),
                     executor=self.config.executor,
                     num_workers=self._workers(server, count),
                     autoreset_mode="disabled",

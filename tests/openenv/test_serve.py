@@ -53,6 +53,8 @@ def http_server() -> Iterator[Http]:
         f"{PROBE}=2",
         "--http-env",
         f"{DICT}=2",
+        "--http-env-kwargs",
+        DICT + '={"min_len": 3, "max_len": 4}',
         "--http-step-timeout",
         "2",
         "--workers",
@@ -125,6 +127,9 @@ async def test_dict_observations_cross_as_objects(http_server: Http) -> None:
         reply = await ask(ws, {"type": "step", "data": {"action": 2}})
         assert reply["type"] == "observation"
         assert reply["data"]["observation"]["info"], "a step's info crosses as an object"
+        await ask(ws, {"type": "step", "data": {"action": 0}})
+        last = await ask(ws, {"type": "step", "data": {"action": 1}})
+        assert last["data"]["done"] is True, "the operator's env kwargs (3-step episodes) reach the envs"
     async with aiohttp.ClientSession() as http, http.get(f"{http_server.url}/envs/{DICT}/schema") as resp:
         schema = await resp.json()
     assert sorted(schema["observation"]["properties"]["obs"]["required"]) == ["count", "flag", "pos"]
@@ -333,6 +338,8 @@ def test_a_token_guards_every_route_but_health(tmp_path: Path) -> None:
         (("--http", "127.0.0.1:0", "--http-env", "CartPole-v1"), "expected NAME=SESSIONS"),
         (("--http", "127.0.0.1", "--http-env", "CartPole-v1=1"), "expected HOST:PORT"),
         (("--http-env", "CartPole-v1=1"), "need --http HOST:PORT"),
+        (("--http", "127.0.0.1:0", "--http-env", "A=1", "--http-env-kwargs", 'B={"x": 1}'), "which no --http-env"),
+        (("--http", "127.0.0.1:0", "--http-env", "A=1", "--http-env-kwargs", "A={x}"), "expected NAME=JSON-OBJECT"),
     ],
 )
 def test_wrong_http_options_are_refused_before_anything_starts(args: tuple[str, ...], words: str) -> None:
