@@ -50,6 +50,7 @@ def start_aioenv(port: int, sessions: int, delay: float) -> subprocess.Popen[str
     cmd = [sys.executable, "-m", "aioenv.cli", "serve", "--bind", "tcp://127.0.0.1:0", "--http", f"127.0.0.1:{port}"]
     cmd += ["--http-env", f"{ENV}={sessions}", "--http-env-kwargs", f"{ENV}={json.dumps(kwargs)}"]
     cmd += ["--executor", "async", "--workers", "1", "--http-max-sessions-per-client", str(sessions)]
+    cmd += ["--max-envs", str(sessions)]
     cmd += ["--http-step-timeout", str(max(60.0, delay * 6)), "--log-level", "WARNING"]
     return subprocess.Popen(cmd, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), text=True)
 

@@ -242,6 +242,9 @@ class Session:
         self.busy: asyncio.Future[Any] | None = None
         self.released = False
         self._on_release = on_release
+        #: What the port does when the session has been idle too long: an HTTP session is closed; a WebSocket
+        #: connection closes itself once all its sessions are idle (:meth:`_Connection.idle`).
+        self.on_idle: Callable[[], None] = self.release
 
     async def reset(self, body: ResetBody) -> dict[str, Any]:
         """Reset the env; OpenEnv's observation data."""
@@ -288,6 +291,9 @@ class Session:
         }
 
     async def _run(self, fut: asyncio.Future[Any]) -> Any:
+        if self.released:  # its env may be another session's by now: nothing reaches it
+            fut.cancel()
+            raise UsageError(f"session {self.id[:8]} of {self.shelf.name} is closed (idle too long, or closed)")
         self.last_used = time.monotonic()
         self.busy = fut
         try:
@@ -485,8 +491,7 @@ class HttpPort:
             for session in list(self.sessions.values()):
                 busy = session.busy is not None and not session.busy.done()
                 if not busy and now - session.last_used > self.config.idle_timeout:
-                    log.info("HTTP session %s of %s idle: closed", session.id[:8], session.shelf.name)
-                    session.release()
+                    session.on_idle()
 
     # ------------------------------------------------------------ the app
 
@@ -544,6 +549,7 @@ class HttpPort:
             except CapacityError as exc:
                 raise HTTPException(429, exc.message) from None
             port._http[session.id] = session
+            session.on_idle = port._idle_http(session)
             return SessionBody(session_id=session.id, env=env)
 
         @app.post("/sessions/{sid}/reset")
@@ -578,6 +584,18 @@ class HttpPort:
 
         return app
 
+    def _idle_http(self, session: Session) -> Callable[[], None]:
+        def idle() -> None:
+            log.info(
+                "HTTP session %s of %s idle for %.0f s: closed",
+                session.id[:8],
+                session.shelf.name,
+                self.config.idle_timeout,
+            )
+            session.release()
+
+        return idle
+
     def _shelf(self, env: str) -> Shelf:
         shelf = self.shelves.get(env)
         if shelf is None:
@@ -610,7 +628,9 @@ class HttpPort:
             await ws.send_text(_error(exc.message, code))
             await ws.close(_POLICY)
             return
-        conn = _Connection(ws, held)
+        conn = _Connection(ws, held, self.config.idle_timeout)
+        for session in held:
+            session.on_idle = conn.idle
         try:
             await conn.serve()
         finally:
@@ -640,11 +660,24 @@ class _Connection:
     """One WebSocket connection and the sessions it holds: OpenEnv's one-at-a-time messages, and aioenv's tagged
     ones that run side by side."""
 
-    def __init__(self, ws: WebSocket, sessions: list[Session]) -> None:
+    def __init__(self, ws: WebSocket, sessions: list[Session], idle_timeout: float) -> None:
         self.ws = ws
         self.sessions = sessions
+        self.idle_timeout = idle_timeout
         self.tasks: set[asyncio.Task[None]] = set()
         self.lock = asyncio.Lock()  # one message written at a time
+        self.closing = False
+
+    def idle(self) -> None:
+        """A session of it has been idle too long: close the connection once all of them have."""
+        now = time.monotonic()
+        if self.closing or any(now - s.last_used <= self.idle_timeout for s in self.sessions):
+            return
+        self.closing = True
+        log.info("WebSocket connection of %d sessions idle for %.0f s: closed", len(self.sessions), self.idle_timeout)
+        task = asyncio.create_task(self.ws.close(1000, "idle"))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     async def send(self, text: str) -> None:
         async with self.lock:
@@ -654,7 +687,7 @@ class _Connection:
         while True:
             try:
                 raw = await self.ws.receive_text()
-            except WebSocketDisconnect:
+            except (WebSocketDisconnect, RuntimeError):  # RuntimeError: closed by the port (idle)
                 return
             except KeyError:  # a binary frame: OpenEnv's messages are text
                 await self.send(_error("messages are JSON text frames", "INVALID_JSON"))
@@ -671,6 +704,8 @@ class _Connection:
             if kind == "close":
                 return
             tag = {k: message[k] for k in ("session", "id") if k in message}
+            for session in self.sessions:  # any message keeps the connection's sessions alive
+                session.last_used = time.monotonic()
             if kind == "step_batch":
                 self._batch(message, tag)
                 continue

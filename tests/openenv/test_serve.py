@@ -4,6 +4,7 @@ server process, with its envs in real worker processes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -386,3 +387,36 @@ def test_a_node_client_with_the_ws_package_plays_an_episode(http_server: Http) -
         steps, done = steps + 1, terminated or truncated
     assert seen["steps"] == steps
     assert seen["rewards"] == float(steps)
+
+
+def test_idle_sessions_are_closed_and_their_envs_taken_back() -> None:
+    """An HTTP session and a WebSocket connection left silent past --http-idle-timeout are closed and their envs
+    come back; a connection that keeps talking stays."""
+    srv = ServerProcess("--http", "127.0.0.1:0", "--http-env", "CartPole-v1=3", "--http-idle-timeout", "2")
+    try:
+        url = srv.http_url()
+        server = Http(srv, url)
+
+        async def check() -> None:
+            async with aiohttp.ClientSession() as http:
+                async with http.post(f"{url}/envs/CartPole-v1/sessions") as resp:
+                    sid = (await resp.json())["session_id"]
+                async with connect(ws_url(server)) as silent, connect(ws_url(server)) as talking:
+                    assert await free(server, "CartPole-v1") == 0
+
+                    async def talk_until_the_silent_one_is_closed() -> None:
+                        while True:
+                            assert (await ask(talking, {"type": "state"}))["type"] == "state"
+                            with contextlib.suppress(TimeoutError):
+                                await asyncio.wait_for(silent.recv(), 0.2)
+
+                    with pytest.raises(ConnectionClosedOK):
+                        await talk_until_the_silent_one_is_closed()
+                    await wait_free(server, "CartPole-v1", 2)  # the HTTP session's env and the silent one's
+                    assert (await ask(talking, {"type": "reset", "data": {}}))["type"] == "observation"
+                async with http.get(f"{url}/sessions/{sid}/state") as resp:
+                    assert resp.status == 404
+
+        asyncio.run(check())
+    finally:
+        srv.stop()
