@@ -13,8 +13,17 @@ from tests.support.scripts import ROOT
 
 def test_the_sessions_benchmark_holds_every_session_on_both_servers() -> None:
     done = subprocess.run(
-        [sys.executable, "benchmarks/bench_openenv.py", "--sessions", "8", "--delay", "0.2", "--seconds", "1"]
-        + ["--quick"],
+        [
+            sys.executable,
+            "benchmarks/bench_openenv.py",
+            "--sessions",
+            "8",
+            "--delay",
+            "0.2",
+            "--seconds",
+            "1",
+            "--quick",
+        ],
         capture_output=True,
         text=True,
         cwd=ROOT,
