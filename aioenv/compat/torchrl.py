@@ -18,8 +18,10 @@ TorchRL resets envs itself, after they are done, with a ``"_reset"`` mask: so th
 ``autoreset_mode="disabled"``, and a reset (full or partial) resets exactly the envs of the mask, in one
 call; the other rows of its result carry those envs' last observation (TorchRL keeps its own values there).
 A ``"_step"`` mask (partial steps, as ``rollout(break_when_all_done=True)`` sends) steps only those envs;
-the other rows carry their env's last observation and done flags and a reward of 0. Stepping an env that is
-done without resetting it raises :class:`aioenv.EpisodeEnded`.
+the other rows carry their env's last observation and done flags and a reward of 0. An env that is done and
+is stepped without a reset (TorchRL's collectors do it after ``rollout(break_when_any_done=True)`` on their
+env) is left as it is: its row is done again, with its last observation and a reward of 0, and TorchRL then
+resets it.
 
 Seeds: ``seed=`` (int: env ``i`` gets ``seed + i``; or one per env) and ``env.set_seed(s)`` apply at each
 env's next reset, so ``env.set_seed(0); env.reset()`` starts the episodes that
@@ -306,17 +308,21 @@ class AioEnv(EnvBase):  # type: ignore[misc]  # torchrl ships no type informatio
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Step the envs (those of ``tensordict["_step"]`` when given) with ``tensordict``'s actions.
 
+        An env that is done (its episode ended and it was not reset since) is not stepped: its row says it is
+        done again, and the step or reset that follows in TorchRL's loop (``step_and_maybe_reset``) resets it.
+        TorchRL steps a done env after ``rollout(break_when_any_done=True)`` on the env a collector runs (its PPO
+        tutorial's evaluation): ``GymEnv`` steps the gymnasium env past its end, which reports it done again.
+
         Returns:
             ``(B,)`` TensorDict: observation entries, ``reward`` ``(B, 1)`` float32, ``done``/``terminated``/
-            ``truncated`` ``(B, 1)`` bool. Rows not stepped carry their env's last observation and done flags, and
-            a reward of 0.
+            ``truncated`` ``(B, 1)`` bool. Rows not stepped (outside ``"_step"``, or done) carry their env's last
+            observation and done flags, and a reward of 0.
 
         Raises:
             aioenv.InvalidAction: an action of the wrong shape, not one-hot, or outside the space.
-            aioenv.EpisodeEnded: an env that is done was stepped without a reset.
         """
         n = self._num_envs
-        mask = self._mask(tensordict, "_step")
+        mask = self._live(self._mask(tensordict, "_step"))
         ids = None if mask is None else mask.nonzero()[:, 0]
         if ids is not None and not len(ids):  # nothing to step: every row as it was
             entries = {key: value.clone() for key, value in self._last.items()}
@@ -345,6 +351,18 @@ class AioEnv(EnvBase):  # type: ignore[misc]  # torchrl ships no type informatio
             return None
         mask = mask.reshape(self._num_envs, -1).any(-1).cpu()
         return None if bool(mask.all()) else mask
+
+    def _live(self, mask: torch.Tensor | None) -> torch.Tensor | None:
+        """``mask`` (None: every env) less the envs that are done: those stay as they are, done, without a step.
+
+        Returns:
+            None when every env is stepped, else the ``(B,)`` bool mask of the envs to step (all False: none).
+        """
+        ended = self._ended.any(dim=1)
+        if not bool(ended.any()):
+            return mask
+        live = ~ended if mask is None else mask & ~ended
+        return None if bool(live.all()) else live
 
     def _outcome(
         self, reward: Any, terminated: Any, truncated: Any, ids: torch.Tensor | None
