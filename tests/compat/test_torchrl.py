@@ -154,6 +154,26 @@ def test_check_env_specs_and_specs_match_gym_env(cartpole: AioEnv) -> None:
         reference.close()
 
 
+def test_one_env_without_num_envs_is_unbatched_as_gym_env() -> None:
+    """``AioEnv(id)`` is ``GymEnv(id)``: batch ``()``, its specs, and (seeded alike) its rollouts, resets included."""
+    reference = GymWrapper(SeedFirst(gym.make(CARTPOLE), 5))
+    actions = np.random.default_rng(7).integers(0, 2, size=(60, 1))
+    calls = iter(actions)
+    with AioEnv(CARTPOLE, seed=5, executor="in_process") as env:
+        got = env.rollout(60, lambda td: td.set("action", one_hot(next(calls)[0], 2)), break_when_any_done=False)
+        check_env_specs(env)
+        assert env.batch_size == torch.Size([])
+        assert env.num_envs == 1
+        for name in ("full_observation_spec", "full_action_spec", "full_reward_spec", "full_done_spec"):
+            assert getattr(env, name) == getattr(reference, name), name
+    calls = iter(actions)
+    expected = reference.rollout(
+        60, lambda td: td.set("action", one_hot(next(calls)[0], 2)), break_when_any_done=False
+    )  # fmt: skip
+    assert int(expected["next", "done"].sum()) >= 2  # episodes ended, and were reset
+    assert_td_equal(got, expected)
+
+
 def test_categorical_action_encoding() -> None:
     with AioEnv(CARTPOLE, N, seed=0, categorical_action_encoding=True, device="cpu", executor="in_process") as env:
         check_env_specs(env)
@@ -729,7 +749,7 @@ def assert_tutorial_runs_agree(got: TutorialRun, expected: TutorialRun) -> None:
     assert evaluation.shape[-1] == EPISODE  # the evaluation ended on done (truncated) envs
     assert bool(evaluation["next", "truncated"][..., -1, :].all())
     theirs = expected.batches[1]
-    ours = got.batches[1].reshape(theirs.shape)  # one AioEnv is batched (1,), a GymEnv unbatched
+    ours = got.batches[1].reshape(theirs.shape)  # AioEnv(id, 1) is batched (1,), a GymEnv unbatched
     first = torch.zeros(ours.shape, dtype=torch.bool)
     first[..., 0] = True  # the first step of each env after the evaluation: an env left done
     for key in theirs.keys(True, True):
@@ -739,13 +759,23 @@ def assert_tutorial_runs_agree(got: TutorialRun, expected: TutorialRun) -> None:
             torch.testing.assert_close(ours[key], theirs[key], rtol=0, atol=0, msg=lambda m, k=key: f"{k}: {m}")
     assert bool(ours["next", "truncated"][first].all())
     assert bool((ours["next", "reward"][first] == 0).all())  # not stepped: its last observation, a reward of 0
-    torch.testing.assert_close(ours["next", "observation"][first], evaluation["next", "observation"][..., -1, :])
+    last = evaluation["next", "observation"][..., -1, :]
+    torch.testing.assert_close(ours["next", "observation"][first].reshape(last.shape), last, rtol=0, atol=0)
     for run in (got, expected):  # the last batch and evaluation: the loop ran to its end
         assert run.batches[2].numel() == FRAMES
         assert run.evals[1].shape[-1] == EPISODE
 
 
 def test_ppo_tutorial_over_one_env_agrees_with_gym_env() -> None:
+    """The tutorial's own lines with only the env changed: ``AioEnv(id)`` without ``num_envs`` is one env,
+    unbatched, as ``GymEnv(id)`` (its ``ObservationNorm.init_stats(reduce_dim=0, cat_dim=0)`` needs that)."""
+    expected = ppo_tutorial(seeded_pendulum(0), (0,))
+    got = ppo_tutorial(AioEnv(PENDULUM, seed=0, env_kwargs=SHORT, executor="in_process"), (0,))
+    assert got.batches[0].shape == expected.batches[0].shape == (FRAMES,)
+    assert_tutorial_runs_agree(got, expected)
+
+
+def test_ppo_tutorial_over_a_batch_of_one_env_agrees_with_gym_env() -> None:
     expected = ppo_tutorial(seeded_pendulum(0), (0,))
     got = ppo_tutorial(AioEnv(PENDULUM, 1, seed=0, env_kwargs=SHORT, executor="in_process"), (0, 1))
     assert got.batches[0].shape == (1, FRAMES)
