@@ -5,8 +5,9 @@ falls below 95%. Here both servers serve an env whose step awaits ``--delay`` se
 ``aioenv.envs.latency:AsyncSleepEnv`` with sigma 0 on the async executor, one worker process; OpenEnv: the same
 env written with OpenEnv's classes, ``benchmarks/openenv_peer.py``), and one client process opens ``N`` sessions
 (64 connecting at a time), resets each, then steps each in a loop, one step in flight per session, for
-``--seconds``. Figures per server and ``N``: sessions held, steps answered and failed (success = answered /
-sent), and the latency each step added over the env's own ``--delay`` (p50, p99, max).
+``--seconds``; session ``i`` starts ``i / N`` of a delay late, so steps arrive steadily (``N / delay`` a
+second), not in one burst per delay. Figures per server and ``N``: sessions held, steps answered and failed
+(success = answered / sent), and the latency each step added over the env's own ``--delay`` (p50, p99, max).
 
     python benchmarks/bench_openenv.py                       # 1,024, 2,048 and 4,096 sessions, 10 s steps
     python benchmarks/bench_openenv.py --sessions 256 --delay 1 --seconds 10 --quick
@@ -97,7 +98,7 @@ class Load:
         self.sessions = 0
         self.opened = asyncio.Event()  # every session is held or refused
 
-    async def session(self, gate: asyncio.Semaphore, ready: asyncio.Event) -> None:
+    async def session(self, index: int, gate: asyncio.Semaphore, ready: asyncio.Event) -> None:
         try:
             async with gate:
                 ws = await connect(self.url, max_size=1 << 20, open_timeout=120, ping_interval=None)
@@ -111,6 +112,7 @@ class Load:
             self.held += 1
             self._settled()
             await ready.wait()
+            await asyncio.sleep(self.delay * index / self.sessions)  # steady arrivals, not one burst per delay
             async with ws:
                 message = json.dumps({"type": "step", "data": self.action})
                 while time.monotonic() < self.stop_at:
@@ -140,7 +142,7 @@ class Load:
     async def run(self, sessions: int) -> dict[str, Any]:
         gate, ready = asyncio.Semaphore(64), asyncio.Event()
         self.sessions = sessions
-        tasks = [asyncio.create_task(self.session(gate, ready)) for _ in range(sessions)]
+        tasks = [asyncio.create_task(self.session(i, gate, ready)) for i in range(sessions)]
         t_open = time.monotonic()
         await self.opened.wait()
         opened_s = time.monotonic() - t_open
