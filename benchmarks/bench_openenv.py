@@ -7,7 +7,8 @@ env written with OpenEnv's classes, ``benchmarks/openenv_peer.py``), and one cli
 (64 connecting at a time), resets each, then steps each in a loop, one step in flight per session, for
 ``--seconds``; session ``i`` starts ``i / N`` of a delay late, so steps arrive steadily (``N / delay`` a
 second), not in one burst per delay. Figures per server and ``N``: sessions held, steps answered and failed
-(success = answered / sent), and the latency each step added over the env's own ``--delay`` (p50, p99, max).
+(success = answered / sent), the latency each step added over the env's own ``--delay`` (p50, p99, max), and the
+CPU the server's processes (its workers included) spent per step answered, which load moves far less.
 
     python benchmarks/bench_openenv.py                       # 1,024, 2,048 and 4,096 sessions, 10 s steps
     python benchmarks/bench_openenv.py --sessions 256 --delay 1 --seconds 10 --quick
@@ -30,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 from websockets.asyncio.client import connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -38,6 +40,19 @@ from benchutil import md_table, run_header, write_atomic
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "benchmarks" / "results"
 ENV = "aioenv.envs.latency:AsyncSleepEnv"
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds (user and system) of a process and its descendants (the server and its worker processes)."""
+    root = psutil.Process(pid)
+    total = 0.0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
 
 
 def free_port() -> int:
@@ -139,7 +154,7 @@ class Load:
         if self.held + len(self.refused) >= self.sessions:
             self.opened.set()
 
-    async def run(self, sessions: int) -> dict[str, Any]:
+    async def run(self, sessions: int, server_pid: int) -> dict[str, Any]:
         gate, ready = asyncio.Semaphore(64), asyncio.Event()
         self.sessions = sessions
         tasks = [asyncio.create_task(self.session(i, gate, ready)) for i in range(sessions)]
@@ -147,8 +162,10 @@ class Load:
         await self.opened.wait()
         opened_s = time.monotonic() - t_open
         self.stop_at = time.monotonic() + self.seconds
+        cpu0 = tree_cpu(server_pid)
         ready.set()
         await asyncio.gather(*tasks)
+        cpu = tree_cpu(server_pid) - cpu0
         added = sorted(self.added)
 
         def q(p: float) -> float | None:
@@ -164,6 +181,7 @@ class Load:
             "steps_answered": len(added),
             "steps_failed": self.failed,
             "success": round(len(added) / self.sent, 4) if self.sent else None,
+            "server_cpu_us_per_step": round(cpu / len(added) * 1e6, 1) if added else None,
             "added_ms": {
                 "p50": q(0.5),
                 "p99": q(0.99),
@@ -181,7 +199,7 @@ def run_cell(server: str, sessions: int, args: argparse.Namespace) -> dict[str, 
         url = f"ws://127.0.0.1:{port}/ws"
         action = {"action": 1}
         load = Load(url, args.delay, args.seconds, action)
-        cell = asyncio.run(load.run(sessions))
+        cell = asyncio.run(load.run(sessions, proc.pid))
         cell["server"] = server
         return cell
     finally:
@@ -211,6 +229,7 @@ def render(res: dict[str, Any]) -> str:
         "added p50 ms",
         "added p99 ms",
         "added max ms",
+        "server CPU µs/step",
         "open s",
     ]
     rows = [
@@ -223,6 +242,7 @@ def render(res: dict[str, Any]) -> str:
             str(c["added_ms"]["p50"]),
             str(c["added_ms"]["p99"]),
             str(c["added_ms"]["max"]),
+            str(c["server_cpu_us_per_step"]),
             str(c["open_s"]),
         ]
         for c in res["cells"]
