@@ -5,8 +5,10 @@ falls below 95%. Here both servers serve an env whose step awaits ``--delay`` se
 ``aioenv.envs.latency:AsyncSleepEnv`` with sigma 0 on the async executor, one worker process; OpenEnv: the same
 env written with OpenEnv's classes, ``benchmarks/openenv_peer.py``), and one client process opens ``N`` sessions
 (64 connecting at a time), resets each, then steps each in a loop, one step in flight per session, for
-``--seconds``. Figures per server and ``N``: sessions held, steps answered and failed (success = answered /
-sent), and the latency each step added over the env's own ``--delay`` (p50, p99, max).
+``--seconds``; session ``i`` starts ``i / N`` of a delay late, so steps arrive steadily (``N / delay`` a
+second), not in one burst per delay. Figures per server and ``N``: sessions held, steps answered and failed
+(success = answered / sent), the latency each step added over the env's own ``--delay`` (p50, p99, max), and the
+CPU the server's processes (its workers included) spent per step answered, which load moves far less.
 
     python benchmarks/bench_openenv.py                       # 1,024, 2,048 and 4,096 sessions, 10 s steps
     python benchmarks/bench_openenv.py --sessions 256 --delay 1 --seconds 10 --quick
@@ -29,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 from websockets.asyncio.client import connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -37,6 +40,19 @@ from benchutil import md_table, run_header, write_atomic
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "benchmarks" / "results"
 ENV = "aioenv.envs.latency:AsyncSleepEnv"
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds (user and system) of a process and its descendants (the server and its worker processes)."""
+    root = psutil.Process(pid)
+    total = 0.0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
 
 
 def free_port() -> int:
@@ -97,7 +113,7 @@ class Load:
         self.sessions = 0
         self.opened = asyncio.Event()  # every session is held or refused
 
-    async def session(self, gate: asyncio.Semaphore, ready: asyncio.Event) -> None:
+    async def session(self, index: int, gate: asyncio.Semaphore, ready: asyncio.Event) -> None:
         try:
             async with gate:
                 ws = await connect(self.url, max_size=1 << 20, open_timeout=120, ping_interval=None)
@@ -111,6 +127,7 @@ class Load:
             self.held += 1
             self._settled()
             await ready.wait()
+            await asyncio.sleep(self.delay * index / self.sessions)  # steady arrivals, not one burst per delay
             async with ws:
                 message = json.dumps({"type": "step", "data": self.action})
                 while time.monotonic() < self.stop_at:
@@ -137,16 +154,18 @@ class Load:
         if self.held + len(self.refused) >= self.sessions:
             self.opened.set()
 
-    async def run(self, sessions: int) -> dict[str, Any]:
+    async def run(self, sessions: int, server_pid: int) -> dict[str, Any]:
         gate, ready = asyncio.Semaphore(64), asyncio.Event()
         self.sessions = sessions
-        tasks = [asyncio.create_task(self.session(gate, ready)) for _ in range(sessions)]
+        tasks = [asyncio.create_task(self.session(i, gate, ready)) for i in range(sessions)]
         t_open = time.monotonic()
         await self.opened.wait()
         opened_s = time.monotonic() - t_open
         self.stop_at = time.monotonic() + self.seconds
+        cpu0 = tree_cpu(server_pid)
         ready.set()
         await asyncio.gather(*tasks)
+        cpu = tree_cpu(server_pid) - cpu0
         added = sorted(self.added)
 
         def q(p: float) -> float | None:
@@ -162,6 +181,7 @@ class Load:
             "steps_answered": len(added),
             "steps_failed": self.failed,
             "success": round(len(added) / self.sent, 4) if self.sent else None,
+            "server_cpu_us_per_step": round(cpu / len(added) * 1e6, 1) if added else None,
             "added_ms": {
                 "p50": q(0.5),
                 "p99": q(0.99),
@@ -179,7 +199,7 @@ def run_cell(server: str, sessions: int, args: argparse.Namespace) -> dict[str, 
         url = f"ws://127.0.0.1:{port}/ws"
         action = {"action": 1}
         load = Load(url, args.delay, args.seconds, action)
-        cell = asyncio.run(load.run(sessions))
+        cell = asyncio.run(load.run(sessions, proc.pid))
         cell["server"] = server
         return cell
     finally:
@@ -209,6 +229,7 @@ def render(res: dict[str, Any]) -> str:
         "added p50 ms",
         "added p99 ms",
         "added max ms",
+        "server CPU µs/step",
         "open s",
     ]
     rows = [
@@ -221,6 +242,7 @@ def render(res: dict[str, Any]) -> str:
             str(c["added_ms"]["p50"]),
             str(c["added_ms"]["p99"]),
             str(c["added_ms"]["max"]),
+            str(c["server_cpu_us_per_step"]),
             str(c["open_s"]),
         ]
         for c in res["cells"]
