@@ -684,7 +684,13 @@ class _Connection:
             await self.ws.send_text(text)
 
     async def serve(self) -> None:
+        # Requests in flight (or answers a client has not read, waiting for its socket to drain) are bounded: past
+        # the bound the port reads no more from this connection until some are answered, and the client's own
+        # sends block (flow control), so a client that never reads holds a bounded amount of the port's memory.
+        bound = 4 * len(self.sessions) + 16
         while True:
+            while len(self.tasks) >= bound:
+                await asyncio.wait(set(self.tasks), return_when=asyncio.FIRST_COMPLETED)
             try:
                 raw = await self.ws.receive_text()
             except (WebSocketDisconnect, RuntimeError):  # RuntimeError: closed by the port (idle)

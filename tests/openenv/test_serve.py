@@ -420,3 +420,26 @@ def test_idle_sessions_are_closed_and_their_envs_taken_back() -> None:
         asyncio.run(check())
     finally:
         srv.stop()
+
+
+async def test_a_flood_of_batches_gets_exactly_one_answer_per_step(http_server: Http) -> None:
+    """A client that sends far more than the envs can take, reading nothing meanwhile, gets exactly one answer
+    per step asked for (busy envs answer at once that they are busy), and the port serves others meanwhile."""
+    flood = 300
+    async with connect(ws_url(http_server, "CartPole-v1", "?sessions=2")) as ws:
+        for index in (0, 1):
+            await ask(ws, {"type": "reset", "data": {"seed": index}, "session": index, "id": "r"})
+        for n in range(flood):
+            await ws.send(json.dumps({"type": "step_batch", "data": {"actions": {"0": 0, "1": 1}}, "id": n}))
+        async with connect(ws_url(http_server)) as other:  # meanwhile
+            assert (await ask(other, {"type": "reset", "data": {}}))["type"] == "observation"
+        seen: dict[tuple[int, int], str] = {}
+        for _ in range(2 * flood):
+            reply = json.loads(await asyncio.wait_for(ws.recv(), HANG))
+            key = (reply["id"], reply["session"])
+            assert key not in seen, f"two answers for {key}"
+            seen[key] = reply["type"]
+        assert set(seen) == {(n, s) for n in range(flood) for s in (0, 1)}
+        assert "observation" in seen.values()
+        with pytest.raises(TimeoutError):  # nothing more: one answer each
+            await asyncio.wait_for(ws.recv(), 0.5)
