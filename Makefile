@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: demo test extras lint typecheck bench bench-quick bench-goals soak fuzz image image-test clean
+.PHONY: demo test extras lint typecheck docs docs-check bench bench-quick bench-goals soak fuzz image image-test clean
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,11 @@ $(VENV)/.installed: $(VENV)/.created pyproject.toml
 # request may pull a multi-GB CUDA build).
 $(VENV)/.installed-test: $(VENV)/.created pyproject.toml
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[test,sb3]"
+	$(PIP) install -q -e ".[test,sb3,docs]"
+	touch $@ $(VENV)/.installed $(VENV)/.installed-docs
+
+$(VENV)/.installed-docs: $(VENV)/.created pyproject.toml
+	$(PIP) install -q -e ".[docs]"
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed
@@ -31,13 +35,14 @@ extras: $(VENV)/.installed
 	$(PIP) install -q -e ".[examples,sb3]"
 
 lint: $(VENV)/.installed-test
-	$(VENV)/bin/ruff check aioenv workers tests benchmarks examples docker
-	$(VENV)/bin/ruff format --check aioenv workers tests benchmarks examples docker
+	$(VENV)/bin/ruff check aioenv workers tests benchmarks examples docker docs/*.py
+	$(VENV)/bin/ruff format --check aioenv workers tests benchmarks examples docker docs/*.py
 
 # the packages (pyproject's [tool.mypy]), then the image test and the manifest test, under the same config
 typecheck: $(VENV)/.installed-test
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy docker/image_test.py tests/deploy/test_manifests.py
+	$(VENV)/bin/mypy docs/hooks.py docs/figures.py docs/check_site.py tests/docs/test_site.py
 
 # the suite in 2 test processes (pytest-xdist), one per core of a 2-core machine (its tests start worker
 # processes and wait on them: one test process alone leaves a core idle); `$(PY) -m pytest` runs it in one.
@@ -47,6 +52,24 @@ typecheck: $(VENV)/.installed-test
 PYTEST_XDIST = -n 2 --max-worker-restart=0
 test: lint typecheck
 	$(PY) -m pytest $(PYTEST_XDIST)
+
+# The documentation site into site/ (mkdocs.yml): docs/*.md, an API page per public module from its docstrings,
+# and the figures, drawn from benchmarks/results at each build (docs/figures.py, through docs/hooks.py). Strict: a
+# broken link, a missing page or an unresolved reference fails it (tests/docs, in `make test`, builds it too).
+# Open site/index.html, or serve it: `python -m http.server -d site`.
+docs: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# The built site in a real headless Chromium (Debian's package, installed here when missing; Playwright drives it
+# and brings no browser of its own): every page loads with no console error and no request leaving the machine,
+# and every picture displays. Writes a screenshot of the home page to SCREENSHOT. Not part of `make test`.
+SCREENSHOT ?= $(or $(TMPDIR),/tmp)/aioenv-site-home.png
+CHROMIUM ?= /usr/bin/chromium
+docs-check: docs
+	@test -x $(CHROMIUM) || { apt-get update -q && apt-get install -y -q chromium; } \
+		|| { echo "make docs-check: no $(CHROMIUM), and apt-get install chromium failed (as root?)" >&2; exit 1; }
+	$(PIP) install -q -e ".[docs,docs-check]"
+	$(PY) docs/check_site.py site --chromium $(CHROMIUM) --screenshot $(SCREENSHOT)
 
 # the chaos soak for minutes (tests/chaos): SOAK_SECONDS per scenario, a summary table, exit 1 on any violation or leak
 SOAK_SECONDS ?= 60

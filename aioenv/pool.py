@@ -782,47 +782,48 @@ async def make(env: Any, num_envs: int | None = None, **options: Any) -> Pool:
             environment: ``"openenv+ws://HOST:PORT"`` (a session of a running server per env) or
             ``"openenv+app:pkg.module:app"`` (an app each worker serves); see ``docs/openenv.md``.
         num_envs: how many envs (may be omitted with a sequence of callables).
-        batch_size: rows :meth:`Pool.recv` returns by default (default ``num_envs``).
-        num_workers: worker processes (default ``min(num_envs, usable CPUs)``: the CPUs this process may run
-            on, its affinity mask, see :func:`aioenv.transport.spawn.usable_cpus`). ``0``: none, every env runs
-            in this process on ``executor`` (``"thread"``: a thread each; ``"async"``: coroutines on this loop;
-            ``"inline"``: as ``"in_process"``; ``thread`` and ``async`` with no deadline: ``step_timeout`` is
-            refused).
-        executor: ``"auto"`` (default: chosen from what one env's steps cost, in worker processes unless
+
+    Keyword Args:
+        batch_size (int | None): rows :meth:`Pool.recv` returns by default (default ``num_envs``).
+        num_workers (int | None): worker processes (default ``min(num_envs, usable CPUs)``: the CPUs this process may
+            run on, its affinity mask, see :func:`aioenv.transport.spawn.usable_cpus`). ``0``: none, every env runs in
+            this process on ``executor`` (``"thread"``: a thread each; ``"async"``: coroutines on this loop;
+            ``"inline"``: as ``"in_process"``; ``thread`` and ``async`` with no deadline: ``step_timeout`` is refused).
+        executor (str | None): ``"auto"`` (default: chosen from what one env's steps cost, in worker processes unless
             ``allow_in_process``), ``"inline"`` (envs stepped one after another in each worker: CPU-bound envs),
-            ``"thread"``
-            (each env on its own thread: blocking I/O envs) or ``"async"`` (:class:`aioenv.AsyncEnv` coroutines,
-            thousands per worker: LLM/HTTP envs).
-        autoreset_mode: ``"next_step"`` (default), ``"same_step"`` or ``"disabled"`` (gymnasium 1.x semantics).
-        seed: int (env ``i`` gets ``seed + i`` at its first reset) or one seed per env.
-        env_kwargs: keyword arguments for ``gymnasium.make`` / the factory.
-        step_timeout: seconds from dispatch; a step that overruns fails with ``StepTimeout`` and its env is
-            replaced (an ``async`` step is cancelled; a hung ``inline``/``thread`` step restarts its worker).
-        reset_timeout: likewise for explicit resets (``reset``, ``send_reset``, ``reset_env``); default None, no
-            deadline. An autoreset happens inside a step and counts under ``step_timeout``.
-        on_timeout: ``"error"`` (default) or ``"truncate"``: a late step comes back as a truncated row (the
-            env's last observation, reward 0, ``info["timeout"]`` True) and the env's next step starts a new
-            episode, so a training loop need not handle exceptions. Envs replaced along with it (a restarted
-            worker's) end their episodes the same way with ``info["env_replaced"]`` True.
-        max_concurrency: at most this many steps/resets running at once across the pool (e.g. an upstream
+            ``"thread"`` (each env on its own thread: blocking I/O envs) or ``"async"`` (:class:`aioenv.AsyncEnv`
+            coroutines, thousands per worker: LLM/HTTP envs).
+        autoreset_mode (str): ``"next_step"`` (default), ``"same_step"`` or ``"disabled"`` (gymnasium 1.x semantics).
+        seed (int | Sequence[int | None] | None): int (env ``i`` gets ``seed + i`` at its first reset) or one seed per
+            env.
+        env_kwargs (dict[str, Any] | None): keyword arguments for ``gymnasium.make`` / the factory.
+        step_timeout (float | None): seconds from dispatch; a step that overruns fails with ``StepTimeout`` and its env
+            is replaced (an ``async`` step is cancelled; a hung ``inline``/``thread`` step restarts its worker).
+        reset_timeout (float | None): likewise for explicit resets (``reset``, ``send_reset``, ``reset_env``); default
+            None, no deadline. An autoreset happens inside a step and counts under ``step_timeout``.
+        on_timeout (str): ``"error"`` (default) or ``"truncate"``: a late step comes back as a truncated row (the env's
+            last observation, reward 0, ``info["timeout"]`` True) and the env's next step starts a new episode, so a
+            training loop need not handle exceptions. Envs replaced along with it (a restarted worker's) end their
+            episodes the same way with ``info["env_replaced"]`` True.
+        max_concurrency (int | None): at most this many steps/resets running at once across the pool (e.g. an upstream
             rate limit); the rest wait, in order, and their deadlines start when they are sent.
-        max_worker_rss: bytes of resident memory a worker process may hold; one over it is replaced the next
-            moment it has no request in flight, its envs re-made (their next step raises ``EnvRemade``; see
+        max_worker_rss (int | None): bytes of resident memory a worker process may hold; one over it is replaced the
+            next moment it has no request in flight, its envs re-made (their next step raises ``EnvRemade``; see
             :mod:`aioenv.core.memory`). For envs that leak. Local worker processes (and a server's own).
-        endpoint: ``"tcp://host:port"`` of an ``aioenv serve`` server: the same pool, run by the server's
-            workers (``env`` must then be a name: a gymnasium id or ``"pkg.module:factory"``). The server
-            picks ``num_workers`` and ``executor`` when they are not given. ``"unix:///path"``: a server on
-            this machine started with ``--bind unix:///path``, reached without ZeroMQ (faster round trips).
-        curve_keys: for a server started with ``--auth``: ``(your .key_secret file, the server's .key file)``,
-            as written by ``aioenv keygen``.
-        allow_in_process: let ``executor="auto"`` keep cheap envs in this process (all of them, or a share
-            beside worker processes), where a step sends no message; default False: ``auto`` places envs in
-            worker processes only. In this process an env that hangs or slows down holds the event loop, and a
-            crash, ``os._exit``, a leak or a ``SystemExit`` in an env is this process's (``docs/api.md``).
-        max_loop_hold: for envs stepped one after another in this process (``executor="in_process"``, or what
-            ``auto`` keeps here): the most seconds a call holds the event loop (default 0.01). Their env code
-            runs on a thread of this process; a call that takes longer is answered once it is done, and the
-            loop goes on meanwhile (``step_timeout`` applies as in a worker process).
+        endpoint (str | None): ``"tcp://host:port"`` of an ``aioenv serve`` server: the same pool, run by the server's
+            workers (``env`` must then be a name: a gymnasium id or ``"pkg.module:factory"``). The server picks
+            ``num_workers`` and ``executor`` when they are not given. ``"unix:///path"``: a server on this machine
+            started with ``--bind unix:///path``, reached without ZeroMQ (faster round trips).
+        curve_keys (tuple[str, str] | None): for a server started with ``--auth``: ``(your .key_secret file, the
+            server's .key file)``, as written by ``aioenv keygen``.
+        allow_in_process (bool): let ``executor="auto"`` keep cheap envs in this process (all of them, or a share beside
+            worker processes), where a step sends no message; default False: ``auto`` places envs in worker processes
+            only. In this process an env that hangs or slows down holds the event loop, and a crash, ``os._exit``, a
+            leak or a ``SystemExit`` in an env is this process's (``docs/api.md``).
+        max_loop_hold (float | None): for envs stepped one after another in this process (``executor="in_process"``, or
+            what ``auto`` keeps here): the most seconds a call holds the event loop (default 0.01). Their env code runs
+            on a thread of this process; a call that takes longer is answered once it is done, and the loop goes on
+            meanwhile (``step_timeout`` applies as in a worker process).
     """
     pool = Pool(env, num_envs, **options)
     return await pool.start()

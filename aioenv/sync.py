@@ -498,11 +498,11 @@ class SyncPool:
     (``batch_size``, ``num_workers``, ``executor``, ``autoreset_mode``, ``seed``, ``env_kwargs``,
     ``step_timeout``, ``endpoint``) and starts the pool before returning. Every method has the
     signature and return values of its ``Pool`` twin; B is the number of rows (``len(env_ids)``).
+    ``num_envs``, ``batch_size``, ``num_workers``, ``single_observation_space``, ``single_action_space``,
+    ``observation_space``, ``action_space`` (batched over ``num_envs``), ``autoreset_mode``, ``metadata``,
+    ``render_mode`` and ``closed`` are as on :class:`aioenv.Pool`.
 
     Attributes:
-        num_envs, batch_size, num_workers, single_observation_space, single_action_space,
-        observation_space, action_space (batched over ``num_envs``), autoreset_mode, metadata,
-        render_mode, closed: as on :class:`aioenv.Pool`.
         pool: the underlying :class:`aioenv.Pool` (use it only from coroutines run on the loop thread).
     """
 

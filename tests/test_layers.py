@@ -3,7 +3,8 @@
 Layers, from the bottom (docs/architecture.md): the ground (errors, env, logs, the loop, the version),
 ``aioenv.wire``, ``aioenv.transport``, ``aioenv.core``, the public face (``aioenv.pool`` and ``aioenv.pool_options``,
 ``aioenv.sync``), ``aioenv.server``, ``aioenv.compat``, ``aioenv.collect`` (collectors over the public face),
-``aioenv.ray`` (worker hosts as Ray actors) and ``aioenv.cli``. The worker runtime
+``aioenv.ray`` (worker hosts as Ray actors), ``aioenv.openenv`` (OpenEnv's protocol both ways: a server's HTTP port
+beside the server, which sees it through its ``Port`` protocol) and ``aioenv.cli``. The worker runtime
 (``workers``) stands beside the coordinator and may use the ground, wire and transport only. One edge crosses
 from ``core`` to ``workers``, named in :data:`RUNS_HERE`: the launcher may start the worker runtime in the pool's
 own process (``executor="in_process"``, ``num_workers=0``), so it imports the two modules that run it there. The
@@ -69,12 +70,13 @@ ALLOWED = {
     "face": {"ground", "wire", "transport", "core", "compat"},
     "server": {"ground", "wire", "transport", "core"},
     "compat": {"ground", "wire", "transport", "core", "face"},
-    "cli": {"ground", "wire", "transport", "core", "face", "server", "compat", "workers", "ray"},
+    "cli": {"ground", "wire", "transport", "core", "face", "server", "compat", "workers", "ray", "openenv"},
+    # workers host OpenEnv sessions as any AsyncEnv (aioenv.openenv.source: the env and its spaces, nothing else)
     "workers": {"ground", "wire", "transport", "openenv"},
     # collectors (aioenv.collect): batches and episodes from a Pool or SyncPool and a policy
     "collect": {"ground", "wire", "transport", "core", "face"},
-    # OpenEnv sessions as envs (aioenv.openenv): workers host them as any AsyncEnv
-    "openenv": {"ground", "wire"},
+    # OpenEnv's protocol both ways (aioenv.openenv): OpenEnv envs in a pool, and a server's HTTP port (a server Port)
+    "openenv": {"ground", "wire", "transport", "core", "face", "server"},
     # worker hosts placed by Ray (aioenv.ray): runs the worker host (workers.agent) inside Ray actors
     "ray": {"ground", "wire", "transport", "workers"},
 }

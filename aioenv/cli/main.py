@@ -8,7 +8,7 @@ import json
 import re
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console
@@ -18,6 +18,9 @@ from rich.text import Text
 import aioenv
 from aioenv.transport.zmqio import check_tcp_port
 from aioenv.wire.options import EXECUTORS, Executor
+
+if TYPE_CHECKING:
+    from aioenv.server.server import Port
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -272,6 +275,52 @@ def _allow(_ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) 
 @count_option("--max-queued", 1000, "messages queued for one client before it is dropped")
 @size_option("--max-unread-bytes", "512MiB", "bytes of replies a client may leave unread before it is dropped")
 @size_option("--max-unread-total", "2GiB", "all clients' unread bytes together: past it the one with most is dropped")
+@click.option(
+    "--http",
+    "http_bind",
+    default=None,
+    metavar="HOST:PORT",
+    help="also serve the --http-env envs over HTTP and OpenEnv's WebSocket protocol (docs/openenv.md); beyond "
+    "loopback only with --http-token-file or --insecure",
+)
+@click.option(
+    "--http-env",
+    "http_envs",
+    multiple=True,
+    metavar="NAME=SESSIONS",
+    help="an env the HTTP port serves and how many sessions of it may be open at once (repeatable)",
+)
+@click.option(
+    "--http-env-kwargs",
+    "http_env_kwargs",
+    multiple=True,
+    metavar="NAME=JSON",
+    help="the kwargs of an --http-env env, a JSON object (repeatable)",
+)
+@click.option(
+    "--http-default-env", default=None, metavar="NAME", help="the env of /ws and /schema (default: the first)"
+)
+@click.option(
+    "--http-token-file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="a file holding the bearer token every HTTP request and WebSocket must carry",
+)
+@count_option("--http-max-sessions-per-client", 256, "HTTP and WebSocket sessions one peer address may hold")
+@click.option(
+    "--http-step-timeout",
+    type=click.FloatRange(0.001),
+    default=60.0,
+    show_default=True,
+    help="seconds a reset or step over HTTP may run: an overrun fails and the env is replaced",
+)
+@click.option(
+    "--http-idle-timeout",
+    type=click.FloatRange(0.5),
+    default=300.0,
+    show_default=True,
+    help="seconds an HTTP or WebSocket session may stay silent before it is closed",
+)
 @click.option("--log-json", is_flag=True, help="one JSON object per log line")
 @LOG_LEVEL
 def serve(
@@ -297,6 +346,14 @@ def serve(
     max_queued: int,
     max_unread_bytes: int,
     max_unread_total: int,
+    http_bind: str | None,
+    http_envs: tuple[str, ...],
+    http_env_kwargs: tuple[str, ...],
+    http_default_env: str | None,
+    http_token_file: str | None,
+    http_max_sessions_per_client: int,
+    http_step_timeout: float,
+    http_idle_timeout: float,
     log_json: bool,
     log_level: str,
 ) -> None:
@@ -341,14 +398,80 @@ def serve(
         worker_timeout=worker_timeout,
         limits=PeerLimits(max_message_bytes, max_queued, max_unread_bytes, max_unread_total),
     )
+    http = _http_port(
+        http_bind,
+        http_envs,
+        http_env_kwargs,
+        http_default_env,
+        http_token_file,
+        insecure=insecure,
+        max_sessions_per_client=http_max_sessions_per_client,
+        step_timeout=http_step_timeout,
+        idle_timeout=http_idle_timeout,
+        max_message_bytes=max_message_bytes,
+        executor=executor,
+        workers=workers,
+    )
     try:
-        aioenv.run(run_server(config))
+        aioenv.run(run_server(config, ports=[http] if http is not None else []))
     except (zmq_error(), OSError) as exc:  # OSError: a unix:// path in use or not writable
         raise click.ClickException(f"cannot serve on {bind}: {exc}") from exc
     except ValueError as exc:  # e.g. an --auth directory without the server's key
         raise click.ClickException(str(exc)) from exc
     except aioenv.AioEnvError as exc:  # e.g. a bad AIOENV_WORKER_START
         raise click.ClickException(exc.message) from exc
+
+
+def _http_port(
+    bind: str | None,
+    envs: tuple[str, ...],
+    env_kwargs: tuple[str, ...],
+    default_env: str | None,
+    token_file: str | None,
+    **options: Any,
+) -> Port | None:
+    """``aioenv serve``'s HTTP port (:class:`aioenv.openenv.serve.HttpPort`) as its options say; None: no port."""
+    if bind is None:
+        if envs or env_kwargs or default_env or token_file:
+            raise click.UsageError(
+                "--http-env, --http-env-kwargs, --http-default-env and --http-token-file need --http HOST:PORT"
+            )
+        return None
+    try:
+        from aioenv.openenv.serve import (
+            HttpConfig,
+            HttpPort,
+            http_exposure,
+            parse_http_env,
+            parse_http_env_kwargs,
+            split_bind,
+        )
+    except ImportError as exc:
+        raise click.ClickException(f"--http needs the openenv extra (pip install 'aioenv[openenv]'): {exc}") from None
+    from aioenv.errors import UsageError
+
+    try:
+        split_bind(bind)
+        parsed = dict(parse_http_env(e) for e in envs)
+        kwargs = dict(parse_http_env_kwargs(k) for k in env_kwargs)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if unknown := sorted(set(kwargs) - set(parsed)):
+        raise click.UsageError(f"--http-env-kwargs names {unknown}, which no --http-env serves")
+    if not parsed:
+        raise click.UsageError("--http serves the envs named by --http-env NAME=SESSIONS: name at least one")
+    token = None
+    if token_file is not None:
+        with open(token_file, encoding="utf-8") as f:
+            token = f.read().strip()
+        if len(token) < 16:
+            raise click.UsageError(f"the token in {token_file} is {len(token)} characters: use at least 16")
+    try:
+        http_exposure(bind, token=token, insecure=options["insecure"])
+    except UsageError as exc:
+        raise click.UsageError(exc.message) from None
+    config = HttpConfig(bind=bind, envs=parsed, env_kwargs=kwargs, default_env=default_env, token=token, **options)
+    return HttpPort(config)
 
 
 def _check_worker_sched() -> None:

@@ -48,8 +48,9 @@ class Collector(Driver[Any]):
         split_trajs: yield batches split per trajectory, padded: ``(K, L)`` with ``valid`` as the mask.
         mode: ``"sync"``: every env each step, lock-step (``pool.step``). ``"async"``: the envs that finished
             first (``pool.recv``); each batch is flat, grouped by env.
-        min_results / max_results: ``async`` mode: each ``recv`` waits for at least ``min_results`` rows
-            (default 1) and takes at most ``max_results`` (default: the pool's ``batch_size`` or more).
+        min_results: ``async`` mode: each ``recv`` waits for at least this many rows (default 1).
+        max_results: ``async`` mode: each ``recv`` takes at most this many rows (default: the pool's
+            ``batch_size`` or more).
         per_env: ``async`` mode: call the policy once per env, ``policy(obs_row, env_id) -> action``; an
             async policy's calls then run on their own and each action goes out as soon as it is ready.
         output: ``"numpy"`` (a :class:`Batch`) or ``"tensordict"`` (``Batch.to_tensordict()``).
@@ -60,8 +61,8 @@ class Collector(Driver[Any]):
         seed: seeds the random actions of ``init_random_frames``.
 
     Attributes:
-        frames: frames collected into batches so far. batches: batches built so far (in background mode
-            including those waiting in the queue).
+        frames: frames collected into batches so far.
+        batches: batches built so far (in background mode including those waiting in the queue).
         policy_version: how many :meth:`update_policy` calls have taken effect.
     """
 

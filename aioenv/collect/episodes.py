@@ -149,7 +149,11 @@ class EpisodeCollector(Driver[Episode]):
         max_turns: truncate an episode at this many turns (its env is reset).
         on_error: ``"reset"`` (default): a turn whose policy call or env step raised ends its episode with
             ``error`` set and the env is reset; ``"raise"``: the iteration raises.
-        min_results / max_results, background, queue_size, seed: as for :class:`~aioenv.collect.Collector`.
+        min_results: as for :class:`~aioenv.collect.Collector`.
+        max_results: as for :class:`~aioenv.collect.Collector`.
+        background: as for :class:`~aioenv.collect.Collector`.
+        queue_size: as for :class:`~aioenv.collect.Collector`.
+        seed: as for :class:`~aioenv.collect.Collector`.
 
     Attributes:
         episodes: episodes yielded so far.

@@ -25,12 +25,16 @@ resolve exactly as SB3's ``_get_indices`` and ``SubprocVecEnv``'s remotes do (an
 repeated index, the same ``IndexError``/``TypeError`` for a bad one). ``start_method`` is validated as
 ``SubprocVecEnv`` validates it (``ValueError`` for one ``multiprocessing`` does not know).
 
-Differences (docs/migrating.md has the table): workers are never forked (``start_method="fork"`` warns),
-several envs run per worker (``num_workers`` defaults to ``min(n_envs, usable CPUs)``); rewards are float32
-(as ``DummyVecEnv``); any other keyword argument is an aioenv pool option (``num_workers``,
-``step_timeout``, ``seed``, ``env_kwargs``); errors are aioenv's (``aioenv.EnvError`` with the remote
-traceback) except that ``get_attr``/``env_method`` re-raise the env's own exception type (an
-``AttributeError`` stays one); a closed ``AioVecEnv`` raises ``aioenv.PoolClosed``.
+Rewards are float64 and dones bool, as ``SubprocVecEnv`` stacks the envs' Python floats and bools
+(``DummyVecEnv``'s rewards are float32).
+
+Differences (docs/migrating.md has the list): workers are never forked (``start_method="fork"`` warns),
+several envs run per worker (``num_workers`` defaults to ``min(n_envs, usable CPUs)``); rewards are float64
+whatever type an env's reward has (``SubprocVecEnv`` stacks what the envs return: int64 for int rewards);
+infos and ``reset_infos`` are lists (``SubprocVecEnv``'s are tuples); any other keyword argument is an aioenv
+pool option (``num_workers``, ``step_timeout``, ``seed``, ``env_kwargs``); errors are aioenv's
+(``aioenv.EnvError`` with the remote traceback) except that ``get_attr``/``env_method`` re-raise the env's own
+exception type (an ``AttributeError`` stays one); a closed ``AioVecEnv`` raises ``aioenv.PoolClosed``.
 """
 
 from __future__ import annotations
@@ -333,7 +337,8 @@ class AioVecEnv(VecEnv):
             info["terminal_observation"] = raw.pop("final_obs")
             self.reset_infos[env_id] = raw
             infos[env_id] = info
-        return _batched_obs(obs, self.observation_space), reward.astype(np.float32), dones, infos
+        # SubprocVecEnv's rewards: np.stack of the envs' Python floats, float64 (a copy: SB3 adds to it in place)
+        return _batched_obs(obs, self.observation_space), np.array(reward, dtype=np.float64), dones, infos
 
     def reset(self) -> VecEnvObs:
         """Reset every env with the seeds and options set by :meth:`seed`/:meth:`set_options` (used once)."""

@@ -10,16 +10,19 @@ Construct it with the arguments of :class:`aioenv.Pool` (and TorchRL's ``device`
     collector = Collector(env, policy, frames_per_batch=32 * 16, total_frames=32 * 16 * 200)
 
 One ``AioEnv`` is a batched env of ``batch_size == (num_envs,)`` (in the place of a ``SerialEnv`` or
-``ParallelEnv`` of ``GymEnv``\\ s), its specs made from the env's gymnasium spaces as ``GymEnv`` makes them
-(:mod:`aioenv.compat.torchrl_specs` has the table). A step is one batched call to the pool, whose envs run
-wherever ``executor`` puts them (``"auto"``: in this process, in worker processes, or both).
+``ParallelEnv`` of ``GymEnv``\\ s); without ``num_envs`` (``AioEnv("Pendulum-v1")``) it is one env, unbatched
+(``batch_size == ()``), in the place of one ``GymEnv``. Its specs are made from the env's gymnasium spaces as
+``GymEnv`` makes them (:mod:`aioenv.compat.torchrl_specs` has the table). A step is one batched call to the
+pool, whose envs run wherever ``executor`` puts them (``"auto"``: in this process, in worker processes, or both).
 
 TorchRL resets envs itself, after they are done, with a ``"_reset"`` mask: so the pool runs with
 ``autoreset_mode="disabled"``, and a reset (full or partial) resets exactly the envs of the mask, in one
 call; the other rows of its result carry those envs' last observation (TorchRL keeps its own values there).
 A ``"_step"`` mask (partial steps, as ``rollout(break_when_all_done=True)`` sends) steps only those envs;
-the other rows carry their env's last observation and done flags and a reward of 0. Stepping an env that is
-done without resetting it raises :class:`aioenv.EpisodeEnded`.
+the other rows carry their env's last observation and done flags and a reward of 0. An env that is done and
+is stepped without a reset (TorchRL's collectors do it after ``rollout(break_when_any_done=True)`` on their
+env) is left as it is: its row is done again, with its last observation and a reward of 0, and TorchRL then
+resets it.
 
 Seeds: ``seed=`` (int: env ``i`` gets ``seed + i``; or one per env) and ``env.set_seed(s)`` apply at each
 env's next reset, so ``env.set_seed(0); env.reset()`` starts the episodes that
@@ -143,12 +146,15 @@ class AioEnv(EnvBase):  # type: ignore[misc]  # torchrl ships no type informatio
     Args:
         env: what :class:`aioenv.Pool` takes: a gymnasium id, ``"pkg.module:factory"``, a callable or a list
             of callables.
-        num_envs: the number of envs (B); may be omitted with a list of callables.
+        num_envs: the number of envs (B); may be omitted with a list of callables (B is their number). Omitted
+            with a gymnasium id, a ``"pkg.module:factory"`` string or one callable: one env, unbatched
+            (``batch_size == ()``, no B in the shapes below), as ``GymEnv``.
         categorical_action_encoding: ``Discrete``/``MultiDiscrete`` spaces (actions and observations) as
             indices (``Categorical``, ``(B,)``) instead of one-hot (``OneHot``, ``(B, n)``), as ``GymEnv``'s
             option of that name.
         device: TorchRL's env device: where the tensors it returns live (None: CPU tensors, no device).
-        run_type_checks, allow_done_after_reset: ``EnvBase``'s options.
+        run_type_checks: ``EnvBase``'s option of that name.
+        allow_done_after_reset: ``EnvBase``'s option of that name.
         **pool_options: :class:`aioenv.Pool`'s options (``seed``, ``executor``, ``num_workers``,
             ``env_kwargs``, ``step_timeout``, ``endpoint``, ...). ``autoreset_mode`` can only be
             ``"disabled"`` (TorchRL resets envs itself) and ``batch_size`` only ``num_envs``.
@@ -182,13 +188,15 @@ class AioEnv(EnvBase):  # type: ignore[misc]  # torchrl ships no type informatio
         if not isinstance(categorical_action_encoding, bool | np.bool_):
             raise TypeError(f"AioEnv: categorical_action_encoding is a bool, got {categorical_action_encoding!r}")
         seed = pool_options.get("seed")
-        pool = SyncPool(env, num_envs, autoreset_mode="disabled", **pool_options)
+        # one env, unbatched, as GymEnv; the pool has one env and the rows are squeezed on the way out
+        self._unbatched = num_envs is None and (isinstance(env, str) or callable(env))
+        pool = SyncPool(env, 1 if self._unbatched else num_envs, autoreset_mode="disabled", **pool_options)
         try:
             n = pool.num_envs
             _check_batch(pool_batch, n)
             super().__init__(
                 device=torch_device,
-                batch_size=torch.Size([n]),
+                batch_size=torch.Size([] if self._unbatched else [n]),
                 run_type_checks=run_type_checks,
                 allow_done_after_reset=allow_done_after_reset,
             )
@@ -214,15 +222,15 @@ class AioEnv(EnvBase):  # type: ignore[misc]  # torchrl ships no type informatio
         self.is_closed = False
 
     def _make_specs(self) -> None:
-        n, device = self._num_envs, self.device
-        batch = (n,)
+        device = self.device
+        batch = tuple(self.batch_size)
         self.full_observation_spec = self._obs_map.composite(batch, device)
         self.full_action_spec = self._act_map.composite(batch, device)
         self.full_reward_spec = Composite(
-            reward=Unbounded(shape=(n, 1), dtype=torch.float32, device=device), shape=batch, device=device
+            reward=Unbounded(shape=(*batch, 1), dtype=torch.float32, device=device), shape=batch, device=device
         )
         self.full_done_spec = Composite(
-            {key: Categorical(2, shape=(n, 1), dtype=torch.bool, device=device) for key in _DONE_KEYS},
+            {key: Categorical(2, shape=(*batch, 1), dtype=torch.bool, device=device) for key in _DONE_KEYS},
             shape=batch,
             device=device,
         )
@@ -231,7 +239,7 @@ class AioEnv(EnvBase):  # type: ignore[misc]  # torchrl ships no type informatio
 
     @property
     def num_envs(self) -> int:
-        """The number of envs (B); ``batch_size == (num_envs,)``."""
+        """The number of envs (B); ``batch_size == (num_envs,)``, or ``()`` for one env made unbatched."""
         return self._num_envs
 
     @property
@@ -301,22 +309,28 @@ class AioEnv(EnvBase):  # type: ignore[misc]  # torchrl ships no type informatio
         flags = torch.zeros(n, 1, dtype=torch.bool)
         for key in _DONE_KEYS:
             entries[(key,)] = flags if key == "done" else flags.clone()
-        return TensorDict(nested(entries), batch_size=[n], device=self.device)
+        return self._out(entries)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Step the envs (those of ``tensordict["_step"]`` when given) with ``tensordict``'s actions.
 
+        An env that is done (its episode ended and it was not reset since) is not stepped: its row says it is
+        done again, and the step or reset that follows in TorchRL's loop (``step_and_maybe_reset``) resets it.
+        TorchRL steps a done env after ``rollout(break_when_any_done=True)`` on the env a collector runs (its PPO
+        tutorial's evaluation): ``GymEnv`` steps the gymnasium env past its end, which reports it done again.
+
         Returns:
             ``(B,)`` TensorDict: observation entries, ``reward`` ``(B, 1)`` float32, ``done``/``terminated``/
-            ``truncated`` ``(B, 1)`` bool. Rows not stepped carry their env's last observation and done flags, and
-            a reward of 0.
+            ``truncated`` ``(B, 1)`` bool. Rows not stepped (outside ``"_step"``, or done) carry their env's last
+            observation and done flags, and a reward of 0.
 
         Raises:
             aioenv.InvalidAction: an action of the wrong shape, not one-hot, or outside the space.
-            aioenv.EpisodeEnded: an env that is done was stepped without a reset.
         """
         n = self._num_envs
-        mask = self._mask(tensordict, "_step")
+        if self._unbatched:
+            tensordict = tensordict.unsqueeze(0)
+        mask = self._live(self._mask(tensordict, "_step"))
         ids = None if mask is None else mask.nonzero()[:, 0]
         if ids is not None and not len(ids):  # nothing to step: every row as it was
             entries = {key: value.clone() for key, value in self._last.items()}
@@ -332,9 +346,14 @@ class AioEnv(EnvBase):  # type: ignore[misc]  # torchrl ships no type informatio
         entries[("terminated",)] = ended[:, :1]
         entries[("truncated",)] = ended[:, 1:]
         entries[("done",)] = ended.any(dim=1, keepdim=True)
-        return TensorDict(nested(entries), batch_size=[n], device=self.device)
+        return self._out(entries)
 
     # --------------------------------------------------------------- internals
+
+    def _out(self, entries: dict[NestedKey, torch.Tensor]) -> TensorDictBase:
+        """The ``(B,)`` TensorDict of ``entries`` (rows of all B envs); for one env made unbatched, its row alone."""
+        out = TensorDict(nested(entries), batch_size=[self._num_envs], device=self.device)
+        return out[0] if self._unbatched else out
 
     def _mask(self, tensordict: TensorDictBase | None, key: str) -> torch.Tensor | None:
         """The ``(B,)`` bool mask at ``key`` (None when absent or all True)."""
@@ -345,6 +364,18 @@ class AioEnv(EnvBase):  # type: ignore[misc]  # torchrl ships no type informatio
             return None
         mask = mask.reshape(self._num_envs, -1).any(-1).cpu()
         return None if bool(mask.all()) else mask
+
+    def _live(self, mask: torch.Tensor | None) -> torch.Tensor | None:
+        """``mask`` (None: every env) less the envs that are done: those stay as they are, done, without a step.
+
+        Returns:
+            None when every env is stepped, else the ``(B,)`` bool mask of the envs to step (all False: none).
+        """
+        ended = self._ended.any(dim=1)
+        if not bool(ended.any()):
+            return mask
+        live = ~ended if mask is None else mask & ~ended
+        return None if bool(live.all()) else live
 
     def _outcome(
         self, reward: Any, terminated: Any, truncated: Any, ids: torch.Tensor | None

@@ -1,8 +1,3 @@
-"""OpenEnv environments in aioenv pools.
-
-``await aioenv.make("openenv+ws://HOST:PORT", 64)`` opens one OpenEnv WebSocket session (``/ws``) per env: each
-env is an :class:`aioenv.AsyncEnv` (:class:`aioenv.openenv.env.OpenEnvEnv`) hosted by ``async`` workers, so the
-pool's deadlines, recovery, first-finished ``recv`` and collectors apply to it. Its spaces are read from the
-server's ``/schema`` (:mod:`aioenv.openenv.spaces`). ``"openenv+app:pkg.module:app"`` starts the OpenEnv app
-as a local server process of each worker (:mod:`aioenv.openenv.source`). See ``docs/openenv.md``.
-"""
+"""OpenEnv's protocol both ways: OpenEnv environments in an aioenv pool (``aioenv.make("openenv+ws://HOST:PORT", n)``:
+one WebSocket session per env, :mod:`aioenv.openenv.env`, :mod:`aioenv.openenv.source`), and aioenv's envs served to
+OpenEnv's clients (:mod:`aioenv.openenv.serve`, ``aioenv serve --http``)."""

@@ -48,7 +48,7 @@ import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import zmq
@@ -309,6 +309,21 @@ class Server:
         self._outbox: dict[bytes, list[PartEntry | BlockEntry]] = {}
         self._flush_soon = False
         self._dropped = DroppedPeers()  # clients dropped for going over their bounds (aioenv.server.peers)
+        #: Envs and worker processes the server holds for others than its clients (the HTTP port's pools), as
+        #: ``(owner, envs, workers)``: counted against the same bounds.
+        self.elsewhere: list[tuple[_Client, int, int]] = []
+
+    def admit_elsewhere(self, owner: str, envs: int, workers: int) -> int:
+        """Count ``envs`` and up to ``workers`` worker processes of ``owner`` (not a client: the HTTP port) against
+        the server's bounds; returns the worker processes it may start.
+
+        Raises:
+            CapacityError: the bounds leave no room for them.
+        """
+        who = _Client(owner.encode(), owner, owner)
+        room = self._admit(who, envs, workers, client=False)
+        self.elsewhere.append((who, envs, room))
+        return room
 
     @property
     def closing(self) -> bool:
@@ -804,22 +819,24 @@ class Server:
                 ) from exc
             raise
 
-    def _admit(self, who: _Client, n: int, workers: int) -> int:
+    def _admit(self, who: _Client, n: int, workers: int, *, client: bool = True) -> int:
         """Check that ``who`` may make ``n`` more envs (a ``CapacityError`` says which limit refuses them); returns
-        the worker processes its pool gets: ``workers``, or fewer if the caps on worker processes leave fewer."""
+        the worker processes its pool gets: ``workers``, or fewer if the caps on worker processes leave fewer.
+        ``client=False``: ``who`` is not a client (the HTTP port), held to the server's bounds in all only."""
         held = [(s.who, s.num_envs, s.workers) for s in self.sessions.values()] + list(self._opening.values())
-        mine = [(k, w) for c, k, w in held if c.key == who.key]
+        held += self.elsewhere
+        mine = [(k, w) for c, k, w in held if c.key == who.key] if client else []
         active = sum(k for _, k, _ in held)
         limit = self.config.max_envs
         if limit is not None and active + n > limit:
             raise CapacityError(f"cannot make {n} more envs: {active} are active and the server allows {limit} in all")
-        per = self.config.max_envs_per_client
+        per = self.config.max_envs_per_client if client else None
         if per is not None and sum(k for k, _ in mine) + n > per:
             raise CapacityError(
                 f"cannot make {n} more envs for client {who.shown}: it has {sum(k for k, _ in mine)} active and the "
                 f"server allows {per} per client (aioenv serve --max-envs-per-client)"
             )
-        pools = self.config.max_pools_per_client
+        pools = self.config.max_pools_per_client if client else None
         if pools is not None and len(mine) + 1 > pools:
             raise CapacityError(
                 f"cannot open another pool for client {who.shown}: it has {len(mine)} open and the server allows "
@@ -828,7 +845,11 @@ class Server:
         room = workers
         for cap, used, flag in (
             (self.config.max_workers, sum(w for _, _, w in held), "--max-workers"),
-            (self.config.max_workers_per_client, sum(w for _, w in mine), "--max-workers-per-client"),
+            (
+                self.config.max_workers_per_client if client else None,
+                sum(w for _, w in mine),
+                "--max-workers-per-client",
+            ),
         ):
             if cap is not None and used >= cap:
                 whose = "the server's pools" if flag == "--max-workers" else f"client {who.shown}'s pools"
@@ -919,9 +940,26 @@ class Server:
         }
 
 
-async def serve(config: ServerConfig, ready: Any = None) -> None:
+class Port(Protocol):
+    """Another way in to a server's envs beside its ZeroMQ port (the HTTP port, :mod:`aioenv.openenv.serve`):
+    started once the server listens, closed before it."""
+
+    async def start(self, server: Server) -> None:
+        """Start serving; what it holds counts against the server's bounds (:meth:`Server.admit_elsewhere`).
+
+        Raises:
+            AioEnvError: it cannot start (the server then stops too).
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Stop serving and release what it holds; idempotent, and safe after a :meth:`start` that raised."""
+        ...
+
+
+async def serve(config: ServerConfig, ready: Any = None, ports: Sequence[Port] = ()) -> None:
     """Run a server until SIGTERM or SIGINT, then shut it down cleanly. ``ready(server)`` is called once
-    it listens."""
+    it listens, and ``ports`` have started."""
     import signal
 
     loop = asyncio.get_running_loop()
@@ -932,12 +970,18 @@ async def serve(config: ServerConfig, ready: Any = None) -> None:
     try:
         server = Server(config)
         await server.start()
+        started: list[Port] = []
         try:
+            for port in ports:
+                started.append(port)
+                await port.start(server)
             if ready is not None:
                 ready(server)
             await stop.wait()
             log.info("shutting down: closing %d sessions", len(server.sessions))
         finally:
+            for port in reversed(started):
+                await port.aclose()
             await server.aclose()
     finally:
         # given back while the loop runs: uvloop restores a handler only then (its close() leaves SIGINT a no-op

@@ -101,7 +101,8 @@ def run_both(fns: list[Callable[[], Any]], steps: int, seed: int, **options: Any
             o1, r1, d1, i1 = ours.step(actions)
             o2, r2, d2, i2 = ref.step(actions)
             assert_same(o1, o2, f"step {t} obs")
-            assert_same(r1, r2, f"step {t} rewards")
+            assert r1.dtype == np.float64  # SubprocVecEnv's; DummyVecEnv's are float32
+            assert_same(r1.astype(np.float32), r2, f"step {t} rewards")
             assert_same(d1, d2, f"step {t} dones")
             assert isinstance(i1, list)
             assert all(isinstance(i, dict) for i in i1)
@@ -153,7 +154,7 @@ def assert_same_outcome(ours: tuple[Any, ...], theirs: tuple[Any, ...], where: s
 
 
 def assert_close(a: Any, b: Any, where: str = "") -> None:
-    """Recursive closeness (float rounding aside: SubprocVecEnv's rewards are float64, AioVecEnv's float32)."""
+    """Recursive closeness (VecNormalize's running statistics: float rounding aside)."""
     if isinstance(a, dict):
         assert isinstance(b, dict), where
         assert sorted(a) == sorted(b), f"{where}: keys {sorted(a)} != {sorted(b)}"
@@ -184,7 +185,7 @@ def test_step_api_shapes_and_autoreset(venv: AioVecEnv) -> None:
     for _ in range(13):  # max_episode_steps=12: every env's first episode ends
         venv.step_async(np.zeros(3, dtype=np.int64))
         obs, rewards, dones, infos = venv.step_wait()
-        assert rewards.dtype == np.float32
+        assert rewards.dtype == np.float64
         assert dones.dtype == np.bool_
         assert obs.shape == (3, 4)
         for i in range(3):
@@ -541,11 +542,10 @@ def test_step_is_one_batched_call_not_one_per_env(venv: AioVecEnv, monkeypatch: 
 
 
 def assert_same_step(ours: Any, ref: Any, where: str) -> None:
-    """One step's ``(obs, rewards, dones, infos)`` of both envs agree (rewards by float32 value: SubprocVecEnv
-    stacks the envs' Python floats as float64)."""
+    """One step's ``(obs, rewards, dones, infos)`` of both envs agree."""
     (o1, r1, d1, i1), (o2, r2, d2, i2) = ours, ref
     assert_same(o1, o2, f"{where} obs")
-    assert_same(r1, r2.astype(np.float32), f"{where} rewards")
+    assert_same(r1, r2, f"{where} rewards")
     assert_same(d1, d2, f"{where} dones")
     assert_same(list(i1), list(i2), f"{where} infos")
 
@@ -723,3 +723,77 @@ def test_mixed_render_modes_refused_as_sb3_refuses_them() -> None:
     with pytest.raises(AssertionError) as caught:
         AioVecEnv(fns, num_workers=1)  # and its workers are gone (the autouse fixture checks)
     assert str(caught.value) == str(theirs.value)
+
+
+# ------------------------------------------------------------ dtypes and a training run, as SubprocVecEnv's
+
+
+def assert_same_types(a: Any, b: Any, where: str) -> None:
+    """Recursive: the same type at every level (an array's dtype and shape too), and the same values."""
+    if isinstance(b, dict):
+        assert type(a) is type(b), f"{where}: {type(a).__name__} != {type(b).__name__}"
+        assert list(a) == list(b), f"{where}: keys {list(a)} != {list(b)}"
+        for k in b:
+            assert_same_types(a[k], b[k], f"{where}[{k!r}]")
+    elif isinstance(b, list | tuple):
+        assert type(a) is type(b), f"{where}: {type(a).__name__} != {type(b).__name__}"
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same_types(x, y, f"{where}[{i}]")
+    elif isinstance(b, np.ndarray):
+        assert isinstance(a, np.ndarray), f"{where}: {type(a).__name__} is no array"
+        assert (a.dtype, a.shape) == (b.dtype, b.shape), f"{where}: {a.dtype}{a.shape} != {b.dtype}{b.shape}"
+        np.testing.assert_array_equal(a, b, err_msg=where)
+    else:
+        assert type(a) is type(b), f"{where}: {type(a).__name__} != {type(b).__name__}"
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+@pytest.mark.parametrize("env_id", ["Pendulum-v1", "CartPole-v1"])
+def test_outputs_have_subproc_vec_env_dtypes_and_values(env_id: str) -> None:
+    """Obs, rewards (float64: SubprocVecEnv stacks the envs' Python floats), dones (bool), each info's values
+    and ``terminal_observation``, and ``reset_infos``: the same types, dtypes and values as SubprocVecEnv's, across
+    episode ends. (SubprocVecEnv's infos and ``reset_infos`` are tuples, AioVecEnv's lists, as ``VecEnv`` types
+    them and ``DummyVecEnv`` makes them.)"""
+    fns = [functools.partial(gym.make, env_id, max_episode_steps=9) for _ in range(3)]
+    with side_by_side(fns, num_workers=2) as (ours, ref):
+        for env in (ours, ref):
+            env.seed(3)
+        assert_same_types(ours.reset(), ref.reset(), "reset obs")
+        assert_same_types(list(ours.reset_infos), list(ref.reset_infos), "reset_infos")
+        space = ref.action_space
+        space.seed(4)
+        ended = 0
+        for t in range(20):
+            actions = np.array([space.sample() for _ in range(3)])
+            (o1, r1, d1, i1), (o2, r2, d2, i2) = ours.step(actions), ref.step(actions)
+            assert r2.dtype == np.float64
+            assert d2.dtype == np.bool_
+            for name, a, b in [("obs", o1, o2), ("rewards", r1, r2), ("dones", d1, d2)]:
+                assert_same_types(a, b, f"step {t} {name}")
+            assert_same_types(list(i1), list(i2), f"step {t} infos")
+            assert_same_types(list(ours.reset_infos), list(ref.reset_infos), f"step {t} reset_infos")
+            ended += int(d2.sum())
+        assert ended >= 6
+
+
+def train_ppo_on_pendulum(vec_env_cls: type[VecEnv]) -> dict[str, Any]:
+    """A short seeded PPO run on Pendulum under VecNormalize (its usual setting): the policy's parameters."""
+    env = VecNormalize(
+        make_vec_env("Pendulum-v1", n_envs=2, seed=0, vec_env_cls=vec_env_cls, env_kwargs={"max_episode_steps": 20})
+    )
+    try:
+        model = PPO("MlpPolicy", env, n_steps=32, batch_size=32, n_epochs=2, seed=0, device="cpu")
+        model.learn(total_timesteps=192)
+        return {name: value.clone() for name, value in model.policy.state_dict().items()}
+    finally:
+        env.close()
+
+
+def test_ppo_on_pendulum_learns_what_it_learns_on_subproc_vec_env_bit_for_bit() -> None:
+    """VecNormalize divides the rewards (and sums them into its running returns) in float64: float32 rewards,
+    which Pendulum's float64 costs do not fit, would give other statistics and another policy."""
+    ours, theirs = train_ppo_on_pendulum(AioVecEnv), train_ppo_on_pendulum(SubprocVecEnv)
+    assert list(ours) == list(theirs)
+    different = [name for name in theirs if not np.array_equal(ours[name].numpy(), theirs[name].numpy())]
+    assert not different, f"parameters that differ from SubprocVecEnv's run: {different}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -20,11 +21,17 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModule
+from tensordict.nn.distributions import NormalParamExtractor
 from torchrl.collectors import Collector
 from torchrl.data import Binary, Bounded, Categorical, MultiCategorical, MultiOneHot, OneHot, Unbounded
-from torchrl.envs import Compose, RewardSum, SerialEnv, StepCounter, TransformedEnv
+from torchrl.data.replay_buffers import LazyTensorStorage, ReplayBuffer, SamplerWithoutReplacement
+from torchrl.envs import Compose, DoubleToFloat, ObservationNorm, RewardSum, SerialEnv, StepCounter, TransformedEnv
 from torchrl.envs.libs.gym import GymEnv, GymWrapper
-from torchrl.envs.utils import check_env_specs
+from torchrl.envs.utils import ExplorationType, check_env_specs, set_exploration_type
+from torchrl.modules import ProbabilisticActor, TanhNormal, ValueOperator
+from torchrl.objectives import ClipPPOLoss
+from torchrl.objectives.value import GAE
 
 import aioenv
 from aioenv.compat.torchrl import AioEnv
@@ -145,6 +152,26 @@ def test_check_env_specs_and_specs_match_gym_env(cartpole: AioEnv) -> None:
         )
     finally:
         reference.close()
+
+
+def test_one_env_without_num_envs_is_unbatched_as_gym_env() -> None:
+    """``AioEnv(id)`` is ``GymEnv(id)``: batch ``()``, its specs, and (seeded alike) its rollouts, resets included."""
+    reference = GymWrapper(SeedFirst(gym.make(CARTPOLE), 5))
+    actions = np.random.default_rng(7).integers(0, 2, size=(60, 1))
+    calls = iter(actions)
+    with AioEnv(CARTPOLE, seed=5, executor="in_process") as env:
+        got = env.rollout(60, lambda td: td.set("action", one_hot(next(calls)[0], 2)), break_when_any_done=False)
+        check_env_specs(env)
+        assert env.batch_size == torch.Size([])
+        assert env.num_envs == 1
+        for name in ("full_observation_spec", "full_action_spec", "full_reward_spec", "full_done_spec"):
+            assert getattr(env, name) == getattr(reference, name), name
+    calls = iter(actions)
+    expected = reference.rollout(
+        60, lambda td: td.set("action", one_hot(next(calls)[0], 2)), break_when_any_done=False
+    )  # fmt: skip
+    assert int(expected["next", "done"].sum()) >= 2  # episodes ended, and were reset
+    assert_td_equal(got, expected)
 
 
 def test_categorical_action_encoding() -> None:
@@ -431,15 +458,37 @@ def test_rollout_break_when_all_done_uses_partial_steps(executor_env: AioEnv) ->
                 break
 
 
-def test_stepping_a_done_env_without_reset_raises_episode_ended() -> None:
-    with AioEnv(CARTPOLE, 1, seed=0, categorical_action_encoding=True, executor="in_process") as env:
-        td = env.reset()
-        td["action"] = torch.zeros(1, dtype=torch.int64)
-        while not bool(td.get(("next", "done"), torch.zeros(1, dtype=torch.bool)).any()):
-            td = env.step(td)
-            td = td.set("observation", td["next", "observation"])
-        with pytest.raises(aioenv.EpisodeEnded):
-            env.step(td.exclude("next"))
+def test_a_done_env_stepped_without_a_reset_stays_done_and_the_others_step(cartpole: AioEnv) -> None:
+    """What a collector does after ``rollout(break_when_any_done=True)`` on its env: it steps every env, the done
+    ones too. ``GymEnv`` steps the gymnasium env past its end, which says it is done again; ``AioEnv`` leaves a done
+    env as it is (its last observation, its done flags, a reward of 0), and steps the others as gymnasium would."""
+    mirror = Mirror(N)
+    mirror.reset(list(range(N)), seed=0)
+    push = np.array([0, 1, 1, 1])  # env 1 falls first
+    td = cartpole.reset()
+    done = torch.zeros(N, dtype=torch.bool)
+    while not bool(done.any()):
+        td["action"] = one_hot(push, 2)
+        out = cartpole.step(td)
+        mirror.step(list(range(N)), push.tolist())
+        done = out["next", "done"][:, 0]
+        td = out["next"].select("observation")
+    assert done.tolist() == [False, True, False, False]
+    last = out["next"].clone()
+    td["action"] = one_hot(push, 2)
+    again = cartpole.step(td)["next"]
+    live = [0, 2, 3]
+    want = mirror.step(live, push[live].tolist())
+    for key in ("observation", "done", "terminated", "truncated"):
+        torch.testing.assert_close(again[key][1], last[key][1], rtol=0, atol=0)
+    assert again["reward"][:, 0].tolist() == [1.0, 0.0, 1.0, 1.0]
+    np.testing.assert_array_equal(again["observation"][live].numpy(), np.stack([want[i][0] for i in live]))
+    assert again["terminated"][:, 0].tolist() == [want[0][2], True, want[2][2], want[3][2]]
+    # TorchRL's loop then resets the done envs, with a "_reset" mask, as after any done
+    _, td = cartpole.step_and_maybe_reset(td)
+    ended = again["done"][:, 0].nonzero()[:, 0].tolist()
+    mirror.reset(ended)
+    np.testing.assert_array_equal(td["observation"][ended].numpy(), np.stack([mirror.obs[i] for i in ended]))
 
 
 # --------------------------------------------------------------------------------------------- transforms, collectors
@@ -609,3 +658,132 @@ def test_close_stops_the_pool_and_is_idempotent() -> None:
         pool = env.pool
     assert pool.closed
     assert env.is_closed
+
+
+# --------------------------------------------------------------------------------------------- TorchRL's PPO tutorial
+
+PENDULUM = "Pendulum-v1"
+EPISODE = 50  # Pendulum's episodes end by truncation, here at 50 steps: an evaluation rollout ends on a done env
+FRAMES = 100  # a batch
+SHORT = {"max_episode_steps": EPISODE}
+
+
+@dataclass
+class TutorialRun:
+    """What the tutorial's loop saw: each batch the collector gave, and each evaluation rollout."""
+
+    batches: list[TensorDictBase]
+    evals: list[TensorDictBase]
+
+
+def ppo_tutorial(base: Any, stats_dims: tuple[int, ...]) -> TutorialRun:
+    """TorchRL's PPO tutorial (``tutorials/sphinx-tutorials/coding_ppo.py``), shortened: its transforms, actor,
+    critic, collector, GAE, ClipPPOLoss and replay buffer, with an evaluation rollout on the collector's env after
+    each batch but the last (the collector closes its env when it has its frames). ``stats_dims``:
+    ``ObservationNorm.init_stats``' ``reduce_dim`` (``(0,)`` for an unbatched env, ``(0, 1)`` for a batched one:
+    envs and steps). Seeded: the same env gives the same run."""
+    torch.manual_seed(0)
+    env = TransformedEnv(base, Compose(ObservationNorm(in_keys=["observation"]), DoubleToFloat(), StepCounter()))
+    env.transform[0].init_stats(num_iter=FRAMES, reduce_dim=stats_dims, cat_dim=stats_dims[-1])
+    check_env_specs(env)
+    action = env.action_spec_unbatched
+    actor = ProbabilisticActor(
+        TensorDictModule(
+            torch.nn.Sequential(
+                torch.nn.LazyLinear(16), torch.nn.Tanh(), torch.nn.LazyLinear(2 * action.shape[-1]),
+                NormalParamExtractor(),
+            ),
+            ["observation"], ["loc", "scale"],
+        ),
+        spec=env.action_spec, in_keys=["loc", "scale"], distribution_class=TanhNormal,
+        distribution_kwargs={"low": action.space.low, "high": action.space.high}, return_log_prob=True,
+    )  # fmt: skip
+    value = ValueOperator(
+        torch.nn.Sequential(torch.nn.LazyLinear(16), torch.nn.Tanh(), torch.nn.LazyLinear(1)), in_keys=["observation"]
+    )
+    actor(env.reset())
+    value(env.reset())
+    collector = Collector(
+        env, actor, frames_per_batch=FRAMES, total_frames=3 * FRAMES, split_trajs=False,
+        auto_register_policy_transforms=False,
+    )  # fmt: skip
+    buffer = ReplayBuffer(storage=LazyTensorStorage(FRAMES), sampler=SamplerWithoutReplacement())
+    advantage = GAE(gamma=0.99, lmbda=0.95, value_network=value, average_gae=True)
+    loss = ClipPPOLoss(
+        actor, value, clip_epsilon=0.2, entropy_coeff=1e-4, critic_coeff=1.0, loss_critic_type="smooth_l1"
+    )
+    optim = torch.optim.Adam(loss.parameters(), 3e-4)
+    run = TutorialRun([], [])
+    try:
+        for i, batch in enumerate(collector):
+            run.batches.append(batch.clone())
+            advantage(batch)
+            buffer.extend(batch.reshape(-1))
+            for _ in range(FRAMES // 25):
+                losses = loss(buffer.sample(25))
+                (losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]).backward()
+                torch.nn.utils.clip_grad_norm_(loss.parameters(), 1.0)
+                optim.step()
+                optim.zero_grad()
+            if i < 2:
+                with set_exploration_type(ExplorationType.DETERMINISTIC), torch.no_grad():
+                    run.evals.append(env.rollout(1000, actor))  # stops at the first done, without a reset
+    finally:
+        collector.shutdown()
+    return run
+
+
+def seeded_pendulum(i: int) -> GymWrapper:
+    return GymWrapper(SeedFirst(gym.make(PENDULUM, max_episode_steps=EPISODE), i))
+
+
+def assert_tutorial_runs_agree(got: TutorialRun, expected: TutorialRun) -> None:
+    """The first batch and evaluation are the same; the second batch differs only where the collector stepped an
+    env the evaluation left done: ``GymEnv`` steps the gymnasium env past its end, ``AioEnv`` leaves it as it was.
+    Both say it is done (truncated) again, and the collector resets it: the rest of the batch is the same."""
+    assert len(got.batches) == len(expected.batches) == 3
+    assert len(got.evals) == len(expected.evals) == 2
+    for ours, theirs in [(got.batches[0], expected.batches[0]), (got.evals[0], expected.evals[0])]:
+        assert_td_equal(ours.reshape(-1), theirs.reshape(-1))
+    evaluation = got.evals[0]
+    assert evaluation.shape[-1] == EPISODE  # the evaluation ended on done (truncated) envs
+    assert bool(evaluation["next", "truncated"][..., -1, :].all())
+    theirs = expected.batches[1]
+    ours = got.batches[1].reshape(theirs.shape)  # AioEnv(id, 1) is batched (1,), a GymEnv unbatched
+    first = torch.zeros(ours.shape, dtype=torch.bool)
+    first[..., 0] = True  # the first step of each env after the evaluation: an env left done
+    for key in theirs.keys(True, True):
+        if key in (("next", "observation"), ("next", "reward")):
+            torch.testing.assert_close(ours[key][~first], theirs[key][~first], rtol=0, atol=0)
+        else:
+            torch.testing.assert_close(ours[key], theirs[key], rtol=0, atol=0, msg=lambda m, k=key: f"{k}: {m}")
+    assert bool(ours["next", "truncated"][first].all())
+    assert bool((ours["next", "reward"][first] == 0).all())  # not stepped: its last observation, a reward of 0
+    last = evaluation["next", "observation"][..., -1, :]
+    torch.testing.assert_close(ours["next", "observation"][first].reshape(last.shape), last, rtol=0, atol=0)
+    for run in (got, expected):  # the last batch and evaluation: the loop ran to its end
+        assert run.batches[2].numel() == FRAMES
+        assert run.evals[1].shape[-1] == EPISODE
+
+
+def test_ppo_tutorial_over_one_env_agrees_with_gym_env() -> None:
+    """The tutorial's own lines with only the env changed: ``AioEnv(id)`` without ``num_envs`` is one env,
+    unbatched, as ``GymEnv(id)`` (its ``ObservationNorm.init_stats(reduce_dim=0, cat_dim=0)`` needs that)."""
+    expected = ppo_tutorial(seeded_pendulum(0), (0,))
+    got = ppo_tutorial(AioEnv(PENDULUM, seed=0, env_kwargs=SHORT, executor="in_process"), (0,))
+    assert got.batches[0].shape == expected.batches[0].shape == (FRAMES,)
+    assert_tutorial_runs_agree(got, expected)
+
+
+def test_ppo_tutorial_over_a_batch_of_one_env_agrees_with_gym_env() -> None:
+    expected = ppo_tutorial(seeded_pendulum(0), (0,))
+    got = ppo_tutorial(AioEnv(PENDULUM, 1, seed=0, env_kwargs=SHORT, executor="in_process"), (0, 1))
+    assert got.batches[0].shape == (1, FRAMES)
+    assert_tutorial_runs_agree(got, expected)
+
+
+def test_ppo_tutorial_over_a_batched_env_agrees_with_serial_env() -> None:
+    expected = ppo_tutorial(SerialEnv(N, [functools.partial(seeded_pendulum, i) for i in range(N)]), (0, 1))
+    got = ppo_tutorial(AioEnv(PENDULUM, N, seed=0, env_kwargs=SHORT), (0, 1))
+    assert got.batches[0].shape == (N, FRAMES // N)
+    assert_tutorial_runs_agree(got, expected)

@@ -1,4 +1,5 @@
-"""docs/openenv.md runs as written: its OpenEnv environment module, and the pool over it that the page shows."""
+"""docs/openenv.md runs as written: the OpenEnv environment module of "OpenEnv environments in a pool", and the pool
+over it that the section shows."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ BLOCKS = re.findall(r"^```python\n(.*?)^```$", DOC.read_text(), re.MULTILINE | r
 
 
 def test_the_pool_over_the_pages_environment_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    module, main = BLOCKS
+    (module,) = [b for b in BLOCKS if "app = create_app(" in b]
+    (main,) = [b for b in BLOCKS if "openenv+app:counter_env:app" in b]
     (tmp_path / "counter_env.py").write_text(module)
     (tmp_path / "main.py").write_text(main)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # counter_env, for the script and the app servers it starts

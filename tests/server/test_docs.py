@@ -10,6 +10,7 @@ import shlex
 import pytest
 
 from aioenv.errors import UsageError
+from aioenv.openenv.serve import http_exposure
 from aioenv.server.exposure import exposure_warnings
 from aioenv.wire.version import PROTOCOL_VERSION
 from tests.support.scripts import ROOT
@@ -56,5 +57,7 @@ def test_every_serve_command_shown_would_start(page: str, words: list[str]) -> N
             auth=value("--auth"),
             insecure="--insecure" in words,
         )
+        if (http := value("--http")) is not None and http != "HOST:PORT":  # HOST:PORT: the flag named in prose
+            http_exposure(http, token=value("--http-token-file"), insecure="--insecure" in words)
     except UsageError as exc:
         pytest.fail(f"{page}: aioenv serve {shlex.join(words)}: {exc}")

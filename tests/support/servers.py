@@ -99,6 +99,22 @@ class ServerProcess:
         for line in self.proc.stderr:
             self.log.append(line)
 
+    def wait_log(self, pattern: str) -> re.Match[str]:
+        """The first match of ``pattern`` in the server's log, waited for (within ``HANG``)."""
+        deadline = time.monotonic() + HANG
+        while True:
+            for line in list(self.log):
+                found = re.search(pattern, line)
+                if found:
+                    return found
+            assert self.proc.poll() is None, f"the server exited: {''.join(self.log)}"
+            assert time.monotonic() < deadline, f"no {pattern!r} in the server's log: {''.join(self.log)}"
+            time.sleep(0.02)
+
+    def http_url(self) -> str:
+        """``http://HOST:PORT`` of its HTTP port (``--http``), once it listens."""
+        return "http://" + self.wait_log(r"HTTP port listening on (\S+)").group(1)
+
     def workers(self) -> list[int]:
         """Pids of the server's worker processes."""
         return workers_of(self.proc.pid)
