@@ -140,3 +140,12 @@ async def test_a_full_server_refuses_the_reset_and_the_next_reset_opens_a_sessio
                 await second.aclose()
     finally:
         small.stop()
+
+
+def test_a_sync_pool_steps_sessions(server: OpenEnvServer) -> None:
+    with aioenv.make_sync("openenv+" + server.url, 2, executor="async", num_workers=1) as pool:
+        obs, _ = pool.reset(seed=1)
+        assert obs["count"].tolist() == [0, 0]
+        obs, rew, *_ = pool.step(_actions(["p", "q"]))
+        assert obs["echoed"].tolist() == ["p", "q"]
+        assert rew.tolist() == [0.5, 0.5]
