@@ -45,6 +45,7 @@ from aioenv.pool_options import (
 )
 from aioenv.transport.spawn import usable_cpus
 from aioenv.wire import spaces
+from aioenv.wire.checks import space_text
 from aioenv.wire.options import (
     AutoresetName,
     OnTimeout,
@@ -315,21 +316,7 @@ class Pool:
         None (it was closed)."""
         needs_workers = self.step_timeout or self.reset_timeout or self.max_worker_rss
         cpus = usable_cpus()
-        probed: costs.Probed | None = None
-        try:
-            assert self._private_dir is not None
-            probed = await costs.probe(self._sources, 0, self._seeds[0], self._private_dir)
-        except TimeoutError:
-            why = f"timing one env took over {costs.PROBE_LIMIT:g} s"
-        except Exception as exc:  # noqa: BLE001 - the workers will make the envs and report what fails
-            why = f"timing one env failed ({type(exc).__name__}: {str(exc).splitlines()[0]})"
-        if probed is None:
-            choice = costs.Choice("inline", self.num_workers, 0, why)
-        else:
-            allowed = self.allow_in_process
-            choice = costs.choose(probed.cost, self.num_envs, cpus, self.batch_size, allow_in_process=allowed)
-            if choice.in_process and (not_here := _no_envs_here(needs_workers)):
-                choice = costs.Choice("inline", max(1, min(self.num_envs, cpus)), 0, not_here)
+        choice, probed = await self._timed_choice(cpus, needs_workers)
         if self._asked_workers == 0:  # every env in this process, on the executor the probe suggests
             executor = "in_process" if choice.executor == "inline" else choice.executor
             choice = costs.Choice(executor, 0, self.num_envs, f"num_workers=0 keeps every env here; {choice.why}")
@@ -348,6 +335,26 @@ class Pool:
             return probed.take()
         await probed.release()
         return None
+
+    async def _timed_choice(self, cpus: int, needs_workers: object) -> tuple[costs.Choice, costs.Probed | None]:
+        """Where the envs run best, from one env timed in a worker process (returned with the choice, None when
+        timing failed); sources known to be async (OpenEnv sessions) are not timed: ``async`` workers."""
+        if self._sources.asynchronous:
+            return costs.Choice("async", max(1, min(self.num_envs, cpus)), 0, "OpenEnv sessions are async envs"), None
+        try:
+            assert self._private_dir is not None
+            probed = await costs.probe(self._sources, 0, self._seeds[0], self._private_dir)
+        except TimeoutError:
+            why = f"timing one env took over {costs.PROBE_LIMIT:g} s"
+            return costs.Choice("inline", self.num_workers, 0, why), None
+        except Exception as exc:  # noqa: BLE001 - the workers will make the envs and report what fails
+            why = f"timing one env failed ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+            return costs.Choice("inline", self.num_workers, 0, why), None
+        allowed = self.allow_in_process
+        choice = costs.choose(probed.cost, self.num_envs, cpus, self.batch_size, allow_in_process=allowed)
+        if choice.in_process and (not_here := _no_envs_here(needs_workers)):
+            choice = costs.Choice("inline", max(1, min(self.num_envs, cpus)), 0, not_here)
+        return choice, probed
 
     @functools.cached_property
     def observation_space(self) -> gymnasium.Space[Any]:
@@ -771,7 +778,9 @@ async def make(env: Any, num_envs: int | None = None, **options: Any) -> Pool:
 
     Args:
         env: a gymnasium id (``"CartPole-v1"``), ``"pkg.module:factory"``, a callable returning an env
-            (shipped to local workers with cloudpickle), or a sequence of callables, one per env.
+            (shipped to local workers with cloudpickle), a sequence of callables, one per env, or an OpenEnv
+            environment: ``"openenv+ws://HOST:PORT"`` (a session of a running server per env) or
+            ``"openenv+app:pkg.module:app"`` (an app each worker serves); see ``docs/openenv.md``.
         num_envs: how many envs (may be omitted with a sequence of callables).
 
     Keyword Args:
@@ -853,4 +862,4 @@ def _batch_one(space: gymnasium.Space[Any], action: Any) -> Any:
     try:
         return concatenate(space, [action], create_empty_array(space, 1))  # type: ignore[arg-type]
     except Exception as exc:
-        raise InvalidAction(f"action {action!r} does not fit {space}: {exc}") from exc
+        raise InvalidAction(f"action {action!r} does not fit {space_text(space)}: {exc}") from exc

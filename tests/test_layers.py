@@ -71,7 +71,8 @@ ALLOWED = {
     "server": {"ground", "wire", "transport", "core"},
     "compat": {"ground", "wire", "transport", "core", "face"},
     "cli": {"ground", "wire", "transport", "core", "face", "server", "compat", "workers", "ray", "openenv"},
-    "workers": {"ground", "wire", "transport"},
+    # workers host OpenEnv sessions as any AsyncEnv (aioenv.openenv.source: the env and its spaces, nothing else)
+    "workers": {"ground", "wire", "transport", "openenv"},
     # collectors (aioenv.collect): batches and episodes from a Pool or SyncPool and a policy
     "collect": {"ground", "wire", "transport", "core", "face"},
     # OpenEnv's protocol both ways (aioenv.openenv): OpenEnv envs in a pool, and a server's HTTP port (a server Port)

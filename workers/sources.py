@@ -10,6 +10,8 @@ A source is a dict:
   with cloudpickle by a *local* coordinator. The bytes are read from a file in the
   private directory the worker was started with (``--trusted-dir``), never from a socket;
   a path outside that directory is refused.
+- ``{"kind": "openenv", "url": "ws://HOST:PORT" | "app": "pkg.module:app", "kwargs": {...}}``: an OpenEnv
+  session per env (:mod:`aioenv.openenv.source`); never from a server's client (``strict``).
 
 A source a server made from a client's request carries ``"strict": true``: a client over the network named it,
 so :func:`reach` checks what the name leads to before anything is called (a class or a function defined in the
@@ -61,7 +63,14 @@ def resolve(source: Any, trusted_dir: str | None) -> Factory:
         return _entry_point(_str_field(source, "target"), kwargs)
     if kind == "pickle":
         return _pickled(_str_field(source, "path"), kwargs, trusted_dir)
-    raise SourceError(f"unknown env source kind {kind!r}: expected 'gym', 'entry' or 'pickle'")
+    if kind == "openenv":
+        from aioenv.openenv.source import factory
+
+        try:
+            return factory(source, kwargs)
+        except ValueError as exc:
+            raise SourceError(str(exc)) from None
+    raise SourceError(f"unknown env source kind {kind!r}: expected 'gym', 'entry', 'pickle' or 'openenv'")
 
 
 def _str_field(source: dict[str, Any], key: str) -> str:

@@ -5,6 +5,9 @@
 - a callable -> written with cloudpickle to a file in the pool's private directory and sent as
   ``{"kind": "pickle", "path": ...}``: local workers load it from disk; no pickle crosses a socket.
 - a sequence of callables -> one source per distinct callable, env ``i`` uses the ``i``-th.
+- ``"openenv+ws://HOST:PORT"`` or ``"openenv+app:pkg.module:app"`` (an OpenEnv environment) ->
+  ``{"kind": "openenv", "url" | "app": ...}`` (workers make them with :mod:`aioenv.openenv.source`); local pools
+  only.
 
 A server's sources (``strict=True``) carry ``"strict": true``: a client over the network named them, so the
 worker checks what a name leads to before it calls anything (:func:`workers.sources.reach`); the server never
@@ -14,13 +17,19 @@ imports a client's module itself.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
+from aioenv.errors import UsageError
 from aioenv.wire.options import positive_int
 
-__all__ = ["EnvSources", "parse_sources"]
+__all__ = ["OPENENV_PREFIX", "EnvSources", "openenv_source", "parse_sources"]
+
+#: What the name of an OpenEnv environment starts with (:mod:`aioenv.openenv.source`).
+OPENENV_PREFIX = "openenv+"
 
 
 @dataclass
@@ -29,6 +38,12 @@ class EnvSources:
 
     sources: dict[str, dict[str, Any]]
     keys: list[str]
+
+    @property
+    def asynchronous(self) -> bool:
+        """Whether every env is known to be an ``aioenv.AsyncEnv`` without making one (OpenEnv sessions), so
+        ``executor="auto"`` chooses ``async`` without timing an env."""
+        return all(s.get("kind") == "openenv" for s in self.sources.values())
 
     def for_envs(self, env_ids: Sequence[int]) -> tuple[list[list[Any]], dict[str, dict[str, Any]]]:
         """The MAKE payload for ``env_ids``: ``[[env_id, key]]`` and the sources they use."""
@@ -50,6 +65,14 @@ def parse_sources(
         if num_envs is None:
             raise TypeError(f"num_envs is required with env={env!r}: how many copies should the pool run?")
         source: dict[str, Any]
+        if env.startswith(OPENENV_PREFIX):
+            if strict:
+                raise UsageError(
+                    f"env {env!r}: a server does not open OpenEnv sessions or start OpenEnv apps a client names; "
+                    "make the pool on the client's machine (without endpoint=)"
+                )
+            source = openenv_source(env, kwargs)
+            return EnvSources({"0": source}, ["0"] * _check_count(num_envs)), num_envs
         if ":" in env:
             source = {"kind": "entry", "target": env, "kwargs": kwargs}
         else:
@@ -73,6 +96,25 @@ def parse_sources(
         "env must be a gymnasium id ('CartPole-v1'), a 'pkg.module:factory' string, a callable that returns "
         f"an env, or a sequence of such callables; got {type(env).__name__}"
     )
+
+
+_APP_TARGET = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*")
+_OPENENV_SCHEMES = ("ws", "wss", "http", "https")
+
+
+def openenv_source(env: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The source of an OpenEnv name: ``"openenv+ws://HOST:PORT"`` (``ws``, ``wss``, ``http``, ``https``; a running
+    server) or ``"openenv+app:pkg.module:app"`` (an app each worker serves); ``ValueError`` naming both forms."""
+    rest = env[len(OPENENV_PREFIX) :]
+    if rest.startswith("app:") and _APP_TARGET.fullmatch(rest[len("app:") :]):
+        return {"kind": "openenv", "app": rest[len("app:") :], "kwargs": kwargs}
+    parts = urlsplit(rest)
+    if rest.startswith("app:") or parts.scheme not in _OPENENV_SCHEMES or not parts.hostname:
+        raise ValueError(
+            f"expected 'openenv+ws://HOST:PORT', 'openenv+http://HOST:PORT' (a running OpenEnv server) or "
+            f"'openenv+app:pkg.module:app' (an OpenEnv app served by each worker), got {env!r}"
+        )
+    return {"kind": "openenv", "url": rest, "kwargs": kwargs}
 
 
 def _factory_sources(

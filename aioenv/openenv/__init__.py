@@ -1,2 +1,3 @@
-"""OpenEnv's protocol both ways: OpenEnv environments in an aioenv pool, and aioenv's envs served to OpenEnv's
-clients (:mod:`aioenv.openenv.serve`, ``aioenv serve --http``)."""
+"""OpenEnv's protocol both ways: OpenEnv environments in an aioenv pool (``aioenv.make("openenv+ws://HOST:PORT", n)``:
+one WebSocket session per env, :mod:`aioenv.openenv.env`, :mod:`aioenv.openenv.source`), and aioenv's envs served to
+OpenEnv's clients (:mod:`aioenv.openenv.serve`, ``aioenv serve --http``)."""

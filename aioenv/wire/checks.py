@@ -29,6 +29,27 @@ _MIN = np.minimum.reduce
 #: caches); 8 envs went from 0.88-0.93x to 0.94-0.97x ``SyncVectorEnv``'s speed (``benchmarks/bench_small.py``).
 SMALL_BATCH = 64
 
+#: A ``Text`` charset longer than this is named by its size in error messages (:func:`space_text`).
+CHARSET_SHOWN = 100
+
+
+def space_text(space: gs.Space[Any]) -> str:
+    """``repr(space)`` for an error message, with each ``Text`` charset longer than :data:`CHARSET_SHOWN` named by
+    its size: ``Text(0, 64, charset of 63,486 characters)``, not the characters (tens of thousands for a space
+    of any Unicode text)."""
+    if isinstance(space, gs.Text):
+        n = len(space.character_set)
+        if n > CHARSET_SHOWN:
+            return f"Text({space.min_length}, {space.max_length}, charset of {n:,} characters)"
+    elif isinstance(space, gs.Dict):
+        return "Dict(" + ", ".join(f"{k!r}: {space_text(v)}" for k, v in space.spaces.items()) + ")"
+    elif isinstance(space, gs.Tuple):
+        return "Tuple(" + ", ".join(space_text(v) for v in space.spaces) + ")"
+    elif isinstance(space, gs.Sequence):
+        return f"Sequence({space_text(space.feature_space)}, stack={space.stack})"
+    return repr(space)
+
+
 __all__ = [
     "SMALL_BATCH",
     "Check",
@@ -37,6 +58,7 @@ __all__ = [
     "dict_checker",
     "int_checker",
     "object_rows",
+    "space_text",
     "text_checker",
     "tuple_checker",
     "value_checker",
@@ -86,7 +108,7 @@ def _numeric_checker(
     sdt, shape = np.dtype(space.dtype), tuple(space.shape)
 
     def expected(n: int) -> str:
-        return f"an action in {space!r} (batch shape {(n, *shape)}, {dt_desc})"
+        return f"an action in {space_text(space)} (batch shape {(n, *shape)}, {dt_desc})"
 
     def fail(a: Leaf, env_ids: Any) -> InvalidAction:
         bad = ~((a >= low) & (a <= high))  # NaN is bad too
@@ -178,10 +200,11 @@ def box_checker(space: gs.Box, path: str) -> Check:
 
 def text_checker(space: gs.Text, path: str) -> Check:
     lo, hi, chars = space.min_length, space.max_length, space.character_set
+    named = space_text(space)
 
     def check(actions: Any, env_ids: Any, out: list[Leaf]) -> None:
         n = len(env_ids)
-        expected = f"a sequence of {n} str in {space!r}"
+        expected = f"a sequence of {n} str in {named}"
         if isinstance(actions, str | bytes) or not (
             isinstance(actions, Sequence) or (isinstance(actions, np.ndarray) and actions.ndim == 1)
         ):
@@ -200,7 +223,7 @@ def text_checker(space: gs.Text, path: str) -> Check:
                 arr[row] = str(s)
                 continue
             got = f"{_fmt(s)} ({why})"
-            raise _row_error(path, env_ids, row, f"a str in {space!r}", got)
+            raise _row_error(path, env_ids, row, f"a str in {named}", got)
         out.append(arr)
 
     return check
@@ -211,13 +234,13 @@ def dict_checker(space: gs.Dict, parts: list[tuple[Any, Check]], path: str) -> C
 
     def check(actions: Any, env_ids: Any, out: list[Leaf]) -> None:
         if not isinstance(actions, Mapping):
-            exp = f"a dict of batched actions with keys {keys} for {space!r}"
+            exp = f"a dict of batched actions with keys {keys} for {space_text(space)}"
             raise _batch_error(path, env_ids, exp, type(actions).__name__)
         if len(actions) != len(keys) or not all(k in actions for k in keys):
             missing = [k for k in keys if k not in actions]
             extra = [k for k in actions if k not in space.spaces]
             got = f"missing keys {missing}, unexpected keys {extra}"
-            raise _batch_error(path, env_ids, f"the keys {keys} of {space!r}", got)
+            raise _batch_error(path, env_ids, f"the keys {keys} of {space_text(space)}", got)
         for key, child in parts:
             child(actions[key], env_ids, out)
 
@@ -227,7 +250,7 @@ def dict_checker(space: gs.Dict, parts: list[tuple[Any, Check]], path: str) -> C
 def tuple_checker(space: Any, parts: list[Check], path: str) -> Check:
     def check(actions: Any, env_ids: Any, out: list[Leaf]) -> None:
         if not isinstance(actions, tuple | list) or len(actions) != len(parts):
-            exp = f"a tuple of {len(parts)} batched actions for {space!r}"
+            exp = f"a tuple of {len(parts)} batched actions for {space_text(space)}"
             raise _batch_error(path, env_ids, exp, f"{type(actions).__name__}")
         for child, sub in zip(parts, actions, strict=True):
             child(sub, env_ids, out)
@@ -260,7 +283,7 @@ def value_checker(space: gs.Space[Any], path: str, wrap: bool) -> Check:
             except Exception:  # noqa: BLE001 - a value the space cannot even inspect is not in it
                 ok = False
             if not ok:
-                raise _row_error(path, env_ids, row, f"a value of {space!r}", _fmt(value))
+                raise _row_error(path, env_ids, row, f"a value of {space_text(space)}", _fmt(value))
         if wrap:
             rows = object_rows([Pickled(value) for value in rows])
         out.append(rows)

@@ -603,3 +603,15 @@ def test_a_box_description_with_one_value_for_its_bounds_is_still_checked(
     desc = {"type": "Box", "shape": shape, "dtype": "<f4", "low": low, "high": np.ones(())}
     with pytest.raises(ValueError, match=match):
         space_from_description(desc)
+
+
+def test_an_invalid_action_names_a_large_charset_by_its_size() -> None:
+    """A Text space of a large charset (OpenEnv's strings: Unicode's basic plane) is named in an error by its lengths
+    and the size of its charset, not by tens of thousands of characters."""
+    chars = "".join(chr(c) for c in range(0x20, 0x3000))
+    space = gs.Dict({"word": gs.Text(64, charset=chars), "n": gs.Discrete(3)})
+    for bad in ({"word": ["x"]}, {"word": ["x\x01"], "n": np.array([0])}, {"word": [3], "n": np.array([0])}):
+        with pytest.raises(InvalidAction) as err:
+            check_actions(space, bad, np.array([0]))
+        assert len(str(err.value)) < 600, str(err.value)[:300]
+        assert f"charset of {len(chars):,} characters" in str(err.value)
