@@ -58,7 +58,14 @@ def _layer(module: str) -> str:
         return "workers"
     if len(parts) == 1:
         return "face"
+    if module in HOSTED:
+        return "hosted"
     return {"pool": "face", "pool_options": "face", "sync": "face", "vector": "compat"}.get(parts[1], parts[1])
+
+
+#: The modules of aioenv.openenv that a worker runs (an OpenEnv session as an AsyncEnv): a layer of their own, just
+#: above the wire, so that a worker never reaches the rest of aioenv.openenv (the server's HTTP port) through them.
+HOSTED = {"aioenv.openenv.source", "aioenv.openenv.env", "aioenv.openenv.spaces", "aioenv.openenv.appserver"}
 
 
 # What each layer may import, besides itself.
@@ -71,12 +78,13 @@ ALLOWED = {
     "server": {"ground", "wire", "transport", "core"},
     "compat": {"ground", "wire", "transport", "core", "face"},
     "cli": {"ground", "wire", "transport", "core", "face", "server", "compat", "workers", "ray", "openenv"},
-    # workers host OpenEnv sessions as any AsyncEnv (aioenv.openenv.source: the env and its spaces, nothing else)
-    "workers": {"ground", "wire", "transport", "openenv"},
+    # workers host OpenEnv sessions as any AsyncEnv: the env, its spaces and its app server (HOSTED), nothing else
+    "workers": {"ground", "wire", "transport", "hosted"},
+    "hosted": {"ground", "wire", "transport"},
     # collectors (aioenv.collect): batches and episodes from a Pool or SyncPool and a policy
     "collect": {"ground", "wire", "transport", "core", "face"},
     # OpenEnv's protocol both ways (aioenv.openenv): OpenEnv envs in a pool, and a server's HTTP port (a server Port)
-    "openenv": {"ground", "wire", "transport", "core", "face", "server"},
+    "openenv": {"ground", "wire", "transport", "core", "face", "server", "hosted"},
     # worker hosts placed by Ray (aioenv.ray): runs the worker host (workers.agent) inside Ray actors
     "ray": {"ground", "wire", "transport", "workers"},
 }
