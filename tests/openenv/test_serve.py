@@ -25,6 +25,7 @@ from openenv.core.generic_client import GenericEnvClient
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosedOK, InvalidStatus
 
+import aioenv
 from tests.support.procs import HANG
 from tests.support.scripts import ROOT
 from tests.support.servers import ServerProcess
@@ -443,3 +444,24 @@ async def test_a_flood_of_batches_gets_exactly_one_answer_per_step(http_server: 
         assert "observation" in seen.values()
         with pytest.raises(TimeoutError):  # nothing more: one answer each
             await asyncio.wait_for(ws.recv(), 0.5)
+
+
+async def test_an_aioenv_pool_steps_envs_of_an_aioenv_http_port(http_server: Http) -> None:
+    """Both directions at once: a pool whose envs are OpenEnv sessions on this port (openenv+ws://) gets the
+    trajectories gymnasium gives for the same seeds and actions."""
+    base = http_server.url.replace("http://", "ws://")
+    async with aioenv.Pool(f"openenv+{base}", 2, seed=7, executor="async") as pool:
+        assert pool.single_action_space == gym.spaces.Dict({"action": gym.spaces.Discrete(2)})
+        refs = [gym.make("CartPole-v1") for _ in range(2)]
+        obs, _ = await pool.reset()
+        for i, ref in enumerate(refs):
+            np.testing.assert_array_equal(obs["obs"][i].astype(np.float32), ref.reset(seed=7 + i)[0])
+        for t in range(5):
+            actions = [t % 2, 1 - t % 2]
+            obs, reward, terminated, _, _ = await pool.step({"action": np.array(actions)})
+            for i, ref in enumerate(refs):
+                want, want_reward, want_terminated, _, _ = ref.step(actions[i])
+                np.testing.assert_array_equal(obs["obs"][i].astype(np.float32), want)
+                assert reward[i] == want_reward
+                assert bool(terminated[i]) is want_terminated
+    await wait_free(http_server, "CartPole-v1", 4)
