@@ -39,7 +39,7 @@ import gymnasium
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from aioenv.compat import envpool_dm
+from aioenv.compat import envpool_atari, envpool_dm
 from aioenv.compat.envpool_spec import EnvSpec, build_spec, worker_count
 from aioenv.errors import EnvError, InvalidAction, StepTimeout, UsageError, WorkerCrashed
 from aioenv.sync import SyncPool
@@ -123,8 +123,13 @@ def make_dm(task_id: str, **kwargs: Any) -> DMEnvPool:
 
 
 def list_all_envs() -> list[str]:
-    """Every id registered with gymnasium (any of them, or a ``"pkg.module:factory"``, is a valid ``task_id``)."""
-    return list(gymnasium.registry)
+    """Every task id ``make`` takes by name: each id registered with gymnasium, then EnvPool's Atari ids
+    (``"Pong-v5"``, ...) when ale-py and OpenCV are installed (``pip install "aioenv[atari]"``). A
+    ``"pkg.module:factory"`` is a valid ``task_id`` too."""
+    ids = list(gymnasium.registry)
+    if envpool_atari.installed():
+        ids += [task for task in envpool_atari.ATARI_TASKS if task not in gymnasium.registry]
+    return ids
 
 
 def _take_rows(tree: Any, idx: np.ndarray, n: int) -> Any:
@@ -153,7 +158,7 @@ class EnvPool:
         self.num_envs: int = int(config.num_envs)
         self.batch_size: int = int(config.batch_size)
         self._pool = SyncPool(
-            spec.task_id,
+            spec.source,
             self.num_envs,
             batch_size=self.batch_size,
             num_workers=worker_count(config),
@@ -269,7 +274,8 @@ class EnvPool:
         self._outstanding += ids.size
 
     def _finish(self, out: tuple[Any, ...]) -> Rows:
-        """EnvPool's row bookkeeping: ``elapsed_step`` (0 on a reset row), ``players``, float32 reward."""
+        """EnvPool's row bookkeeping: ``elapsed_step`` (0 on a reset row, or the env's own count), ``players``,
+        float32 reward, and for envs with fixed info keys exactly those, in EnvPool's order."""
         obs, rew, term, trunc, info = out
         ids = np.asarray(info["env_id"], dtype=np.int32)
         fresh = self._resetting[ids] | self._ended[ids]
@@ -277,10 +283,12 @@ class EnvPool:
         self._resetting[ids] = False
         term, trunc = np.asarray(term, dtype=np.bool_), np.asarray(trunc, dtype=np.bool_)
         self._ended[ids] = term | trunc
-        info = dict(info)
-        info["env_id"] = ids
-        info["players"] = {"env_id": ids.copy()}
-        info["elapsed_step"] = self._elapsed[ids].copy()
+        keys = self.spec.info_keys
+        rest = {k: info[k] for k in (info if keys is None else keys) if k in info and k != "env_id"}
+        if self.spec.env_counts_steps and "elapsed_step" in info:
+            self._elapsed[ids] = np.asarray(info["elapsed_step"], dtype=np.int32)
+        rest.pop("elapsed_step", None)
+        info = {"env_id": ids, "players": {"env_id": ids.copy()}, **rest, "elapsed_step": self._elapsed[ids].copy()}
         return obs, np.asarray(rew, dtype=np.float32), term, trunc, info
 
     def _take(self, n: int) -> tuple[Any, ...]:
@@ -325,10 +333,10 @@ class EnvPool:
     def _reset_rows(self, env_id: Any) -> Rows:
         ids = self._ids(env_id)
         if self.is_async or self._outstanding:
-            self._call(self._pool.send_reset, env_id)
+            self._call(self._pool.send_reset, env_id, options=self.spec.reset_options)
             self._sent(ids, resetting=True)
             return self._recv_rows()
-        obs, info = self._call(self._pool.reset, env_id)
+        obs, info = self._call(self._pool.reset, env_id, options=self.spec.reset_options)
         self._resetting[ids] = True
         n = len(info["env_id"])
         return self._finish((obs, np.zeros(n, np.float32), np.zeros(n, np.bool_), np.zeros(n, np.bool_), info))
@@ -364,7 +372,7 @@ class EnvPool:
 
     def async_reset(self) -> None:
         """Dispatch a reset of every env; their first rows come through :meth:`recv` (reward 0)."""
-        self._call(self._pool.send_reset, None)
+        self._call(self._pool.send_reset, None, options=self.spec.reset_options)
         self._sent(self._all_ids, resetting=True)
 
     def step(self, action: Any, env_id: Any = None) -> Any:

@@ -18,6 +18,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
+from aioenv.compat import envpool_atari
 from aioenv.transport.spawn import usable_cpus
 from aioenv.wire.options import is_int
 
@@ -52,18 +53,40 @@ class EnvSpec:
             keyword arguments (``config.num_envs``, ``config._asdict()``).
         env_kwargs: the keyword arguments the env is made with (``max_episode_steps`` included when set).
         render_env_id: the env :meth:`EnvPool.render` shows by default.
+        source: what the workers make: ``task_id``, or for an EnvPool Atari task
+            ``"aioenv.compat.envpool_atari:AtariEnv"`` (its options in ``env_kwargs``).
+        reset_options: the ``options`` an explicit ``reset``/``async_reset`` passes to the envs (None: none).
+        info_keys: the env's own info keys, in EnvPool's order, when they are fixed (Atari: ``lives``,
+            ``reward``, ``terminated``, ``ram``); the pool's rows then carry exactly these, without gymnasium's
+            ``_key`` masks. None: every key the env gives, batched as gymnasium batches them.
+        env_counts_steps: the env reports ``info["elapsed_step"]`` itself (Atari: counted across lives).
     """
 
-    def __init__(self, task_id: str, config: Any, env_kwargs: dict[str, Any], render_env_id: int = 0) -> None:
+    def __init__(
+        self,
+        task_id: str,
+        config: Any,
+        env_kwargs: dict[str, Any],
+        render_env_id: int = 0,
+        *,
+        source: str | None = None,
+        reset_options: dict[str, Any] | None = None,
+        info_keys: tuple[str, ...] | None = None,
+        env_counts_steps: bool = False,
+    ) -> None:
         self.task_id = task_id
         self.config = config
         self.env_kwargs = env_kwargs
         self.render_env_id = render_env_id
+        self.source = source or task_id
+        self.reset_options = reset_options
+        self.info_keys = info_keys
+        self.env_counts_steps = env_counts_steps
         self._spaces: tuple[gymnasium.Space[Any], gymnasium.Space[Any]] | None = None
 
     def _read_spaces(self) -> tuple[gymnasium.Space[Any], gymnasium.Space[Any]]:
         if self._spaces is None:
-            env = make_local(self.task_id, self.env_kwargs)
+            env = make_local(self.source, self.env_kwargs)
             try:
                 self._spaces = (env.observation_space, env.action_space)
             finally:
@@ -218,15 +241,9 @@ def build_spec(task_id: str, kwargs: dict[str, Any]) -> EnvSpec:
     """The :class:`EnvSpec` for ``task_id`` and EnvPool keyword arguments ``kwargs`` (consumed)."""
     if not isinstance(task_id, str) or not task_id:
         raise TypeError(f"task_id must be a gymnasium id or 'pkg.module:factory', got {task_id!r}")
-    if kwargs.pop("gym_reset_return_info", True) is not True:
-        raise ValueError(
-            "EnvPool's gym API now follows gymnasium reset semantics and always returns an info dictionary "
-            "after resets (gym_reset_return_info must be True)."
-        )
-    values = _pool_options(task_id, kwargs)
-    values.update(_pop_ignored(task_id, kwargs))
-    values["seed"], values["env_seed"] = _seeds(task_id, kwargs, values["num_envs"])
-    values["gym_reset_return_info"] = True
+    values = _common_options(task_id, kwargs)
+    if envpool_atari.atari_task(task_id) is not None:
+        return _atari_spec(task_id, values, kwargs)
     default_steps, default_threshold = _registered(task_id)
     steps = kwargs.pop("max_episode_steps", None)
     values["max_episode_steps"] = default_steps if steps is None else _count(task_id, "max_episode_steps", steps, 1)
@@ -240,6 +257,47 @@ def build_spec(task_id: str, kwargs: dict[str, Any]) -> EnvSpec:
     values.update(kwargs)
     config = _config_type(tuple(values))(**values)
     return EnvSpec(task_id, config, env_kwargs, render_env_id)
+
+
+def _common_options(task_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The first fields of every ``config``, up to ``gym_reset_return_info``, taken out of ``kwargs``."""
+    if kwargs.pop("gym_reset_return_info", True) is not True:
+        raise ValueError(
+            "EnvPool's gym API now follows gymnasium reset semantics and always returns an info dictionary "
+            "after resets (gym_reset_return_info must be True)."
+        )
+    values = _pool_options(task_id, kwargs)
+    values.update(_pop_ignored(task_id, kwargs))
+    values["seed"], values["env_seed"] = _seeds(task_id, kwargs, values["num_envs"])
+    values["gym_reset_return_info"] = True
+    return values
+
+
+def _atari_spec(task_id: str, values: dict[str, Any], kwargs: dict[str, Any]) -> EnvSpec:
+    """An EnvPool Atari task: its options checked (an unknown one is a ``TypeError``, as in EnvPool), its
+    ``config`` in EnvPool's field order (no ``reward_threshold``), its envs :class:`.envpool_atari.AtariEnv`."""
+    render_env_id, render_mode = _pop_render(task_id, kwargs)
+    try:
+        options = envpool_atari.atari_options(task_id, kwargs)
+    except envpool_atari.UnknownOption as exc:
+        raise TypeError(str(exc)) from None
+    envpool_atari.import_ale()  # a missing ale-py is reported here, before any worker starts
+    values["max_episode_steps"] = options.pop("max_episode_steps")
+    values.update(options)
+    config = _config_type(tuple(values))(**values)
+    env_kwargs = {**options, "task_id": task_id, "max_episode_steps": values["max_episode_steps"]}
+    if render_mode is not None:
+        env_kwargs["render_mode"] = render_mode
+    return EnvSpec(
+        task_id,
+        config,
+        env_kwargs,
+        render_env_id,
+        source=envpool_atari.SOURCE,
+        reset_options={"force_reset": True},
+        info_keys=envpool_atari.INFO_KEYS,
+        env_counts_steps=True,
+    )
 
 
 def worker_count(config: Any) -> int:
