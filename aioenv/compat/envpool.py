@@ -402,8 +402,9 @@ class EnvPool:
         self.close()
 
 
-class GymnasiumEnvPool(EnvPool, gymnasium.vector.VectorEnv[Any, Any, Any]):  # type: ignore[misc]
-    """EnvPool's gymnasium pool (``env_type="gymnasium"`` or ``"gym"``), a ``gymnasium.vector.VectorEnv``.
+class GymnasiumEnvPool(EnvPool, gymnasium.vector.VectorEnv[Any, Any, Any], gymnasium.Env[Any, Any]):  # type: ignore[misc]
+    """EnvPool's gymnasium pool (``env_type="gymnasium"`` or ``"gym"``), a ``gymnasium.vector.VectorEnv`` and, as
+    EnvPool's, a ``gymnasium.Env`` too (so ``gymnasium.Wrapper`` takes it).
 
     ``step``/``recv`` return ``(obs, rew, term, trunc, info)``: obs ``(B, *obs_shape)``, rew ``(B,)`` float32,
     term/trunc ``(B,)`` bool, ``info["env_id"]``/``info["elapsed_step"]`` ``(B,)`` int32,

@@ -276,6 +276,19 @@ def test_gymnasium_vector_wrappers_take_both(real: ModuleType) -> None:
     assert lengths == [[3, 3], [3, 3]]
 
 
+def test_gymnasium_pool_is_a_gymnasium_env_as_envpools(real: ModuleType) -> None:
+    """EnvPool's gymnasium pool is a ``gymnasium.Env`` as well as a ``VectorEnv``: scripts wrap it in
+    ``gymnasium.Wrapper`` (EnvPool's CleanRL example does), which takes only a ``gymnasium.Env``."""
+    with both(real, num_envs=2, seed=0) as (theirs, ours):
+        for env in (theirs, ours):
+            assert isinstance(env, gym.Env)
+            assert isinstance(env, gym.vector.VectorEnv)
+            wrapped = gym.Wrapper(env)
+            obs, _ = wrapped.reset()
+            assert obs.shape == (2, 4)
+            assert wrapped.action_space == env.action_space
+
+
 def test_dm_timestep_matches_envpool(real: ModuleType) -> None:
     import dm_env
 
