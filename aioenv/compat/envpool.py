@@ -179,7 +179,10 @@ class EnvPool:
         self._resetting = np.zeros(self.num_envs, dtype=np.bool_)  # the env's request in flight is a reset
         self._order = np.zeros(self.num_envs, dtype=np.int64)  # when each env was last sent to (sync recv order)
         self._sends = 0
-        self._outstanding = 0  # rows sent (send, async_reset) and not yet returned by recv
+        self._outstanding = 0
+        #: Of the rows :meth:`_finish` made last: which start an episode, and the env's own discounts (Atari).
+        self._first_rows = np.zeros(0, dtype=np.bool_)
+        self._discounts: np.ndarray | None = None  # rows sent (send, async_reset) and not yet returned by recv
         self.closed = False
 
     # ------------------------------------------------------------ EnvPool attributes
@@ -283,6 +286,8 @@ class EnvPool:
         self._resetting[ids] = False
         term, trunc = np.asarray(term, dtype=np.bool_), np.asarray(trunc, dtype=np.bool_)
         self._ended[ids] = term | trunc
+        self._first_rows = fresh
+        self._discounts = np.asarray(info["discount"], np.float32) if self.spec.env_discounts else None
         keys = self.spec.info_keys
         rest = {k: info[k] for k in (info if keys is None else keys) if k in info and k != "env_id"}
         if self.spec.env_counts_steps and "elapsed_step" in info:
@@ -485,7 +490,10 @@ class DMEnvPool(EnvPool):
         super().__init__(spec, step_timeout=step_timeout)
 
     def _to(self, rows: Rows, reset: bool) -> Any:
-        return envpool_dm.timestep(self.observation_space, rows)
+        keys = self.spec.info_keys or ()
+        return envpool_dm.timestep(
+            self.observation_space, rows, info_keys=keys, first=self._first_rows, discount=self._discounts
+        )
 
     def reset(self, env_id: Any = None) -> Any:
         """Reset the envs in ``env_id`` (all when None) and ``recv``: a TimeStep of FIRST rows (see :meth:`step`)."""
@@ -493,7 +501,7 @@ class DMEnvPool(EnvPool):
 
     def observation_spec(self) -> Any:
         """dm_env specs of ``TimeStep.observation``: ``State(env_id, players(env_id), obs)``."""
-        return envpool_dm.observation_spec(self.observation_space)
+        return envpool_dm.observation_spec(self.observation_space, self.spec.dm_info_specs())
 
     def action_spec(self) -> Any:
         """dm_env spec of one env's action (``DiscreteArray`` for ``Discrete(n)``, ``BoundedArray`` for ``Box``)."""

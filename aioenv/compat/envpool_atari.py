@@ -32,6 +32,7 @@ __all__ = [
     "AtariEnv",
     "UnknownOption",
     "atari_options",
+    "dm_info_specs",
     "atari_task",
     "import_ale",
     "installed",
@@ -240,6 +241,19 @@ def atari_options(task_id: str, given: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
+def dm_info_specs() -> list[tuple[str, Any]]:
+    """dm_env specs of the info fields EnvPool's Atari ``State`` carries, as EnvPool declares them (its float
+    spec's minimum is the smallest positive float32, as EnvPool's C++ default has it)."""
+    specs = importlib.import_module("dm_env").specs
+    i32, f32 = np.iinfo(np.int32), np.finfo(np.float32)
+    return [
+        ("lives", specs.BoundedArray((), np.int32, i32.min, i32.max, name="lives")),
+        ("reward", specs.BoundedArray((), np.float32, f32.tiny, f32.max, name="reward")),
+        ("terminated", specs.DiscreteArray(2, dtype=np.int32, name="terminated")),
+        ("ram", specs.BoundedArray((128,), np.uint8, 0, 255, name="ram")),
+    ]
+
+
 class AtariEnv(gymnasium.Env[np.ndarray, np.int64]):
     """One EnvPool Atari env: ``(stack_num * channels, img_height, img_width)`` uint8 observations.
 
@@ -326,8 +340,9 @@ class AtariEnv(gymnasium.Env[np.ndarray, np.int64]):
         if push_all:
             self._stack[:] = small
 
-    def _state(self, info_reward: float) -> tuple[np.ndarray, dict[str, Any]]:
+    def _state(self, info_reward: float, discount: float = 1.0) -> tuple[np.ndarray, dict[str, Any]]:
         info = {
+            "discount": np.float32(discount),  # for env_type="dm" (not an info key of EnvPool's gymnasium rows)
             "lives": np.int32(self._lives),
             "reward": np.float32(info_reward),
             "terminated": np.int32(self.ale.game_over()),
@@ -390,9 +405,13 @@ class AtariEnv(gymnasium.Env[np.ndarray, np.int64]):
         info_reward = reward
         if self._opts["reward_clip"]:
             reward = float(np.sign(reward))
-        self._lives = lives
+        previous, self._lives = self._lives, lives
         truncated = done and self._elapsed >= self._max_steps
-        obs, info = self._state(info_reward)
+        if self._opts["zero_discount_on_life_loss"]:
+            discount = float(lives == previous and not done)
+        else:
+            discount = 1.0 - float(done)
+        obs, info = self._state(info_reward, discount)
         return obs, float(np.float32(reward)), done and not truncated, truncated, info
 
     def render(self) -> np.ndarray | None:

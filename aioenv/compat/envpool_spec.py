@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import warnings
 from collections import namedtuple
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -60,6 +60,8 @@ class EnvSpec:
             ``reward``, ``terminated``, ``ram``); the pool's rows then carry exactly these, without gymnasium's
             ``_key`` masks. None: every key the env gives, batched as gymnasium batches them.
         env_counts_steps: the env reports ``info["elapsed_step"]`` itself (Atari: counted across lives).
+        env_discounts: the env reports ``info["discount"]`` for ``env_type="dm"`` itself (Atari).
+        info_specs: makes the dm_env specs of the ``info_keys`` fields (Atari); None: no such fields.
     """
 
     def __init__(
@@ -73,6 +75,8 @@ class EnvSpec:
         reset_options: dict[str, Any] | None = None,
         info_keys: tuple[str, ...] | None = None,
         env_counts_steps: bool = False,
+        env_discounts: bool = False,
+        info_specs: Callable[[], list[tuple[str, Any]]] | None = None,
     ) -> None:
         self.task_id = task_id
         self.config = config
@@ -82,6 +86,8 @@ class EnvSpec:
         self.reset_options = reset_options
         self.info_keys = info_keys
         self.env_counts_steps = env_counts_steps
+        self.env_discounts = env_discounts
+        self._info_specs = info_specs
         self._spaces: tuple[gymnasium.Space[Any], gymnasium.Space[Any]] | None = None
 
     def _read_spaces(self) -> tuple[gymnasium.Space[Any], gymnasium.Space[Any]]:
@@ -124,7 +130,11 @@ class EnvSpec:
         (``obs``, or one field per key of a ``Dict`` space). Needs the ``dm`` extra (dm-env)."""
         from aioenv.compat.envpool_dm import observation_spec
 
-        return observation_spec(self.observation_space)
+        return observation_spec(self.observation_space, self.dm_info_specs())
+
+    def dm_info_specs(self) -> list[tuple[str, Any]]:
+        """dm_env specs of the info fields the dm ``State`` carries (EnvPool's Atari tasks); none for others."""
+        return [] if self._info_specs is None else self._info_specs()
 
     def action_spec(self) -> Any:
         """dm_env's action spec (a ``DiscreteArray`` for ``Discrete(n)``, a ``BoundedArray`` for ``Box``)."""
@@ -297,6 +307,8 @@ def _atari_spec(task_id: str, values: dict[str, Any], kwargs: dict[str, Any]) ->
         reset_options={"force_reset": True},
         info_keys=envpool_atari.INFO_KEYS,
         env_counts_steps=True,
+        env_discounts=True,
+        info_specs=envpool_atari.dm_info_specs,
     )
 
 

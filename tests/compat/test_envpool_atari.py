@@ -233,3 +233,32 @@ def test_without_ale_py_make_says_what_to_install() -> None:
         timeout=60,
     )
     assert "pip install 'aioenv[atari]'" in proc.stdout, proc.stdout + proc.stderr
+
+
+def dm_layout_and_values(step: Any) -> Any:
+    """A ``dm_env.TimeStep`` as plain nested tuples with its field names, for :func:`same`."""
+    if hasattr(step, "_fields"):
+        return (tuple(step._fields), *(dm_layout_and_values(v) for v in step))
+    return np.asarray(step)
+
+
+@pytest.mark.parametrize("zero_discount", [False, True])
+def test_dm_timesteps_side_by_side(real: ModuleType, zero_discount: bool) -> None:
+    """``env_type="dm"``: EnvPool's ``State`` holds the info fields too (``lives``, ``reward``, ``terminated``,
+    ``ram``); a reset after a lost life is a FIRST step; ``zero_discount_on_life_loss`` gives discount 0 there."""
+    kw = {"num_envs": 2, "seed": 9, "episodic_life": not zero_discount, "zero_discount_on_life_loss": zero_discount}
+    theirs, ours = real.make("Breakout-v5", "dm", **kw), envpool.make("Breakout-v5", "dm", **kw)
+    try:
+        assert str(ours.observation_spec()) == str(theirs.observation_spec())
+        assert same(dm_layout_and_values(theirs.reset()), dm_layout_and_values(ours.reset()))
+        rng = np.random.default_rng(0)
+        discounts = []
+        for turn in range(200):
+            action = rng.integers(theirs.action_spec().num_values, size=2)
+            got = theirs.step(action), ours.step(action)
+            assert same(*(dm_layout_and_values(g) for g in got)), f"step {turn}"
+            discounts.append(got[0].discount)
+        assert (np.asarray(discounts) == 0).any()
+    finally:
+        ours.close()
+        theirs.close()
