@@ -36,6 +36,21 @@ BASE_FIELDS = (
     "max_episode_steps",
     "reward_threshold",
 )
+#: EnvPool's MuJoCo ids whose gymnasium versions need mujoco-py (gone from gymnasium 1.x), made as the
+#: gymnasium v4 env EnvPool's equals (the same model and observation; Ant's v3 observes contact forces).
+#: Pusher-v2 has none: gymnasium's Pusher-v4 refuses mujoco >= 3.
+MUJOCO_ALIASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "Ant-v3": ("Ant-v4", {"use_contact_forces": True}),
+    "HalfCheetah-v3": ("HalfCheetah-v4", {}),
+    "Hopper-v3": ("Hopper-v4", {}),
+    "Humanoid-v3": ("Humanoid-v4", {}),
+    "Swimmer-v3": ("Swimmer-v4", {}),
+    "Walker2d-v3": ("Walker2d-v4", {}),
+    "HumanoidStandup-v2": ("HumanoidStandup-v4", {}),
+    "InvertedDoublePendulum-v2": ("InvertedDoublePendulum-v4", {}),
+    "InvertedPendulum-v2": ("InvertedPendulum-v4", {}),
+    "Reacher-v2": ("Reacher-v4", {}),
+}
 #: EnvPool options accepted and ignored (with a warning when set to anything but EnvPool's default).
 _IGNORED = {"thread_affinity_offset": -1, "base_path": ""}
 #: EnvPool rendering options aioenv cannot honour: the env renders itself in its worker.
@@ -254,7 +269,9 @@ def build_spec(task_id: str, kwargs: dict[str, Any]) -> EnvSpec:
     values = _common_options(task_id, kwargs)
     if envpool_atari.atari_task(task_id) is not None:
         return _atari_spec(task_id, values, kwargs)
-    default_steps, default_threshold = _registered(task_id)
+    source, defaults = MUJOCO_ALIASES.get(task_id, (task_id, {}))
+    kwargs = {**defaults, **kwargs}
+    default_steps, default_threshold = _registered(source)
     steps = kwargs.pop("max_episode_steps", None)
     values["max_episode_steps"] = default_steps if steps is None else _count(task_id, "max_episode_steps", steps, 1)
     values["reward_threshold"] = kwargs.pop("reward_threshold", default_threshold)
@@ -266,7 +283,7 @@ def build_spec(task_id: str, kwargs: dict[str, Any]) -> EnvSpec:
         env_kwargs["max_episode_steps"] = values["max_episode_steps"]
     values.update(kwargs)
     config = _config_type(tuple(values))(**values)
-    return EnvSpec(task_id, config, env_kwargs, render_env_id)
+    return EnvSpec(task_id, config, env_kwargs, render_env_id, source=source)
 
 
 def _common_options(task_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:

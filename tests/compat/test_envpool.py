@@ -725,3 +725,24 @@ def test_no_warning_from_a_plain_pool() -> None:
         warnings.simplefilter("error")
         env = envpool.make("CartPole-v1", num_envs=2)
         env.close()
+
+
+@pytest.mark.parametrize("task", ["Ant-v3", "Hopper-v3", "InvertedPendulum-v2"])
+def test_envpools_older_mujoco_ids_are_made(real: ModuleType, task: str) -> None:
+    """EnvPool's v2/v3 MuJoCo ids (gymnasium's need mujoco-py): the gymnasium v4 env with EnvPool's spaces."""
+    pytest.importorskip("mujoco", reason="the mujoco extra")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with both(real, task, num_envs=2, seed=0) as (theirs, ours):
+            assert ours.observation_space.shape == theirs.observation_space.shape
+            mine, its = ours.action_space, theirs.action_space  # float32 here, as gymnasium's; EnvPool's float64
+            assert (mine.shape, mine.low.tolist(), mine.high.tolist()) == (
+                its.shape,
+                its.low.tolist(),
+                its.high.tolist(),
+            )
+            assert ours.config["max_episode_steps"] == theirs.config["max_episode_steps"]
+            obs, _ = ours.reset()
+            out = ours.step(np.zeros((2, *ours.action_space.shape), np.float32))
+    assert obs.shape == (2, *theirs.observation_space.shape)
+    assert out[0].shape == obs.shape
