@@ -22,6 +22,9 @@ the ``dm`` extra); ``send(action, env_id)`` (arrays or EnvPool's dict actions), 
 single-env spaces; ``config``/``spec.config``; the seed rule (an int gives env ``i`` the seed
 ``seed + i``; a list gives one per env); next-step autoreset; float32 rewards.
 
+EnvPool's 104 Atari tasks (``"Pong-v5"``, ...; ``pip install "aioenv[atari]"``) are EnvPool's own, row for row
+(:mod:`aioenv.compat.envpool_atari`); EnvPool's MuJoCo v2/v3 ids are made as the gymnasium v4 envs they equal.
+
 What differs, and every option and method: ``docs/migrating.md``, "From EnvPool". In short: any
 gymnasium id or ``"pkg.module:factory"`` works; envs run in worker processes (``num_threads`` sets how
 many); input EnvPool would crash on, block forever on or silently misread is refused with a clear
