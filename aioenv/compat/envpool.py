@@ -22,6 +22,9 @@ the ``dm`` extra); ``send(action, env_id)`` (arrays or EnvPool's dict actions), 
 single-env spaces; ``config``/``spec.config``; the seed rule (an int gives env ``i`` the seed
 ``seed + i``; a list gives one per env); next-step autoreset; float32 rewards.
 
+EnvPool's 104 Atari tasks (``"Pong-v5"``, ...; ``pip install "aioenv[atari]"``) are EnvPool's own, row for row
+(:mod:`aioenv.compat.envpool_atari`); EnvPool's MuJoCo v2/v3 ids are made as the gymnasium v4 envs they equal.
+
 What differs, and every option and method: ``docs/migrating.md``, "From EnvPool". In short: any
 gymnasium id or ``"pkg.module:factory"`` works; envs run in worker processes (``num_threads`` sets how
 many); input EnvPool would crash on, block forever on or silently misread is refused with a clear
@@ -39,7 +42,7 @@ import gymnasium
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from aioenv.compat import envpool_dm
+from aioenv.compat import envpool_atari, envpool_dm
 from aioenv.compat.envpool_spec import EnvSpec, build_spec, worker_count
 from aioenv.errors import EnvError, InvalidAction, StepTimeout, UsageError, WorkerCrashed
 from aioenv.sync import SyncPool
@@ -123,8 +126,13 @@ def make_dm(task_id: str, **kwargs: Any) -> DMEnvPool:
 
 
 def list_all_envs() -> list[str]:
-    """Every id registered with gymnasium (any of them, or a ``"pkg.module:factory"``, is a valid ``task_id``)."""
-    return list(gymnasium.registry)
+    """Every task id ``make`` takes by name: each id registered with gymnasium, then EnvPool's Atari ids
+    (``"Pong-v5"``, ...) when ale-py and OpenCV are installed (``pip install "aioenv[atari]"``). A
+    ``"pkg.module:factory"`` is a valid ``task_id`` too."""
+    ids = list(gymnasium.registry)
+    if envpool_atari.installed():
+        ids += [task for task in envpool_atari.ATARI_TASKS if task not in gymnasium.registry]
+    return ids
 
 
 def _take_rows(tree: Any, idx: np.ndarray, n: int) -> Any:
@@ -153,7 +161,7 @@ class EnvPool:
         self.num_envs: int = int(config.num_envs)
         self.batch_size: int = int(config.batch_size)
         self._pool = SyncPool(
-            spec.task_id,
+            spec.source,
             self.num_envs,
             batch_size=self.batch_size,
             num_workers=worker_count(config),
@@ -174,7 +182,10 @@ class EnvPool:
         self._resetting = np.zeros(self.num_envs, dtype=np.bool_)  # the env's request in flight is a reset
         self._order = np.zeros(self.num_envs, dtype=np.int64)  # when each env was last sent to (sync recv order)
         self._sends = 0
-        self._outstanding = 0  # rows sent (send, async_reset) and not yet returned by recv
+        self._outstanding = 0
+        #: Of the rows :meth:`_finish` made last: which start an episode, and the env's own discounts (Atari).
+        self._first_rows = np.zeros(0, dtype=np.bool_)
+        self._discounts: np.ndarray | None = None  # rows sent (send, async_reset) and not yet returned by recv
         self.closed = False
 
     # ------------------------------------------------------------ EnvPool attributes
@@ -269,7 +280,8 @@ class EnvPool:
         self._outstanding += ids.size
 
     def _finish(self, out: tuple[Any, ...]) -> Rows:
-        """EnvPool's row bookkeeping: ``elapsed_step`` (0 on a reset row), ``players``, float32 reward."""
+        """EnvPool's row bookkeeping: ``elapsed_step`` (0 on a reset row, or the env's own count), ``players``,
+        float32 reward, and for envs with fixed info keys exactly those, in EnvPool's order."""
         obs, rew, term, trunc, info = out
         ids = np.asarray(info["env_id"], dtype=np.int32)
         fresh = self._resetting[ids] | self._ended[ids]
@@ -277,10 +289,14 @@ class EnvPool:
         self._resetting[ids] = False
         term, trunc = np.asarray(term, dtype=np.bool_), np.asarray(trunc, dtype=np.bool_)
         self._ended[ids] = term | trunc
-        info = dict(info)
-        info["env_id"] = ids
-        info["players"] = {"env_id": ids.copy()}
-        info["elapsed_step"] = self._elapsed[ids].copy()
+        self._first_rows = fresh
+        self._discounts = np.asarray(info["discount"], np.float32) if self.spec.env_discounts else None
+        keys = self.spec.info_keys
+        rest = {k: info[k] for k in (info if keys is None else keys) if k in info and k != "env_id"}
+        if self.spec.env_counts_steps and "elapsed_step" in info:
+            self._elapsed[ids] = np.asarray(info["elapsed_step"], dtype=np.int32)
+        rest.pop("elapsed_step", None)
+        info = {"env_id": ids, "players": {"env_id": ids.copy()}, **rest, "elapsed_step": self._elapsed[ids].copy()}
         return obs, np.asarray(rew, dtype=np.float32), term, trunc, info
 
     def _take(self, n: int) -> tuple[Any, ...]:
@@ -325,10 +341,10 @@ class EnvPool:
     def _reset_rows(self, env_id: Any) -> Rows:
         ids = self._ids(env_id)
         if self.is_async or self._outstanding:
-            self._call(self._pool.send_reset, env_id)
+            self._call(self._pool.send_reset, env_id, options=self.spec.reset_options)
             self._sent(ids, resetting=True)
             return self._recv_rows()
-        obs, info = self._call(self._pool.reset, env_id)
+        obs, info = self._call(self._pool.reset, env_id, options=self.spec.reset_options)
         self._resetting[ids] = True
         n = len(info["env_id"])
         return self._finish((obs, np.zeros(n, np.float32), np.zeros(n, np.bool_), np.zeros(n, np.bool_), info))
@@ -364,7 +380,7 @@ class EnvPool:
 
     def async_reset(self) -> None:
         """Dispatch a reset of every env; their first rows come through :meth:`recv` (reward 0)."""
-        self._call(self._pool.send_reset, None)
+        self._call(self._pool.send_reset, None, options=self.spec.reset_options)
         self._sent(self._all_ids, resetting=True)
 
     def step(self, action: Any, env_id: Any = None) -> Any:
@@ -394,8 +410,9 @@ class EnvPool:
         self.close()
 
 
-class GymnasiumEnvPool(EnvPool, gymnasium.vector.VectorEnv[Any, Any, Any]):  # type: ignore[misc]
-    """EnvPool's gymnasium pool (``env_type="gymnasium"`` or ``"gym"``), a ``gymnasium.vector.VectorEnv``.
+class GymnasiumEnvPool(EnvPool, gymnasium.vector.VectorEnv[Any, Any, Any], gymnasium.Env[Any, Any]):  # type: ignore[misc]
+    """EnvPool's gymnasium pool (``env_type="gymnasium"`` or ``"gym"``), a ``gymnasium.vector.VectorEnv`` and, as
+    EnvPool's, a ``gymnasium.Env`` too (so ``gymnasium.Wrapper`` takes it).
 
     ``step``/``recv`` return ``(obs, rew, term, trunc, info)``: obs ``(B, *obs_shape)``, rew ``(B,)`` float32,
     term/trunc ``(B,)`` bool, ``info["env_id"]``/``info["elapsed_step"]`` ``(B,)`` int32,
@@ -476,7 +493,10 @@ class DMEnvPool(EnvPool):
         super().__init__(spec, step_timeout=step_timeout)
 
     def _to(self, rows: Rows, reset: bool) -> Any:
-        return envpool_dm.timestep(self.observation_space, rows)
+        keys = self.spec.info_keys or ()
+        return envpool_dm.timestep(
+            self.observation_space, rows, info_keys=keys, first=self._first_rows, discount=self._discounts
+        )
 
     def reset(self, env_id: Any = None) -> Any:
         """Reset the envs in ``env_id`` (all when None) and ``recv``: a TimeStep of FIRST rows (see :meth:`step`)."""
@@ -484,7 +504,7 @@ class DMEnvPool(EnvPool):
 
     def observation_spec(self) -> Any:
         """dm_env specs of ``TimeStep.observation``: ``State(env_id, players(env_id), obs)``."""
-        return envpool_dm.observation_spec(self.observation_space)
+        return envpool_dm.observation_spec(self.observation_space, self.spec.dm_info_specs())
 
     def action_spec(self) -> Any:
         """dm_env spec of one env's action (``DiscreteArray`` for ``Discrete(n)``, ``BoundedArray`` for ``Box``)."""

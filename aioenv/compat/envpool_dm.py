@@ -7,7 +7,8 @@ EnvPool's dm pool returns one batched ``TimeStep`` per ``recv``/``step``/``reset
 - ``reward`` ``(B,)`` float32 (0 on FIRST rows); ``discount`` ``(B,)`` float32: 0.0 on LAST rows, 1.0
   otherwise (EnvPool's rule, truncation included);
 - ``observation``: a ``State`` namedtuple ``(env_id (B,) int32, players=players(env_id), obs)``, where
-  a ``Dict`` observation space gives one field per key instead of ``obs``.
+  a ``Dict`` observation space gives one field per key instead of ``obs``; an env with fixed info keys
+  (EnvPool's Atari tasks: ``lives``, ``reward``, ``terminated``, ``ram``) adds one field per key after them.
 
 dm-env is optional: this module imports it only when a dm pool or spec is asked for.
 """
@@ -76,21 +77,35 @@ def _obs_pairs(space: gymnasium.Space[Any], obs: Any) -> list[tuple[str, Any]]:
     return [("obs", obs)]
 
 
-def state(space: gymnasium.Space[Any], obs: Any, env_id: np.ndarray) -> Any:
-    """EnvPool's ``State``: ``env_id``, ``players(env_id)``, then the observation (``obs``, or one field per key)."""
+def state(space: gymnasium.Space[Any], obs: Any, env_id: np.ndarray, extra: list[tuple[str, Any]] | None = None) -> Any:
+    """EnvPool's ``State``: ``env_id``, ``players(env_id)``, then the observation (``obs``, or one field per key),
+    then ``extra`` (the env's fixed info fields)."""
     pairs: list[tuple[str, Any]] = [("env_id", env_id), ("players", {"env_id": env_id.copy()})]
-    return to_namedtuple("State", pairs + _obs_pairs(space, obs))
+    return to_namedtuple("State", pairs + _obs_pairs(space, obs) + (extra or []))
 
 
-def timestep(space: gymnasium.Space[Any], out: tuple[Any, ...]) -> Any:
-    """One batched ``dm_env.TimeStep`` from the gymnasium-style rows ``(obs, rew, term, trunc, info)``."""
+def timestep(
+    space: gymnasium.Space[Any],
+    out: tuple[Any, ...],
+    *,
+    info_keys: tuple[str, ...] = (),
+    first: np.ndarray | None = None,
+    discount: np.ndarray | None = None,
+) -> Any:
+    """One batched ``dm_env.TimeStep`` from the gymnasium-style rows ``(obs, rew, term, trunc, info)``.
+
+    ``info_keys``: info fields the ``State`` carries after the observation. ``first``: which rows start an
+    episode (default: ``elapsed_step == 0``). ``discount``: the env's own discounts (default: 0 on LAST rows).
+    """
     dm_env = import_dm_env()
     obs, rew, term, trunc, info = out
     last = np.asarray(term, dtype=np.bool_) | np.asarray(trunc, dtype=np.bool_)
-    first = np.asarray(info["elapsed_step"]) == 0
+    first = np.asarray(info["elapsed_step"]) == 0 if first is None else first
     step_type = np.where(first, 0, np.where(last, 2, 1)).astype(np.int32)
-    discount = np.where(last, 0.0, 1.0).astype(np.float32)
-    observation = state(space, obs, np.asarray(info["env_id"], dtype=np.int32))
+    if discount is None:
+        discount = np.where(last, 0.0, 1.0).astype(np.float32)
+    pairs = [(key, info[key]) for key in info_keys]
+    observation = state(space, obs, np.asarray(info["env_id"], dtype=np.int32), pairs)
     return dm_env.TimeStep(step_type=step_type, reward=rew, discount=discount, observation=observation)
 
 
@@ -107,7 +122,10 @@ def space_spec(space: gymnasium.Space[Any], name: str) -> Any:
             return specs.DiscreteArray(num_values=n, dtype=space.dtype, name=name)
         return specs.BoundedArray((), space.dtype, start, start + n - 1, name=name)
     if isinstance(space, gymnasium.spaces.Box):
-        return specs.BoundedArray(space.shape, space.dtype, space.low, space.high, name=name)
+        low, high = space.low, space.high
+        if low.size and (low == low.flat[0]).all() and (high == high.flat[0]).all():
+            low, high = low.flat[0], high.flat[0]  # one bound for every element, as EnvPool's specs hold it
+        return specs.BoundedArray(space.shape, space.dtype, low, high, name=name)
     if isinstance(space, gymnasium.spaces.MultiBinary):
         return specs.BoundedArray(space.shape, space.dtype, 0, 1, name=name)
     if isinstance(space, gymnasium.spaces.MultiDiscrete):
@@ -121,8 +139,8 @@ def space_spec(space: gymnasium.Space[Any], name: str) -> Any:
     raise ValueError(f"no dm_env spec for {space}: env_type='dm' needs Box, Discrete, Multi*, Dict, Tuple or Text")
 
 
-def observation_spec(space: gymnasium.Space[Any]) -> Any:
-    """EnvPool's dm observation spec: ``State(env_id, players(env_id), obs...)`` of specs."""
+def observation_spec(space: gymnasium.Space[Any], extra: list[tuple[str, Any]] | None = None) -> Any:
+    """EnvPool's dm observation spec: ``State(env_id, players(env_id), obs..., extra...)`` of specs."""
     specs = import_dm_env().specs
     env_id = specs.BoundedArray((), np.int32, _INT32.min, _INT32.max, name="env_id")
     pairs: list[tuple[str, Any]] = [("env_id", env_id), ("players", {"env_id": env_id})]
@@ -130,7 +148,7 @@ def observation_spec(space: gymnasium.Space[Any]) -> Any:
         pairs += [(k, space_spec(s, k)) for k, s in space.spaces.items()]
     else:
         pairs.append(("obs", space_spec(space, "obs")))
-    return to_namedtuple("State", pairs)
+    return to_namedtuple("State", pairs + (extra or []))
 
 
 def reward_spec() -> Any:

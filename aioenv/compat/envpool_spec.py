@@ -11,13 +11,14 @@ from __future__ import annotations
 import importlib
 import warnings
 from collections import namedtuple
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
 
 import gymnasium
 import numpy as np
 
+from aioenv.compat import envpool_atari
 from aioenv.transport.spawn import usable_cpus
 from aioenv.wire.options import is_int
 
@@ -35,6 +36,21 @@ BASE_FIELDS = (
     "max_episode_steps",
     "reward_threshold",
 )
+#: EnvPool's MuJoCo ids whose gymnasium versions need mujoco-py (gone from gymnasium 1.x), made as the
+#: gymnasium v4 env EnvPool's equals (the same model and observation; Ant's v3 observes contact forces).
+#: Pusher-v2 has none: gymnasium's Pusher-v4 refuses mujoco >= 3.
+MUJOCO_ALIASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "Ant-v3": ("Ant-v4", {"use_contact_forces": True}),
+    "HalfCheetah-v3": ("HalfCheetah-v4", {}),
+    "Hopper-v3": ("Hopper-v4", {}),
+    "Humanoid-v3": ("Humanoid-v4", {}),
+    "Swimmer-v3": ("Swimmer-v4", {}),
+    "Walker2d-v3": ("Walker2d-v4", {}),
+    "HumanoidStandup-v2": ("HumanoidStandup-v4", {}),
+    "InvertedDoublePendulum-v2": ("InvertedDoublePendulum-v4", {}),
+    "InvertedPendulum-v2": ("InvertedPendulum-v4", {}),
+    "Reacher-v2": ("Reacher-v4", {}),
+}
 #: EnvPool options accepted and ignored (with a warning when set to anything but EnvPool's default).
 _IGNORED = {"thread_affinity_offset": -1, "base_path": ""}
 #: EnvPool rendering options aioenv cannot honour: the env renders itself in its worker.
@@ -52,18 +68,46 @@ class EnvSpec:
             keyword arguments (``config.num_envs``, ``config._asdict()``).
         env_kwargs: the keyword arguments the env is made with (``max_episode_steps`` included when set).
         render_env_id: the env :meth:`EnvPool.render` shows by default.
+        source: what the workers make: ``task_id``, or for an EnvPool Atari task
+            ``"aioenv.compat.envpool_atari:AtariEnv"`` (its options in ``env_kwargs``).
+        reset_options: the ``options`` an explicit ``reset``/``async_reset`` passes to the envs (None: none).
+        info_keys: the env's own info keys, in EnvPool's order, when they are fixed (Atari: ``lives``,
+            ``reward``, ``terminated``, ``ram``); the pool's rows then carry exactly these, without gymnasium's
+            ``_key`` masks. None: every key the env gives, batched as gymnasium batches them.
+        env_counts_steps: the env reports ``info["elapsed_step"]`` itself (Atari: counted across lives).
+        env_discounts: the env reports ``info["discount"]`` for ``env_type="dm"`` itself (Atari).
+        info_specs: makes the dm_env specs of the ``info_keys`` fields (Atari); None: no such fields.
     """
 
-    def __init__(self, task_id: str, config: Any, env_kwargs: dict[str, Any], render_env_id: int = 0) -> None:
+    def __init__(
+        self,
+        task_id: str,
+        config: Any,
+        env_kwargs: dict[str, Any],
+        render_env_id: int = 0,
+        *,
+        source: str | None = None,
+        reset_options: dict[str, Any] | None = None,
+        info_keys: tuple[str, ...] | None = None,
+        env_counts_steps: bool = False,
+        env_discounts: bool = False,
+        info_specs: Callable[[], list[tuple[str, Any]]] | None = None,
+    ) -> None:
         self.task_id = task_id
         self.config = config
         self.env_kwargs = env_kwargs
         self.render_env_id = render_env_id
+        self.source = source or task_id
+        self.reset_options = reset_options
+        self.info_keys = info_keys
+        self.env_counts_steps = env_counts_steps
+        self.env_discounts = env_discounts
+        self._info_specs = info_specs
         self._spaces: tuple[gymnasium.Space[Any], gymnasium.Space[Any]] | None = None
 
     def _read_spaces(self) -> tuple[gymnasium.Space[Any], gymnasium.Space[Any]]:
         if self._spaces is None:
-            env = make_local(self.task_id, self.env_kwargs)
+            env = make_local(self.source, self.env_kwargs)
             try:
                 self._spaces = (env.observation_space, env.action_space)
             finally:
@@ -101,7 +145,11 @@ class EnvSpec:
         (``obs``, or one field per key of a ``Dict`` space). Needs the ``dm`` extra (dm-env)."""
         from aioenv.compat.envpool_dm import observation_spec
 
-        return observation_spec(self.observation_space)
+        return observation_spec(self.observation_space, self.dm_info_specs())
+
+    def dm_info_specs(self) -> list[tuple[str, Any]]:
+        """dm_env specs of the info fields the dm ``State`` carries (EnvPool's Atari tasks); none for others."""
+        return [] if self._info_specs is None else self._info_specs()
 
     def action_spec(self) -> Any:
         """dm_env's action spec (a ``DiscreteArray`` for ``Discrete(n)``, a ``BoundedArray`` for ``Box``)."""
@@ -218,16 +266,12 @@ def build_spec(task_id: str, kwargs: dict[str, Any]) -> EnvSpec:
     """The :class:`EnvSpec` for ``task_id`` and EnvPool keyword arguments ``kwargs`` (consumed)."""
     if not isinstance(task_id, str) or not task_id:
         raise TypeError(f"task_id must be a gymnasium id or 'pkg.module:factory', got {task_id!r}")
-    if kwargs.pop("gym_reset_return_info", True) is not True:
-        raise ValueError(
-            "EnvPool's gym API now follows gymnasium reset semantics and always returns an info dictionary "
-            "after resets (gym_reset_return_info must be True)."
-        )
-    values = _pool_options(task_id, kwargs)
-    values.update(_pop_ignored(task_id, kwargs))
-    values["seed"], values["env_seed"] = _seeds(task_id, kwargs, values["num_envs"])
-    values["gym_reset_return_info"] = True
-    default_steps, default_threshold = _registered(task_id)
+    values = _common_options(task_id, kwargs)
+    if envpool_atari.atari_task(task_id) is not None:
+        return _atari_spec(task_id, values, kwargs)
+    source, defaults = MUJOCO_ALIASES.get(task_id, (task_id, {}))
+    kwargs = {**defaults, **kwargs}
+    default_steps, default_threshold = _registered(source)
     steps = kwargs.pop("max_episode_steps", None)
     values["max_episode_steps"] = default_steps if steps is None else _count(task_id, "max_episode_steps", steps, 1)
     values["reward_threshold"] = kwargs.pop("reward_threshold", default_threshold)
@@ -239,7 +283,50 @@ def build_spec(task_id: str, kwargs: dict[str, Any]) -> EnvSpec:
         env_kwargs["max_episode_steps"] = values["max_episode_steps"]
     values.update(kwargs)
     config = _config_type(tuple(values))(**values)
-    return EnvSpec(task_id, config, env_kwargs, render_env_id)
+    return EnvSpec(task_id, config, env_kwargs, render_env_id, source=source)
+
+
+def _common_options(task_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The first fields of every ``config``, up to ``gym_reset_return_info``, taken out of ``kwargs``."""
+    if kwargs.pop("gym_reset_return_info", True) is not True:
+        raise ValueError(
+            "EnvPool's gym API now follows gymnasium reset semantics and always returns an info dictionary "
+            "after resets (gym_reset_return_info must be True)."
+        )
+    values = _pool_options(task_id, kwargs)
+    values.update(_pop_ignored(task_id, kwargs))
+    values["seed"], values["env_seed"] = _seeds(task_id, kwargs, values["num_envs"])
+    values["gym_reset_return_info"] = True
+    return values
+
+
+def _atari_spec(task_id: str, values: dict[str, Any], kwargs: dict[str, Any]) -> EnvSpec:
+    """An EnvPool Atari task: its options checked (an unknown one is a ``TypeError``, as in EnvPool), its
+    ``config`` in EnvPool's field order (no ``reward_threshold``), its envs :class:`.envpool_atari.AtariEnv`."""
+    render_env_id, render_mode = _pop_render(task_id, kwargs)
+    try:
+        options = envpool_atari.atari_options(task_id, kwargs)
+    except envpool_atari.UnknownOption as exc:
+        raise TypeError(str(exc)) from None
+    envpool_atari.import_ale()  # a missing ale-py is reported here, before any worker starts
+    values["max_episode_steps"] = options.pop("max_episode_steps")
+    values.update(options)
+    config = _config_type(tuple(values))(**values)
+    env_kwargs = {**options, "task_id": task_id, "max_episode_steps": values["max_episode_steps"]}
+    if render_mode is not None:
+        env_kwargs["render_mode"] = render_mode
+    return EnvSpec(
+        task_id,
+        config,
+        env_kwargs,
+        render_env_id,
+        source=envpool_atari.SOURCE,
+        reset_options={"force_reset": True},
+        info_keys=envpool_atari.INFO_KEYS,
+        env_counts_steps=True,
+        env_discounts=True,
+        info_specs=envpool_atari.dm_info_specs,
+    )
 
 
 def worker_count(config: Any) -> int:

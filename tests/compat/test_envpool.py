@@ -276,6 +276,19 @@ def test_gymnasium_vector_wrappers_take_both(real: ModuleType) -> None:
     assert lengths == [[3, 3], [3, 3]]
 
 
+def test_gymnasium_pool_is_a_gymnasium_env_as_envpools(real: ModuleType) -> None:
+    """EnvPool's gymnasium pool is a ``gymnasium.Env`` as well as a ``VectorEnv``: scripts wrap it in
+    ``gymnasium.Wrapper`` (EnvPool's CleanRL example does), which takes only a ``gymnasium.Env``."""
+    with both(real, num_envs=2, seed=0) as (theirs, ours):
+        for env in (theirs, ours):
+            assert isinstance(env, gym.Env)
+            assert isinstance(env, gym.vector.VectorEnv)
+            wrapped = gym.Wrapper(env)
+            obs, _ = wrapped.reset()
+            assert obs.shape == (2, 4)
+            assert wrapped.action_space == env.action_space
+
+
 def test_dm_timestep_matches_envpool(real: ModuleType) -> None:
     import dm_env
 
@@ -712,3 +725,24 @@ def test_no_warning_from_a_plain_pool() -> None:
         warnings.simplefilter("error")
         env = envpool.make("CartPole-v1", num_envs=2)
         env.close()
+
+
+@pytest.mark.parametrize("task", ["Ant-v3", "Hopper-v3", "InvertedPendulum-v2"])
+def test_envpools_older_mujoco_ids_are_made(real: ModuleType, task: str) -> None:
+    """EnvPool's v2/v3 MuJoCo ids (gymnasium's need mujoco-py): the gymnasium v4 env with EnvPool's spaces."""
+    pytest.importorskip("mujoco", reason="the mujoco extra")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with both(real, task, num_envs=2, seed=0) as (theirs, ours):
+            assert ours.observation_space.shape == theirs.observation_space.shape
+            mine, its = ours.action_space, theirs.action_space  # float32 here, as gymnasium's; EnvPool's float64
+            assert (mine.shape, mine.low.tolist(), mine.high.tolist()) == (
+                its.shape,
+                its.low.tolist(),
+                its.high.tolist(),
+            )
+            assert ours.config["max_episode_steps"] == theirs.config["max_episode_steps"]
+            obs, _ = ours.reset()
+            out = ours.step(np.zeros((2, *ours.action_space.shape), np.float32))
+    assert obs.shape == (2, *theirs.observation_space.shape)
+    assert out[0].shape == obs.shape
