@@ -730,7 +730,6 @@ def test_no_warning_from_a_plain_pool() -> None:
 @pytest.mark.parametrize("task", ["Ant-v3", "Hopper-v3", "InvertedPendulum-v2"])
 def test_envpools_older_mujoco_ids_are_made(real: ModuleType, task: str) -> None:
     """EnvPool's v2/v3 MuJoCo ids (gymnasium's need mujoco-py): the gymnasium v4 env with EnvPool's spaces."""
-    pytest.importorskip("mujoco", reason="the mujoco extra")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with both(real, task, num_envs=2, seed=0) as (theirs, ours):
