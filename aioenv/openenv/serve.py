@@ -413,6 +413,7 @@ class HttpPort:
                 lifespan="off",
                 ws="websockets-sansio",
                 ws_max_size=self.config.max_message_bytes,
+                ws_per_message_deflate=False,
                 ws_ping_interval=20.0,
                 ws_ping_timeout=20.0,
                 h11_max_incomplete_event_size=64 << 10,
