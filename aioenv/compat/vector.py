@@ -26,9 +26,10 @@ import gymnasium
 import numpy as np
 from gymnasium import Space, logger
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import VectorEnv
 from gymnasium.vector.utils import create_empty_array, iterate
 
+from aioenv._compat import AutoresetMode
 from aioenv.compat import vector_args as args
 from aioenv.compat import vector_batch as batch
 from aioenv.compat.payloads import HELPER_NAME, Transfer, is_plain
