@@ -24,10 +24,11 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv
+from gymnasium.vector import AsyncVectorEnv, VectorEnv
 from gymnasium.wrappers.vector import NormalizeObservation, RecordEpisodeStatistics
 
 import aioenv
+from aioenv._compat import AutoresetMode
 from aioenv.vector import AioVectorEnv
 from tests.envs.dictenv import make_dict_env
 from tests.envs.faulty import SLOW, make_probe, make_text

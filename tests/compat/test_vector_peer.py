@@ -23,9 +23,10 @@ import numpy as np
 import pytest
 from gymnasium.error import ClosedEnvironmentError
 from gymnasium.error import Error as GymnasiumError
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv
+from gymnasium.vector import AsyncVectorEnv, VectorEnv
 
 import aioenv
+from aioenv._compat import AutoresetMode
 from aioenv.vector import AioVectorEnv
 from tests.envs.faulty import SLOW, make_probe
 from tests.envs.vector_peer import KILL, BoundsEnv, ChildEnv, Dot, EnvBoom, PeerEnv, ShapeEnv, broken_factory

@@ -28,10 +28,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import SyncVectorEnv
 from gymnasium.vector.utils import batch_space
 
 import aioenv
+from aioenv._compat import AutoresetMode
 from aioenv.core import costs
 from tests.envs.asyncwrap import wrapped
 from tests.envs.dictenv import make_dict_env

@@ -18,11 +18,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import SyncVectorEnv
 from gymnasium.vector.utils import batch_space
 
 import aioenv
 from aioenv import AioEnvError, InvalidAction, ResetResult, StepResult, UsageError
+from aioenv._compat import AutoresetMode
 from tests.envs.faulty import SLOW, DictObsEnv, InfoEnv, ProbeEnv, TextEnv, make_probe
 from tests.support.procs import HANG
 from tests.support.scripts import run_python

@@ -11,9 +11,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import SyncVectorEnv
 
 import aioenv
+from aioenv._compat import AutoresetMode
 from aioenv.errors import InvalidAction, UsageError
 from aioenv.vector import AioVectorEnv
 from tests.envs.asyncwrap import wrapped
