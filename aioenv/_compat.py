@@ -8,6 +8,8 @@
   the flag as those releases behave (``True``), and :func:`dict_space` passes it only to a release that takes it.
   A space built from ``(key, subspace)`` pairs has their order on every release, so the two agree across a wire
   whose ends run different releases.
+- ``gymnasium.Env.set_wrapper_attr`` took ``force`` in gymnasium 1.1 (and says whether it set the attribute): on 1.0
+  :func:`set_wrapper_attr` sets it as that release does, always.
 - ``gymnasium.spaces.Discrete`` took ``dtype`` in gymnasium 1.1; on 1.0 it is always int64. :func:`discrete_space`
   builds an int64 one on every release and refuses another dtype where the release has none.
 """
@@ -29,9 +31,11 @@ __all__ = [
     "HAS_AUTORESET_MODE",
     "DICT_TAKES_SORT_KEYS",
     "DISCRETE_TAKES_DTYPE",
+    "SET_WRAPPER_ATTR_TAKES_FORCE",
     "dict_sort_keys",
     "dict_space",
     "discrete_space",
+    "set_wrapper_attr",
 ]
 
 #: Whether gymnasium has its own ``gymnasium.vector.AutoresetMode`` (1.1 and newer).
@@ -39,6 +43,9 @@ HAS_AUTORESET_MODE = "AutoresetMode" in vars(gv)
 
 #: Whether ``gymnasium.spaces.Discrete`` takes ``dtype`` (1.1 and newer).
 DISCRETE_TAKES_DTYPE = "dtype" in inspect.signature(gs.Discrete.__init__).parameters
+
+#: Whether ``gymnasium.Env.set_wrapper_attr`` takes ``force`` (1.1 and newer).
+SET_WRAPPER_ATTR_TAKES_FORCE = "force" in inspect.signature(gymnasium.Env.set_wrapper_attr).parameters
 
 #: Whether ``gymnasium.spaces.Dict`` takes ``sort_keys`` (1.4 and newer).
 DICT_TAKES_SORT_KEYS = "sort_keys" in inspect.signature(gs.Dict.__init__).parameters
@@ -81,3 +88,12 @@ def discrete_space(n: int, start: int, dtype: np.dtype[Any]) -> gs.Discrete:
             f"gymnasium {gymnasium.__version__}'s Discrete is int64 only (dtype arrived in 1.1), got {dtype}"
         )
     return gs.Discrete(n, start=start)
+
+
+def set_wrapper_attr(env: gymnasium.Env[Any, Any], name: str, value: Any, force: bool) -> bool:
+    """``env.set_wrapper_attr(name, value, force=force)``: whether it set the attribute. Before gymnasium 1.1 (no
+    ``force``: the attribute is always set, on the first wrapper that has it or else on the env), ``True``."""
+    if SET_WRAPPER_ATTR_TAKES_FORCE:
+        return bool(env.set_wrapper_attr(name, value, force=force))
+    env.set_wrapper_attr(name, value)
+    return True

@@ -33,7 +33,7 @@ from aioenv.vector import AioVectorEnv
 from tests.envs.dictenv import make_dict_env
 from tests.envs.faulty import SLOW, make_probe, make_text
 from tests.envs.waiting import MEET, WaitEnv
-from tests.support.compare import assert_same
+from tests.support.compare import NEEDS_GYMNASIUM_1_1, assert_same, gym_autoreset
 from tests.support.procs import HANG, process_gone
 from tests.support.scripts import assert_example_refuses, run_example
 
@@ -86,7 +86,7 @@ def pair(
 ) -> tuple[AioVectorEnv, VectorEnv]:
     """An AioVectorEnv and the peer, gymnasium's AsyncVectorEnv (made first: it forks before aioenv's loop
     thread exists). The peer's ``shared_memory=True`` garbles Text observations (gymnasium 1.4): pass False."""
-    ref = AsyncVectorEnv([factory] * n, autoreset_mode=mode, shared_memory=shared_memory)
+    ref = AsyncVectorEnv([factory] * n, shared_memory=shared_memory, **gym_autoreset(mode))
     try:
         return AioVectorEnv([factory] * n, autoreset_mode=mode, num_workers=2, shared_memory=shared_memory), ref
     except BaseException:
@@ -123,7 +123,7 @@ def drive(aio: VectorEnv, ref: VectorEnv, mode: AutoresetMode, steps: int = STEP
 def test_envs_on_threads_of_this_process_give_the_same_results() -> None:
     """``num_workers=0, executor="thread"``: the adapter's envs on threads of the test's own process."""
     factory = CASES["dict"]
-    ref = gym.vector.SyncVectorEnv([factory] * N, autoreset_mode=AutoresetMode.NEXT_STEP)
+    ref = gym.vector.SyncVectorEnv([factory] * N, **gym_autoreset(AutoresetMode.NEXT_STEP))
     aio = AioVectorEnv([factory] * N, executor="thread", num_workers=0)
     try:
         assert (aio.pool.pool.envs_in_process, aio.pool.pool.num_workers) == (N, 0)
@@ -143,7 +143,7 @@ def test_same_results_as_async_vector_env(case: str, mode: AutoresetMode) -> Non
         assert aio.observation_space == ref.observation_space
         assert aio.single_action_space == ref.single_action_space
         assert aio.action_space == ref.action_space
-        assert aio.metadata["autoreset_mode"] is mode
+        assert aio.metadata.get("autoreset_mode", mode) is mode  # (gymnasium 1.0's vector envs name none)
         assert aio.metadata == ref.metadata
         assert aio.num_envs == ref.num_envs
         assert aio.render_mode == ref.render_mode
@@ -155,6 +155,7 @@ def test_same_results_as_async_vector_env(case: str, mode: AutoresetMode) -> Non
         ref.close()
 
 
+@NEEDS_GYMNASIUM_1_1
 def test_partial_reset_returns_the_full_batch() -> None:
     aio, ref = pair(CASES["dict"], AutoresetMode.NEXT_STEP)
     try:
@@ -176,6 +177,7 @@ def test_partial_reset_returns_the_full_batch() -> None:
         ref.close()
 
 
+@NEEDS_GYMNASIUM_1_1
 @pytest.mark.parametrize("bad", [np.array([1, 0, 0, 0]), np.zeros(3, bool), np.zeros(4, bool), [True] * 4])
 def test_bad_reset_mask_is_refused_like_gymnasium(bad: Any) -> None:
     aio, ref = pair(CASES["cartpole-box"], AutoresetMode.NEXT_STEP)
