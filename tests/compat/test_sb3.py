@@ -26,6 +26,7 @@ import aioenv
 
 pytest.importorskip("stable_baselines3")
 
+import stable_baselines3
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
@@ -44,6 +45,10 @@ from tests.envs.dictenv import make_dict_env
 from tests.envs.faulty import make_probe
 from tests.envs.sb3_spaces import make_echo_env
 from tests.support.scripts import assert_example_refuses, run_example
+
+#: SubprocVecEnv refuses fewer actions than envs from stable-baselines3 2.8 on; before, it sends them to the first
+#: envs and then waits for the others forever (aioenv refuses them on every release).
+SB3_REFUSES_FEWER_ACTIONS = tuple(int(p) for p in stable_baselines3.__version__.split(".")[:2]) >= (2, 8)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -617,8 +622,10 @@ def test_bad_per_env_actions_name_the_env_and_lose_nothing() -> None:
             actions = [space.sample() for _ in range(3)]
             assert_same_step(ours.step(actions), ref.step(actions), f"step {t}")
         short = [space.sample() for _ in range(2)]
-        theirs = outcome(lambda: ref.step_async(short))  # SubprocVecEnv: ValueError (after stepping envs 0 and 1)
-        assert outcome(lambda: ours.step_async(short))[:2] == theirs[:2] == ("raises", ValueError)
+        if SB3_REFUSES_FEWER_ACTIONS:
+            theirs = outcome(lambda: ref.step_async(short))  # SubprocVecEnv: ValueError (after stepping envs 0 and 1)
+            assert theirs[:2] == ("raises", ValueError)
+        assert outcome(lambda: ours.step_async(short))[:2] == ("raises", ValueError)
         assert not ours.waiting
 
 
