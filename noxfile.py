@@ -144,4 +144,7 @@ def torchrl(session: nox.Session) -> None:
 def ray(session: nox.Session, ray: str) -> None:
     """aioenv.ray (worker hosts as Ray actors) under the oldest and newest Ray."""
     install(session, f"ray=={ray}", *pins(NEWEST, "gymnasium"))
-    run_suites(session, "tests/ray")
+    # Ray 2.40's own node start leaves its log files and a subprocess handle open (ResourceWarning, which the
+    # suite's filterwarnings makes an error); later releases close them. Only in this cell, only those warnings.
+    leaks = ["-W", "ignore::ResourceWarning", "-W", "ignore::pytest.PytestUnraisableExceptionWarning"]
+    run_suites(session, *(leaks if ray == LOWEST["ray"] else []), "tests/ray")

@@ -633,7 +633,7 @@ INDICES: list[Any] = [None, 0, -1, -3, [-1, 0], [2, 0, 2, 2], [], range(1, 3), n
 BAD_INDICES: dict[str, Any] = {  # what our message says about each
     "env index 3 is out of range: 3 envs, 0..2 (or -3..-1)": 3,
     "env index -4 is out of range": -4,
-    "an iterable of ints (as in SB3), got int64 np.int64(1): pass int(i) or [i]": np.int64(1),
+    f"an iterable of ints (as in SB3), got int64 {np.int64(1)!r}: pass int(i) or [i]": np.int64(1),  # (numpy 1: 1)
     "an env index must be an int, got float 1.0": [1.0],
     "got slice slice(0, 2, None)": slice(0, 2),
     "env index 5 is out of range": [0, 5],
