@@ -48,7 +48,14 @@ NEWEST = {
 }
 
 #: What the suites need besides aioenv (pyproject's test extra, less the peers a cell installs itself).
-TEST_DEPS = ["pytest>=8", "pytest-asyncio>=0.23", "pytest-timeout>=2.3", "hypothesis>=6.100", "psutil>=5.9"]
+TEST_DEPS = [
+    "pytest>=8",
+    "pytest-asyncio>=0.23",
+    "pytest-timeout>=2.3",
+    "hypothesis>=6.100",
+    "psutil>=5.9",
+    "aiohttp>=3.9",  # the examples the e2e tests run (examples/web_env.py)
+]
 
 #: The CPU build of torch (on local disk; ``make test`` installs the same).
 TORCH = "torch==2.13.0"
