@@ -46,6 +46,8 @@ from tests.envs.faulty import make_probe
 from tests.envs.sb3_spaces import make_echo_env
 from tests.support.scripts import assert_example_refuses, run_example
 
+#: VecEnv.has_attr, which AioVecEnv has on every release, came in stable-baselines3 2.6.
+SB3_HAS_ATTR = "has_attr" in dir(VecEnv)
 #: SubprocVecEnv refuses fewer actions than envs from stable-baselines3 2.8 on; before, it sends them to the first
 #: envs and then waits for the others forever (aioenv refuses them on every release).
 SB3_REFUSES_FEWER_ACTIONS = tuple(int(p) for p in stable_baselines3.__version__.split(".")[:2]) >= (2, 8)
@@ -667,7 +669,7 @@ def test_indices_resolve_as_in_subproc_vec_env() -> None:
         dummy = DummyVecEnv(echo(3, action="tuple", render_mode="ansi"))  # where SubprocVecEnv's env process dies
         dummy_calls: dict[str, Callable[[VecEnv], Any]] = {
             "get_attr": lambda env: env.get_attr("nope", indices=-1),  # SB3 catches this AttributeError
-            "has_attr": lambda env: env.has_attr("nope"),
+            **({"has_attr": lambda env: env.has_attr("nope")} if SB3_HAS_ATTR else {}),
             "env_method": lambda env: env.env_method("nope", indices=[0]),
             "raising env_method": lambda env: env.env_method("step", "not an action", indices=1),
         }
