@@ -627,3 +627,13 @@ def test_a_box_description_with_one_value_for_its_bounds_is_still_checked(
     desc = {"type": "Box", "shape": shape, "dtype": "<f4", "low": low, "high": np.ones(())}
     with pytest.raises(ValueError, match=match):
         space_from_description(desc)
+
+
+@pytest.mark.skipif(DISCRETE_TAKES_DTYPE, reason="this gymnasium's Discrete takes a dtype (1.1 and newer)")
+def test_a_discrete_description_of_another_dtype_is_refused_where_gymnasium_has_int64_only() -> None:
+    desc = describe_space(gs.Discrete(4, start=7))
+    assert space_from_description(desc) == gs.Discrete(4, start=7)
+    with pytest.raises(
+        ValueError, match=r"gymnasium 1\.0\.\d+.s Discrete is int64 only"
+    ):
+        space_from_description({**desc, "dtype": "<i4"})
