@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: demo test extras lint typecheck docs docs-check bench bench-quick bench-goals soak fuzz image image-test clean
+.PHONY: demo test test-matrix test-matrix-quick extras lint typecheck docs docs-check bench bench-quick bench-goals soak fuzz image image-test clean
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -35,8 +35,8 @@ extras: $(VENV)/.installed
 	$(PIP) install -q -e ".[examples,sb3]"
 
 lint: $(VENV)/.installed-test
-	$(VENV)/bin/ruff check aioenv workers tests benchmarks examples docker docs/*.py
-	$(VENV)/bin/ruff format --check aioenv workers tests benchmarks examples docker docs/*.py
+	$(VENV)/bin/ruff check aioenv workers tests benchmarks examples docker docs/*.py noxfile.py
+	$(VENV)/bin/ruff format --check aioenv workers tests benchmarks examples docker docs/*.py noxfile.py
 
 # the packages (pyproject's [tool.mypy]), then the image test and the manifest test, under the same config
 typecheck: $(VENV)/.installed-test
@@ -70,6 +70,18 @@ docs-check: docs
 		|| { echo "make docs-check: no $(CHROMIUM), and apt-get install chromium failed (as root?)" >&2; exit 1; }
 	$(PIP) install -q -e ".[docs,docs-check]"
 	$(PY) docs/check_site.py site --chromium $(CHROMIUM) --screenshot $(SCREENSHOT)
+
+# the version matrix (noxfile.py; docs/versions.md): the suites against the oldest and newest release of each
+# dependency pyproject.toml admits, a virtualenv per cell under .nox (reused). Not part of `make test`.
+# `make test-matrix CELLS="oldest sb3"` runs some cells; `make test-matrix-quick` the one CI runs (.ci/run).
+CELLS ?=
+test-matrix: $(VENV)/.created
+	$(PIP) install -q -e ".[matrix]"
+	$(VENV)/bin/nox -r $(if $(CELLS),-s $(CELLS))
+
+test-matrix-quick: $(VENV)/.created
+	$(PIP) install -q -e ".[matrix]"
+	$(VENV)/bin/nox -r -s oldest-quick
 
 # the chaos soak for minutes (tests/chaos): SOAK_SECONDS per scenario, a summary table, exit 1 on any violation or leak
 SOAK_SECONDS ?= 60
@@ -116,4 +128,4 @@ image-test: $(VENV)/.installed
 	$(PY) docker/image_test.py --engine $(ENGINE)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info
+	rm -rf $(VENV) .nox .mypy_cache .ruff_cache .pytest_cache *.egg-info

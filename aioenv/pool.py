@@ -17,9 +17,9 @@ from typing import Any
 
 import gymnasium
 import numpy as np
-from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
+from aioenv._compat import AutoresetMode
 from aioenv._loop import consume
 from aioenv.core import costs
 from aioenv.core.coordinator import Coordinator

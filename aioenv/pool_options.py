@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gymnasium.vector import AutoresetMode
-
+from aioenv._compat import AutoresetMode
 from aioenv.errors import UsageError
 from aioenv.transport.stream import is_stream
 from aioenv.transport.zmqio import check_tcp_port

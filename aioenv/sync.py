@@ -72,8 +72,8 @@ from types import MethodType
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 import numpy as np
-from gymnasium.vector import AutoresetMode
 
+from aioenv._compat import AutoresetMode
 from aioenv._loop import consume, new_event_loop
 from aioenv.core.sinks import ResetResult, StepResult
 from aioenv.errors import PoolClosed, UsageError

@@ -23,9 +23,9 @@ import time
 from typing import Any
 
 import numpy as np
-from gymnasium.vector import AutoresetMode
 
 import aioenv.collect._tree as _tree
+from aioenv._compat import AutoresetMode
 from aioenv.collect.chunk import Chunk, Trajectories
 from aioenv.collect.options import Options
 from aioenv.collect.policy import PolicyRunner, RandomActions

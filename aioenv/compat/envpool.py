@@ -40,8 +40,8 @@ from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 import gymnasium
 import numpy as np
-from gymnasium.vector import AutoresetMode
 
+from aioenv._compat import AutoresetMode
 from aioenv.compat import envpool_atari, envpool_dm
 from aioenv.compat.envpool_spec import EnvSpec, build_spec, worker_count
 from aioenv.errors import EnvError, InvalidAction, StepTimeout, UsageError, WorkerCrashed

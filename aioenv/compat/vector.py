@@ -26,9 +26,10 @@ import gymnasium
 import numpy as np
 from gymnasium import Space, logger
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import VectorEnv
 from gymnasium.vector.utils import create_empty_array, iterate
 
+from aioenv._compat import HAS_AUTORESET_MODE, AutoresetMode
 from aioenv.compat import vector_args as args
 from aioenv.compat import vector_batch as batch
 from aioenv.compat.payloads import HELPER_NAME, Transfer, is_plain
@@ -221,7 +222,8 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         self._shares_obs = not self.copy and self.shared_memory
         metadata = self._helper_wait(*self._helper_start("get", "metadata", env_ids=[0]))[0]
         self.metadata = dict(metadata or {})  # the env's own, every value (the pool keeps msgpack values only)
-        self.metadata["autoreset_mode"] = self.autoreset_mode
+        if HAS_AUTORESET_MODE:  # (gymnasium 1.0's vector envs name none: the peer's metadata is the env's own)
+            self.metadata["autoreset_mode"] = self.autoreset_mode
         self.render_mode = sp.render_mode
 
     # ------------------------------------------------------------ helpers

@@ -21,6 +21,7 @@ from typing import Any
 import gymnasium
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 
+from aioenv._compat import set_wrapper_attr
 from aioenv.compat.payloads import CompatFactory
 
 __all__ = ["PEER_CALL", "SpaceView", "VectorFactory", "peer_call", "space_mismatch"]
@@ -63,7 +64,7 @@ class SpaceView(gymnasium.Wrapper[Any, Any, Any, Any]):
 
     def set_wrapper_attr(self, name: str, value: Any, *, force: bool = True) -> bool:
         """Set attribute ``name`` on the env, as gymnasium would without this view."""
-        return bool(self.env.set_wrapper_attr(name, value, force=force))
+        return set_wrapper_attr(self.env, name, value, force)
 
     @property
     def spec(self) -> Any:  # type: ignore[override]  # read-only, as gymnasium's Wrapper.spec

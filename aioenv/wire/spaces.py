@@ -45,6 +45,7 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium import spaces as gs
 
+from aioenv._compat import dict_sort_keys, dict_space, discrete_space
 from aioenv.wire.checks import (
     Check,
     Leaf,
@@ -170,7 +171,7 @@ def describe_space(space: gs.Space[Any]) -> dict[str, Any]:
         if not all(isinstance(key, str | int) for key in space.spaces):
             raise TypeError(f"{space!r}: only str/int Dict keys can be described")
         subs = [[key, describe_space(sub)] for key, sub in space.spaces.items()]
-        return {"type": "Dict", "sort_keys": bool(space.sort_keys), "subspaces": subs}
+        return {"type": "Dict", "sort_keys": dict_sort_keys(space), "subspaces": subs}
     if isinstance(space, gs.Tuple):
         return {"type": "Tuple", "subspaces": [describe_space(s) for s in space]}
     return _describe_variable(space)
@@ -304,7 +305,7 @@ def _build_discrete(desc: Mapping[str, Any], _depth: int) -> gs.Space[Any]:
     n = _int_field(desc, "n", "Discrete", 1)
     start = _int_field(desc, "start", "Discrete", -(2**63))
     dt = _dtype_field(desc, "Discrete", "iu")
-    return _make("Discrete", gs.Discrete, n, start=start, dtype=dt)
+    return _make("Discrete", discrete_space, n, start, dt)
 
 
 def _build_multi_discrete(desc: Mapping[str, Any], _depth: int) -> gs.Space[Any]:
@@ -356,7 +357,7 @@ def _build_dict(desc: Mapping[str, Any], depth: int) -> gs.Space[Any]:
         pairs.append((item[0], _build(item[1], depth + 1)))
     if len({k for k, _ in pairs}) != len(pairs):
         raise _bad("Dict", "duplicate keys in 'subspaces'")
-    return _make("Dict", gs.Dict, pairs, sort_keys=sort_keys)
+    return _make("Dict", dict_space, pairs, sort_keys)
 
 
 def _build_graph(desc: Mapping[str, Any], depth: int) -> gs.Space[Any]:

@@ -23,13 +23,14 @@ import numpy as np
 import pytest
 from gymnasium.error import ClosedEnvironmentError
 from gymnasium.error import Error as GymnasiumError
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv
+from gymnasium.vector import AsyncVectorEnv, VectorEnv
 
 import aioenv
+from aioenv._compat import HAS_AUTORESET_MODE, AutoresetMode
 from aioenv.vector import AioVectorEnv
 from tests.envs.faulty import SLOW, make_probe
 from tests.envs.vector_peer import KILL, BoundsEnv, ChildEnv, Dot, EnvBoom, PeerEnv, ShapeEnv, broken_factory
-from tests.support.compare import assert_same
+from tests.support.compare import NEEDS_GYMNASIUM_1_1, assert_same
 from tests.support.procs import HANG
 
 Factory = Callable[[], gym.Env[Any, Any]]
@@ -211,6 +212,8 @@ def test_bad_actions_are_refused_before_anything_is_sent(case: str) -> None:
     """Where the peer raises, aioenv raises the same type (an ``InvalidAction`` naming the envs, the space and
     what arrived); where the peer hands the action to the env (out of range, fractional), aioenv refuses it. No
     env moves: the next good step is every env's first."""
+    if case == "fewer" and not HAS_AUTORESET_MODE:
+        pytest.skip("gymnasium 1.0's AsyncVectorEnv sends 2 actions to 3 envs and waits for the third forever")
     actions, arrived = BAD_ACTIONS[case]
     fns: list[Factory] = [functools.partial(PeerEnv, ident=i) for i in range(3)]
     with both(fns) as (peer, aio):
@@ -222,7 +225,8 @@ def test_bad_actions_are_refused_before_anything_is_sent(case: str) -> None:
         assert arrived in str(got)
         assert "Discrete(4)" in str(got)
         if want is None:  # the peer stepped the envs with it; aioenv refuses it
-            assert case in ("out-of-range", "fractional")
+            # (gymnasium 1.0's AsyncVectorEnv also steps with the first 3 of 4 actions, dropping the rest)
+            assert case in ("out-of-range", "fractional") or (case == "more" and not HAS_AUTORESET_MODE)
         else:
             assert isinstance(got, type(want)), (type(want), type(got).__mro__)
         obs, *_ = aio.step(np.array([1, 1, 1]))
@@ -326,6 +330,7 @@ def test_shared_memory_refuses_what_the_peer_refuses() -> None:
         assert isinstance(aio.step(np.array([0, 1]))[0][0], Dot)
 
 
+@NEEDS_GYMNASIUM_1_1
 @pytest.mark.parametrize("copy", [True, False])
 @pytest.mark.parametrize("shared_memory", [True, False])
 def test_copy_means_what_it_means_for_the_peer(copy: bool, shared_memory: bool) -> None:

@@ -280,9 +280,9 @@ def test_the_probe_env_is_closed_even_when_a_step_raises() -> None:
 class SlowSampling(gym.spaces.Discrete):
     """Sampling an action sleeps 2 ms: the probe must not count it as the env's step."""
 
-    def sample(self, mask: Any = None, probability: Any = None) -> np.int64:
+    def sample(self, *args: Any, **kwargs: Any) -> np.int64:  # (gymnasium 1.0's takes no probability)
         time.sleep(0.002)
-        return super().sample(mask, probability)
+        return super().sample(*args, **kwargs)
 
 
 class Instant(Sleepy):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from gymnasium.vector import AutoresetMode
 
 import aioenv
+from aioenv._compat import AutoresetMode
 
 
 @pytest.mark.parametrize(

@@ -28,14 +28,15 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import SyncVectorEnv
 from gymnasium.vector.utils import batch_space
 
 import aioenv
+from aioenv._compat import AutoresetMode
 from aioenv.core import costs
 from tests.envs.asyncwrap import wrapped
 from tests.envs.dictenv import make_dict_env
-from tests.support.compare import assert_same
+from tests.support.compare import NEEDS_GYMNASIUM_1_1, assert_same, gym_autoreset
 from tests.support.placement import placed
 
 N = 4
@@ -71,7 +72,7 @@ MODES = {"next_step": AutoresetMode.NEXT_STEP, "same_step": AutoresetMode.SAME_S
 
 
 def make_sync(case: Case, mode: str) -> SyncVectorEnv:
-    return SyncVectorEnv([case.factory] * N, autoreset_mode=MODES[mode])
+    return SyncVectorEnv([case.factory] * N, **gym_autoreset(MODES[mode]))
 
 
 @pytest.fixture
@@ -337,6 +338,7 @@ def _seed_arguments(kind: str, ids: np.ndarray) -> tuple[Any, Any]:
     return seeds, full
 
 
+@NEEDS_GYMNASIUM_1_1
 @pytest.mark.parametrize("seed_kind", ["none", "int", "list"])
 @pytest.mark.parametrize("case_name", CASE_NAMES)
 async def test_partial_reset_matches_reset_mask(case_name: str, seed_kind: str) -> None:

@@ -25,10 +25,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import SyncVectorEnv
 
 import aioenv
 from aioenv import EnvError, InvalidAction, PoolClosed, SyncPool, UsageError
+from aioenv._compat import AutoresetMode
 from tests.envs.faulty import SLOW
 from tests.support.procs import HANG, process_gone
 

@@ -11,14 +11,15 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import SyncVectorEnv
 
 import aioenv
+from aioenv._compat import AutoresetMode
 from aioenv.errors import InvalidAction, UsageError
 from aioenv.vector import AioVectorEnv
 from tests.envs.asyncwrap import wrapped
 from tests.envs.variable import GraphEnv, SequenceEnv, UserSpaceEnv
-from tests.support.compare import assert_same
+from tests.support.compare import assert_same, gym_autoreset
 from tests.support.servers import ServerProcess
 
 N = 3
@@ -77,7 +78,7 @@ async def _same_trajectories(pool: aioenv.Pool, sync: SyncVectorEnv, label: str)
 @pytest.mark.parametrize("case", list(CASES))
 async def test_trajectories_equal_gymnasiums(case: str, executor: str, mode: str) -> None:
     env, kwargs, factory = CASES[case]
-    sync = SyncVectorEnv([factory] * N, autoreset_mode=MODES[mode])
+    sync = SyncVectorEnv([factory] * N, **gym_autoreset(MODES[mode]))
     if executor == "async":
         pool = aioenv.Pool(functools.partial(wrapped, factory), N, executor="async", autoreset_mode=mode)
     else:

@@ -5,6 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
+
+from aioenv._compat import HAS_AUTORESET_MODE, AutoresetMode
 
 
 def assert_same(actual: Any, expected: Any, path: str = "value") -> None:
@@ -36,3 +39,21 @@ def assert_same(actual: Any, expected: Any, path: str = "value") -> None:
             f"{path}: type {type(actual).__name__} ({actual!r}) != {type(expected).__name__} ({expected!r})"
         )
         assert actual == expected, f"{path}: {actual!r} != {expected!r}"
+
+
+#: For a test whose reference is a gymnasium vector env's ``reset(options={"reset_mask": ...})`` or an autoreset
+#: mode other than next-step: both came in gymnasium 1.1 (aioenv's pools have them on every release).
+NEEDS_GYMNASIUM_1_1 = pytest.mark.skipif(
+    not HAS_AUTORESET_MODE, reason="gymnasium 1.0's vector envs have no reset_mask and no autoreset_mode (1.1)"
+)
+
+
+def gym_autoreset(mode: AutoresetMode) -> dict[str, AutoresetMode]:
+    """The keyword arguments that give gymnasium's own vector envs (the reference a test compares with) the
+    autoreset ``mode``: none on gymnasium 1.0, whose vector envs take no ``autoreset_mode`` and reset on the next
+    step, where a test of another mode is skipped (aioenv's pools have every mode on every release)."""
+    if HAS_AUTORESET_MODE:
+        return {"autoreset_mode": mode}
+    if mode is not AutoresetMode.NEXT_STEP:
+        pytest.skip(f"gymnasium 1.0's vector envs reset on the next step only, not {mode.value}")
+    return {}

@@ -14,6 +14,7 @@ from gymnasium import spaces as gs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from aioenv._compat import DISCRETE_TAKES_DTYPE, discrete_space
 from aioenv.errors import AioEnvError, InvalidAction
 from aioenv.wire.checks import SMALL_BATCH
 from aioenv.wire.errors import from_wire
@@ -117,7 +118,8 @@ def test_any_value_as_an_error_description_is_an_error_of_the_tree(desc: Any) ->
 @given(
     n=st.integers(1, 20),
     start=st.integers(-5, 5),
-    dtype=st.sampled_from([np.int64, np.int32, np.int8]),
+    # gymnasium 1.0's Discrete is int64 only (dtype came in 1.1)
+    dtype=st.sampled_from([np.int64, np.int32, np.int8] if DISCRETE_TAKES_DTYPE else [np.int64]),
     rows=st.integers(1, 2 * SMALL_BATCH + 8),
     data=st.data(),
 )
@@ -127,7 +129,7 @@ def test_a_discrete_batch_is_checked_alike_on_both_sides_of_the_small_batch_path
     """Batches of up to SMALL_BATCH rows are range-checked in Python, larger ones with numpy: either way an
     action batch passes exactly when every value is in the space, as is, and the error names the first env
     whose action is not."""
-    space = gs.Discrete(n, start=start, dtype=dtype)
+    space = discrete_space(n, start, np.dtype(dtype))
     values = data.draw(st.lists(st.integers(start - 3, start + n + 2), min_size=rows, max_size=rows))
     actions = np.array(values, dtype=dtype)
     env_ids = np.arange(100, 100 + rows)

@@ -14,6 +14,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aioenv._compat import DICT_TAKES_SORT_KEYS, DISCRETE_TAKES_DTYPE
 from aioenv.errors import InvalidAction
 from aioenv.wire.checks import SMALL_BATCH
 from aioenv.wire.protocol import Key, Op, decode, encode
@@ -38,32 +39,42 @@ ENV_IDS = np.array([10, 11, 12, 13, 14])
 
 def _spaces() -> dict[str, gym.Space[Any]]:
     inf = np.inf
-    return {
-        "box": gs.Box(-1.0, 1.0, (3,), np.float32),
-        "box_perdim_inf": gs.Box(np.array([-1.0, -inf, 0.0]), np.array([1.0, inf, 5.5]), dtype=np.float64),
-        "box_uint8_2d": gs.Box(0, 255, (2, 2), np.uint8),
-        "box_scalar_free": gs.Box(-inf, inf, (), np.float32),
-        "box_int_perdim": gs.Box(np.array([0, -5]), np.array([3, 5]), dtype=np.int32),
-        "discrete": gs.Discrete(5),
-        "discrete_start": gs.Discrete(3, start=-2),
-        "discrete_int32": gs.Discrete(4, start=7, dtype=np.int32),
-        "multidiscrete": gs.MultiDiscrete([3, 4]),
-        "multidiscrete_start_2d": gs.MultiDiscrete(np.array([[2, 3], [4, 5]]), start=np.array([[1, 0], [-1, 2]])),
-        "multibinary": gs.MultiBinary(4),
-        "multibinary_tuple": gs.MultiBinary([2, 3]),
-        "multibinary_list1": gs.MultiBinary([3]),
-        "text": gs.Text(5),
-        "text_charset": gs.Text(6, min_length=2, charset="zab"),
-        "dict_sorted": gs.Dict({"pos": gs.Box(-2, 2, (2,)), "id": gs.Discrete(3)}),
-        "dict_unsorted": gs.Dict({"z": gs.Discrete(2), "a": gs.MultiBinary(2)}, sort_keys=False),
-        "tuple": gs.Tuple((gs.Discrete(3), gs.Box(0, 1, (2,)))),
-        "nested": gs.Dict(
-            {
-                "a": gs.Tuple((gs.Text(4, charset="xy"), gs.MultiBinary(2), gs.Dict({"c": gs.Discrete(2)}))),
-                "b": gs.Box(-1, 1, (1,)),
-            }
-        ),
-    }
+    return (
+        {
+            "box": gs.Box(-1.0, 1.0, (3,), np.float32),
+            "box_perdim_inf": gs.Box(np.array([-1.0, -inf, 0.0]), np.array([1.0, inf, 5.5]), dtype=np.float64),
+            "box_uint8_2d": gs.Box(0, 255, (2, 2), np.uint8),
+            "box_scalar_free": gs.Box(-inf, inf, (), np.float32),
+            "box_int_perdim": gs.Box(np.array([0, -5]), np.array([3, 5]), dtype=np.int32),
+            "discrete": gs.Discrete(5),
+            "discrete_start": gs.Discrete(3, start=-2),
+            "multidiscrete": gs.MultiDiscrete([3, 4]),
+            "multidiscrete_start_2d": gs.MultiDiscrete(np.array([[2, 3], [4, 5]]), start=np.array([[1, 0], [-1, 2]])),
+            "multibinary": gs.MultiBinary(4),
+            "multibinary_tuple": gs.MultiBinary([2, 3]),
+            "multibinary_list1": gs.MultiBinary([3]),
+            "text": gs.Text(5),
+            "text_charset": gs.Text(6, min_length=2, charset="zab"),
+            "dict_sorted": gs.Dict({"pos": gs.Box(-2, 2, (2,)), "id": gs.Discrete(3)}),
+            "tuple": gs.Tuple((gs.Discrete(3), gs.Box(0, 1, (2,)))),
+            "nested": gs.Dict(
+                {
+                    "a": gs.Tuple((gs.Text(4, charset="xy"), gs.MultiBinary(2), gs.Dict({"c": gs.Discrete(2)}))),
+                    "b": gs.Box(-1, 1, (1,)),
+                }
+            ),
+        }
+        | (
+            # gymnasium 1.4 added Dict(sort_keys=...); before, its own batch_space sorted every Dict's keys
+            {"dict_unsorted": gs.Dict({"z": gs.Discrete(2), "a": gs.MultiBinary(2)}, sort_keys=False)}
+            if DICT_TAKES_SORT_KEYS
+            else {}
+        )
+        | (
+            # gymnasium 1.1 added Discrete(dtype=...)
+            {"discrete_int32": gs.Discrete(4, start=7, dtype=np.int32)} if DISCRETE_TAKES_DTYPE else {}
+        )
+    )
 
 
 SPACES = _spaces()
@@ -127,6 +138,15 @@ def _contains(space: gym.Space[Any], value: Any) -> bool:
     return space.contains(value)
 
 
+def _key_order(space: gym.Space[Any]) -> list[Any]:
+    """Every ``Dict``'s keys in their order, depth first (a Tuple's children in turn)."""
+    if isinstance(space, gs.Dict):
+        return [(key, _key_order(sub)) for key, sub in space.spaces.items()]
+    if isinstance(space, gs.Tuple):
+        return [_key_order(sub) for sub in space.spaces]
+    return []
+
+
 def _gym_batch(space: gym.Space[Any], items: list[Any]) -> Any:
     return concatenate(space, items, create_empty_array(space, len(items), fn=np.zeros))
 
@@ -139,6 +159,7 @@ def test_describe_roundtrip(name: str) -> None:
     rebuilt = space_from_description(desc)
     assert rebuilt == space
     assert type(rebuilt) is type(space)
+    assert _key_order(rebuilt) == _key_order(space)  # Dict equality alone ignores the order of its keys
     assert leaf_specs(rebuilt) == leaf_specs(space)
     # the description survives msgpack (plain values + ndarrays only)
     again = space_from_description(_msgpack_roundtrip(desc))
@@ -156,17 +177,19 @@ def test_describe_exact_values() -> None:
     np.testing.assert_array_equal(rebuilt.low, box.low)
     np.testing.assert_array_equal(rebuilt.high, box.high)
     assert rebuilt.dtype == box.dtype
-    d = space_from_description(describe_space(SPACES["discrete_int32"]))
-    assert isinstance(d, gs.Discrete)
-    assert d.start == 7
-    assert d.dtype == np.int32
+    if DISCRETE_TAKES_DTYPE:
+        d = space_from_description(describe_space(SPACES["discrete_int32"]))
+        assert isinstance(d, gs.Discrete)
+        assert d.start == 7
+        assert d.dtype == np.int32
     mb = space_from_description(_msgpack_roundtrip(describe_space(SPACES["multibinary_list1"])))
     assert isinstance(mb, gs.MultiBinary)
     assert mb.n == (3,)
     text = space_from_description(describe_space(SPACES["text_charset"]))
     assert isinstance(text, gs.Text)
     assert text.character_list == ("z", "a", "b")
-    unsorted = space_from_description(describe_space(SPACES["dict_unsorted"]))
+    pairs = gs.Dict([("z", gs.Discrete(2)), ("a", gs.MultiBinary(2))])  # pairs keep their order on every release
+    unsorted = space_from_description(describe_space(SPACES.get("dict_unsorted", pairs)))
     assert isinstance(unsorted, gs.Dict)
     assert list(unsorted.spaces) == ["z", "a"]
     assert "seed" not in str(describe_space(SPACES["nested"]))
@@ -383,6 +406,7 @@ def test_check_discrete() -> None:
     assert check_actions(space, np.zeros(0, np.int64), np.zeros(0, np.int64))[0].shape == (0,)
 
 
+@pytest.mark.skipif(not DISCRETE_TAKES_DTYPE, reason="gymnasium 1.0's Discrete is int64 only")
 def test_check_discrete_start_and_dtype() -> None:
     space = gs.Discrete(3, start=-1)
     check_actions(space, np.array([-1, 0, 1, 1, -1]), ENV_IDS)
@@ -615,3 +639,13 @@ def test_an_invalid_action_names_a_large_charset_by_its_size() -> None:
             check_actions(space, bad, np.array([0]))
         assert len(str(err.value)) < 600, str(err.value)[:300]
         assert f"charset of {len(chars):,} characters" in str(err.value)
+
+
+@pytest.mark.skipif(DISCRETE_TAKES_DTYPE, reason="this gymnasium's Discrete takes a dtype (1.1 and newer)")
+def test_a_discrete_description_of_another_dtype_is_refused_where_gymnasium_has_int64_only() -> None:
+    desc = describe_space(gs.Discrete(4, start=7))
+    assert space_from_description(desc) == gs.Discrete(4, start=7)
+    with pytest.raises(
+        ValueError, match=r"gymnasium 1\.0\.\d+.s Discrete is int64 only"
+    ):
+        space_from_description({**desc, "dtype": "<i4"})

@@ -38,7 +38,6 @@ BOX = gs.Box(0.0, 1.0, (3,), np.float32)
 SPACES: dict[str, gym.Space[Any]] = {
     "graph": gs.Graph(BOX, gs.Discrete(4)),
     "graph_no_edges": gs.Graph(gs.Discrete(5), None),
-    "graph_of_dicts_and_tuples": gs.Graph(gs.Dict({"a": BOX, "b": gs.Discrete(3)}), gs.Tuple((gs.Discrete(2), BOX))),
     "sequence": gs.Sequence(gs.Discrete(5)),
     "sequence_stacked": gs.Sequence(BOX, stack=True),
     "sequence_of_dicts": gs.Sequence(gs.Dict({"a": gs.Discrete(2), "b": BOX})),
@@ -49,6 +48,21 @@ SPACES: dict[str, gym.Space[Any]] = {
     "tuple_nesting": gs.Tuple((gs.OneOf([gs.Text(4), gs.Discrete(2)]), gs.Sequence(gs.Text(3), stack=True))),
     "one_of_sequences": gs.OneOf([gs.Sequence(gs.Discrete(2)), gs.Graph(BOX, None)]),
 }
+
+
+def _graph_takes_composite_nodes() -> bool:
+    """Whether the installed gymnasium's Graph takes Dict/Tuple node and edge spaces (1.4 and newer)."""
+    try:
+        gs.Graph(gs.Dict({"a": BOX}), None)
+    except AssertionError:
+        return False
+    return True
+
+
+if _graph_takes_composite_nodes():
+    SPACES["graph_of_dicts_and_tuples"] = gs.Graph(
+        gs.Dict({"a": BOX, "b": gs.Discrete(3)}), gs.Tuple((gs.Discrete(2), BOX))
+    )
 IDS = list(SPACES)
 
 
