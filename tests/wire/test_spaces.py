@@ -645,7 +645,5 @@ def test_an_invalid_action_names_a_large_charset_by_its_size() -> None:
 def test_a_discrete_description_of_another_dtype_is_refused_where_gymnasium_has_int64_only() -> None:
     desc = describe_space(gs.Discrete(4, start=7))
     assert space_from_description(desc) == gs.Discrete(4, start=7)
-    with pytest.raises(
-        ValueError, match=r"gymnasium 1\.0\.\d+.s Discrete is int64 only"
-    ):
+    with pytest.raises(ValueError, match=r"gymnasium 1\.0\.\d+.s Discrete is int64 only"):
         space_from_description({**desc, "dtype": "<i4"})
