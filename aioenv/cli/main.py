@@ -64,6 +64,13 @@ def byte_size(_ctx: click.Context, param: click.Parameter, value: Any) -> int:
     return int(form[1]) * (10 ** (3 * unit) if decimal else 1 << (10 * unit))
 
 
+def seconds_option(flag: str, default: float, help_text: str, least: float = 0.001) -> Callable[[F], F]:
+    """A duration in seconds (at least ``least``) with a default, e.g. a deadline of ``aioenv serve --http``."""
+    return click.option(
+        flag, type=click.FloatRange(least), default=default, show_default=True, help=f"seconds {help_text}"
+    )
+
+
 def count_option(flag: str, default: int, help_text: str) -> Callable[[F], F]:
     """A bound that counts things (an int >= 1), e.g. a bound per client of ``aioenv serve``."""
     return click.option(flag, type=click.IntRange(1), default=default, show_default=True, help=help_text)
@@ -307,20 +314,8 @@ def _allow(_ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) 
     help="a file holding the bearer token every HTTP request and WebSocket must carry",
 )
 @count_option("--http-max-sessions-per-client", 256, "HTTP and WebSocket sessions one peer address may hold")
-@click.option(
-    "--http-step-timeout",
-    type=click.FloatRange(0.001),
-    default=60.0,
-    show_default=True,
-    help="seconds a reset or step over HTTP may run: an overrun fails and the env is replaced",
-)
-@click.option(
-    "--http-idle-timeout",
-    type=click.FloatRange(0.5),
-    default=300.0,
-    show_default=True,
-    help="seconds an HTTP or WebSocket session may stay silent before it is closed",
-)
+@seconds_option("--http-step-timeout", 60.0, "a reset or step over HTTP may run: an overrun fails, the env is replaced")
+@seconds_option("--http-idle-timeout", 300.0, "an HTTP or WebSocket session may stay silent before it is closed", 0.5)
 @click.option("--log-json", is_flag=True, help="one JSON object per log line")
 @LOG_LEVEL
 def serve(
