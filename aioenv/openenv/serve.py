@@ -704,6 +704,9 @@ class _Connection:
             except json.JSONDecodeError as exc:
                 await self.send(_error(f"Invalid JSON: {exc}", "INVALID_JSON"))
                 continue
+            except RecursionError:  # arrays or objects nested deeper than Python's parser goes
+                await self.send(_error("Invalid JSON: nested too deep", "INVALID_JSON"))
+                continue
             if not isinstance(message, dict):
                 await self.send(_error(f"a message is a JSON object, got {type(message).__name__}", "INVALID_JSON"))
                 continue

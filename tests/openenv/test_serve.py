@@ -159,6 +159,10 @@ async def test_every_bad_message_gets_one_error_reply_and_the_session_goes_on(ht
         await ws.send("{not json")
         reply = json.loads(await asyncio.wait_for(ws.recv(), HANG))
         assert reply["data"]["code"] == "INVALID_JSON"
+        await ws.send("[" * 200_000 + "]" * 200_000)  # deeper than Python's JSON parser goes
+        reply = json.loads(await asyncio.wait_for(ws.recv(), HANG))
+        assert reply["data"]["code"] == "INVALID_JSON"
+        assert "nested too deep" in reply["data"]["message"]
         await ws.send(b"\x00\x01")
         reply = json.loads(await asyncio.wait_for(ws.recv(), HANG))
         assert reply["data"]["code"] == "INVALID_JSON"
