@@ -46,7 +46,7 @@ import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -676,7 +676,11 @@ class _Connection:
             return
         self.closing = True
         log.info("WebSocket connection of %d sessions idle for %.0f s: closed", len(self.sessions), self.idle_timeout)
-        task = asyncio.create_task(self.ws.close(1000, "idle"))
+        self._spawn(self.ws.close(1000, "idle"))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` beside the reading loop, held in :attr:`tasks` (bounded, and cancelled by :meth:`end`)."""
+        task = asyncio.create_task(work)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
@@ -720,9 +724,7 @@ class _Connection:
                 self._batch(message, tag)
                 continue
             if "session" in message:  # aioenv's own: runs beside the others, answered tagged when done
-                task = asyncio.create_task(self._one(message, tag))
-                self.tasks.add(task)
-                task.add_done_callback(self.tasks.discard)
+                self._spawn(self._one(message, tag))
             else:
                 await self._one(message, tag)
 
@@ -766,21 +768,12 @@ class _Connection:
     def _batch(self, message: dict[str, Any], tag: dict[str, Any]) -> None:
         actions = (message.get("data") or {}).get("actions") if isinstance(message.get("data"), dict) else None
         if not isinstance(actions, dict) or not actions:
-            task = asyncio.create_task(
-                self._reply(
-                    _error("step_batch data must hold 'actions': {session index: action}", "VALIDATION_ERROR", tag)
-                )
-            )
-        else:
-            for key, action in actions.items():
-                index: Any = int(key) if isinstance(key, str) and key.isdigit() else key
-                one = {"type": "step", "data": {"action": action}}
-                task = asyncio.create_task(self._one(one, {**tag, "session": index}))
-                self.tasks.add(task)
-                task.add_done_callback(self.tasks.discard)
+            error = _error("step_batch data must hold 'actions': {session index: action}", "VALIDATION_ERROR", tag)
+            self._spawn(self._reply(error))
             return
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        for key, action in actions.items():
+            index: Any = int(key) if isinstance(key, str) and key.isdigit() else key
+            self._spawn(self._one({"type": "step", "data": {"action": action}}, {**tag, "session": index}))
 
     async def _reply(self, text: str) -> None:
         with contextlib.suppress(Exception):  # the client went away: its sessions are given back by end()
