@@ -36,7 +36,7 @@ import psutil
 from websockets.asyncio.client import connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchutil import md_table, run_header, write_atomic
+from benchutil import cpu_seconds, descendants, md_table, run_header, write_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "benchmarks" / "results"
@@ -45,15 +45,7 @@ ENV = "aioenv.envs.latency:AsyncSleepEnv"
 
 def tree_cpu(pid: int) -> float:
     """CPU seconds (user and system) of a process and its descendants (the server and its worker processes)."""
-    root = psutil.Process(pid)
-    total = 0.0
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            times = proc.cpu_times()
-        except psutil.Error:
-            continue
-        total += times.user + times.system
-    return total
+    return sum(cpu_seconds(proc) for proc in [psutil.Process(pid), *descendants(pid)])
 
 
 def free_port() -> int:
