@@ -668,11 +668,14 @@ class _Connection:
         self.tasks: set[asyncio.Task[None]] = set()
         self.lock = asyncio.Lock()  # one message written at a time
         self.closing = False
+        self.last_message = time.monotonic()
 
     def idle(self) -> None:
         """A session of it has been idle too long: close the connection once all of them have."""
         now = time.monotonic()
-        if self.closing or any(now - s.last_used <= self.idle_timeout for s in self.sessions):
+        if self.closing or now - self.last_message <= self.idle_timeout:
+            return
+        if any(now - s.last_used <= self.idle_timeout for s in self.sessions):
             return
         self.closing = True
         log.info("WebSocket connection of %d sessions idle for %.0f s: closed", len(self.sessions), self.idle_timeout)
@@ -718,8 +721,7 @@ class _Connection:
             if kind == "close":
                 return
             tag = {k: message[k] for k in ("session", "id") if k in message}
-            for session in self.sessions:  # any message keeps the connection's sessions alive
-                session.last_used = time.monotonic()
+            self.last_message = time.monotonic()  # any message keeps the connection alive
             if kind == "step_batch":
                 self._batch(message, tag)
                 continue
