@@ -78,6 +78,7 @@ class EnvThread:
     def __init__(self, name: str, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._queue: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any]] | None] = queue.SimpleQueue()
+        self._ended: asyncio.Future[Any] = loop.create_future()  # set by the thread as it returns
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
@@ -91,17 +92,32 @@ class EnvThread:
         """Let the thread end after the calls already queued."""
         self._queue.put(None)
 
+    async def ended(self, grace: float) -> bool:
+        """Stop it and wait (at most ``grace`` seconds) until the thread has ended; False if it did not (a call
+        still runs). Whoever closed a pool may then count on its env threads being gone."""
+        self.stop()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ended), grace)
+        except TimeoutError:
+            return False
+        self._thread.join(grace)  # it has returned from its function: the join only sees it finish
+        return not self._thread.is_alive()
+
     def _serve(self) -> None:
-        while (item := self._queue.get()) is not None:
-            fn, fut = item
-            try:
-                ok, value = True, fn()
-            except BaseException as exc:  # noqa: BLE001 - handed to the loop as the call's outcome
-                ok, value = False, exc
-            try:
-                self._loop.call_soon_threadsafe(_settle, fut, ok, value)
-            except RuntimeError:  # the loop is closed: the worker is exiting
-                return
+        try:
+            while (item := self._queue.get()) is not None:
+                fn, fut = item
+                try:
+                    ok, value = True, fn()
+                except BaseException as exc:  # noqa: BLE001 - handed to the loop as the call's outcome
+                    ok, value = False, exc
+                try:
+                    self._loop.call_soon_threadsafe(_settle, fut, ok, value)
+                except RuntimeError:  # the loop is closed: the worker is exiting
+                    return
+        finally:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(_settle, self._ended, True, None)
 
 
 def _settle(fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
@@ -570,16 +586,20 @@ class ConcurrentWorker:
         if env.task is not None and not env.task.done():
             env.task.cancel()
         hosted = env.hosted
+        closed = False
         try:
             if isinstance(hosted, AsyncHostedEnv):
                 await asyncio.wait_for(hosted.aclose(), CLOSE_GRACE)
             elif env.thread is not None:
                 await asyncio.wait_for(env.thread.run(hosted.close), CLOSE_GRACE)
+            closed = True
         except (TimeoutError, asyncio.CancelledError):
             log.warning("env %d did not close within %.0f s; abandoned", env.env_id, CLOSE_GRACE)
         finally:
             if env.thread is not None:
                 env.thread.stop()
+        if closed and env.thread is not None:  # a closed env's thread ends at once: its close is over when it has
+            await env.thread.ended(CLOSE_GRACE)
 
     async def _close_all(self) -> None:
         envs = list(self.envs.values())

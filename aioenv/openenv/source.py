@@ -103,14 +103,29 @@ class LocalApp:
                     ) from None
                 time.sleep(0.05)
 
-    async def ensure(self) -> None:
+    async def ensure(self, refused: str | None = None) -> None:
         """Start the server again if it died: one restart however many envs ask at once, each waiting until it
-        answers (a process that runs may not listen yet)."""
+        answers (a process that runs may not listen yet).
+
+        ``refused``: the URL a session was just refused at. A server that answered ``/health`` once and now
+        refuses is broken even while its process is still there (one killed a moment ago is not reaped yet): it
+        is replaced, unless it was replaced meanwhile (its URL changed) or answers ``/health`` now."""
         if self.restarting is None:
             self.restarting = asyncio.Lock()
         async with self.restarting:
+            stale = refused is not None and refused == base_urls(self.url)[1] and self.alive()
+            if stale and not await asyncio.to_thread(self.answers):
+                await asyncio.to_thread(self.stop)
             if not self.alive():
                 await asyncio.to_thread(self.start)
+
+    def answers(self) -> bool:
+        """Whether the server answers ``/health`` now."""
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=CONNECT_TIMEOUT):  # loopback http
+                return True
+        except OSError:
+            return False
 
     def stop(self) -> None:
         """Stop the server process (SIGTERM, then SIGKILL after a grace period) and reap it."""
@@ -140,4 +155,10 @@ class AppEnv(OpenEnvEnv):
         if self._ws is None:
             await self.app.ensure()
             self.http_base, self.ws_url = base_urls(self.app.url)
+            try:
+                await self._connect()
+            except OpenEnvConnectionError:
+                await self.app.ensure(refused=self.ws_url)
+                self.http_base, self.ws_url = base_urls(self.app.url)
+                await self._connect()
         return await super().reset(seed=seed, options=options)

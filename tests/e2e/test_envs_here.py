@@ -10,6 +10,7 @@ does not hold back a fast one, that errors stay per env, that the caller's array
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from typing import Any, ClassVar
@@ -229,6 +230,33 @@ async def test_a_stopped_worker_here_is_made_again_and_its_envs_say_so(executor:
         await guard(pool.reset(seed=1))
         obs, *_ = await guard(pool.step(np.array([0, 1])))
         assert obs.shape[0] == 2
+    assert _pool_threads() == set()
+
+
+class SlowToLeave(gym.Env[np.ndarray, int]):
+    """An env whose thread lingers after its close: the thread's last function takes 0.3 s to return (a profile
+    hook of that thread alone, set by ``close``), as a thread the interpreter is slow to schedule would."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def close(self) -> None:
+        def linger(frame: Any, event: str, arg: object) -> None:
+            if event == "return" and frame.f_code.co_name == "_serve":  # the thread's loop returns
+                time.sleep(0.3)
+
+        sys.setprofile(linger)  # this thread's only
+
+
+async def test_a_closed_pool_of_thread_envs_returns_once_their_threads_have_ended() -> None:
+    async with aioenv.Pool(SlowToLeave, 2, executor="thread", num_workers=0) as pool:
+        await guard(pool.reset(seed=0))
     assert _pool_threads() == set()
 
 

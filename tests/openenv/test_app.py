@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import uuid
 
 import numpy as np
@@ -15,6 +17,7 @@ import aioenv
 from aioenv import EnvError, UsageError
 from aioenv.core.sources import parse_sources
 from aioenv.openenv.env import base_urls
+from aioenv.openenv.source import AppEnv, LocalApp
 from tests.support.openenv_server import APP, killed_client
 from tests.support.procs import HANG, descendants, process_gone, processes_with_env
 
@@ -55,6 +58,31 @@ async def test_a_pool_serves_the_app_itself_restarts_it_and_stops_it() -> None:
         finally:
             await pool.aclose()
         await _wait_no_app_servers()
+
+
+async def test_an_app_server_whose_process_runs_but_refuses_sessions_is_replaced() -> None:
+    """What a server killed a moment ago looks like until it is reaped: its process is there, its port refuses."""
+    app = LocalApp(APP)
+    await asyncio.to_thread(app.start)
+    env = AppEnv(app)
+    sleeper = None
+    try:
+        assert app.proc is not None
+        app.proc.kill()
+        app.proc.wait()
+        sleeper = app.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        async with asyncio.timeout(HANG * 2):
+            obs, _ = await env.reset()
+            assert obs["echoed"] == ""
+        assert app.proc is not sleeper
+        assert app.alive()
+        assert sleeper.poll() is not None  # the broken one was stopped, not left behind
+    finally:
+        await env.close()
+        app.stop()
+        if sleeper is not None and sleeper.poll() is None:
+            sleeper.kill()
+            sleeper.wait()
 
 
 async def test_a_killed_client_leaves_no_app_server() -> None:
