@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing.util
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -65,14 +66,38 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    shared = _modules_sharing_a_fixture(Path(str(config.rootpath)))
+
     class Scheduler(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
             for prefix, group in ONE_PROCESS.items():
                 if nodeid.startswith(prefix):
                     return group
+            module = nodeid.split("::", 1)[0]
+            if module in shared:  # its tests share a server or a cluster: one start, not one per test process
+                return module
             return nodeid  # every other test on its own: as ``load`` does
 
     return Scheduler(config, log)
+
+
+_MODULE_FIXTURE = re.compile(r'@pytest\.fixture\(scope="module"[^)]*\)\s*\ndef (\w+)')
+
+
+def _modules_sharing_a_fixture(root: Path) -> set[str]:
+    """The test modules (paths as in node ids) that define a module-scoped fixture or take one a ``conftest.py``
+    defines. A module fixture starts a server process or a cluster once for the module's tests in one test
+    process; spread test by test over two, its tests would start it in each, and again whenever a test of another
+    module ran between two of them (pytest ends a module's fixtures when the next test is another module's)."""
+    tests = root / "tests"
+    shared = {name for conftest in tests.rglob("conftest.py") for name in _MODULE_FIXTURE.findall(conftest.read_text())}
+    takes = re.compile(r"\b(" + "|".join(sorted(shared)) + r"): ") if shared else None
+    found: set[str] = set()
+    for module in tests.rglob("test_*.py"):
+        text = module.read_text()
+        if _MODULE_FIXTURE.search(text) or (takes is not None and takes.search(text)):
+            found.add(module.relative_to(root).as_posix())
+    return found
 
 
 @pytest.fixture(autouse=True)
