@@ -19,8 +19,10 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.timeout(240)
 def test_remote_benchmark_smoke(tmp_path: Path) -> None:
-    proc = run_python("benchmarks/bench_remote.py", "--quick", "--out", str(tmp_path), timeout=55)
+    # ~25 s on a quiet 2-core machine, twice that under load: the limit is a hang guard only
+    proc = run_python("benchmarks/bench_remote.py", "--quick", "--out", str(tmp_path), timeout=200)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads((tmp_path / "remote.json").read_text())
     assert set(result["sections"]) == {"cartpole", "async1k", "clients", "hosts"}
