@@ -133,7 +133,8 @@ image-test: $(VENV)/.installed
 # uvicorn from the package registry, or from a wheelhouse downloaded here when the build cannot reach it; the layer
 # cache keeps a rebuild to seconds), then runs tests/containers: a pool of envs each in its own container,
 # first-finished recv, a container killed mid-episode, a hung step replaced under step_timeout, nothing left after
-# close, nothing left after SIGKILL of the client. Not part of `make test`: its pytest collects tests/containers only
+# close, nothing left after SIGKILL of the client; and docs/openenv.md's "Containers" section as written (its image of
+# counter_env.py, built once). Not part of `make test`: its pytest collects tests/containers only
 # when AIOENV_TEST_CONTAINERS names the engine, as this target does.
 test-containers: $(VENV)/.installed-test
 	@test -n "$(ENGINE)" || { echo "make test-containers: no container engine answers (docker version, podman version fail)" >&2; exit 1; }

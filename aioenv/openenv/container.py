@@ -34,6 +34,7 @@ machine's processes at once (``podman ps -a --filter label=aioenv.owner`` lists 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import itertools
 import json
@@ -48,10 +49,10 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from aioenv.openenv.env import OpenEnvConnectionError, OpenEnvEnv, base_urls, server_fields
 from aioenv.openenv.reaper import ENGINE_TIMEOUT, OWNER_LABEL
@@ -82,8 +83,11 @@ START_TIMEOUT = 120.0
 PID_LABEL = "aioenv.pid"
 #: Lines of a container's output an error quotes.
 LOG_LINES = 20
+#: Threads of a process that run engine commands and wait for containers to start (one per container starting).
+ENGINE_THREADS = 128
 
 REAPER = Path(__file__).with_name("reaper.py")
+_T = TypeVar("_T")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -155,6 +159,22 @@ def _run(
         if reaper is not None:
             reaper.tell(f"-{proc.pid}")
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+_threads: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
+_threads_lock = threading.Lock()
+
+
+def _engine_thread(fn: Callable[[], _T]) -> asyncio.Future[_T]:
+    """Run ``fn`` (a container's start, removal or look) on a thread of this process's engine pool: a start holds its
+    thread until the container answers ``/health``, so a pool of many envs starts them all at once, which the loop's
+    default executor (a few threads) would not."""
+    global _threads
+    with _threads_lock:
+        if _threads is None or _threads[0] != os.getpid():  # a forked process makes its own
+            _threads = os.getpid(), concurrent.futures.ThreadPoolExecutor(ENGINE_THREADS, "aioenv-engine")
+        pool = _threads[1]
+    return asyncio.get_running_loop().run_in_executor(pool, fn)
 
 
 def _tail(text: str, lines: int = LOG_LINES) -> str:
@@ -500,14 +520,14 @@ class ContainerEnv(OpenEnvEnv):
         old, new = self.container, Container(self.spec)
         self.container = new
         if old is not None:
-            await asyncio.to_thread(old.remove)
+            await _engine_thread(old.remove)
         try:
-            await asyncio.to_thread(new.start)
+            await _engine_thread(new.start)
         except asyncio.CancelledError:
             raise  # its start goes on in its thread: the env's close removes it (after that start gave up)
         except BaseException:
             self.container = None
-            await asyncio.to_thread(new.remove)
+            await _engine_thread(new.remove)
             raise
         self._use(new)
 
@@ -518,7 +538,7 @@ class ContainerEnv(OpenEnvEnv):
             await task  # the start begun when the env was made: its failure is this reset's, the next one retries
             return
         container = self.container
-        if container is not None and await asyncio.to_thread(container.running):
+        if container is not None and await _engine_thread(container.running):
             self._use(container)
             return
         await self._replace()
@@ -545,7 +565,7 @@ class ContainerEnv(OpenEnvEnv):
             container = self.container
             if container is None:
                 raise
-            account = await asyncio.to_thread(container.account)
+            account = await _engine_thread(container.account)
             if account.endswith(" runs"):
                 raise OpenEnvContainerError(
                     f"{exc} ({account}: the env's next reset opens a new session there)"
@@ -565,4 +585,4 @@ class ContainerEnv(OpenEnvEnv):
         await self._end_session()
         container, self.container = self.container, None
         if container is not None:
-            await asyncio.to_thread(container.remove)
+            await _engine_thread(container.remove)
