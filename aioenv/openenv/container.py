@@ -284,6 +284,8 @@ def container_spec(
 ) -> ContainerSpec:
     """A checked :class:`ContainerSpec` (the engine found); ``ValueError`` naming the option, what it expects and what
     arrived."""
+    if not isinstance(image, str) or not image or image.startswith("-") or any(c.isspace() for c in image):
+        raise ValueError(f"image must name a container image ('name:tag', 'registry/name@sha256:...'), got {image!r}")
     port = positive_int("port", port)
     if port > 65535:
         raise ValueError(f"port must be a TCP port (1 to 65535), got {port}")

@@ -136,6 +136,13 @@ def test_a_bad_option_names_itself(engine: FakeEngine, options: dict[str, object
         container_spec("echo", **options)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("image", ["", "--privileged", "a b"])
+def test_an_image_that_is_no_image_name_is_refused(image: str) -> None:
+    """Never an option of the engine's run (an env made in Python, without the name's own check)."""
+    with pytest.raises(ValueError, match="image must name a container image"):
+        container_spec(image, engine="podman")
+
+
 def test_an_engine_that_is_not_installed_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(containers, "_engines", {})
