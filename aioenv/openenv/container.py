@@ -60,6 +60,7 @@ from aioenv.openenv.spaces import ObjectField
 from aioenv.wire.options import choice, positive_int, positive_seconds
 
 __all__ = [
+    "CONTAINER_OPTIONS",
     "CONTAINER_PORT",
     "ENGINES",
     "PID_LABEL",
@@ -71,6 +72,7 @@ __all__ = [
     "Reaper",
     "container_spec",
     "find_engine",
+    "image_env",
 ]
 
 #: ``engine`` choices: ``"auto"`` is docker when ``docker version`` reaches a daemon, else podman.
@@ -81,6 +83,8 @@ CONTAINER_PORT = 8000
 START_TIMEOUT = 120.0
 #: The label naming the process that started a container.
 PID_LABEL = "aioenv.pid"
+#: The options (env_kwargs) of :func:`container_spec`.
+CONTAINER_OPTIONS = ("engine", "port", "start_timeout", "environment", "run_args")
 #: Lines of a container's output an error quotes.
 LOG_LINES = 20
 #: Threads of a process that run engine commands and wait for containers to start (one per container starting).
@@ -283,7 +287,16 @@ def container_spec(
     run_args: Sequence[str] = (),
 ) -> ContainerSpec:
     """A checked :class:`ContainerSpec` (the engine found); ``ValueError`` naming the option, what it expects and what
-    arrived."""
+    arrived.
+
+    Args:
+        image: the image (``name[:tag]`` or ``name@sha256:...``), pulled by the engine when it has none.
+        engine: ``"auto"`` (docker when its daemon answers, else podman), ``"docker"`` or ``"podman"``.
+        port: the port the image serves on inside its container.
+        start_timeout: seconds a container may take to answer ``/health``.
+        environment: variables set in the container.
+        run_args: more arguments of the engine's ``run`` (``["--memory", "2g"]``), before the image.
+    """
     if not isinstance(image, str) or not image or image.startswith("-") or any(c.isspace() for c in image):
         raise ValueError(f"image must name a container image ('name:tag', 'registry/name@sha256:...'), got {image!r}")
     port = positive_int("port", port)
@@ -457,33 +470,20 @@ _image_fields: dict[ContainerSpec, tuple[ObjectField, ObjectField]] = {}
 _image_fields_lock = threading.Lock()
 
 
+def image_env(image: str, options: Mapping[str, Any]) -> ContainerEnv:
+    """An env of ``image`` (what ``"openenv+image:IMAGE"`` makes): the ``options`` (env_kwargs) of
+    :func:`container_spec` (:data:`CONTAINER_OPTIONS`) configure its containers, the others go to
+    :class:`OpenEnvEnv`."""
+    spec = container_spec(image, **{k: v for k, v in options.items() if k in CONTAINER_OPTIONS})
+    return ContainerEnv(spec, **{k: v for k, v in options.items() if k not in CONTAINER_OPTIONS})
+
+
 class ContainerEnv(OpenEnvEnv):
-    """A session of an OpenEnv server in a container of its own (see the module).
+    """A session of an OpenEnv server in a container of its own, of ``spec`` (see the module); ``kwargs`` are
+    :class:`OpenEnvEnv`'s options."""
 
-    Args:
-        image: the image (``name[:tag]`` or ``name@sha256:...``), pulled by the engine when it has none.
-        engine: ``"auto"`` (docker when its daemon answers, else podman), ``"docker"`` or ``"podman"``.
-        port: the port the image serves on inside its container.
-        start_timeout: seconds a container may take to answer ``/health``.
-        environment: variables set in the container.
-        run_args: more arguments of the engine's ``run`` (``["--memory", "2g"]``), before the image.
-        **kwargs: :class:`OpenEnvEnv`'s options.
-    """
-
-    def __init__(
-        self,
-        image: str,
-        *,
-        engine: str = "auto",
-        port: int = CONTAINER_PORT,
-        start_timeout: float = START_TIMEOUT,
-        environment: Mapping[str, str] | None = None,
-        run_args: Sequence[str] = (),
-        **kwargs: Any,
-    ) -> None:
-        self.spec = container_spec(
-            image, engine=engine, port=port, start_timeout=start_timeout, environment=environment, run_args=run_args
-        )
+    def __init__(self, spec: ContainerSpec, **kwargs: Any) -> None:
+        self.spec = spec
         self.container: Container | None = None
         self._starting: asyncio.Task[None] | None = None
         super().__init__("http://127.0.0.1:0", **kwargs)

@@ -45,9 +45,9 @@ def factory(source: dict[str, Any], kwargs: dict[str, Any]) -> Callable[[], Any]
     if isinstance(app, str) and app:
         return lambda: AppEnv(LocalApp.of(app), **kwargs)
     if isinstance(image, str) and image:
-        from aioenv.openenv.container import ContainerEnv
+        from aioenv.openenv.container import image_env
 
-        return lambda: ContainerEnv(image, **kwargs)
+        return lambda: image_env(image, kwargs)
     raise ValueError(f"an openenv source needs 'url', 'app' ('pkg.module:app') or 'image', got {source!r}")
 
 
