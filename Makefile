@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: demo test test-matrix test-matrix-quick extras lint typecheck docs docs-check bench bench-quick bench-goals soak fuzz image image-test clean
+.PHONY: demo test test-matrix test-matrix-quick extras lint typecheck docs docs-check bench bench-quick bench-goals soak fuzz image image-test test-containers clean
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -126,6 +126,20 @@ image:
 image-test: $(VENV)/.installed
 	@test -n "$(ENGINE)" || { echo "make image-test: no container engine answers (docker version, podman version fail)" >&2; exit 1; }
 	$(PY) docker/image_test.py --engine $(ENGINE)
+
+# OpenEnv environments as container images (`openenv+image:`, docs/openenv.md) on a real engine, with whichever
+# engine answers (ENGINE, as above; podman here: ../shared/tools/podman-setup.sh): builds the OpenEnv test env
+# (tests/support/openenv_app.py) as an image from a local python:3.11-slim (tests/containers/Containerfile; OpenEnv and
+# uvicorn from the package registry, or from a wheelhouse downloaded here when the build cannot reach it; the layer
+# cache keeps a rebuild to seconds), then runs tests/containers: a pool of envs each in its own container,
+# first-finished recv, a container killed mid-episode, a hung step replaced under step_timeout, nothing left after
+# close, nothing left after SIGKILL of the client; and docs/openenv.md's "Containers" section as written (its image of
+# counter_env.py, built once). Not part of `make test`: its pytest collects tests/containers only
+# when AIOENV_TEST_CONTAINERS names the engine, as this target does.
+test-containers: $(VENV)/.installed-test
+	@test -n "$(ENGINE)" || { echo "make test-containers: no container engine answers (docker version, podman version fail)" >&2; exit 1; }
+	$(PY) -m tests.containers.image --engine $(ENGINE)
+	AIOENV_TEST_CONTAINERS=$(ENGINE) $(PY) -m pytest tests/containers
 
 clean:
 	rm -rf $(VENV) .nox .mypy_cache .ruff_cache .pytest_cache *.egg-info

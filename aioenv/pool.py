@@ -779,8 +779,9 @@ async def make(env: Any, num_envs: int | None = None, **options: Any) -> Pool:
     Args:
         env: a gymnasium id (``"CartPole-v1"``), ``"pkg.module:factory"``, a callable returning an env
             (shipped to local workers with cloudpickle), a sequence of callables, one per env, or an OpenEnv
-            environment: ``"openenv+ws://HOST:PORT"`` (a session of a running server per env) or
-            ``"openenv+app:pkg.module:app"`` (an app each worker serves); see ``docs/openenv.md``.
+            environment: ``"openenv+ws://HOST:PORT"`` (a session of a running server per env),
+            ``"openenv+app:pkg.module:app"`` (an app each worker serves) or ``"openenv+image:IMAGE"`` (a container of
+            the image per env, through docker or podman); see ``docs/openenv.md``.
         num_envs: how many envs (may be omitted with a sequence of callables).
 
     Keyword Args:

@@ -26,6 +26,11 @@ from tests.support.servers import ServerProcess
 # and the benchmarks check beside it. Scripts the tests run inherit it.
 os.environ.setdefault("AIOENV_WORKER_START", "fork")
 
+#: The engine ``make test-containers`` runs tests/containers with (``docker`` or ``podman``); without it, as in
+#: ``make test``, pytest does not collect them (they need a container engine and the image that target builds).
+CONTAINER_ENGINE = os.environ.get("AIOENV_TEST_CONTAINERS", "")
+collect_ignore = [] if CONTAINER_ENGINE else ["containers"]
+
 #: This test process's own temporary directory (under pytest-xdist), removed when the process ends.
 _OWN_TMPDIR = pytest.StashKey[str]()
 

@@ -66,7 +66,14 @@ def _layer(module: str) -> str:
 
 #: The modules of aioenv.openenv that a worker runs (an OpenEnv session as an AsyncEnv): a layer of their own, just
 #: above the wire, so that a worker never reaches the rest of aioenv.openenv (the server's HTTP port) through them.
-HOSTED = {"aioenv.openenv.source", "aioenv.openenv.env", "aioenv.openenv.spaces", "aioenv.openenv.appserver"}
+HOSTED = {
+    "aioenv.openenv.source",
+    "aioenv.openenv.env",
+    "aioenv.openenv.spaces",
+    "aioenv.openenv.appserver",
+    "aioenv.openenv.container",
+    "aioenv.openenv.reaper",
+}
 
 
 # What each layer may import, besides itself.
@@ -79,7 +86,8 @@ ALLOWED = {
     "server": {"ground", "wire", "transport", "core"},
     "compat": {"ground", "wire", "transport", "core", "face"},
     "cli": {"ground", "wire", "transport", "core", "face", "server", "compat", "workers", "ray", "openenv"},
-    # workers host OpenEnv sessions as any AsyncEnv: the env, its spaces and its app server (HOSTED), nothing else
+    # workers host OpenEnv sessions as any AsyncEnv: the env, its spaces, its app server and its containers (HOSTED),
+    # nothing else
     "workers": {"ground", "wire", "transport", "hosted"},
     "hosted": {"ground", "wire", "transport"},
     # collectors (aioenv.collect): batches and episodes from a Pool or SyncPool and a policy

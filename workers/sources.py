@@ -10,8 +10,8 @@ A source is a dict:
   with cloudpickle by a *local* coordinator. The bytes are read from a file in the
   private directory the worker was started with (``--trusted-dir``), never from a socket;
   a path outside that directory is refused.
-- ``{"kind": "openenv", "url": "ws://HOST:PORT" | "app": "pkg.module:app", "kwargs": {...}}``: an OpenEnv
-  session per env (:mod:`aioenv.openenv.source`); never from a server's client (``strict``).
+- ``{"kind": "openenv", "url": "ws://HOST:PORT" | "app": "pkg.module:app" | "image": IMAGE, "kwargs": {...}}``: an
+  OpenEnv session per env (:mod:`aioenv.openenv.source`); never from a server's client (``strict``).
 
 A source a server made from a client's request carries ``"strict": true``: a client over the network named it,
 so :func:`reach` checks what the name leads to before anything is called (a class or a function defined in the

@@ -5,9 +5,9 @@
 - a callable -> written with cloudpickle to a file in the pool's private directory and sent as
   ``{"kind": "pickle", "path": ...}``: local workers load it from disk; no pickle crosses a socket.
 - a sequence of callables -> one source per distinct callable, env ``i`` uses the ``i``-th.
-- ``"openenv+ws://HOST:PORT"`` or ``"openenv+app:pkg.module:app"`` (an OpenEnv environment) ->
-  ``{"kind": "openenv", "url" | "app": ...}`` (workers make them with :mod:`aioenv.openenv.source`); local pools
-  only.
+- ``"openenv+ws://HOST:PORT"``, ``"openenv+app:pkg.module:app"`` or ``"openenv+image:IMAGE"`` (an OpenEnv
+  environment) -> ``{"kind": "openenv", "url" | "app" | "image": ...}`` (workers make them with
+  :mod:`aioenv.openenv.source`); local pools only.
 
 A server's sources (``strict=True``) carry ``"strict": true``: a client over the network named them, so the
 worker checks what a name leads to before it calls anything (:func:`workers.sources.reach`); the server never
@@ -68,7 +68,8 @@ def parse_sources(
         if env.startswith(OPENENV_PREFIX):
             if strict:
                 raise UsageError(
-                    f"env {env!r}: a server does not open OpenEnv sessions or start OpenEnv apps a client names; "
+                    f"env {env!r}: a server does not open OpenEnv sessions, start OpenEnv apps or run containers a "
+                    "client names; "
                     "make the pool on the client's machine (without endpoint=)"
                 )
             source = openenv_source(env, kwargs)
@@ -99,20 +100,26 @@ def parse_sources(
 
 
 _APP_TARGET = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*")
+#: A container image reference: ``[registry[:port]/]name[:tag][@digest]`` (never an option of the engine's).
+_IMAGE = re.compile(r"[a-z0-9][A-Za-z0-9._/:-]{0,254}(@sha256:[0-9a-f]{64})?")
 _OPENENV_SCHEMES = ("ws", "wss", "http", "https")
 
 
 def openenv_source(env: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The source of an OpenEnv name: ``"openenv+ws://HOST:PORT"`` (``ws``, ``wss``, ``http``, ``https``; a running
-    server) or ``"openenv+app:pkg.module:app"`` (an app each worker serves); ``ValueError`` naming both forms."""
+    server), ``"openenv+app:pkg.module:app"`` (an app each worker serves) or ``"openenv+image:IMAGE"`` (a container
+    of the image per env); ``ValueError`` naming the forms."""
     rest = env[len(OPENENV_PREFIX) :]
     if rest.startswith("app:") and _APP_TARGET.fullmatch(rest[len("app:") :]):
         return {"kind": "openenv", "app": rest[len("app:") :], "kwargs": kwargs}
+    if rest.startswith("image:") and _IMAGE.fullmatch(rest[len("image:") :]):
+        return {"kind": "openenv", "image": rest[len("image:") :], "kwargs": kwargs}
     parts = urlsplit(rest)
-    if rest.startswith("app:") or parts.scheme not in _OPENENV_SCHEMES or not parts.hostname:
+    if rest.startswith(("app:", "image:")) or parts.scheme not in _OPENENV_SCHEMES or not parts.hostname:
         raise ValueError(
-            f"expected 'openenv+ws://HOST:PORT', 'openenv+http://HOST:PORT' (a running OpenEnv server) or "
-            f"'openenv+app:pkg.module:app' (an OpenEnv app served by each worker), got {env!r}"
+            f"expected 'openenv+ws://HOST:PORT', 'openenv+http://HOST:PORT' (a running OpenEnv server), "
+            f"'openenv+app:pkg.module:app' (an OpenEnv app served by each worker) or 'openenv+image:IMAGE' (a "
+            f"container of an OpenEnv image per env, IMAGE as 'name:tag' or 'registry/name@sha256:...'), got {env!r}"
         )
     return {"kind": "openenv", "url": rest, "kwargs": kwargs}
 

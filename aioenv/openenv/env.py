@@ -130,10 +130,14 @@ class OpenEnvEnv(AsyncEnv[dict[str, Any], dict[str, Any]]):
         self.connect_timeout = float(connect_timeout)
         self.max_message_bytes = int(max_message_bytes)
         self.headers = dict(headers or {})
-        self._action, self._observation = server_fields(self.http_base, self.connect_timeout)
+        self._action, self._observation = self._fields()
         self.action_space = self._action.space
         self.observation_space = self._observation.space
         self._ws: Any = None  # websockets' ClientConnection while a session is open
+
+    def _fields(self) -> tuple[ObjectField, ObjectField]:
+        """``(action, observation)`` fields of the env's server (read once per process and server)."""
+        return server_fields(self.http_base, self.connect_timeout)
 
     async def _connect(self) -> None:
         from websockets.asyncio.client import connect
@@ -201,7 +205,7 @@ class OpenEnvEnv(AsyncEnv[dict[str, Any], dict[str, Any]]):
         try:
             reply = await self._call({"type": "reset", "data": data})
         except OpenEnvError:
-            await self.close()  # the server may have ended the session (a refused one): the next reset opens one
+            await self._end_session()  # the server may have ended it (a refused one): the next reset opens one
             raise
         obs, _, _, info = self._result(reply)
         return obs, info
@@ -215,6 +219,9 @@ class OpenEnvEnv(AsyncEnv[dict[str, Any], dict[str, Any]]):
 
     async def close(self) -> None:
         """End the session: ``"close"``, then the socket's close handshake (at most :data:`CLOSE_TIMEOUT`)."""
+        await self._end_session()
+
+    async def _end_session(self) -> None:
         ws, self._ws = self._ws, None
         if ws is None:
             return

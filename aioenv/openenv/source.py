@@ -7,9 +7,12 @@
   the worker that ends with it (it exits when its parent is gone). A server that died is started again at the next
   reset of one of its envs.
 
-Either is described by a source ``{"kind": "openenv", "url": ...}`` or ``{"kind": "openenv", "app": ...}``
-(:func:`aioenv.core.sources.openenv_source`); a server's pool refuses both (a client over the network would have the
-server open connections or start apps).
+- ``"openenv+image:IMAGE"``: an OpenEnv environment's container image, a container per env, started through podman
+  or docker (:mod:`aioenv.openenv.container`).
+
+Each is described by a source ``{"kind": "openenv", "url" | "app" | "image": ...}``
+(:func:`aioenv.core.sources.openenv_source`); a server's pool refuses them all (a client over the network would have
+the server open connections, start apps or run containers).
 """
 
 from __future__ import annotations
@@ -36,12 +39,16 @@ APP_START_TIMEOUT = 60.0
 
 def factory(source: dict[str, Any], kwargs: dict[str, Any]) -> Callable[[], Any]:
     """A worker's zero-argument factory of the env ``source`` describes (``kwargs`` go to :class:`OpenEnvEnv`)."""
-    url, app = source.get("url"), source.get("app")
+    url, app, image = source.get("url"), source.get("app"), source.get("image")
     if isinstance(url, str) and url:
         return lambda: OpenEnvEnv(url, **kwargs)
     if isinstance(app, str) and app:
         return lambda: AppEnv(LocalApp.of(app), **kwargs)
-    raise ValueError(f"an openenv source needs 'url' or 'app' ('pkg.module:app'), got {source!r}")
+    if isinstance(image, str) and image:
+        from aioenv.openenv.container import image_env
+
+        return lambda: image_env(image, kwargs)
+    raise ValueError(f"an openenv source needs 'url', 'app' ('pkg.module:app') or 'image', got {source!r}")
 
 
 class LocalApp:

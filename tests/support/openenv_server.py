@@ -14,7 +14,7 @@ import sys
 import textwrap
 import time
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 from tests.support.procs import HANG
 from tests.support.scripts import ROOT
@@ -93,16 +93,17 @@ class OpenEnvServer:
             proc.wait(HANG)
 
 
-#: A client process: a pool of 3 envs of ``argv[1]`` (an ``openenv+...`` name), reset and stepped once; it prints
-#: ``ready`` and waits to be killed.
+#: A client process: a pool of 3 envs of ``argv[1]`` (an ``openenv+...`` name; ``argv[2]``, its env_kwargs as JSON),
+#: reset and stepped once; it prints ``ready`` and waits to be killed.
 CLIENT = textwrap.dedent(
     """
-    import asyncio, sys
+    import asyncio, json, sys
     import numpy as np
     import aioenv
 
     async def main():
-        pool = await aioenv.make(sys.argv[1], 3, executor="async", num_workers=1)
+        kwargs = json.loads(sys.argv[2])
+        pool = await aioenv.make(sys.argv[1], 3, executor="async", num_workers=1, env_kwargs=kwargs)
         await pool.reset()
         words = np.empty(3, dtype=object)
         words[:] = ["a", "b", "c"]
@@ -116,11 +117,13 @@ CLIENT = textwrap.dedent(
 
 
 @contextlib.asynccontextmanager
-async def killed_client(env_name: str, token: str, ready_within: float = HANG) -> AsyncIterator[int]:
+async def killed_client(
+    env_name: str, token: str, ready_within: float = HANG, env_kwargs: Mapping[str, object] | None = None
+) -> AsyncIterator[int]:
     """Run :data:`CLIENT` on ``env_name`` (``token`` in its environment and its descendants'), wait until its pool
     stepped, yield its pid, then SIGKILL it and reap it."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), AIOENV_TEST_TOKEN=token)
-    cmd = [sys.executable, "-c", CLIENT, env_name]
+    cmd = [sys.executable, "-c", CLIENT, env_name, json.dumps(env_kwargs or {})]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, cwd=ROOT, env=env, text=True)
     try:
         assert proc.stdout is not None
