@@ -128,7 +128,7 @@ image-test: $(VENV)/.installed
 	$(PY) docker/image_test.py --engine $(ENGINE)
 
 # OpenEnv environments as container images (`openenv+image:`, docs/openenv.md) on a real engine, with whichever
-# engine answers (ENGINE, as above; podman here: ../shared/tools/podman-setup.sh): builds the OpenEnv test env
+# engine answers (ENGINE, as above): builds the OpenEnv test env
 # (tests/support/openenv_app.py) as an image from a local python:3.11-slim (tests/containers/Containerfile; OpenEnv and
 # uvicorn from the package registry, or from a wheelhouse downloaded here when the build cannot reach it; the layer
 # cache keeps a rebuild to seconds), then runs tests/containers: a pool of envs each in its own container,

@@ -23,7 +23,7 @@ __all__ = ["BASE", "IMAGE", "build", "requirements"]
 
 #: The tests' image.
 IMAGE = "localhost/aioenv-openenv-test:latest"
-#: The base image: a local python:3.11-slim (``../shared/tools/podman-setup.sh`` makes one where no registry is).
+#: The base image: a python:3.11-slim the engine has locally (pull or load it first where no registry is reachable).
 BASE = "docker.io/library/python:3.11-slim-bookworm"
 HERE = Path(__file__).resolve().parent
 
