@@ -35,6 +35,7 @@ from aioenv.pool import Pool
 __all__ = ["Engine"]
 
 READY, STEP, AUTORESET, RESET, POLICY = range(5)
+_NONE = np.zeros(0, dtype=np.int32)  # no env ids
 
 
 def _error_text(exc: BaseException) -> str:
@@ -114,57 +115,67 @@ class Engine:
         ids: np.ndarray,
         action: Any,
         step: tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]],
-        info_rows: np.ndarray,
-        valid: np.ndarray,
+        info_rows: np.ndarray | None,
         times: tuple[np.ndarray, np.ndarray, np.ndarray],
-    ) -> tuple[Chunk, np.ndarray, np.ndarray]:
-        """Record rows of envs ``ids`` (``step``: their obs, reward, terminated, truncated; ``info`` with the
-        rows at ``info_rows``). ``times``: env seconds, policy seconds, policy version of each row.
+    ) -> tuple[Chunk, np.ndarray | None, np.ndarray | None]:
+        """Record the steps of envs ``ids``, every one a transition (``step``: their obs, reward, terminated,
+        truncated; ``info`` with the rows at ``info_rows``, None: row i at i). ``times``: env seconds, policy
+        seconds, policy version of each row.
 
-        Returns the chunk, the rows whose env will reset in its next step (``next_step``), and those the
-        engine must reset itself."""
+        Returns the chunk, then the rows whose env will reset in its next step (``next_step``) and those the
+        engine must reset itself, each None when there are none (the common case: no episode ended)."""
         o, reward, terminated, truncated, info = step
         ended = terminated | truncated
+        any_end = bool(ended.any())
         next_obs = o
-        finals = valid & ended
-        if self.same_step and finals.any():
+        if self.same_step and any_end:
             next_obs = _tree.tmap(np.copy, o)
             final_obs = info["final_obs"]
-            for row in np.flatnonzero(finals):
-                _tree.put_row(next_obs, int(row), final_obs[info_rows[row]])
+            for row in np.flatnonzero(ended):
+                _tree.put_row(next_obs, int(row), final_obs[row if info_rows is None else info_rows[row]])
         steps = self.trajs.steps[ids]
         cap = self.opts.max_frames_per_traj
         # as a TimeLimit (and TorchRL's StepCounter): truncated at the cap even if it also terminated there
-        ours = valid & (steps + 1 >= cap) if cap else np.zeros_like(ended)
-        if cap and ours.any():
+        ours = steps + 1 >= cap if cap else None
+        done = ended
+        if ours is not None and ours.any():
             truncated = truncated | ours
-        done = valid & (terminated | truncated)
+            done = ended | ours
+        else:
+            ours = None
         env_s, pol_s, versions = times
+        n = ids.size
+        rows = self.all_ids[:n] if info_rows is None else info_rows
         chunk = Chunk(
-            env_id=ids.astype(np.int32),
+            env_id=ids,
             obs=_tree.take(self.cur_obs, ids),
             action=action,
             reward=reward,
             terminated=terminated,
             truncated=truncated,
             next_obs=next_obs,
-            valid=valid,
-            cut=np.zeros(ids.size, dtype=np.bool_),
-            traj_id=np.where(valid, self.trajs.traj[ids], -1),
-            step_count=np.where(valid, steps, -1),
+            valid=np.ones(n, dtype=np.bool_),
+            cut=np.zeros(n, dtype=np.bool_),
+            traj_id=self.trajs.traj[ids],
+            step_count=steps,
             policy_version=versions,
             env_seconds=env_s,
             policy_seconds=pol_s,
-            timeout=_flag(info, "timeout", info_rows),
+            timeout=_flag(info, "timeout", rows),
             info=info if self.keep_info else None,
-            info_row=info_rows if self.keep_info else None,
+            info_row=rows if self.keep_info else None,
         )
-        self.frames += int(np.count_nonzero(valid))
-        self.trajs.steps[ids[valid]] += 1
+        self.frames += n
+        self.trajs.steps[ids] = steps + 1
+        if not any_end and ours is None:
+            return chunk, None, None
         self.trajs.restart(ids[done])
-        natural = valid & ended
-        explicit = (ours & ~ended) | (natural & self.disabled)
-        return chunk, natural & self.next_step, explicit
+        explicit = None
+        if ours is not None:
+            explicit = ours & ~ended
+        if self.disabled and any_end:
+            explicit = ended if explicit is None else explicit | ended
+        return chunk, ended if self.next_step and any_end else None, explicit
 
     def _failed(self, ids: np.ndarray, action: Any, text: str, env_s: np.ndarray) -> Chunk:
         """Rows for steps (or policy calls) of ``ids`` that failed: not transitions, their trajectory cut."""
@@ -334,11 +345,19 @@ class Engine:
 
     # ------------------------------------------------------------ first finished (mode="async")
 
-    def _send(self, ids: np.ndarray, actions: Any, version: int, policy_s: float) -> None:
+    def _send(self, ids: np.ndarray, actions: Any, version: int, policy_s: float, again: np.ndarray) -> None:
+        """Send ``actions`` for ``ids``, and in the same message the steps that only reset the envs ``again``
+        (``next_step``: their last actions; the pool ignores them), as one ``pool.send``."""
         if self.cur_action is None:
             self.cur_action = _tree.empty_rows(actions, self.n)
+        if again.size:
+            both = _tree.tmap(lambda a, b: np.concatenate((a, b)), actions, _tree.take(self.cur_action, again))
+            self.pool.send(both, np.concatenate((ids, again)))
+            self.phase[again] = AUTORESET
+            self.in_flight += again.size
+        else:
+            self.pool.send(actions, ids)
         _tree.put(self.cur_action, ids, actions)
-        self.pool.send(actions, ids)
         self.phase[ids] = STEP
         self.sent_at[ids] = time.perf_counter()
         self.version[ids] = version
@@ -358,19 +377,32 @@ class Engine:
             self.phase[ids] = AUTORESET
             self.in_flight += ids.size
 
-    def _act(self, ids: np.ndarray) -> None:
-        """Choose and send actions for ``ids`` (at random, at once, or as policy tasks)."""
-        if not ids.size:
+    def _act(self, ids: np.ndarray, again: np.ndarray = _NONE) -> None:
+        """Choose and send actions for ``ids`` (at random, at once, or as policy tasks); ``again``: envs whose
+        next step only resets them, sent with the actions chosen at once (see :meth:`_send`)."""
+        if not ids.size or (self.runner.is_async and not self.random):
+            self._autoreset(again)
+            if ids.size:
+                self._start_policy(ids)
             return
-        if self.random:
-            self._send(ids, self.random_actions(ids.size), -1, 0.0)
-            return
+        try:
+            if self.random:
+                self._send(ids, self.random_actions(ids.size), -1, 0.0, again)
+                return
+            t0 = time.perf_counter()
+            version = self.runner.version
+            actions = self.runner.call(_tree.take(self.cur_obs, ids), ids)
+            self._send(ids, actions, version, time.perf_counter() - t0, again)
+        except BaseException:
+            if again.size and self.phase[again[0]] != AUTORESET:  # nothing was sent: the reset steps go alone
+                self._autoreset(again)
+            raise
+
+    def _start_policy(self, ids: np.ndarray) -> None:
+        """An async policy's calls for ``ids`` as tasks (one per env with ``per_env``)."""
         obs = _tree.take(self.cur_obs, ids)
         t0 = time.perf_counter()
         version = self.runner.version
-        if not self.runner.is_async:
-            self._send(ids, self.runner.call(obs, ids), version, time.perf_counter() - t0)
-            return
         self.phase[ids] = POLICY
         if self.runner.per_env:
             for j in range(ids.size):
@@ -430,7 +462,7 @@ class Engine:
             chunk = self._failed(ids, filler, f"policy: {_error_text(exc)}", np.zeros(ids.size))
             self._reset(ids)
             return [chunk]
-        self._send(ids, actions, version, time.perf_counter() - t0)
+        self._send(ids, actions, version, time.perf_counter() - t0, _NONE)
         return []
 
     def _on_error(self, exc: AioEnvError) -> list[Chunk]:
@@ -456,25 +488,32 @@ class Engine:
         if self.cur_obs is None:
             self.cur_obs = _tree.empty_rows(o, self.n)
         stepped = self.phase[ids] == STEP
-        chunks: list[Chunk] = []
-        ready = np.ones(ids.size, dtype=np.bool_)
-        if stepped.any():
+        if stepped.all():  # the common case: every row a step's, none a reset's: no rows to pick out
+            rows: np.ndarray | None = None
+            sids, part = ids, step
+        elif stepped.any():
             rows = np.flatnonzero(stepped)
             sids = ids[rows]
             part = (_tree.take(o, rows), reward[rows], terminated[rows], truncated[rows], info)
-            times = (now - self.sent_at[sids], self.policy_s[sids], self.version[sids])
-            chunk, autoreset, explicit = self._record(
-                sids, _tree.take(self.cur_action, sids), part, rows, np.ones(rows.size, dtype=np.bool_), times
-            )
-            chunks.append(chunk)
-            ready[rows[autoreset | explicit]] = False
-            _tree.put(self.cur_obs, ids, o)
-            self._autoreset(sids[autoreset])
-            self._reset(sids[explicit])
         else:
             _tree.put(self.cur_obs, ids, o)
-        self._act(ids[ready])
-        return chunks
+            self._act(ids)
+            return []
+        times = (now - self.sent_at[sids], self.policy_s[sids], self.version[sids])
+        chunk, autoreset, explicit = self._record(sids, _tree.take(self.cur_action, sids), part, rows, times)
+        _tree.put(self.cur_obs, ids, o)
+        if autoreset is None and explicit is None:
+            self._act(ids)
+            return [chunk]
+        ready = np.ones(ids.size, dtype=np.bool_)
+        picked = np.arange(ids.size) if rows is None else rows
+        if autoreset is not None:
+            ready[picked[autoreset]] = False
+        if explicit is not None:
+            ready[picked[explicit]] = False
+            self._reset(sids[explicit])
+        self._act(ids[ready], _NONE if autoreset is None else sids[autoreset])
+        return [chunk]
 
     async def drain(self, timeout: float = 30.0) -> None:
         """Cancel policy calls and take (and drop) every row still in flight, within ``timeout`` seconds."""
