@@ -31,7 +31,9 @@ the median over rounds of the ratio within a round.
 
 Run: ``python benchmarks/bench_collect.py [--seconds 5] [--repeats 3] [--memory-seconds 60] [--only WORKLOAD]
 [--quick] [--out DIR]``. Writes ``collect.json`` and ``collect.md`` to ``benchmarks/results`` (or ``--out``)
-and prints the tables. ``--quick``: 1 round of 1 s per cell and 3 s of memory, a smoke run.
+and prints the tables; with ``--only``, the other workloads of the ``collect.json`` already there are kept,
+marked with the command and date of the run that measured them. ``--quick``: 1 round of 1 s per cell and 3 s
+of memory, a smoke run.
 """
 
 from __future__ import annotations
@@ -454,6 +456,21 @@ def goals(result: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def carry_over(result: dict[str, Any], previous: Path) -> None:
+    """Keep the workloads of ``previous`` (an earlier ``collect.json``) that this run did not run (``--only``),
+    each with the command and date of the run that measured it (``result["carried"]``), so a run of one
+    workload does not drop the others' figures."""
+    if not previous.exists():
+        return
+    old = json.loads(previous.read_text())
+    for workload, figures in old.get("workloads", {}).items():
+        if workload in result["workloads"] or workload not in WORKLOADS:
+            continue
+        result["workloads"][workload] = figures
+        source = old.get("carried", {}).get(workload, {"command": old.get("command"), "date": old.get("date")})
+        result.setdefault("carried", {})[workload] = source
+
+
 def to_markdown(result: dict[str, Any]) -> str:
     """The results as Markdown tables."""
     v = result["versions"]
@@ -468,7 +485,15 @@ def to_markdown(result: dict[str, Any]) -> str:
     for workload, w in result["workloads"].items():
         cpu = w.get("cpu_us_per_frame", {})
         extra = (" | this process's CPU µs per frame |", " --: |") if cpu else ("", "")
-        lines += ["", f"**{workload}**", "", f"| cell | {units[workload]} |{extra[0]}", f"| --- | --: |{extra[1]}"]
+        carried = result.get("carried", {}).get(workload)
+        source = f" (carried over from `{carried['command']}`, {carried['date']})" if carried else ""
+        lines += [
+            "",
+            f"**{workload}**{source}",
+            "",
+            f"| cell | {units[workload]} |{extra[0]}",
+            f"| --- | --: |{extra[1]}",
+        ]
         for cell in w["cells"]:
             value = w["values"].get(cell)
             shown = f"{value:,.1f}" if value is not None else w["errors"].get(cell, "-")[:200]
@@ -514,6 +539,7 @@ def main() -> None:
         machine={"platform": platform.platform()},
         date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
+    carry_over(result, args.out / "collect.json")
     result["goals"] = goals(result)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "collect.json").write_text(json.dumps(result, indent=2))

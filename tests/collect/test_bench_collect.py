@@ -92,3 +92,33 @@ def test_the_batch_aware_ideal() -> None:
     assert module.batch_aware_ideal(1.0) == pytest.approx(ideal)
     n = module.LATENCY_ENVS
     assert module.batch_aware_ideal(n) == pytest.approx(ideal / (1 + (n - 1) / (2 * n)))
+
+
+def test_a_run_of_one_workload_keeps_the_others_figures_with_their_source(tmp_path: Path) -> None:
+    module = bench()
+
+    def workload(value: float) -> dict[str, Any]:
+        return {"cells": ["aioenv"], "values": {"aioenv": value}, "ratios": {}, "rounds": [], "errors": {}}
+
+    first = {"workloads": {"latency": workload(1.0), "memory": workload(0.5), "cartpole": workload(9.0)}}
+    first |= {"command": "python benchmarks/bench_collect.py", "date": "2026-01-01T00:00:00Z"}
+    previous = tmp_path / "collect.json"
+    previous.write_text(json.dumps(first))
+    result: dict[str, Any] = {"workloads": {"cartpole": workload(20.0)}}
+    module.carry_over(result, previous)
+    assert result["workloads"]["cartpole"]["values"] == {"aioenv": 20.0}  # this run's own
+    assert result["workloads"]["latency"] == first["workloads"]["latency"]
+    source = {"command": "python benchmarks/bench_collect.py", "date": "2026-01-01T00:00:00Z"}
+    assert result["carried"] == {"latency": source, "memory": source}
+    # carried again by a later run: still the run that measured it
+    previous.write_text(json.dumps(result | {"command": "later", "date": "2026-02-01T00:00:00Z"}))
+    again: dict[str, Any] = {"workloads": {"cartpole": workload(21.0)}}
+    module.carry_over(again, previous)
+    assert again["carried"]["latency"] == source
+    again |= {"command": "now", "date": "d", "seconds": 1.0, "repeats": 1, "cpus": 2, "goals": []}
+    again["versions"] = {"python": "3", "torch": "t", "torchrl": "r", "gymnasium": "g"}
+    markdown = module.to_markdown(again)
+    assert "**latency** (carried over from `python benchmarks/bench_collect.py`, 2026-01-01T00:00:00Z)" in markdown
+    assert "**cartpole**\n" in markdown
+    module.carry_over(fresh := {"workloads": {}}, tmp_path / "absent.json")  # nothing there: nothing carried
+    assert fresh == {"workloads": {}}
