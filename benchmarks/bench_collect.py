@@ -484,7 +484,7 @@ def to_markdown(result: dict[str, Any]) -> str:
     units = {"cartpole": "frames/s", "latency": "steps/s", "memory": "MiB of growth after warm-up"}
     for workload, w in result["workloads"].items():
         cpu = w.get("cpu_us_per_frame", {})
-        extra = (" | this process's CPU µs per frame |", " --: |") if cpu else ("", "")
+        extra = (" this process's CPU µs per frame |", " --: |") if cpu else ("", "")
         carried = result.get("carried", {}).get(workload)
         source = f" (carried over from `{carried['command']}`, {carried['date']})" if carried else ""
         lines += [
@@ -504,7 +504,8 @@ def to_markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {WORKLOADS[workload][cell]} | {shown} |")
         for name, value in w["ratios"].items():
             cpu_ratio = w.get("cpu_ratios", {}).get(name)
-            lines.append(f"| {name} | {value:.2f}x |" + (f" {cpu_ratio:.2f}x |" if cpu else ""))
+            shown_cpu = "-" if cpu_ratio is None else f"{cpu_ratio:.2f}x"
+            lines.append(f"| {name} | {value:.2f}x |" + (f" {shown_cpu} |" if cpu else ""))
     lines += ["", "| goal | value | met |", "| --- | --: | --- |"]
     lines += [f"| {g['goal']} | {g['value']:.3g} | {'yes' if g['met'] else 'MISSED'} |" for g in result["goals"]]
     return "\n".join(lines) + "\n"

@@ -69,6 +69,12 @@ def test_rounds_rotate_and_ratios_pair_within_a_round(monkeypatch: Any) -> None:
     assert hand["met"] is False
     assert hand_async["value"] == pytest.approx(1.0)
     assert hand_async["met"] is True
+    result |= {"command": "now", "date": "d", "seconds": 1.0, "repeats": 3, "cpus": 2, "goals": [torchrl, hand]}
+    result["versions"] = {"python": "3", "torch": "t", "torchrl": "r", "gymnasium": "g"}
+    markdown = module.to_markdown(result)
+    assert "| cell | frames/s | this process's CPU µs per frame |" in markdown
+    assert "| aioenv / hand loop | 0.80x | 1.20x |" in markdown  # rate, then CPU per frame
+    assert "| aioenv / torchrl serial | 10.00x | - |" in markdown  # TorchRL's cells give no CPU figure
 
 
 @pytest.mark.parametrize("cell", ["hand loop", "hand loop async"])
