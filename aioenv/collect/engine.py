@@ -64,6 +64,12 @@ def _filled(n: int, value: float, dtype: type[np.generic]) -> np.ndarray:
     return out
 
 
+def _constant(a: np.ndarray) -> np.ndarray:
+    """``a``, read-only: a lock-step's chunks share it (a batch copies what it stacks)."""
+    a.flags.writeable = False
+    return a
+
+
 def _flag(info: dict[str, Any], key: str, rows: np.ndarray) -> np.ndarray:
     """Rows ``rows`` of a boolean info entry (``info[key]`` with its ``_key`` mask), False where absent."""
     value = info.get(key)
@@ -95,6 +101,10 @@ class Engine:
         self.version = np.zeros(self.n, dtype=np.int64)
         self.policy_s = np.zeros(self.n)
         self.pending = np.zeros(self.n, dtype=np.bool_)  # sync mode: the env's next step is next_step's reset
+        self.any_pending = False  # ``pending.any()``, known from the step that set it
+        self._all_rows = _constant(np.ones(self.n, dtype=np.bool_))  # a lock-step's rows when none is pending
+        self._no_rows = _constant(np.zeros(self.n, dtype=np.bool_))
+        self._version_rows = _constant(np.zeros(self.n, dtype=np.int64))  # policy version 0 on every row
         self.cur_obs: Any = None
         self.cur_action: Any = None
         self.random_actions = RandomActions(pool.single_action_space, opts.seed)
@@ -154,8 +164,8 @@ class Engine:
             terminated=terminated,
             truncated=truncated,
             next_obs=next_obs,
-            valid=np.ones(n, dtype=np.bool_),
-            cut=np.zeros(n, dtype=np.bool_),
+            valid=self._all_rows[:n],
+            cut=self._no_rows[:n],
             traj_id=self.trajs.traj[ids],
             step_count=steps,
             policy_version=versions,
@@ -208,7 +218,8 @@ class Engine:
         """Reset every env (a fresh start for every trajectory)."""
         if self.opts.mode == "sync":
             self.cur_obs, _ = await self.pool.reset()
-            self.pending[:] = False
+            self.pending = self._no_rows
+            self.any_pending = False
         else:
             self._reset(self.all_ids)
 
@@ -244,7 +255,9 @@ class Engine:
             step, failed = self._merge_partial(exc)
             errors = exc.errors
         t2 = time.perf_counter()
-        valid = ~self.pending if failed is None else ~self.pending & ~failed
+        valid = ~self.pending if self.any_pending else self._all_rows  # the constant: no row to leave out
+        if failed is not None:
+            valid = valid & ~failed
         chunk, autoreset, explicit = self._record_all(actions, step, valid, (t2 - t1, t1 - t0, version))
         if failed is not None and failed.any():
             chunk.cut = failed.copy()
@@ -253,6 +266,7 @@ class Engine:
             self.trajs.restart(ids[failed])
             explicit = failed if explicit is None else explicit | failed
         self.pending = autoreset
+        self.any_pending = autoreset is not self._no_rows
         self.cur_obs = step[0]
         if explicit is not None and explicit.any():
             if chunk.next_obs is self.cur_obs:
@@ -274,9 +288,11 @@ class Engine:
         none). ``times``: env seconds, policy seconds and policy version, the same for every row."""
         o, reward, terminated, truncated, info = step
         n = self.n
+        every = valid is self._all_rows  # no row to leave out (the common step): no masking
         ended = terminated | truncated
-        finals = valid & ended
+        finals = ended if every else valid & ended
         any_final = bool(finals.any())
+        any_end = any_final
         next_obs = o
         if self.same_step and any_final:
             next_obs = _tree.tmap(np.copy, o)
@@ -295,6 +311,8 @@ class Engine:
                 done = valid & (terminated | truncated)
                 any_final = True
         env_s, pol_s, version = times
+        if self._version_rows[0] != version:
+            self._version_rows = _constant(_filled(n, version, np.int64))
         timeout = info.get("timeout")
         chunk = Chunk(
             env_id=self.all_ids,
@@ -305,18 +323,22 @@ class Engine:
             truncated=truncated,
             next_obs=next_obs,
             valid=valid,
-            cut=np.zeros(n, dtype=np.bool_),
-            traj_id=np.where(valid, self.trajs.traj, -1),
-            step_count=np.where(valid, steps, -1),
-            policy_version=_filled(n, version, np.int64),
+            cut=self._no_rows,
+            traj_id=self.trajs.traj.copy() if every else np.where(valid, self.trajs.traj, -1),
+            step_count=steps.copy() if every else np.where(valid, steps, -1),
+            policy_version=self._version_rows,
             env_seconds=_filled(n, env_s, np.float64),
             policy_seconds=_filled(n, pol_s, np.float64),
-            timeout=np.zeros(n, dtype=np.bool_) if timeout is None else _flag(info, "timeout", self.all_ids),
+            timeout=self._no_rows if timeout is None else _flag(info, "timeout", self.all_ids),
             info=info if self.keep_info else None,  # as _record: a whole step's row i is its info's row i
             info_row=self.all_ids if self.keep_info else None,
         )
-        self.frames += int(np.count_nonzero(valid))
-        steps += valid
+        if every:
+            self.frames += n
+            steps += 1
+        else:
+            self.frames += int(np.count_nonzero(valid))
+            steps += valid
         if any_final:
             self.trajs.restart(np.flatnonzero(done))
         explicit: np.ndarray | None = None
@@ -324,7 +346,7 @@ class Engine:
             explicit = ours & ~ended
         if self.disabled and any_final:
             explicit = finals if explicit is None else explicit | finals
-        return chunk, finals if self.next_step else np.zeros(n, dtype=np.bool_), explicit
+        return chunk, finals if self.next_step and any_end else self._no_rows, explicit
 
     def _merge_partial(self, exc: AioEnvError) -> tuple[tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any], Any]:
         """A whole step's rows out of a failed ``pool.step``: the rows that succeeded, the others empty."""
