@@ -7,7 +7,9 @@ Two ways to step, chosen by ``mode``:
 - ``async`` (:meth:`Engine.advance`): ``pool.send``/``pool.recv``. Each ``recv`` returns the rows that
   finished first; the policy is called with those rows and their actions are sent at once, while the other
   envs are still stepping. An ``async`` policy runs as a task, so rows keep arriving while it thinks; with
-  ``per_env`` each env gets its own call. Reset steps are not recorded (they are not transitions).
+  ``per_env`` each env gets its own call. Reset steps are not recorded (they are not transitions); a
+  ``next_step`` reset step goes out in the same ``pool.send`` as the actions the policy chose at once for the
+  other rows of its ``recv`` (one message per ``recv``, as a hand loop sends them).
 
 Whatever the autoreset mode, ``next_obs`` is the observation the step really produced: at an episode's end,
 the final one (``next_step`` and ``disabled`` return it; ``same_step`` carries it in ``info["final_obs"]``).
