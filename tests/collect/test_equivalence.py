@@ -171,3 +171,25 @@ def test_blocking_iteration_over_a_sync_pool_gives_the_same_batches() -> None:
     assert len(batches) == 2
     refs.replay(batches, N, "next_step", SEED)
     assert obs.shape == (N, 4)
+
+
+@pytest.mark.parametrize("mode", ["next_step", "same_step", "disabled"])
+async def test_first_finished_batches_truncate_like_a_time_limit(mode: str) -> None:
+    """mode="async" with max_frames_per_traj: a recv may hold rows the collector resets itself and rows whose
+    reset step goes out with the policy's actions; each env's sequence is still its TimeLimit reference."""
+    cap = 9
+    batches = await collect(
+        mode,
+        n=6,
+        frames_per_batch=50,
+        total_frames=300,
+        mode="async",
+        max_frames_per_traj=cap,
+        pool_kwargs={"num_workers": 2, "executor": "inline"},
+    )
+    for batch in batches:
+        refs.assert_trajectories_consistent(batch)
+        assert batch.step_count.max() <= cap - 1
+    assert any((b.step_count == cap - 1).any() for b in batches)
+    want = refs.reference_per_env(refs.cart_policy, 6, SEED, 300, max_episode_steps=cap)
+    refs.assert_same_sequences(refs.per_env(batches, 6), want, at_least=1)
