@@ -7,7 +7,14 @@ Three workloads, each cell in a fresh Python process with ``torch.set_num_thread
    TorchRL's ``Collector`` with the same MLP over ``SerialEnv(32, GymEnv)`` (``torchrl serial``) and over
    ``ParallelEnv(2, SerialEnv(16, GymEnv))`` (``torchrl parallel``), as ``bench_torchrl.py`` builds them; and
    ``hand loop``: the same SyncPool and MLP stepped by ``pool.step(policy(obs))`` in a plain loop, what a user
-   writes without a collector. Goals: aioenv >= 5x the faster TorchRL setup, and >= 0.95x the hand loop (the
+   writes without a collector. ``aioenv async`` and ``hand loop async``: the same first-finished
+   (``Collector(..., mode="async")`` against ``pool.send(policy(obs), env_ids)`` after each
+   ``pool.recv(min_results=1)``, counting transitions only, as the collector does). Every aioenv cell's pool
+   is placed the same way (``POOL_KW``: 2 inline workers), so a ratio is the collector's cost, not a placement
+   that ``executor="auto"`` chose differently in two cells. Each aioenv cell also gives its process's CPU
+   time per frame (``cpu_us_per_frame``, ``time.process_time``: the policy, the pool's side and the
+   collector; the workers' steps are the same in every cell), the figure a loaded machine disturbs least.
+   Goals: aioenv >= 5x the faster TorchRL setup, and both collector modes >= 0.95x their hand loop (the
    collector's bookkeeping costs at most 5%).
 2. ``latency``: 256 envs whose steps only wait (lognormal, mean 20 ms, sigma 0.5, cap 200 ms:
    ``aioenv/envs/latency.py``; ideal = 256 / 20 ms). ``aioenv``: ``AsyncSleepEnv`` on ``executor="async"``,
@@ -24,7 +31,9 @@ the median over rounds of the ratio within a round.
 
 Run: ``python benchmarks/bench_collect.py [--seconds 5] [--repeats 3] [--memory-seconds 60] [--only WORKLOAD]
 [--quick] [--out DIR]``. Writes ``collect.json`` and ``collect.md`` to ``benchmarks/results`` (or ``--out``)
-and prints the tables. ``--quick``: 1 round of 1 s per cell and 3 s of memory, a smoke run.
+and prints the tables; with ``--only``, the other workloads of the ``collect.json`` already there are kept,
+marked with the command and date of the run that measured them. ``--quick``: 1 round of 1 s per cell and 3 s
+of memory, a smoke run.
 """
 
 from __future__ import annotations
@@ -54,6 +63,8 @@ NUM_ENVS = 32
 LATENCY_ENVS = 256
 LATENCY = {"mean": 0.02, "sigma": 0.5, "cap": 0.2, "episode_steps": 10**9}
 FRAMES_PER_BATCH = 1024
+#: the placement of every aioenv cell of the ``cartpole`` workload (the same in the collector's and the hand loops')
+POOL_KW: dict[str, Any] = {"seed": 0, "executor": "inline", "num_workers": 2}
 MIB = 2**20
 MEMORY_BAR_MIB = 16.0
 
@@ -64,6 +75,8 @@ WORKLOADS: dict[str, dict[str, str]] = {
         "torchrl serial": 'TorchRL Collector over SerialEnv(32, GymEnv("CartPole-v1"))',
         "torchrl parallel": "TorchRL Collector over ParallelEnv(2, SerialEnv(16, GymEnv))",
         "hand loop": 'obs = pool.step(module(obs)) over SyncPool("CartPole-v1", 32), a plain loop',
+        "aioenv async": 'Collector(SyncPool("CartPole-v1", 32), MLP module, mode="async")',
+        "hand loop async": "pool.send(module(obs), env_ids) after each pool.recv(min_results=1), same pool",
     },
     "latency": {
         "aioenv": 'Collector(Pool(AsyncSleepEnv, 256, executor="async"), mode="async")',
@@ -76,6 +89,7 @@ RATIOS = {
         "aioenv / torchrl serial": ("aioenv", "torchrl serial"),
         "aioenv / torchrl parallel": ("aioenv", "torchrl parallel"),
         "aioenv / hand loop": ("aioenv", "hand loop"),
+        "aioenv async / hand loop async": ("aioenv async", "hand loop async"),
     },
     "latency": {"aioenv / torchrl pool": ("aioenv", "torchrl pool")},
     "memory": {},
@@ -104,25 +118,34 @@ def mlp_policy() -> Any:
 
 
 def timed(batches: Any, seconds: float, count: Any) -> dict[str, Any]:
-    """Pull two batches to warm up, then batches for ``seconds``; frames/s (``count(batch)`` frames each)."""
+    """Pull two batches to warm up, then batches for ``seconds``; frames/s (``count(batch)`` frames each), and
+    this process's CPU time per frame (µs)."""
     for _ in range(2):
         next(batches)
     frames = n = 0
+    cpu = time.process_time()
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
         frames += count(next(batches))
         n += 1
     elapsed = time.perf_counter() - start
-    return {"value": frames / elapsed, "frames": frames, "batches": n, "seconds": elapsed}
+    cpu = time.process_time() - cpu
+    return {
+        "value": frames / elapsed,
+        "frames": frames,
+        "batches": n,
+        "seconds": elapsed,
+        "cpu_us_per_frame": 1e6 * cpu / max(frames, 1),
+    }
 
 
-def cartpole_aioenv(seconds: float) -> dict[str, Any]:
+def cartpole_aioenv(seconds: float, mode: str = "sync") -> dict[str, Any]:
     import aioenv
     from aioenv.collect import Collector
 
     with (
-        aioenv.SyncPool("CartPole-v1", NUM_ENVS, seed=0) as pool,
-        Collector(pool, mlp_policy(), frames_per_batch=FRAMES_PER_BATCH) as collector,
+        aioenv.SyncPool("CartPole-v1", NUM_ENVS, **POOL_KW) as pool,
+        Collector(pool, mlp_policy(), frames_per_batch=FRAMES_PER_BATCH, mode=mode) as collector,
     ):
         out = timed(iter(collector), seconds, lambda b: b.frames)
         out["note"] = pool.pool.describe_placement()
@@ -146,7 +169,41 @@ def cartpole_hand(seconds: float) -> dict[str, Any]:
                 obs, _reward, _terminated, _truncated, _info = pool.step(actions)
             yield FRAMES_PER_BATCH
 
-    with aioenv.SyncPool("CartPole-v1", NUM_ENVS, seed=0) as pool:
+    with aioenv.SyncPool("CartPole-v1", NUM_ENVS, **POOL_KW) as pool:
+        out = timed(batches(pool), seconds, lambda frames: frames)
+        out["note"] = pool.pool.describe_placement()
+    return out
+
+
+def cartpole_hand_async(seconds: float) -> dict[str, Any]:
+    """First-finished without a collector: after each ``pool.recv(min_results=1)``, ``pool.send`` the policy's
+    actions for the rows that came; a "batch" is 1,024 transitions (a ``next_step`` reset step is none)."""
+    import numpy as np
+    import torch
+
+    import aioenv
+
+    policy = mlp_policy()
+
+    def act(obs: Any) -> Any:
+        with torch.no_grad():
+            return policy(torch.as_tensor(obs)).numpy()
+
+    def batches(pool: Any) -> Any:
+        obs, _ = pool.reset()
+        ended = np.zeros(NUM_ENVS, dtype=np.bool_)  # the env's next row only resets it
+        pool.send(act(obs))
+        while True:
+            frames = 0
+            while frames < FRAMES_PER_BATCH:
+                obs, _reward, terminated, truncated, info = pool.recv(min_results=1)
+                ids = info["env_id"]
+                pool.send(act(obs), ids)
+                frames += int(np.count_nonzero(~ended[ids]))
+                ended[ids] = terminated | truncated
+            yield frames
+
+    with aioenv.SyncPool("CartPole-v1", NUM_ENVS, **POOL_KW) as pool:
         out = timed(batches(pool), seconds, lambda frames: frames)
         out["note"] = pool.pool.describe_placement()
     return out
@@ -166,7 +223,9 @@ def cartpole_torchrl(cell: str, seconds: float) -> dict[str, Any]:
         auto_register_policy_transforms=False,
     )
     try:
-        return timed(iter(collector), seconds, lambda b: b.numel())
+        out = timed(iter(collector), seconds, lambda b: b.numel())
+        del out["cpu_us_per_frame"]  # its envs step in this process (serial) or in others (parallel): no peer
+        return out
     finally:
         collector.shutdown()
         if not env.is_closed:
@@ -306,9 +365,11 @@ def run_cell(workload: str, cell: str, seconds: float) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     if workload == "cartpole":
-        if cell == "aioenv":
-            return cartpole_aioenv(seconds)
-        return cartpole_hand(seconds) if cell == "hand loop" else cartpole_torchrl(cell, seconds)
+        if cell in ("aioenv", "aioenv async"):
+            return cartpole_aioenv(seconds, "sync" if cell == "aioenv" else "async")
+        if cell == "hand loop":
+            return cartpole_hand(seconds)
+        return cartpole_hand_async(seconds) if cell == "hand loop async" else cartpole_torchrl(cell, seconds)
     if workload == "latency":
         return latency_aioenv(seconds) if cell == "aioenv" else latency_torchrl(seconds)
     if workload == "memory":
@@ -342,12 +403,22 @@ def run_workload(workload: str, seconds: float, repeats: int) -> dict[str, Any]:
             print(f"[{workload} {r + 1}/{repeats}] {cell}: {this[cell]['value']:,.1f}", flush=True)
         rounds.append(this)
     medians = {c: statistics.median(rnd[c]["value"] for rnd in rounds if c in rnd) for c in cells if c not in errors}
-    ratios = {}
+    ratios, cpu_ratios = {}, {}
     for label, (num, den) in RATIOS[workload].items():
-        paired = [rnd[num]["value"] / rnd[den]["value"] for rnd in rounds if num in rnd and den in rnd]
-        if paired:
-            ratios[label] = statistics.median(paired)
-    return {"cells": cells, "values": medians, "ratios": ratios, "rounds": rounds, "errors": errors}
+        both = [rnd for rnd in rounds if num in rnd and den in rnd]
+        if both:
+            ratios[label] = statistics.median(rnd[num]["value"] / rnd[den]["value"] for rnd in both)
+        timed_both = [rnd for rnd in both if "cpu_us_per_frame" in rnd[num] and "cpu_us_per_frame" in rnd[den]]
+        cpu = [rnd[num]["cpu_us_per_frame"] / rnd[den]["cpu_us_per_frame"] for rnd in timed_both]
+        if cpu:
+            cpu_ratios[label] = statistics.median(cpu)
+    cpu_medians = {}
+    for c in cells:
+        cpu_us = [rnd[c]["cpu_us_per_frame"] for rnd in rounds if "cpu_us_per_frame" in rnd.get(c, {})]
+        if cpu_us:
+            cpu_medians[c] = statistics.median(cpu_us)
+    return {"cells": cells, "values": medians, "ratios": ratios, "cpu_us_per_frame": cpu_medians,
+            "cpu_ratios": cpu_ratios, "rounds": rounds, "errors": errors}  # fmt: skip
 
 
 def batch_aware_ideal(rows_per_call: float) -> float:
@@ -364,10 +435,11 @@ def goals(result: dict[str, Any]) -> list[dict[str, Any]]:
     if best and "aioenv" in cart:
         out.append({"goal": "cartpole: aioenv >= 5x the faster TorchRL setup", "value": cart["aioenv"] / best,
                     "threshold": 5.0, "met": cart["aioenv"] / best >= 5.0})  # fmt: skip
-    hand = result["workloads"].get("cartpole", {}).get("ratios", {}).get("aioenv / hand loop")
-    if hand is not None:
-        out.append({"goal": "cartpole: aioenv >= 0.95x a hand loop over the same pool and policy", "value": hand,
-                    "threshold": 0.95, "met": hand >= 0.95})  # fmt: skip
+    for label, what in (("aioenv / hand loop", "aioenv"), ("aioenv async / hand loop async", "aioenv async")):
+        hand = result["workloads"].get("cartpole", {}).get("ratios", {}).get(label)
+        if hand is not None:
+            out.append({"goal": f"cartpole: {what} >= 0.95x a hand loop over the same pool and policy", "value": hand,
+                        "threshold": 0.95, "met": hand >= 0.95})  # fmt: skip
     lat = result["workloads"].get("latency", {})
     for cell in lat.get("values", {}):
         rounds = [rnd[cell] for rnd in lat["rounds"] if cell in rnd]
@@ -384,6 +456,21 @@ def goals(result: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def carry_over(result: dict[str, Any], previous: Path) -> None:
+    """Keep the workloads of ``previous`` (an earlier ``collect.json``) that this run did not run (``--only``),
+    each with the command and date of the run that measured it (``result["carried"]``), so a run of one
+    workload does not drop the others' figures."""
+    if not previous.exists():
+        return
+    old = json.loads(previous.read_text())
+    for workload, figures in old.get("workloads", {}).items():
+        if workload in result["workloads"] or workload not in WORKLOADS:
+            continue
+        result["workloads"][workload] = figures
+        source = old.get("carried", {}).get(workload, {"command": old.get("command"), "date": old.get("date")})
+        result.setdefault("carried", {})[workload] = source
+
+
 def to_markdown(result: dict[str, Any]) -> str:
     """The results as Markdown tables."""
     v = result["versions"]
@@ -396,14 +483,29 @@ def to_markdown(result: dict[str, Any]) -> str:
     ]
     units = {"cartpole": "frames/s", "latency": "steps/s", "memory": "MiB of growth after warm-up"}
     for workload, w in result["workloads"].items():
-        lines += ["", f"**{workload}**", "", f"| cell | {units[workload]} |", "| --- | --: |"]
+        cpu = w.get("cpu_us_per_frame", {})
+        extra = (" this process's CPU µs per frame |", " --: |") if cpu else ("", "")
+        carried = result.get("carried", {}).get(workload)
+        source = f" (carried over from `{carried['command']}`, {carried['date']})" if carried else ""
+        lines += [
+            "",
+            f"**{workload}**{source}",
+            "",
+            f"| cell | {units[workload]} |{extra[0]}",
+            f"| --- | --: |{extra[1]}",
+        ]
         for cell in w["cells"]:
             value = w["values"].get(cell)
             shown = f"{value:,.1f}" if value is not None else w["errors"].get(cell, "-")[:200]
             if workload == "latency" and cell in w.get("of_ideal", {}):
                 shown += f" ({100 * w['of_ideal'][cell]:.1f}% of the batch-aware ideal)"
+            if cpu:
+                shown += f" | {cpu[cell]:.1f}" if cell in cpu else " | -"
             lines.append(f"| {WORKLOADS[workload][cell]} | {shown} |")
-        lines += [f"| {name} | {value:.2f}x |" for name, value in w["ratios"].items()]
+        for name, value in w["ratios"].items():
+            cpu_ratio = w.get("cpu_ratios", {}).get(name)
+            shown_cpu = "-" if cpu_ratio is None else f"{cpu_ratio:.2f}x"
+            lines.append(f"| {name} | {value:.2f}x |" + (f" {shown_cpu} |" if cpu else ""))
     lines += ["", "| goal | value | met |", "| --- | --: | --- |"]
     lines += [f"| {g['goal']} | {g['value']:.3g} | {'yes' if g['met'] else 'MISSED'} |" for g in result["goals"]]
     return "\n".join(lines) + "\n"
@@ -438,6 +540,7 @@ def main() -> None:
         machine={"platform": platform.platform()},
         date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
+    carry_over(result, args.out / "collect.json")
     result["goals"] = goals(result)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "collect.json").write_text(json.dumps(result, indent=2))

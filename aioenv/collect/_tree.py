@@ -30,6 +30,8 @@ Tree = Any
 
 def tmap(fn: Callable[..., Any], tree: Tree, *rest: Tree) -> Tree:
     """``fn`` applied to each leaf of ``tree`` (and the matching leaves of ``rest``), same structure."""
+    if type(tree) is np.ndarray:  # the common tree, one leaf: no ABC check
+        return fn(tree, *rest)
     if isinstance(tree, Mapping):
         return {k: tmap(fn, v, *(r[k] for r in rest)) for k, v in tree.items()}
     if isinstance(tree, tuple):
@@ -48,11 +50,16 @@ def leaves(tree: Tree) -> list[np.ndarray]:
 
 def take(tree: Tree, index: Any) -> Tree:
     """Rows ``index`` of every leaf (a copy for an index array)."""
+    if type(tree) is np.ndarray:
+        return tree[index]
     return tmap(lambda a: a[index], tree)
 
 
 def put(tree: Tree, index: Any, value: Tree) -> None:
     """``tree[index] = value`` for every leaf (``value`` batched like ``tree``)."""
+    if type(tree) is np.ndarray and tree.dtype != object:
+        tree[index] = value
+        return
     tmap(lambda leaf, rows: _put_leaf(leaf, index, rows), tree, value)
 
 

@@ -148,8 +148,14 @@ def _joined(chunks: Sequence[Chunk], join: Any) -> dict[str, Any]:
 def _stack(xs: Sequence[np.ndarray]) -> np.ndarray:
     """``np.stack(xs)``; for arrays of numbers as one ``np.array`` call, without ``np.stack``'s Python-level
     work per array (object arrays keep ``np.stack``: their items may be arrays that ``np.array`` would unpack)."""
-    if xs[0].dtype != object and all(x.shape == xs[0].shape for x in xs):
-        return np.array(xs)
+    first = xs[0]
+    if first.dtype != object:
+        try:
+            out = np.array(xs)
+        except ValueError:  # shapes differ: np.stack says which
+            return np.stack(xs)
+        if out.dtype == first.dtype and out.shape[1:] == first.shape:
+            return out
     return np.stack(xs)
 
 

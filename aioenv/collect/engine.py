@@ -7,7 +7,9 @@ Two ways to step, chosen by ``mode``:
 - ``async`` (:meth:`Engine.advance`): ``pool.send``/``pool.recv``. Each ``recv`` returns the rows that
   finished first; the policy is called with those rows and their actions are sent at once, while the other
   envs are still stepping. An ``async`` policy runs as a task, so rows keep arriving while it thinks; with
-  ``per_env`` each env gets its own call. Reset steps are not recorded (they are not transitions).
+  ``per_env`` each env gets its own call. Reset steps are not recorded (they are not transitions); a
+  ``next_step`` reset step goes out in the same ``pool.send`` as the actions the policy chose at once for the
+  other rows of its ``recv`` (one message per ``recv``, as a hand loop sends them).
 
 Whatever the autoreset mode, ``next_obs`` is the observation the step really produced: at an episode's end,
 the final one (``next_step`` and ``disabled`` return it; ``same_step`` carries it in ``info["final_obs"]``).
@@ -35,6 +37,7 @@ from aioenv.pool import Pool
 __all__ = ["Engine"]
 
 READY, STEP, AUTORESET, RESET, POLICY = range(5)
+_NONE = np.zeros(0, dtype=np.int32)  # no env ids
 
 
 def _error_text(exc: BaseException) -> str:
@@ -61,6 +64,12 @@ def _filled(n: int, value: float, dtype: type[np.generic]) -> np.ndarray:
     out = np.empty(n, dtype=dtype)
     out.fill(value)
     return out
+
+
+def _constant(a: np.ndarray) -> np.ndarray:
+    """``a``, read-only: a lock-step's chunks share it (a batch copies what it stacks)."""
+    a.flags.writeable = False
+    return a
 
 
 def _flag(info: dict[str, Any], key: str, rows: np.ndarray) -> np.ndarray:
@@ -94,6 +103,10 @@ class Engine:
         self.version = np.zeros(self.n, dtype=np.int64)
         self.policy_s = np.zeros(self.n)
         self.pending = np.zeros(self.n, dtype=np.bool_)  # sync mode: the env's next step is next_step's reset
+        self.any_pending = False  # ``pending.any()``, known from the step that set it
+        self._all_rows = _constant(np.ones(self.n, dtype=np.bool_))  # a lock-step's rows when none is pending
+        self._no_rows = _constant(np.zeros(self.n, dtype=np.bool_))
+        self._version_rows = _constant(np.zeros(self.n, dtype=np.int64))  # policy version 0 on every row
         self.cur_obs: Any = None
         self.cur_action: Any = None
         self.random_actions = RandomActions(pool.single_action_space, opts.seed)
@@ -114,57 +127,67 @@ class Engine:
         ids: np.ndarray,
         action: Any,
         step: tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]],
-        info_rows: np.ndarray,
-        valid: np.ndarray,
+        info_rows: np.ndarray | None,
         times: tuple[np.ndarray, np.ndarray, np.ndarray],
-    ) -> tuple[Chunk, np.ndarray, np.ndarray]:
-        """Record rows of envs ``ids`` (``step``: their obs, reward, terminated, truncated; ``info`` with the
-        rows at ``info_rows``). ``times``: env seconds, policy seconds, policy version of each row.
+    ) -> tuple[Chunk, np.ndarray | None, np.ndarray | None]:
+        """Record the steps of envs ``ids``, every one a transition (``step``: their obs, reward, terminated,
+        truncated; ``info`` with the rows at ``info_rows``, None: row i at i). ``times``: env seconds, policy
+        seconds, policy version of each row.
 
-        Returns the chunk, the rows whose env will reset in its next step (``next_step``), and those the
-        engine must reset itself."""
+        Returns the chunk, then the rows whose env will reset in its next step (``next_step``) and those the
+        engine must reset itself, each None when there are none (the common case: no episode ended)."""
         o, reward, terminated, truncated, info = step
         ended = terminated | truncated
+        any_end = bool(ended.any())
         next_obs = o
-        finals = valid & ended
-        if self.same_step and finals.any():
+        if self.same_step and any_end:
             next_obs = _tree.tmap(np.copy, o)
             final_obs = info["final_obs"]
-            for row in np.flatnonzero(finals):
-                _tree.put_row(next_obs, int(row), final_obs[info_rows[row]])
+            for row in np.flatnonzero(ended):
+                _tree.put_row(next_obs, int(row), final_obs[row if info_rows is None else info_rows[row]])
         steps = self.trajs.steps[ids]
         cap = self.opts.max_frames_per_traj
         # as a TimeLimit (and TorchRL's StepCounter): truncated at the cap even if it also terminated there
-        ours = valid & (steps + 1 >= cap) if cap else np.zeros_like(ended)
-        if cap and ours.any():
+        ours = steps + 1 >= cap if cap else None
+        done = ended
+        if ours is not None and ours.any():
             truncated = truncated | ours
-        done = valid & (terminated | truncated)
+            done = ended | ours
+        else:
+            ours = None
         env_s, pol_s, versions = times
+        n = ids.size
+        rows = self.all_ids[:n] if info_rows is None else info_rows
         chunk = Chunk(
-            env_id=ids.astype(np.int32),
+            env_id=ids,
             obs=_tree.take(self.cur_obs, ids),
             action=action,
             reward=reward,
             terminated=terminated,
             truncated=truncated,
             next_obs=next_obs,
-            valid=valid,
-            cut=np.zeros(ids.size, dtype=np.bool_),
-            traj_id=np.where(valid, self.trajs.traj[ids], -1),
-            step_count=np.where(valid, steps, -1),
+            valid=self._all_rows[:n],
+            cut=self._no_rows[:n],
+            traj_id=self.trajs.traj[ids],
+            step_count=steps,
             policy_version=versions,
             env_seconds=env_s,
             policy_seconds=pol_s,
-            timeout=_flag(info, "timeout", info_rows),
+            timeout=_flag(info, "timeout", rows),
             info=info if self.keep_info else None,
-            info_row=info_rows if self.keep_info else None,
+            info_row=rows if self.keep_info else None,
         )
-        self.frames += int(np.count_nonzero(valid))
-        self.trajs.steps[ids[valid]] += 1
+        self.frames += n
+        self.trajs.steps[ids] = steps + 1
+        if not any_end and ours is None:
+            return chunk, None, None
         self.trajs.restart(ids[done])
-        natural = valid & ended
-        explicit = (ours & ~ended) | (natural & self.disabled)
-        return chunk, natural & self.next_step, explicit
+        explicit = None
+        if ours is not None:
+            explicit = ours & ~ended
+        if self.disabled and any_end:
+            explicit = ended if explicit is None else explicit | ended
+        return chunk, ended if self.next_step and any_end else None, explicit
 
     def _failed(self, ids: np.ndarray, action: Any, text: str, env_s: np.ndarray) -> Chunk:
         """Rows for steps (or policy calls) of ``ids`` that failed: not transitions, their trajectory cut."""
@@ -197,7 +220,8 @@ class Engine:
         """Reset every env (a fresh start for every trajectory)."""
         if self.opts.mode == "sync":
             self.cur_obs, _ = await self.pool.reset()
-            self.pending[:] = False
+            self.pending = self._no_rows
+            self.any_pending = False
         else:
             self._reset(self.all_ids)
 
@@ -233,7 +257,9 @@ class Engine:
             step, failed = self._merge_partial(exc)
             errors = exc.errors
         t2 = time.perf_counter()
-        valid = ~self.pending if failed is None else ~self.pending & ~failed
+        valid = ~self.pending if self.any_pending else self._all_rows  # the constant: no row to leave out
+        if failed is not None:
+            valid = valid & ~failed
         chunk, autoreset, explicit = self._record_all(actions, step, valid, (t2 - t1, t1 - t0, version))
         if failed is not None and failed.any():
             chunk.cut = failed.copy()
@@ -242,6 +268,7 @@ class Engine:
             self.trajs.restart(ids[failed])
             explicit = failed if explicit is None else explicit | failed
         self.pending = autoreset
+        self.any_pending = autoreset is not self._no_rows
         self.cur_obs = step[0]
         if explicit is not None and explicit.any():
             if chunk.next_obs is self.cur_obs:
@@ -263,9 +290,11 @@ class Engine:
         none). ``times``: env seconds, policy seconds and policy version, the same for every row."""
         o, reward, terminated, truncated, info = step
         n = self.n
+        every = valid is self._all_rows  # no row to leave out (the common step): no masking
         ended = terminated | truncated
-        finals = valid & ended
+        finals = ended if every else valid & ended
         any_final = bool(finals.any())
+        any_end = any_final
         next_obs = o
         if self.same_step and any_final:
             next_obs = _tree.tmap(np.copy, o)
@@ -284,6 +313,8 @@ class Engine:
                 done = valid & (terminated | truncated)
                 any_final = True
         env_s, pol_s, version = times
+        if self._version_rows[0] != version:
+            self._version_rows = _constant(_filled(n, version, np.int64))
         timeout = info.get("timeout")
         chunk = Chunk(
             env_id=self.all_ids,
@@ -294,18 +325,22 @@ class Engine:
             truncated=truncated,
             next_obs=next_obs,
             valid=valid,
-            cut=np.zeros(n, dtype=np.bool_),
-            traj_id=np.where(valid, self.trajs.traj, -1),
-            step_count=np.where(valid, steps, -1),
-            policy_version=_filled(n, version, np.int64),
+            cut=self._no_rows,
+            traj_id=self.trajs.traj.copy() if every else np.where(valid, self.trajs.traj, -1),
+            step_count=steps.copy() if every else np.where(valid, steps, -1),
+            policy_version=self._version_rows,
             env_seconds=_filled(n, env_s, np.float64),
             policy_seconds=_filled(n, pol_s, np.float64),
-            timeout=np.zeros(n, dtype=np.bool_) if timeout is None else _flag(info, "timeout", self.all_ids),
+            timeout=self._no_rows if timeout is None else _flag(info, "timeout", self.all_ids),
             info=info if self.keep_info else None,  # as _record: a whole step's row i is its info's row i
             info_row=self.all_ids if self.keep_info else None,
         )
-        self.frames += int(np.count_nonzero(valid))
-        steps += valid
+        if every:
+            self.frames += n
+            steps += 1
+        else:
+            self.frames += int(np.count_nonzero(valid))
+            steps += valid
         if any_final:
             self.trajs.restart(np.flatnonzero(done))
         explicit: np.ndarray | None = None
@@ -313,7 +348,7 @@ class Engine:
             explicit = ours & ~ended
         if self.disabled and any_final:
             explicit = finals if explicit is None else explicit | finals
-        return chunk, finals if self.next_step else np.zeros(n, dtype=np.bool_), explicit
+        return chunk, finals if self.next_step and any_end else self._no_rows, explicit
 
     def _merge_partial(self, exc: AioEnvError) -> tuple[tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any], Any]:
         """A whole step's rows out of a failed ``pool.step``: the rows that succeeded, the others empty."""
@@ -334,11 +369,19 @@ class Engine:
 
     # ------------------------------------------------------------ first finished (mode="async")
 
-    def _send(self, ids: np.ndarray, actions: Any, version: int, policy_s: float) -> None:
+    def _send(self, ids: np.ndarray, actions: Any, version: int, policy_s: float, again: np.ndarray) -> None:
+        """Send ``actions`` for ``ids``, and in the same message the steps that only reset the envs ``again``
+        (``next_step``: their last actions; the pool ignores them), as one ``pool.send``."""
         if self.cur_action is None:
             self.cur_action = _tree.empty_rows(actions, self.n)
+        if again.size:
+            both = _tree.tmap(lambda a, b: np.concatenate((a, b)), actions, _tree.take(self.cur_action, again))
+            self.pool.send(both, np.concatenate((ids, again)))
+            self.phase[again] = AUTORESET
+            self.in_flight += again.size
+        else:
+            self.pool.send(actions, ids)
         _tree.put(self.cur_action, ids, actions)
-        self.pool.send(actions, ids)
         self.phase[ids] = STEP
         self.sent_at[ids] = time.perf_counter()
         self.version[ids] = version
@@ -358,19 +401,32 @@ class Engine:
             self.phase[ids] = AUTORESET
             self.in_flight += ids.size
 
-    def _act(self, ids: np.ndarray) -> None:
-        """Choose and send actions for ``ids`` (at random, at once, or as policy tasks)."""
-        if not ids.size:
+    def _act(self, ids: np.ndarray, again: np.ndarray = _NONE) -> None:
+        """Choose and send actions for ``ids`` (at random, at once, or as policy tasks); ``again``: envs whose
+        next step only resets them, sent with the actions chosen at once (see :meth:`_send`)."""
+        if not ids.size or (self.runner.is_async and not self.random):
+            self._autoreset(again)
+            if ids.size:
+                self._start_policy(ids)
             return
-        if self.random:
-            self._send(ids, self.random_actions(ids.size), -1, 0.0)
-            return
+        try:
+            if self.random:
+                self._send(ids, self.random_actions(ids.size), -1, 0.0, again)
+                return
+            t0 = time.perf_counter()
+            version = self.runner.version
+            actions = self.runner.call(_tree.take(self.cur_obs, ids), ids)
+            self._send(ids, actions, version, time.perf_counter() - t0, again)
+        except BaseException:
+            if again.size and self.phase[again[0]] != AUTORESET:  # nothing was sent: the reset steps go alone
+                self._autoreset(again)
+            raise
+
+    def _start_policy(self, ids: np.ndarray) -> None:
+        """An async policy's calls for ``ids`` as tasks (one per env with ``per_env``)."""
         obs = _tree.take(self.cur_obs, ids)
         t0 = time.perf_counter()
         version = self.runner.version
-        if not self.runner.is_async:
-            self._send(ids, self.runner.call(obs, ids), version, time.perf_counter() - t0)
-            return
         self.phase[ids] = POLICY
         if self.runner.per_env:
             for j in range(ids.size):
@@ -430,7 +486,7 @@ class Engine:
             chunk = self._failed(ids, filler, f"policy: {_error_text(exc)}", np.zeros(ids.size))
             self._reset(ids)
             return [chunk]
-        self._send(ids, actions, version, time.perf_counter() - t0)
+        self._send(ids, actions, version, time.perf_counter() - t0, _NONE)
         return []
 
     def _on_error(self, exc: AioEnvError) -> list[Chunk]:
@@ -456,25 +512,32 @@ class Engine:
         if self.cur_obs is None:
             self.cur_obs = _tree.empty_rows(o, self.n)
         stepped = self.phase[ids] == STEP
-        chunks: list[Chunk] = []
-        ready = np.ones(ids.size, dtype=np.bool_)
-        if stepped.any():
+        if stepped.all():  # the common case: every row a step's, none a reset's: no rows to pick out
+            rows: np.ndarray | None = None
+            sids, part = ids, step
+        elif stepped.any():
             rows = np.flatnonzero(stepped)
             sids = ids[rows]
             part = (_tree.take(o, rows), reward[rows], terminated[rows], truncated[rows], info)
-            times = (now - self.sent_at[sids], self.policy_s[sids], self.version[sids])
-            chunk, autoreset, explicit = self._record(
-                sids, _tree.take(self.cur_action, sids), part, rows, np.ones(rows.size, dtype=np.bool_), times
-            )
-            chunks.append(chunk)
-            ready[rows[autoreset | explicit]] = False
-            _tree.put(self.cur_obs, ids, o)
-            self._autoreset(sids[autoreset])
-            self._reset(sids[explicit])
         else:
             _tree.put(self.cur_obs, ids, o)
-        self._act(ids[ready])
-        return chunks
+            self._act(ids)
+            return []
+        times = (now - self.sent_at[sids], self.policy_s[sids], self.version[sids])
+        chunk, autoreset, explicit = self._record(sids, _tree.take(self.cur_action, sids), part, rows, times)
+        _tree.put(self.cur_obs, ids, o)
+        if autoreset is None and explicit is None:
+            self._act(ids)
+            return [chunk]
+        ready = np.ones(ids.size, dtype=np.bool_)
+        picked = np.arange(ids.size) if rows is None else rows
+        if autoreset is not None:
+            ready[picked[autoreset]] = False
+        if explicit is not None:
+            ready[picked[explicit]] = False
+            self._reset(sids[explicit])
+        self._act(ids[ready], _NONE if autoreset is None else sids[autoreset])
+        return [chunk]
 
     async def drain(self, timeout: float = 30.0) -> None:
         """Cancel policy calls and take (and drop) every row still in flight, within ``timeout`` seconds."""

@@ -34,6 +34,14 @@ async def collect(
         return [batch async for batch in collector]
 
 
+async def first_finished(autoreset: str, **options: object) -> list[Batch]:
+    """Six batches of 50 first-finished transitions of 6 CartPole envs on 2 worker processes."""
+    pool_kwargs = {"num_workers": 2, "executor": "inline"}
+    return await collect(
+        autoreset, n=6, frames_per_batch=50, total_frames=300, mode="async", pool_kwargs=pool_kwargs, **options
+    )
+
+
 @pytest.mark.parametrize("mode", ["next_step", "same_step", "disabled"])
 async def test_lockstep_batches_are_the_sync_vector_env_transitions(mode: str) -> None:
     batches = await collect(mode, frames_per_batch=N * 40, total_frames=N * 120)
@@ -138,14 +146,7 @@ async def test_reset_at_each_iter_starts_fresh_trajectories_every_batch() -> Non
 @pytest.mark.parametrize("mode", ["next_step", "same_step"])
 async def test_first_finished_batches_hold_each_envs_own_transitions(mode: str) -> None:
     """mode="async" interleaves the envs however their steps finish; each env's sequence stays its own."""
-    batches = await collect(
-        mode,
-        n=6,
-        frames_per_batch=50,
-        total_frames=300,
-        mode="async",
-        pool_kwargs={"num_workers": 2, "executor": "inline"},
-    )
+    batches = await first_finished(mode)
     assert [b.frames for b in batches] == [50] * 6
     for batch in batches:
         assert batch.layout == "flat"
@@ -171,3 +172,17 @@ def test_blocking_iteration_over_a_sync_pool_gives_the_same_batches() -> None:
     assert len(batches) == 2
     refs.replay(batches, N, "next_step", SEED)
     assert obs.shape == (N, 4)
+
+
+@pytest.mark.parametrize("mode", ["next_step", "same_step", "disabled"])
+async def test_first_finished_batches_truncate_like_a_time_limit(mode: str) -> None:
+    """mode="async" with max_frames_per_traj: a recv may hold rows the collector resets itself and rows whose
+    reset step goes out with the policy's actions; each env's sequence is still its TimeLimit reference."""
+    cap = 9
+    batches = await first_finished(mode, max_frames_per_traj=cap)
+    for batch in batches:
+        refs.assert_trajectories_consistent(batch)
+        assert batch.step_count.max() <= cap - 1
+    assert any((b.step_count == cap - 1).any() for b in batches)
+    want = refs.reference_per_env(refs.cart_policy, 6, SEED, 300, max_episode_steps=cap)
+    refs.assert_same_sequences(refs.per_env(batches, 6), want, at_least=1)
