@@ -60,6 +60,7 @@ import aioenv
 from aioenv.core.sinks import ResetResult, StepResult
 from aioenv.errors import AioEnvError, CapacityError, UsageError
 from aioenv.logs import printable
+from aioenv.openenv.heap import LongLived
 from aioenv.openenv.jsonvalues import JsonValueError, from_json, json_schema, jsonable, to_json
 from aioenv.server.server import Server
 from aioenv.transport.spawn import usable_cpus
@@ -354,6 +355,8 @@ class HttpPort:
         self._server: _Embedded | None = None
         self._serving: asyncio.Task[None] | None = None
         self._reaper: asyncio.Task[None] | None = None
+        #: The process's collector, kept off the connections' objects while the port serves (see heap.py).
+        self.heap = LongLived()
         self.app = self._build_app()
 
     @property
@@ -429,6 +432,7 @@ class HttpPort:
                 raise OSError(f"cannot serve HTTP on {self.config.bind}")
             await asyncio.sleep(0.01)
         self._reaper = asyncio.create_task(self._reap())
+        self.heap.start()
         log.info("HTTP port listening on %s (%s)", self.address, ", ".join(self.shelves))
 
     def _workers(self, server: Server | None, sessions: int) -> int | None:
@@ -439,6 +443,7 @@ class HttpPort:
         """Stop listening, close every session and every pool. Idempotent."""
         if self._reaper is not None:
             self._reaper.cancel()
+        self.heap.close()
         if self._server is not None:
             self._server.should_exit = True
         if self._serving is not None:
