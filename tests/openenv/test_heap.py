@@ -1,6 +1,7 @@
 """The HTTP port's collector (:class:`aioenv.openenv.heap.LongLived`): what survives a tick is left out of later
 collections, cyclic garbage is still freed (young at the next tick, frozen at the next whole collection), and
-closing gives every frozen object back. Real objects and CPython's own collector."""
+closing gives every frozen object back; a real port (its pool in a worker process) runs it while it serves. Real
+objects and CPython's own collector."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from aioenv.openenv.heap import LongLived
+from aioenv.openenv.serve import HttpConfig, HttpPort
 
 
 class Node:
@@ -100,3 +102,14 @@ def test_close_gives_every_frozen_object_back() -> None:
     del held
     gc.collect()
     assert gone() is None
+
+
+async def test_a_serving_port_keeps_what_lived_out_of_collections_and_gives_it_back_when_closed() -> None:
+    port = HttpPort(HttpConfig(bind="127.0.0.1:0", envs={"CartPole-v1": 2}))
+    await port.start()
+    try:
+        assert gc.get_freeze_count() > 0  # the pool and the app, frozen when the port started
+        assert frozen(port.shelves["CartPole-v1"].pool)
+    finally:
+        await port.aclose()
+    assert gc.get_freeze_count() == 0
