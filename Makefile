@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: demo test test-matrix test-matrix-quick extras lint typecheck docs docs-check bench bench-quick bench-goals soak fuzz image image-test test-containers clean
+.PHONY: demo test test-bench test-matrix test-matrix-quick extras lint typecheck docs docs-check bench bench-quick bench-goals soak fuzz image image-test test-containers clean
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -51,7 +51,12 @@ typecheck: $(VENV)/.installed-test
 # process's finished tests as empty units and then waits for them forever (pytest-xdist#1378).
 PYTEST_XDIST = -n 2 --max-worker-restart=0
 test: lint typecheck
-	$(PY) -m pytest $(PYTEST_XDIST)
+	$(PY) -m pytest $(PYTEST_XDIST) -m "not bench"
+
+# the benchmark scripts' smoke runs (tests marked `bench`: each script end to end at tiny sizes, its output's shape
+# checked, never its speed); CI (.ci/run) runs them after `make test`, which leaves them out to stay under 10 minutes
+test-bench: $(VENV)/.installed-test
+	$(PY) -m pytest $(PYTEST_XDIST) -m bench
 
 # The documentation site into site/ (mkdocs.yml): docs/*.md, an API page per public module from its docstrings,
 # and the figures, drawn from benchmarks/results at each build (docs/figures.py, through docs/hooks.py). Strict: a

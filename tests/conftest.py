@@ -86,14 +86,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return Scheduler(config, log)
 
 
-_MODULE_FIXTURE = re.compile(r'@pytest\.fixture\(scope="module"[^)]*\)\s*\ndef (\w+)')
+_MODULE_FIXTURE = re.compile(r'@pytest\.fixture\(scope="(?:module|session)"[^)]*\)\s*\ndef (\w+)')
 
 
 def _modules_sharing_a_fixture(root: Path) -> set[str]:
-    """The test modules (paths as in node ids) that define a module-scoped fixture or take one a ``conftest.py``
-    defines. A module fixture starts a server process or a cluster once for the module's tests in one test
-    process; spread test by test over two, its tests would start it in each, and again whenever a test of another
-    module ran between two of them (pytest ends a module's fixtures when the next test is another module's)."""
+    """The test modules (paths as in node ids) that define a module- or session-scoped fixture or take one a
+    ``conftest.py`` defines. Such a fixture starts a server process or a cluster once for the tests that share it in
+    one test process; spread test by test over two, a module's tests would start it in each, and a module fixture
+    again whenever a test of another module ran between two of them (pytest ends a module's fixtures when the next
+    test is another module's)."""
     tests = root / "tests"
     shared = {name for conftest in tests.rglob("conftest.py") for name in _MODULE_FIXTURE.findall(conftest.read_text())}
     takes = re.compile(r"\b(" + "|".join(sorted(shared)) + r"): ") if shared else None

@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.scripts import bench_module, run_python
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.bench, pytest.mark.timeout(90)]
 
 
 def bench() -> Any:

@@ -6,7 +6,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.support.scripts import ROOT, run_python
+
+pytestmark = pytest.mark.bench  # a benchmark script's smoke run: make test-bench, not make test
 
 
 def test_ab_alternates_two_checkouts_and_reports_the_ratios() -> None:

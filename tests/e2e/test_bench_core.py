@@ -14,6 +14,8 @@ import pytest
 
 from tests.support.scripts import bench_module
 
+pytestmark = pytest.mark.bench  # a benchmark script's smoke run: make test-bench, not make test
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -7,7 +7,11 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tests.support.scripts import ROOT, bench_module, run_python
+
+pytestmark = pytest.mark.bench  # a benchmark script's smoke run: make test-bench, not make test
 
 RESULTS = ROOT / "benchmarks" / "results"
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.support.scripts import run_python
+
+pytestmark = pytest.mark.bench  # a benchmark script's smoke run: make test-bench, not make test
 
 PATHS = {"gymnasium", "header", "arrays", "two replies"}
 

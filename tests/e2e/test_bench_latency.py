@@ -9,6 +9,8 @@ import pytest
 
 from tests.support.scripts import bench_module, run_python
 
+pytestmark = pytest.mark.bench  # a benchmark script's smoke run: make test-bench, not make test
+
 SECTIONS = {"thread64", "async1k", "async10k"}
 
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.support.scripts import bench_module
+
+pytestmark = pytest.mark.bench  # a benchmark script's smoke run: make test-bench, not make test
 
 
 def run(wall: float, returns: list[float], threads: int = 2, placement: str = "") -> dict[str, Any]:

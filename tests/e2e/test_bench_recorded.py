@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.support.scripts import ROOT, bench_module
+
+pytestmark = pytest.mark.bench  # a benchmark script's smoke run: make test-bench, not make test
 
 
 def _recorded() -> Any:

@@ -11,6 +11,8 @@ import pytest
 
 from tests.support.scripts import run_python
 
+pytestmark = pytest.mark.bench  # a benchmark script's smoke run: make test-bench, not make test
+
 
 def _alive(pid: int) -> bool:
     try:

@@ -7,7 +7,11 @@ import json
 import statistics
 from pathlib import Path
 
+import pytest
+
 from tests.support.scripts import run_python
+
+pytestmark = pytest.mark.bench  # a benchmark script's smoke run: make test-bench, not make test
 
 
 def test_small_benchmark_smoke(tmp_path: Path) -> None:

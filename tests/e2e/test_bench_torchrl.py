@@ -11,6 +11,8 @@ import pytest
 
 from tests.support.scripts import bench_module, run_python
 
+pytestmark = pytest.mark.bench  # a benchmark script's smoke run: make test-bench, not make test
+
 
 def _bench_torchrl() -> Any:
     """``benchmarks/bench_torchrl.py`` loaded from its file (it imports torch only inside a cell)."""

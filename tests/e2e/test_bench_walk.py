@@ -7,7 +7,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from tests.support.scripts import run_python
+
+pytestmark = pytest.mark.bench  # a benchmark script's smoke run: make test-bench, not make test
 
 
 def _walk(*args: str) -> str:

@@ -1,5 +1,5 @@
-"""The OpenEnv test server, one per module (importing OpenEnv costs its process seconds of CPU); a test that kills a
-server or counts sessions starts one of its own."""
+"""The OpenEnv test server, one per test process (importing OpenEnv costs its process ~6 s of CPU); a test that kills
+a server or counts sessions starts one of its own."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from tests.support.openenv_server import OpenEnvServer
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def server() -> Iterator[OpenEnvServer]:
-    """A running :class:`OpenEnvServer`, killed after the test."""
+    """A running :class:`OpenEnvServer`, killed when the test process ends."""
     srv = OpenEnvServer().start()
     try:
         yield srv

@@ -7,8 +7,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.support.procs import HANG
 from tests.support.scripts import ROOT
+
+pytestmark = pytest.mark.bench  # a benchmark script's smoke run: make test-bench, not make test
 
 
 def test_the_sessions_benchmark_holds_every_session_on_both_servers() -> None:
