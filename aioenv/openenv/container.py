@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from aioenv.openenv.env import OpenEnvConnectionError, OpenEnvEnv, base_urls, server_fields
+from aioenv.openenv.env import OpenEnvConnectionError, OpenEnvEnv, server_fields
 from aioenv.openenv.reaper import ENGINE_TIMEOUT, OWNER_LABEL
 from aioenv.openenv.spaces import ObjectField
 from aioenv.wire.options import choice, positive_int, positive_seconds
@@ -504,7 +504,7 @@ class ContainerEnv(OpenEnvEnv):
             container = Container(self.spec)
             try:
                 container.start()
-                self._use(container)
+                self._point_at(container.url)
                 fields = server_fields(self.http_base, self.connect_timeout)
             except BaseException:
                 container.remove()
@@ -512,10 +512,6 @@ class ContainerEnv(OpenEnvEnv):
             self.container = container
             _image_fields[self.spec] = fields
             return fields
-
-    def _use(self, container: Container) -> None:
-        self.url = container.url
-        self.http_base, self.ws_url = base_urls(container.url)
 
     async def _replace(self) -> None:
         """Remove the env's container (if any) and start a new one."""
@@ -531,9 +527,9 @@ class ContainerEnv(OpenEnvEnv):
             self.container = None
             await _engine_thread(new.remove)
             raise
-        self._use(new)
+        self._point_at(new.url)
 
-    async def _ensure(self) -> None:
+    async def _ensure_server(self) -> None:
         """The env's container, started and running (a fresh one when it is not)."""
         task, self._starting = self._starting, None
         if task is not None:
@@ -541,22 +537,14 @@ class ContainerEnv(OpenEnvEnv):
             return
         container = self.container
         if container is not None and await _engine_thread(container.running):
-            self._use(container)
+            self._point_at(container.url)
             return
         await self._replace()
 
-    async def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """As :meth:`OpenEnvEnv.reset`, on a running container: a fresh one when the env's is gone or refuses."""
-        if self._ws is None:
-            await self._ensure()
-            try:
-                await self._connect()
-            except OpenEnvConnectionError:
-                await self._replace()
-                await self._connect()
-        return await super().reset(seed=seed, options=options)
+    async def _replace_server(self) -> bool:
+        """The container refused the session: a fresh one (the old one removed)."""
+        await self._replace()
+        return True
 
     async def _call(self, message: dict[str, Any]) -> dict[str, Any]:
         try:

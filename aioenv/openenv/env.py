@@ -125,8 +125,7 @@ class OpenEnvEnv(AsyncEnv[dict[str, Any], dict[str, Any]]):
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         headers: dict[str, str] | None = None,
     ) -> None:
-        self.url = url
-        self.http_base, self.ws_url = base_urls(url)
+        self._point_at(url)
         self.connect_timeout = float(connect_timeout)
         self.max_message_bytes = int(max_message_bytes)
         self.headers = dict(headers or {})
@@ -138,6 +137,27 @@ class OpenEnvEnv(AsyncEnv[dict[str, Any], dict[str, Any]]):
     def _fields(self) -> tuple[ObjectField, ObjectField]:
         """``(action, observation)`` fields of the env's server (read once per process and server)."""
         return server_fields(self.http_base, self.connect_timeout)
+
+    def _point_at(self, url: str) -> None:
+        """Open the next session on the server at ``url`` (one this env started again may have moved)."""
+        self.url = url
+        self.http_base, self.ws_url = base_urls(url)
+
+    async def _ensure_server(self) -> None:
+        """Before a session opens: have the server it opens on running. A server someone else runs is as it is."""
+
+    async def _replace_server(self) -> bool:
+        """After a session was refused: replace the server, if this env runs it (then True: try once more)."""
+        return False
+
+    async def _open_session(self) -> None:
+        await self._ensure_server()
+        try:
+            await self._connect()
+        except OpenEnvConnectionError:
+            if not await self._replace_server():
+                raise
+            await self._connect()
 
     async def _connect(self) -> None:
         from websockets.asyncio.client import connect
@@ -198,7 +218,7 @@ class OpenEnvEnv(AsyncEnv[dict[str, Any], dict[str, Any]]):
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Start an episode (opening the session first when there is none); ``options`` go to the server's reset."""
         if self._ws is None:
-            await self._connect()
+            await self._open_session()
         data = dict(options or {})
         if seed is not None:
             data["seed"] = int(seed)

@@ -154,18 +154,14 @@ class AppEnv(OpenEnvEnv):
         self.app = app
         super().__init__(app.url, **kwargs)
 
-    async def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """As :meth:`OpenEnvEnv.reset`, after the app's server is running (a restarted one keeps its port only by
-        chance: the session follows it)."""
-        if self._ws is None:
-            await self.app.ensure()
-            self.http_base, self.ws_url = base_urls(self.app.url)
-            try:
-                await self._connect()
-            except OpenEnvConnectionError:
-                await self.app.ensure(refused=self.ws_url)
-                self.http_base, self.ws_url = base_urls(self.app.url)
-                await self._connect()
-        return await super().reset(seed=seed, options=options)
+    async def _ensure_server(self) -> None:
+        """The app's server runs (started again if it died; a restarted one keeps its port only by chance: the
+        session follows it)."""
+        await self.app.ensure()
+        self._point_at(self.app.url)
+
+    async def _replace_server(self) -> bool:
+        """The app's server refused the session: started again unless it answers, or was replaced meanwhile."""
+        await self.app.ensure(refused=self.ws_url)
+        self._point_at(self.app.url)
+        return True
