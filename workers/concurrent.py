@@ -93,9 +93,8 @@ class EnvThread:
         self._queue.put(None)
 
     async def ended(self, grace: float) -> bool:
-        """Stop it and wait (at most ``grace`` seconds) until the thread has ended; False if it did not (a call
-        still runs). Whoever closed a pool may then count on its env threads being gone."""
-        self.stop()
+        """Wait (at most ``grace`` seconds), after :meth:`stop`, until the thread has ended; False if it did not (a
+        call still runs). Whoever closed a pool may then count on its env threads being gone."""
         try:
             await asyncio.wait_for(asyncio.shield(self._ended), grace)
         except TimeoutError:
