@@ -102,10 +102,11 @@ class Engine:
         self.sent_at = np.zeros(self.n)
         self.version = np.zeros(self.n, dtype=np.int64)
         self.policy_s = np.zeros(self.n)
-        self.pending = np.zeros(self.n, dtype=np.bool_)  # sync mode: the env's next step is next_step's reset
-        self.any_pending = False  # ``pending.any()``, known from the step that set it
         self._all_rows = _constant(np.ones(self.n, dtype=np.bool_))  # a lock-step's rows when none is pending
         self._no_rows = _constant(np.zeros(self.n, dtype=np.bool_))
+        # sync mode: the env's next step is next_step's reset; ``_no_rows`` itself when none is (known from the
+        # step that set it, with no look at the rows)
+        self.pending = self._no_rows
         self._version_rows = _constant(np.zeros(self.n, dtype=np.int64))  # policy version 0 on every row
         self.cur_obs: Any = None
         self.cur_action: Any = None
@@ -221,7 +222,6 @@ class Engine:
         if self.opts.mode == "sync":
             self.cur_obs, _ = await self.pool.reset()
             self.pending = self._no_rows
-            self.any_pending = False
         else:
             self._reset(self.all_ids)
 
@@ -257,7 +257,7 @@ class Engine:
             step, failed = self._merge_partial(exc)
             errors = exc.errors
         t2 = time.perf_counter()
-        valid = ~self.pending if self.any_pending else self._all_rows  # the constant: no row to leave out
+        valid = self._all_rows if self.pending is self._no_rows else ~self.pending  # the constant: no row left out
         if failed is not None:
             valid = valid & ~failed
         chunk, autoreset, explicit = self._record_all(actions, step, valid, (t2 - t1, t1 - t0, version))
@@ -268,7 +268,6 @@ class Engine:
             self.trajs.restart(ids[failed])
             explicit = failed if explicit is None else explicit | failed
         self.pending = autoreset
-        self.any_pending = autoreset is not self._no_rows
         self.cur_obs = step[0]
         if explicit is not None and explicit.any():
             if chunk.next_obs is self.cur_obs:
