@@ -1,0 +1,111 @@
+"""Fixed-size messages for the steps whose rows all lie in shared memory: what a lock-step batch sends most.
+
+A pool's own ``inline`` workers share its rows (:mod:`aioenv.transport.slab`): a step's actions are in the
+slab before its request goes out, and the worker writes observations, rewards and flags back there. Such a
+step's request carries nothing but which request it is and which envs it steps; its reply, when no env
+failed and none had an info, nothing but the request's id. Encoding those as msgpack maps and parsing them
+again cost the pool's process more than the socket calls that carry them, once per worker per batch, and a
+lock-step pool's process is what its workers wait for on a machine with many cores. So they travel as
+fixed-size frames instead:
+
+- a step (:data:`STEP`): ``<B 0xC1><B "S"><H flags><I first env><I count><Q request id>``; it steps the
+  envs ``first .. first + count - 1``, one contiguous run (a worker's envs are one run: see
+  :meth:`aioenv.core.scheduler.Scheduler.place`); ``flags`` bit 0: each env's own info dict is wanted
+  (the ``"ilist"`` of a step's header);
+- its reply (:data:`DONE`): ``<B 0xC1><B "D"><6x><Q request id>``, the rows in the slab; a reply with
+  infos or errors is the protocol's RESULT over shared rows, as for any other step.
+
+Both begin with ``0xC1``, the one byte msgpack never uses, so neither can be taken for a header of the
+protocol (whose messages begin with a msgpack map) nor the other way round. Only a coordinator and the
+worker processes it started on pipes of their own (which map the slab) exchange them; a message over the
+network is never one.
+"""
+
+from __future__ import annotations
+
+import struct
+
+__all__ = [
+    "DONE",
+    "FRAMED_DONE_SIZE",
+    "INFO_LIST",
+    "MARK",
+    "STEP",
+    "done",
+    "framed_step",
+    "is_lane",
+    "read_done",
+    "read_framed_done",
+    "read_step",
+    "step",
+]
+
+#: The first byte of every lane message: the one byte msgpack never uses.
+MARK = 0xC1
+#: A step's frame: mark, ``b"S"``, flags, first env id, count, request id.
+STEP = struct.Struct("<BBHIIQ")
+#: A step's reply with every row in the slab and nothing else to say: mark, ``b"D"``, padding, request id.
+DONE = struct.Struct("<BB6xQ")
+#: ``flags`` bit: the caller wants each env's own info dict (``"ilist"``).
+INFO_LIST = 1
+_S = ord("S")
+_D = ord("D")
+# A one-frame message on a pipe: ``<u32 1><u64 size>`` then the frame (see aioenv.transport.pipe).
+_FRAMED_STEP = struct.Struct("<IQ" + STEP.format.lstrip("<"))
+_FRAMED_DONE = struct.Struct("<IQ" + DONE.format.lstrip("<"))
+#: Bytes of a pipe's message holding exactly a :data:`DONE`, framing included.
+FRAMED_DONE_SIZE = _FRAMED_DONE.size
+
+
+def step(req_id: int, first: int, count: int, info_list: bool = False) -> bytes:
+    """The frame of a step of envs ``first .. first + count - 1`` over shared rows, for request ``req_id``."""
+    return STEP.pack(MARK, _S, INFO_LIST if info_list else 0, first, count, req_id)
+
+
+def framed_step(req_id: int, first: int, count: int, info_list: bool = False) -> bytes:
+    """:func:`step` as a pipe carries it (:mod:`aioenv.transport.pipe`'s framing of a one-frame message): the
+    bytes to write to a worker's pipe as they are."""
+    return _FRAMED_STEP.pack(1, STEP.size, MARK, _S, INFO_LIST if info_list else 0, first, count, req_id)
+
+
+def read_framed_done(data: memoryview) -> int | None:
+    """The request id of a pipe's message holding exactly a :data:`DONE`, framing included, in the first
+    :data:`FRAMED_DONE_SIZE` bytes of ``data`` (what arrived), or None when they hold anything else."""
+    if len(data) < FRAMED_DONE_SIZE:
+        return None
+    count, size, mark, kind, req_id = _FRAMED_DONE.unpack_from(data)
+    if count != 1 or size != DONE.size or mark != MARK or kind != _D:
+        return None
+    return int(req_id)
+
+
+def done(req_id: int) -> bytes:
+    """The frame of a step's reply whose rows are all in the slab, with no infos and no errors."""
+    return DONE.pack(MARK, _D, req_id)
+
+
+def is_lane(frame: memoryview | bytes) -> bool:
+    """Whether ``frame`` (the first frame of a message) is a lane message rather than a msgpack header."""
+    return len(frame) > 0 and frame[0] == MARK
+
+
+def read_step(frame: memoryview | bytes) -> tuple[int, int, int, bool]:
+    """``(request id, first env, count, info_list)`` of a step's frame.
+
+    Raises:
+        ValueError: ``frame`` is no lane step (its size or kind differ), naming what arrived.
+    """
+    if len(frame) != STEP.size:
+        raise ValueError(f"a lane step is {STEP.size} bytes, got {len(frame)}")
+    _, kind, flags, first, count, req_id = STEP.unpack(frame)
+    if kind != _S:
+        raise ValueError(f"expected a lane step (kind {chr(_S)!r}), got kind {chr(kind)!r}")
+    return req_id, first, count, bool(flags & INFO_LIST)
+
+
+def read_done(frame: memoryview | bytes) -> int | None:
+    """The request id of a step's reply (:data:`DONE`), or None when ``frame`` is no such reply."""
+    if len(frame) != DONE.size or frame[1] != _D:
+        return None
+    req_id: int = DONE.unpack(frame)[2]
+    return req_id

@@ -1,0 +1,90 @@
+"""The lane's fixed-size messages (``aioenv.wire.lane``): what they carry, how a pipe frames them, and that no
+message of the protocol can be taken for one."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aioenv.transport.pipe import FrameReader, framed
+from aioenv.wire import lane
+from aioenv.wire.protocol import Op, encode
+
+ids = st.integers(0, 2**63 - 1)
+envs = st.integers(0, 2**32 - 1)
+
+
+@given(ids, envs, envs, st.booleans())
+def test_a_step_reads_back_as_it_was_written(req_id: int, first: int, count: int, info_list: bool) -> None:
+    frame = lane.step(req_id, first, count, info_list)
+    assert len(frame) == lane.STEP.size
+    assert lane.is_lane(frame)
+    assert lane.read_step(frame) == (req_id, first, count, info_list)
+    assert lane.read_done(frame) is None  # a step is no reply
+
+
+@given(ids, envs, envs, st.booleans())
+def test_a_framed_step_is_what_a_pipe_makes_of_the_step(req_id: int, first: int, count: int, info_list: bool) -> None:
+    frame = lane.step(req_id, first, count, info_list)
+    assert lane.framed_step(req_id, first, count, info_list) == b"".join(framed([frame])[0])
+    reader = FrameReader()
+    data = lane.framed_step(req_id, first, count, info_list)
+    reader.buffer()[: len(data)] = data
+    [[got]] = reader.advance(len(data))
+    assert lane.read_step(got) == (req_id, first, count, info_list)
+
+
+@given(ids)
+def test_a_done_reads_back_framed_or_not(req_id: int) -> None:
+    frame = lane.done(req_id)
+    assert lane.is_lane(frame)
+    assert lane.read_done(frame) == req_id
+    data = b"".join(framed([frame])[0])
+    assert len(data) == lane.FRAMED_DONE_SIZE
+    assert lane.read_framed_done(memoryview(data)) == req_id
+    assert lane.read_framed_done(memoryview(data + b"more bytes after it")) == req_id  # reads its own bytes only
+
+
+def test_what_is_no_done_reads_as_none() -> None:
+    done = b"".join(framed([lane.done(7)])[0])
+    two_frames = b"".join(framed([lane.done(7)[:8], lane.done(7)[8:]])[0])
+    header = encode(Op.RESULT, {"id": 7})[0]
+    others = [
+        done[:-1],  # too short
+        two_frames,  # the same bytes in two frames
+        b"".join(framed([bytes(lane.DONE.size)])[0]),  # a frame of its size that is no lane message
+        b"".join(framed([lane.step(7, 0, 1)[: lane.DONE.size]])[0]),  # a step's kind
+    ]
+    for data in others:
+        assert lane.read_framed_done(memoryview(data)) is None, data
+    assert lane.read_done(header) is None
+
+
+@pytest.mark.parametrize(
+    ("frame", "words"),
+    [
+        (b"\xc1S", "a lane step is 20 bytes, got 2"),
+        (lane.done(5) + b"1234", "expected a lane step (kind 'S'), got kind 'D'"),
+    ],
+)
+def test_a_frame_that_is_no_step_is_refused_with_what_arrived(frame: bytes, words: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(words)):
+        lane.read_step(frame)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"id": 1},
+        {"id": 2**40, "env": list(range(300)), "sh": 1},
+        {"id": 3, "info": [{"x": np.float32(1.5)}], "err": {0: {"type": "RuntimeError"}}},
+    ],
+)
+def test_no_message_of_the_protocol_begins_as_a_lane_message(fields: dict[str, object]) -> None:
+    for op in (Op.RESULT, Op.STEP, Op.ERROR, Op.HELLO):
+        header = encode(op, fields)[0]
+        assert not lane.is_lane(header)
