@@ -98,6 +98,11 @@ class FrameReader:
         return memoryview(self._buf)[self._end :]
 
     @property
+    def idle(self) -> bool:
+        """Whether no part of a message waits for the rest (the next bytes begin a message)."""
+        return self._start == self._end and self._big is None
+
+    @property
     def pending(self) -> int:
         """Bytes received that are not yet part of a whole message."""
         if self._big is not None:
@@ -208,6 +213,14 @@ def _send_more(sock: socket.socket, rest: collections.deque[memoryview]) -> None
     _sent(rest, sock.sendmsg([rest[i] for i in range(min(len(rest), _IOV_MAX))]))
 
 
+#: A handler of the messages of one size, before any parsing (see :class:`PipePort`'s ``quick``).
+QuickHandler = Callable[[bytes, memoryview], bool]
+
+
+def _quick(quick: tuple[int, QuickHandler] | None) -> tuple[int, QuickHandler | None]:
+    return quick if quick is not None else (-1, None)
+
+
 class PipePort:
     """The coordinator's end of a worker's pipe: messages in through ``on_message(identity, frames)``
     in the loop thread, :meth:`send` never blocks (what the socket cannot take now waits in a backlog).
@@ -221,6 +234,11 @@ class PipePort:
             exits; otherwise it sent bytes that are no message (the stream cannot be resynchronised).
         max_message: the largest message the peer may send (a larger one ends the connection as ``on_lost``
             with ``eof`` False).
+        quick: ``(size, handler)``: a read that brings exactly one whole message of ``size`` bytes (its framing
+            included), with nothing of another pending, goes to ``handler(identity, data)`` first, ``data``
+            holding its bytes from the first (valid during the call only); the handler returns True when it
+            took the message, False to have it parsed and passed to ``on_message`` as any other. The
+            messages a peer sends most, of one known size, then skip the parsing and the copy.
     """
 
     def __init__(
@@ -231,6 +249,7 @@ class PipePort:
         on_lost: Callable[[str, bool], None] | None = None,
         *,
         max_message: int = MAX_MESSAGE,
+        quick: tuple[int, QuickHandler] | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self._sock = sock
@@ -242,12 +261,40 @@ class PipePort:
         self._reader = FrameReader(max_message)
         self._backlog: collections.deque[memoryview] = collections.deque()
         self.closed = False
+        self._quick_size, self._quick = _quick(quick)
         self._loop.add_reader(self._fd, self.drain, 64)  # 64 reads, then other callbacks run (it is called again)
 
-    def rebind(self, identity: bytes, on_message: Callable[[bytes, list[Any]], None]) -> None:
-        """Deliver the worker's messages to ``on_message`` under ``identity`` from now on (a new owner)."""
+    def rebind(
+        self,
+        identity: bytes,
+        on_message: Callable[[bytes, list[Any]], None],
+        quick: tuple[int, QuickHandler] | None = None,
+    ) -> None:
+        """Deliver the worker's messages to ``on_message`` (and ``quick``) under ``identity`` from now on (a new
+        owner)."""
         self._identity = identity
         self._on_message = on_message
+        self._quick_size, self._quick = _quick(quick)
+
+    def send_framed(self, data: bytes) -> bool:
+        """Send one message already framed as :func:`framed` frames it (``data``: its prefix and frames, back to
+        back); as :meth:`send` otherwise."""
+        if self.closed:
+            return False
+        if self._backlog:
+            self._backlog.append(memoryview(data))
+            return True
+        try:
+            n = self._sock.send(data)
+        except BlockingIOError:
+            n = 0
+        except OSError as exc:  # the worker is gone (its exit is reported through its pidfd)
+            self._lost(f"closed its end of the pipe ({exc})", True)
+            return False
+        if n < len(data):
+            self._backlog.append(memoryview(data)[n:])
+            self._loop.add_writer(self._fd, self._writable)
+        return True
 
     def send(self, identity: bytes, frames: Sequence[Any]) -> bool:
         """Send one message (``identity`` must be this port's worker); False once the pipe is closed."""
@@ -288,6 +335,7 @@ class PipePort:
             if self.closed:
                 return
             space = reader.buffer()
+            idle = reader.idle
             try:
                 n = self._sock.recv_into(space)
             except BlockingIOError:
@@ -296,6 +344,10 @@ class PipePort:
                 self._lost(f"closed its end of the pipe ({exc})", True)
                 return
             wanted = space.nbytes
+            if n == self._quick_size and idle and self._quick is not None and self._quick(self._identity, space):
+                if n < wanted:
+                    return
+                continue
             del space
             if n == 0:
                 self._lost("closed its end of the pipe", True)

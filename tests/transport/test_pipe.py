@@ -173,6 +173,70 @@ async def test_port_and_link_carry_messages_both_ways_in_order_with_backlog() ->
 
 
 @pytest.mark.timeout(HANG)
+async def test_a_quick_handler_takes_whole_messages_of_its_size_and_the_rest_is_parsed() -> None:
+    """A read that brings exactly one message of the quick size goes to the quick handler before any parsing;
+    one it declines, a message of that size cut over two reads, or one that came with another, is parsed."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    quick_size = len(b"".join(framed([b"Q" * 16])[0]))
+    quick: list[tuple[bytes, bytes]] = []
+    parsed: list[list[bytes]] = []
+
+    def on_quick(identity: bytes, data: memoryview) -> bool:
+        if bytes(data[12:13]) == b"N":  # declined
+            return False
+        quick.append((identity, bytes(data[:quick_size])))
+        return True
+
+    port = PipePort(
+        ours, b"w0", lambda _, frames: parsed.append([bytes(f) for f in frames]), quick=(quick_size, on_quick)
+    )
+    loop = asyncio.get_running_loop()
+
+    async def arrive(data: bytes, count: int) -> None:
+        await loop.sock_sendall(theirs, data)
+        async with asyncio.timeout(HANG):
+            while len(quick) + len(parsed) < count:
+                await asyncio.sleep(0.005)
+
+    one = b"".join(framed([b"Q" * 16])[0])
+    await arrive(one, 1)
+    assert quick == [(b"w0", one)]
+    assert parsed == []
+    await arrive(b"".join(framed([b"N" * 16])[0]), 2)  # declined: parsed as any message
+    assert parsed == [[b"N" * 16]]
+    await loop.sock_sendall(theirs, one[:5])  # cut: the first read brings 5 bytes, the second the rest, parsed
+    async with asyncio.timeout(HANG):
+        while port._reader.pending != 5:
+            await asyncio.sleep(0.005)
+    await arrive(one[5:], 3)
+    assert parsed[-1] == [b"Q" * 16]
+    await arrive(one + b"".join(framed([b"x"])[0]), 5)  # two messages in one read: both parsed
+    assert parsed[-2:] == [[b"Q" * 16], [b"x"]]
+    assert len(quick) == 1
+    port.close()
+    theirs.close()
+
+
+@pytest.mark.timeout(HANG)
+async def test_send_framed_keeps_order_behind_a_backlog() -> None:
+    """Framed messages queue behind what the socket could not take yet, and arrive whole and in order."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    port = PipePort(ours, b"w0", lambda identity, frames: None)
+    big = bytes(8 << 20)
+    assert port.send(b"w0", [big])  # more than the socket holds: the rest waits in the backlog
+    small = [b"".join(framed([bytes([i]) * 20])[0]) for i in range(50)]
+    for data in small:
+        assert port.send_framed(data)
+    link = PipeLink(theirs.detach())
+    got = await asyncio.to_thread(lambda: [link.recv() for _ in range(51)])
+    assert bytes(got[0][0]) == big
+    assert [bytes(frames[0]) for frames in got[1:]] == [bytes([i]) * 20 for i in range(50)]
+    port.close()
+    assert not port.send_framed(small[0])
+    link.close()
+
+
+@pytest.mark.timeout(HANG)
 def test_link_sends_whole_messages_on_a_non_blocking_descriptor() -> None:
     """uvloop makes a descriptor it watches non-blocking: a send that fills the socket must wait for
     room, not give up half-way (which would corrupt the stream for every later message)."""
