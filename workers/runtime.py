@@ -6,7 +6,9 @@ reset, call) for k envs is answered by one message holding all k rows; an env
 that raises fails only its own row (``"err"``: row -> error description). A pool's
 own worker may share rows with it (``--slab``, :mod:`aioenv.transport.slab`): a step or reset
 marked ``"sh"`` reads its actions from, and writes its results to, the envs' rows,
-and the reply carries only infos and errors.
+and the reply carries only infos and errors. Such a step of a contiguous run of envs may come as a lane message
+(:mod:`aioenv.wire.lane`: a fixed-size frame, no msgpack), and is answered in kind when nothing but the rows
+(in the slab) is to be said.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import zmq
 from aioenv.errors import ProtocolError
 from aioenv.transport.pipe import LinkClosed
 from aioenv.transport.slab import Slab
-from aioenv.wire import spaces
+from aioenv.wire import lane, spaces
 from aioenv.wire.errors import error_fields
 from aioenv.wire.info_wire import put_binfo
 from aioenv.wire.infos import batch_infos
@@ -51,6 +53,9 @@ Reply = tuple[dict[str, Any], list[np.ndarray]]
 #: written in one assignment (:func:`put_obs`): cheaper than a numpy assignment per row (~0.4 µs each on a 2-vCPU
 #: VM). Larger rows are written one by one: stacking them would copy each twice.
 SMALL_ROW = 4096
+#: The most runs of env ids (a lane step's ``first``, ``count``) a worker keeps as lists: a lock-step pool names
+#: one run per worker, a first-finished one a few; beyond that each is built again (a list of ints, ~1 µs).
+_RUNS_KEPT = 64
 
 
 class Group:
@@ -135,6 +140,7 @@ class Worker:
         self.group_of: dict[int, Group] = {}
         self.groups: dict[str, Group] = {}
         self.mode = "next_step"
+        self._runs: dict[tuple[int, int], list[int]] = {}  # the env ids of each run a lane step named so far
         #: Pickled values travel both ways (a pool's in-process worker: its peer is its own process).
         self.trusted = False
         #: What env code may raise that fails its own row only. In a worker process a ``SystemExit`` (an env that
@@ -171,9 +177,14 @@ class Worker:
     def interrupted(self, frames: Sequence[Any], exc: BaseException) -> list[Any]:
         """The ERROR reply to a request that ``exc`` (a ``KeyboardInterrupt`` or ``SystemExit`` raised in env code,
         which :meth:`handle` lets through) cut short: the request still gets its one reply."""
+        req_id: Any
         try:
-            req_id = decode(frames, trusted=self.trusted)[0].get(Key.ID)
-        except ProtocolError:
+            first = frames[0]
+            if type(first) is memoryview and lane.is_lane(first):
+                req_id = lane.read_step(first)[0]
+            else:
+                req_id = decode(frames, trusted=self.trusted)[0].get(Key.ID)
+        except (ProtocolError, ValueError):
             req_id = None
         return encode(Op.ERROR, {Key.ID: req_id, Key.ERROR: error_fields(exc, None)})
 
@@ -184,6 +195,9 @@ class Worker:
     def handle(self, frames: Sequence[Any]) -> tuple[list[Any], bool]:
         """Answer one request: its reply (exactly one RESULT, PONG or ERROR carrying the request's id), and
         whether it was CLOSE (the envs are closed then, and the worker is done)."""
+        first = frames[0]
+        if type(first) is memoryview and first.nbytes == lane.STEP.size and first[0] == lane.MARK:
+            return self.on_lane_step(first), False
         req_id: Any = None
         try:
             header, arrays = decode(frames, trusted=self.trusted)
@@ -279,6 +293,42 @@ class Worker:
             return shared_reply(infos, errors)
         obs, extras, infos, errors = self.step_apart(env_ids, group, leaves_from_wire(header[Key.ACT], arrays))
         return batch_reply(obs, infos, errors, extras)
+
+    def on_lane_step(self, frame: memoryview) -> list[Any]:
+        """Answer a step in the lane's format (:mod:`aioenv.wire.lane`): a contiguous run of envs over the slab.
+        The reply is the lane's ``DONE`` when no env failed and none had an info, else the protocol's RESULT
+        over shared rows, as :meth:`on_step` answers; a request that cannot be served gets an ERROR."""
+        req_id: Any = None
+        try:
+            req_id, first, count, info_list = lane.read_step(frame)
+            slab = self.slab or self._no_slab()
+            run = self._runs.get((first, count))
+            if run is None:
+                rows = slab.reward.size
+                if count < 1:
+                    raise ProtocolError(f"worker {self.name} got a lane step of no envs (expected 1 to {rows})")
+                if first + count > rows:
+                    raise ProtocolError(
+                        f"worker {self.name} got a lane step of envs {first} to {first + count - 1}: "
+                        f"the pool shares rows for envs 0 to {rows - 1}"
+                    )
+                run = list(range(first, first + count))
+                if len(self._runs) < _RUNS_KEPT:
+                    self._runs[(first, count)] = run
+            group = self.group(run)
+            _, rewards, terminated, truncated, infos, errors = self.step_rows(run, group, slab.act, slab.obs, run)
+            at = slice(first, first + count)
+            slab.reward[at], slab.terminated[at], slab.truncated[at] = rewards, terminated, truncated
+            if infos is None and not errors:
+                return [lane.done(req_id)]
+            fields, _ = shared_reply(infos, errors)
+            fields[Key.ID] = req_id
+            if infos is not None:
+                return encode_reply(fields, [], run, info_list, trusted=self.trusted)
+            return encode(Op.RESULT, fields, trusted=self.trusted)
+        except Exception as exc:  # every request gets a reply, a failed one an ERROR
+            log.debug("request %s failed", req_id, exc_info=True)
+            return encode(Op.ERROR, {Key.ID: req_id, Key.ERROR: error_fields(exc, None)})
 
     def step_apart(
         self, env_ids: list[int], group: Group, acts: list[np.ndarray]

@@ -29,7 +29,15 @@ import numpy as np
 
 from aioenv.core.deadlines import DeadlineTimer, Truncation
 from aioenv.core.failures import for_env, unsendable
-from aioenv.core.launcher import HereWorker, LaunchSpec, LocalProcess, WorkerProc, launch_in_process, launch_local
+from aioenv.core.launcher import (
+    HereWorker,
+    LaunchSpec,
+    LocalProcess,
+    Quick,
+    WorkerProc,
+    launch_in_process,
+    launch_local,
+)
 from aioenv.core.lifecycle import COORDINATOR, Lifecycle, Phase
 from aioenv.core.make_errors import start_failure
 from aioenv.core.memory import MemoryWatch
@@ -37,7 +45,7 @@ from aioenv.core.recovery import SETUP, Recovery, Slot, SlotState
 from aioenv.core.replies import Block, Relayed, Segment, int_lists, route_block
 from aioenv.core.runner import Requests
 from aioenv.core.scheduler import THROTTLED, Build, HeldCall, Request, Scheduler, SetupFuture
-from aioenv.core.sinks import Part, RecvQueue, Sink
+from aioenv.core.sinks import Gather, Part, RecvQueue, Sink
 from aioenv.core.sources import EnvSources
 from aioenv.errors import (
     AioEnvError,
@@ -47,6 +55,7 @@ from aioenv.errors import (
 )
 from aioenv.transport.pipe import PipePort
 from aioenv.transport.slab import Slab
+from aioenv.wire import lane
 from aioenv.wire.errors import error_fields, from_wire
 from aioenv.wire.info_wire import binfo_of
 from aioenv.wire.options import AutoresetName, Executor, OnTimeout
@@ -137,6 +146,8 @@ class Coordinator(Recovery, Requests):
         #: The shared rows of this pool's local inline workers (None: arrays travel in the messages).
         self.slab: Slab | None = None
         self._slab_fd: int | None = None
+        #: A lane step's reply, read by a local worker's pipe before any parsing (see aioenv.wire.lane).
+        self._quick: Quick = (lane.FRAMED_DONE_SIZE, self._on_quick)
         self._adopt = adopt[0] if adopt is not None else None
         if adopt is not None:
             self._slab_fd = adopt[1]
@@ -228,6 +239,7 @@ class Coordinator(Recovery, Requests):
             self._on_message,
             self._slab_fd,
             self.max_loop_hold,
+            self._quick,
         )
         slot.proc = launch_in_process(spec) if slot.in_process else self._launch(spec)
         slot.move(SlotState.STARTING)
@@ -238,7 +250,7 @@ class Coordinator(Recovery, Requests):
         slot.generation += 1
         slot.name = f"{self._prefix}w{slot.index}.{slot.generation}"
         slot.outbox = []
-        proc.rebind(slot.name, self._on_message, self._on_exit)
+        proc.rebind(slot.name, self._on_message, self._on_exit, self._quick)
         slot.proc = proc
         slot.move(SlotState.READY)
         self._by_name[slot.name.encode()] = slot
@@ -316,7 +328,7 @@ class Coordinator(Recovery, Requests):
                 self.sched.finish(req.id)
                 dead = lambda e, s=slot: self._no_worker(s, e, kind)  # noqa: E731
                 sink.deliver(Part.failed(req.env_ids, dead), positions)
-            elif slot.in_process and defer:
+            elif slot.in_process and defer and type(frames) is list:  # (a lane message goes to a worker process)
                 self._defer(slot, frames)
             else:
                 self._send(slot, frames)
@@ -325,14 +337,14 @@ class Coordinator(Recovery, Requests):
 
     def _prepare(
         self, kind: str, env_ids: np.ndarray, at: np.ndarray | None, sink: Sink, build: Build, deadline: float | None
-    ) -> list[tuple[Slot, Request, np.ndarray, list[Any] | None]]:
+    ) -> list[tuple[Slot, Request, np.ndarray, list[Any] | bytes | None]]:
         """Open one request per worker and encode its message (None for a worker that is gone).
 
         Every message is built before any is sent: a value the wire cannot carry (an int beyond 64 bits,
         an object msgpack does not know) fails the whole call here, with every request closed and every
         env released, so nothing stays claimed and no worker got half of a call.
         """
-        prepared: list[tuple[Slot, Request, np.ndarray, list[Any] | None]] = []
+        prepared: list[tuple[Slot, Request, np.ndarray, list[Any] | bytes | None]] = []
         opened: list[Request] = []
         try:
             for worker, rows in self.sched.split(env_ids):
@@ -341,9 +353,19 @@ class Coordinator(Recovery, Requests):
                 req = self.sched.open(worker, kind, ids, sink=sink, positions=positions, deadline=deadline)
                 opened.append(req)
                 slot = self.slots[worker]
-                frames: list[Any] | None = None  # its worker is gone for good
+                frames: list[Any] | bytes | None = None  # its worker is gone for good
                 if not slot.dead_reason:  # the request's frames: its builder's fields and arrays, its id and envs
                     fields, arrays = build(req)
+                    if (
+                        kind == "step"
+                        and Key.SHARED in fields
+                        and slot.ready
+                        and isinstance(slot.proc, LocalProcess)
+                        and _is_run(ids, env_ids is self.sched.all_ids)
+                    ):  # a run of envs over shared rows, to a worker process of its own: a lane message (wire.lane)
+                        data = lane.framed_step(req.id, int(ids[0]), ids.size, Key.INFO_LIST in fields)
+                        prepared.append((slot, req, positions, data))
+                        continue
                     fields[Key.ID] = req.id
                     fields[Key.ENV] = ids.tolist()
                     frames = (
@@ -456,12 +478,19 @@ class Coordinator(Recovery, Requests):
         if not enough():
             here.answer_deferred()
 
-    def _send(self, slot: Slot, frames: list[Any]) -> None:
+    def _send(self, slot: Slot, frames: list[Any] | bytes) -> None:
+        """Send one message to ``slot``'s worker: its frames, or (bytes) a local worker's message framed already."""
         if not slot.ready:
             slot.outbox.append(frames)
             return
-        assert slot.proc is not None
-        if not slot.proc.port.send(slot.name.encode(), frames):
+        proc = slot.proc
+        assert proc is not None
+        if type(frames) is bytes:
+            assert isinstance(proc, LocalProcess), "a message framed for a pipe goes to a local worker"
+            sent = proc.send_framed(frames)
+        else:
+            sent = proc.port.send(slot.name.encode(), frames)
+        if not sent:
             slot.outbox.append(frames)  # reconnecting; flushed at its next HELLO
 
     # ------------------------------------------------------------ replies
@@ -470,6 +499,10 @@ class Coordinator(Recovery, Requests):
         slot = self._by_name.get(identity)
         if slot is None:
             log.warning("dropping a message from unknown peer %r", identity)
+            return
+        first = frames[0]
+        if type(first) is memoryview and first.nbytes and first[0] == lane.MARK:  # a lane message, parsed
+            self._on_done(slot, lane.read_done(first))
             return
         try:
             header, arrays = decode(frames, trusted=self._trusted)
@@ -500,6 +533,51 @@ class Coordinator(Recovery, Requests):
                 log.exception("bad reply from worker %s", slot.name)
                 err = ProtocolError(f"malformed reply from worker {slot.name}: {exc}")
                 self._deliver_part(req, Part.failed(req.env_ids, lambda e: _with_env(err, e)), req.positions)
+        if self.sched.held:
+            self._pump()
+        if slot.life.state is SlotState.DRAINING:
+            self._recycle_if_idle(slot)
+
+    def _on_quick(self, identity: bytes, data: memoryview) -> bool:
+        """A local worker's message of a lane reply's size, before any parsing: a lane step's reply is taken
+        here (True); anything else goes the way of every message (False)."""
+        req_id = lane.read_framed_done(data)
+        if req_id is None:
+            return False
+        slot = self._by_name.get(identity)
+        if slot is None:
+            log.warning("dropping a message from unknown peer %r", identity)
+        else:
+            self._on_done(slot, req_id)
+        return True
+
+    def _on_done(self, slot: Slot, req_id: int | None) -> None:
+        """A lane step's reply (:mod:`aioenv.wire.lane`) to ``req_id``: every row of the request is in the slab."""
+        if req_id is None:
+            self._on_malformed(slot, ProtocolError(f"worker {slot.name} sent a lane message that answers no step"))
+            return
+        slab = self.slab
+        req = self.sched.requests.get(req_id)
+        if req is None or req.kind != "step" or slab is None:
+            req = self.sched.finish(req_id)
+            if req is not None:  # not a step over shared rows: nothing of it is in the slab
+                err = ProtocolError(f"worker {slot.name} answered a {req.kind} as a step over shared rows")
+                log.error("%s", err)
+                self._deliver_part(req, Part.failed(req.env_ids, lambda e: _with_env(err, e)), req.positions)
+        elif (sink := req.sink) is not None and isinstance(sink, Gather) and self.truncation is None:
+            # A lock-step call's rows: left in the slab, their envs claimed, until the call's last row is in.
+            self.sched.finish(req_id, keep_claim=True)
+            assert req.positions is not None, "a step has positions"
+            sink.take_shared(slab, int(req.env_ids[0]), req.positions, self.sched.release)
+        elif isinstance(sink, RecvQueue) and self.truncation is None:  # send/recv: the rows, copied, to the queue
+            self.sched.finish(req_id)
+            first = int(req.env_ids[0])
+            obs, extras = slab.results(slice(first, first + req.env_ids.size), True)
+            sink.deliver(Part(req.env_ids, obs, extras))
+        else:
+            self.sched.finish(req_id)
+            first = int(req.env_ids[0])
+            self._deliver_result(req, _SHARED_DONE, [], slice(first, first + req.env_ids.size))
         if self.sched.held:
             self._pump()
         if slot.life.state is SlotState.DRAINING:
@@ -595,14 +673,17 @@ class Coordinator(Recovery, Requests):
         else:
             self._deliver_result(req, header, arrays)
 
-    def _deliver_result(self, req: Request, header: dict[str, Any], arrays: list[np.ndarray]) -> None:
-        """The rows of a step or reset answered as a whole (an inline worker's RESULT)."""
+    def _deliver_result(
+        self, req: Request, header: dict[str, Any], arrays: list[np.ndarray], run: slice | None = None
+    ) -> None:
+        """The rows of a step or reset answered as a whole (an inline worker's RESULT); ``run``: the request's envs
+        are this run of ids (a lane step's: its rows are copied from the slab by slicing)."""
         kind, env_ids = req.kind, req.env_ids
         described = header.get(Key.ERRORS)
         errors = _row_errors(described, kind) if described else {}
         if header.get(Key.SHARED):  # the rows are in the slab
             assert self.slab is not None, "a worker answered in shared rows this pool does not have"
-            obs, extras = self.slab.results(env_ids, kind == "step")
+            obs, extras = self.slab.results(env_ids if run is None else run, kind == "step")
         else:
             extras = [arrays[i] for i in header.get(Key.EXTRAS, [])] or None
             obs = leaves_from_wire(header[Key.OBS], arrays)
@@ -707,6 +788,19 @@ class Coordinator(Recovery, Requests):
         if self._slab_fd is not None:
             os.close(self._slab_fd)
             self._slab_fd = None
+
+
+#: What a lane step's DONE says, as a RESULT's header would: the rows are in the slab, with no infos and no errors.
+_SHARED_DONE: dict[str, Any] = {Key.SHARED: 1}
+
+
+def _is_run(ids: np.ndarray, split_of_all: bool) -> bool:
+    """Whether ``ids`` (one worker's envs of a call, unique) are one ascending run of env ids. A worker's part of
+    a call of every env is: workers host contiguous blocks (:meth:`aioenv.core.scheduler.Scheduler.place`)."""
+    n = ids.size
+    if n == 0 or int(ids[-1]) - int(ids[0]) + 1 != n:
+        return False
+    return split_of_all or n <= 2 or bool((ids[1:] > ids[:-1]).all())
 
 
 def _row_errors(described: dict[Any, Any], kind: str) -> dict[int, AioEnvError]:

@@ -138,6 +138,8 @@ class LaunchSpec:
         slab_fd: the pool's shared-memory rows (:mod:`aioenv.transport.slab`), inherited by a local worker; None: none.
         hold: for a worker in this process (:func:`launch_in_process`): the most seconds a request holds the
             event loop (None: :data:`workers.inproc.HOLD`).
+        quick: for a local worker's pipe: the messages of one size handled before any parsing (see
+            :class:`aioenv.transport.pipe.PipePort`); None: none.
     """
 
     name: str
@@ -148,11 +150,24 @@ class LaunchSpec:
     on_message: Callable[[bytes, list[Any]], None]
     slab_fd: int | None = None
     hold: float | None = None
+    quick: Quick | None = None
+
+
+#: A pipe's handler of the messages of one size (see :class:`aioenv.transport.pipe.PipePort`): ``(size, handler)``.
+Quick = tuple[int, Callable[[bytes, memoryview], bool]]
 
 
 def launch_local(spec: LaunchSpec) -> LocalProcess:
     """Start the worker as a child process of this one, talking to the coordinator over a pipe of its own."""
-    return LocalProcess(spec.name, spec.private_dir, spec.executor, spec.on_exit, spec.on_message, slab_fd=spec.slab_fd)
+    return LocalProcess(
+        spec.name,
+        spec.private_dir,
+        spec.executor,
+        spec.on_exit,
+        spec.on_message,
+        slab_fd=spec.slab_fd,
+        quick=spec.quick,
+    )
 
 
 #: Where aioenv's worker runtime lives: beside the ``aioenv`` package (both are installed side by side).
@@ -228,6 +243,7 @@ class LocalProcess:
         on_exit: called in the loop thread once, when the process has exited.
         on_message: called in the loop thread with each message the worker sends.
         slab_fd: the pool's shared-memory rows (:mod:`aioenv.transport.slab`), passed on as ``--slab``; None: none.
+        quick: the messages of one size its pipe hands over before any parsing (see :data:`Quick`).
 
     Raises:
         UsageError: ``AIOENV_WORKER_SCHED`` holds a value other than ``batch`` or ``default``, or
@@ -243,6 +259,7 @@ class LocalProcess:
         on_message: Callable[[bytes, list[Any]], None],
         *,
         slab_fd: int | None = None,
+        quick: Quick | None = None,
     ) -> None:
         worker_sched_policy()  # a bad setting fails here, not in the child
         self.name = name
@@ -264,19 +281,27 @@ class LocalProcess:
         finally:
             theirs.close()
         self._broken = ""  # why the pipe broke while the process ran, if it did
-        self._pipe = PipePort(ours, name.encode(), on_message, self._pipe_lost)
+        self._pipe = PipePort(ours, name.encode(), on_message, self._pipe_lost, quick=quick)
         self.port: Port = self._pipe
         self.pid: int = self.proc.pid
         self._loop.add_reader(self.proc.exit_fd, self._reap)
 
     def rebind(
-        self, name: str, on_message: Callable[[bytes, list[Any]], None], on_exit: Callable[[LocalProcess], None]
+        self,
+        name: str,
+        on_message: Callable[[bytes, list[Any]], None],
+        on_exit: Callable[[LocalProcess], None],
+        quick: Quick | None = None,
     ) -> None:
-        """Hand the running worker to a new owner: its messages reach ``on_message`` under ``name``, its exit
-        ``on_exit`` (the process that timed an env for ``executor="auto"`` goes on as a pool's worker)."""
+        """Hand the running worker to a new owner: its messages reach ``on_message`` (and ``quick``) under ``name``,
+        its exit ``on_exit`` (the process that timed an env for ``executor="auto"`` goes on as a pool's worker)."""
         self.name = name
         self._on_exit = on_exit
-        self._pipe.rebind(name.encode(), on_message)
+        self._pipe.rebind(name.encode(), on_message, quick)
+
+    def send_framed(self, data: bytes) -> bool:
+        """Send a message already framed for the pipe (:meth:`aioenv.transport.pipe.PipePort.send_framed`)."""
+        return self._pipe.send_framed(data)
 
     @property
     def returncode(self) -> int | None:

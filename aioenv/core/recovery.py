@@ -123,7 +123,7 @@ class Slot:
         self.generation = 0
         self.name = ""
         self.proc: WorkerProc | None = None  # its worker: STARTING, READY, DRAINING (and CLOSED: being stopped)
-        self.outbox: list[list[Any]] = []
+        self.outbox: list[list[Any] | bytes] = []  # frames, or a local worker's message framed already
         self.restarts = 0  # every restart, for the metrics
         self.deaths: deque[float] = deque()  # when its workers died by themselves, within RESTART_WINDOW
         # Two views of the state, read on every request and kept by move() alone (plain attributes: no call):

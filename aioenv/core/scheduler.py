@@ -270,13 +270,16 @@ class Scheduler:
     def _split_sorted(self, env_ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
         """:meth:`_split` of many rows: a stable sort by worker, cut where the worker changes."""
         owners = self.worker_of[env_ids]
-        first = owners[0]
-        if (owners == first).all():
-            return [(int(first), np.arange(env_ids.size))]
         order = np.argsort(owners, kind="stable")
         sorted_owners = owners[order]
-        cuts = np.flatnonzero(np.diff(sorted_owners)) + 1
-        return [(int(owners[g[0]]), g) for g in np.split(order, cuts)]
+        edges = np.flatnonzero(sorted_owners[1:] != sorted_owners[:-1]) + 1
+        if not edges.size:
+            return [(int(sorted_owners[0]), np.arange(env_ids.size))]
+        # Cut with slices (np.split and np.diff cost ~3x as much in Python around the same work: 16 rows of a
+        # send over 16 workers, 37 against 13 µs on a small VM).
+        bounds = [0, *edges.tolist(), env_ids.size]
+        workers = sorted_owners[bounds[:-1]].tolist()
+        return [(w, order[a:b]) for w, a, b in zip(workers, bounds, bounds[1:], strict=False)]
 
     def _split_masked(self, env_ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
         """:meth:`_split` over a few workers: one comparison and one ``flatnonzero`` per worker. For the 16 rows
@@ -314,9 +317,13 @@ class Scheduler:
             heapq.heappush(self._deadlines, (deadline, req.id))
         return req
 
-    def finish(self, req_id: Any) -> Request | None:
+    def finish(self, req_id: Any, *, keep_claim: bool = False) -> Request | None:
         """A reply for all its (unanswered) rows arrived, or the request is given up: close it, free its
-        envs. ``None`` for an unknown/closed id. See the module docstring for ``env_ids``/``positions``."""
+        envs. ``None`` for an unknown/closed id. See the module docstring for ``env_ids``/``positions``.
+
+        ``keep_claim``: the envs stay busy, their rows left in the pool's shared rows for the call's sink to copy
+        once every row of the call is in; the sink frees them then (:meth:`aioenv.core.sinks.Gather.take_shared`).
+        No request can write those rows meanwhile."""
         req = self.requests.pop(req_id, None) if isinstance(req_id, int) else None
         if req is None:
             return None
@@ -326,7 +333,8 @@ class Scheduler:
             if req.positions is not None:
                 req.positions = req.positions[rows]
             req.answered = None
-        self.busy[req.env_ids] = False
+        if not keep_claim:
+            self.busy[req.env_ids] = False
         if req.kind in THROTTLED:
             self.running -= req.left
         req.left = 0

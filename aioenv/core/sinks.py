@@ -24,6 +24,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from aioenv.errors import AioEnvError
+from aioenv.transport.slab import Slab
 from aioenv.wire import spaces
 from aioenv.wire.infos import batch_infos, concat_infos, merge_infos, take_info, whole_info
 
@@ -172,6 +173,13 @@ class Gather:
         self._infos: list[tuple[dict[str, Any], np.ndarray]] = []  # merged at the end (dtypes by row order)
         self._values: list[Any] = [None] * env_ids.size
         self._errors: dict[int, AioEnvError] = {}
+        # Rows in the pool's shared rows, copied once every row is in (see take_shared): (first env, positions).
+        self._shared: list[tuple[int, np.ndarray]] | None = None
+        self._slab: Slab | None = None
+        self._release: Callable[[np.ndarray], None] | None = None
+        self._base = 0  # the call's first env id (its envs' rows are base, base + 1, ... when it is one run)
+        self._aligned = True  # every run so far stands at the positions of a call of one run of envs
+        self._in_slab = 0  # rows of those runs
 
     def deliver(self, part: Part, positions: np.ndarray) -> None:
         """Place one part's rows at ``positions``; resolves the future once every row arrived."""
@@ -208,6 +216,63 @@ class Gather:
         if self._left == 0:
             self._finish()
 
+    def take_shared(self, slab: Slab, first: int, positions: np.ndarray, release: Callable[[np.ndarray], None]) -> None:
+        """A step's rows that lie in the pool's shared rows ``first .. first + k - 1`` (k = ``positions.size``), none
+        of them failed and none with an info (a lane step's reply, :mod:`aioenv.wire.lane`), standing at
+        ``positions`` of the call. Their envs stay claimed, so nothing writes those rows until every row of the
+        call is in: then each run is copied once, straight into the batch (the whole batch in one copy per
+        array when the call's envs are one run, as a lock-step ``step()``'s are), and ``release(env_ids)`` frees
+        their envs."""
+        k = positions.size
+        if self._shared is None:
+            self._shared = []
+            self._slab = slab
+            self._release = release
+            self._base = int(self.env_ids[0])
+        # Aligned: the run stands at the positions of its env ids in a call of the envs base, base + 1, ...
+        # (its positions are increasing and unique, so their ends say they are that range).
+        p0 = first - self._base
+        if self._aligned and (int(positions[0]) != p0 or int(positions[-1]) != p0 + k - 1):
+            self._aligned = False
+        self._shared.append((first, positions))
+        self._in_slab += k
+        self._left -= k
+        if self._left == 0:
+            self._finish()
+
+    def _copy_shared(self) -> None:
+        """Copy the rows :meth:`take_shared` left in the slab into the batch and free their envs."""
+        runs, slab, release = self._shared, self._slab, self._release
+        if runs is None or slab is None or release is None:
+            return
+        self._shared = None
+        self._slab = self._release = None
+        n = self.env_ids.size
+        if self._obs is None and self._aligned and self._in_slab == n:
+            # Every row, each run where its env ids stand: the call's envs are base .. base + n - 1, and the
+            # batch is that block of the slab, one copy per array.
+            src = slice(self._base, self._base + n)
+            self._obs = [leaf[src].copy() for leaf in slab.obs]
+            self._reward = slab.reward[src].copy()
+            self._terminated = slab.terminated[src].copy()
+            self._truncated = slab.truncated[src].copy()
+            release(self.env_ids)
+            return
+        if self._obs is None:
+            self._obs = spaces.empty_batch(self._obs_space, n)
+        reward, terminated, truncated = self._flags()
+        for first, positions in runs:
+            k = positions.size
+            run = slice(first, first + k)
+            p0 = int(positions[0])
+            at: slice | np.ndarray = slice(p0, p0 + k) if int(positions[-1]) - p0 + 1 == k else positions
+            for out, leaf in zip(self._obs, slab.obs, strict=True):
+                out[at] = leaf[run]
+            reward[at] = slab.reward[run]
+            terminated[at] = slab.terminated[run]
+            truncated[at] = slab.truncated[run]
+        release(np.concatenate([np.arange(first, first + p.size) for first, p in runs]))
+
     def _place(self, part: Part, positions: np.ndarray) -> None:
         """Copy ``part``'s rows into the batch at ``positions``."""
         if self._obs is None:
@@ -231,6 +296,8 @@ class Gather:
         return self._reward, self._terminated, self._truncated
 
     def _finish(self) -> None:
+        if self._shared is not None:
+            self._copy_shared()  # first: it also frees the envs whose rows it copies
         if self.future.done():
             return
         try:
@@ -275,6 +342,8 @@ class Gather:
 
     def fail(self, exc: BaseException) -> None:
         """Fail the whole call (shutdown)."""
+        if self._shared is not None:
+            self._copy_shared()  # frees the envs whose rows wait in the slab
         if not self.future.done():
             self.future.set_exception(exc)
 
@@ -358,11 +427,12 @@ class RecvQueue:
         n = part.env_ids.size
         self.in_flight -= n
         start = 0
-        for row in sorted(part.errors):
-            if row > start:
-                self._items.append(_Segment(part, start, row, None))
-            self._items.append(_Segment(part, row, row + 1, part.errors[row]))
-            start = row + 1
+        if part.errors:
+            for row in sorted(part.errors):
+                if row > start:
+                    self._items.append(_Segment(part, start, row, None))
+                self._items.append(_Segment(part, row, row + 1, part.errors[row]))
+                start = row + 1
         if start < n:
             self._items.append(_Segment(part, start, n, None))
         self.ready += n

@@ -156,9 +156,14 @@ class Slab:
             else:
                 store[env_ids] = leaf
 
-    def results(self, env_ids: np.ndarray, step: bool) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
-        """Copies of the rows of ``env_ids``: observation leaves and, for a step, ``[reward, terminated,
-        truncated]`` (None for a reset)."""
+    def results(self, env_ids: np.ndarray | slice, step: bool) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+        """Copies of the rows of ``env_ids`` (ids, or a slice of them: a run, copied without fancy indexing):
+        observation leaves and, for a step, ``[reward, terminated, truncated]`` (None for a reset)."""
+        if type(env_ids) is slice:
+            obs = [leaf[env_ids].copy() for leaf in self.obs]
+            if not step:
+                return obs, None
+            return obs, [self.reward[env_ids].copy(), self.terminated[env_ids].copy(), self.truncated[env_ids].copy()]
         obs = [leaf[env_ids] for leaf in self.obs]
         if not step:
             return obs, None

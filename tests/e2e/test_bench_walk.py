@@ -29,8 +29,9 @@ def test_walk_counts_the_worker_process() -> None:
     rows = data["rows"]
     caller, worker = _functions(data["caller"]), _functions(data["worker"])
     assert ("aioenv/pool.py", "Pool.step") in caller
-    assert ("workers/runtime.py", "Worker.on_step") in worker  # seen in the worker process, not here
-    assert ("workers/runtime.py", "Worker.on_step") not in caller
+    # a lock-step step of a local inline worker is a lane step, seen in the worker process, not here
+    assert ("workers/runtime.py", "Worker.on_lane_step") in worker
+    assert ("workers/runtime.py", "Worker.on_lane_step") not in caller
     for side in ("caller process", "worker processes", "total"):
         assert min(rows[side].values()) > 0, side
     assert rows["total"]["calls"] == rows["caller process"]["calls"] + rows["worker processes"]["calls"]

@@ -58,6 +58,7 @@ class ProbeEnv(gym.Env):
         render_mode: ``"rgb_array"`` or None.
         tag: a plain attribute for get_attr/set_attr.
         init_seconds: ``__init__`` sleeps this long (a pool that takes its time to be made).
+        quiet: its steps' infos are empty (a step then says nothing but its row).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 7}  # noqa: RUF012
@@ -77,8 +78,10 @@ class ProbeEnv(gym.Env):
         render_mode: str | None = None,
         tag: int = 0,
         init_seconds: float = 0.0,
+        quiet: bool = False,
     ) -> None:
         time.sleep(init_seconds)
+        self.quiet = quiet
         self.observation_space = spaces.Box(-1e9, 1e9, (4,), np.float64)
         self.action_space = spaces.Discrete(3)
         self.fail_at = fail_at
@@ -135,7 +138,7 @@ class ProbeEnv(gym.Env):
         if a == SLOW:
             self._slow()
         truncated = self.max_steps is not None and self.t >= self.max_steps
-        info: dict[str, Any] = {"t": self.t}
+        info: dict[str, Any] = {} if self.quiet else {"t": self.t}
         if self.bad_info:
             info["unsendable"] = object()
         return self._obs(a), float(a) + 0.5, False, truncated, info
@@ -270,9 +273,10 @@ class _CountingEnv(gym.Env):
 
 class PipeVandalEnv(_CountingEnv):
     """Obs ``[t]``; action 1 writes garbage into the worker's pipe (``python -m workers --fd N``) first,
-    action 2 shuts the pipe down and hangs (a worker alive but deaf)."""
+    action 2 shuts the pipe down and hangs (a worker alive but deaf); action 3 writes a lane message that answers
+    nothing (a lane step, :mod:`aioenv.wire.lane`), action 4 a lane DONE for a request no one sent."""
 
-    action_space = spaces.Discrete(3)
+    action_space = spaces.Discrete(5)
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         import socket
@@ -284,6 +288,12 @@ class PipeVandalEnv(_CountingEnv):
         elif int(action) == 2:
             socket.socket(fileno=os.dup(fd)).shutdown(socket.SHUT_RDWR)
             time.sleep(120)
+        elif int(action) in (3, 4):
+            from aioenv.transport.pipe import framed
+            from aioenv.wire import lane
+
+            frame = lane.step(1, 0, 1) if int(action) == 3 else lane.done(2**62)
+            os.write(fd, b"".join(framed([frame])[0]))
         self.t += 1
         return np.array([self.t], dtype=np.float32), 0.0, False, False, {}
 

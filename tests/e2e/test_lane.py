@@ -1,0 +1,227 @@
+"""Lock-step steps of a pool's own inline workers go as lane messages (``aioenv.wire.lane``), and a call's rows
+wait in shared memory, their envs claimed, until the call's last row is in.
+
+Real pools of worker processes: the lane carries every lock-step step of CartPole and gives SyncVectorEnv's
+trajectories; an env whose row is in waits claimed until its call returns; a worker lost or late mid-call
+fails its own rows while the others' come back whole and their envs are free after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import aioenv
+from aioenv.core.coordinator import Coordinator
+from aioenv.core.launcher import LocalProcess
+from aioenv.errors import StepTimeout, UsageError, WorkerCrashed
+from aioenv.transport.slab import Slab
+from aioenv.wire import lane
+from aioenv.wire.protocol import Key, Op, decode, encode
+from tests.envs.faulty import SLOW
+from tests.support.procs import HANG, wait_new_worker, worker_pid
+from workers.runtime import Worker
+
+PROBE = "tests.envs.faulty:make_probe"
+
+
+async def until(check: Callable[[], bool]) -> None:
+    async with asyncio.timeout(HANG):
+        while not check():
+            await asyncio.sleep(0.005)
+
+
+def in_flight(pool: aioenv.Pool) -> int:
+    """Requests of the pool waiting for their worker's reply."""
+    runner: Any = pool._runner
+    return len(runner.sched.requests)
+
+
+async def test_a_lock_step_step_is_one_lane_message_each_way_per_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[bytes] = []
+    taken: list[bool] = []
+    send_framed = LocalProcess.send_framed
+    on_quick = Coordinator._on_quick
+
+    def counting_send(proc: LocalProcess, data: bytes) -> bool:
+        sent.append(bytes(data))
+        return send_framed(proc, data)
+
+    def counting_quick(coord: Coordinator, identity: bytes, data: memoryview) -> bool:
+        taken.append(on_quick(coord, identity, data))
+        return taken[-1]
+
+    monkeypatch.setattr(LocalProcess, "send_framed", counting_send)
+    monkeypatch.setattr(Coordinator, "_on_quick", counting_quick)
+    ref = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 6)
+    rng = np.random.default_rng(4)
+    async with aioenv.Pool("CartPole-v1", 6, num_workers=3, executor="inline") as pool:
+        obs, _ = await asyncio.wait_for(pool.reset(seed=7), HANG)
+        np.testing.assert_array_equal(obs, ref.reset(seed=7)[0])
+        for _ in range(40):  # episodes end and reset meanwhile (next_step)
+            actions = rng.integers(0, 2, 6)
+            got = await asyncio.wait_for(pool.step(actions), HANG)
+            want = ref.step(actions)
+            for g, w in zip(got[:4], want[:4], strict=True):
+                np.testing.assert_array_equal(g, w)
+            assert got[0].flags.writeable  # the call's own copy, not a view of the shared rows
+            assert not np.shares_memory(got[0], pool._runner.slab.obs[0])  # type: ignore[union-attr]
+    ref.close()
+    steps = [lane.read_step(data[12:]) for data in sent]
+    assert len(steps) == 40 * 3
+    assert sorted({(first, count) for _, first, count, _ in steps}) == [(0, 2), (2, 2), (4, 2)]
+    assert taken == [True] * (40 * 3)  # every reply a lane DONE, taken before any parsing
+
+
+async def test_an_env_whose_row_is_in_stays_claimed_until_its_call_returns(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    kwargs = {"quiet": True, "gate": str(gate)}
+    async with aioenv.Pool(PROBE, 4, num_workers=2, executor="inline", env_kwargs=kwargs) as pool:
+        await asyncio.wait_for(pool.reset(seed=0), HANG)
+        step = asyncio.ensure_future(pool.step(np.array([0, 1, SLOW, SLOW])))
+        await until(lambda: in_flight(pool) == 1)  # worker 0's rows are in, worker 1 steps on
+        with pytest.raises(UsageError, match="env 0 already has a request in flight"):
+            await pool.step_env(0, 0)
+        gate.touch()
+        obs, reward, _, _, info = await asyncio.wait_for(step, HANG)
+        assert obs[:, 0].tolist() == [0, 1, 2, 3]  # each env's own row
+        assert obs[:, 2].tolist() == [0, 1, SLOW, SLOW]
+        assert reward.tolist() == [0.5, 1.5, 2.5, 2.5]
+        assert info["env_id"].tolist() == [0, 1, 2, 3]
+        row = await asyncio.wait_for(pool.step_env(0, 0), HANG)  # free once the call returned
+        assert row.obs[1] == 2
+
+
+async def test_a_worker_lost_mid_step_fails_its_rows_and_leaves_the_others_whole() -> None:
+    async with aioenv.Pool(PROBE, 4, num_workers=2, executor="inline", env_kwargs={"quiet": True}) as pool:
+        await asyncio.wait_for(pool.reset(seed=0), HANG)
+        step = asyncio.ensure_future(pool.step(np.array([1, 0, SLOW, SLOW])))
+        await until(lambda: in_flight(pool) == 1)
+        os.kill(worker_pid(pool, 1), signal.SIGKILL)
+        with pytest.raises(WorkerCrashed) as caught:
+            await asyncio.wait_for(step, HANG)
+        assert sorted(caught.value.errors) == [2, 3]
+        obs, reward, *_ = caught.value.partial
+        assert obs[:, 0].tolist() == [0, 1]
+        assert reward.tolist() == [1.5, 0.5]
+        row = await asyncio.wait_for(pool.step_env(1, 0), HANG)  # its claim was freed with the call
+        assert row.obs[1] == 2
+
+
+async def test_a_late_worker_fails_its_rows_and_leaves_the_others_whole() -> None:
+    kwargs = {"quiet": True, "slow_seconds": 30.0}
+    async with aioenv.Pool(PROBE, 4, num_workers=2, executor="inline", env_kwargs=kwargs, step_timeout=1.0) as pool:
+        await asyncio.wait_for(pool.reset(seed=0), HANG)
+        with pytest.raises(StepTimeout) as caught:
+            await asyncio.wait_for(pool.step(np.array([0, 0, SLOW, 0])), HANG)
+        assert sorted(caught.value.errors) == [2, 3]
+        obs, *_ = caught.value.partial
+        assert obs[:, 0].tolist() == [0, 1]
+        obs, *_ = await asyncio.wait_for(pool.step(np.zeros(2, dtype=np.int64), env_ids=[0, 1]), HANG)
+        assert obs[:, 1].tolist() == [2, 2]  # their claims were freed with the call
+
+
+async def test_a_step_with_infos_comes_back_as_a_result_over_shared_rows() -> None:
+    async with aioenv.Pool(PROBE, 4, num_workers=2, executor="inline") as pool:
+        await asyncio.wait_for(pool.reset(seed=0), HANG)
+        obs, _, _, _, info = await asyncio.wait_for(pool.step(np.array([0, 1, 0, 1])), HANG)
+        assert info["t"].tolist() == [1, 1, 1, 1]
+        assert obs[:, 2].tolist() == [0, 1, 0, 1]
+        infos = await asyncio.wait_for(pool._start_step(np.array([1, 1, 1, 1]), info_list=True), HANG)
+        assert [i["t"] for i in infos[4]] == [2, 2, 2, 2]
+
+
+# ---------------------------------------------------------------- a worker's side, over a real slab
+
+
+def _worker_with_envs(n: int, slab: bool) -> tuple[Worker, Slab | None]:
+    fd = Slab.try_new_fd() if slab else None
+    worker = Worker(0, "w0", slab_fd=fd)
+    source = {"kind": "gym", "id": "CartPole-v1"}
+    reply = worker.handle(
+        encode(Op.MAKE, {Key.ID: 1, Key.ENVS: [[i, "k"] for i in range(n)], Key.SOURCES: {"k": source}})
+    )
+    assert decode(reply[0])[0][Key.OP] == Op.RESULT
+    if fd is None:
+        return worker, None
+    layout = Slab.plan(n, gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2))
+    assert layout is not None
+    ours = Slab.create(fd, layout)
+    worker.handle(encode(Op.SLAB, {Key.ID: 2, Key.SLAB: layout}))
+    worker.handle(encode(Op.RESET, {Key.ID: 3, Key.ENV: list(range(n)), Key.SEED: list(range(n)), Key.SHARED: 1}))
+    return worker, ours
+
+
+def _answer(worker: Worker, frame: bytes) -> list[Any]:
+    reply, done = worker.handle([memoryview(frame)])
+    assert not done
+    return reply
+
+
+def test_a_worker_answers_a_lane_step_with_done_and_its_rows_in_the_slab() -> None:
+    worker, slab = _worker_with_envs(4, slab=True)
+    assert slab is not None
+    ref = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
+    ref.reset(seed=list(range(4)))
+    for t in range(30):
+        actions = np.array([t % 2, 1, 0, (t // 2) % 2])
+        slab.act[0][:] = actions
+        reply = _answer(worker, lane.step(100 + t, 0, 4))
+        assert [bytes(f) for f in reply] == [lane.done(100 + t)]
+        obs, reward, term, trunc, _ = ref.step(actions)
+        np.testing.assert_array_equal(slab.obs[0], obs)
+        np.testing.assert_array_equal(slab.reward, reward)
+        np.testing.assert_array_equal(slab.terminated, term)
+        np.testing.assert_array_equal(slab.truncated, trunc)
+    ref.close()
+    worker.close_all()
+    slab.close()
+
+
+def test_a_worker_answers_a_lane_step_it_cannot_serve_with_an_error_naming_why() -> None:
+    worker, slab = _worker_with_envs(4, slab=True)
+    for frame, words in [
+        (lane.step(7, 2, 5), "got a lane step of envs 2 to 6: the pool shares rows for envs 0 to 3"),
+        (lane.step(8, 0, 0), "got a lane step of no envs (expected 1 to 4)"),
+    ]:
+        header, _ = decode(_answer(worker, frame))
+        assert header[Key.OP] == Op.ERROR
+        assert header[Key.ID] == frame_id(frame)
+        assert words in header[Key.ERROR]["message"]
+    plain, _ = _worker_with_envs(2, slab=False)
+    header, _ = decode(_answer(plain, lane.step(9, 0, 2)))
+    assert header[Key.OP] == Op.ERROR
+    assert "got a request for shared rows before their layout" in header[Key.ERROR]["message"]
+    worker.close_all()
+    plain.close_all()
+    assert slab is not None
+    slab.close()
+
+
+def frame_id(frame: bytes) -> int:
+    return lane.read_step(frame)[0]
+
+
+async def test_lane_messages_a_worker_forges_are_dropped_or_refused() -> None:
+    async with aioenv.Pool("tests.envs.faulty:PipeVandalEnv", 4, num_workers=2, executor="inline") as pool:
+        await asyncio.wait_for(pool.reset(), HANG)
+        for t in range(1, 4):  # a DONE for a request no one sent: dropped, every row still answered by its worker
+            obs, *_ = await asyncio.wait_for(pool.step(np.array([4, 0, 0, 4])), HANG)
+            assert obs[:, 0].tolist() == [t] * 4
+        old = worker_pid(pool, 1)
+        with pytest.raises(WorkerCrashed) as caught:  # a lane message that is no reply: the stream is not trusted
+            await asyncio.wait_for(pool.step(np.array([0, 0, 3, 0])), HANG)
+        assert sorted(caught.value.errors) == [2, 3]
+        assert "sent a message this pool cannot read" in str(caught.value)
+        assert "a lane message that answers no step" in str(caught.value)
+        obs, *_ = caught.value.partial
+        assert obs[:, 0].tolist() == [4, 4]
+        await wait_new_worker(pool, 1, old)
