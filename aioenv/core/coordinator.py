@@ -43,7 +43,7 @@ from aioenv.core.make_errors import start_failure
 from aioenv.core.memory import MemoryWatch
 from aioenv.core.recovery import SETUP, Recovery, Slot, SlotState
 from aioenv.core.replies import Block, Relayed, Segment, int_lists, route_block
-from aioenv.core.runner import Requests
+from aioenv.core.runner import Requests, SharedStep
 from aioenv.core.scheduler import THROTTLED, Build, HeldCall, Request, Scheduler, SetupFuture
 from aioenv.core.sinks import Gather, Part, RecvQueue, Sink
 from aioenv.core.sources import EnvSources
@@ -346,6 +346,9 @@ class Coordinator(Recovery, Requests):
         """
         prepared: list[tuple[Slot, Request, np.ndarray, list[Any] | bytes | None]] = []
         opened: list[Request] = []
+        # A step over shared rows may go as lane messages (aioenv.wire.lane): nothing to build for those.
+        lane_step = build if type(build) is SharedStep and self.slab is not None else None
+        every = env_ids is self.sched.all_ids
         try:
             for worker, rows in self.sched.split(env_ids):
                 ids = env_ids[rows] if rows.size != env_ids.size else env_ids
@@ -355,17 +358,16 @@ class Coordinator(Recovery, Requests):
                 slot = self.slots[worker]
                 frames: list[Any] | bytes | None = None  # its worker is gone for good
                 if not slot.dead_reason:  # the request's frames: its builder's fields and arrays, its id and envs
-                    fields, arrays = build(req)
                     if (
-                        kind == "step"
-                        and Key.SHARED in fields
+                        lane_step is not None
                         and slot.ready
                         and isinstance(slot.proc, LocalProcess)
-                        and _is_run(ids, env_ids is self.sched.all_ids)
-                    ):  # a run of envs over shared rows, to a worker process of its own: a lane message (wire.lane)
-                        data = lane.framed_step(req.id, int(ids[0]), ids.size, Key.INFO_LIST in fields)
+                        and _is_run(ids, every)
+                    ):  # a run of envs over shared rows, to a worker process of its own: a lane message
+                        data = lane.framed_step(req.id, int(ids[0]), ids.size, lane_step.info_list)
                         prepared.append((slot, req, positions, data))
                         continue
+                    fields, arrays = build(req)
                     fields[Key.ID] = req.id
                     fields[Key.ENV] = ids.tolist()
                     frames = (
@@ -558,6 +560,10 @@ class Coordinator(Recovery, Requests):
             return
         slab = self.slab
         req = self.sched.requests.get(req_id)
+        if req is not None and req.worker != slot.index:  # its rows are not this worker's to say are written
+            why = f"worker {slot.name} sent a lane reply to request {req_id}, which went to another worker"
+            self._on_malformed(slot, ProtocolError(why))
+            return
         if req is None or req.kind != "step" or slab is None:
             req = self.sched.finish(req_id)
             if req is not None:  # not a step over shared rows: nothing of it is in the slab

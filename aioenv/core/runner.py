@@ -28,7 +28,7 @@ from aioenv.transport.slab import Slab
 from aioenv.wire import spaces
 from aioenv.wire.protocol import Key, leaves_to_wire
 
-__all__ = ["Requests", "Runner", "call_builder", "reset_builder", "step_builder"]
+__all__ = ["Requests", "Runner", "SharedStep", "call_builder", "reset_builder", "step_builder"]
 
 
 class Runner(Protocol):
@@ -207,11 +207,7 @@ def step_builder(slab: Slab | None, ids: np.ndarray, leaves: list[np.ndarray], i
     flags: dict[str, Any] = {Key.INFO_LIST: True} if info_list else {}
     if slab is not None:
         slab.put_actions(ids, leaves, every)
-
-        def shared(_req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
-            return {Key.SHARED: 1, **flags}, []
-
-        return shared
+        return SharedStep(info_list)
     n = ids.size
 
     def carried(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
@@ -221,6 +217,24 @@ def step_builder(slab: Slab | None, ids: np.ndarray, leaves: list[np.ndarray], i
         return {Key.ACT: leaves_to_wire(part, arrays), **flags}, arrays
 
     return carried
+
+
+class SharedStep:
+    """How to build each worker's STEP when the actions are in the envs' shared rows already: ``"sh": 1`` (and
+    ``"ilist"``), no arrays. The coordinator may send it as a lane message instead (:mod:`aioenv.wire.lane`),
+    which needs nothing built: it tells this builder by its type."""
+
+    __slots__ = ("info_list",)
+
+    def __init__(self, info_list: bool) -> None:
+        #: The caller wants each env's own info dict (``"ilist"``).
+        self.info_list = info_list
+
+    def __call__(self, _req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
+        fields: dict[str, Any] = {Key.SHARED: 1}
+        if self.info_list:
+            fields[Key.INFO_LIST] = True
+        return fields, []
 
 
 def reset_builder(seeds: list[int | None], options: dict[str, Any] | None, shared: bool) -> Build:

@@ -225,3 +225,23 @@ async def test_lane_messages_a_worker_forges_are_dropped_or_refused() -> None:
         obs, *_ = caught.value.partial
         assert obs[:, 0].tolist() == [4, 4]
         await wait_new_worker(pool, 1, old)
+
+
+async def test_a_lane_reply_to_another_workers_request_is_refused(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    kwargs = {"quiet": True, "gate": str(gate)}
+    async with aioenv.Pool(PROBE, 4, num_workers=2, executor="inline", env_kwargs=kwargs) as pool:
+        coord: Any = pool._runner
+        await asyncio.wait_for(pool.reset(seed=0), HANG)
+        step = asyncio.ensure_future(pool.step(np.array([SLOW, SLOW, 0, 1])))
+        await until(lambda: in_flight(pool) == 1)  # worker 1 answered; worker 0 steps on
+        [(req_id, req)] = coord.sched.requests.items()
+        assert req.worker == 0
+        old = worker_pid(pool, 1)
+        coord._on_done(coord.slots[1], req_id)  # worker 1 says worker 0's rows are written: they are not
+        assert coord.sched.requests.get(req_id) is req  # still waiting for worker 0's own reply
+        await wait_new_worker(pool, 1, old)  # a worker whose stream lies is replaced
+        gate.touch()
+        obs, *_ = await asyncio.wait_for(step, HANG)
+        assert obs[:, 0].tolist() == [0, 1, 2, 3]
+        assert obs[:, 2].tolist() == [SLOW, SLOW, 0, 1]
