@@ -9,9 +9,10 @@ fails its own rows while the others' come back whole and their envs are free aft
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -142,22 +143,32 @@ async def test_a_step_with_infos_comes_back_as_a_result_over_shared_rows() -> No
 # ---------------------------------------------------------------- a worker's side, over a real slab
 
 
-def _worker_with_envs(n: int, slab: bool) -> tuple[Worker, Slab | None]:
+@contextlib.contextmanager
+def worker_with_envs(n: int, slab: bool) -> Iterator[tuple[Worker, Slab | None]]:
+    """A worker (in this process: its handler is what is tested) hosting ``n`` CartPole envs, reset with seeds
+    0 .. n - 1, over a slab of its own (``slab``) or none; everything closed after."""
     fd = Slab.try_new_fd() if slab else None
     worker = Worker(0, "w0", slab_fd=fd)
-    source = {"kind": "gym", "id": "CartPole-v1"}
-    reply = worker.handle(
-        encode(Op.MAKE, {Key.ID: 1, Key.ENVS: [[i, "k"] for i in range(n)], Key.SOURCES: {"k": source}})
-    )
-    assert decode(reply[0])[0][Key.OP] == Op.RESULT
-    if fd is None:
-        return worker, None
-    layout = Slab.plan(n, gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2))
-    assert layout is not None
-    ours = Slab.create(fd, layout)
-    worker.handle(encode(Op.SLAB, {Key.ID: 2, Key.SLAB: layout}))
-    worker.handle(encode(Op.RESET, {Key.ID: 3, Key.ENV: list(range(n)), Key.SEED: list(range(n)), Key.SHARED: 1}))
-    return worker, ours
+    ours: Slab | None = None
+    try:
+        source = {"kind": "gym", "id": "CartPole-v1"}
+        fields = {Key.ID: 1, Key.ENVS: [[i, "k"] for i in range(n)], Key.SOURCES: {"k": source}}
+        assert decode(worker.handle(encode(Op.MAKE, fields))[0])[0][Key.OP] == Op.RESULT
+        if fd is not None:
+            layout = Slab.plan(n, gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2))
+            assert layout is not None
+            ours = Slab.create(fd, layout)
+            worker.handle(encode(Op.SLAB, {Key.ID: 2, Key.SLAB: layout}))
+            reset = {Key.ID: 3, Key.ENV: list(range(n)), Key.SEED: list(range(n)), Key.SHARED: 1}
+            worker.handle(encode(Op.RESET, reset))
+        yield worker, ours
+    finally:
+        worker.close_all()
+        for mapped in (worker.slab, ours):
+            if mapped is not None:
+                mapped.close()
+        if fd is not None:
+            os.close(fd)
 
 
 def _answer(worker: Worker, frame: bytes) -> list[Any]:
@@ -167,43 +178,37 @@ def _answer(worker: Worker, frame: bytes) -> list[Any]:
 
 
 def test_a_worker_answers_a_lane_step_with_done_and_its_rows_in_the_slab() -> None:
-    worker, slab = _worker_with_envs(4, slab=True)
-    assert slab is not None
     ref = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
     ref.reset(seed=list(range(4)))
-    for t in range(30):
-        actions = np.array([t % 2, 1, 0, (t // 2) % 2])
-        slab.act[0][:] = actions
-        reply = _answer(worker, lane.step(100 + t, 0, 4))
-        assert [bytes(f) for f in reply] == [lane.done(100 + t)]
-        obs, reward, term, trunc, _ = ref.step(actions)
-        np.testing.assert_array_equal(slab.obs[0], obs)
-        np.testing.assert_array_equal(slab.reward, reward)
-        np.testing.assert_array_equal(slab.terminated, term)
-        np.testing.assert_array_equal(slab.truncated, trunc)
+    with worker_with_envs(4, slab=True) as (worker, slab):
+        assert slab is not None
+        for t in range(30):
+            actions = np.array([t % 2, 1, 0, (t // 2) % 2])
+            slab.act[0][:] = actions
+            reply = _answer(worker, lane.step(100 + t, 0, 4))
+            assert [bytes(f) for f in reply] == [lane.done(100 + t)]
+            obs, reward, term, trunc, _ = ref.step(actions)
+            np.testing.assert_array_equal(slab.obs[0], obs)
+            np.testing.assert_array_equal(slab.reward, reward)
+            np.testing.assert_array_equal(slab.terminated, term)
+            np.testing.assert_array_equal(slab.truncated, trunc)
     ref.close()
-    worker.close_all()
-    slab.close()
 
 
 def test_a_worker_answers_a_lane_step_it_cannot_serve_with_an_error_naming_why() -> None:
-    worker, slab = _worker_with_envs(4, slab=True)
-    for frame, words in [
-        (lane.step(7, 2, 5), "got a lane step of envs 2 to 6: the pool shares rows for envs 0 to 3"),
-        (lane.step(8, 0, 0), "got a lane step of no envs (expected 1 to 4)"),
-    ]:
-        header, _ = decode(_answer(worker, frame))
+    with worker_with_envs(4, slab=True) as (worker, _):
+        for frame, words in [
+            (lane.step(7, 2, 5), "got a lane step of envs 2 to 6: the pool shares rows for envs 0 to 3"),
+            (lane.step(8, 0, 0), "got a lane step of no envs (expected 1 to 4)"),
+        ]:
+            header, _ = decode(_answer(worker, frame))
+            assert header[Key.OP] == Op.ERROR
+            assert header[Key.ID] == frame_id(frame)
+            assert words in header[Key.ERROR]["message"]
+    with worker_with_envs(2, slab=False) as (plain, _):
+        header, _ = decode(_answer(plain, lane.step(9, 0, 2)))
         assert header[Key.OP] == Op.ERROR
-        assert header[Key.ID] == frame_id(frame)
-        assert words in header[Key.ERROR]["message"]
-    plain, _ = _worker_with_envs(2, slab=False)
-    header, _ = decode(_answer(plain, lane.step(9, 0, 2)))
-    assert header[Key.OP] == Op.ERROR
-    assert "got a request for shared rows before their layout" in header[Key.ERROR]["message"]
-    worker.close_all()
-    plain.close_all()
-    assert slab is not None
-    slab.close()
+        assert "got a request for shared rows before their layout" in header[Key.ERROR]["message"]
 
 
 def frame_id(frame: bytes) -> int:
