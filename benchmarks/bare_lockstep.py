@@ -1,0 +1,161 @@
+"""What a lock-step exchange with N worker processes costs the process that drives it, with no pool at all.
+
+``bench_core.py`` reports the CPU a pool's process spends per worker message against the floor's
+(``floor.py``: blocking sends and receives over socketpairs). The floor steps envs; this measures the messages
+alone, two ways, over the same kind of pipes:
+
+- ``blocking``: the floor's way: write each worker a 20-byte request, then read each one's 28-byte reply in
+  order, blocking;
+- ``loop``: an event loop's way (uvloop, as every aioenv pool runs): each worker's pipe is watched with
+  ``add_reader``, a callback reads its reply and counts down, and the batch is a future the driver awaits. The
+  requests and replies have the sizes of a lane step and its DONE (``aioenv.wire.lane``), framed.
+
+Each worker (``python benchmarks/bare_lockstep.py worker --fd N``) answers every request at once. The figure
+is the driving process's CPU time (``time.process_time``) per message (a request and its reply) over the
+measured window: what no pool driven by an event loop can go below, and how much of the floor's advantage
+is the event loop's. The rest of a pool's cost per message is its own work.
+
+    python benchmarks/bare_lockstep.py --workers 16 --seconds 3 [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from aioenv._loop import new_event_loop
+
+__all__ = ["measure"]
+
+_SCRIPT = Path(__file__).resolve()
+_REQUEST = bytes(32)  # a framed lane step: 12 bytes of framing, 20 of frame
+_REPLY = bytes(28)  # a framed lane DONE: 12 bytes of framing, 16 of frame
+
+
+def _worker(fd: int) -> None:
+    sock = socket.socket(fileno=fd)
+    while True:
+        got = sock.recv(len(_REQUEST), socket.MSG_WAITALL)
+        if len(got) < len(_REQUEST):
+            return
+        sock.sendall(_REPLY)
+
+
+def _blocking(socks: list[socket.socket], seconds: float) -> tuple[int, float]:
+    batches = 0
+    start, cpu = time.perf_counter(), time.process_time()
+    while time.perf_counter() - start < seconds:
+        for sock in socks:
+            sock.sendall(_REQUEST)
+        for sock in socks:
+            sock.recv(len(_REPLY), socket.MSG_WAITALL)
+        batches += 1
+    return batches, time.process_time() - cpu
+
+
+async def _loop(socks: list[socket.socket], seconds: float) -> tuple[int, float]:
+    loop = asyncio.get_running_loop()
+    left = 0
+    waiter: asyncio.Future[None] | None = None
+
+    def readable(sock: socket.socket) -> None:
+        nonlocal left
+        if len(sock.recv(len(_REPLY))) == len(_REPLY):  # one reply (a socketpair delivers a write whole here)
+            left -= 1
+            if left == 0 and waiter is not None:
+                waiter.set_result(None)
+
+    for sock in socks:
+        sock.setblocking(False)
+        loop.add_reader(sock.fileno(), readable, sock)
+    batches = 0
+    try:
+        start, cpu = time.perf_counter(), time.process_time()
+        while time.perf_counter() - start < seconds:
+            left = len(socks)
+            waiter = loop.create_future()
+            for sock in socks:
+                sock.send(_REQUEST)
+            await waiter
+            batches += 1
+        return batches, time.process_time() - cpu
+    finally:
+        for sock in socks:
+            loop.remove_reader(sock.fileno())
+            sock.setblocking(True)
+
+
+def measure(workers: int, seconds: float) -> dict[str, Any]:
+    """Both ways over ``workers`` worker processes, ``seconds`` each after a short warm-up; the figures per
+    message and per batch (µs of this process's CPU) and the batches per second."""
+    pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(workers)]
+    procs = []
+    for _, theirs in pairs:
+        cmd = [sys.executable, str(_SCRIPT), "worker", "--fd", str(theirs.fileno())]
+        procs.append(subprocess.Popen(cmd, pass_fds=[theirs.fileno()]))
+        theirs.close()
+    socks = [ours for ours, _ in pairs]
+    out: dict[str, Any] = {"workers": workers}
+    try:
+        _blocking(socks, 0.3)
+        runs = {"blocking": _blocking(socks, seconds)}
+        loop = new_event_loop()
+        try:
+            loop.run_until_complete(_loop(socks, 0.3))
+            runs["loop"] = loop.run_until_complete(_loop(socks, seconds))
+        finally:
+            loop.close()
+        for name, (batches, cpu) in runs.items():
+            out[name] = {
+                "batches_per_s": batches / seconds,
+                "cpu_us_per_batch": cpu / batches * 1e6,
+                "cpu_us_per_message": cpu / batches / workers * 1e6,
+            }
+    finally:
+        for sock in socks:
+            sock.close()
+        for proc in procs:
+            proc.wait(10)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="role")
+    worker = sub.add_parser("worker", help="(internal) answer one driver's requests over an inherited socket")
+    worker.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--workers", type=int, default=16, help="worker processes (default 16)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per way (default 3)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args()
+    if args.role == "worker":
+        _worker(args.fd)
+        return
+    if args.workers < 1:
+        parser.error(f"--workers must be >= 1, got {args.workers}")
+    if args.seconds <= 0:
+        parser.error(f"--seconds must be > 0, got {args.seconds}")
+    out = measure(args.workers, args.seconds)
+    if args.json:
+        print(json.dumps(out))
+        return
+    cpus = os.cpu_count()
+    print(f"{args.workers} worker processes, {cpus} CPUs; CPU of this process per message (a request and its reply):")
+    for name in ("blocking", "loop"):
+        cell = out[name]
+        print(
+            f"  {name:8s} {cell['cpu_us_per_message']:6.1f} µs/message  {cell['cpu_us_per_batch']:7.1f} µs/batch"
+            f"  {cell['batches_per_s']:8.0f} batches/s"
+        )
+
+
+if __name__ == "__main__":
+    main()

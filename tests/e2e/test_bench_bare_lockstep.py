@@ -1,0 +1,36 @@
+"""The bare lock-step exchange (``benchmarks/bare_lockstep.py``) runs both ways end to end, leaves no worker behind
+and refuses bad arguments; its figures are CPU times, never checked against a speed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support.procs import proc_table
+from tests.support.scripts import run_python
+
+pytestmark = pytest.mark.bench  # a benchmark script's smoke run: make test-bench, not make test
+
+
+def test_both_ways_report_the_cpu_per_message_of_the_driving_process() -> None:
+    proc = run_python("benchmarks/bare_lockstep.py", "--workers", "3", "--seconds", "0.2", "--json", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert out["workers"] == 3
+    for way in ("blocking", "loop"):
+        cell = out[way]
+        assert cell["batches_per_s"] > 0
+        assert cell["cpu_us_per_message"] > 0
+        assert cell["cpu_us_per_batch"] == pytest.approx(cell["cpu_us_per_message"] * 3)
+    assert not [p for p in proc_table() if "bare_lockstep.py worker" in p.cmdline]  # every worker has exited
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [(["--workers", "0"], "--workers must be >= 1, got 0"), (["--seconds", "-1"], "--seconds must be > 0, got -1")],
+)
+def test_bad_arguments_are_refused(args: list[str], words: str) -> None:
+    proc = run_python("benchmarks/bare_lockstep.py", *args, timeout=60)
+    assert proc.returncode == 2
+    assert words in proc.stderr
