@@ -186,7 +186,7 @@ class Worker:
                 req_id = decode(frames, trusted=self.trusted)[0].get(Key.ID)
         except (ProtocolError, ValueError):
             req_id = None
-        return encode(Op.ERROR, {Key.ID: req_id, Key.ERROR: error_fields(exc, None)})
+        return self._failed(req_id, exc)
 
     def hello(self) -> list[Any]:
         """The HELLO message a worker sends first: its name, process id and executor."""
@@ -196,7 +196,7 @@ class Worker:
         """Answer one request: its reply (exactly one RESULT, PONG or ERROR carrying the request's id), and
         whether it was CLOSE (the envs are closed then, and the worker is done)."""
         first = frames[0]
-        if type(first) is memoryview and first.nbytes == lane.STEP.size and first[0] == lane.MARK:
+        if type(first) is memoryview and lane.is_lane(first):
             return self.on_lane_step(first), False
         req_id: Any = None
         try:
@@ -212,16 +212,35 @@ class Worker:
             if handler is None:
                 raise ProtocolError(f"worker {self.name} got unknown op {op!r}")
             fields, out = handler(header, arrays)
-            fields[Key.ID] = req_id
-            if Key.INFO in fields:  # infos: batched, and one that cannot cross the wire fails its row alone
-                info_list = bool(header.get(Key.INFO_LIST))
-                return encode_reply(fields, out, header.get(Key.ENV) or [], info_list, trusted=self.trusted), False
-            if type(frames[0]) is Local and not out and Key.ERRORS not in fields:
-                return local(Op.RESULT, fields), False  # ids and flags back to this process (see Local)
-            return encode(Op.RESULT, fields, out, trusted=self.trusted), False
+            env_ids = header.get(Key.ENV) or []
+            info_list = bool(header.get(Key.INFO_LIST))
+            return self._result(req_id, fields, out, env_ids, info_list, type(first) is Local), False
         except Exception as exc:  # every request gets a reply, a failed one an ERROR
             log.debug("request %s failed", req_id, exc_info=True)
-            return encode(Op.ERROR, {Key.ID: req_id, Key.ERROR: error_fields(exc, None)}), False
+            return self._failed(req_id, exc), False
+
+    def _result(
+        self,
+        req_id: Any,
+        fields: dict[str, Any],
+        out: list[np.ndarray],
+        env_ids: list[int],
+        info_list: bool,
+        here: bool,
+    ) -> list[Any]:
+        """The RESULT answering ``req_id`` with a handler's ``fields`` and arrays ``out`` for ``env_ids``
+        (``info_list``: each row's own info; ``here``: the request came from this process, see ``Local``)."""
+        fields[Key.ID] = req_id
+        if Key.INFO in fields:  # infos: batched, and one that cannot cross the wire fails its row alone
+            return encode_reply(fields, out, env_ids, info_list, trusted=self.trusted)
+        if here and not out and Key.ERRORS not in fields:
+            return local(Op.RESULT, fields)  # ids and flags back to this process (see Local)
+        return encode(Op.RESULT, fields, out, trusted=self.trusted)
+
+    @staticmethod
+    def _failed(req_id: Any, exc: BaseException) -> list[Any]:
+        """The ERROR answering ``req_id``, which ``exc`` failed as a whole."""
+        return encode(Op.ERROR, {Key.ID: req_id, Key.ERROR: error_fields(exc, None)})
 
     # ------------------------------------------------------------------ ops
 
@@ -284,15 +303,16 @@ class Worker:
         env_ids: list[int] = header[Key.ENV]
         group = self.group(env_ids)
         if header.get(Key.SHARED):
-            slab = self.slab or self._no_slab()
-            _, rewards, terminated, truncated, infos, errors = self.step_rows(
-                env_ids, group, slab.act, slab.obs, env_ids
-            )
-            at = shared_rows(env_ids)
-            slab.reward[at], slab.terminated[at], slab.truncated[at] = rewards, terminated, truncated
-            return shared_reply(infos, errors)
+            return self.step_shared(env_ids, group, self.slab or self._no_slab(), shared_rows(env_ids))
         obs, extras, infos, errors = self.step_apart(env_ids, group, leaves_from_wire(header[Key.ACT], arrays))
         return batch_reply(obs, infos, errors, extras)
+
+    def step_shared(self, env_ids: list[int], group: Group, slab: Slab, at: slice | np.ndarray) -> Reply:
+        """:meth:`step_rows` over the slab: each env's action from its row, its results to its row (``at``: the
+        rows of ``env_ids``, made once for the writes); the reply carries only infos and errors."""
+        _, rewards, terminated, truncated, infos, errors = self.step_rows(env_ids, group, slab.act, slab.obs, env_ids)
+        slab.reward[at], slab.terminated[at], slab.truncated[at] = rewards, terminated, truncated
+        return shared_reply(infos, errors)
 
     def on_lane_step(self, frame: memoryview) -> list[Any]:
         """Answer a step in the lane's format (:mod:`aioenv.wire.lane`): a contiguous run of envs over the slab.
@@ -315,20 +335,13 @@ class Worker:
                 run = list(range(first, first + count))
                 if len(self._runs) < _RUNS_KEPT:
                     self._runs[(first, count)] = run
-            group = self.group(run)
-            _, rewards, terminated, truncated, infos, errors = self.step_rows(run, group, slab.act, slab.obs, run)
-            at = slice(first, first + count)
-            slab.reward[at], slab.terminated[at], slab.truncated[at] = rewards, terminated, truncated
-            if infos is None and not errors:
+            fields, out = self.step_shared(run, self.group(run), slab, slice(first, first + count))
+            if Key.INFO not in fields and Key.ERRORS not in fields:  # nothing but the rows, which are in the slab
                 return [lane.done(req_id)]
-            fields, _ = shared_reply(infos, errors)
-            fields[Key.ID] = req_id
-            if infos is not None:
-                return encode_reply(fields, [], run, info_list, trusted=self.trusted)
-            return encode(Op.RESULT, fields, trusted=self.trusted)
+            return self._result(req_id, fields, out, run, info_list, False)
         except Exception as exc:  # every request gets a reply, a failed one an ERROR
             log.debug("request %s failed", req_id, exc_info=True)
-            return encode(Op.ERROR, {Key.ID: req_id, Key.ERROR: error_fields(exc, None)})
+            return self._failed(req_id, exc)
 
     def step_apart(
         self, env_ids: list[int], group: Group, acts: list[np.ndarray]

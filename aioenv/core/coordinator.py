@@ -347,7 +347,7 @@ class Coordinator(Recovery, Requests):
         prepared: list[tuple[Slot, Request, np.ndarray, list[Any] | bytes | None]] = []
         opened: list[Request] = []
         # A step over shared rows may go as lane messages (aioenv.wire.lane): nothing to build for those.
-        lane_step = build if type(build) is SharedStep and self.slab is not None else None
+        lane_step = build if type(build) is SharedStep else None  # (made only for a pool with a slab)
         every = env_ids is self.sched.all_ids
         try:
             for worker, rows in self.sched.split(env_ids):
@@ -503,7 +503,7 @@ class Coordinator(Recovery, Requests):
             log.warning("dropping a message from unknown peer %r", identity)
             return
         first = frames[0]
-        if type(first) is memoryview and first.nbytes and first[0] == lane.MARK:  # a lane message, parsed
+        if type(first) is memoryview and lane.is_lane(first):  # a lane message that came with others
             self._on_done(slot, lane.read_done(first))
             return
         try:
@@ -570,20 +570,21 @@ class Coordinator(Recovery, Requests):
                 err = ProtocolError(f"worker {slot.name} answered a {req.kind} as a step over shared rows")
                 log.error("%s", err)
                 self._deliver_part(req, Part.failed(req.env_ids, lambda e: _with_env(err, e)), req.positions)
-        elif (sink := req.sink) is not None and isinstance(sink, Gather) and self.truncation is None:
-            # A lock-step call's rows: left in the slab, their envs claimed, until the call's last row is in.
-            self.sched.finish(req_id, keep_claim=True)
-            assert req.positions is not None, "a step has positions"
-            sink.take_shared(slab, int(req.env_ids[0]), req.positions, self.sched.release)
-        elif isinstance(sink, RecvQueue) and self.truncation is None:  # send/recv: the rows, copied, to the queue
-            self.sched.finish(req_id)
-            first = int(req.env_ids[0])
-            obs, extras = slab.results(slice(first, first + req.env_ids.size), True)
-            sink.deliver(Part(req.env_ids, obs, extras))
         else:
-            self.sched.finish(req_id)
-            first = int(req.env_ids[0])
-            self._deliver_result(req, _SHARED_DONE, [], slice(first, first + req.env_ids.size))
+            sink, first = req.sink, int(req.env_ids[0])
+            if isinstance(sink, Gather) and self.truncation is None:
+                # A lock-step call's rows: left in the slab, their envs claimed, until the call's last row is in.
+                self.sched.finish(req_id, keep_claim=True)
+                assert req.positions is not None, "a step has positions"
+                sink.take_shared(slab, first, req.positions, self.sched.release)
+            else:
+                self.sched.finish(req_id)
+                run = slice(first, first + req.env_ids.size)
+                if isinstance(sink, RecvQueue) and self.truncation is None:  # send/recv: the rows, copied, queued
+                    obs, extras = slab.results(run, True)
+                    sink.deliver(Part(req.env_ids, obs, extras))
+                else:
+                    self._deliver_result(req, _SHARED_DONE, [], run)
         if self.sched.held:
             self._pump()
         if slot.life.state is SlotState.DRAINING:

@@ -251,27 +251,19 @@ class Gather:
         if self._obs is None and self._aligned and self._in_slab == n:
             # Every row, each run where its env ids stand: the call's envs are base .. base + n - 1, and the
             # batch is that block of the slab, one copy per array.
-            src = slice(self._base, self._base + n)
-            self._obs = [leaf[src].copy() for leaf in slab.obs]
-            self._reward = slab.reward[src].copy()
-            self._terminated = slab.terminated[src].copy()
-            self._truncated = slab.truncated[src].copy()
+            self._obs, extras = slab.results(slice(self._base, self._base + n), True)
+            assert extras is not None, "a step's results have extras"
+            self._reward, self._terminated, self._truncated = extras
             release(self.env_ids)
             return
-        if self._obs is None:
-            self._obs = spaces.empty_batch(self._obs_space, n)
-        reward, terminated, truncated = self._flags()
-        for first, positions in runs:
-            k = positions.size
-            run = slice(first, first + k)
-            p0 = int(positions[0])
-            at: slice | np.ndarray = slice(p0, p0 + k) if int(positions[-1]) - p0 + 1 == k else positions
-            for out, leaf in zip(self._obs, slab.obs, strict=True):
-                out[at] = leaf[run]
-            reward[at] = slab.reward[run]
-            terminated[at] = slab.terminated[run]
-            truncated[at] = slab.truncated[run]
-        release(np.concatenate([np.arange(first, first + p.size) for first, p in runs]))
+        held = []
+        for first, positions in runs:  # each run where its positions say (a call of a subset, or beside failures)
+            env_ids = np.arange(first, first + positions.size)
+            run = slice(first, first + positions.size)
+            extras = [slab.reward[run], slab.terminated[run], slab.truncated[run]]
+            self._place(Part(env_ids, [leaf[run] for leaf in slab.obs], extras), positions)
+            held.append(env_ids)
+        release(np.concatenate(held))
 
     def _place(self, part: Part, positions: np.ndarray) -> None:
         """Copy ``part``'s rows into the batch at ``positions``."""
