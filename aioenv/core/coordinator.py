@@ -23,7 +23,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -134,6 +134,7 @@ class Coordinator(Recovery, Requests):
         #: NEW, STARTING (workers start, envs are made), RUNNING, CLOSING, CLOSED (see aioenv.core.lifecycle).
         self.life = Lifecycle("coordinator", Phase.NEW, COORDINATOR)
         self._turn_booked = False  # the loop's second turn will answer a share's deferred rows
+        self._plan: _LanePlan | None = None  # how a lock-step step of every env goes as lane messages
         self._retired: list[WorkerProc] = []
         self._launch = launch
         #: Its workers are its own children on pipes of their own (or run in this process): values msgpack
@@ -318,6 +319,17 @@ class Coordinator(Recovery, Requests):
             if env_ids.size == 0:
                 return
         deadline = None if timeout is None else self.loop.time() + timeout
+        if (
+            env_ids is self.sched.all_ids
+            and type(build) is SharedStep
+            and type(sink) is Gather
+            and self.truncation is None
+            and (plan := self._lane_plan()) is not None
+        ):  # a lock-step step() of every env, each worker's a run of shared rows: one lane call
+            self._send_lanes(plan, sink, build.info_list, deadline)
+            if deadline is not None:
+                self._arm_timer()
+            return
         prepared = self._prepare(kind, env_ids, at, sink, build, deadline)
         # A share's rows for recv() wait until the caller would wait (see Pool.recv and InProcessWorker.defer).
         defer = isinstance(sink, RecvQueue) and self._here is not None
@@ -382,6 +394,60 @@ class Coordinator(Recovery, Requests):
             self.sched.release(env_ids)
             raise unsendable(kind, env_ids, exc) from exc
         return prepared
+
+    def _lane_plan(self) -> _LanePlan | None:
+        """How a lock-step step of every env goes as lane messages: every worker a ready worker process of its
+        own whose envs are one run (None: some worker is not, and requests go as usual). Made again whenever a
+        worker was replaced or is not ready."""
+        plan = self._plan
+        if plan is not None:
+            for slot, was in zip(self.slots, plan.procs, strict=True):
+                if slot.proc is not was or not slot.ready:
+                    break
+            else:
+                return plan
+        self._plan = None
+        workers: list[int] = []
+        firsts: list[int] = []
+        counts: list[int] = []
+        procs: list[LocalProcess] = []
+        by_worker: dict[int, LocalProcess] = {}
+        for worker, rows in self.sched.split(self.sched.all_ids):
+            slot = self.slots[worker]
+            proc = slot.proc
+            if not slot.ready or not isinstance(proc, LocalProcess) or not _is_run(rows, False):
+                return None
+            workers.append(worker)
+            firsts.append(int(rows[0]))
+            counts.append(rows.size)
+            by_worker[worker] = proc
+        for slot in self.slots:
+            if slot.index not in by_worker:  # a worker with no envs: not in the call, nor in the plan
+                return None
+            procs.append(by_worker[slot.index])
+        self._plan = _LanePlan(workers, firsts, counts, [by_worker[w] for w in workers], procs)
+        return self._plan
+
+    def _send_lanes(self, plan: _LanePlan, sink: Gather, info_list: bool, deadline: float | None) -> None:
+        """Send a lock-step step of every env (claimed, its actions in the shared rows) as one lane call."""
+        call = self.sched.open_lanes(plan.workers, plan.firsts, plan.counts, sink, deadline)
+        base, framed_step, slots = call.base, lane.framed_step, self.slots
+        for k, proc in enumerate(plan.by_message):
+            data = framed_step(base + k, plan.firsts[k], plan.counts[k], info_list)
+            if not proc.send_framed(data):  # its worker is gone: its exit fails the message (see _fail_lost)
+                slots[plan.workers[k]].outbox.append(data)
+
+    def _spill_lanes(self, due: float | None = None, worker: int | None = None, req_id: int | None = None) -> None:
+        """Turn the lane calls still out (past ``due``, with a message out to ``worker``, or with the message
+        ``req_id`` unanswered, when given) into ordinary requests (:meth:`Scheduler.spill_lanes`), the rows
+        answered already taken by their sinks."""
+        if not self.sched.lane_calls:
+            return
+        slab = self.slab
+        assert slab is not None, "lane calls are made over shared rows"
+        for call, answered in self.sched.spill_lanes(due, worker, req_id):
+            for k in answered:
+                call.sink.take_shared(slab, call.firsts[k], call.run(k), self.sched.release)
 
     def _inline_here(self) -> HereWorker | None:
         """The ``inline`` worker in this process, if this pool has one."""
@@ -504,7 +570,7 @@ class Coordinator(Recovery, Requests):
             return
         first = frames[0]
         if type(first) is memoryview and lane.is_lane(first):  # a lane message that came with others
-            self._on_done(slot, lane.read_done(first))
+            self._on_lane_reply(slot, lane.read_done(first))
             return
         try:
             header, arrays = decode(frames, trusted=self._trusted)
@@ -523,7 +589,13 @@ class Coordinator(Recovery, Requests):
         if multi is not None:
             self._on_rows(slot, op, header, arrays, multi)
         else:
-            req = self.sched.finish(header.get(Key.ID))
+            req_id = header.get(Key.ID)
+            req = self.sched.finish(req_id)
+            if req is None and type(req_id) is int and req_id in self.sched.lanes:
+                # A lane message answered with rows the slab does not hold alone (infos, errors): its call goes
+                # on as requests, and this reply answers its own.
+                self._spill_lanes(req_id=req_id)
+                req = self.sched.finish(req_id)
             if req is None:
                 return  # a late reply to a request that timed out or was failed: dropped
             try:
@@ -549,15 +621,34 @@ class Coordinator(Recovery, Requests):
         slot = self._by_name.get(identity)
         if slot is None:
             log.warning("dropping a message from unknown peer %r", identity)
-        else:
-            self._on_done(slot, req_id)
+            return True
+        self._on_lane_reply(slot, req_id)
         return True
 
-    def _on_done(self, slot: Slot, req_id: int | None) -> None:
-        """A lane step's reply (:mod:`aioenv.wire.lane`) to ``req_id``: every row of the request is in the slab."""
+    def _on_lane_reply(self, slot: Slot, req_id: int | None) -> None:
+        """A lane message from ``slot``'s worker: the DONE of ``req_id`` (None: a lane message that is no DONE)."""
         if req_id is None:
             self._on_malformed(slot, ProtocolError(f"worker {slot.name} sent a lane message that answers no step"))
             return
+        try:
+            call = self.sched.lane_done(req_id, slot.index)
+        except ValueError as exc:  # its rows are not this worker's to say are written
+            self._on_malformed(slot, ProtocolError(f"worker {slot.name} sent a lane reply for another worker: {exc}"))
+            return
+        if call is None:  # a request's (a lane step of some envs, or of a lane call spilled since)
+            self._on_done(slot, req_id)
+            return
+        if call.left == 0:  # the call's last reply: every row is in the shared rows
+            slab = self.slab
+            assert slab is not None, "lane calls are made over shared rows"
+            call.sink.take_shared(slab, 0, call.env_ids, self.sched.release)
+            if self.sched.held:
+                self._pump()
+        if slot.life.state is SlotState.DRAINING:
+            self._recycle_if_idle(slot)
+
+    def _on_done(self, slot: Slot, req_id: int) -> None:
+        """A lane step's reply (:mod:`aioenv.wire.lane`) to the request ``req_id``: every row of it is in the slab."""
         slab = self.slab
         req = self.sched.requests.get(req_id)
         if req is not None and req.worker != slot.index:  # its rows are not this worker's to say are written
@@ -622,7 +713,7 @@ class Coordinator(Recovery, Requests):
         proc = slot.proc
         if self.closing or proc is None or slot.life.state is not SlotState.DRAINING:
             return
-        if any(req.worker == slot.index for req in self.sched.requests.values()):
+        if self.sched.has_work(slot.index):
             return
         how = slot.why
         proc.kill()  # it holds nothing of use now; aclose reaps it (see _retire)
@@ -756,6 +847,7 @@ class Coordinator(Recovery, Requests):
         self._timer.cancel()
         if self._memory is not None:
             self._memory.close()
+        self._spill_lanes()
         for req in self.sched.drain():
             if req.kind == "cancel":
                 continue
@@ -799,6 +891,18 @@ class Coordinator(Recovery, Requests):
 
 #: What a lane step's DONE says, as a RESULT's header would: the rows are in the slab, with no infos and no errors.
 _SHARED_DONE: dict[str, Any] = {Key.SHARED: 1}
+
+
+class _LanePlan(NamedTuple):
+    """How a lock-step step of every env goes out as lane messages: message ``k`` to ``workers[k]`` (its process
+    ``by_message[k]``), for envs ``firsts[k] .. firsts[k] + counts[k] - 1``; ``procs``: every slot's process when
+    it was made (it holds while they are the same and ready)."""
+
+    workers: list[int]
+    firsts: list[int]
+    counts: list[int]
+    by_message: list[LocalProcess]
+    procs: list[LocalProcess]
 
 
 def _is_run(ids: np.ndarray, split_of_all: bool) -> bool:

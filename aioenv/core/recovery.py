@@ -208,6 +208,8 @@ class Recovery:
 
         def _pump(self) -> None: ...
 
+        def _spill_lanes(self, due: float | None = None, worker: int | None = None) -> None: ...
+
         def _deliver_part(self, req: Request, part: Part, positions: np.ndarray | None = None) -> None: ...
 
         @staticmethod
@@ -289,6 +291,7 @@ class Recovery:
         was told already (the ``timed_out`` steps and the steps answered here)."""
         must_reset = [r.env_ids for r in timed_out if r.kind == "reset"]
         answered = [r.env_ids for r in timed_out if r.kind == "step"]
+        self._spill_lanes(worker=slot.index)
         for req in self.sched.lose_worker(slot.index):
             if req.kind in SETUP:
                 self._fail_make(
@@ -350,7 +353,9 @@ class Recovery:
         """Answer the requests past their deadline, then free their envs: an ``async`` worker cancels and
         replaces them; any other worker (stuck inside env code) is killed and restarted."""
         late: dict[int, list[Request]] = {}
-        for req in self.sched.expire(self.loop.time()):
+        now = self.loop.time()
+        self._spill_lanes(due=now)
+        for req in self.sched.expire(now):
             late.setdefault(req.worker, []).append(req)
             if req.kind != "cancel":
                 self._time_out(req)

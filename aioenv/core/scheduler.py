@@ -18,6 +18,13 @@ Invariants:
   for a request already closed is dropped (``None``);
 - with a concurrency limit, at most ``limit`` step/reset rows are in flight; the rest wait,
   in order, in :attr:`held` until rows finish (:meth:`unhold`).
+
+Lane calls: a lock-step step of every env whose every worker takes one lane message
+(:mod:`aioenv.wire.lane`) is kept as one :class:`LaneCall`, not a request per worker: its messages have the
+ids ``base .. base + W - 1`` (message ``k`` to ``workers[k]``), and a reply only ticks it off
+(:meth:`lane_done`), so the books cost per call what a request costs, however many workers it spans. Any
+other turn (a worker lost, a deadline, shutdown) first turns the call's unanswered messages into ordinary
+requests with the same ids (:meth:`spill_lanes`), and every rule above then holds for them as it is.
 """
 
 from __future__ import annotations
@@ -31,11 +38,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from aioenv.core.sinks import Sink
+from aioenv.core.sinks import Gather, Sink
 from aioenv.errors import UsageError
 from aioenv.wire.checks import SMALL_BATCH
 
-__all__ = ["Build", "Held", "HeldCall", "Request", "Scheduler", "SetupFuture"]
+__all__ = ["Build", "Held", "HeldCall", "LaneCall", "Request", "Scheduler", "SetupFuture"]
 
 #: Request kinds counted against the concurrency limit.
 THROTTLED = frozenset(("step", "reset"))
@@ -105,6 +112,33 @@ class Held:
     positions: np.ndarray
 
 
+@dataclass(slots=True, eq=False)
+class LaneCall:
+    """A lock-step step of every env (``env_ids``: the pool's all ids, the call's positions too) sent as one lane
+    message per worker: message ``k`` has the id ``base + k`` and goes to ``workers[k]``, for its envs ``firsts[k]
+    .. firsts[k] + counts[k] - 1``. ``done[k]``: its reply came (its rows are in the pool's shared rows, their envs
+    still claimed); ``left``: the messages still out."""
+
+    base: int
+    workers: list[int]
+    firsts: list[int]
+    counts: list[int]
+    env_ids: np.ndarray
+    sink: Gather
+    deadline: float | None
+    done: list[bool]
+    left: int
+
+    def run(self, k: int) -> np.ndarray:
+        """Message ``k``'s env ids (and positions in the call: the call is every env, in order), (counts[k],)."""
+        first = self.firsts[k]
+        return self.env_ids[first : first + self.counts[k]]
+
+    def waits_on(self, worker: int) -> bool:
+        """Whether a message of the call to ``worker`` is still unanswered."""
+        return any(w == worker and not d for w, d in zip(self.workers, self.done, strict=True))
+
+
 class Scheduler:
     """The env table and the in-flight request table of one pool.
 
@@ -124,6 +158,9 @@ class Scheduler:
         self.unread = np.zeros(num_envs, dtype=np.bool_)  # a result of send()/send_reset() waits for recv()
         self.unread_count = 0
         self.requests: dict[int, Request] = {}
+        #: Each unanswered lane message's id -> its call; the calls with messages out, by ``base``.
+        self.lanes: dict[int, LaneCall] = {}
+        self.lane_calls: dict[int, LaneCall] = {}
         self._next_id = 1
         self._deadlines: list[tuple[float, int]] = []
         self.all_ids = np.arange(num_envs, dtype=np.int64)
@@ -391,6 +428,90 @@ class Scheduler:
         """Whether ``rows`` is ``0, 1, ..., k-1`` (int64): one comparison of bytes, cheaper than any numpy check."""
         return rows.dtype == np.int64 and rows.tobytes() == self.all_ids[: rows.size].tobytes()
 
+    @property
+    def in_flight(self) -> int:
+        """Messages out and not yet answered: open requests and unanswered lane messages."""
+        return len(self.requests) + len(self.lanes)
+
+    # ------------------------------------------------------------ lane calls
+
+    def open_lanes(
+        self, workers: list[int], firsts: list[int], counts: list[int], sink: Gather, deadline: float | None
+    ) -> LaneCall:
+        """Record a lock-step step of every env (claimed already), one lane message to each of ``workers``
+        (``firsts``/``counts``: each one's run of envs, which together are every env)."""
+        base, w = self._next_id, len(workers)
+        self._next_id += w
+        call = LaneCall(base, workers, firsts, counts, self.all_ids, sink, deadline, [False] * w, w)
+        self.lanes.update(dict.fromkeys(range(base, base + w), call))
+        self.lane_calls[base] = call
+        self.running += self.num_envs
+        if deadline is not None:
+            heapq.heappush(self._deadlines, (deadline, base))
+        return call
+
+    def lane_done(self, req_id: int, worker: int) -> LaneCall | None:
+        """``worker`` answered the lane message ``req_id``: its call (its ``left`` is 0 once every message is
+        answered: the call is closed then, its envs still claimed for its sink to copy their rows and free
+        them); None when no lane message has that id (a request's, or an id closed already).
+
+        Raises:
+            ValueError: the message went to another worker (nothing is changed).
+        """
+        call = self.lanes.pop(req_id, None)
+        if call is None:
+            return None
+        k = req_id - call.base
+        if call.workers[k] != worker:
+            self.lanes[req_id] = call
+            raise ValueError(f"lane message {req_id} went to worker {call.workers[k]}, not to worker {worker}")
+        call.done[k] = True
+        call.left -= 1
+        if call.left == 0:
+            del self.lane_calls[call.base]
+            self.running -= self.num_envs
+        return call
+
+    def spill_lanes(
+        self, due: float | None = None, worker: int | None = None, req_id: int | None = None
+    ) -> list[tuple[LaneCall, list[int]]]:
+        """Turn the lane calls still out (those past ``due``, with a message out to ``worker``, or with the
+        unanswered message ``req_id``, when given) into ordinary requests, one per unanswered message with its
+        id; returns each call with the messages answered already, whose rows its sink takes from the pool's
+        shared rows (their envs still claimed)."""
+        out: list[tuple[LaneCall, list[int]]] = []
+        if req_id is not None:
+            one = self.lanes.get(req_id)
+            calls = [] if one is None else [one]
+        else:
+            calls = list(self.lane_calls.values())
+        for call in calls:
+            if due is not None and (call.deadline is None or call.deadline > due):
+                continue
+            if worker is not None and not call.waits_on(worker):
+                continue
+            del self.lane_calls[call.base]
+            answered = []
+            for k, w in enumerate(call.workers):
+                if call.done[k]:
+                    answered.append(k)
+                    self.running -= call.counts[k]
+                    continue
+                req_id = call.base + k
+                del self.lanes[req_id]
+                ids = call.run(k)
+                self.requests[req_id] = Request(req_id, w, "step", ids, call.sink, ids, call.deadline, ids.size)
+                if call.deadline is not None:
+                    heapq.heappush(self._deadlines, (call.deadline, req_id))
+            out.append((call, answered))
+        return out
+
+    def has_work(self, worker: int) -> bool:
+        """Whether ``worker`` has a request or a lane message out."""
+        return any(r.worker == worker for r in self.requests.values()) or any(
+            c.waits_on(worker) for c in self.lane_calls.values()
+        )
+
     # ------------------------------------------------------------ concurrency limit
 
     def room(self, rows: int) -> int:
@@ -432,7 +553,9 @@ class Scheduler:
         return held
 
     def lose_worker(self, worker: int) -> list[Request]:
-        """``worker`` died: close and return its in-flight requests (oldest first)."""
+        """``worker`` died: close and return its in-flight requests (oldest first). Its lane messages must have
+        been spilled (:meth:`spill_lanes`) first."""
+        assert not any(c.waits_on(worker) for c in self.lane_calls.values()), "its lane messages are spilled first"
         lost = [r for r in self.requests.values() if r.worker == worker]
         for req in lost:
             self.finish(req.id)
@@ -440,22 +563,25 @@ class Scheduler:
 
     def next_deadline(self) -> float | None:
         """The earliest deadline among open requests, if any."""
-        while self._deadlines and self._deadlines[0][1] not in self.requests:
+        while self._deadlines and (top := self._deadlines[0][1]) not in self.requests and top not in self.lane_calls:
             heapq.heappop(self._deadlines)
         return self._deadlines[0][0] if self._deadlines else None
 
     def expire(self, now: float) -> list[Request]:
-        """Close and return the requests whose deadline is ``<= now``."""
+        """Close and return the requests whose deadline is ``<= now`` (the lane calls past it must have been
+        spilled first: :meth:`spill_lanes`)."""
         expired: list[Request] = []
         while self._deadlines and self._deadlines[0][0] <= now:
             _, req_id = heapq.heappop(self._deadlines)
+            assert req_id not in self.lane_calls, "a lane call past its deadline is spilled before expire()"
             req = self.finish(req_id)
             if req is not None:
                 expired.append(req)
         return expired
 
     def drain(self) -> list[Request]:
-        """Close and return every open request (shutdown)."""
+        """Close and return every open request (shutdown; lane calls are spilled first)."""
+        assert not self.lane_calls, "lane calls are spilled before drain()"
         reqs = list(self.requests.values())
         for req in reqs:
             self.finish(req.id)

@@ -902,7 +902,7 @@ class Server:
         return ServerGauges(
             made=sum(s.num_envs for s in sessions),
             busy=sum(int(np.count_nonzero(s.coord.sched.busy)) for s in sessions),
-            in_flight=sum(len(s.coord.sched.requests) for s in sessions),
+            in_flight=sum(s.coord.sched.in_flight for s in sessions),
             clients=len({s.who.key for s in sessions}),
             pools=len(sessions),
             workers=sum(1 for slot in slots if slot.proc is not None),
@@ -924,7 +924,7 @@ class Server:
             "sessions": len(sessions),
             "clients": len({s.who.key for s in sessions}),
             "envs": sum(s.num_envs for s in sessions),
-            "in_flight": sum(len(s.coord.sched.requests) for s in sessions),
+            "in_flight": sum(s.coord.sched.in_flight for s in sessions),
             "max_envs": self.config.max_envs,
             "max_envs_per_client": self.config.max_envs_per_client,
             "max_pools_per_client": self.config.max_pools_per_client,

@@ -82,6 +82,7 @@ class FrameReader:
     def __init__(self, max_message: int = MAX_MESSAGE) -> None:
         self.max_message = max_message
         self._buf = bytearray(_CHUNK)
+        self._whole = memoryview(self._buf)  # the buffer from its start: where a message read alone goes
         self._start = 0  # first byte not yet parsed
         self._end = 0  # first free byte
         self._big: bytearray | None = None  # a big message being received in place
@@ -96,6 +97,13 @@ class FrameReader:
         if self._end == len(self._buf):
             self._compact()
         return memoryview(self._buf)[self._end :]
+
+    def fresh(self) -> memoryview | None:
+        """The whole buffer, when no part of a message waits for the rest and nothing is buffered (the next bytes
+        begin a message at its start): a read into it that brings one whole message leaves it there, at offset 0,
+        for a caller that takes it without :meth:`advance` (nothing changes then). None otherwise: use
+        :meth:`buffer`."""
+        return self._whole if self._end == 0 and self._big is None else None
 
     @property
     def idle(self) -> bool:
@@ -334,8 +342,10 @@ class PipePort:
                 reads -= 1
             if self.closed:
                 return
-            space = reader.buffer()
-            idle = reader.idle
+            space = reader.fresh()
+            fresh = space is not None
+            if space is None:
+                space = reader.buffer()
             try:
                 n = self._sock.recv_into(space)
             except BlockingIOError:
@@ -344,7 +354,7 @@ class PipePort:
                 self._lost(f"closed its end of the pipe ({exc})", True)
                 return
             wanted = space.nbytes
-            if n == self._quick_size and idle and self._quick is not None and self._quick(self._identity, space):
+            if n == self._quick_size and fresh and self._quick is not None and self._quick(self._identity, space):
                 if n < wanted:
                     return
                 continue

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ import pytest
 import aioenv
 from aioenv.core.coordinator import Coordinator
 from aioenv.core.launcher import LocalProcess
-from aioenv.errors import StepTimeout, UsageError, WorkerCrashed
+from aioenv.errors import PoolClosed, StepTimeout, UsageError, WorkerCrashed
 from aioenv.transport.slab import Slab
 from aioenv.wire import lane
 from aioenv.wire.protocol import Key, Op, decode, encode
@@ -41,9 +42,9 @@ async def until(check: Callable[[], bool]) -> None:
 
 
 def in_flight(pool: aioenv.Pool) -> int:
-    """Requests of the pool waiting for their worker's reply."""
+    """Messages of the pool (requests and lane messages) waiting for their worker's reply."""
     runner: Any = pool._runner
-    return len(runner.sched.requests)
+    return runner.sched.in_flight
 
 
 async def test_a_lock_step_step_is_one_lane_message_each_way_per_worker(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -99,6 +100,42 @@ async def test_an_env_whose_row_is_in_stays_claimed_until_its_call_returns(tmp_p
         assert info["env_id"].tolist() == [0, 1, 2, 3]
         row = await asyncio.wait_for(pool.step_env(0, 0), HANG)  # free once the call returned
         assert row.obs[1] == 2
+
+
+async def test_a_lock_step_step_of_every_env_is_one_entry_in_the_books_not_one_per_worker(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    kwargs = {"quiet": True, "gate": str(gate)}
+    async with aioenv.Pool(PROBE, 6, num_workers=3, executor="inline", env_kwargs=kwargs) as pool:
+        sched = pool._runner.sched  # type: ignore[attr-defined]
+        await asyncio.wait_for(pool.reset(seed=0), HANG)
+        step = asyncio.ensure_future(pool.step(np.array([0, 1, 0, 1, SLOW, SLOW])))
+        await until(lambda: in_flight(pool) == 1)  # workers 0 and 1 answered; worker 2 steps on
+        assert not sched.requests
+        [call] = sched.lane_calls.values()
+        assert call.done == [True, True, False]
+        assert list(sched.lanes) == [call.base + 2]
+        gate.touch()
+        obs, *_ = await asyncio.wait_for(step, HANG)
+        assert obs[:, 0].tolist() == [0, 1, 2, 3, 4, 5]
+        assert not sched.lane_calls
+        assert not sched.lanes
+        assert not sched.busy.any()
+
+
+async def test_closing_the_pool_mid_step_answers_the_call_once_and_frees_every_env(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    kwargs = {"quiet": True, "gate": str(gate)}
+    pool = aioenv.Pool(PROBE, 4, num_workers=2, executor="inline", env_kwargs=kwargs)
+    async with pool:
+        await asyncio.wait_for(pool.reset(seed=0), HANG)
+        step = asyncio.ensure_future(pool.step(np.array([0, 1, SLOW, SLOW])))
+        await until(lambda: in_flight(pool) == 1)
+    with pytest.raises(PoolClosed, match="was closed while env 2's step was in flight"):
+        await asyncio.wait_for(step, HANG)
+    sched = pool._runner.sched  # type: ignore[attr-defined]
+    assert not sched.lane_calls
+    assert not sched.requests
+    assert not sched.busy.any()
 
 
 async def test_a_worker_lost_mid_step_fails_its_rows_and_leaves_the_others_whole() -> None:
@@ -240,11 +277,13 @@ async def test_a_lane_reply_to_another_workers_request_is_refused(tmp_path: Path
         await asyncio.wait_for(pool.reset(seed=0), HANG)
         step = asyncio.ensure_future(pool.step(np.array([SLOW, SLOW, 0, 1])))
         await until(lambda: in_flight(pool) == 1)  # worker 1 answered; worker 0 steps on
-        [(req_id, req)] = coord.sched.requests.items()
-        assert req.worker == 0
+        [(req_id, call)] = coord.sched.lanes.items()  # the call's one message still out
+        assert call.workers[req_id - call.base] == 0
         old = worker_pid(pool, 1)
-        coord._on_done(coord.slots[1], req_id)  # worker 1 says worker 0's rows are written: they are not
-        assert coord.sched.requests.get(req_id) is req  # still waiting for worker 0's own reply
+        # Worker 1 says worker 0's rows are written (they are not): its DONE as the pipe hands it over.
+        framed = struct.pack("<IQ", 1, len(lane.done(req_id))) + lane.done(req_id)
+        assert coord._on_quick(coord.slots[1].name.encode(), memoryview(framed))
+        assert coord.sched.lanes.get(req_id) is call  # still waiting for worker 0's own reply
         await wait_new_worker(pool, 1, old)  # a worker whose stream lies is replaced
         gate.touch()
         obs, *_ = await asyncio.wait_for(step, HANG)

@@ -1,0 +1,108 @@
+"""Lane calls in the scheduler (aioenv.core.scheduler.LaneCall): one lock-step step of every env kept as one
+entry, ticked off reply by reply, and turned into ordinary requests with the same ids whenever anything but a
+reply concerns it. Pure bookkeeping: the sink is never touched here, so a placeholder stands for it."""
+
+from __future__ import annotations
+
+from typing import cast
+
+import numpy as np
+import pytest
+
+from aioenv.core.scheduler import LaneCall, Scheduler
+from aioenv.core.sinks import Gather
+
+SINK = cast(Gather, object())  # the scheduler only carries it
+
+
+def lane_call(num_envs: int = 6, workers: int = 3, deadline: float | None = None) -> tuple[Scheduler, LaneCall]:
+    sched = Scheduler(num_envs)
+    sched.place(workers)
+    sched.claim(sched.all_ids)
+    runs = [(w, int(rows[0]), rows.size) for w, rows in sched.split(sched.all_ids)]
+    ws, firsts, counts = (list(x) for x in zip(*runs, strict=True))
+    return sched, sched.open_lanes(ws, firsts, counts, SINK, deadline)
+
+
+def test_a_lane_call_is_ticked_off_reply_by_reply_and_closes_with_its_last() -> None:
+    sched, call = lane_call()
+    assert (call.base, call.workers, call.firsts, call.counts) == (1, [0, 1, 2], [0, 2, 4], [2, 2, 2])
+    assert sched.in_flight == 3
+    assert sched.running == 6
+    assert not sched.requests
+    assert sched.lane_done(call.base + 1, 1) is call
+    assert call.done == [False, True, False]
+    assert call.left == 2
+    assert sched.has_work(0)
+    assert not sched.has_work(1)
+    assert sched.lane_done(call.base + 1, 1) is None  # answered already: no lane message has that id now
+    sched.lane_done(call.base, 0)
+    assert sched.lane_done(call.base + 2, 2) is call
+    assert call.left == 0
+    assert not sched.lane_calls
+    assert sched.in_flight == 0
+    assert sched.running == 0
+    assert sched.busy.all()  # still claimed: its sink copies the rows, then frees them
+    assert sched.open(0, "step", sched.all_ids[:1]).id == call.base + 3  # ids are never reused
+
+
+def test_a_reply_from_another_worker_changes_nothing() -> None:
+    sched, call = lane_call()
+    with pytest.raises(ValueError, match="lane message 2 went to worker 1, not to worker 0"):
+        sched.lane_done(call.base + 1, 0)
+    assert call.left == 3
+    assert sched.lanes[call.base + 1] is call
+
+
+@pytest.mark.parametrize("how", ["worker", "due", "req_id", "all"])
+def test_spilling_makes_a_request_of_each_unanswered_message_with_its_id(how: str) -> None:
+    sched, call = lane_call(deadline=5.0)
+    sched.lane_done(call.base + 1, 1)
+    spilled = {
+        "worker": lambda: sched.spill_lanes(worker=2),
+        "due": lambda: sched.spill_lanes(due=5.0),
+        "req_id": lambda: sched.spill_lanes(req_id=call.base),
+        "all": lambda: sched.spill_lanes(),
+    }[how]()
+    assert spilled == [(call, [1])]  # message 1's rows are in the shared rows: its sink takes them
+    assert not sched.lanes
+    assert not sched.lane_calls
+    assert sorted(sched.requests) == [call.base, call.base + 2]
+    for k in (0, 2):
+        req = sched.requests[call.base + k]
+        assert (req.worker, req.kind, req.left, req.deadline) == (k, "step", 2, 5.0)
+        assert req.env_ids.tolist() == req.positions.tolist() == [2 * k, 2 * k + 1]
+    assert sched.running == 4  # the rows of the two requests
+    assert sched.next_deadline() == 5.0
+    assert [r.id for r in sched.expire(5.0)] == [call.base, call.base + 2]
+    assert sched.running == 0
+
+
+def test_spilling_leaves_the_calls_it_was_not_asked_for() -> None:
+    sched, call = lane_call(deadline=5.0)
+    sched.lane_done(call.base + 2, 2)
+    assert sched.spill_lanes(due=4.9) == []
+    assert sched.spill_lanes(worker=2) == []  # its message is answered
+    assert sched.spill_lanes(req_id=call.base + 2) == []  # answered: no lane message has that id
+    assert sched.lane_calls == {call.base: call}
+    assert sched.in_flight == 2
+
+
+def test_a_lane_calls_deadline_is_the_next_one_until_it_closes() -> None:
+    sched, call = lane_call(deadline=3.0)
+    sched.open(0, "call", sched.all_ids[:0], deadline=4.0)
+    assert sched.next_deadline() == 3.0
+    for k in range(3):
+        sched.lane_done(call.base + k, k)
+    assert sched.next_deadline() == 4.0
+
+
+def test_losing_a_worker_or_expiring_or_draining_a_call_not_spilled_is_refused() -> None:
+    sched, _call = lane_call(deadline=1.0)
+    with pytest.raises(AssertionError, match="spilled first"):
+        sched.lose_worker(1)
+    with pytest.raises(AssertionError, match="spilled before expire"):
+        sched.expire(2.0)
+    with pytest.raises(AssertionError, match="spilled before drain"):
+        sched.drain()
+    np.testing.assert_array_equal(sched.busy, True)
