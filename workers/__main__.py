@@ -1,9 +1,10 @@
-"""``python -m workers (--connect ENDPOINT | --fd N [--slab M]) [--name NAME] [--executor inline|thread|async]
-[--trusted-dir DIR] [--curve-secret FILE --server-key FILE]``.
+"""``python -m workers (--connect ENDPOINT | --fd N [--slab M [--done D]]) [--name NAME]
+[--executor inline|thread|async] [--trusted-dir DIR] [--curve-secret FILE --server-key FILE]``.
 
 ``--connect``: a ZeroMQ endpoint (a server's worker port). ``--fd``: the descriptor of a pipe inherited
 from the pool that started this process (see :mod:`aioenv.transport.pipe`); ``--slab``: the descriptor of its shared
-rows (see :mod:`aioenv.transport.slab`)."""
+rows (see :mod:`aioenv.transport.slab`); ``--done``: the write end of the pool's done pipe (see
+:mod:`aioenv.wire.lane`)."""
 
 from __future__ import annotations
 
@@ -114,6 +115,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--slab", type=int, default=None, help="descriptor of the pool's shared rows (an inline worker of --fd)"
     )
+    parser.add_argument(
+        "--done", type=int, default=None, help="write end of the pool's done pipe (an inline worker with --slab)"
+    )
     parser.add_argument("--curve-secret", default=None, help="own .key_secret file (a server with --auth)")
     parser.add_argument("--server-key", default=None, help="the server's .key file (a server with --auth)")
     parser.add_argument("--log-level", default="WARNING")
@@ -137,6 +141,15 @@ def _check_descriptors(parser: argparse.ArgumentParser, args: argparse.Namespace
             os.fstat(args.slab)
         except OSError as exc:
             parser.error(f"--slab {args.slab}: not an open descriptor ({exc.strerror})")
+    if args.done is not None:
+        if args.slab is None:
+            parser.error("--done is for an inline worker with shared rows (--slab)")
+        try:
+            is_pipe = stat.S_ISFIFO(os.fstat(args.done).st_mode)
+        except OSError as exc:
+            parser.error(f"--done {args.done}: not an open descriptor ({exc.strerror})")
+        if not is_pipe:
+            parser.error(f"--done {args.done}: not a pipe (expected the done pipe a pool passes to its workers)")
 
 
 def _curve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Configure | None:
@@ -180,6 +193,7 @@ def _run(args: argparse.Namespace, configure: Configure | None) -> None:
             executor=args.executor,
             configure=configure,
             slab_fd=args.slab,
+            done_fd=args.done,
         )
         worker.run()
     else:

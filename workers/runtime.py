@@ -128,9 +128,13 @@ class Worker:
         executor: str = "inline",
         configure: Callable[[zmq.Socket[Any]], None] | None = None,
         slab_fd: int | None = None,
+        done_fd: int | None = None,
     ) -> None:
         self.configure = configure  # socket options before connect (CURVE keys for a remote server)
         self.slab_fd = slab_fd  # the pool's shared rows (aioenv.transport.slab), mapped when it says how they lie
+        #: The pool's done pipe (aioenv.wire.lane), written to once the pool says as which slot and with what token.
+        self.done_fd = done_fd
+        self._done_as: tuple[int, int] | None = None
         self.slab: Slab | None = None
         self.endpoint = endpoint  # a ZeroMQ endpoint, or the descriptor of an inherited pipe
         self.name = name
@@ -165,7 +169,8 @@ class Worker:
         try:
             while True:
                 reply, done = self.handle(link.recv())
-                link.send(reply)
+                if reply:  # (a lane step answered on the done pipe has no reply here)
+                    link.send(reply)
                 if done:
                     return
         except LinkClosed:
@@ -290,7 +295,18 @@ class Worker:
             raise ProtocolError(f"worker {self.name} was started without shared rows (--slab)")
         if self.slab is None or self.slab.layout != header[Key.SLAB]:
             self.slab = Slab.attach(self.slab_fd, header[Key.SLAB])
+        self._take_done_pipe(header)
         return {}, []
+
+    def _take_done_pipe(self, header: dict[str, Any]) -> None:
+        """``header["dp"]``: as which slot, with what token, this worker writes its DONEs to the pool's done pipe."""
+        given = header.get(Key.DONE_PIPE)
+        if given is None or self.done_fd is None:
+            return
+        slot, token = given
+        if type(slot) is not int or type(token) is not int or not 0 <= slot < 2**32 or not 0 < token < 2**64:
+            raise ProtocolError(f"worker {self.name} got a done pipe as {given!r} (expected [slot, token])")
+        self._done_as = (slot, token)
 
     def _no_slab(self) -> NoReturn:
         """A step or reset over shared rows came before the message that says how they lie."""
@@ -337,11 +353,23 @@ class Worker:
                     self._runs[(first, count)] = run
             fields, out = self.step_shared(run, self.group(run), slab, slice(first, first + count))
             if Key.INFO not in fields and Key.ERRORS not in fields:  # nothing but the rows, which are in the slab
-                return [lane.done(req_id)]
+                return self._done(req_id)
             return self._result(req_id, fields, out, run, info_list, False)
         except Exception as exc:  # every request gets a reply, a failed one an ERROR
             log.debug("request %s failed", req_id, exc_info=True)
             return self._failed(req_id, exc)
+
+    def _done(self, req_id: int) -> list[Any]:
+        """A lane step's DONE: a record on the pool's done pipe (no reply on this worker's own pipe then), or the
+        DONE message when this worker has none or it is closed."""
+        if self._done_as is not None and self.done_fd is not None:
+            try:
+                os.write(self.done_fd, lane.record(*self._done_as, req_id))
+                return []
+            except OSError as exc:  # the pool closed its end: the worker's own pipe still carries replies
+                log.debug("worker %s: the done pipe is closed (%s)", self.name, exc)
+                self._done_as = None
+        return [lane.done(req_id)]
 
     def step_apart(
         self, env_ids: list[int], group: Group, acts: list[np.ndarray]

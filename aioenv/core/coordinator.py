@@ -17,9 +17,11 @@ only what is not an array.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -44,7 +46,7 @@ from aioenv.core.memory import MemoryWatch
 from aioenv.core.recovery import SETUP, Recovery, Slot, SlotState
 from aioenv.core.replies import Block, Relayed, Segment, int_lists, route_block
 from aioenv.core.runner import Requests, SharedStep
-from aioenv.core.scheduler import THROTTLED, Build, HeldCall, Request, Scheduler, SetupFuture
+from aioenv.core.scheduler import THROTTLED, Build, HeldCall, LaneCall, Request, Scheduler, SetupFuture
 from aioenv.core.sinks import Gather, Part, RecvQueue, Sink
 from aioenv.core.sources import EnvSources
 from aioenv.errors import (
@@ -63,6 +65,8 @@ from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, loca
 from aioenv.wire.spaces import space_from_description
 
 log = logging.getLogger("aioenv.coordinator")
+#: The most bytes one read of the done pipe takes (a pipe holds 64 KiB): 2,730 records.
+_DONE_READ = 65536
 
 _OPS = {"step": Op.STEP, "reset": Op.RESET, "call": Op.CALL}
 
@@ -154,6 +158,13 @@ class Coordinator(Recovery, Requests):
             self._slab_fd = adopt[1]
         elif self._trusted and executor == "inline":
             self._slab_fd = Slab.try_new_fd()
+        #: The done pipe (read end, write end) its local inline workers write their lane DONEs to, and what the
+        #: last read left of a record; each slot's worker's token (0: none that may write). See aioenv.wire.lane.
+        self._done_pipe: tuple[int, int] | None = None
+        self._done_rest = b""
+        self._tokens: list[int] = []
+        if self._slab_fd is not None:
+            self._open_done_pipe()
 
     @property
     def closing(self) -> bool:
@@ -216,13 +227,14 @@ class Coordinator(Recovery, Requests):
         if layout is None:
             os.close(self._slab_fd)
             self._slab_fd = None
+            self._close_done_pipe()
             return
         self.slab = Slab.create(self._slab_fd, layout)
         mapped = []
         for slot in self.slots:
             fut: SetupFuture = self.loop.create_future()
             req = self.sched.open(slot.index, "slab", self.sched.all_ids[:0], sink=fut)
-            self._send(slot, encode(Op.SLAB, {Key.ID: req.id, Key.SLAB: layout}))
+            self._send(slot, encode(Op.SLAB, self._with_done_pipe(slot, {Key.ID: req.id, Key.SLAB: layout})))
             mapped.append(fut)
         await asyncio.gather(*mapped)
 
@@ -231,6 +243,10 @@ class Coordinator(Recovery, Requests):
         slot.generation += 1
         slot.name = f"{self._prefix}w{slot.index}.{slot.generation}"
         slot.outbox = []
+        done_fd = None
+        if self._done_pipe is not None and not slot.in_process and self._launch is launch_local:
+            done_fd = self._done_pipe[1]
+            self._set_token(slot, secrets.randbits(64) or 1)  # this process's alone: its records say it wrote them
         spec = LaunchSpec(
             slot.name,
             self.executor,
@@ -241,6 +257,7 @@ class Coordinator(Recovery, Requests):
             self._slab_fd,
             self.max_loop_hold,
             self._quick,
+            done_fd,
         )
         slot.proc = launch_in_process(spec) if slot.in_process else self._launch(spec)
         slot.move(SlotState.STARTING)
@@ -281,7 +298,70 @@ class Coordinator(Recovery, Requests):
             fields[Key.REMADE] = remade
         if self.slab is not None:  # a re-made worker maps the pool's rows before it makes its envs
             fields[Key.SLAB] = self.slab.layout
+            self._with_done_pipe(slot, fields)
         self._send(slot, encode(Op.MAKE, fields))
+
+    # ------------------------------------------------------------ the done pipe (see aioenv.wire.lane)
+    #
+    # Every local inline worker started with it writes its lane steps' DONEs to one pipe, as records that carry
+    # its slot and a token only its process was told (over its own pipe). The pool reads them many at a time:
+    # one wake-up and one read for the replies of every worker that finished meanwhile, where each worker's own
+    # pipe would take one of each per reply. Any process holding the write end could write to it, so a record
+    # counts only with its slot's current token, and bytes that are no such record are skipped (the next record
+    # is found after them). A worker's records are read before its exit is handled (see Recovery._retire).
+
+    def _open_done_pipe(self) -> None:
+        read, write = os.pipe2(os.O_CLOEXEC)  # the write end stays blocking: the workers' writes wait for room
+        os.set_blocking(read, False)
+        self._done_pipe = (read, write)
+        self.loop.add_reader(read, self._read_done_pipe)
+
+    def _close_done_pipe(self) -> None:
+        pipe, self._done_pipe = self._done_pipe, None
+        if pipe is not None:
+            with contextlib.suppress(Exception):  # the loop may be closed already
+                self.loop.remove_reader(pipe[0])
+            os.close(pipe[0])
+            os.close(pipe[1])
+
+    def _set_token(self, slot: Slot, token: int) -> None:
+        """``slot``'s worker writes its records with ``token`` from now on (0: no worker of it may)."""
+        if len(self._tokens) <= slot.index:
+            self._tokens.extend([0] * (slot.index + 1 - len(self._tokens)))
+        self._tokens[slot.index] = token
+
+    def _with_done_pipe(self, slot: Slot, fields: dict[str, Any]) -> dict[str, Any]:
+        """``fields`` of a message that maps the shared rows, with as which slot and token ``slot``'s worker writes
+        to the done pipe, when it was started with it."""
+        token = self._tokens[slot.index] if slot.index < len(self._tokens) else 0
+        if token:
+            fields[Key.DONE_PIPE] = [slot.index, token]
+        return fields
+
+    def _read_done_pipe(self) -> None:
+        """Take the records the done pipe holds now (one read)."""
+        pipe = self._done_pipe
+        if pipe is None:
+            return
+        try:
+            data = os.read(pipe[0], _DONE_READ)
+        except BlockingIOError:
+            return
+        if self._done_rest:
+            data = self._done_rest + data
+        records, used, skipped = lane.read_records(data, self._tokens)
+        self._done_rest = data[used:]  # (set before any record is handled: handling one may read again)
+        if skipped:
+            log.warning("dropped %d bytes of the done pipe that are no lane reply of this pool's workers", skipped)
+        slots = self.slots
+        closed, rest = self.sched.lanes_done(records)
+        for index, req_id in rest:
+            self._on_lane_reply(slots[index], req_id)
+        for call in closed:
+            self._close_lanes(call)
+        for index, _ in records:
+            if slots[index].life.state is SlotState.DRAINING:
+                self._recycle_if_idle(slots[index])
 
     # ------------------------------------------------------------ requests
 
@@ -434,7 +514,7 @@ class Coordinator(Recovery, Requests):
         base, framed_step, slots = call.base, lane.framed_step, self.slots
         for k, proc in enumerate(plan.by_message):
             data = framed_step(base + k, plan.firsts[k], plan.counts[k], info_list)
-            if not proc.send_framed(data):  # its worker is gone: its exit fails the message (see _fail_lost)
+            if not proc.send_framed_now(data):  # its worker is gone: its exit fails the message (see _fail_lost)
                 slots[plan.workers[k]].outbox.append(data)
 
     def _spill_lanes(self, due: float | None = None, worker: int | None = None, req_id: int | None = None) -> None:
@@ -543,6 +623,7 @@ class Coordinator(Recovery, Requests):
             port = getattr(slot.proc, "port", None)
             if isinstance(port, PipePort):
                 port.drain()
+        self._read_done_pipe()
         if not enough():
             here.answer_deferred()
 
@@ -638,14 +719,18 @@ class Coordinator(Recovery, Requests):
         if call is None:  # a request's (a lane step of some envs, or of a lane call spilled since)
             self._on_done(slot, req_id)
             return
-        if call.left == 0:  # the call's last reply: every row is in the shared rows
-            slab = self.slab
-            assert slab is not None, "lane calls are made over shared rows"
-            call.sink.take_shared(slab, 0, call.env_ids, self.sched.release)
-            if self.sched.held:
-                self._pump()
+        if call.left == 0:
+            self._close_lanes(call)
         if slot.life.state is SlotState.DRAINING:
             self._recycle_if_idle(slot)
+
+    def _close_lanes(self, call: LaneCall) -> None:
+        """A lane call's last reply came: every row is in the shared rows, for its sink to copy and free."""
+        slab = self.slab
+        assert slab is not None, "lane calls are made over shared rows"
+        call.sink.take_shared(slab, 0, call.env_ids, self.sched.release)
+        if self.sched.held:
+            self._pump()
 
     def _on_done(self, slot: Slot, req_id: int) -> None:
         """A lane step's reply (:mod:`aioenv.wire.lane`) to the request ``req_id``: every row of it is in the slab."""
@@ -882,6 +967,7 @@ class Coordinator(Recovery, Requests):
     def _release_files(self) -> None:
         """Remove the private directory and unmap the shared rows: on every way out of :meth:`aclose`."""
         shutil.rmtree(self.private_dir, ignore_errors=True)
+        self._close_done_pipe()
         if self.slab is not None:
             self.slab.close()
         if self._slab_fd is not None:

@@ -136,6 +136,8 @@ class LaunchSpec:
         on_exit: called once in the loop thread when the process has exited (or was lost).
         on_message: the coordinator's handler for the worker's messages (``identity``: its name).
         slab_fd: the pool's shared-memory rows (:mod:`aioenv.transport.slab`), inherited by a local worker; None: none.
+        done_fd: the write end of the pool's done pipe (:mod:`aioenv.wire.lane`), inherited by a local worker with
+            ``slab_fd``; None: none.
         hold: for a worker in this process (:func:`launch_in_process`): the most seconds a request holds the
             event loop (None: :data:`workers.inproc.HOLD`).
         quick: for a local worker's pipe: the messages of one size handled before any parsing (see
@@ -151,6 +153,7 @@ class LaunchSpec:
     slab_fd: int | None = None
     hold: float | None = None
     quick: Quick | None = None
+    done_fd: int | None = None
 
 
 #: A pipe's handler of the messages of one size (see :class:`aioenv.transport.pipe.PipePort`): ``(size, handler)``.
@@ -167,6 +170,7 @@ def launch_local(spec: LaunchSpec) -> LocalProcess:
         spec.on_message,
         slab_fd=spec.slab_fd,
         quick=spec.quick,
+        done_fd=spec.done_fd,
     )
 
 
@@ -243,6 +247,8 @@ class LocalProcess:
         on_exit: called in the loop thread once, when the process has exited.
         on_message: called in the loop thread with each message the worker sends.
         slab_fd: the pool's shared-memory rows (:mod:`aioenv.transport.slab`), passed on as ``--slab``; None: none.
+        done_fd: the write end of the pool's done pipe (:mod:`aioenv.wire.lane`), passed on as ``--done`` with
+            ``slab_fd``; None: none.
         quick: the messages of one size its pipe hands over before any parsing (see :data:`Quick`).
 
     Raises:
@@ -260,6 +266,7 @@ class LocalProcess:
         *,
         slab_fd: int | None = None,
         quick: Quick | None = None,
+        done_fd: int | None = None,
     ) -> None:
         worker_sched_policy()  # a bad setting fails here, not in the child
         self.name = name
@@ -273,6 +280,9 @@ class LocalProcess:
         if slab_fd is not None:
             args += ["--slab", str(slab_fd)]
             inherit.append(slab_fd)
+            if done_fd is not None and executor == "inline":
+                args += ["--done", str(done_fd)]
+                inherit.append(done_fd)
         try:
             self.proc = launch_worker(args, inherit)
         except BaseException:
@@ -283,6 +293,9 @@ class LocalProcess:
         self._broken = ""  # why the pipe broke while the process ran, if it did
         self._pipe = PipePort(ours, name.encode(), on_message, self._pipe_lost, quick=quick)
         self.port: Port = self._pipe
+        #: Sends a message framed already (:meth:`aioenv.transport.pipe.PipePort.send_framed`): False once the pipe
+        #: is closed. The same as :meth:`send_framed`, one call fewer (a lock-step batch sends one per worker).
+        self.send_framed_now: Callable[[bytes], bool] = self._pipe.send_framed
         self.pid: int = self.proc.pid
         self._loop.add_reader(self.proc.exit_fd, self._reap)
 

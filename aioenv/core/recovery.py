@@ -210,6 +210,10 @@ class Recovery:
 
         def _spill_lanes(self, due: float | None = None, worker: int | None = None) -> None: ...
 
+        def _read_done_pipe(self) -> None: ...
+
+        def _set_token(self, slot: Slot, token: int) -> None: ...
+
         def _deliver_part(self, req: Request, part: Part, positions: np.ndarray | None = None) -> None: ...
 
         @staticmethod
@@ -272,6 +276,8 @@ class Recovery:
     def _retire(self, slot: Slot, how: str) -> Lost:
         """The slot's worker is lost (LOST): forget its process (``aclose`` still reaps it if it has not exited
         yet); returns what the errors of its lost requests say about it."""
+        self._read_done_pipe()  # the replies it wrote to the done pipe before it ended count
+        self._set_token(slot, 0)
         proc = slot.proc
         lost = Lost(slot.name, proc.pid if proc else "?", proc.returncode if proc else None, how)
         slot.move(SlotState.LOST, how)

@@ -472,6 +472,27 @@ class Scheduler:
             self.running -= self.num_envs
         return call
 
+    def lanes_done(self, replies: list[tuple[int, int]]) -> tuple[list[LaneCall], list[tuple[int, int]]]:
+        """:meth:`lane_done` for many ``(worker, request id)`` replies at once: the calls they closed, and the
+        replies that are no unanswered lane message of their worker (unchanged, for the caller to take one by
+        one: a request's, a closed id's, another worker's message)."""
+        lanes = self.lanes
+        closed: list[LaneCall] = []
+        rest: list[tuple[int, int]] = []
+        for worker, req_id in replies:
+            call = lanes.get(req_id)
+            if call is None or call.workers[req_id - call.base] != worker:
+                rest.append((worker, req_id))
+                continue
+            del lanes[req_id]
+            call.done[req_id - call.base] = True
+            call.left -= 1
+            if call.left == 0:
+                del self.lane_calls[call.base]
+                self.running -= self.num_envs
+                closed.append(call)
+        return closed, rest
+
     def spill_lanes(
         self, due: float | None = None, worker: int | None = None, req_id: int | None = None
     ) -> list[tuple[LaneCall, list[int]]]:

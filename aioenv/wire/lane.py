@@ -15,6 +15,14 @@ fixed-size frames instead:
 - its reply (:data:`DONE`): ``<B 0xC1><B "D"><6x><Q request id>``, the rows in the slab; a reply with
   infos or errors is the protocol's RESULT over shared rows, as for any other step.
 
+A worker started with the pool's *done pipe* (one pipe every local inline worker of the pool writes to, which
+the pool reads many replies at a time from) writes a DONE there as a *record* (:data:`RECORD`) instead:
+``<B 0xC1><B "R"><H 0><I worker slot><Q token><Q request id>``, 24 bytes, one ``write`` each (a pipe never
+interleaves writes of up to ``PIPE_BUF`` bytes, so records from many workers arrive whole). ``token`` is a
+random number the pool gave that worker process alone, over its own pipe: a record is that worker's only when
+its token is, since any process holding the pipe may write to it. :func:`read_records` takes what the pipe
+brought apart, skipping bytes that are no record of a known worker and finding the next record after them.
+
 Both begin with ``0xC1``, the one byte msgpack never uses, so neither can be taken for a header of the
 protocol (whose messages begin with a msgpack map) nor the other way round. Only a coordinator and the
 worker processes it started on pipes of their own (which map the slab) exchange them; a message over the
@@ -36,8 +44,11 @@ __all__ = [
     "is_lane",
     "read_done",
     "read_framed_done",
+    "read_records",
     "read_step",
+    "record",
     "step",
+    "RECORD",
 ]
 
 #: The first byte of every lane message: the one byte msgpack never uses.
@@ -46,10 +57,14 @@ MARK = 0xC1
 STEP = struct.Struct("<BBHIIQ")
 #: A step's reply with every row in the slab and nothing else to say: mark, ``b"D"``, padding, request id.
 DONE = struct.Struct("<BB6xQ")
+#: A DONE written to the pool's done pipe: mark, ``b"R"``, flags (0), worker slot, its token, request id.
+RECORD = struct.Struct("<BBHIQQ")
 #: ``flags`` bit: the caller wants each env's own info dict (``"ilist"``).
 INFO_LIST = 1
 _S = ord("S")
 _D = ord("D")
+_R = ord("R")
+_MARK_BYTE = bytes([MARK])
 # A one-frame message on a pipe: ``<u32 1><u64 size>`` then the frame (see aioenv.transport.pipe).
 _FRAMED_STEP = struct.Struct("<IQ" + STEP.format.lstrip("<"))
 _FRAMED_DONE = struct.Struct("<IQ" + DONE.format.lstrip("<"))
@@ -117,3 +132,33 @@ def read_done(frame: memoryview | bytes) -> int | None:
         return None
     req_id: int = DONE.unpack(frame)[2]
     return req_id
+
+
+def record(slot: int, token: int, req_id: int) -> bytes:
+    """A DONE of request ``req_id`` as the worker of ``slot`` whose token is ``token`` writes it to the done pipe."""
+    return RECORD.pack(MARK, _R, 0, slot, token, req_id)
+
+
+def read_records(data: bytes, tokens: list[int]) -> tuple[list[tuple[int, int]], int, int]:
+    """The records at the start of ``data`` (what the done pipe brought, after what an earlier read left):
+    ``(records, used, skipped)``.
+
+    ``records``: ``(slot, request id)`` of each record whose token is ``tokens[slot]`` (a token of 0: that slot
+    has no worker that may write, so nothing is its record); ``used``: the bytes taken (what is left, fewer than
+    a record's, begins the next read's); ``skipped``: bytes among them that were no such record (garbage, or a
+    record with another token), each dropped and the next record looked for from the next ``0xC1`` on."""
+    out: list[tuple[int, int]] = []
+    pos, end, size, skipped = 0, len(data), RECORD.size, 0
+    unpack = RECORD.unpack_from
+    known = len(tokens)
+    while end - pos >= size:
+        mark, kind, flags, slot, token, req_id = unpack(data, pos)
+        if mark == MARK and kind == _R and flags == 0 and slot < known and token and tokens[slot] == token:
+            out.append((slot, req_id))
+            pos += size
+            continue
+        nxt = data.find(_MARK_BYTE, pos + 1)
+        nxt = end if nxt < 0 else nxt
+        skipped += nxt - pos
+        pos = nxt
+    return out, pos, skipped

@@ -153,6 +153,7 @@ class Key:
     SOURCES = "sources"  # MAKE: source key -> how to make the env
     AUTORESET = "autoreset"  # MAKE: the autoreset mode's name
     SLAB = "slab"  # MAKE, SLAB: the layout of the pool's shared rows
+    DONE_PIPE = "dp"  # MAKE, SLAB: [worker slot, token] of a worker started with the pool's done pipe (wire.lane)
     ENDED = "ended"  # CANCEL: env ids to start as after a truncation
     REMADE = "remade"  # MAKE of envs whose worker died: {"why": words, "worker": its name, "code": exit code}
     OBS = "obs"  # RESULT: observation leaves, as array references

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
+import select
 import signal
 import struct
 from collections.abc import Callable, Iterator
@@ -22,9 +24,8 @@ import numpy as np
 import pytest
 
 import aioenv
-from aioenv.core.coordinator import Coordinator
-from aioenv.core.launcher import LocalProcess
 from aioenv.errors import PoolClosed, StepTimeout, UsageError, WorkerCrashed
+from aioenv.transport.pipe import PipePort
 from aioenv.transport.slab import Slab
 from aioenv.wire import lane
 from aioenv.wire.protocol import Key, Op, decode, encode
@@ -49,20 +50,22 @@ def in_flight(pool: aioenv.Pool) -> int:
 
 async def test_a_lock_step_step_is_one_lane_message_each_way_per_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     sent: list[bytes] = []
-    taken: list[bool] = []
-    send_framed = LocalProcess.send_framed
-    on_quick = Coordinator._on_quick
+    taken: list[tuple[int, int]] = []
+    send_framed = PipePort.send_framed
+    read_records = lane.read_records
 
-    def counting_send(proc: LocalProcess, data: bytes) -> bool:
+    def counting_send(port: PipePort, data: bytes) -> bool:
         sent.append(bytes(data))
-        return send_framed(proc, data)
+        return send_framed(port, data)
 
-    def counting_quick(coord: Coordinator, identity: bytes, data: memoryview) -> bool:
-        taken.append(on_quick(coord, identity, data))
-        return taken[-1]
+    def counting_records(data: bytes, tokens: list[int]) -> tuple[list[tuple[int, int]], int, int]:
+        got = read_records(data, tokens)
+        taken.extend(got[0])
+        assert got[2] == 0  # nothing on the done pipe but the workers' records
+        return got
 
-    monkeypatch.setattr(LocalProcess, "send_framed", counting_send)
-    monkeypatch.setattr(Coordinator, "_on_quick", counting_quick)
+    monkeypatch.setattr(PipePort, "send_framed", counting_send)
+    monkeypatch.setattr(lane, "read_records", counting_records)
     ref = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 6)
     rng = np.random.default_rng(4)
     async with aioenv.Pool("CartPole-v1", 6, num_workers=3, executor="inline") as pool:
@@ -80,7 +83,8 @@ async def test_a_lock_step_step_is_one_lane_message_each_way_per_worker(monkeypa
     steps = [lane.read_step(data[12:]) for data in sent]
     assert len(steps) == 40 * 3
     assert sorted({(first, count) for _, first, count, _ in steps}) == [(0, 2), (2, 2), (4, 2)]
-    assert taken == [True] * (40 * 3)  # every reply a lane DONE, taken before any parsing
+    # every reply a record on the done pipe: each step's id once, from the worker it went to
+    assert sorted(taken) == sorted((first // 2, req_id) for req_id, first, _, _ in steps)  # worker k: envs 2k, 2k+1
 
 
 async def test_an_env_whose_row_is_in_stays_claimed_until_its_call_returns(tmp_path: Path) -> None:
@@ -138,6 +142,29 @@ async def test_closing_the_pool_mid_step_answers_the_call_once_and_frees_every_e
     assert not sched.busy.any()
 
 
+async def test_a_worker_that_dies_with_its_reply_on_the_done_pipe_unread_is_answered_by_it(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    kwargs = {"quiet": True, "gate": str(gate)}
+    async with aioenv.Pool(PROBE, 4, num_workers=2, executor="inline", env_kwargs=kwargs) as pool:
+        coord: Any = pool._runner
+        await asyncio.wait_for(pool.reset(seed=0), HANG)
+        step = asyncio.ensure_future(pool.step(np.array([1, 0, SLOW, SLOW])))
+        await asyncio.sleep(0)  # the call goes out; from here the loop runs nothing until the exit is handled
+        proc = coord.slots[0].proc
+        # Worker 0's DONE is in the done pipe, and worker 0 is dead: both before the pool reads either.
+        assert select.select([coord._done_pipe[0]], [], [], HANG)[0]
+        os.kill(proc.pid, signal.SIGKILL)
+        assert select.select([proc.proc.exit_fd], [], [], HANG)[0]
+        proc._reap()  # its exit first, as the loop may take it: the reply it wrote before it died still counts
+        [call] = coord.sched.lane_calls.values()  # nothing of the call was failed: it waits for worker 1 alone
+        assert call.done == [True, False]
+        assert [r.kind for r in coord.sched.requests.values()] == ["make"]  # worker 0's envs, made again
+        gate.touch()
+        obs, *_ = await asyncio.wait_for(step, HANG)
+        assert obs[:, 0].tolist() == [0, 1, 2, 3]
+        assert obs[:, 2].tolist() == [1, 0, SLOW, SLOW]
+
+
 async def test_a_worker_lost_mid_step_fails_its_rows_and_leaves_the_others_whole() -> None:
     async with aioenv.Pool(PROBE, 4, num_workers=2, executor="inline", env_kwargs={"quiet": True}) as pool:
         await asyncio.wait_for(pool.reset(seed=0), HANG)
@@ -181,11 +208,14 @@ async def test_a_step_with_infos_comes_back_as_a_result_over_shared_rows() -> No
 
 
 @contextlib.contextmanager
-def worker_with_envs(n: int, slab: bool) -> Iterator[tuple[Worker, Slab | None]]:
+def worker_with_envs(
+    n: int, slab: bool, done: tuple[int, int, int] | None = None
+) -> Iterator[tuple[Worker, Slab | None]]:
     """A worker (in this process: its handler is what is tested) hosting ``n`` CartPole envs, reset with seeds
-    0 .. n - 1, over a slab of its own (``slab``) or none; everything closed after."""
+    0 .. n - 1, over a slab of its own (``slab``) or none; ``done``: the write end of a done pipe, the slot and
+    token the worker is told to write as; everything closed after."""
     fd = Slab.try_new_fd() if slab else None
-    worker = Worker(0, "w0", slab_fd=fd)
+    worker = Worker(0, "w0", slab_fd=fd, done_fd=done[0] if done else None)
     ours: Slab | None = None
     try:
         source = {"kind": "gym", "id": "CartPole-v1"}
@@ -195,7 +225,8 @@ def worker_with_envs(n: int, slab: bool) -> Iterator[tuple[Worker, Slab | None]]
             layout = Slab.plan(n, gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2))
             assert layout is not None
             ours = Slab.create(fd, layout)
-            worker.handle(encode(Op.SLAB, {Key.ID: 2, Key.SLAB: layout}))
+            given = {Key.DONE_PIPE: list(done[1:])} if done else {}
+            worker.handle(encode(Op.SLAB, {Key.ID: 2, Key.SLAB: layout, **given}))
             reset = {Key.ID: 3, Key.ENV: list(range(n)), Key.SEED: list(range(n)), Key.SHARED: 1}
             worker.handle(encode(Op.RESET, reset))
         yield worker, ours
@@ -232,6 +263,27 @@ def test_a_worker_answers_a_lane_step_with_done_and_its_rows_in_the_slab() -> No
     ref.close()
 
 
+def test_a_worker_with_the_done_pipe_writes_its_dones_there_and_its_own_pipe_once_it_is_closed() -> None:
+    read, write = os.pipe()
+    try:
+        with worker_with_envs(2, slab=True, done=(write, 3, 777)) as (worker, _):
+            for t in range(3):
+                assert _answer(worker, lane.step(50 + t, 0, 2)) == []  # nothing on its own pipe
+            assert lane.read_records(os.read(read, 4096), [0, 0, 0, 777]) == ([(3, 50), (3, 51), (3, 52)], 72, 0)
+            os.close(read)
+            reply = _answer(worker, lane.step(60, 0, 2))  # the pool's end is gone: its own pipe carries it
+            assert [bytes(f) for f in reply] == [lane.done(60)]
+            assert worker.slab is not None
+            bad = {Key.ID: 9, Key.SLAB: worker.slab.layout, Key.DONE_PIPE: [0, 0]}
+            header, _ = decode(worker.handle(encode(Op.SLAB, bad))[0])
+            assert header[Key.OP] == Op.ERROR
+            assert "got a done pipe as [0, 0] (expected [slot, token])" in header[Key.ERROR]["message"]
+    finally:
+        os.close(write)
+        with contextlib.suppress(OSError):
+            os.close(read)
+
+
 def test_a_worker_answers_a_lane_step_it_cannot_serve_with_an_error_naming_why() -> None:
     with worker_with_envs(4, slab=True) as (worker, _):
         for frame, words in [
@@ -252,12 +304,23 @@ def frame_id(frame: bytes) -> int:
     return lane.read_step(frame)[0]
 
 
-async def test_lane_messages_a_worker_forges_are_dropped_or_refused() -> None:
+async def test_lane_messages_a_worker_forges_are_dropped_or_refused(caplog: pytest.LogCaptureFixture) -> None:
     async with aioenv.Pool("tests.envs.faulty:PipeVandalEnv", 4, num_workers=2, executor="inline") as pool:
         await asyncio.wait_for(pool.reset(), HANG)
         for t in range(1, 4):  # a DONE for a request no one sent: dropped, every row still answered by its worker
             obs, *_ = await asyncio.wait_for(pool.step(np.array([4, 0, 0, 4])), HANG)
             assert obs[:, 0].tolist() == [t] * 4
+        # On the done pipe: garbage, then records for every id a lane call may have, with a made-up token. Neither
+        # is taken for a reply: every row is still answered by its own worker, and no worker is replaced.
+        pids = [worker_pid(pool, 0), worker_pid(pool, 1)]
+        for t, action in [(4, 5), (5, 6), (6, 5), (7, 0)]:
+            with caplog.at_level(logging.WARNING, logger="aioenv.coordinator"):
+                obs, *_ = await asyncio.wait_for(pool.step(np.array([action, 0, 0, action])), HANG)
+            assert obs[:, 0].tolist() == [t] * 4
+        assert [worker_pid(pool, 0), worker_pid(pool, 1)] == pids
+        dropped = [r.getMessage() for r in caplog.records if "of the done pipe" in r.getMessage()]
+        assert dropped
+        assert all("that are no lane reply of this pool's workers" in m for m in dropped)
         old = worker_pid(pool, 1)
         with pytest.raises(WorkerCrashed) as caught:  # a lane message that is no reply: the stream is not trusted
             await asyncio.wait_for(pool.step(np.array([0, 0, 3, 0])), HANG)
@@ -265,7 +328,7 @@ async def test_lane_messages_a_worker_forges_are_dropped_or_refused() -> None:
         assert "sent a message this pool cannot read" in str(caught.value)
         assert "a lane message that answers no step" in str(caught.value)
         obs, *_ = caught.value.partial
-        assert obs[:, 0].tolist() == [4, 4]
+        assert obs[:, 0].tolist() == [8, 8]
         await wait_new_worker(pool, 1, old)
 
 

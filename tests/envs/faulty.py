@@ -274,9 +274,14 @@ class _CountingEnv(gym.Env):
 class PipeVandalEnv(_CountingEnv):
     """Obs ``[t]``; action 1 writes garbage into the worker's pipe (``python -m workers --fd N``) first,
     action 2 shuts the pipe down and hangs (a worker alive but deaf); action 3 writes a lane message that answers
-    nothing (a lane step, :mod:`aioenv.wire.lane`), action 4 a lane DONE for a request no one sent."""
+    nothing (a lane step, :mod:`aioenv.wire.lane`), action 4 a lane DONE for a request no one sent. Actions 1 and
+    3 return an info, so that the step's reply follows the vandalism on the same pipe (a reply with nothing to
+    say goes on the pool's done pipe, which keeps no order with the worker's own).
 
-    action_space = spaces.Discrete(5)
+    On the pool's done pipe (``--done D``): action 5 writes garbage, action 6 a record for every lane message of
+    every worker that may be out (ids ``1 .. 2,000``, slots 0 to 3) with a token it made up."""
+
+    action_space = spaces.Discrete(7)
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         import socket
@@ -294,8 +299,19 @@ class PipeVandalEnv(_CountingEnv):
 
             frame = lane.step(1, 0, 1) if int(action) == 3 else lane.done(2**62)
             os.write(fd, b"".join(framed([frame])[0]))
+        elif int(action) in (5, 6):
+            from aioenv.wire import lane
+
+            done = int(sys.argv[sys.argv.index("--done") + 1])
+            if int(action) == 5:
+                os.write(done, b"\xc1R\x00" + b"\xee" * 37)  # a record's start, then no record
+            else:
+                forged = [lane.record(slot, 12345, i) for slot in range(4) for i in range(1, 2001)]
+                for at in range(0, len(forged), 100):
+                    os.write(done, b"".join(forged[at : at + 100]))
         self.t += 1
-        return np.array([self.t], dtype=np.float32), 0.0, False, False, {}
+        info = {"vandal": int(action)} if int(action) in (1, 3) else {}
+        return np.array([self.t], dtype=np.float32), 0.0, False, False, info
 
 
 class HugeInfoEnv(_CountingEnv):

@@ -269,7 +269,7 @@ async def test_close_leaves_no_slab_open() -> None:
     assert slab_fds() == before
 
 
-def test_a_worker_refuses_slab_where_it_cannot_be() -> None:
+def test_a_worker_refuses_slab_or_done_pipe_where_they_cannot_be() -> None:
     ours, theirs = socket.socketpair()
     fd = str(theirs.fileno())
     try:
@@ -277,6 +277,9 @@ def test_a_worker_refuses_slab_where_it_cannot_be() -> None:
             (["--fd", fd, "--executor", "thread", "--slab", "0"], "--slab is for an inline worker of a local pool"),
             (["--fd", fd, "--slab", "99"], "--slab 99: not an open descriptor"),
             (["--connect", "tcp://127.0.0.1:9", "--slab", "0"], "--slab is for an inline worker of a local pool"),
+            (["--fd", fd, "--done", fd], "--done is for an inline worker with shared rows (--slab)"),
+            (["--fd", fd, "--slab", "0", "--done", "99"], "--done 99: not an open descriptor"),
+            (["--fd", fd, "--slab", "0", "--done", fd], f"--done {fd}: not a pipe (expected the done pipe"),
         ]:
             done = run_python("-m", "workers", *args, timeout=HANG, pass_fds=(theirs.fileno(),))
             assert done.returncode == 2, done.stderr

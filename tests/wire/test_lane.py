@@ -88,3 +88,42 @@ def test_no_message_of_the_protocol_begins_as_a_lane_message(fields: dict[str, o
     for op in (Op.RESULT, Op.STEP, Op.ERROR, Op.HELLO):
         header = encode(op, fields)[0]
         assert not lane.is_lane(header)
+
+
+TOKENS = [0x1D2C3B4A59687706, 0, 0x0F1E2D3C4B5A6978]  # slot 1 has no worker that may write
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([0, 2]), st.integers(1, 2**64 - 1), st.binary(max_size=30)),
+        max_size=12,
+    ),
+    st.integers(1, 97),
+)
+def test_records_are_read_whole_across_reads_and_garbage_between_them_is_skipped(
+    written: list[tuple[int, int, bytes]], cut: int
+) -> None:
+    stream = b"".join(lane.record(slot, TOKENS[slot], req_id) + junk for slot, req_id, junk in written)
+    got: list[tuple[int, int]] = []
+    skipped = 0
+    rest = b""
+    for at in range(0, len(stream) + 1, cut):  # what reads of ``cut`` bytes bring, each after what the last left
+        records, used, skip = lane.read_records(rest + stream[at : at + cut], TOKENS)
+        got += records
+        skipped += skip
+        rest = (rest + stream[at : at + cut])[used:]
+        assert len(rest) < lane.RECORD.size
+    assert got == [(slot, req_id) for slot, req_id, _ in written]
+    assert skipped + len(rest) == sum(len(junk) for *_, junk in written)
+
+
+def test_a_record_with_a_token_not_its_slots_is_no_record() -> None:
+    stream = b"".join(
+        [
+            lane.record(0, TOKENS[2], 5),  # another slot's token
+            lane.record(1, 0, 6),  # a slot with no worker that may write: no token is its
+            lane.record(3, 1, 7),  # no such slot
+            lane.record(2, TOKENS[2], 8),
+        ]
+    )
+    assert lane.read_records(stream, TOKENS) == ([(2, 8)], len(stream), 3 * lane.RECORD.size)
