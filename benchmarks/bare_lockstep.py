@@ -8,14 +8,20 @@ alone, two ways, over the same kind of pipes:
   order, blocking;
 - ``loop``: an event loop's way (uvloop, as every aioenv pool runs): each worker's pipe is watched with
   ``add_reader``, a callback reads its reply and counts down, and the batch is a future the driver awaits. The
-  requests and replies have the sizes of a lane step and its DONE (``aioenv.wire.lane``), framed.
+  requests and replies have the sizes of a lane step and its DONE (``aioenv.wire.lane``), framed;
+- ``shared``: the same loop, but every worker writes its reply to one pipe they all share (a pool's done pipe),
+  as a DONE record's 24 bytes, and one callback reads all the replies that pipe holds at once.
+
+``--cartpole K``: each worker steps K CartPole-v1 envs before it answers each request (0, the default: it
+answers at once), so that the workers' work, and what it does to the caches of the cores they share with the
+driver, is a lock-step pool's.
 
 Each worker (``python benchmarks/bare_lockstep.py worker --fd N``) answers every request at once. The figure
 is the driving process's CPU time (``time.process_time``) per message (a request and its reply) over the
 measured window: what no pool driven by an event loop can go below, and how much of the floor's advantage
 is the event loop's. The rest of a pool's cost per message is its own work.
 
-    python benchmarks/bare_lockstep.py --workers 16 --seconds 3 [--json]
+    python benchmarks/bare_lockstep.py --workers 16 --seconds 3 [--cartpole 2] [--json]
 """
 
 from __future__ import annotations
@@ -38,15 +44,31 @@ __all__ = ["measure"]
 _SCRIPT = Path(__file__).resolve()
 _REQUEST = bytes(32)  # a framed lane step: 12 bytes of framing, 20 of frame
 _REPLY = bytes(28)  # a framed lane DONE: 12 bytes of framing, 16 of frame
+_RECORD = bytes(24)  # a lane DONE record on a shared done pipe
+WAYS = ("blocking", "loop", "shared")
 
 
-def _worker(fd: int) -> None:
+def _worker(fd: int, done: int, cartpole: int) -> None:
     sock = socket.socket(fileno=fd)
+    envs = []
+    if cartpole:
+        import gymnasium as gym
+
+        envs = [gym.make("CartPole-v1") for _ in range(cartpole)]
+        for env in envs:
+            env.reset(seed=0)
     while True:
         got = sock.recv(len(_REQUEST), socket.MSG_WAITALL)
         if len(got) < len(_REQUEST):
             return
-        sock.sendall(_REPLY)
+        for env in envs:
+            *_, terminated, truncated, _ = env.step(0)
+            if terminated or truncated:
+                env.reset()
+        if got[0] and done >= 0:  # the driver asks for the reply on the shared pipe
+            os.write(done, _RECORD)
+        else:
+            sock.sendall(_REPLY)
 
 
 def _blocking(socks: list[socket.socket], seconds: float) -> tuple[int, float]:
@@ -59,6 +81,35 @@ def _blocking(socks: list[socket.socket], seconds: float) -> tuple[int, float]:
             sock.recv(len(_REPLY), socket.MSG_WAITALL)
         batches += 1
     return batches, time.process_time() - cpu
+
+
+async def _shared(socks: list[socket.socket], done: int, seconds: float) -> tuple[int, float]:
+    loop = asyncio.get_running_loop()
+    left = 0
+    waiter: asyncio.Future[None] | None = None
+    request = b"\x01" + _REQUEST[1:]  # "reply on the shared pipe"
+
+    def readable() -> None:
+        nonlocal left
+        left -= len(os.read(done, 65536)) // len(_RECORD)  # every reply the pipe holds (records arrive whole)
+        if left == 0 and waiter is not None:
+            waiter.set_result(None)
+
+    os.set_blocking(done, False)
+    loop.add_reader(done, readable)
+    batches = 0
+    try:
+        start, cpu = time.perf_counter(), time.process_time()
+        while time.perf_counter() - start < seconds:
+            left = len(socks)
+            waiter = loop.create_future()
+            for sock in socks:
+                sock.send(request)
+            await waiter
+            batches += 1
+        return batches, time.process_time() - cpu
+    finally:
+        loop.remove_reader(done)
 
 
 async def _loop(socks: list[socket.socket], seconds: float) -> tuple[int, float]:
@@ -93,17 +144,21 @@ async def _loop(socks: list[socket.socket], seconds: float) -> tuple[int, float]
             sock.setblocking(True)
 
 
-def measure(workers: int, seconds: float) -> dict[str, Any]:
-    """Both ways over ``workers`` worker processes, ``seconds`` each after a short warm-up; the figures per
-    message and per batch (µs of this process's CPU) and the batches per second."""
+def measure(workers: int, seconds: float, cartpole: int = 0) -> dict[str, Any]:
+    """The three ways (:data:`WAYS`) over ``workers`` worker processes (each stepping ``cartpole`` CartPole envs
+    per request), ``seconds`` each after a short warm-up; the figures per message and per batch (µs of this
+    process's CPU) and the batches per second."""
     pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(workers)]
+    done_read, done_write = os.pipe()
     procs = []
     for _, theirs in pairs:
-        cmd = [sys.executable, str(_SCRIPT), "worker", "--fd", str(theirs.fileno())]
-        procs.append(subprocess.Popen(cmd, pass_fds=[theirs.fileno()]))
+        cmd = [sys.executable, str(_SCRIPT), "worker", "--fd", str(theirs.fileno()), "--done", str(done_write)]
+        cmd += ["--cartpole", str(cartpole)]
+        procs.append(subprocess.Popen(cmd, pass_fds=[theirs.fileno(), done_write]))
         theirs.close()
+    os.close(done_write)
     socks = [ours for ours, _ in pairs]
-    out: dict[str, Any] = {"workers": workers}
+    out: dict[str, Any] = {"workers": workers, "cartpole": cartpole}
     try:
         _blocking(socks, 0.3)
         runs = {"blocking": _blocking(socks, seconds)}
@@ -111,6 +166,8 @@ def measure(workers: int, seconds: float) -> dict[str, Any]:
         try:
             loop.run_until_complete(_loop(socks, 0.3))
             runs["loop"] = loop.run_until_complete(_loop(socks, seconds))
+            loop.run_until_complete(_shared(socks, done_read, 0.3))
+            runs["shared"] = loop.run_until_complete(_shared(socks, done_read, seconds))
         finally:
             loop.close()
         for name, (batches, cpu) in runs.items():
@@ -124,6 +181,7 @@ def measure(workers: int, seconds: float) -> dict[str, Any]:
             sock.close()
         for proc in procs:
             proc.wait(10)
+        os.close(done_read)
     return out
 
 
@@ -132,24 +190,33 @@ def main() -> None:
     sub = parser.add_subparsers(dest="role")
     worker = sub.add_parser("worker", help="(internal) answer one driver's requests over an inherited socket")
     worker.add_argument("--fd", type=int, required=True)
+    worker.add_argument("--done", type=int, default=-1)
+    worker.add_argument("--cartpole", type=int, default=0)
     parser.add_argument("--workers", type=int, default=16, help="worker processes (default 16)")
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per way (default 3)")
+    parser.add_argument(
+        "--cartpole", type=int, default=0, help="CartPole envs each worker steps per request (default 0)"
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
     if args.role == "worker":
-        _worker(args.fd)
+        _worker(args.fd, args.done, args.cartpole)
         return
     if args.workers < 1:
         parser.error(f"--workers must be >= 1, got {args.workers}")
     if args.seconds <= 0:
         parser.error(f"--seconds must be > 0, got {args.seconds}")
-    out = measure(args.workers, args.seconds)
+    if args.cartpole < 0:
+        parser.error(f"--cartpole must be >= 0, got {args.cartpole}")
+    out = measure(args.workers, args.seconds, args.cartpole)
     if args.json:
         print(json.dumps(out))
         return
     cpus = os.cpu_count()
-    print(f"{args.workers} worker processes, {cpus} CPUs; CPU of this process per message (a request and its reply):")
-    for name in ("blocking", "loop"):
+    load = f", each stepping {args.cartpole} CartPole envs a request" if args.cartpole else ""
+    head = f"{args.workers} worker processes{load}, {cpus} CPUs"
+    print(f"{head}; CPU of this process per message (a request and its reply):")
+    for name in WAYS:
         cell = out[name]
         print(
             f"  {name:8s} {cell['cpu_us_per_message']:6.1f} µs/message  {cell['cpu_us_per_batch']:7.1f} µs/batch"

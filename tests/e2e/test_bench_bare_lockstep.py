@@ -1,4 +1,4 @@
-"""The bare lock-step exchange (``benchmarks/bare_lockstep.py``) runs both ways end to end, leaves no worker behind
+"""The bare lock-step exchange (``benchmarks/bare_lockstep.py``) runs every way end to end, leaves no worker behind
 and refuses bad arguments; its figures are CPU times, never checked against a speed."""
 
 from __future__ import annotations
@@ -13,12 +13,14 @@ from tests.support.scripts import run_python
 pytestmark = pytest.mark.bench  # a benchmark script's smoke run: make test-bench, not make test
 
 
-def test_both_ways_report_the_cpu_per_message_of_the_driving_process() -> None:
-    proc = run_python("benchmarks/bare_lockstep.py", "--workers", "3", "--seconds", "0.2", "--json", timeout=120)
+@pytest.mark.parametrize("cartpole", [0, 2])
+def test_every_way_reports_the_cpu_per_message_of_the_driving_process(cartpole: int) -> None:
+    args = ["--workers", "3", "--seconds", "0.2", "--cartpole", str(cartpole), "--json"]
+    proc = run_python("benchmarks/bare_lockstep.py", *args, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
-    assert out["workers"] == 3
-    for way in ("blocking", "loop"):
+    assert (out["workers"], out["cartpole"]) == (3, cartpole)
+    for way in ("blocking", "loop", "shared"):
         cell = out[way]
         assert cell["batches_per_s"] > 0
         assert cell["cpu_us_per_message"] > 0
@@ -28,7 +30,11 @@ def test_both_ways_report_the_cpu_per_message_of_the_driving_process() -> None:
 
 @pytest.mark.parametrize(
     ("args", "words"),
-    [(["--workers", "0"], "--workers must be >= 1, got 0"), (["--seconds", "-1"], "--seconds must be > 0, got -1")],
+    [
+        (["--workers", "0"], "--workers must be >= 1, got 0"),
+        (["--seconds", "-1"], "--seconds must be > 0, got -1"),
+        (["--cartpole", "-2"], "--cartpole must be >= 0, got -2"),
+    ],
 )
 def test_bad_arguments_are_refused(args: list[str], words: str) -> None:
     proc = run_python("benchmarks/bare_lockstep.py", *args, timeout=60)
