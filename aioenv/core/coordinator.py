@@ -354,9 +354,11 @@ class Coordinator(Recovery, Requests):
         if skipped:
             log.warning("dropped %d bytes of the done pipe that are no lane reply of this pool's workers", skipped)
         slots = self.slots
-        closed, rest = self.sched.lanes_done(records)
+        closed, each, rest = self.sched.lanes_done(records)
         for index, req_id in rest:
             self._on_lane_reply(slots[index], req_id)
+        if each:
+            self._queue_lane_rows(each)
         for call in closed:
             self._close_lanes(call)
         for index, _ in records:
@@ -407,6 +409,17 @@ class Coordinator(Recovery, Requests):
             and (plan := self._lane_plan()) is not None
         ):  # a lock-step step() of every env, each worker's a run of shared rows: one lane call
             self._send_lanes(plan, sink, build.info_list, deadline)
+            if deadline is not None:
+                self._arm_timer()
+            return
+        if (
+            type(sink) is RecvQueue
+            and type(build) is SharedStep
+            and at is None
+            and self.truncation is None
+            and (runs := self._lane_runs(env_ids)) is not None
+        ):  # a send(), each worker's part a run of shared rows: one lane call whose rows go to recv() as they come
+            self._send_lanes(runs, sink, build.info_list, deadline, each=True)
             if deadline is not None:
                 self._arm_timer()
             return
@@ -508,9 +521,32 @@ class Coordinator(Recovery, Requests):
         self._plan = _LanePlan(workers, firsts, counts, [by_worker[w] for w in workers], procs)
         return self._plan
 
-    def _send_lanes(self, plan: _LanePlan, sink: Gather, info_list: bool, deadline: float | None) -> None:
-        """Send a lock-step step of every env (claimed, its actions in the shared rows) as one lane call."""
-        call = self.sched.open_lanes(plan.workers, plan.firsts, plan.counts, sink, deadline)
+    def _lane_runs(self, env_ids: np.ndarray) -> _LanePlan | None:
+        """How a step of ``env_ids`` goes as lane messages, when each worker's part of them is one run of envs on a
+        ready worker process of its own (None: one is not, and requests go as usual)."""
+        workers: list[int] = []
+        firsts: list[int] = []
+        counts: list[int] = []
+        procs: list[LocalProcess] = []
+        slots = self.slots
+        for worker, rows in self.sched.split(env_ids):
+            slot = slots[worker]
+            proc = slot.proc
+            ids = env_ids[rows] if rows.size != env_ids.size else env_ids
+            if not slot.ready or not isinstance(proc, LocalProcess) or not _is_run(ids, False):
+                return None
+            workers.append(worker)
+            firsts.append(int(ids[0]))
+            counts.append(ids.size)
+            procs.append(proc)
+        return _LanePlan(workers, firsts, counts, procs, procs)
+
+    def _send_lanes(
+        self, plan: _LanePlan, sink: Gather | RecvQueue, info_list: bool, deadline: float | None, each: bool = False
+    ) -> None:
+        """Send a step of envs claimed, their actions in the shared rows, as one lane call (``each``: see
+        :class:`aioenv.core.scheduler.LaneCall`)."""
+        call = self.sched.open_lanes(plan.workers, plan.firsts, plan.counts, sink, deadline, each)
         base, framed_step, slots = call.base, lane.framed_step, self.slots
         for k, proc in enumerate(plan.by_message):
             data = framed_step(base + k, plan.firsts[k], plan.counts[k], info_list)
@@ -526,8 +562,10 @@ class Coordinator(Recovery, Requests):
         slab = self.slab
         assert slab is not None, "lane calls are made over shared rows"
         for call, answered in self.sched.spill_lanes(due, worker, req_id):
+            sink = call.sink
             for k in answered:
-                call.sink.take_shared(slab, call.firsts[k], call.run(k), self.sched.release)
+                assert isinstance(sink, Gather), "only a Gather's answered rows wait in the slab"
+                sink.take_shared(slab, call.firsts[k], call.run(k), self.sched.release)
 
     def _inline_here(self) -> HereWorker | None:
         """The ``inline`` worker in this process, if this pool has one."""
@@ -719,16 +757,44 @@ class Coordinator(Recovery, Requests):
         if call is None:  # a request's (a lane step of some envs, or of a lane call spilled since)
             self._on_done(slot, req_id)
             return
-        if call.left == 0:
+        if call.each:
+            self._queue_lane_rows([(call, req_id - call.base)])
+        elif call.left == 0:
             self._close_lanes(call)
         if slot.life.state is SlotState.DRAINING:
             self._recycle_if_idle(slot)
 
     def _close_lanes(self, call: LaneCall) -> None:
         """A lane call's last reply came: every row is in the shared rows, for its sink to copy and free."""
+        slab, sink = self.slab, call.sink
+        assert slab is not None, "lane calls are made over shared rows"
+        assert isinstance(sink, Gather), "a call whose rows go to recv() takes them reply by reply"
+        sink.take_shared(slab, 0, call.env_ids, self.sched.release)
+        if self.sched.held:
+            self._pump()
+
+    def _queue_lane_rows(self, replies: list[tuple[LaneCall, int]]) -> None:
+        """Lane replies ``(call, k)`` to calls whose rows go to ``recv()``: their envs freed and their rows queued,
+        copied out of the shared rows, the replies to runs of envs that follow each other as one part."""
         slab = self.slab
         assert slab is not None, "lane calls are made over shared rows"
-        call.sink.take_shared(slab, 0, call.env_ids, self.sched.release)
+        if len(replies) > 1:
+            replies.sort(key=lambda reply: (reply[0].base, reply[0].firsts[reply[1]]))
+        at, n = 0, len(replies)
+        while at < n:
+            call, k = replies[at]
+            first = call.firsts[k]
+            end = first + call.counts[k]
+            at += 1
+            while at < n and replies[at][0] is call and call.firsts[replies[at][1]] == end:
+                end += call.counts[replies[at][1]]
+                at += 1
+            ids = call.env_ids[first:end]
+            self.sched.release(ids)
+            obs, extras = slab.results(slice(first, end), True)
+            sink = call.sink
+            assert isinstance(sink, RecvQueue), "a call whose rows go one by one goes to recv()'s queue"
+            sink.deliver(Part(ids, obs, extras))
         if self.sched.held:
             self._pump()
 

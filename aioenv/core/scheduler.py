@@ -19,7 +19,7 @@ Invariants:
 - with a concurrency limit, at most ``limit`` step/reset rows are in flight; the rest wait,
   in order, in :attr:`held` until rows finish (:meth:`unhold`).
 
-Lane calls: a lock-step step of every env whose every worker takes one lane message
+Lane calls: a lock-step step of every env, or a ``send()`` step, whose every worker takes one lane message
 (:mod:`aioenv.wire.lane`) is kept as one :class:`LaneCall`, not a request per worker: its messages have the
 ids ``base .. base + W - 1`` (message ``k`` to ``workers[k]``), and a reply only ticks it off
 (:meth:`lane_done`), so the books cost per call what a request costs, however many workers it spans. Any
@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from aioenv.core.sinks import Gather, Sink
+from aioenv.core.sinks import Gather, RecvQueue, Sink
 from aioenv.errors import UsageError
 from aioenv.wire.checks import SMALL_BATCH
 
@@ -114,23 +114,27 @@ class Held:
 
 @dataclass(slots=True, eq=False)
 class LaneCall:
-    """A lock-step step of every env (``env_ids``: the pool's all ids, the call's positions too) sent as one lane
-    message per worker: message ``k`` has the id ``base + k`` and goes to ``workers[k]``, for its envs ``firsts[k]
-    .. firsts[k] + counts[k] - 1``. ``done[k]``: its reply came (its rows are in the pool's shared rows, their envs
-    still claimed); ``left``: the messages still out."""
+    """A step sent as one lane message per worker: message ``k`` has the id ``base + k`` and goes to
+    ``workers[k]``, for its envs ``firsts[k] .. firsts[k] + counts[k] - 1``. ``done[k]``: its reply came; ``left``:
+    the messages still out. ``env_ids``: the pool's all ids (a run's ids are a slice of them).
+
+    Its sink is a lock-step ``step()``'s :class:`Gather` of every env (the call's positions are its env ids):
+    the rows of answered messages wait in the pool's shared rows, their envs claimed, until the last; or, with
+    ``each``, ``recv()``'s queue, which takes each message's rows as its reply comes."""
 
     base: int
     workers: list[int]
     firsts: list[int]
     counts: list[int]
     env_ids: np.ndarray
-    sink: Gather
+    sink: Gather | RecvQueue
     deadline: float | None
     done: list[bool]
     left: int
+    each: bool = False
 
     def run(self, k: int) -> np.ndarray:
-        """Message ``k``'s env ids (and positions in the call: the call is every env, in order), (counts[k],)."""
+        """Message ``k``'s env ids (and positions in a call of every env), (counts[k],)."""
         first = self.firsts[k]
         return self.env_ids[first : first + self.counts[k]]
 
@@ -436,16 +440,23 @@ class Scheduler:
     # ------------------------------------------------------------ lane calls
 
     def open_lanes(
-        self, workers: list[int], firsts: list[int], counts: list[int], sink: Gather, deadline: float | None
+        self,
+        workers: list[int],
+        firsts: list[int],
+        counts: list[int],
+        sink: Gather | RecvQueue,
+        deadline: float | None,
+        each: bool = False,
     ) -> LaneCall:
-        """Record a lock-step step of every env (claimed already), one lane message to each of ``workers``
-        (``firsts``/``counts``: each one's run of envs, which together are every env)."""
+        """Record a step of envs claimed already, one lane message to each of ``workers`` (``firsts``/``counts``:
+        each one's run of envs): a lock-step ``step()`` of every env (a :class:`Gather`), or with ``each`` a
+        ``send()``'s rows for ``recv()``."""
         base, w = self._next_id, len(workers)
         self._next_id += w
-        call = LaneCall(base, workers, firsts, counts, self.all_ids, sink, deadline, [False] * w, w)
+        call = LaneCall(base, workers, firsts, counts, self.all_ids, sink, deadline, [False] * w, w, each)
         self.lanes.update(dict.fromkeys(range(base, base + w), call))
         self.lane_calls[base] = call
-        self.running += self.num_envs
+        self.running += sum(counts)
         if deadline is not None:
             heapq.heappush(self._deadlines, (deadline, base))
         return call
@@ -467,39 +478,46 @@ class Scheduler:
             raise ValueError(f"lane message {req_id} went to worker {call.workers[k]}, not to worker {worker}")
         call.done[k] = True
         call.left -= 1
+        self.running -= call.counts[k]
         if call.left == 0:
             del self.lane_calls[call.base]
-            self.running -= self.num_envs
         return call
 
-    def lanes_done(self, replies: list[tuple[int, int]]) -> tuple[list[LaneCall], list[tuple[int, int]]]:
-        """:meth:`lane_done` for many ``(worker, request id)`` replies at once: the calls they closed, and the
-        replies that are no unanswered lane message of their worker (unchanged, for the caller to take one by
-        one: a request's, a closed id's, another worker's message)."""
+    def lanes_done(
+        self, replies: list[tuple[int, int]]
+    ) -> tuple[list[LaneCall], list[tuple[LaneCall, int]], list[tuple[int, int]]]:
+        """:meth:`lane_done` for many ``(worker, request id)`` replies at once: the calls without ``each`` they
+        closed; each reply to a call with ``each``, as ``(call, k)``; and the replies that are no unanswered lane
+        message of their worker (unchanged, for the caller to take one by one: a request's, a closed id's,
+        another worker's message)."""
         lanes = self.lanes
         closed: list[LaneCall] = []
+        each: list[tuple[LaneCall, int]] = []
         rest: list[tuple[int, int]] = []
         for worker, req_id in replies:
             call = lanes.get(req_id)
-            if call is None or call.workers[req_id - call.base] != worker:
+            if call is None or call.workers[k := req_id - call.base] != worker:
                 rest.append((worker, req_id))
                 continue
             del lanes[req_id]
-            call.done[req_id - call.base] = True
+            call.done[k] = True
             call.left -= 1
+            self.running -= call.counts[k]
+            if call.each:
+                each.append((call, k))
             if call.left == 0:
                 del self.lane_calls[call.base]
-                self.running -= self.num_envs
-                closed.append(call)
-        return closed, rest
+                if not call.each:
+                    closed.append(call)
+        return closed, each, rest
 
     def spill_lanes(
         self, due: float | None = None, worker: int | None = None, req_id: int | None = None
     ) -> list[tuple[LaneCall, list[int]]]:
         """Turn the lane calls still out (those past ``due``, with a message out to ``worker``, or with the
         unanswered message ``req_id``, when given) into ordinary requests, one per unanswered message with its
-        id; returns each call with the messages answered already, whose rows its sink takes from the pool's
-        shared rows (their envs still claimed)."""
+        id; returns each call with the messages answered already whose rows its sink has yet to take from the
+        pool's shared rows (their envs still claimed: a :class:`Gather`'s; none of a call with ``each``)."""
         out: list[tuple[LaneCall, list[int]]] = []
         if req_id is not None:
             one = self.lanes.get(req_id)
@@ -515,8 +533,8 @@ class Scheduler:
             answered = []
             for k, w in enumerate(call.workers):
                 if call.done[k]:
-                    answered.append(k)
-                    self.running -= call.counts[k]
+                    if not call.each:
+                        answered.append(k)
                     continue
                 req_id = call.base + k
                 del self.lanes[req_id]

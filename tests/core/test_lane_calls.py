@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from aioenv.core.scheduler import LaneCall, Scheduler
-from aioenv.core.sinks import Gather
+from aioenv.core.sinks import Gather, RecvQueue
 
 SINK = cast(Gather, object())  # the scheduler only carries it
 
@@ -106,3 +106,34 @@ def test_losing_a_worker_or_expiring_or_draining_a_call_not_spilled_is_refused()
     with pytest.raises(AssertionError, match="spilled before drain"):
         sched.drain()
     np.testing.assert_array_equal(sched.busy, True)
+
+
+def test_a_call_whose_rows_go_one_by_one_hands_each_reply_over_and_spills_none_answered() -> None:
+    sched = Scheduler(6)
+    sched.place(3)
+    sched.claim(sched.all_ids[2:6])
+    queue = cast(RecvQueue, object())
+    call = sched.open_lanes([1, 2], [2, 4], [2, 2], queue, 9.0, each=True)
+    assert sched.running == 4
+    closed, each, rest = sched.lanes_done([(2, call.base + 1), (0, call.base), (2, 999)])
+    assert closed == []
+    assert each == [(call, 1)]  # for the caller to queue (and free) envs 4 and 5 now
+    assert rest == [(0, call.base), (2, 999)]  # another worker's message, an id no lane message has
+    assert sched.running == 2
+    spilled = sched.spill_lanes(worker=1)
+    assert spilled == [(call, [])]  # its answered rows were handed over already
+    [req] = sched.requests.values()
+    assert (req.id, req.worker, req.env_ids.tolist(), req.left) == (call.base, 1, [2, 3], 2)
+    assert sched.running == 2
+    sched.finish(req.id)
+    assert sched.running == 0
+
+
+def test_the_last_reply_of_a_call_whose_rows_go_one_by_one_closes_it_without_a_close() -> None:
+    sched = Scheduler(4)
+    sched.place(2)
+    sched.claim(sched.all_ids)
+    call = sched.open_lanes([0, 1], [0, 2], [2, 2], cast(RecvQueue, object()), None, each=True)
+    assert sched.lanes_done([(0, call.base), (1, call.base + 1)]) == ([], [(call, 0), (call, 1)], [])
+    assert not sched.lane_calls
+    assert sched.in_flight == 0

@@ -126,6 +126,51 @@ async def test_a_lock_step_step_of_every_env_is_one_entry_in_the_books_not_one_p
         assert not sched.busy.any()
 
 
+async def test_a_send_is_one_lane_call_whose_rows_reach_recv_as_each_worker_answers(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    kwargs = {"quiet": True, "gate": str(gate)}
+    async with aioenv.Pool(PROBE, 6, num_workers=3, executor="inline", env_kwargs=kwargs) as pool:
+        sched = pool._runner.sched  # type: ignore[attr-defined]
+        await asyncio.wait_for(pool.reset(seed=0), HANG)
+        # Each worker's envs in order, the workers not: worker 0's (envs 0 and 1) last, and env 0 is slow.
+        pool.send(np.array([1, 1, 0, 0, SLOW, 1]), [4, 2, 3, 5, 0, 1])
+        obs, *_, info = await asyncio.wait_for(pool.recv(min_results=4, max_results=4), HANG)
+        assert not sched.requests
+        [call] = sched.lane_calls.values()
+        assert call.each
+        assert call.done == [False, True, True]  # worker 0 (envs 0 and 1) steps on
+        assert sorted(info["env_id"].tolist()) == [2, 3, 4, 5]
+        assert dict(zip(info["env_id"].tolist(), obs[:, 0].tolist(), strict=True)) == {2: 2, 3: 3, 4: 4, 5: 5}
+        with pytest.raises(UsageError, match="env 0 already has a request in flight"):
+            pool.send(np.array([0]), [0])
+        pool.send(np.array([1, 1]), [2, 3])  # taken envs are free again: worker 1's run, a lane call of its own
+        gate.touch()
+        obs, *_, info = await asyncio.wait_for(pool.recv(min_results=4, max_results=4), HANG)
+        assert sorted(info["env_id"].tolist()) == [0, 1, 2, 3]
+        assert not sched.lane_calls
+        assert not sched.lanes
+        assert not sched.busy.any()
+
+
+async def test_a_worker_lost_mid_send_fails_its_rows_through_recv_and_the_others_arrive(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    kwargs = {"quiet": True, "gate": str(gate)}
+    async with aioenv.Pool(PROBE, 4, num_workers=2, executor="inline", env_kwargs=kwargs) as pool:
+        await asyncio.wait_for(pool.reset(seed=0), HANG)
+        pool.send(np.array([0, 1, SLOW, SLOW]))
+        *_, info = await asyncio.wait_for(pool.recv(min_results=2, max_results=2), HANG)
+        assert sorted(info["env_id"].tolist()) == [0, 1]
+        os.kill(worker_pid(pool, 1), signal.SIGKILL)
+        with pytest.raises(WorkerCrashed) as caught:
+            await asyncio.wait_for(pool.recv(min_results=1), HANG)
+        assert caught.value.env_id in (2, 3)
+        with pytest.raises(WorkerCrashed):
+            await asyncio.wait_for(pool.recv(min_results=1), HANG)
+        pool.send(np.array([0, 0]), [0, 1])
+        obs, *_ = await asyncio.wait_for(pool.recv(min_results=2), HANG)
+        assert sorted(obs[:, 1].tolist()) == [2, 2]
+
+
 async def test_closing_the_pool_mid_step_answers_the_call_once_and_frees_every_env(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     kwargs = {"quiet": True, "gate": str(gate)}
