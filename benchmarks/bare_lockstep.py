@@ -83,61 +83,64 @@ def _blocking(socks: list[socket.socket], seconds: float) -> tuple[int, float]:
     return batches, time.process_time() - cpu
 
 
+class _Countdown:
+    """The replies a batch still waits for, and the future its driver awaits until there are none."""
+
+    def __init__(self) -> None:
+        self.left = 0
+        self.waiter: asyncio.Future[None] | None = None
+
+    def count(self, replies: int) -> None:
+        self.left -= replies
+        if self.left == 0 and self.waiter is not None:
+            self.waiter.set_result(None)
+
+
+async def _batches(
+    socks: list[socket.socket], request: bytes, seconds: float, countdown: _Countdown
+) -> tuple[int, float]:
+    """Send ``request`` to every worker and await ``countdown`` (which the readers count down), for ``seconds``."""
+    loop = asyncio.get_running_loop()
+    batches = 0
+    start, cpu = time.perf_counter(), time.process_time()
+    while time.perf_counter() - start < seconds:
+        countdown.left = len(socks)
+        countdown.waiter = loop.create_future()
+        for sock in socks:
+            sock.send(request)
+        await countdown.waiter
+        batches += 1
+    return batches, time.process_time() - cpu
+
+
 async def _shared(socks: list[socket.socket], done: int, seconds: float) -> tuple[int, float]:
     loop = asyncio.get_running_loop()
-    left = 0
-    waiter: asyncio.Future[None] | None = None
-    request = b"\x01" + _REQUEST[1:]  # "reply on the shared pipe"
+    countdown = _Countdown()
 
-    def readable() -> None:
-        nonlocal left
-        left -= len(os.read(done, 65536)) // len(_RECORD)  # every reply the pipe holds (records arrive whole)
-        if left == 0 and waiter is not None:
-            waiter.set_result(None)
+    def readable() -> None:  # every reply the pipe holds (records arrive whole)
+        countdown.count(len(os.read(done, 65536)) // len(_RECORD))
 
     os.set_blocking(done, False)
     loop.add_reader(done, readable)
-    batches = 0
     try:
-        start, cpu = time.perf_counter(), time.process_time()
-        while time.perf_counter() - start < seconds:
-            left = len(socks)
-            waiter = loop.create_future()
-            for sock in socks:
-                sock.send(request)
-            await waiter
-            batches += 1
-        return batches, time.process_time() - cpu
+        return await _batches(socks, b"\x01" + _REQUEST[1:], seconds, countdown)  # "reply on the shared pipe"
     finally:
         loop.remove_reader(done)
 
 
 async def _loop(socks: list[socket.socket], seconds: float) -> tuple[int, float]:
     loop = asyncio.get_running_loop()
-    left = 0
-    waiter: asyncio.Future[None] | None = None
+    countdown = _Countdown()
 
     def readable(sock: socket.socket) -> None:
-        nonlocal left
         if len(sock.recv(len(_REPLY))) == len(_REPLY):  # one reply (a socketpair delivers a write whole here)
-            left -= 1
-            if left == 0 and waiter is not None:
-                waiter.set_result(None)
+            countdown.count(1)
 
     for sock in socks:
         sock.setblocking(False)
         loop.add_reader(sock.fileno(), readable, sock)
-    batches = 0
     try:
-        start, cpu = time.perf_counter(), time.process_time()
-        while time.perf_counter() - start < seconds:
-            left = len(socks)
-            waiter = loop.create_future()
-            for sock in socks:
-                sock.send(_REQUEST)
-            await waiter
-            batches += 1
-        return batches, time.process_time() - cpu
+        return await _batches(socks, _REQUEST, seconds, countdown)
     finally:
         for sock in socks:
             loop.remove_reader(sock.fileno())

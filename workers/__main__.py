@@ -127,29 +127,25 @@ def _parser() -> argparse.ArgumentParser:
 def _check_descriptors(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """``--fd`` must be an open socket and ``--slab`` an open descriptor of an inline worker of ``--fd``: say
     which, instead of failing later on a closed or wrong descriptor."""
-    if args.fd is not None:
-        try:
-            is_socket = stat.S_ISSOCK(os.fstat(args.fd).st_mode)
-        except OSError as exc:
-            parser.error(f"--fd {args.fd}: not an open descriptor ({exc.strerror})")
-        if not is_socket:
-            parser.error(f"--fd {args.fd}: not a socket (expected the pipe a pool passes to its workers)")
+    if args.fd is not None and not stat.S_ISSOCK(_mode(parser, "--fd", args.fd)):
+        parser.error(f"--fd {args.fd}: not a socket (expected the pipe a pool passes to its workers)")
     if args.slab is not None:
         if args.fd is None or args.executor != "inline":
             parser.error("--slab is for an inline worker of a local pool (--fd)")
-        try:
-            os.fstat(args.slab)
-        except OSError as exc:
-            parser.error(f"--slab {args.slab}: not an open descriptor ({exc.strerror})")
+        _mode(parser, "--slab", args.slab)
     if args.done is not None:
         if args.slab is None:
             parser.error("--done is for an inline worker with shared rows (--slab)")
-        try:
-            is_pipe = stat.S_ISFIFO(os.fstat(args.done).st_mode)
-        except OSError as exc:
-            parser.error(f"--done {args.done}: not an open descriptor ({exc.strerror})")
-        if not is_pipe:
+        if not stat.S_ISFIFO(_mode(parser, "--done", args.done)):
             parser.error(f"--done {args.done}: not a pipe (expected the done pipe a pool passes to its workers)")
+
+
+def _mode(parser: argparse.ArgumentParser, flag: str, fd: int) -> int:
+    """The file mode of the descriptor ``fd`` given as ``flag``; a usage error when it is not open."""
+    try:
+        return os.fstat(fd).st_mode
+    except OSError as exc:
+        parser.error(f"{flag} {fd}: not an open descriptor ({exc.strerror})")
 
 
 def _curve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Configure | None:
