@@ -8,6 +8,10 @@ over the loop: the pool's own cost, workers excluded). Pairs measured seconds ap
 
     python benchmarks/ab.py --base /path/to/old/checkout --new . --envs 8 32 --rounds 16 --seconds 2
 
+``--workers W`` places the envs on W ``inline`` worker processes instead (the pool's CPU per message of a pool
+with many workers, measured on a machine with few cores, as ``bench_core.py --cost-workers`` does); ``--send-recv``
+runs the first-finished loop instead (``recv()`` of half the envs, then ``send()`` of those).
+
 A checkout is any folder holding ``aioenv/`` and ``workers/`` (``git worktree add /tmp/base <rev>``, or
 ``git archive <rev> | tar -x -C /tmp/base``).
 """
@@ -28,29 +32,46 @@ import json, sys, time
 import numpy as np
 import aioenv
 
-async def main(n: int, seconds: float) -> None:
-    async with aioenv.Pool("CartPole-v1", n, seed=0) as pool:
+async def main(n: int, seconds: float, workers: int, send_recv: bool) -> None:
+    placed = {"executor": "inline", "num_workers": workers} if workers else {}
+    async with aioenv.Pool("CartPole-v1", n, seed=0, batch_size=max(1, n // 2), **placed) as pool:
         await pool.reset()
         act = np.zeros(n, dtype=np.int64)
-        for _ in range(100):
+
+        async def lock_step() -> int:
             await pool.step(act)
-        steps, t0, c0 = 0, time.perf_counter(), time.process_time()
+            return n
+
+        async def first_finished() -> int:
+            *_, info = await pool.recv()
+            ids = info["env_id"]
+            pool.send(act[ids], ids)
+            return ids.size
+
+        one = first_finished if send_recv else lock_step
+        if send_recv:
+            pool.send(act)
+        for _ in range(100):
+            await one()
+        steps, rows, t0, c0 = 0, 0, time.perf_counter(), time.process_time()
         while time.perf_counter() - t0 < seconds:
             for _ in range(20):
-                await pool.step(act)
+                rows += await one()
             steps += 20
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        print(json.dumps({"steps_per_s": steps * n / wall, "cpu_us_per_step": cpu / steps * 1e6}))
+        print(json.dumps({"steps_per_s": rows / wall, "cpu_us_per_step": cpu / steps * 1e6}))
 
-aioenv.run(main(int(sys.argv[1]), float(sys.argv[2])))
+aioenv.run(main(int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"))
 """
 
 
-def one_round(checkout: Path, envs: int, seconds: float) -> dict[str, float]:
-    """One loop of ``envs`` envs for ``seconds`` in a fresh process importing ``checkout``'s aioenv."""
+def one_round(checkout: Path, envs: int, seconds: float, workers: int = 0, send_recv: bool = False) -> dict[str, float]:
+    """One loop of ``envs`` envs for ``seconds`` in a fresh process importing ``checkout``'s aioenv (``workers``:
+    on that many inline worker processes, 0: the default placement; ``send_recv``: the first-finished loop). Its
+    ``cpu_us_per_step``: the pool process's CPU per call (a ``step()``, or a ``recv()`` and its ``send()``)."""
     env = dict(os.environ, PYTHONPATH=str(checkout))
     out = subprocess.run(
-        [sys.executable, "-c", _ROUND, str(envs), str(seconds)],
+        [sys.executable, "-c", _ROUND, str(envs), str(seconds), str(workers), "1" if send_recv else "0"],
         cwd=checkout,
         env=env,
         capture_output=True,
@@ -77,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--envs", type=int, nargs="+", default=[8, 32], help="one workload per value")
     p.add_argument("--rounds", type=int, default=16, help="rounds per workload (each runs base, then new)")
     p.add_argument("--seconds", type=float, default=2.0, help="seconds of stepping per process")
+    p.add_argument("--workers", type=int, default=0, help="inline worker processes (default: the default placement)")
+    p.add_argument("--send-recv", action="store_true", help="the first-finished loop instead of lock-step step()")
     args = p.parse_args(argv)
     for name in ("base", "new"):
         tree = getattr(args, name).resolve()
@@ -85,12 +108,13 @@ def main(argv: list[str] | None = None) -> int:
         setattr(args, name, tree)
     if args.rounds < 1 or args.seconds <= 0 or min(args.envs) < 1:
         p.error("--rounds and --envs must be at least 1 and --seconds positive")
+    if args.workers < 0 or (args.workers and args.workers > min(args.envs)):
+        p.error(f"--workers must be 0 (the default placement) or 1 to the fewest --envs, got {args.workers}")
     print("| envs | rounds | steps/s new/base | pool CPU per step new/base | CPU µs per step base / new (medians) |")
     print("| --: | --: | --: | --: | --: |")
     for n in args.envs:
-        pairs = [
-            (one_round(args.base, n, args.seconds), one_round(args.new, n, args.seconds)) for _ in range(args.rounds)
-        ]
+        how = (args.seconds, args.workers, args.send_recv)
+        pairs = [(one_round(args.base, n, *how), one_round(args.new, n, *how)) for _ in range(args.rounds)]
         speed = [new["steps_per_s"] / base["steps_per_s"] for base, new in pairs]
         cpu = [new["cpu_us_per_step"] / base["cpu_us_per_step"] for base, new in pairs]
         base_cpu = statistics.median(base["cpu_us_per_step"] for base, _ in pairs)

@@ -13,10 +13,11 @@ from tests.support.scripts import ROOT, run_python
 pytestmark = pytest.mark.bench  # a benchmark script's smoke run: make test-bench, not make test
 
 
-def test_ab_alternates_two_checkouts_and_reports_the_ratios() -> None:
+@pytest.mark.parametrize("how", [[], ["--workers", "2", "--send-recv"]])
+def test_ab_alternates_two_checkouts_and_reports_the_ratios(how: list[str]) -> None:
     proc = run_python(
         "benchmarks/ab.py", "--base", str(ROOT), "--new", str(ROOT), "--envs", "2", "--rounds", "2", "--seconds", "0.2",
-        timeout=180,
+        *how, timeout=180,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     row = proc.stdout.strip().splitlines()[-1]
@@ -33,3 +34,9 @@ def test_ab_refuses_a_folder_without_aioenv(tmp_path: Path) -> None:
     proc = run_python("benchmarks/ab.py", "--base", str(tmp_path), timeout=60)
     assert proc.returncode == 2
     assert "holds no aioenv/ package" in proc.stderr
+
+
+def test_ab_refuses_more_workers_than_envs() -> None:
+    proc = run_python("benchmarks/ab.py", "--base", str(ROOT), "--envs", "4", "--workers", "5", timeout=60)
+    assert proc.returncode == 2
+    assert "--workers must be 0 (the default placement) or 1 to the fewest --envs, got 5" in proc.stderr
