@@ -162,6 +162,7 @@ class Coordinator(Recovery, Requests):
         #: last read left of a record; each slot's worker's token (0: none that may write). See aioenv.wire.lane.
         self._done_pipe: tuple[int, int] | None = None
         self._done_rest = b""
+        self._done_dropped = 0  # bytes of it that were no record, so far (logged as the total passes a power of 2)
         self._tokens: list[int] = []
         if self._slab_fd is not None:
             self._open_done_pipe()
@@ -352,7 +353,7 @@ class Coordinator(Recovery, Requests):
         records, used, skipped = lane.read_records(data, self._tokens)
         self._done_rest = data[used:]  # (set before any record is handled: handling one may read again)
         if skipped:
-            log.warning("dropped %d bytes of the done pipe that are no lane reply of this pool's workers", skipped)
+            self._dropped_from_done_pipe(skipped)
         slots = self.slots
         closed, each, rest = self.sched.lanes_done(records)
         for index, req_id in rest:
@@ -364,6 +365,19 @@ class Coordinator(Recovery, Requests):
         for index, _ in records:
             if slots[index].life.state is SlotState.DRAINING:
                 self._recycle_if_idle(slots[index])
+
+    def _dropped_from_done_pipe(self, skipped: int) -> None:
+        """Log bytes of the done pipe that were no record: the first, then once each time their total passes the next
+        power of two (an env that floods the pipe cannot flood the log)."""
+        before = self._done_dropped
+        self._done_dropped += skipped
+        if before.bit_length() < self._done_dropped.bit_length():
+            log.warning(
+                "dropped %d bytes of the done pipe that are no lane reply of this pool's workers (%d in all; logged "
+                "again once that total passes the next power of two)",
+                skipped,
+                self._done_dropped,
+            )
 
     # ------------------------------------------------------------ requests
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import select
@@ -366,6 +367,13 @@ async def test_lane_messages_a_worker_forges_are_dropped_or_refused(caplog: pyte
         dropped = [r.getMessage() for r in caplog.records if "of the done pipe" in r.getMessage()]
         assert dropped
         assert all("that are no lane reply of this pool's workers" in m for m in dropped)
+        # 4 x 40 bytes of garbage and 2 x 8,000 forged records, read a pipe's worth at a time: logged once each time
+        # the total (which each line says) passes a power of two, not once per read
+        total = 4 * 40 + 2 * 8000 * lane.RECORD.size
+        said = [int(m.split("(")[1].split(" in all")[0]) for m in dropped]
+        assert all(earlier.bit_length() < later.bit_length() for earlier, later in itertools.pairwise(said))
+        assert said[-1] <= total
+        assert len(dropped) <= total.bit_length()
         old = worker_pid(pool, 1)
         with pytest.raises(WorkerCrashed) as caught:  # a lane message that is no reply: the stream is not trusted
             await asyncio.wait_for(pool.step(np.array([0, 0, 3, 0])), HANG)
