@@ -16,7 +16,7 @@ import os
 import select
 import signal
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,16 @@ async def until(check: Callable[[], bool]) -> None:
     async with asyncio.timeout(HANG):
         while not check():
             await asyncio.sleep(0.005)
+
+
+@contextlib.asynccontextmanager
+async def gated_pool(gate: Path, num_envs: int) -> AsyncIterator[aioenv.Pool]:
+    """``num_envs`` quiet ProbeEnvs, two to each of ``num_envs // 2`` inline worker processes, reset with seed 0;
+    their slow action (``SLOW``) ends once ``gate`` exists."""
+    kwargs = {"quiet": True, "gate": str(gate)}
+    async with aioenv.Pool(PROBE, num_envs, num_workers=num_envs // 2, executor="inline", env_kwargs=kwargs) as pool:
+        await asyncio.wait_for(pool.reset(seed=0), HANG)
+        yield pool
 
 
 def in_flight(pool: aioenv.Pool) -> int:
@@ -90,9 +100,7 @@ async def test_a_lock_step_step_is_one_lane_message_each_way_per_worker(monkeypa
 
 async def test_an_env_whose_row_is_in_stays_claimed_until_its_call_returns(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
-    kwargs = {"quiet": True, "gate": str(gate)}
-    async with aioenv.Pool(PROBE, 4, num_workers=2, executor="inline", env_kwargs=kwargs) as pool:
-        await asyncio.wait_for(pool.reset(seed=0), HANG)
+    async with gated_pool(gate, 4) as pool:
         step = asyncio.ensure_future(pool.step(np.array([0, 1, SLOW, SLOW])))
         await until(lambda: in_flight(pool) == 1)  # worker 0's rows are in, worker 1 steps on
         with pytest.raises(UsageError, match="env 0 already has a request in flight"):
@@ -109,10 +117,8 @@ async def test_an_env_whose_row_is_in_stays_claimed_until_its_call_returns(tmp_p
 
 async def test_a_lock_step_step_of_every_env_is_one_entry_in_the_books_not_one_per_worker(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
-    kwargs = {"quiet": True, "gate": str(gate)}
-    async with aioenv.Pool(PROBE, 6, num_workers=3, executor="inline", env_kwargs=kwargs) as pool:
+    async with gated_pool(gate, 6) as pool:
         sched = pool._runner.sched  # type: ignore[attr-defined]
-        await asyncio.wait_for(pool.reset(seed=0), HANG)
         step = asyncio.ensure_future(pool.step(np.array([0, 1, 0, 1, SLOW, SLOW])))
         await until(lambda: in_flight(pool) == 1)  # workers 0 and 1 answered; worker 2 steps on
         assert not sched.requests
@@ -129,10 +135,8 @@ async def test_a_lock_step_step_of_every_env_is_one_entry_in_the_books_not_one_p
 
 async def test_a_send_is_one_lane_call_whose_rows_reach_recv_as_each_worker_answers(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
-    kwargs = {"quiet": True, "gate": str(gate)}
-    async with aioenv.Pool(PROBE, 6, num_workers=3, executor="inline", env_kwargs=kwargs) as pool:
+    async with gated_pool(gate, 6) as pool:
         sched = pool._runner.sched  # type: ignore[attr-defined]
-        await asyncio.wait_for(pool.reset(seed=0), HANG)
         # Each worker's envs in order, the workers not: worker 0's (envs 0 and 1) last, and env 0 is slow.
         pool.send(np.array([1, 1, 0, 0, SLOW, 1]), [4, 2, 3, 5, 0, 1])
         obs, *_, info = await asyncio.wait_for(pool.recv(min_results=4, max_results=4), HANG)
@@ -155,9 +159,7 @@ async def test_a_send_is_one_lane_call_whose_rows_reach_recv_as_each_worker_answ
 
 async def test_a_worker_lost_mid_send_fails_its_rows_through_recv_and_the_others_arrive(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
-    kwargs = {"quiet": True, "gate": str(gate)}
-    async with aioenv.Pool(PROBE, 4, num_workers=2, executor="inline", env_kwargs=kwargs) as pool:
-        await asyncio.wait_for(pool.reset(seed=0), HANG)
+    async with gated_pool(gate, 4) as pool:
         pool.send(np.array([0, 1, SLOW, SLOW]))
         *_, info = await asyncio.wait_for(pool.recv(min_results=2, max_results=2), HANG)
         assert sorted(info["env_id"].tolist()) == [0, 1]
@@ -174,10 +176,7 @@ async def test_a_worker_lost_mid_send_fails_its_rows_through_recv_and_the_others
 
 async def test_closing_the_pool_mid_step_answers_the_call_once_and_frees_every_env(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
-    kwargs = {"quiet": True, "gate": str(gate)}
-    pool = aioenv.Pool(PROBE, 4, num_workers=2, executor="inline", env_kwargs=kwargs)
-    async with pool:
-        await asyncio.wait_for(pool.reset(seed=0), HANG)
+    async with gated_pool(gate, 4) as pool:
         step = asyncio.ensure_future(pool.step(np.array([0, 1, SLOW, SLOW])))
         await until(lambda: in_flight(pool) == 1)
     with pytest.raises(PoolClosed, match="was closed while env 2's step was in flight"):
@@ -190,10 +189,8 @@ async def test_closing_the_pool_mid_step_answers_the_call_once_and_frees_every_e
 
 async def test_a_worker_that_dies_with_its_reply_on_the_done_pipe_unread_is_answered_by_it(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
-    kwargs = {"quiet": True, "gate": str(gate)}
-    async with aioenv.Pool(PROBE, 4, num_workers=2, executor="inline", env_kwargs=kwargs) as pool:
+    async with gated_pool(gate, 4) as pool:
         coord: Any = pool._runner
-        await asyncio.wait_for(pool.reset(seed=0), HANG)
         step = asyncio.ensure_future(pool.step(np.array([1, 0, SLOW, SLOW])))
         await asyncio.sleep(0)  # the call goes out; from here the loop runs nothing until the exit is handled
         proc = coord.slots[0].proc
@@ -387,10 +384,8 @@ async def test_lane_messages_a_worker_forges_are_dropped_or_refused(caplog: pyte
 
 async def test_a_lane_reply_to_another_workers_request_is_refused(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
-    kwargs = {"quiet": True, "gate": str(gate)}
-    async with aioenv.Pool(PROBE, 4, num_workers=2, executor="inline", env_kwargs=kwargs) as pool:
+    async with gated_pool(gate, 4) as pool:
         coord: Any = pool._runner
-        await asyncio.wait_for(pool.reset(seed=0), HANG)
         step = asyncio.ensure_future(pool.step(np.array([SLOW, SLOW, 0, 1])))
         await until(lambda: in_flight(pool) == 1)  # worker 1 answered; worker 0 steps on
         [(req_id, call)] = coord.sched.lanes.items()  # the call's one message still out
