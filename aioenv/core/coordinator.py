@@ -564,7 +564,7 @@ class Coordinator(Recovery, Requests):
         base, framed_step, slots = call.base, lane.framed_step, self.slots
         for k, proc in enumerate(plan.by_message):
             data = framed_step(base + k, plan.firsts[k], plan.counts[k], info_list)
-            if not proc.send_framed_now(data):  # its worker is gone: its exit fails the message (see _fail_lost)
+            if not proc.send_framed(data):  # its worker is gone: its exit fails the message (see _fail_lost)
                 slots[plan.workers[k]].outbox.append(data)
 
     def _spill_lanes(self, due: float | None = None, worker: int | None = None, req_id: int | None = None) -> None:

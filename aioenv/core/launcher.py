@@ -293,9 +293,10 @@ class LocalProcess:
         self._broken = ""  # why the pipe broke while the process ran, if it did
         self._pipe = PipePort(ours, name.encode(), on_message, self._pipe_lost, quick=quick)
         self.port: Port = self._pipe
-        #: Sends a message framed already (:meth:`aioenv.transport.pipe.PipePort.send_framed`): False once the pipe
-        #: is closed. The same as :meth:`send_framed`, one call fewer (a lock-step batch sends one per worker).
-        self.send_framed_now: Callable[[bytes], bool] = self._pipe.send_framed
+        #: Sends a message framed already for the pipe (:meth:`aioenv.transport.pipe.PipePort.send_framed`): False
+        #: once the pipe is closed. The pipe's own method, not a method calling it: a lock-step batch sends one per
+        #: worker.
+        self.send_framed: Callable[[bytes], bool] = self._pipe.send_framed
         self.pid: int = self.proc.pid
         self._loop.add_reader(self.proc.exit_fd, self._reap)
 
@@ -311,10 +312,6 @@ class LocalProcess:
         self.name = name
         self._on_exit = on_exit
         self._pipe.rebind(name.encode(), on_message, quick)
-
-    def send_framed(self, data: bytes) -> bool:
-        """Send a message already framed for the pipe (:meth:`aioenv.transport.pipe.PipePort.send_framed`)."""
-        return self._pipe.send_framed(data)
 
     @property
     def returncode(self) -> int | None:
