@@ -354,17 +354,7 @@ class Coordinator(Recovery, Requests):
         self._done_rest = data[used:]  # (set before any record is handled: handling one may read again)
         if skipped:
             self._dropped_from_done_pipe(skipped)
-        slots = self.slots
-        closed, each, rest = self.sched.lanes_done(records)
-        for index, req_id in rest:
-            self._on_lane_reply(slots[index], req_id)
-        if each:
-            self._queue_lane_rows(each)
-        for call in closed:
-            self._close_lanes(call)
-        for index, _ in records:
-            if slots[index].life.state is SlotState.DRAINING:
-                self._recycle_if_idle(slots[index])
+        self._take_lane_replies(records)
 
     def _dropped_from_done_pipe(self, skipped: int) -> None:
         """Log bytes of the done pipe that were no record: the first, then once each time their total passes the next
@@ -514,30 +504,17 @@ class Coordinator(Recovery, Requests):
             else:
                 return plan
         self._plan = None
-        workers: list[int] = []
-        firsts: list[int] = []
-        counts: list[int] = []
-        procs: list[LocalProcess] = []
-        by_worker: dict[int, LocalProcess] = {}
-        for worker, rows in self.sched.split(self.sched.all_ids):
-            slot = self.slots[worker]
-            proc = slot.proc
-            if not slot.ready or not isinstance(proc, LocalProcess) or not _is_run(rows, False):
-                return None
-            workers.append(worker)
-            firsts.append(int(rows[0]))
-            counts.append(rows.size)
-            by_worker[worker] = proc
-        for slot in self.slots:
-            if slot.index not in by_worker:  # a worker with no envs: not in the call, nor in the plan
-                return None
-            procs.append(by_worker[slot.index])
-        self._plan = _LanePlan(workers, firsts, counts, [by_worker[w] for w in workers], procs)
+        plan = self._lane_runs(self.sched.all_ids)
+        if plan is None or len(plan.workers) != len(self.slots):  # (a worker with no envs: not in the call)
+            return None
+        by_worker = dict(zip(plan.workers, plan.by_message, strict=True))
+        self._plan = plan._replace(procs=[by_worker[slot.index] for slot in self.slots])
         return self._plan
 
     def _lane_runs(self, env_ids: np.ndarray) -> _LanePlan | None:
         """How a step of ``env_ids`` goes as lane messages, when each worker's part of them is one run of envs on a
-        ready worker process of its own (None: one is not, and requests go as usual)."""
+        ready worker process of its own (None: one is not, and requests go as usual). Its ``procs`` are those of
+        the messages (a plan kept for later calls holds every slot's: see :meth:`_lane_plan`)."""
         workers: list[int] = []
         firsts: list[int] = []
         counts: list[int] = []
@@ -763,20 +740,32 @@ class Coordinator(Recovery, Requests):
         if req_id is None:
             self._on_malformed(slot, ProtocolError(f"worker {slot.name} sent a lane message that answers no step"))
             return
-        try:
-            call = self.sched.lane_done(req_id, slot.index)
-        except ValueError as exc:  # its rows are not this worker's to say are written
-            self._on_malformed(slot, ProtocolError(f"worker {slot.name} sent a lane reply for another worker: {exc}"))
-            return
-        if call is None:  # a request's (a lane step of some envs, or of a lane call spilled since)
-            self._on_done(slot, req_id)
-            return
-        if call.each:
-            self._queue_lane_rows([(call, req_id - call.base)])
-        elif call.left == 0:
+        self._take_lane_replies([(slot.index, req_id)])
+
+    def _take_lane_replies(self, replies: list[tuple[int, int]]) -> None:
+        """DONEs ``(slot index, request id)``: lane calls ticked off, closed or their rows queued; a request's
+        DONE closes it (:meth:`_on_done`); a DONE for another worker's message replaces the worker that sent it."""
+        slots = self.slots
+        closed, each, rest = self.sched.lanes_done(replies)
+        for index, req_id in rest:
+            slot = slots[index]
+            went = self.sched.sent_to(req_id)
+            if went is None or went == index:  # a request's (a lane step of some envs, or of a call spilled since)
+                self._on_done(slot, req_id)
+            else:  # its rows are not this worker's to say are written
+                why = f"message {req_id} went to worker {went}, not to worker {index}"
+                self._on_malformed(
+                    slot, ProtocolError(f"worker {slot.name} sent a lane reply for another worker: {why}")
+                )
+        if each:
+            self._queue_lane_rows(each)
+        for call in closed:
             self._close_lanes(call)
-        if slot.life.state is SlotState.DRAINING:
-            self._recycle_if_idle(slot)
+        if self.sched.held:  # rows freed: held rows may go now
+            self._pump()
+        for index, _ in replies:
+            if slots[index].life.state is SlotState.DRAINING:
+                self._recycle_if_idle(slots[index])
 
     def _close_lanes(self, call: LaneCall) -> None:
         """A lane call's last reply came: every row is in the shared rows, for its sink to copy and free."""
@@ -784,8 +773,6 @@ class Coordinator(Recovery, Requests):
         assert slab is not None, "lane calls are made over shared rows"
         assert isinstance(sink, Gather), "a call whose rows go to recv() takes them reply by reply"
         sink.take_shared(slab, 0, call.env_ids, self.sched.release)
-        if self.sched.held:
-            self._pump()
 
     def _queue_lane_rows(self, replies: list[tuple[LaneCall, int]]) -> None:
         """Lane replies ``(call, k)`` to calls whose rows go to ``recv()``: their envs freed and their rows queued,
@@ -809,17 +796,12 @@ class Coordinator(Recovery, Requests):
             sink = call.sink
             assert isinstance(sink, RecvQueue), "a call whose rows go one by one goes to recv()'s queue"
             sink.deliver(Part(ids, obs, extras))
-        if self.sched.held:
-            self._pump()
 
     def _on_done(self, slot: Slot, req_id: int) -> None:
-        """A lane step's reply (:mod:`aioenv.wire.lane`) to the request ``req_id``: every row of it is in the slab."""
+        """A lane step's reply (:mod:`aioenv.wire.lane`) from the worker the request ``req_id`` went to (or an id no
+        request has open): every row of it is in the slab."""
         slab = self.slab
         req = self.sched.requests.get(req_id)
-        if req is not None and req.worker != slot.index:  # its rows are not this worker's to say are written
-            why = f"worker {slot.name} sent a lane reply to request {req_id}, which went to another worker"
-            self._on_malformed(slot, ProtocolError(why))
-            return
         if req is None or req.kind != "step" or slab is None:
             req = self.sched.finish(req_id)
             if req is not None:  # not a step over shared rows: nothing of it is in the slab
@@ -841,10 +823,6 @@ class Coordinator(Recovery, Requests):
                     sink.deliver(Part(req.env_ids, obs, extras))
                 else:
                     self._deliver_result(req, _SHARED_DONE, [], run)
-        if self.sched.held:
-            self._pump()
-        if slot.life.state is SlotState.DRAINING:
-            self._recycle_if_idle(slot)
 
     # ------------------------------------------------------------ memory (see aioenv.core.memory)
 

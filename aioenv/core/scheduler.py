@@ -22,7 +22,7 @@ Invariants:
 Lane calls: a lock-step step of every env, or a ``send()`` step, whose every worker takes one lane message
 (:mod:`aioenv.wire.lane`) is kept as one :class:`LaneCall`, not a request per worker: its messages have the
 ids ``base .. base + W - 1`` (message ``k`` to ``workers[k]``), and a reply only ticks it off
-(:meth:`lane_done`), so the books cost per call what a request costs, however many workers it spans. Any
+(:meth:`lanes_done`), so the books cost per call what a request costs, however many workers it spans. Any
 other turn (a worker lost, a deadline, shutdown) first turns the call's unanswered messages into ordinary
 requests with the same ids (:meth:`spill_lanes`), and every rule above then holds for them as it is.
 """
@@ -461,35 +461,22 @@ class Scheduler:
             heapq.heappush(self._deadlines, (deadline, base))
         return call
 
-    def lane_done(self, req_id: int, worker: int) -> LaneCall | None:
-        """``worker`` answered the lane message ``req_id``: its call (its ``left`` is 0 once every message is
-        answered: the call is closed then, its envs still claimed for its sink to copy their rows and free
-        them); None when no lane message has that id (a request's, or an id closed already).
-
-        Raises:
-            ValueError: the message went to another worker (nothing is changed).
-        """
-        call = self.lanes.pop(req_id, None)
-        if call is None:
-            return None
-        k = req_id - call.base
-        if call.workers[k] != worker:
-            self.lanes[req_id] = call
-            raise ValueError(f"lane message {req_id} went to worker {call.workers[k]}, not to worker {worker}")
-        call.done[k] = True
-        call.left -= 1
-        self.running -= call.counts[k]
-        if call.left == 0:
-            del self.lane_calls[call.base]
-        return call
+    def sent_to(self, req_id: int) -> int | None:
+        """The worker the open request or unanswered lane message ``req_id`` went to (None: none with that id)."""
+        call = self.lanes.get(req_id)
+        if call is not None:
+            return call.workers[req_id - call.base]
+        req = self.requests.get(req_id)
+        return None if req is None else req.worker
 
     def lanes_done(
         self, replies: list[tuple[int, int]]
     ) -> tuple[list[LaneCall], list[tuple[LaneCall, int]], list[tuple[int, int]]]:
-        """:meth:`lane_done` for many ``(worker, request id)`` replies at once: the calls without ``each`` they
-        closed; each reply to a call with ``each``, as ``(call, k)``; and the replies that are no unanswered lane
-        message of their worker (unchanged, for the caller to take one by one: a request's, a closed id's,
-        another worker's message)."""
+        """``(worker, request id)``: ``worker`` answered that lane message. Returns the calls without ``each`` these
+        replies closed (every message answered: their envs still claimed, for the sink to copy their rows and
+        free them); each reply to a call with ``each``, as ``(call, k)``; and the replies that are no unanswered
+        lane message of their worker, which change nothing (for the caller to take one by one: a request's, a
+        closed id's, or another worker's message, see :meth:`sent_to`)."""
         lanes = self.lanes
         closed: list[LaneCall] = []
         each: list[tuple[LaneCall, int]] = []
@@ -547,9 +534,10 @@ class Scheduler:
 
     def has_work(self, worker: int) -> bool:
         """Whether ``worker`` has a request or a lane message out."""
-        return any(r.worker == worker for r in self.requests.values()) or any(
-            c.waits_on(worker) for c in self.lane_calls.values()
-        )
+        return any(r.worker == worker for r in self.requests.values()) or self._lanes_wait_on(worker)
+
+    def _lanes_wait_on(self, worker: int) -> bool:
+        return any(c.waits_on(worker) for c in self.lane_calls.values())
 
     # ------------------------------------------------------------ concurrency limit
 
@@ -594,7 +582,7 @@ class Scheduler:
     def lose_worker(self, worker: int) -> list[Request]:
         """``worker`` died: close and return its in-flight requests (oldest first). Its lane messages must have
         been spilled (:meth:`spill_lanes`) first."""
-        assert not any(c.waits_on(worker) for c in self.lane_calls.values()), "its lane messages are spilled first"
+        assert not self._lanes_wait_on(worker), "its lane messages are spilled first"
         lost = [r for r in self.requests.values() if r.worker == worker]
         for req in lost:
             self.finish(req.id)

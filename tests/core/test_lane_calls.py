@@ -30,14 +30,15 @@ def test_a_lane_call_is_ticked_off_reply_by_reply_and_closes_with_its_last() -> 
     assert sched.in_flight == 3
     assert sched.running == 6
     assert not sched.requests
-    assert sched.lane_done(call.base + 1, 1) is call
+    assert sched.lanes_done([(1, call.base + 1)]) == ([], [], [])
     assert call.done == [False, True, False]
     assert call.left == 2
     assert sched.has_work(0)
     assert not sched.has_work(1)
-    assert sched.lane_done(call.base + 1, 1) is None  # answered already: no lane message has that id now
-    sched.lane_done(call.base, 0)
-    assert sched.lane_done(call.base + 2, 2) is call
+    # answered already: no lane message has that id now, so the reply is handed back and changes nothing
+    assert sched.lanes_done([(1, call.base + 1)]) == ([], [], [(1, call.base + 1)])
+    assert sched.sent_to(call.base + 1) is None
+    assert sched.lanes_done([(0, call.base), (2, call.base + 2)]) == ([call], [], [])
     assert call.left == 0
     assert not sched.lane_calls
     assert sched.in_flight == 0
@@ -48,16 +49,18 @@ def test_a_lane_call_is_ticked_off_reply_by_reply_and_closes_with_its_last() -> 
 
 def test_a_reply_from_another_worker_changes_nothing() -> None:
     sched, call = lane_call()
-    with pytest.raises(ValueError, match="lane message 2 went to worker 1, not to worker 0"):
-        sched.lane_done(call.base + 1, 0)
+    assert sched.lanes_done([(0, call.base + 1)]) == ([], [], [(0, call.base + 1)])  # handed back as it came
+    assert sched.sent_to(call.base + 1) == 1  # lane message 2 went to worker 1, not to worker 0
     assert call.left == 3
+    assert call.done == [False, False, False]
+    assert sched.running == 6
     assert sched.lanes[call.base + 1] is call
 
 
 @pytest.mark.parametrize("how", ["worker", "due", "req_id", "all"])
 def test_spilling_makes_a_request_of_each_unanswered_message_with_its_id(how: str) -> None:
     sched, call = lane_call(deadline=5.0)
-    sched.lane_done(call.base + 1, 1)
+    sched.lanes_done([(1, call.base + 1)])
     spilled = {
         "worker": lambda: sched.spill_lanes(worker=2),
         "due": lambda: sched.spill_lanes(due=5.0),
@@ -70,6 +73,7 @@ def test_spilling_makes_a_request_of_each_unanswered_message_with_its_id(how: st
     assert sorted(sched.requests) == [call.base, call.base + 2]
     for k in (0, 2):
         req = sched.requests[call.base + k]
+        assert sched.sent_to(req.id) == k
         assert (req.worker, req.kind, req.left, req.deadline) == (k, "step", 2, 5.0)
         assert req.env_ids.tolist() == req.positions.tolist() == [2 * k, 2 * k + 1]
     assert sched.running == 4  # the rows of the two requests
@@ -80,7 +84,7 @@ def test_spilling_makes_a_request_of_each_unanswered_message_with_its_id(how: st
 
 def test_spilling_leaves_the_calls_it_was_not_asked_for() -> None:
     sched, call = lane_call(deadline=5.0)
-    sched.lane_done(call.base + 2, 2)
+    sched.lanes_done([(2, call.base + 2)])
     assert sched.spill_lanes(due=4.9) == []
     assert sched.spill_lanes(worker=2) == []  # its message is answered
     assert sched.spill_lanes(req_id=call.base + 2) == []  # answered: no lane message has that id
@@ -93,7 +97,7 @@ def test_a_lane_calls_deadline_is_the_next_one_until_it_closes() -> None:
     sched.open(0, "call", sched.all_ids[:0], deadline=4.0)
     assert sched.next_deadline() == 3.0
     for k in range(3):
-        sched.lane_done(call.base + k, k)
+        sched.lanes_done([(k, call.base + k)])
     assert sched.next_deadline() == 4.0
 
 

@@ -382,21 +382,31 @@ async def test_lane_messages_a_worker_forges_are_dropped_or_refused(caplog: pyte
         await wait_new_worker(pool, 1, old)
 
 
-async def test_a_lane_reply_to_another_workers_request_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("envs", ["every", "some"])
+async def test_a_lane_reply_to_another_workers_request_is_refused(
+    envs: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     gate = tmp_path / "gate"
-    async with gated_pool(gate, 4) as pool:
+    async with gated_pool(gate, 6) as pool:
         coord: Any = pool._runner
-        step = asyncio.ensure_future(pool.step(np.array([SLOW, SLOW, 0, 1])))
-        await until(lambda: in_flight(pool) == 1)  # worker 1 answered; worker 0 steps on
-        [(req_id, call)] = coord.sched.lanes.items()  # the call's one message still out
-        assert call.workers[req_id - call.base] == 0
+        # every env: one lane call; some envs (those of workers 0 and 1): a request per worker
+        ids = None if envs == "every" else [0, 1, 2, 3]
+        acts = np.array([SLOW, SLOW, 0, 1, 0, 1][: 6 if ids is None else 4])
+        step = asyncio.ensure_future(pool.step(acts, ids))
+        await until(lambda: in_flight(pool) == 1)  # the others answered; worker 0 steps on
+        out = {**coord.sched.lanes, **coord.sched.requests}
+        [(req_id, waiting)] = out.items()
+        assert coord.sched.sent_to(req_id) == 0
         old = worker_pid(pool, 1)
         # Worker 1 says worker 0's rows are written (they are not): its DONE as the pipe hands it over.
         framed = struct.pack("<IQ", 1, len(lane.done(req_id))) + lane.done(req_id)
         assert coord._on_quick(coord.slots[1].name.encode(), memoryview(framed))
-        assert coord.sched.lanes.get(req_id) is call  # still waiting for worker 0's own reply
+        assert {**coord.sched.lanes, **coord.sched.requests}.get(req_id) is waiting  # waiting for worker 0's own
+        assert (
+            f"sent a lane reply for another worker: message {req_id} went to worker 0, not to worker 1" in caplog.text
+        )
         await wait_new_worker(pool, 1, old)  # a worker whose stream lies is replaced
         gate.touch()
         obs, *_ = await asyncio.wait_for(step, HANG)
-        assert obs[:, 0].tolist() == [0, 1, 2, 3]
-        assert obs[:, 2].tolist() == [SLOW, SLOW, 0, 1]
+        assert obs[:, 0].tolist() == list(range(acts.size))
+        assert obs[:, 2].tolist() == acts.tolist()
