@@ -21,12 +21,15 @@ those queues grow without limit, so three bounds apply to each peer (:class:`Pee
 
   What the server keeps per client is bounded: a mark is *kept* when at least ``max_unread_bytes / 8``
   bytes were sent since the last kept one (so at most 9 are kept before the client is over its
-  bound), and of the marks between, only the newest. A kept mark is odd, any other even, so the
-  client knows which is which: it names the last mark it read (``ack``) and, when that is not a
-  kept one, also the last kept mark it read (``ackk``). A client that lags behind (it pipelines, and
-  the server has sent more since) gets credit for everything up to its last kept mark, within an
-  eighth of the bound of what it read; an acknowledgement of a mark no longer kept counts for
-  nothing (it is never trusted, only not rewarded).
+  bound), and of the marks between, only the newest :data:`RECENT`. A kept mark is odd, any other
+  even, so the client knows which is which: it names the last mark it read (``ack``) and, when that
+  is not a kept one, also the last kept mark it read (``ackk``). The recent marks are there for a
+  client in lock-step whose reply is followed by a small message it has not read yet when it sends
+  its next request (the PONG to a heartbeat it sent before the reply came, an event): the reply's
+  mark is then no longer the newest, but it still counts. A client that lags further behind (it
+  pipelines, and the server has sent more since) gets credit for everything up to its last kept
+  mark, within an eighth of the bound of what it read; an acknowledgement of a mark no longer
+  remembered counts for nothing (it is never trusted, only not rewarded).
 
 Every connection is held to these bounds, one without a pool too (a STATUS, a PING or a refused OPEN is
 answered on it): its replies count until it acknowledges them, or until it has been silent for the
@@ -50,9 +53,11 @@ from dataclasses import dataclass
 from aioenv.errors import UsageError
 from aioenv.wire.options import positive_int
 
-__all__ = ["DroppedPeers", "PeerLimits", "Sweep", "Tally", "Unread"]
+__all__ = ["RECENT", "DroppedPeers", "PeerLimits", "Sweep", "Tally", "Unread"]
 
 MIB = 1 << 20
+#: How many of the newest marks a connection remembers besides its kept ones.
+RECENT = 8
 
 
 @dataclass(frozen=True)
@@ -91,7 +96,7 @@ class Unread:
     """Bytes sent to one connection that its peer has not yet shown it read (see the module docstring); every
     change is added to ``tally``, the sum over all connections."""
 
-    __slots__ = ("_acked", "_every", "_kept", "_kept_at", "_newest", "sent", "tally")
+    __slots__ = ("_acked", "_every", "_kept", "_kept_at", "_recent", "sent", "tally")
 
     def __init__(self, mark_every: int, tally: Tally) -> None:
         self.sent = 0  # bytes sent to the peer
@@ -100,7 +105,7 @@ class Unread:
         self._every = mark_every
         self._kept: deque[tuple[int, int]] = deque()  # (nonce, sent after its message), oldest first
         self._kept_at = 0  # ``sent`` at the newest kept mark
-        self._newest: tuple[int, int] | None = None  # the newest mark, when it is not a kept one
+        self._recent: deque[tuple[int, int]] = deque(maxlen=RECENT)  # the newest marks, kept or not, oldest first
 
     @property
     def unread(self) -> int:
@@ -117,34 +122,30 @@ class Unread:
         """Count a message of ``nbytes`` sent, which carried the mark ``nonce`` (from :meth:`mark`)."""
         self.sent += nbytes
         self.tally.total += nbytes
+        self._recent.append((nonce, self.sent))
         if nonce & 1:
             self._kept.append((nonce, self.sent))
             self._kept_at = self.sent
-            self._newest = None
-        else:
-            self._newest = (nonce, self.sent)
 
     def ack(self, nonce: int) -> None:
-        """The peer read the message that carried ``nonce`` (and so everything sent before it); a nonce that is
-        not kept counts for nothing."""
-        if self._newest is not None and self._newest[0] == nonce:
-            self._advance(self._newest[1])
-            self._kept.clear()
-            self._newest = None
+        """The peer read the message that carried ``nonce`` (and so everything sent before it); a nonce neither
+        kept nor among the :data:`RECENT` newest counts for nothing."""
+        at = next((at for n, at in self._recent if n == nonce), None)
+        if at is None:
+            at = next((at for n, at in self._kept if n == nonce), None)
+        if at is None:
             return
-        if not any(n == nonce for n, _ in self._kept):
-            return
-        while self._kept:
-            n, at = self._kept.popleft()
-            if n == nonce:
-                self._advance(at)
-                return
+        self._advance(at)
+        while self._kept and self._kept[0][1] <= at:
+            self._kept.popleft()
+        while self._recent and self._recent[0][1] <= at:
+            self._recent.popleft()
 
     def release(self) -> None:
         """Stop counting what this peer has not read (its connection is ended or forgotten)."""
         self._advance(self.sent)
         self._kept.clear()
-        self._newest = None
+        self._recent.clear()
 
     def _advance(self, acked: int) -> None:
         self.tally.total -= acked - self._acked

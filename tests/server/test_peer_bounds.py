@@ -290,6 +290,15 @@ class _LockStepPeer:
             fields[Key.ACK] = self.ack
         self.sock.send_multipart(encode(Op.STEP, fields, [np.zeros(8, np.int64)]))
 
+    def ping_once_the_reply_is_in(self) -> None:
+        """A heartbeat sent after the reply to a step has arrived but before it is read (acknowledging only what
+        was read before it): the server's PONG follows the reply."""
+        assert self.sock.poll(int(HANG * 1000)) == zmq.POLLIN
+        fields: dict[str, object] = {Key.ID: 0}
+        if self.ack is not None:
+            fields[Key.ACK] = self.ack
+        self.sock.send_multipart(encode(Op.PING, fields))
+
     def read_reply(self) -> None:
         rows = 0
         while rows < 8:
@@ -313,6 +322,26 @@ def test_a_lock_step_client_that_reads_each_reply_before_its_mark_is_not_dropped
         for req_id in range(1, 41):
             peer.send_step(req_id)
             peer.read_reply()
+    finally:
+        peer.close()
+        srv.stop()
+    assert not [line for line in srv.log if "dropped" in line], "".join(srv.log)
+
+
+def test_a_lock_step_client_whose_reply_is_followed_by_a_pong_it_has_not_read_is_not_dropped() -> None:
+    """The same client, with a heartbeat crossing each reply: it reads the reply and sends its next step before it
+    reads the PONG behind it. The reply's mark is no longer the newest the server sent, and the server used to
+    count it for nothing, the reply read as unread: two replies and a PONG over a bound of 384 KiB."""
+    srv = ServerProcess("--allow-env", "tests.envs.bigenv:*", "--max-unread-bytes", "384KiB")
+    peer = _LockStepPeer(srv.endpoint, b"lock-step")
+    try:
+        peer.send_step(1)
+        for req_id in range(2, 21):
+            peer.ping_once_the_reply_is_in()
+            peer.read_reply()  # the reply, not the PONG behind it
+            peer.send_step(req_id)
+            assert peer._next()[Key.OP] == Op.PONG
+        peer.read_reply()
     finally:
         peer.close()
         srv.stop()

@@ -11,7 +11,7 @@ import pytest
 from aioenv.cli.main import byte_size
 from aioenv.errors import UsageError
 from aioenv.logs import LineFormatter, peer_name, printable
-from aioenv.server.peers import DroppedPeers, PeerLimits, Tally, Unread
+from aioenv.server.peers import RECENT, DroppedPeers, PeerLimits, Tally, Unread
 
 
 def _sent(unread: Unread, nbytes: int) -> int:
@@ -40,21 +40,46 @@ def test_the_newest_mark_counts_everything_sent_as_read() -> None:
     assert unread.unread == tally.total == 0
 
 
-def test_kept_marks_are_odd_and_spaced_and_the_ones_between_count_for_nothing() -> None:
+def test_kept_marks_are_odd_and_spaced_and_the_ones_between_count_for_nothing_once_superseded() -> None:
     tally = Tally()
     unread = Unread(100, tally)
     first = _sent(unread, 150)  # nothing was sent before it: not kept
     kept = _sent(unread, 30)  # 150 sent since the last kept one: kept
-    between = _sent(unread, 30)  # the newest for a while, then superseded by the next
-    _sent(unread, 30)
+    between = _sent(unread, 3)  # among the newest for a while, then superseded by RECENT more
+    for _ in range(RECENT):
+        _sent(unread, 1)
     assert (first & 1, kept & 1, between & 1) == (0, 1, 0)
+    total = 150 + 30 + 3 + RECENT
     for superseded in (first, between):
-        unread.ack(superseded)  # no longer kept: counts for nothing (never trusted, only not rewarded)
-        assert unread.unread == 240
+        unread.ack(superseded)  # no longer remembered: counts for nothing (never trusted, only not rewarded)
+        assert unread.unread == total
     unread.ack(kept)
-    assert unread.unread == tally.total == 60
+    assert unread.unread == tally.total == 3 + RECENT
     unread.ack(kept)  # already passed: changes nothing
-    assert unread.unread == 60
+    assert unread.unread == 3 + RECENT
+
+
+def test_a_reply_followed_by_a_small_message_still_counts_when_acknowledged() -> None:
+    """A client in lock-step reads its reply and sends its next request before it reads the PONG the server sent
+    after the reply (to a heartbeat of its own): the reply's mark, no longer the newest, still counts, so the
+    client is charged for the PONG alone, not for a reply it read."""
+    tally = Tally()
+    unread = Unread(1 << 20, tally)
+    reply = _sent(unread, 226_006)
+    _sent(unread, 40)  # the PONG
+    unread.ack(reply)
+    assert unread.unread == tally.total == 40
+    unread.ack(reply)  # again: nothing changes
+    assert unread.unread == 40
+
+
+def test_an_acknowledgement_never_takes_back_credit_given() -> None:
+    unread = Unread(1 << 20, Tally())
+    older, newer = _sent(unread, 10), _sent(unread, 20)
+    _sent(unread, 30)
+    unread.ack(newer)
+    unread.ack(older)  # read long ago: the count does not go back up
+    assert unread.unread == 30
 
 
 def test_a_reader_that_lags_behind_gets_credit_up_to_its_last_kept_mark() -> None:
