@@ -67,6 +67,7 @@ from aioenv.wire.spaces import space_from_description
 log = logging.getLogger("aioenv.coordinator")
 #: The most bytes one read of the done pipe takes (a pipe holds 64 KiB): 2,730 records.
 _DONE_READ = 65536
+_ZERO = np.zeros(1, dtype=np.intp)  # (where the first piece of a sorted call starts)
 
 _OPS = {"step": Op.STEP, "reset": Op.RESET, "call": Op.CALL}
 
@@ -515,22 +516,30 @@ class Coordinator(Recovery, Requests):
         """How a step of ``env_ids`` goes as lane messages, when each worker's part of them is one run of envs on a
         ready worker process of its own (None: one is not, and requests go as usual). Its ``procs`` are those of
         the messages (a plan kept for later calls holds every slot's: see :meth:`_lane_plan`)."""
-        workers: list[int] = []
-        firsts: list[int] = []
-        counts: list[int] = []
+        n = env_ids.size
+        if n == 0:
+            return None
+        sched = self.sched
+        ids = env_ids if env_ids is sched.all_ids else np.sort(env_ids)
+        owners = sched.worker_of[ids]
+        # Workers host blocks of envs that follow each other, so in id order each worker's envs are together:
+        # cut where the worker changes, and each piece must be a run (sorted, so its span is its size).
+        cuts = np.flatnonzero(owners[1:] != owners[:-1]) + 1
+        starts = np.concatenate((_ZERO, cuts))
+        ends = np.concatenate((cuts, (n,)))
+        firsts = ids[starts]
+        if int((ids[ends - 1] - firsts).sum()) + starts.size != n:  # some piece is not one run
+            return None
+        workers = owners[starts].tolist()
         procs: list[LocalProcess] = []
         slots = self.slots
-        for worker, rows in self.sched.split(env_ids):
+        for worker in workers:
             slot = slots[worker]
             proc = slot.proc
-            ids = env_ids[rows] if rows.size != env_ids.size else env_ids
-            if not slot.ready or not isinstance(proc, LocalProcess) or not _is_run(ids, False):
+            if not slot.ready or not isinstance(proc, LocalProcess):
                 return None
-            workers.append(worker)
-            firsts.append(int(ids[0]))
-            counts.append(ids.size)
             procs.append(proc)
-        return _LanePlan(workers, firsts, counts, procs, procs)
+        return _LanePlan(workers, firsts.tolist(), (ends - starts).tolist(), procs, procs)
 
     def _send_lanes(
         self, plan: _LanePlan, sink: Gather | RecvQueue, info_list: bool, deadline: float | None, each: bool = False
@@ -775,27 +784,37 @@ class Coordinator(Recovery, Requests):
         sink.take_shared(slab, 0, call.env_ids, self.sched.release)
 
     def _queue_lane_rows(self, replies: list[tuple[LaneCall, int]]) -> None:
-        """Lane replies ``(call, k)`` to calls whose rows go to ``recv()``: their envs freed and their rows queued,
-        copied out of the shared rows, the replies to runs of envs that follow each other as one part."""
+        """Lane replies ``(call, k)`` to calls whose rows go to ``recv()``: their rows queued where they lie, in the
+        shared rows (:meth:`RecvQueue.deliver_runs`: their envs are freed when ``recv()`` copies them), the replies
+        to runs of envs that follow each other as one run."""
         slab = self.slab
         assert slab is not None, "lane calls are made over shared rows"
         if len(replies) > 1:
             replies.sort(key=lambda reply: (reply[0].base, reply[0].firsts[reply[1]]))
         at, n = 0, len(replies)
+        runs: list[tuple[int, int]] = []
+        rows = 0
+        sink: Sink | None = None
         while at < n:
             call, k = replies[at]
+            if call.sink is not sink and runs:  # (one queue per pool: never, unless that changes)
+                self._deliver_runs(sink, runs, rows)
+                runs, rows = [], 0
+            sink = call.sink
             first = call.firsts[k]
             end = first + call.counts[k]
             at += 1
             while at < n and replies[at][0] is call and call.firsts[replies[at][1]] == end:
                 end += call.counts[replies[at][1]]
                 at += 1
-            ids = call.env_ids[first:end]
-            self.sched.release(ids)
-            obs, extras = slab.results(slice(first, end), True)
-            sink = call.sink
-            assert isinstance(sink, RecvQueue), "a call whose rows go one by one goes to recv()'s queue"
-            sink.deliver(Part(ids, obs, extras))
+            runs.append((first, end))
+            rows += end - first
+        self._deliver_runs(sink, runs, rows)
+
+    def _deliver_runs(self, sink: Sink | None, runs: list[tuple[int, int]], rows: int) -> None:
+        assert isinstance(sink, RecvQueue), "a call whose rows go one by one goes to recv()'s queue"
+        assert self.slab is not None, "lane calls are made over shared rows"
+        sink.deliver_runs(self.slab, runs, rows)
 
     def _on_done(self, slot: Slot, req_id: int) -> None:
         """A lane step's reply (:mod:`aioenv.wire.lane`) from the worker the request ``req_id`` went to (or an id no

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -264,10 +264,10 @@ class Scheduler:
             taken |= self.unread[env_ids]
         if np.count_nonzero(taken):  # (ndarray.any() costs several times as much on small arrays)
             env = int(env_ids[taken][0])
-            if busy[env]:
-                why = f"env {env} already has a request in flight: an env takes one request at a time"
-            else:
+            if self.unread[env]:  # (first: such an env may be held busy too, its rows unread in the shared rows)
                 why = f"env {env}'s last result has arrived but recv() has not returned it yet"
+            else:
+                why = f"env {env} already has a request in flight: an env takes one request at a time"
             raise UsageError(f"{why} (await its result, or recv() it, before sending another)", env_id=env)
         busy[env_ids] = True
 
@@ -281,6 +281,19 @@ class Scheduler:
         if self.unread_count:
             self.unread[env_ids] = False
             self.unread_count = int(np.count_nonzero(self.unread))
+
+    def mark_unread_runs(self, runs: Sequence[tuple[int, int]]) -> None:
+        """:meth:`mark_unread` for the envs of ``runs`` (``(first, end)``: envs ``first .. end - 1``)."""
+        unread = self.unread
+        for first, end in runs:
+            unread[first:end] = True
+        self.unread_count = int(np.count_nonzero(unread))
+
+    def release_runs(self, runs: Sequence[tuple[int, int]]) -> None:
+        """:meth:`release` for the envs of ``runs`` (``(first, end)``: envs ``first .. end - 1``)."""
+        busy = self.busy
+        for first, end in runs:
+            busy[first:end] = False
 
     def release(self, env_ids: np.ndarray) -> None:
         """Mark ``env_ids`` idle (a request that could not be sent, or a step answered within the call)."""

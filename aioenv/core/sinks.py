@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -383,14 +383,27 @@ class _Segment(NamedTuple):
     error: AioEnvError | None
 
 
+class _Run(NamedTuple):
+    """Rows of the envs ``first .. end - 1`` that lie in the pool's shared rows, their envs held until taken."""
+
+    first: int
+    end: int
+
+
 class Unread(Protocol):
     """Where a :class:`RecvQueue` records which envs have results waiting (:class:`aioenv.core.scheduler.Scheduler`)."""
 
     def mark_unread(self, env_ids: np.ndarray) -> None:
         """Results of ``env_ids`` were queued."""
 
+    def mark_unread_runs(self, runs: Sequence[tuple[int, int]]) -> None:
+        """Results of the envs of ``runs`` (``(first, end)``) were queued."""
+
     def mark_read(self, env_ids: np.ndarray) -> None:
         """Results of ``env_ids`` were taken."""
+
+    def release_runs(self, runs: Sequence[tuple[int, int]]) -> None:
+        """The envs of ``runs`` (``(first, end)``), held while their rows waited in the shared rows, are free."""
 
 
 class RecvQueue:
@@ -405,7 +418,8 @@ class RecvQueue:
     def __init__(self, obs_space: Any, unread: Unread | None = None) -> None:
         self._obs_space = obs_space
         self._unread = unread
-        self._items: deque[_Segment] = deque()
+        self._items: deque[_Segment | _Run] = deque()
+        self._slab: Slab | None = None  # where the rows of queued runs lie (see deliver_runs)
         self.ready = 0
         self.in_flight = 0
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []  # concurrent recv calls, oldest first
@@ -430,6 +444,20 @@ class RecvQueue:
         self.ready += n
         if self._unread is not None:
             self._unread.mark_unread(part.env_ids)
+        self._wake()
+
+    def deliver_runs(self, slab: Slab, runs: Sequence[tuple[int, int]], rows: int) -> None:
+        """Queue step rows that lie in the pool's shared rows ``slab``, ``runs`` of envs ``(first, end)`` (``rows`` in
+        all), none failed and none with an info (lane replies, :mod:`aioenv.wire.lane`). Their envs stay claimed
+        (busy), so nothing writes those rows, until :meth:`take` copies them into a batch, a whole batch in one
+        gather per array, and frees them (``Unread.release_runs``)."""
+        if self._unread is None:
+            raise TypeError("rows held in the shared rows need the scheduler to hold and free their envs")
+        self._slab = slab
+        self._items.extend(_Run(first, end) for first, end in runs)
+        self.in_flight -= rows
+        self.ready += rows
+        self._unread.mark_unread_runs(runs)
         self._wake()
 
     def _wake(self) -> None:
@@ -473,10 +501,25 @@ class RecvQueue:
         An error at the head with no rows before it is raised (and consumed); an error
         after some rows stays queued for the next call.
         """
+        items: list[_Segment | _Run] = []  # in the order they finished
         segments: list[_Segment] = []
+        runs: list[_Run] = []
         taken = 0
         while self._items and taken < max_rows:
-            seg = self._items[0]
+            item = self._items[0]
+            room = max_rows - taken
+            if isinstance(item, _Run):
+                if item.end - item.first > room:
+                    self._items[0] = _Run(item.first + room, item.end)
+                    item = _Run(item.first, item.first + room)
+                else:
+                    self._items.popleft()
+                runs.append(item)
+                items.append(item)
+                taken += item.end - item.first
+                continue
+            assert isinstance(item, _Segment)
+            seg = item
             if seg.error is not None:
                 if taken:
                     break
@@ -485,19 +528,53 @@ class RecvQueue:
                 if self._unread is not None:
                     self._unread.mark_read(seg.part.env_ids[seg.start : seg.stop])
                 raise seg.error
-            room = max_rows - taken
             if seg.stop - seg.start > room:
                 self._items[0] = _Segment(seg.part, seg.start + room, seg.stop, None)
                 seg = _Segment(seg.part, seg.start, seg.start + room, None)
             else:
                 self._items.popleft()
+            items.append(seg)
             segments.append(seg)
             taken += seg.stop - seg.start
         self.ready -= taken
-        batch = self._assemble(segments, taken)
+        if not runs:
+            batch = self._assemble(segments, taken)
+        elif not segments:
+            batch = self._gather(runs)
+        else:  # both kinds (rare: a reply with infos among lane replies): each run as views, all copied together
+            batch = self._assemble([self._in_slab(item) for item in items], taken)
         if self._unread is not None and taken:
             self._unread.mark_read(batch[4]["env_id"])
+            if runs:
+                self._unread.release_runs(runs)  # (after the copies above: the rows are the batch's now)
         return batch
+
+    def _gather(self, runs: list[_Run]) -> tuple[Any, ...]:
+        """A batch of rows that all lie in the shared rows: one copy per array (a slice for one run)."""
+        slab = self._slab
+        assert slab is not None, "runs are queued with their shared rows"
+        if len(runs) == 1:
+            first, end = runs[0]
+            where: slice | np.ndarray = slice(first, end)
+            ids = np.arange(first, end, dtype=np.int32)
+        else:
+            ids = np.concatenate([np.arange(first, end, dtype=np.int32) for first, end in runs])
+            where = ids
+        leaves, extras = slab.results(where, True)
+        assert extras is not None, "a step's results have extras"
+        reward, terminated, truncated = extras
+        return spaces.from_leaves(self._obs_space, leaves), reward, terminated, truncated, {"env_id": ids}
+
+    def _in_slab(self, item: _Segment | _Run) -> _Segment:
+        """A run as a segment of views of the shared rows (copied by :meth:`_assemble`'s concatenation)."""
+        if isinstance(item, _Segment):
+            return item
+        slab = self._slab
+        assert slab is not None, "runs are queued with their shared rows"
+        run = slice(item.first, item.end)
+        extras = [slab.reward[run], slab.terminated[run], slab.truncated[run]]
+        part = Part(np.arange(item.first, item.end), [leaf[run] for leaf in slab.obs], extras)
+        return _Segment(part, 0, item.end - item.first, None)
 
     def _assemble(self, segments: list[_Segment], n: int) -> tuple[Any, ...]:
         if not segments:

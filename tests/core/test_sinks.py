@@ -4,6 +4,9 @@ Gather and ``whole_result``: a call answered by one part gives what gymnasium wo
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -14,6 +17,7 @@ from hypothesis import strategies as st
 
 from aioenv.core.sinks import Gather, Part, RecvQueue, whole_result
 from aioenv.errors import EnvError
+from aioenv.transport.slab import Slab
 from aioenv.wire.infos import batch_infos
 from tests.support.compare import assert_same
 
@@ -32,16 +36,61 @@ def _info(kind: str, env: int) -> dict[str, Any]:
 
 @st.composite
 def _parts(draw: st.DrawFn) -> list[tuple[list[int], str, set[int]]]:
-    """Parts as (env ids, info kind, failed rows)."""
+    """Parts as (env ids, info kind, failed rows); kind ``"shared"``: rows left in the shared rows (a lane reply's,
+    :meth:`RecvQueue.deliver_runs`), no info and no failure."""
     out = []
     env = 0
     for _ in range(draw(st.integers(1, 8))):
         k = draw(st.integers(1, 4))
-        kind = draw(st.sampled_from(["none", "uniform", "mixed"]))
-        failed = set(draw(st.lists(st.integers(0, k - 1), max_size=1)))
+        kind = draw(st.sampled_from(["none", "uniform", "mixed", "shared"]))
+        failed = set() if kind == "shared" else set(draw(st.lists(st.integers(0, k - 1), max_size=1)))
         out.append((list(range(env, env + k)), kind, failed))
         env += k
     return out
+
+
+class _Held:
+    """The scheduler's side of a RecvQueue, as sets: envs whose results wait unread, envs held busy meanwhile."""
+
+    def __init__(self) -> None:
+        self.unread: set[int] = set()
+        self.busy: set[int] = set()
+
+    def mark_unread(self, env_ids: np.ndarray) -> None:
+        self.unread |= set(env_ids.tolist())
+
+    def mark_unread_runs(self, runs: Sequence[tuple[int, int]]) -> None:
+        for first, end in runs:
+            self.unread |= set(range(first, end))
+            self.busy |= set(range(first, end))  # (held by the coordinator: a lane reply's envs stay claimed)
+
+    def mark_read(self, env_ids: np.ndarray) -> None:
+        self.unread -= set(env_ids.tolist())
+
+    def release_runs(self, runs: Sequence[tuple[int, int]]) -> None:
+        for first, end in runs:
+            assert set(range(first, end)) <= self.busy
+            self.busy -= set(range(first, end))
+
+
+@contextlib.contextmanager
+def _shared_rows(num_envs: int) -> Iterator[Slab]:
+    """A pool's shared rows for ``num_envs`` envs of ``SPACE``, each env's row what :func:`_make_part` gives it."""
+    layout = Slab.plan(num_envs, SPACE, gym.spaces.Discrete(2))
+    assert layout is not None
+    fd = Slab.new_fd()
+    try:
+        slab = Slab.create(fd, layout)
+        ids = list(range(num_envs))
+        part = _make_part(ids, "none", set())
+        assert part.obs is not None
+        for store, leaf in zip(slab.obs, part.obs, strict=True):
+            store[:] = leaf
+        slab.reward[:], slab.terminated[:], slab.truncated[:] = part.reward, part.terminated, part.truncated
+        yield slab
+        slab.close()
+    finally:
+        os.close(fd)
 
 
 def _make_part(ids: list[int], kind: str, failed: set[int]) -> Part:
@@ -81,15 +130,35 @@ def _expected(rows: list[tuple[int, str]]) -> tuple[Any, ...]:
 def test_takes_return_every_row_in_order_with_gymnasium_infos(
     parts: list[tuple[list[int], str, set[int]]], data: st.DataObject
 ) -> None:
-    queue = RecvQueue(SPACE)
+    held = _Held()
+    queue = RecvQueue(SPACE, held)
     stream: list[tuple[int, str] | EnvError] = []  # what recv must hand out, in order
-    for ids, kind, failed in parts:
-        part = _make_part(ids, kind, failed)
-        queue.expect(len(ids))
-        queue.deliver(part)
-        for row, env in enumerate(ids):
-            stream.append(part.errors[row] if row in failed else (env, kind))
+    with _shared_rows(sum(len(ids) for ids, _, _ in parts)) as slab:
+        for ids, kind, failed in parts:
+            queue.expect(len(ids))
+            if kind == "shared":
+                queue.deliver_runs(slab, [(ids[0], ids[-1] + 1)], len(ids))
+                stream.extend((env, "none") for env in ids)
+                continue
+            part = _make_part(ids, kind, failed)
+            queue.deliver(part)
+            for row, env in enumerate(ids):
+                stream.append(part.errors[row] if row in failed else (env, kind))
+        _take_all(queue, held, stream, parts, slab, data)
+
+
+def _take_all(
+    queue: RecvQueue,
+    held: _Held,
+    stream: list[tuple[int, str] | EnvError],
+    parts: list[tuple[list[int], str, set[int]]],
+    slab: Slab,
+    data: st.DataObject,
+) -> None:
     while stream:
+        waiting = {row[0] for row in stream if not isinstance(row, EnvError)}
+        assert held.busy == waiting & {e for ids, kind, _ in parts if kind == "shared" for e in ids}
+        assert held.unread == waiting | {e.env_id for e in stream if isinstance(e, EnvError)}
         assert queue.ready == len(stream)
         most = data.draw(st.integers(1, 6), label="max_rows")
         head = stream[0]
@@ -106,8 +175,12 @@ def test_takes_return_every_row_in_order_with_gymnasium_infos(
             rows.append(row)
         got = queue.take(most)
         assert_same(got, _expected(rows))
+        for array in (*got[0].values(), *got[1:4]):  # the caller's own copies, never views of the shared rows
+            assert not any(np.shares_memory(array, rows) for rows in (*slab.obs, slab.reward, slab.terminated))
     assert queue.ready == 0
     assert queue.in_flight == 0
+    assert not held.busy
+    assert not held.unread
 
 
 def test_taken_rows_do_not_share_memory_with_the_reply() -> None:

@@ -139,7 +139,12 @@ async def test_a_send_is_one_lane_call_whose_rows_reach_recv_as_each_worker_answ
         sched = pool._runner.sched  # type: ignore[attr-defined]
         # Each worker's envs in order, the workers not: worker 0's (envs 0 and 1) last, and env 0 is slow.
         pool.send(np.array([1, 1, 0, 0, SLOW, 1]), [4, 2, 3, 5, 0, 1])
+        await until(lambda: in_flight(pool) == 1)  # workers 1 and 2 answered: their rows wait in the shared rows
+        assert sched.busy.tolist() == [True] * 6  # held, so that nothing writes those rows before recv() copies them
+        with pytest.raises(UsageError, match="env 3's last result has arrived but recv"):
+            pool.send(np.array([0]), [3])
         obs, *_, info = await asyncio.wait_for(pool.recv(min_results=4, max_results=4), HANG)
+        assert sched.busy.tolist() == [True, True, False, False, False, False]
         assert not sched.requests
         [call] = sched.lane_calls.values()
         assert call.each
@@ -155,6 +160,20 @@ async def test_a_send_is_one_lane_call_whose_rows_reach_recv_as_each_worker_answ
         assert not sched.lane_calls
         assert not sched.lanes
         assert not sched.busy.any()
+
+
+async def test_a_send_whose_part_for_some_worker_is_not_one_run_goes_as_requests() -> None:
+    kwargs = {"quiet": True}
+    async with aioenv.Pool(PROBE, 6, num_workers=2, executor="inline", env_kwargs=kwargs) as pool:  # 0-2, 3-5
+        await asyncio.wait_for(pool.reset(seed=0), HANG)
+        sched = pool._runner.sched  # type: ignore[attr-defined]
+        for ids, lane_call in (([5, 3, 4, 2, 1], True), ([2, 0, 4], False), ([3, 5], False), ([0, 1, 2, 3, 4], True)):
+            pool.send(np.ones(len(ids), np.int64), ids)
+            assert (len(sched.lane_calls), len(sched.requests) > 0) == (int(lane_call), not lane_call), ids
+            obs, *_, info = await asyncio.wait_for(pool.recv(min_results=len(ids)), HANG)
+            assert sorted(info["env_id"].tolist()) == sorted(ids)
+            assert obs[:, 0].tolist() == info["env_id"].tolist()  # each env's own row
+            assert not sched.busy.any()
 
 
 async def test_a_worker_lost_mid_send_fails_its_rows_through_recv_and_the_others_arrive(tmp_path: Path) -> None:
