@@ -781,7 +781,7 @@ class Coordinator(Recovery, Requests):
         slab, sink = self.slab, call.sink
         assert slab is not None, "lane calls are made over shared rows"
         assert isinstance(sink, Gather), "a call whose rows go to recv() takes them reply by reply"
-        sink.take_shared(slab, 0, call.env_ids, self.sched.release)
+        sink.take_every_shared(slab, self.sched.release)
 
     def _queue_lane_rows(self, replies: list[tuple[LaneCall, int]]) -> None:
         """Lane replies ``(call, k)`` to calls whose rows go to ``recv()``: their rows queued where they lie, in the

@@ -171,7 +171,7 @@ class Gather:
         self._terminated: np.ndarray | None = None
         self._truncated: np.ndarray | None = None
         self._infos: list[tuple[dict[str, Any], np.ndarray]] = []  # merged at the end (dtypes by row order)
-        self._values: list[Any] = [None] * env_ids.size
+        self._values: list[Any] = [None] * env_ids.size if kind == "call" else []  # (a call's results)
         self._errors: dict[int, AioEnvError] = {}
         # Rows in the pool's shared rows, copied once every row is in (see take_shared): (first env, positions).
         self._shared: list[tuple[int, np.ndarray]] | None = None
@@ -239,6 +239,24 @@ class Gather:
         self._left -= k
         if self._left == 0:
             self._finish()
+
+    def take_every_shared(self, slab: Slab, release: Callable[[np.ndarray], None]) -> None:
+        """Every row of the call at once: a lock-step step of every env (the call's envs are ``0 .. B - 1``, in
+        order), each worker's run answered with its rows in ``slab``, none failed and none with an info (a lane
+        call, :mod:`aioenv.wire.lane`). :meth:`take_shared` of each run, without the gathering: the batch is one
+        copy per array of the block, then ``release(env_ids)`` frees the envs. Nothing else may have arrived."""
+        assert self._left == self.env_ids.size, "a lane call's rows arrive all at once"
+        assert self._shared is None, "a lane call's rows arrive all at once"
+        obs, extras = slab.results(slice(0, self._left), True)
+        self._left = 0
+        release(self.env_ids)
+        future = self.future
+        if future.done():  # (its caller gave up: the rows are dropped, the envs free)
+            return
+        assert extras is not None, "a step's results have extras"
+        reward, terminated, truncated = extras
+        info: Any = self._info_list if self._info_list is not None else {"env_id": self.env_ids.astype(np.int32)}
+        future.set_result((spaces.from_leaves(self._obs_space, obs), reward, terminated, truncated, info))
 
     def _copy_shared(self) -> None:
         """Copy the rows :meth:`take_shared` left in the slab into the batch and free their envs."""

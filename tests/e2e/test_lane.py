@@ -115,6 +115,20 @@ async def test_an_env_whose_row_is_in_stays_claimed_until_its_call_returns(tmp_p
         assert row.obs[1] == 2
 
 
+async def test_a_lock_step_step_given_up_by_its_caller_still_frees_every_env_when_its_rows_come(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    async with gated_pool(gate, 4) as pool:
+        sched = pool._runner.sched  # type: ignore[attr-defined]
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(pool.step(np.array([0, 1, SLOW, SLOW])), 0.2)
+        assert sched.busy.all()  # the step is out: its envs are its own until its rows are in
+        gate.touch()
+        await until(lambda: not sched.lane_calls)
+        assert not sched.busy.any()
+        obs, *_ = await asyncio.wait_for(pool.step(np.array([0, 0, 0, 0])), HANG)
+        assert obs[:, 1].tolist() == [2, 2, 2, 2]  # each env stepped twice: the call given up ran all the same
+
+
 async def test_a_lock_step_step_of_every_env_is_one_entry_in_the_books_not_one_per_worker(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     async with gated_pool(gate, 6) as pool:
