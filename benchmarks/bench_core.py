@@ -35,6 +35,7 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import resource
 import statistics
 import sys
 import tempfile
@@ -119,6 +120,7 @@ WORKLOAD_METRICS = (
     "lockstep_per_s",
     "cpu_us_per_batch",
     "cpu_us_per_message",
+    "user_us_per_message",
     "cpu_us_per_row",
     "messages_per_batch",
     "worker_processes",
@@ -179,12 +181,14 @@ def make_vec(kind: str, env_id: str, num_envs: int) -> VectorEnv:
 class Window:
     """What the measured window of a step loop did: ``calls`` batches of ``steps`` env-steps in all, over
     ``wall`` seconds, with ``cpu`` seconds of this process's CPU (``time.process_time``: every thread of this
-    process, user and system; its child processes, the workers, not at all)."""
+    process, user and system; its child processes, the workers, not at all), ``user`` of them in user space (the
+    interpreter's own work; the rest is the kernel's: system calls, waking other processes)."""
 
     steps: int
     calls: int
     wall: float
     cpu: float
+    user: float
 
     @property
     def steps_per_s(self) -> float:
@@ -198,12 +202,17 @@ def timed_window(step: Callable[[int], int], warmup: float, seconds: float) -> W
     while perf_counter() < end:
         step(k)
         k += 1
-    steps, calls, start, cpu = 0, 0, perf_counter(), process_time()
+    steps, calls, start, cpu, user = 0, 0, perf_counter(), process_time(), _user_cpu()
     while (now := perf_counter()) < start + seconds:
         steps += step(k)
         k += 1
         calls += 1
-    return Window(steps, calls, now - start, process_time() - cpu)
+    return Window(steps, calls, now - start, process_time() - cpu, _user_cpu() - user)
+
+
+def _user_cpu() -> float:
+    """Seconds of this process's CPU spent in user space so far (every thread)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_utime
 
 
 async def atimed_window(step: Callable[[int], Awaitable[int]], warmup: float, seconds: float) -> Window:
@@ -212,12 +221,12 @@ async def atimed_window(step: Callable[[int], Awaitable[int]], warmup: float, se
     while perf_counter() < end:
         await step(k)
         k += 1
-    steps, calls, start, cpu = 0, 0, perf_counter(), process_time()
+    steps, calls, start, cpu, user = 0, 0, perf_counter(), process_time(), _user_cpu()
     while (now := perf_counter()) < start + seconds:
         steps += await step(k)
         k += 1
         calls += 1
-    return Window(steps, calls, now - start, process_time() - cpu)
+    return Window(steps, calls, now - start, process_time() - cpu, _user_cpu() - user)
 
 
 def timed_steps(step: Callable[[int], int], warmup: float, seconds: float) -> float:
@@ -244,6 +253,7 @@ def cost(window: Window, messages: int, worker_processes: int, envs_in_process: 
     out["envs_in_process"] = float(envs_in_process)
     if messages and not envs_in_process:
         out |= {"cpu_us_per_message": cpu_us / messages, "messages_per_batch": messages / window.calls}
+        out["user_us_per_message"] = window.user * 1e6 / messages  # the interpreter's part (the rest: the kernel's)
     return out
 
 
@@ -741,18 +751,22 @@ def md_workloads(workloads: dict[str, Any]) -> list[str]:
     return md_table(head, rows)
 
 
+#: The cost table's figures, in its order: (CPU or its user part, per what).
+_COST_COLUMNS = (("cpu", "batch"), ("cpu", "message"), ("user", "message"), ("cpu", "row"))
+
+
 def md_costs(workloads: dict[str, Any]) -> list[str]:
     """Cost table: the CPU of the process that runs each pool (µs per batch, per worker message, per env row),
     each pool's per-message figure over the floor's, and the goal (at most ``COST_GOAL`` times the floor's)."""
     head = ["workload", "pool", "worker processes", "messages/batch", "CPU µs/batch", "CPU µs/message"]
-    head += ["CPU µs/row", "per message / floor", "targets"]
+    head += ["of it user µs", "CPU µs/row", "per message / floor", "targets"]
     rows = []
     for wl in workloads.values():
         for impl, label in COSTED.items():
             cell = wl[impl]
             row = [f"{wl['env_id']} n={wl['num_envs']}", label, fmt(cell.get("worker_processes"))]
             row += [fmt(cell.get("messages_per_batch"), ".3g")]
-            row += [fmt(cell.get(f"cpu_us_per_{per}"), ",.1f") for per in ("batch", "message", "row")]
+            row += [fmt(cell.get(f"{what}_us_per_{per}"), ",.1f") for what, per in _COST_COLUMNS]
             row += ["1x" if impl == "floor" else fmt(wl["cost_ratios"][f"{impl}/floor"], ".2f", "x")]
             goal = {k: t for k, t in wl["cost_targets"].items() if k == f"{impl}/floor"}
             rows.append([*row, fmt_targets(goal)])
@@ -797,7 +811,8 @@ def cost_caption(workloads: dict[str, Any]) -> str:
     return (
         f"CPU time of the process that runs the pool ({workers}; its workers not counted), over the measured"
         " window; per message: each message to a worker process and its reply, shown only when no env runs in"
-        " the pool's process."
+        " the pool's process; of it user: the part spent in user space, the interpreter's own work (the rest is"
+        " the kernel's: system calls and waking other processes, which the floor pays as well)."
     )
 
 

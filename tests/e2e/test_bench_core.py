@@ -98,8 +98,10 @@ def check_cost_figures(cells: dict[str, Any], md: str) -> None:
         cell = cells[impl]
         assert cell["envs_in_process"] == 0, cell  # isolation by default: every env in a worker process
         assert cell["worker_processes"] >= 1, cell
-        for figure in ("cpu_us_per_batch", "cpu_us_per_message", "cpu_us_per_row"):
+        for figure in ("cpu_us_per_batch", "cpu_us_per_message", "user_us_per_message", "cpu_us_per_row"):
             assert cell[figure] > 0, (impl, figure, cell)
+        # user space's part of the CPU, from another clock of the same kernel's accounting (ticks: some slack)
+        assert cell["user_us_per_message"] <= cell["cpu_us_per_message"] * 1.05, cell
         # lock-step: every worker process gets a message each batch; send/recv: those the batch's rows touch
         lockstep = impl in ("floor", "aioenv_step", "workers_step")
         msgs = cell["messages_per_batch"]
@@ -115,12 +117,14 @@ def check_cost_figures(cells: dict[str, Any], md: str) -> None:
     for name, goal in cells["cost_targets"].items():
         assert (goal["op"], goal["threshold"], goal["value"]) == ("<=", 1.5, cells["cost_ratios"][name])
         assert goal["met"] == (goal["value"] <= 1.5)
-    assert "| workload | pool | worker processes | messages/batch | CPU µs/batch | CPU µs/message | CPU µs/row |" in md
+    head = "| workload | pool | worker processes | messages/batch | CPU µs/batch | CPU µs/message | of it user µs |"
+    assert head + " CPU µs/row |" in md
     for impl, label in costed.items():
         row = re.search(rf"^\| CartPole-v1 n=32 \| {re.escape(label)} \| (.*) \|$", md, re.MULTILINE)
         assert row, (label, md)
-        workers, msgs, batch, message, per_row, over_floor, goal = row[1].split(" | ")
+        workers, msgs, batch, message, user, per_row, over_floor, goal = row[1].split(" | ")
         assert float(message.replace(",", "")) == pytest.approx(per_message[impl], abs=0.051), (label, row[0])
+        assert float(user.replace(",", "")) == pytest.approx(cells[impl]["user_us_per_message"], abs=0.051), row[0]
         assert float(batch.replace(",", "")) > 0, row[0]
         assert float(per_row.replace(",", "")) > 0, row[0]
         assert int(workers) == cells[impl]["worker_processes"], row[0]
