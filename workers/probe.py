@@ -7,8 +7,9 @@ and stepped with :data:`ACTIONS` actions sampled from its action space, taken in
 timing: a pool's caller brings its own), then closed.
 
 A step of :data:`SLOW_STEP` or more is timed one at a time, from the first (when the first is slow but
-under :data:`PROBE_SECONDS`, the second decides: one pause of the process must not make a cheap env
-slow, and a slow env's extra step costs at most that long). A cheaper one is timed the way
+under :data:`PROBE_SECONDS`, the next decides, and while that one is slow too the next, up to
+:data:`SLOW_STEPS` single steps: one pause of the process, or two on a busy machine, must not make a cheap env
+slow, and a slow env's extra steps cost at most that long each). A cheaper one is timed the way
 it will run, many steps back to back: a fresh process's first milliseconds run slow (cold caches, memory
 the allocator touches for the first time), and a clock read around each step of a few microseconds adds a
 tenth to it, so :data:`WARM_SECONDS` of steps go first, untimed, then :data:`CHUNKS` runs of steps are timed
@@ -29,7 +30,17 @@ from typing import Any
 
 from workers.hosted import is_async_env
 
-__all__ = ["ACTIONS", "CHUNKS", "MAX_RUN", "PROBE_SECONDS", "SLOW_STEP", "WARM_SECONDS", "probe_env", "robust_mean"]
+__all__ = [
+    "ACTIONS",
+    "CHUNKS",
+    "MAX_RUN",
+    "PROBE_SECONDS",
+    "SLOW_STEP",
+    "SLOW_STEPS",
+    "WARM_SECONDS",
+    "probe_env",
+    "robust_mean",
+]
 
 log = logging.getLogger("aioenv.worker")
 
@@ -41,6 +52,8 @@ WARM_SECONDS = 0.005
 CHUNKS = 5
 #: Steps this slow are timed one at a time from the first one (a warm-up would only cost time).
 SLOW_STEP = 1e-3
+#: A cheap env is judged slow only when this many single steps in a row, the first included, take SLOW_STEP.
+SLOW_STEPS = 3
 #: Actions sampled before the timing, stepped in turn.
 ACTIONS = 16
 #: At most this many steps in one timed run.
@@ -59,8 +72,8 @@ def probe_env(factory: Callable[[], Any], seed: int | None) -> dict[str, Any]:
         actions = [env.action_space.sample() for _ in range(ACTIONS)]
         start = time.perf_counter()
         timed = [_timed(env, actions, 1)]
-        if SLOW_STEP <= timed[0][0] < PROBE_SECONDS:  # slow, or paused once (a preemption, a collection)
-            timed.append(_timed(env, actions, 1, 1))
+        while SLOW_STEP <= timed[-1][0] < PROBE_SECONDS and len(timed) < SLOW_STEPS:  # or paused (a preemption)
+            timed.append(_timed(env, actions, 1, len(timed)))
         if timed[-1][0] >= SLOW_STEP:
             return _one_by_one(env, actions, timed, start)
         warm = _until(env, actions, WARM_SECONDS)
