@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import logging
 import os
 import secrets
@@ -67,7 +68,6 @@ from aioenv.wire.spaces import space_from_description
 log = logging.getLogger("aioenv.coordinator")
 #: The most bytes one read of the done pipe takes (a pipe holds 64 KiB): 2,730 records.
 _DONE_READ = 65536
-_ZERO = np.zeros(1, dtype=np.intp)  # (where the first piece of a sorted call starts)
 
 _OPS = {"step": Op.STEP, "reset": Op.RESET, "call": Op.CALL}
 
@@ -522,24 +522,29 @@ class Coordinator(Recovery, Requests):
         sched = self.sched
         ids = env_ids if env_ids is sched.all_ids else np.sort(env_ids)
         owners = sched.worker_of[ids]
-        # Workers host blocks of envs that follow each other, so in id order each worker's envs are together:
-        # cut where the worker changes, and each piece must be a run (sorted, so its span is its size).
-        cuts = np.flatnonzero(owners[1:] != owners[:-1]) + 1
-        starts = np.concatenate((_ZERO, cuts))
-        ends = np.concatenate((cuts, (n,)))
-        firsts = ids[starts]
-        if int((ids[ends - 1] - firsts).sum()) + starts.size != n:  # some piece is not one run
-            return None
-        workers = owners[starts].tolist()
+        # Workers host blocks of envs that follow each other, so in id order each worker's envs are together: cut
+        # where the worker changes; each piece must be a run (sorted, so its span is its size). Past the cuts, the
+        # work is per piece (per worker), on lists: numpy costs more per call than these few items do.
+        bounds = [0, *(np.flatnonzero(owners[1:] != owners[:-1]) + 1).tolist(), n]
+        listed, owner = ids.tolist(), owners.tolist()
+        workers: list[int] = []
+        firsts: list[int] = []
+        counts: list[int] = []
         procs: list[LocalProcess] = []
         slots = self.slots
-        for worker in workers:
-            slot = slots[worker]
+        for start, end in itertools.pairwise(bounds):
+            first = listed[start]
+            if listed[end - 1] - first != end - start - 1:  # some piece is not one run
+                return None
+            slot = slots[owner[start]]
             proc = slot.proc
             if not slot.ready or not isinstance(proc, LocalProcess):
                 return None
+            workers.append(owner[start])
+            firsts.append(first)
+            counts.append(end - start)
             procs.append(proc)
-        return _LanePlan(workers, firsts.tolist(), (ends - starts).tolist(), procs, procs)
+        return _LanePlan(workers, firsts, counts, procs, procs)
 
     def _send_lanes(
         self, plan: _LanePlan, sink: Gather | RecvQueue, info_list: bool, deadline: float | None, each: bool = False
