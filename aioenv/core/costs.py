@@ -25,7 +25,8 @@ ending its program. So, unless the pool allows it (``allow_in_process=True``):
 - a step that takes over 1 ms of wall time while using under half of it on the CPU: ``thread`` workers;
 - a step over :data:`SHARE_LIMIT` on several CPUs: ``inline`` worker processes, one per usable CPU;
 - otherwise ``inline`` workers, as many as predict the fewest seconds per batch (:func:`_fewest_workers`: one
-  for a few cheap envs, whose whole batch costs less than a second message).
+  for a few cheap envs, whose whole batch costs less than a second message; a worker on every usable CPU
+  leaves this process none, so its own work per batch counts against theirs).
 
 With ``allow_in_process=True`` the cheap cases are weighed against this process too:
 
@@ -291,7 +292,7 @@ def choose(
     if not allow_in_process:
         if cost.step > SHARE_LIMIT and cpus >= 2:
             return Choice("inline", workers, 0, f"a step takes {_us(cost.step)}")
-        return _fewest_workers(cost, num_envs, workers, first_finished)
+        return _fewest_workers(cost, num_envs, workers, first_finished, cpus)
     if cpus < 2 or batch <= trip:
         why = (
             "one usable CPU"
@@ -337,14 +338,15 @@ def _cheapest(cost: Cost, num_envs: int, workers: int, batch_size: int | None) -
     return Choice("inline", num_workers, in_process, why)
 
 
-def _fewest_workers(cost: Cost, num_envs: int, workers: int, first_finished: bool) -> Choice:
+def _fewest_workers(cost: Cost, num_envs: int, workers: int, first_finished: bool, cpus: int) -> Choice:
     """Cheap steps, envs in worker processes only: the number of ``inline`` workers, up to ``workers``, of the
     fewest predicted seconds per batch (:func:`_workers_only`; one worker steps at its full speed, as this
     process only waits for it). A batch of a few cheap envs is one message to one worker: more workers would
-    each cost a message for a share of a batch that is no dearer than the message."""
+    each cost a message for a share of a batch that is no dearer than the message. A worker on every one of
+    the ``cpus`` usable CPUs leaves this process none of its own (see :func:`_workers_only`)."""
 
     def seconds(count: int) -> float:
-        return _workers_only(cost, num_envs, count, 1.0 if first_finished or count == 1 else PARALLEL)
+        return _workers_only(cost, num_envs, count, 1.0 if first_finished or count == 1 else PARALLEL, cpus)
 
     best = min(range(1, workers + 1), key=lambda count: (seconds(count), -count))
     why = (
@@ -354,15 +356,29 @@ def _fewest_workers(cost: Cost, num_envs: int, workers: int, first_finished: boo
     return Choice("inline", best, 0, why)
 
 
-def _workers_only(cost: Cost, num_envs: int, workers: int, parallel: float) -> float:
+def _workers_only(cost: Cost, num_envs: int, workers: int, parallel: float, cpus: int | None = None) -> float:
     """Predicted seconds of a batch on ``workers`` processes: a round trip, their envs in parallel (each process
     at ``parallel`` of its speed alone), and this process's CPU for each further message.
 
     A lock-step batch waits for its slowest worker, all of them stepping at once: :data:`PARALLEL`. With
     first-finished results (1.0) a batch overlaps the next one's messages; there the plain sum has matched
     what was measured (CartPole n = 128, ``batch_size=64``: predicted 0.72-0.76x of the all-here time, measured
-    1.3-1.4x ``SyncVectorEnv``'s speed)."""
-    return cost.round_trip + (workers - 1) * cost.message_cpu + num_envs * cost.step / (workers * parallel)
+    1.3-1.4x ``SyncVectorEnv``'s speed).
+
+    With as many workers as the ``cpus`` usable CPUs (when given), this process has no CPU of its own: its work
+    per batch (:data:`CALL_COST` and a message's CPU for each worker) takes CPU time from the envs' steps, and is
+    added to them, and every process runs at :data:`PARALLEL` of its speed alone, first-finished or not. Measured
+    on a 2-vCPU VM, two workers against one, each pool in a fresh process for 2 s, 5-6 runs (and two pools
+    alternated in one process, 12 rounds of 0.5 s): 8 CartPole envs lock-step 0.70x as fast; 32 with
+    ``batch_size=16`` 0.91x (0.85x), lock-step 1.1x (1.04x: even, within the noise); 128 lock-step 1.4-1.7x
+    (1.57x), with ``batch_size=64`` 1.54x alternated. Of 15 probes of CartPole there, the plain sum put 32 envs
+    with ``batch_size=16`` on two workers for 14 (and 32 lock-step for 4); this puts both on one for all 15, and
+    128 on two for all but two lock-step probes (tests/core/test_costs.py)."""
+    steps = num_envs * cost.step
+    if cpus is not None and workers >= cpus:
+        steps += CALL_COST + workers * cost.message_cpu
+        parallel = min(parallel, PARALLEL)
+    return cost.round_trip + (workers - 1) * cost.message_cpu + steps / (workers * parallel)
 
 
 def _share(cost: Cost, num_envs: int, workers: int) -> tuple[float, int, int]:
