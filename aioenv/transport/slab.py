@@ -159,15 +159,15 @@ class Slab:
     def results(self, env_ids: np.ndarray | slice, step: bool) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
         """Copies of the rows of ``env_ids`` (ids, or a slice of them: a run, copied without fancy indexing):
         observation leaves and, for a step, ``[reward, terminated, truncated]`` (None for a reset)."""
-        if type(env_ids) is slice:  # a slice's rows are views of the slab: copied
-            obs = [leaf[env_ids].copy() for leaf in self.obs]
-            if not step:
-                return obs, None
-            return obs, [self.reward[env_ids].copy(), self.terminated[env_ids].copy(), self.truncated[env_ids].copy()]
-        obs = [leaf[env_ids] for leaf in self.obs]  # fancy indexing copies
+        sliced = type(env_ids) is slice  # a slice's rows are views of the slab: copied
+
+        def rows(array: np.ndarray) -> np.ndarray:
+            return array[env_ids].copy() if sliced else array[env_ids]
+
+        obs = [rows(leaf) for leaf in self.obs]
         if not step:
             return obs, None
-        return obs, [self.reward[env_ids], self.terminated[env_ids], self.truncated[env_ids]]
+        return obs, [rows(self.reward), rows(self.terminated), rows(self.truncated)]
 
     def close(self) -> None:
         """Drop this object's views and unmap (a view someone else still holds keeps the mapping
