@@ -276,11 +276,9 @@ class Gather:
             return
         held = []
         for first, positions in runs:  # each run where its positions say (a call of a subset, or beside failures)
-            env_ids = np.arange(first, first + positions.size)
-            run = slice(first, first + positions.size)
-            extras = [slab.reward[run], slab.terminated[run], slab.truncated[run]]
-            self._place(Part(env_ids, [leaf[run] for leaf in slab.obs], extras), positions)
-            held.append(env_ids)
+            part = _in_slab(slab, first, first + positions.size)
+            self._place(part, positions)
+            held.append(part.env_ids)
         release(np.concatenate(held))
 
     def _place(self, part: Part, positions: np.ndarray) -> None:
@@ -399,6 +397,13 @@ class _Segment(NamedTuple):
     start: int
     stop: int
     error: AioEnvError | None
+
+
+def _in_slab(slab: Slab, first: int, end: int) -> Part:
+    """The step rows of the envs ``first .. end - 1`` as they lie in ``slab``: a part of views, to be copied."""
+    run = slice(first, end)
+    extras = [slab.reward[run], slab.terminated[run], slab.truncated[run]]
+    return Part(np.arange(first, end), [leaf[run] for leaf in slab.obs], extras)
 
 
 class _Run(NamedTuple):
@@ -560,7 +565,7 @@ class RecvQueue:
         elif not segments:
             batch = self._gather(runs)
         else:  # both kinds (rare: a reply with infos among lane replies): each run as views, all copied together
-            batch = self._assemble([self._in_slab(item) for item in items], taken)
+            batch = self._assemble([self._as_segment(item) for item in items], taken)
         if self._unread is not None and taken:
             self._unread.mark_read(batch[4]["env_id"])
             if runs:
@@ -583,16 +588,12 @@ class RecvQueue:
         reward, terminated, truncated = extras
         return spaces.from_leaves(self._obs_space, leaves), reward, terminated, truncated, {"env_id": ids}
 
-    def _in_slab(self, item: _Segment | _Run) -> _Segment:
+    def _as_segment(self, item: _Segment | _Run) -> _Segment:
         """A run as a segment of views of the shared rows (copied by :meth:`_assemble`'s concatenation)."""
         if isinstance(item, _Segment):
             return item
-        slab = self._slab
-        assert slab is not None, "runs are queued with their shared rows"
-        run = slice(item.first, item.end)
-        extras = [slab.reward[run], slab.terminated[run], slab.truncated[run]]
-        part = Part(np.arange(item.first, item.end), [leaf[run] for leaf in slab.obs], extras)
-        return _Segment(part, 0, item.end - item.first, None)
+        assert self._slab is not None, "runs are queued with their shared rows"
+        return _Segment(_in_slab(self._slab, item.first, item.end), 0, item.end - item.first, None)
 
     def _assemble(self, segments: list[_Segment], n: int) -> tuple[Any, ...]:
         if not segments:
