@@ -756,8 +756,9 @@ _COST_COLUMNS = (("cpu", "batch"), ("cpu", "message"), ("user", "message"), ("cp
 
 
 def md_costs(workloads: dict[str, Any]) -> list[str]:
-    """Cost table: the CPU of the process that runs each pool (µs per batch, per worker message, per env row),
-    each pool's per-message figure over the floor's, and the goal (at most ``COST_GOAL`` times the floor's)."""
+    """Cost table: the CPU of the process that runs each pool (µs per batch, per worker message, of that the part in
+    user space, and per env row), each pool's per-message figure over the floor's, and the goal (at most
+    ``COST_GOAL`` times the floor's)."""
     head = ["workload", "pool", "worker processes", "messages/batch", "CPU µs/batch", "CPU µs/message"]
     head += ["of it user µs", "CPU µs/row", "per message / floor", "targets"]
     rows = []
