@@ -796,16 +796,14 @@ class Coordinator(Recovery, Requests):
         assert slab is not None, "lane calls are made over shared rows"
         if len(replies) > 1:
             replies.sort(key=lambda reply: (reply[0].base, reply[0].firsts[reply[1]]))
+        sink = replies[0][0].sink
+        assert isinstance(sink, RecvQueue), "a call whose rows go one by one goes to recv()'s queue"
         at, n = 0, len(replies)
         runs: list[tuple[int, int]] = []
         rows = 0
-        sink: Sink | None = None
         while at < n:
             call, k = replies[at]
-            if call.sink is not sink and runs:  # (one queue per pool: never, unless that changes)
-                self._deliver_runs(sink, runs, rows)
-                runs, rows = [], 0
-            sink = call.sink
+            assert call.sink is sink, "a pool has one recv() queue"
             first = call.firsts[k]
             end = first + call.counts[k]
             at += 1
@@ -814,12 +812,7 @@ class Coordinator(Recovery, Requests):
                 at += 1
             runs.append((first, end))
             rows += end - first
-        self._deliver_runs(sink, runs, rows)
-
-    def _deliver_runs(self, sink: Sink | None, runs: list[tuple[int, int]], rows: int) -> None:
-        assert isinstance(sink, RecvQueue), "a call whose rows go one by one goes to recv()'s queue"
-        assert self.slab is not None, "lane calls are made over shared rows"
-        sink.deliver_runs(self.slab, runs, rows)
+        sink.deliver_runs(slab, runs, rows)
 
     def _on_done(self, slot: Slot, req_id: int) -> None:
         """A lane step's reply (:mod:`aioenv.wire.lane`) from the worker the request ``req_id`` went to (or an id no
@@ -833,20 +826,18 @@ class Coordinator(Recovery, Requests):
                 log.error("%s", err)
                 self._deliver_part(req, Part.failed(req.env_ids, lambda e: _with_env(err, e)), req.positions)
         else:
+            # The rows stay in the slab, their envs claimed, until their sink copies them: a lock-step call's once its
+            # last row is in, recv()'s queue when recv() takes them (as a lane call's, see _queue_lane_rows).
             sink, first = req.sink, int(req.env_ids[0])
-            if isinstance(sink, Gather) and self.truncation is None:
-                # A lock-step call's rows: left in the slab, their envs claimed, until the call's last row is in.
-                self.sched.finish(req_id, keep_claim=True)
+            held = isinstance(sink, (Gather, RecvQueue)) and self.truncation is None
+            self.sched.finish(req_id, keep_claim=held)
+            if held and isinstance(sink, Gather):
                 assert req.positions is not None, "a step has positions"
                 sink.take_shared(slab, first, req.positions, self.sched.release)
+            elif held and isinstance(sink, RecvQueue):
+                sink.deliver_runs(slab, [(first, first + req.env_ids.size)], req.env_ids.size)
             else:
-                self.sched.finish(req_id)
-                run = slice(first, first + req.env_ids.size)
-                if isinstance(sink, RecvQueue) and self.truncation is None:  # send/recv: the rows, copied, queued
-                    obs, extras = slab.results(run, True)
-                    sink.deliver(Part(req.env_ids, obs, extras))
-                else:
-                    self._deliver_result(req, _SHARED_DONE, [], run)
+                self._deliver_result(req, _SHARED_DONE, [], slice(first, first + req.env_ids.size))
 
     # ------------------------------------------------------------ memory (see aioenv.core.memory)
 

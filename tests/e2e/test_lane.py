@@ -181,9 +181,19 @@ async def test_a_send_whose_part_for_some_worker_is_not_one_run_goes_as_requests
     async with aioenv.Pool(PROBE, 6, num_workers=2, executor="inline", env_kwargs=kwargs) as pool:  # 0-2, 3-5
         await asyncio.wait_for(pool.reset(seed=0), HANG)
         sched = pool._runner.sched  # type: ignore[attr-defined]
-        for ids, lane_call in (([5, 3, 4, 2, 1], True), ([2, 0, 4], False), ([3, 5], False), ([0, 1, 2, 3, 4], True)):
+        for ids, lane_call, held in (
+            ([5, 3, 4, 2, 1], True, [1, 2, 3, 4, 5]),
+            ([2, 0, 4], False, [4]),
+            ([3, 5], False, []),
+            ([0, 1, 2, 3, 4], True, [0, 1, 2, 3, 4]),
+        ):
             pool.send(np.ones(len(ids), np.int64), ids)
             assert (len(sched.lane_calls), len(sched.requests) > 0) == (int(lane_call), not lane_call), ids
+            await until(lambda: in_flight(pool) == 0)
+            assert sched.unread[ids].all(), ids
+            # Rows that lie in the shared rows wait there, their envs held until recv() takes them: a lane call's,
+            # and a lane step's (a worker's part of [2, 0, 4] that is a run: [4]); the others were copied out.
+            assert np.flatnonzero(sched.busy).tolist() == held, ids
             obs, *_, info = await asyncio.wait_for(pool.recv(min_results=len(ids)), HANG)
             assert sorted(info["env_id"].tolist()) == sorted(ids)
             assert obs[:, 0].tolist() == info["env_id"].tolist()  # each env's own row
