@@ -4,7 +4,8 @@ The host connects a DEALER socket to the server's worker port, JOINs with its ca
 and then does what the server asks: SPAWN starts ``python -m workers --connect <the same port>``
 (which hosts a pool's envs and talks to the server directly), KILL signals one of them. It reports
 every child's start and exit at once (each child's pidfd is polled next to the socket; nothing
-busy-waits) and PINGs every ``HEARTBEAT`` seconds. When the server has been silent for
+busy-waits) and PINGs as often as the server's reply to JOIN asks (a quarter of its ``--worker-timeout``,
+at most every ``HEARTBEAT`` seconds: :mod:`aioenv.wire.beat`). When the server has been silent for
 ``server_timeout`` seconds, or says it does not know this host (it restarted), the host kills its
 children (their pools have written them off) and JOINs again until a server answers. A JOIN refused
 for a name still taken (a previous run of this host the server has not dropped yet) is retried; one
@@ -29,6 +30,8 @@ import zmq
 
 from aioenv.errors import ProtocolError
 from aioenv.transport.spawn import end_group, start_worker
+from aioenv.wire.beat import HEARTBEAT as BEAT_DEFAULT
+from aioenv.wire.beat import heard_interval
 from aioenv.wire.options import EXECUTORS, choice, positive_int
 from aioenv.wire.protocol import Key, Op, decode, encode
 
@@ -36,8 +39,8 @@ __all__ = ["HEARTBEAT", "WorkerHost"]
 
 log = logging.getLogger("aioenv.worker")
 
-#: Seconds between PINGs (and between JOINs while not joined).
-HEARTBEAT = 1.0
+#: Seconds between JOINs while not joined, and between PINGs at most (the server may ask for more often).
+HEARTBEAT = BEAT_DEFAULT
 _SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL, "SIGINT": signal.SIGINT}
 
 
@@ -83,6 +86,7 @@ class WorkerHost:
         self._stop = False
         self._heard = self._hinted = 0.0  # when the server last wrote; when we last said it is silent
         self._next_beat = 0.0  # when the next PING (or JOIN) is due
+        self._beat_every = HEARTBEAT  # seconds between PINGs: what the server's reply to JOIN asked, at most this
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT (or a refusal: a wrong protocol version, a clashing name); exit code."""
@@ -131,11 +135,11 @@ class WorkerHost:
         return sock
 
     def _beat(self) -> None:
-        """Every HEARTBEAT: a PING once joined, a JOIN until then."""
+        """A PING every ``_beat_every`` seconds once joined, a JOIN every ``HEARTBEAT`` until then."""
         now = time.monotonic()
         if now >= self._next_beat:
             self._send(encode(Op.PING, {Key.ID: 0}) if self.joined else self._join_message())
-            self._next_beat = now + HEARTBEAT
+            self._next_beat = now + (self._beat_every if self.joined else HEARTBEAT)
 
     def _watch_server(self) -> None:
         """A joined host whose server went silent stops its workers and joins again; one that cannot join
@@ -207,7 +211,9 @@ class WorkerHost:
         op = header.get(Key.OP)
         if op == Op.RESULT and header.get(Key.ID) == 1 and not self.joined:
             self.joined = True
-            log.info("joined the server at %s", self.endpoint)
+            self._beat_every = heard_interval(header.get(Key.BEAT), HEARTBEAT)
+            self._next_beat = min(self._next_beat, time.monotonic() + self._beat_every)
+            log.info("joined the server at %s (a PING every %.3g s)", self.endpoint, self._beat_every)
         elif op == Op.SPAWN:
             self._spawn(str(header[Key.NAME]), str(header.get(Key.EXECUTOR) or self.executor))
         elif op == Op.KILL:

@@ -6,7 +6,8 @@ the same. Each call is one message to the server (``aioenv serve``, :mod:`aioenv
 coordinator runs it on its workers (deadlines, crash recovery and the concurrency limit happen
 there) and relays rows back as they finish, at their positions in the call (:mod:`aioenv.core.relay`).
 
-Liveness: the client sends PING every ``HEARTBEAT`` seconds; a server that says nothing for
+Liveness: the client sends PING every ``HEARTBEAT`` seconds, or as often as the server's reply to OPEN
+asks (a quarter of its ``--client-timeout``, :mod:`aioenv.wire.beat`); a server that says nothing for
 ``SERVER_TIMEOUT`` seconds (wrong address, down, unreachable) is given up: requests in flight fail
 with :class:`~aioenv.errors.ConnectionLost` and so does every later call. The server likewise
 releases the envs of a client it has not heard from (``aioenv serve --client-timeout``).
@@ -35,6 +36,8 @@ from aioenv.core.sinks import Part, RecvQueue, Sink
 from aioenv.errors import AioEnvError, ConnectionLost, PoolClosed, ProtocolError, UsageError
 from aioenv.transport.dial import ClientLink, dial
 from aioenv.transport.zmqio import frames_nbytes
+from aioenv.wire.beat import HEARTBEAT as BEAT_DEFAULT
+from aioenv.wire.beat import heard_interval
 from aioenv.wire.errors import from_wire
 from aioenv.wire.options import client_label
 from aioenv.wire.protocol import Key, Op, decode, encode
@@ -43,8 +46,8 @@ __all__ = ["CLIENT_ID", "HEARTBEAT", "SERVER_TIMEOUT", "RemoteCoordinator"]
 
 log = logging.getLogger("aioenv.remote")
 
-#: Seconds between the client's PINGs.
-HEARTBEAT = 1.0
+#: Seconds between the client's PINGs, at most (the server may ask for them more often).
+HEARTBEAT = BEAT_DEFAULT
 #: A server silent for this long (seconds) is given up.
 SERVER_TIMEOUT = 10.0
 #: This process's id as a client (per-client limits on the server count every pool it opens).
@@ -94,6 +97,7 @@ class RemoteCoordinator(Requests):
         self._next_call = -1  # open/close ids are negative: never a request id
         self._dealer: ClientLink | None = None
         self._beat: asyncio.TimerHandle | None = None
+        self._beat_every = HEARTBEAT  # seconds between PINGs: what the server's reply to OPEN asks, at most this
         self._last_heard = self.loop.time()
         self._ack: int | None = None  # the mark of the last message read (see aioenv.server.peers)
         self._ack_kept: int | None = None  # the last kept (odd) mark read
@@ -143,10 +147,15 @@ class RemoteCoordinator(Requests):
         except ConnectionError as exc:  # a unix:// path nobody listens on
             raise ConnectionLost(f"{exc} (is `aioenv serve --bind {self.endpoint}` running?)") from exc
         self._last_heard = self.loop.time()
-        self._beat = self.loop.call_later(HEARTBEAT, self._heartbeat)
+        self._beat_every = HEARTBEAT
+        self._beat = self.loop.call_later(self._beat_every, self._heartbeat)
         fields = {Key.ENV: self.env, Key.NUM_ENVS: self.sched.num_envs, Key.KW: self.env_kwargs, Key.CLIENT: CLIENT_ID}
         fields[Key.OPT] = {**self.options, "num_workers": num_workers}
         reply = await self._call(Op.OPEN, fields)
+        self._beat_every = heard_interval(reply.get(Key.BEAT), HEARTBEAT)
+        if self._beat is not None and self.lost is None:  # the next PING at the pace the server asked
+            self._beat.cancel()
+            self._beat = self.loop.call_later(self._beat_every, self._heartbeat)
         described = dict(reply.get(Key.SPACES) or {})
         most = dict(described.get("_server") or {}).get("max_message_bytes")
         self.max_message_bytes = most if isinstance(most, int) else None
@@ -317,7 +326,7 @@ class RemoteCoordinator(Requests):
             return
         with contextlib.suppress(zmq.ZMQError):
             self._dealer.send(encode(Op.PING, self._acked({Key.ID: 0})))  # unsent when disconnected: silence tells
-        self._beat = self.loop.call_later(HEARTBEAT, self._heartbeat)
+        self._beat = self.loop.call_later(self._beat_every, self._heartbeat)
 
     def _on_disconnect(self, reason: str) -> None:
         """The unix-socket connection ended: the server stopped or dropped this pool (no reconnecting here)."""

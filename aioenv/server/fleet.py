@@ -5,8 +5,10 @@ the server's worker port, JOINs with its capacity (envs) and executor, and PINGs
 pool needs a worker process, the server places it on the least-loaded host with room
 (:mod:`aioenv.core.placement`) and sends that host SPAWN; the host starts ``python -m workers`` connected to
 the same port, which says HELLO like any local worker and is then driven by its pool's coordinator
-exactly as a local one. The host reports each child's exit (EXITED), so a crash is noticed at once; a
-host that stops answering for ``worker_timeout`` seconds, or leaves, is dropped and each of its
+exactly as a local one. The reply to JOIN says how often to PING: a quarter of ``worker_timeout``, at
+most every second (:mod:`aioenv.wire.beat`), so a healthy host is never dropped for one late PING.
+The host reports each child's exit (EXITED), so a crash is noticed at once; a host that stops answering for
+``worker_timeout`` seconds, or leaves, is dropped and each of its
 processes counts as crashed: in-flight requests fail with ``WorkerCrashed`` and the envs are re-made
 on another host. The server's own machine is the host ``"local"``: with unlimited capacity (the
 default) it is the last resort, used when no worker host has room; ``local_capacity`` K makes it one
@@ -14,7 +16,7 @@ host among the others; 0 keeps every env off the server.
 
 Messages on the worker port (msgpack headers, :mod:`aioenv.wire.protocol`)::
 
-    host -> server  JOIN {name, host, pid, executor, capacity}   reply RESULT, or ERROR (refused;
+    host -> server  JOIN {name, host, pid, executor, capacity}   reply RESULT {beat}, or ERROR (refused;
                                                                   with "retry": its name is taken)
                     PING                                          reply PONG, or ERROR {"rejoin": true}
                     STARTED {name, pid} / EXITED {name, code}     a child process started / exited
@@ -42,6 +44,7 @@ from aioenv.errors import AioEnvError, ProtocolError, UsageError
 from aioenv.logs import peer_name
 from aioenv.server.peers import Sweep
 from aioenv.transport.router import Router
+from aioenv.wire.beat import interval_for
 from aioenv.wire.errors import relay_wire
 from aioenv.wire.options import EXECUTORS, choice, positive_int
 from aioenv.wire.protocol import Key, Op, decode, encode
@@ -173,8 +176,8 @@ class Fleet:
         self._waiting: list[Callable[[], bool]] = []  # retries of workers that found no room
         self._retry_soon = False
         self.protocol_errors = 0
-        self._sweep = Sweep(1.0)
-        self._reaper = asyncio.get_running_loop().call_later(1.0, self._reap)
+        self._sweep = Sweep(interval_for(worker_timeout))
+        self._reaper = asyncio.get_running_loop().call_later(self._sweep.interval, self._reap)
 
     @property
     def endpoint(self) -> str:
@@ -279,7 +282,7 @@ class Fleet:
         except _NameTaken as exc:
             self._refuse(identity, req_id, exc.error, retry=True)
             return
-        self.router.send(identity, encode(Op.RESULT, {Key.ID: req_id}))
+        self.router.send(identity, encode(Op.RESULT, {Key.ID: req_id, Key.BEAT: interval_for(self.worker_timeout)}))
 
     def _on_stranger(self, identity: bytes, req_id: Any, op: str) -> None:
         """A message from a peer that is not a joined host: each kind of stray peer is told what it needs."""

@@ -26,9 +26,11 @@ server's :class:`~aioenv.server.fleet.Fleet` and each pool's worker processes ar
 host with room (:mod:`aioenv.core.placement`); a host that dies or stops answering has its envs re-made
 elsewhere. Without it, every pool runs on local worker processes.
 
-Liveness: a session the server has not heard from for ``client_timeout`` seconds (clients PING
-every second) is closed and its envs released. Garbage on the port never stops the server: a
-malformed message is answered with a ``ProtocolError`` when its sender can be told, and dropped.
+Liveness: a session the server has not heard from for ``client_timeout`` seconds is closed and its
+envs released. Clients PING as often as the reply to OPEN asks: a quarter of ``client_timeout``, at most
+every second (:mod:`aioenv.wire.beat`), so a healthy client is never dropped for one late PING.
+Garbage on the port never stops the server: a malformed message is answered with a ``ProtocolError`` when its
+sender can be told, and dropped.
 Shutdown (SIGTERM/SIGINT on ``aioenv serve``): every session is closed (requests in flight are
 answered with ``PoolClosed``, a pool asked for meanwhile is refused), every worker stopped. The server's
 life is a :class:`~aioenv.core.lifecycle.Phase` (``Server.life``): NEW, STARTING, RUNNING, CLOSING, CLOSED,
@@ -75,6 +77,7 @@ from aioenv.transport.slab import Slab
 from aioenv.transport.spawn import usable_cpus, warm_up
 from aioenv.transport.stream import StreamRouter, is_stream
 from aioenv.transport.zmqio import frames_nbytes
+from aioenv.wire.beat import interval_for
 from aioenv.wire.errors import relay_wire
 from aioenv.wire.options import (
     AUTORESET_MODES,
@@ -392,7 +395,7 @@ class Server:
                 max_message_bytes=limits.max_message_bytes,
             )
             log.info("worker hosts join at %s", self.fleet.endpoint)
-        self._sweep = Sweep(1.0)
+        self._sweep = Sweep(interval_for(self.config.client_timeout))
         self._reaper = asyncio.get_running_loop().call_later(self._sweep.interval, self._reap)
         if self.config.local_capacity != 0:
             warm_up()  # with AIOENV_WORKER_START=fork: the template makes its imports while no client waits
@@ -730,7 +733,7 @@ class Server:
             "executor": opts.executor,
             "max_message_bytes": self.config.limits.max_message_bytes,
         }
-        return {Key.SPACES: {**described, "_server": chosen}}
+        return {Key.SPACES: {**described, "_server": chosen}, Key.BEAT: interval_for(self.config.client_timeout)}
 
     def _check_open(self, identity: bytes, header: dict[str, Any]) -> tuple[str, int, str]:
         """``(env, num_envs, client)`` of an OPEN this server may serve, else the error that says why not."""

@@ -186,6 +186,7 @@ class Key:
     SIGNAL = "sig"  # KILL: the signal's name
     REJOIN = "rejoin"  # ERROR to a host that is not joined: join again
     RETRY = "retry"  # ERROR to a host whose name is taken: try again later
+    BEAT = "beat"  # RESULT of OPEN or JOIN: seconds between the peer's PINGs the server asks (aioenv.wire.beat)
 
 
 # ---------------------------------------------------------------- msgpack values

@@ -51,6 +51,18 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 # ---------------------------------------------------------------- names are labels
 
 
+@pytest.mark.parametrize(("timeout", "beat"), [((), 1.0), (("--client-timeout", "2"), 0.5)])
+def test_the_open_reply_says_how_often_to_ping(timeout: tuple[str, ...], beat: float) -> None:
+    """A quarter of --client-timeout, at most every second: a client is dropped only after three missed PINGs."""
+    srv = ServerProcess(*timeout)
+    sock, answer = _open_raw(srv.endpoint, "raw")
+    try:
+        assert (answer[Key.OP], answer[Key.BEAT]) == (Op.RESULT, beat)
+    finally:
+        sock.close()
+        srv.stop()
+
+
 def test_without_auth_a_name_taken_by_another_connection_takes_nothing_from_its_owner() -> None:
     """A peer opens a pool under this process's name (as `aioenv status` shows it); this process then opens its own
     pools as if nothing happened (it used to be refused, and the log blamed it), and the log and the status name

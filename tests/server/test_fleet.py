@@ -304,6 +304,40 @@ async def test_a_slot_without_room_waits_for_it_and_starts_when_a_host_joins(
         await server.aclose()
 
 
+async def test_peers_ping_as_often_as_a_short_timeout_needs(hosts: list[WorkerHostProcess]) -> None:
+    """A server with timeouts under a second (0.6 s; the CLI allows 0.5) keeps a healthy worker host and a
+    healthy client for many timeouts: each pings every quarter of the timeout, as the server's replies to
+    JOIN and OPEN ask. Pinging once a second, both were dropped within a second or two."""
+    allow = ("CartPole-v1",)
+    config = ServerConfig(
+        bind="tcp://127.0.0.1:0",
+        worker_bind="tcp://127.0.0.1:0",
+        local_capacity=0,
+        worker_timeout=0.6,
+        client_timeout=0.6,
+        allow=allow,
+    )
+    server = Server(config)
+    await server.start()
+    assert server.fleet is not None
+    try:
+        host = WorkerHostProcess(server.fleet.endpoint, name="host-a", capacity=4)
+        hosts.append(host)
+        joined = await asyncio.to_thread(host.wait_for, "joined the server")
+        assert "a PING every 0.15 s" in joined
+        async with aioenv.Pool("CartPole-v1", 2, endpoint=server.endpoint, num_workers=1) as pool:
+            await asyncio.wait_for(pool.reset(seed=0), HANG)
+            for _ in range(10):  # ten timeouts, idle: only the pings keep both peers
+                await asyncio.sleep(0.6)
+                assert (server.fleet.lost, len(server.sessions)) == (0, 1)
+            _, reward, *_ = await asyncio.wait_for(pool.step(np.array([0, 1])), HANG)
+            assert reward.tolist() == [1.0, 1.0]
+        assert server.fleet.lost == 0
+        assert [row["name"] for row in server.fleet.status()] == ["host-a"]
+    finally:
+        await server.aclose()
+
+
 async def _until_true(predicate: Callable[[], bool]) -> None:
     async with asyncio.timeout(HANG):
         while not predicate():

@@ -79,6 +79,21 @@ async def until(predicate: Any) -> None:
             await asyncio.sleep(0.01)
 
 
+async def test_the_join_reply_says_how_often_to_ping(fleet: Fleet) -> None:
+    """worker_timeout 1 s: a PING every 0.25 s (a host pinging once a second could be dropped for one late PING)."""
+    host = ScriptedHost(fleet.endpoint, "h1")
+    try:
+        reply = await host.join(capacity=4)
+        assert (reply["op"], reply["beat"]) == (Op.RESULT, 0.25)
+        for _ in range(12):  # three timeouts, at the pace asked: kept
+            await asyncio.sleep(0.25)
+            await host.send(Op.PING)
+            assert (await host.recv())["op"] == Op.PONG
+        assert (fleet.lost, [row["name"] for row in fleet.status()]) == (0, ["h1"])
+    finally:
+        host.close()
+
+
 async def test_spawn_started_exited(fleet: Fleet) -> None:
     host = ScriptedHost(fleet.endpoint, "h1")
     pool = Pool()
