@@ -58,6 +58,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
 )
 
 from aioenv.compat.payloads import HELPER_NAME, CompatFactory, Transfer, class_key, is_plain
+from aioenv.compat.vector_args import checked_env_fns
 from aioenv.errors import InvalidAction, PoolClosed
 from aioenv.sync import SyncPool
 from aioenv.wire.spaces import check_actions
@@ -266,6 +267,7 @@ class AioVecEnv(VecEnv):
         for fixed in ("autoreset_mode", "batch_size", "num_envs"):
             if fixed in aioenv_options:
                 raise TypeError(f"AioVecEnv fixes {fixed!r} (SB3 semantics); do not pass it")
+        env_fns = checked_env_fns(env_fns, "AioVecEnv")
         if not env_fns:
             raise ValueError("AioVecEnv needs at least one env factory")
         _checked_start_method(start_method)

@@ -142,7 +142,7 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                 "(python -m workers), not in a multiprocessing target; pass worker=None"
             )
         args.checked_context(context, type(self).__name__)
-        fns = list(env_fns)
+        fns = args.checked_env_fns(env_fns, type(self).__name__)
         if not fns:
             raise ValueError("env_fns is empty: give at least one env factory")
         self.num_envs = len(fns)

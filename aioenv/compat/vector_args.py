@@ -10,6 +10,8 @@
   ``AsyncVectorEnv``'s errors (a user-defined space: ``ValueError``; ``Graph``/``Sequence``: ``TypeError``).
 - :func:`space_mismatch_error`: the pool's refusal of envs with different spaces, as ``AsyncVectorEnv``'s
   ``RuntimeError``.
+- :func:`checked_env_fns`: ``env_fns`` is a sequence of callables, checked before any worker starts (also for
+  :class:`aioenv.compat.sb3.AioVecEnv`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ __all__ = [
     "SpaceMismatch",
     "checked_concurrency",
     "checked_context",
+    "checked_env_fns",
     "custom_spaces",
     "different_spaces",
     "factories",
@@ -45,6 +48,31 @@ _POOL_MISMATCH = "all envs of a pool must share their spaces: got observation sp
 class SpaceMismatch(RuntimeError, ValueError):
     """The envs' spaces do not fit together: ``AsyncVectorEnv``'s ``RuntimeError`` (also the ``ValueError`` an
     aioenv pool raises for it)."""
+
+
+def checked_env_fns(env_fns: object, owner: str) -> list[Callable[[], Any]]:
+    """``env_fns`` as a list, checked to be env factories before any worker starts: ``TypeError`` for a string (an
+    env id where a list of factories goes: what to write instead), for what is no sequence, and for an element
+    that is not callable (its index and type). An empty list is the callers' own ``ValueError``."""
+    if isinstance(env_fns, str | bytes):
+        raise TypeError(
+            f"{owner} takes a list of env factories (callables that return a gymnasium.Env), got the string "
+            f"{env_fns!r}: write {owner}([lambda: gymnasium.make({env_fns!r})] * n), or aioenv.Pool({env_fns!r}, n) "
+            "for a pool of n envs made from an id"
+        )
+    if not isinstance(env_fns, Sequence):
+        raise TypeError(
+            f"{owner} takes a list of env factories (callables that return a gymnasium.Env), got "
+            f"{type(env_fns).__name__}"
+        )
+    fns = list(env_fns)
+    for index, fn in enumerate(fns):
+        if not callable(fn):
+            raise TypeError(
+                f"{owner}'s env_fns[{index}] must be a callable that returns a gymnasium.Env, got "
+                f"{type(fn).__name__} {fn!r:.80}"
+            )
+    return fns
 
 
 def checked_concurrency(max_concurrency: object) -> int | None:

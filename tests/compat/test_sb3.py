@@ -44,6 +44,7 @@ from aioenv.compat.sb3 import AioVecEnv
 from tests.envs.dictenv import make_dict_env
 from tests.envs.faulty import make_probe
 from tests.envs.sb3_spaces import make_echo_env
+from tests.support.procs import children
 from tests.support.scripts import assert_example_refuses, run_example
 
 #: VecEnv.has_attr, which AioVecEnv has on every release, came in stable-baselines3 2.6.
@@ -806,3 +807,20 @@ def test_ppo_on_pendulum_learns_what_it_learns_on_subproc_vec_env_bit_for_bit() 
     assert list(ours) == list(theirs)
     different = [name for name in theirs if not np.array_equal(ours[name].numpy(), theirs[name].numpy())]
     assert not different, f"parameters that differ from SubprocVecEnv's run: {different}"
+
+
+@pytest.mark.parametrize(
+    ("env_fns", "said"),
+    [
+        ("CartPole-v1", r"got the string 'CartPole-v1': write AioVecEnv\(\[lambda: gymnasium.make\('CartPole-v1'\)\]"),
+        (3, "takes a list of env factories .*, got int"),
+        ([gym.make, "CartPole-v1"], r"env_fns\[1\] must be a callable that returns a gymnasium.Env, got str"),
+    ],
+)
+def test_env_fns_that_are_no_factories_are_refused_before_any_worker_starts(env_fns: Any, said: str) -> None:
+    """An env id where the factories go (``AioVecEnv("CartPole-v1", 8)``) used to start a worker and an env per
+    character, each failing, or to blame the start method (``cannot find context for 8``)."""
+    before = children(os.getpid())
+    with pytest.raises(TypeError, match=said):
+        AioVecEnv(env_fns, 8 if isinstance(env_fns, str) else None)
+    assert children(os.getpid()) == before

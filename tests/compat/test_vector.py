@@ -34,7 +34,7 @@ from tests.envs.dictenv import make_dict_env
 from tests.envs.faulty import SLOW, make_probe, make_text
 from tests.envs.waiting import MEET, WaitEnv
 from tests.support.compare import NEEDS_GYMNASIUM_1_1, assert_same, gym_autoreset
-from tests.support.procs import HANG, process_gone
+from tests.support.procs import HANG, children, process_gone
 from tests.support.scripts import assert_example_refuses, run_example
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -439,3 +439,21 @@ def test_thread_executor_overlaps_blocking_steps() -> None:
         assert info["running"].max() == 3
     finally:
         envs.close()
+
+
+@pytest.mark.parametrize(
+    ("env_fns", "said"),
+    [
+        (
+            "CartPole-v1",
+            r"got the string 'CartPole-v1': write AioVectorEnv\(\[lambda: gymnasium.make\('CartPole-v1'\)\]",
+        ),
+        (None, "takes a list of env factories .*, got NoneType"),
+        ([gym.make, 4], r"env_fns\[1\] must be a callable that returns a gymnasium.Env, got int 4"),
+    ],
+)
+def test_env_fns_that_are_no_factories_are_refused_before_any_worker_starts(env_fns: Any, said: str) -> None:
+    before = children(os.getpid())
+    with pytest.raises(TypeError, match=said):
+        AioVectorEnv(env_fns)
+    assert children(os.getpid()) == before
