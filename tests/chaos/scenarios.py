@@ -132,6 +132,11 @@ async def _remote_client(endpoint: str, executor: str, rng: random.Random, stop:
         except (aioenv.ConnectionLost, aioenv.CapacityError):  # the server is paused, or its hosts rejoin
             await asyncio.sleep(0.2)
             continue
+        except aioenv.WorkerCrashed as exc:  # placed on a host SIGKILLed a moment before, which is then dropped
+            if "while making its envs" not in str(exc):
+                raise
+            await asyncio.sleep(0.2)
+            continue
         try:
             await drive_pool(pool, rng, stop, tally)
         finally:
