@@ -403,19 +403,30 @@ def _count_cpu_clock_reads(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return reads
 
 
+class StepClock:
+    """``time.perf_counter`` for the probe, moved by an env's steps alone: no pause of a loaded machine lands in
+    what the probe reads, so its verdict depends on the steps' times only."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class SlowFirstSteps(Sleepy):
-    """The first ``slow`` steps sleep 5 ms (pauses of the process: a preemption, a collection); the rest return at
-    once."""
+    """The first ``slow`` steps take 5 ms of :class:`StepClock` (pauses of the process: a preemption, a
+    collection); the rest 2 µs."""
 
     slow = 1
+    clock = StepClock()
 
     def __init__(self) -> None:
         self.steps = 0
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
         self.steps += 1
-        if self.steps <= self.slow:
-            time.sleep(0.005)
+        self.clock.now += 0.005 if self.steps <= self.slow else 2 * US
         return np.zeros(1, np.float32), 0.0, False, False, {}
 
 
@@ -429,10 +440,15 @@ def test_a_slow_first_step_or_two_do_not_make_a_cheap_env_slow(
 ) -> None:
     """A first step over 1 ms is followed by another before the env counts as slow, and while that one is slow
     too (a busy machine pauses the probe twice in a row) by a third: this env is cheap, and is timed in runs, not
-    one step at a time for 20 ms (two clock reads a step). Two slow steps used to make it slow."""
+    one step at a time for 20 ms (two clock reads a step). Two slow steps used to make it slow. The probe reads
+    a :class:`StepClock` (with a real one, a loaded machine's own pause of 20 ms after the first step made this
+    cheap env slow now and then)."""
+    clock = StepClock()
+    monkeypatch.setattr(factory, "clock", clock)
+    monkeypatch.setattr(time, "perf_counter", clock)
     reads = _count_cpu_clock_reads(monkeypatch)
     timed = _cost(probe_env(factory, seed=0))
-    assert timed.step < 1e-3
+    assert timed.step == pytest.approx(2 * US)
     assert len(reads) <= 2 * (SLOW_STEPS + CHUNKS)
 
 
