@@ -27,6 +27,7 @@ import zmq
 import aioenv
 from aioenv.core.recovery import SLOT, SlotState
 from aioenv.errors import CapacityError, EnvRemade, WorkerCrashed
+from aioenv.server.fleet import Fleet
 from aioenv.server.server import Server, ServerConfig
 from aioenv.server.status import fetch_status
 from aioenv.wire.protocol import Op, decode, encode
@@ -263,21 +264,26 @@ def test_envs_with_no_room_left_wait_for_a_host_and_come_back(hosts: list[Worker
         srv.stop()
 
 
+async def _server_here(allow: tuple[str, ...], **timeouts: float) -> tuple[Server, Fleet]:
+    """A server started in this process on loopback tcp with a worker port and no envs of its own; its fleet."""
+    config = ServerConfig(
+        bind="tcp://127.0.0.1:0", worker_bind="tcp://127.0.0.1:0", local_capacity=0, allow=allow, **timeouts
+    )
+    server = Server(config)
+    await server.start()
+    assert server.fleet is not None
+    return server, server.fleet
+
+
 async def test_a_slot_without_room_waits_for_it_and_starts_when_a_host_joins(
     hosts: list[WorkerHostProcess],
 ) -> None:
     """The slot's path, read in the server (in this process): its host is lost (LOST), no host has room
     (WAITING_FOR_ROOM: its envs fail fast saying they wait), a host joins (STARTING), its worker says HELLO
     (READY)."""
-    allow = ("tests.envs.*:*",)
-    config = ServerConfig(
-        bind="tcp://127.0.0.1:0", worker_bind="tcp://127.0.0.1:0", local_capacity=0, worker_timeout=1, allow=allow
-    )
-    server = Server(config)
-    await server.start()
-    assert server.fleet is not None
+    server, fleet = await _server_here(("tests.envs.*:*",), worker_timeout=1)
     try:
-        a = WorkerHostProcess(server.fleet.endpoint, name="host-a", capacity=4)
+        a = WorkerHostProcess(fleet.endpoint, name="host-a", capacity=4)
         hosts.append(a)
         await asyncio.to_thread(a.wait_joined)
         async with aioenv.Pool(PROBE, 3, endpoint=server.endpoint, num_workers=1) as pool:
@@ -292,7 +298,7 @@ async def test_a_slot_without_room_waits_for_it_and_starts_when_a_host_joins(
             assert slot.proc is None
             with pytest.raises(WorkerCrashed, match=r"\(it is started as soon as a host has room\)"):
                 await asyncio.wait_for(pool.reset(seed=0), HANG)
-            b = WorkerHostProcess(server.fleet.endpoint, name="host-b", capacity=4)
+            b = WorkerHostProcess(fleet.endpoint, name="host-b", capacity=4)
             hosts.append(b)
             await asyncio.to_thread(b.wait_joined)
             await _until_true(lambda: slot.state is SlotState.READY)
@@ -307,21 +313,11 @@ async def test_a_slot_without_room_waits_for_it_and_starts_when_a_host_joins(
 async def test_peers_ping_as_often_as_a_short_timeout_needs(hosts: list[WorkerHostProcess]) -> None:
     """A server with timeouts under a second (0.6 s; the CLI allows 0.5) keeps a healthy worker host and a
     healthy client for many timeouts: each pings every quarter of the timeout, as the server's replies to
-    JOIN and OPEN ask. Pinging once a second, both were dropped within a second or two."""
-    allow = ("CartPole-v1",)
-    config = ServerConfig(
-        bind="tcp://127.0.0.1:0",
-        worker_bind="tcp://127.0.0.1:0",
-        local_capacity=0,
-        worker_timeout=0.6,
-        client_timeout=0.6,
-        allow=allow,
-    )
-    server = Server(config)
-    await server.start()
-    assert server.fleet is not None
+    JOIN and OPEN ask. Pinging once a second, whether they were dropped depended on the phase of the server's
+    sweep (once a second too); now it sweeps every quarter of the timeout as well."""
+    server, fleet = await _server_here(("CartPole-v1",), worker_timeout=0.6, client_timeout=0.6)
     try:
-        host = WorkerHostProcess(server.fleet.endpoint, name="host-a", capacity=4)
+        host = WorkerHostProcess(fleet.endpoint, name="host-a", capacity=4)
         hosts.append(host)
         joined = await asyncio.to_thread(host.wait_for, "joined the server")
         assert "a PING every 0.15 s" in joined
@@ -329,11 +325,11 @@ async def test_peers_ping_as_often_as_a_short_timeout_needs(hosts: list[WorkerHo
             await asyncio.wait_for(pool.reset(seed=0), HANG)
             for _ in range(10):  # ten timeouts, idle: only the pings keep both peers
                 await asyncio.sleep(0.6)
-                assert (server.fleet.lost, len(server.sessions)) == (0, 1)
+                assert (fleet.lost, len(server.sessions)) == (0, 1)
             _, reward, *_ = await asyncio.wait_for(pool.step(np.array([0, 1])), HANG)
             assert reward.tolist() == [1.0, 1.0]
-        assert server.fleet.lost == 0
-        assert [row["name"] for row in server.fleet.status()] == ["host-a"]
+        assert fleet.lost == 0
+        assert [row["name"] for row in fleet.status()] == ["host-a"]
     finally:
         await server.aclose()
 
