@@ -147,7 +147,6 @@ class RemoteCoordinator(Requests):
         except ConnectionError as exc:  # a unix:// path nobody listens on
             raise ConnectionLost(f"{exc} (is `aioenv serve --bind {self.endpoint}` running?)") from exc
         self._last_heard = self.loop.time()
-        self._beat_every = HEARTBEAT
         self._beat = self.loop.call_later(self._beat_every, self._heartbeat)
         fields = {Key.ENV: self.env, Key.NUM_ENVS: self.sched.num_envs, Key.KW: self.env_kwargs, Key.CLIENT: CLIENT_ID}
         fields[Key.OPT] = {**self.options, "num_workers": num_workers}
