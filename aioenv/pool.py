@@ -23,7 +23,7 @@ from aioenv._compat import AutoresetMode
 from aioenv._loop import consume
 from aioenv.core import costs
 from aioenv.core.coordinator import Coordinator
-from aioenv.core.launcher import LocalProcess, in_process_unavailable
+from aioenv.core.launcher import LocalProcess, Spawn, in_process_unavailable, spawn_here
 from aioenv.core.lifecycle import POOL, Lifecycle, Phase
 from aioenv.core.remote import RemoteCoordinator
 from aioenv.core.runner import Runner
@@ -230,6 +230,8 @@ class Pool:
         self._life = Lifecycle("pool", Phase.NEW, POOL)
         #: What runs the envs (a local or a remote coordinator), once :meth:`start` made it.
         self._runner: Runner | None = None
+        #: Where its worker processes are started (see :class:`aioenv.core.launcher.Spawn`; SyncPool sets its own).
+        self._spawn: Spawn = spawn_here
         #: The event loop whose sockets, futures and timers the pool uses (None until it runs).
         self._home: asyncio.AbstractEventLoop | None = None
         self._started_here = ForkGuard()  # the process whose workers and sockets these are (set again at start)
@@ -298,6 +300,7 @@ class Pool:
                     in_process=self.envs_in_process,
                     adopt=adopt,
                     max_loop_hold=self.max_loop_hold,
+                    spawn=self._spawn,
                 )
                 described = await coord.start(self.num_workers)
             if self.closed:
@@ -477,6 +480,19 @@ class Pool:
         """Whether the calling thread runs env code of this pool in this process (``executor="in_process"``: an
         env that calls its own pool, which would wait for the very thread it runs on)."""
         return self._runner is not None and self._runner.in_env_code()
+
+    def _idle_between_calls(self) -> bool:
+        """Whether nothing of this pool needs its event loop between calls while none of its requests is out: no
+        server to keep in touch with, no env on a thread or coroutine of this process (``num_workers=0``)."""
+        return self.endpoint is None and not (self.envs_in_process and self.executor in ("thread", "async"))
+
+    def _waits_for_replies(self) -> bool:
+        """Whether a request of this pool is out, or held to go out later: its reply is still to come."""
+        return self._runner is not None and self._runner.waits_for_replies()
+
+    def _settled(self) -> bool:
+        """Whether the event loop has taken in all that happened to this pool's worker processes so far."""
+        return self._runner is None or self._runner.settled()
 
     def _runs_env_code(self) -> bool:
         """Whether env code of this pool runs (or waits to run) in this process now."""

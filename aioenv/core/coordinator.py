@@ -23,6 +23,7 @@ import itertools
 import logging
 import os
 import secrets
+import select
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -37,9 +38,11 @@ from aioenv.core.launcher import (
     LaunchSpec,
     LocalProcess,
     Quick,
+    Spawn,
     WorkerProc,
     launch_in_process,
     launch_local,
+    spawn_here,
 )
 from aioenv.core.lifecycle import COORDINATOR, Lifecycle, Phase
 from aioenv.core.make_errors import start_failure
@@ -119,8 +122,14 @@ class Coordinator(Recovery, Requests):
         in_process: int = 0,
         adopt: tuple[LocalProcess, int | None] | None = None,
         max_loop_hold: float | None = None,
+        spawn: Spawn = spawn_here,
     ) -> None:
         Requests.__init__(self, Scheduler(num_envs, max_concurrency))
+        #: Where local worker processes are started (see :class:`aioenv.core.launcher.Spawn`).
+        self._spawn_on = spawn
+        #: The exit descriptors of the local worker processes (see :meth:`settled`); the kernel drops each from the
+        #: set when it is closed, as its process is reaped.
+        self._exits = select.epoll()
         #: The most seconds a request to the inline worker in this process holds the loop (None: its default).
         self.max_loop_hold = max_loop_hold
         #: How many envs (the first ones) run in this process, on a thread of their worker's (see workers.inproc).
@@ -260,10 +269,22 @@ class Coordinator(Recovery, Requests):
             self.max_loop_hold,
             self._quick,
             done_fd,
+            self._spawn_on,
         )
         slot.proc = launch_in_process(spec) if slot.in_process else self._launch(spec)
+        self._watch_exit(slot.proc)
         slot.move(SlotState.STARTING)
         self._by_name[slot.name.encode()] = slot
+
+    def _watch_exit(self, proc: WorkerProc) -> None:
+        if isinstance(proc, LocalProcess):
+            self._exits.register(proc.exit_fd, select.EPOLLIN)
+
+    def settled(self) -> bool:
+        """See :meth:`aioenv.core.runner.Runner.settled`: no local worker process has exited unnoticed (one
+        ``epoll_wait`` over their exit descriptors, which are readable from the moment a process exits until the
+        loop reaps it)."""
+        return not self._exits.poll(0)
 
     def _take(self, slot: Slot, proc: LocalProcess) -> None:
         """Make the running worker ``proc`` (it said HELLO to its first owner) ``slot``'s worker."""
@@ -271,6 +292,7 @@ class Coordinator(Recovery, Requests):
         slot.name = f"{self._prefix}w{slot.index}.{slot.generation}"
         slot.outbox = []
         proc.rebind(slot.name, self._on_message, self._on_exit, self._quick)
+        self._watch_exit(proc)
         slot.proc = proc
         slot.move(SlotState.READY)
         self._by_name[slot.name.encode()] = slot
@@ -1035,6 +1057,7 @@ class Coordinator(Recovery, Requests):
             raise
         finally:
             self._release_files()
+            self._exits.close()
             self.life.move(Phase.CLOSED)
 
     def _release_files(self) -> None:

@@ -25,7 +25,7 @@ import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from aioenv.errors import UsageError
 from aioenv.transport.pipe import PipePort
@@ -35,14 +35,18 @@ __all__ = [
     "HereWorker",
     "LaunchSpec",
     "LocalProcess",
+    "Spawn",
     "WorkerProc",
     "describe_exit",
     "in_process_unavailable",
     "launch_in_process",
     "launch_local",
+    "spawn_here",
 ]
 
 log = logging.getLogger("aioenv.launcher")
+
+T = TypeVar("T")
 
 #: Seconds a worker that closed its end of the pipe has to exit before it is killed.
 EOF_GRACE = 2.0
@@ -124,6 +128,22 @@ class HereWorker(WorkerProc, Protocol):
         ...
 
 
+class Spawn(Protocol):
+    """Where a local worker's process is started: ``spawn(start)`` calls ``start()`` (which starts the process and
+    returns it) and returns what it returned, or raises what it raised. A worker asks the kernel to kill it when
+    the *thread* that started it ends (``PR_SET_PDEATHSIG``), so a pool whose loop runs in its callers' threads
+    (:class:`aioenv.SyncPool`) starts every process on its own long-lived loop thread."""
+
+    def __call__(self, start: Callable[[], T]) -> T:
+        """``start()``'s value, on the thread that owns the pool's processes."""
+        ...
+
+
+def spawn_here(start: Callable[[], T]) -> T:
+    """The default :class:`Spawn`: in the calling thread, which runs the pool's event loop for good."""
+    return start()
+
+
 @dataclass
 class LaunchSpec:
     """What a coordinator asks for when it needs a worker process.
@@ -142,6 +162,7 @@ class LaunchSpec:
             event loop (None: :data:`workers.inproc.HOLD`).
         quick: for a local worker's pipe: the messages of one size handled before any parsing (see
             :class:`aioenv.transport.pipe.PipePort`); None: none.
+        spawn: where a local worker's process is started (:class:`Spawn`).
     """
 
     name: str
@@ -154,6 +175,7 @@ class LaunchSpec:
     hold: float | None = None
     quick: Quick | None = None
     done_fd: int | None = None
+    spawn: Spawn = spawn_here
 
 
 #: A pipe's handler of the messages of one size (see :class:`aioenv.transport.pipe.PipePort`): ``(size, handler)``.
@@ -171,6 +193,7 @@ def launch_local(spec: LaunchSpec) -> LocalProcess:
         slab_fd=spec.slab_fd,
         quick=spec.quick,
         done_fd=spec.done_fd,
+        spawn=spec.spawn,
     )
 
 
@@ -267,6 +290,7 @@ class LocalProcess:
         slab_fd: int | None = None,
         quick: Quick | None = None,
         done_fd: int | None = None,
+        spawn: Spawn = spawn_here,
     ) -> None:
         worker_sched_policy()  # a bad setting fails here, not in the child
         self.name = name
@@ -284,7 +308,7 @@ class LocalProcess:
                 args += ["--done", str(done_fd)]
                 inherit.append(done_fd)
         try:
-            self.proc = launch_worker(args, inherit)
+            self.proc = spawn(lambda: launch_worker(args, inherit))
         except BaseException:
             ours.close()
             raise
@@ -298,6 +322,8 @@ class LocalProcess:
         #: worker.
         self.send_framed: Callable[[bytes], bool] = self._pipe.send_framed
         self.pid: int = self.proc.pid
+        #: Readable once the process has exited (closed once it is reaped): a pidfd, or the template's status pipe.
+        self.exit_fd: int = self.proc.exit_fd
         self._loop.add_reader(self.proc.exit_fd, self._reap)
 
     def rebind(

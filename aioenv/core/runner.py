@@ -112,6 +112,15 @@ class Runner(Protocol):
         """Whether the calling thread runs env code of this runner (an env that calls its own pool)."""
         ...
 
+    def waits_for_replies(self) -> bool:
+        """Whether a request is out, or held to go out later: a reply is still to come."""
+        ...
+
+    def settled(self) -> bool:
+        """Whether the event loop has taken in everything that happened to the runner's processes so far (False: a
+        worker process exited and the loop, not running since, has not reaped it yet). Cheap: one system call."""
+        ...
+
     def runs_env_code(self) -> bool:
         """Whether env code of this runner runs, or waits to run, in this process now."""
         ...
@@ -156,6 +165,15 @@ class Requests(abc.ABC):
     def submit(self, kind: str, env_ids: np.ndarray, sink: Sink, build: Build, *, timeout: float | None) -> None:
         """Send ``env_ids`` (claimed) as requests built by ``build`` (``req.positions`` index into ``env_ids``);
         their rows come to ``sink``. On an exception nothing was sent and their claim is released."""
+
+    def waits_for_replies(self) -> bool:
+        """See :meth:`Runner.waits_for_replies`."""
+        sched = self.sched
+        return sched.in_flight > 0 or bool(sched.held)
+
+    def settled(self) -> bool:
+        """See :meth:`Runner.settled` (a runner with no local worker processes: always)."""
+        return True
 
     def recv_queue(self, obs_space: Any) -> RecvQueue:
         """See :meth:`Runner.recv_queue`."""
