@@ -7,17 +7,31 @@ call to that thread and block until it is done (the pattern of anyio's
 threads at once, and from code whose own thread already runs an event loop (a
 Jupyter cell): the caller's loop is simply blocked for the duration of the call.
 
-Calls in the caller's thread: when every env is stepped inside the calls in this process
-(``executor="in_process"``, or what ``"auto"`` chose for cheap envs with ``allow_in_process=True``; not envs
-on threads or coroutines of this process, ``num_workers=0``, which need the loop between calls), a call is
-answered inside itself and nothing happens on the loop between calls. Handing each call to another thread and
-back would then cost more than the call (two thread wake-ups, 200-500 µs on a small VM, against ~200 µs
-for 8 CartPole steps), so after the start the loop thread is parked and each call runs
-the loop in the caller's own thread, one call at a time (:attr:`SyncPool.runs_in_caller`).
-The caller's own running loop, if any, is set aside for the call and restored. The
-rules below hold in both ways; reading :attr:`SyncPool.loop` (to schedule work of one's
-own there) gives the loop back to its thread for good, and so does a ``step_env`` whose
-result is still to come.
+Calls in the caller's thread: a call of a local pool needs its event loop only while it waits for its own
+replies. Nothing happens on the loop between calls unless the pool keeps in touch with a server (``endpoint``:
+its heartbeats) or runs envs on threads or coroutines of this process (``num_workers=0`` with ``thread`` or
+``async``). So for every other pool, envs in worker processes (the default) as much as envs stepped inside
+the calls in this process (``executor="in_process"``), the loop thread is parked after the start and each
+call runs the loop in the caller's own thread, one call at a time (:attr:`SyncPool.runs_in_caller`): handing
+each call to another thread and back costs two thread wake-ups (50-500 µs on a small VM, against ~200 µs for
+8 CartPole steps on a worker). The caller's own running loop, if any, is set aside for the call and restored.
+The rules below hold in both ways. With worker processes:
+
+- a call first lets the loop take in whatever happened since the last one (one ``epoll_wait`` over the
+  workers' exit descriptors; a turn of the loop if one exited), so a worker that died between calls reads as
+  it does on the loop thread, which noticed at once: the next step of its envs raises ``EnvRemade``, its
+  request never sent, rather than ``WorkerCrashed`` as if the worker died under it;
+- the worker processes are still started on the loop thread, which serves such starts while parked: a worker
+  dies with the thread that started it (``PR_SET_PDEATHSIG``), and one restarted inside a call from a
+  short-lived thread must not;
+- a call that leaves replies to come (``send``, ``send_reset``, a call cut short by Ctrl-C), and a call
+  started without waiting (:meth:`SyncPool.submit`: the workers step while the caller goes on), give the loop
+  back to its thread for good: only a running loop takes replies as they come and judges their deadlines on
+  time. :meth:`SyncPool.answer` (and ``submit_step_checked``, for the adapters, whose wait follows at once)
+  runs the call to its end in the caller's thread instead.
+
+Reading :attr:`SyncPool.loop` (to schedule work of one's own there) gives the loop back to its thread for good,
+and so does a ``step_env`` whose result is still to come.
 
 Rules:
 
@@ -52,7 +66,7 @@ Rules:
   then stops and joins the thread. A pool that is never closed is closed when it is
   garbage-collected and, at the latest, at interpreter exit (``weakref.finalize``,
   which runs through ``atexit``), so no worker process outlives the program. Worker
-  processes are started from the loop thread and are bound to it (their
+  processes are started from the loop thread, parked or not, and are bound to it (their
   ``PR_SET_PDEATHSIG`` follows the thread that started them), so the thread lives
   exactly as long as the pool.
 """
@@ -64,6 +78,7 @@ import concurrent.futures
 import importlib
 import inspect
 import logging
+import queue
 import signal
 import threading
 import weakref
@@ -183,6 +198,17 @@ def _nothing() -> None:
     pass
 
 
+def _check_method(fn: object, name: str) -> None:
+    """``SyncPool.submit``'s (or ``answer``'s) ``fn`` is a callable, not a method's name."""
+    if isinstance(fn, str):
+        raise TypeError(
+            f"SyncPool.{name} takes the pool's method itself, not its name: sp.{name}(sp.pool.step, actions) "
+            f"rather than sp.{name}('step', actions); got {fn!r}"
+        )
+    if not callable(fn):
+        raise TypeError(f"SyncPool.{name} takes a callable, such as sp.pool.step; got {type(fn).__name__}")
+
+
 # signal's own getsignal/signal wrap these C functions in enum conversions that cost ~4 µs a call (an exception
 # raised and caught inside): twice per call of a pool whose calls run in the caller's thread, that was 7% of a
 # step of 8 CartPole envs
@@ -216,10 +242,19 @@ class _Runtime:
         #: Direct mode (see :meth:`go_direct`): the loop thread is parked and each call runs the loop in its own
         #: thread, one at a time (``_drive``); ``_driver`` is the thread inside a call.
         self.direct = False
+        #: In direct mode, whether envs run in worker processes (else every env runs in this process, where nothing
+        #: happens between calls). With workers, a call first lets the loop take in what happened since the last
+        #: one (a worker process that exited, :meth:`_settled_then`), so that it is answered as on the loop thread,
+        #: which took that in at once; a call that leaves a reply to come, and a call started without waiting
+        #: (:meth:`submit`, :meth:`start`; the workers step while the caller goes on), give the loop back to its
+        #: thread for good. Without, such a call runs to its end before it returns (nothing to overlap it with).
+        self.in_workers = False
         self._drive = threading.Lock()
         self._driver: int | None = None
         self._parked = threading.Event()
-        self._resume = threading.Event()
+        #: What the parked loop thread does (direct mode): start a worker process (:meth:`spawn`), or, None, take
+        #: the loop back.
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         started = threading.Event()
         self.thread = threading.Thread(target=self._main, args=(started,), name=name, daemon=True)
         self.thread.start()
@@ -232,8 +267,8 @@ class _Runtime:
             self.loop.run_forever()
             while self.direct:  # stopped to lend the loop to the callers' threads: wait until it is taken back
                 self._parked.set()
-                self._resume.wait()
-                self._resume.clear()
+                while (job := self._jobs.get()) is not None:
+                    job()  # a worker process to start from this thread (see spawn)
                 self.loop.run_forever()
         finally:
             try:
@@ -279,7 +314,9 @@ class _Runtime:
             self._adopt([inner])
             raise
 
-    def start(self, starter: _Starter, args: tuple[Any, ...], kwargs: dict[str, Any]) -> concurrent.futures.Future[Any]:
+    def start(
+        self, starter: _Starter, args: tuple[Any, ...], kwargs: dict[str, Any], *, here: bool = False
+    ) -> concurrent.futures.Future[Any]:
         """Like :meth:`submit` with ``shield``, for a call that dispatches synchronously and returns the
         future of its result (a :data:`_Starter`): no coroutine and no task per call, one hop each way.
 
@@ -287,7 +324,7 @@ class _Runtime:
         wait): the call then becomes an orphan that the next call waits for, as with :meth:`submit`.
         """
         self.check_caller()
-        if self.direct and (done := self._here(starter, args, kwargs, shield=True)) is not None:
+        if self.direct and (done := self._here(starter, args, kwargs, shield=True, here=here)) is not None:
             return done
         done = concurrent.futures.Future()
         inner: list[asyncio.Future[Any]] = []  # the loop-side future, once dispatched (loop thread only)
@@ -360,10 +397,16 @@ class _Runtime:
             raise PoolClosed("the SyncPool is closed")
 
     def submit(
-        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, shield: bool = True
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        shield: bool = True,
+        here: bool = False,
     ) -> concurrent.futures.Future[Any]:
         self.check_caller()
-        if self.direct and (done := self._here(fn, args, kwargs, shield=shield)) is not None:
+        if self.direct and (done := self._here(fn, args, kwargs, shield=shield, here=here)) is not None:
             return done
         return asyncio.run_coroutine_threadsafe(self.invoke(fn, args, kwargs, shield), self.loop)
 
@@ -387,15 +430,40 @@ class _Runtime:
         if self.driven_here():
             raise UsageError(_NESTED)
         with self._drive:
-            if self.direct:
-                self.direct = False
-                self._resume.set()
+            self._hand_back()
+
+    def _hand_back(self) -> None:
+        """Leave direct mode for good (``_drive`` held): the loop thread runs the loop again."""
+        if self.direct:
+            self.direct = False
+            self._jobs.put(None)
+
+    def spawn(self, start: Callable[[], T]) -> T:
+        """``start()`` on the loop thread (the pool's :class:`aioenv.core.launcher.Spawn`): the worker processes it
+        starts die with that thread (``PR_SET_PDEATHSIG``), which lives as long as the pool, not with a caller's
+        thread that runs the loop in direct mode (a worker restarted after a crash, or recycled)."""
+        if self.in_loop_thread() or not self.direct:
+            return start()
+        done: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def job() -> None:
+            try:
+                done.set_result(start())
+            except BaseException as exc:  # noqa: BLE001 - the caller's to raise
+                done.set_exception(exc)
+
+        self._jobs.put(job)  # the loop thread is parked (direct mode): it runs the job and waits for the next
+        return done.result()
 
     def _here(
-        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, shield: bool
+        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, shield: bool, here: bool
     ) -> concurrent.futures.Future[Any] | None:
         """:meth:`call_here` as a done future (for :meth:`submit` and :meth:`start`); None when the loop was taken
-        back meanwhile (the caller then hands the call to the loop thread)."""
+        back meanwhile, or is now (envs in worker processes and not ``here``, see :attr:`in_workers`): the
+        caller then hands the call to the loop thread."""
+        if self.in_workers and not here:
+            self.to_thread()
+            return None
         done: concurrent.futures.Future[Any] = concurrent.futures.Future()
         try:
             value = self.call_here(fn, args, kwargs, shield=shield)
@@ -422,10 +490,25 @@ class _Runtime:
                 with ctrl_c:
                     if self.orphans:  # as on the loop thread (invoke): an interrupted call finishes first
                         self._outcome(self._orphans_done(), shield=True, ctrl_c=ctrl_c)
-                    return self._outcome(fn(*args, **kwargs), shield, ctrl_c=ctrl_c)
+                    if self.in_workers and not self.pool._settled():
+                        call = self._settled_then(fn, args, kwargs)
+                    else:
+                        call = fn(*args, **kwargs)
+                    return self._outcome(call, shield, ctrl_c=ctrl_c)
             finally:
                 asyncio._set_running_loop(prev)
                 self._driver = None
+                if self.in_workers and self.pool._waits_for_replies():  # only a running loop takes that reply
+                    self._hand_back()
+
+    @staticmethod
+    async def _settled_then(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``fn(*args, **kwargs)``, awaited, after one turn of the loop: events that came while no call ran the loop
+        (a worker process's exit) are taken in first, so a crash between calls reads as it does on the loop
+        thread (the next step raises ``EnvRemade``, its request never sent), not as one during this call."""
+        await asyncio.sleep(0)  # the loop polls its descriptors before this task goes on
+        result = fn(*args, **kwargs)
+        return await result if inspect.isawaitable(result) else result
 
     def _outcome(self, result: Any, shield: bool, ctrl_c: _CtrlC) -> Any:
         """What a call returned, awaited: a future answered inside the call (envs in this process) at once,
@@ -509,15 +592,15 @@ class SyncPool:
     def __init__(self, env: Any, num_envs: int | None = None, **options: Any) -> None:
         pool = Pool(env, num_envs, **options)  # argument errors raise here, before any thread exists
         self._rt = _Runtime(pool, name=f"aioenv-sync-{id(self):x}")
+        pool._spawn = self._rt.spawn
         self._finalizer = weakref.finalize(self, _Runtime.close, self._rt)
         try:
             self._rt.wait(self._rt.submit(pool.start, (), {}, shield=False))
         except BaseException:
             self._finalizer()
             raise
-        if pool.envs_in_process == pool.num_envs and pool.executor == "in_process":
-            # every call is answered inside itself: no thread hop needed (envs on threads or coroutines of this
-            # process, num_workers=0, need the loop running between calls: they stay on the loop thread)
+        if pool._idle_between_calls():
+            self._rt.in_workers = pool.envs_in_process < pool.num_envs
             self._rt.go_direct()
 
     # ------------------------------------------------------------ plumbing
@@ -530,17 +613,18 @@ class SyncPool:
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
         """The private event loop that runs the pool, on its own thread (for coroutines and callbacks of your
-        own: ``asyncio.run_coroutine_threadsafe(coro, sp.loop)``). A pool whose envs all run in this process
-        runs its calls in the caller's thread instead; asking for ``loop`` gives the loop back to its thread
-        for good, so that what you schedule on it runs."""
+        own: ``asyncio.run_coroutine_threadsafe(coro, sp.loop)``). A pool whose calls run in the caller's thread
+        (:attr:`runs_in_caller`) gives the loop back to its thread for good when asked for ``loop``, so that what
+        you schedule on it runs."""
         self._rt.to_thread()
         return self._rt.loop
 
     @property
     def runs_in_caller(self) -> bool:
-        """True while calls run in the calling thread rather than on the loop thread: the pool's envs all run
-        in this process (``executor="in_process"``, or what ``"auto"`` chose with ``allow_in_process=True``), so
-        no call needs the loop between calls and none pays a hop to the loop's thread. See the module docstring."""
+        """True while calls run in the calling thread rather than on the loop thread: a local pool whose loop has
+        nothing to do between calls (envs in worker processes or stepped inside the calls here; not a remote
+        pool, nor envs on threads or coroutines of this process), until something gives the loop back to its
+        thread for good (a ``send``, a :meth:`submit`, :attr:`loop`). See the module docstring."""
         return self._rt.direct
 
     def run_coroutine(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
@@ -551,7 +635,7 @@ class SyncPool:
         async def run() -> T:
             return await coro
 
-        future: concurrent.futures.Future[T] = self._rt.submit(run, (), {}, shield=False)
+        future: concurrent.futures.Future[T] = self._rt.submit(run, (), {}, shield=False, here=True)
         return future
 
     @overload
@@ -564,8 +648,11 @@ class SyncPool:
     ) -> concurrent.futures.Future[None]: ...
     def submit(self, fn: Callable[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> concurrent.futures.Future[Any]:
         """Start ``fn(*args, **kwargs)``, a method of :attr:`pool` (``sp.submit(sp.pool.step, actions)``), on the
-        loop thread without waiting for it (when calls run in the caller's thread, :attr:`runs_in_caller`, it
-        runs here and is done when this returns). A type checker checks the arguments against ``fn``'s own.
+        loop thread without waiting for it. Where calls run in the caller's thread (:attr:`runs_in_caller`), envs
+        stepped inside the calls in this process make it run here, done when this returns; envs in worker
+        processes give the loop back to its thread for good, so that they step while the caller goes on (for a
+        wait that follows at once, :meth:`answer` keeps the call here). A type checker checks the arguments
+        against ``fn``'s own.
 
         Returns a ``concurrent.futures.Future`` with the call's result (a coroutine method's, or a returned
         future's, awaited) or exception; wait for it with :meth:`wait`. A later call first waits for this one
@@ -576,23 +663,38 @@ class SyncPool:
             TypeError: ``fn`` is a method's name (the form this method took before): pass the method itself; or
                 ``fn`` is not callable at all.
         """
-        if not callable(fn) and not isinstance(fn, str):
-            raise TypeError(f"SyncPool.submit takes a callable, such as sp.pool.step; got {type(fn).__name__}")
-        if isinstance(fn, str):
-            raise TypeError(
-                f"SyncPool.submit takes the pool's method itself, not its name: sp.submit(sp.pool.step, actions) "
-                f"rather than sp.submit('step', actions); got {fn!r}"
-            )
+        _check_method(fn, "submit")
         return self._submit(fn, args, kwargs)
 
+    @overload
+    def answer(
+        self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> concurrent.futures.Future[T]: ...
+    @overload
+    def answer(
+        self, fn: Callable[P, None], /, *args: P.args, **kwargs: P.kwargs
+    ) -> concurrent.futures.Future[None]: ...
+    def answer(self, fn: Callable[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> concurrent.futures.Future[Any]:
+        """:meth:`submit`, for a caller that waits for the result before it does anything else (an adapter's
+        ``step_async``, whose ``step_wait`` follows): where calls run in the caller's thread
+        (:attr:`runs_in_caller`), the call runs to its end here, with no hop to the loop thread and none back, even
+        for envs in worker processes (which :meth:`submit` would leave stepping while the caller goes on, handing
+        the loop back to its thread for good); elsewhere just as :meth:`submit`.
+
+        Raises:
+            TypeError: as :meth:`submit`.
+        """
+        _check_method(fn, "answer")
+        return self._submit(fn, args, kwargs, here=True)
+
     def _submit(
-        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], here: bool = False
     ) -> concurrent.futures.Future[Any]:
         rt = self._rt
         starter = rt.starter(fn)
         if starter is not None:  # the common calls take the lighter path (no task per call)
-            return rt.start(starter, args, kwargs)
-        return rt.submit(fn, args, kwargs, shield=fn != rt.recv)
+            return rt.start(starter, args, kwargs, here=here)
+        return rt.submit(fn, args, kwargs, shield=fn != rt.recv, here=here)
 
     @overload
     def _run(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T: ...
@@ -735,17 +837,19 @@ class SyncPool:
 
     @overload
     def submit_step_checked(
-        self, leaves: Sequence[np.ndarray], *, info_list: Literal[False] = False
+        self, leaves: Sequence[np.ndarray], *, info_list: Literal[False] = False, here: bool = False
     ) -> concurrent.futures.Future[StepRows]: ...
     @overload
     def submit_step_checked(
-        self, leaves: Sequence[np.ndarray], *, info_list: Literal[True]
+        self, leaves: Sequence[np.ndarray], *, info_list: Literal[True], here: bool = False
     ) -> concurrent.futures.Future[StepRowsListed]: ...
     def submit_step_checked(
-        self, leaves: Sequence[np.ndarray], *, info_list: bool = False
+        self, leaves: Sequence[np.ndarray], *, info_list: bool = False, here: bool = False
     ) -> concurrent.futures.Future[StepRows] | concurrent.futures.Future[StepRowsListed]:
-        """:meth:`step_checked` without waiting, as :meth:`submit` starts a call: the future of its result."""
-        return self.submit(self._rt.pool._start_step, leaves, None, info_list=info_list, checked=True)
+        """:meth:`step_checked` without waiting, as :meth:`submit` starts a call (``here``: as :meth:`answer`, for
+        an adapter's step whose wait follows at once): the future of its result."""
+        fields = {"info_list": info_list, "checked": True}
+        return self._submit(self._rt.pool._start_step, (leaves, None), fields, here)
 
     # ------------------------------------------------------------ per-env futures
 
@@ -778,7 +882,7 @@ class SyncPool:
                 dest.add_done_callback(cancel_source)
             return dest
 
-        fut: concurrent.futures.Future[T] = self._rt.wait(self._rt.submit(start, (), {}))
+        fut: concurrent.futures.Future[T] = self._rt.wait(self._rt.submit(start, (), {}, here=True))
         if not fut.done():
             self._rt.to_thread()  # a result to come between calls: only a running loop can deliver it
         return fut

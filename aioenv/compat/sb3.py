@@ -275,6 +275,8 @@ class AioVecEnv(VecEnv):
         self.closed = False
         self.start_method = start_method
         self._pending: Future[Any] | _Answered | None = None
+        #: Whether the ``step_async`` about to run belongs to :meth:`step`, whose ``step_wait`` follows at once.
+        self._then_wait = False
         by_id: dict[int, CompatFactory] = {}  # the same callable twice stays one source
         factories = [by_id.setdefault(id(fn), CompatFactory(fn)) for fn in env_fns]
         self._all_ids = np.arange(len(env_fns))
@@ -293,6 +295,17 @@ class AioVecEnv(VecEnv):
             raise PoolClosed("this AioVecEnv is closed: make a new one")
 
     # ------------------------------------------------------------ stepping
+
+    def step(self, actions: np.ndarray) -> VecEnvStepReturn:
+        """Step every env (``step_async`` then ``step_wait``, as SB3's ``VecEnv.step``): where the pool's calls run
+        in this thread (:attr:`aioenv.SyncPool.runs_in_caller`, the default), the whole step runs inside
+        ``step_async``, with no hop to the pool's loop thread and back."""
+        self._then_wait = True
+        try:
+            self.step_async(actions)
+        finally:
+            self._then_wait = False
+        return self.step_wait()
 
     def step_async(self, actions: np.ndarray) -> None:
         """Dispatch a step of every env (``actions[i]`` for env ``i``, one message per worker);
@@ -313,9 +326,10 @@ class AioVecEnv(VecEnv):
                 raise ValueError(f"expected {self.num_envs} actions (actions[i] for env i), got {len(actions)}")
             leaves = check_actions(self.pool.single_action_space, actions, self._all_ids)
         # info_list: one message per worker, each env's own info dict back (SB3's infos)
-        if self.pool.runs_in_caller:  # answered inside the call, in this thread: no future to hand it over
+        if self.pool.runs_in_caller and self._then_wait:  # step(): answered inside the call, in this thread
             self._pending = _Answered.of(self.pool.step_checked, leaves, info_list=True)
-        else:  # the loop thread sends later: a leaf may be the caller's array, reused
+        else:  # the loop thread may send later: a leaf may be the caller's array, reused. A step_async on its own
+            # returns at once and the envs step while the caller goes on (envs in this process: it is answered)
             leaves = [np.array(leaf, copy=True) for leaf in leaves]
             self._pending = self.pool.submit_step_checked(leaves, info_list=True)
         self.waiting = True

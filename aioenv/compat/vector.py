@@ -17,8 +17,9 @@ envs run in aioenv worker processes (started with ``python -m workers``, not for
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import copy as _copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from enum import Enum
 from typing import Any, NoReturn, cast
 
@@ -151,6 +152,8 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             num_workers = min(len(fns), self.max_concurrency)
         self._state = _State.DEFAULT
         self._pending: concurrent.futures.Future[Any] | None = None
+        #: Whether the ``*_async`` about to run belongs to ``step``/``reset``/``call``, whose wait follows at once.
+        self._then_wait = False
         self._transfer: Transfer | None = None
         self._reset_ids: np.ndarray | None = None
         self._last_obs: Any = None
@@ -244,6 +247,18 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
                 str(self._state.value),
             )
 
+    @contextlib.contextmanager
+    def _waited_at_once(self) -> Iterator[None]:
+        """For ``step``, ``reset`` and ``call``: their ``*_async`` runs the call to its end in the caller's thread
+        where the pool's calls run there (:meth:`aioenv.SyncPool.answer`), since their ``*_wait`` follows at once.
+        A ``*_async`` called on its own returns at once and the envs step while the caller goes on, as with
+        ``AsyncVectorEnv`` (:meth:`aioenv.SyncPool.submit`, which gives the pool's loop back to its thread)."""
+        self._then_wait = True
+        try:
+            yield
+        finally:
+            self._then_wait = False
+
     def _start(self, state: _State, pending: concurrent.futures.Future[Any]) -> None:
         self._pending = pending
         self._state = state
@@ -304,7 +319,8 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             ``(obs, info)``: obs batched over all ``N`` envs (envs outside ``reset_mask`` keep their
             last obs); info with rows only for the envs reset (``_key`` masks).
         """
-        self.reset_async(seed=seed, options=options)
+        with self._waited_at_once():
+            self.reset_async(seed=seed, options=options)
         return self.reset_wait()
 
     def reset_async(
@@ -338,7 +354,8 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         error = seed_error(seeds, self._ids.tolist() if ids is None else ids.tolist())
         if error is not None:
             raise error
-        self._start(_State.WAITING_RESET, self._sp.submit(self._sp.pool.reset, ids, seed=seeds, options=options))
+        start = self._sp.answer if self._then_wait else self._sp.submit
+        self._start(_State.WAITING_RESET, start(self._sp.pool.reset, ids, seed=seeds, options=options))
         self._reset_ids = ids
 
     def _reset_mask(self, options: dict[str, Any] | None) -> np.ndarray | None:
@@ -393,7 +410,8 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             ``(obs, rewards, terminations, truncations, infos)``: rewards ``(N,)`` float64,
             terminations/truncations ``(N,)`` bool.
         """
-        self.step_async(actions)
+        with self._waited_at_once():
+            self.step_async(actions)
         return self.step_wait()
 
     def step_async(self, actions: Any) -> None:
@@ -409,7 +427,7 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
         self._assert_is_running()
         self._assert_default("step_async")
         leaves = self._checked_actions(actions)
-        self._start(_State.WAITING_STEP, self._sp.submit_step_checked(leaves))
+        self._start(_State.WAITING_STEP, self._sp.submit_step_checked(leaves, here=self._then_wait))
 
     def _checked_actions(self, actions: Any) -> list[np.ndarray]:
         """The pool's checked leaves for ``actions``; the actions of envs that autoreset in this step are not
@@ -474,15 +492,25 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
     # ------------------------------------------------------------ methods and attributes
 
     def _helper_start(
-        self, op: str, name: str, *, inline: Any = None, pickled: Any = None, plain: bool = True, env_ids: Any = None
+        self,
+        op: str,
+        name: str,
+        *,
+        inline: Any = None,
+        pickled: Any = None,
+        plain: bool = True,
+        env_ids: Any = None,
+        here: bool = True,
     ) -> tuple[concurrent.futures.Future[Any], Transfer]:
-        """Start the compat helper (:mod:`aioenv.compat.payloads`) on the envs: any picklable value both ways."""
+        """Start the compat helper (:mod:`aioenv.compat.payloads`) on the envs: any picklable value both ways.
+        ``here``: its wait follows at once (:meth:`aioenv.SyncPool.answer`; else :meth:`~aioenv.SyncPool.submit`)."""
         private_dir = self._sp.pool.private_dir
         assert private_dir is not None, "AioVectorEnv takes env factories: its pool is always local"
         transfer = Transfer(private_dir)
         try:
             fields = transfer.payload(inline, pickled, plain=plain)
-            return self._sp.submit(self._sp.pool.call, HELPER_NAME, op, name, fields, env_ids=env_ids), transfer
+            start = self._sp.answer if here else self._sp.submit
+            return start(self._sp.pool.call, HELPER_NAME, op, name, fields, env_ids=env_ids), transfer
         except BaseException:
             transfer.cleanup()
             raise
@@ -497,7 +525,8 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call method ``name`` (or read attribute ``name``) of every env; a tuple of ``N`` results."""
-        self.call_async(name, *args, **kwargs)
+        with self._waited_at_once():
+            self.call_async(name, *args, **kwargs)
         return self.call_wait()
 
     def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
@@ -514,7 +543,12 @@ class AioVectorEnv(VectorEnv[Any, Any, np.ndarray]):
             raise ValueError(f"Trying to call function `{name}` with `call`, use `{name}` directly instead.")
         inline = {"args": [name, *args], "kw": dict(kwargs)}
         fut, transfer = self._helper_start(
-            "call", PEER_CALL, inline=inline, pickled=((name, *args), kwargs), plain=is_plain(inline)
+            "call",
+            PEER_CALL,
+            inline=inline,
+            pickled=((name, *args), kwargs),
+            plain=is_plain(inline),
+            here=self._then_wait,
         )
         self._pending, self._transfer, self._state = fut, transfer, _State.WAITING_CALL
 

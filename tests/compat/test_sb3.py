@@ -11,6 +11,7 @@ import contextlib
 import functools
 import multiprocessing
 import os
+import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -42,9 +43,9 @@ from stable_baselines3.common.vec_env import (
 
 from aioenv.compat.sb3 import AioVecEnv
 from tests.envs.dictenv import make_dict_env
-from tests.envs.faulty import make_probe
+from tests.envs.faulty import SLOW, make_probe
 from tests.envs.sb3_spaces import make_echo_env
-from tests.support.procs import children
+from tests.support.procs import HANG, children
 from tests.support.scripts import assert_example_refuses, run_example
 
 #: VecEnv.has_attr, which AioVecEnv has on every release, came in stable-baselines3 2.6.
@@ -366,16 +367,40 @@ def test_example_sb3_ppo_refuses_a_bad_count() -> None:
     assert_example_refuses("sb3_ppo.py", ["--num-envs", "0"], "--num-envs must be at least 1, got 0")
 
 
+def test_step_runs_in_this_thread_and_a_step_async_alone_returns_at_once(gate: Any) -> None:
+    """Envs in a worker process: ``step()`` runs the whole step in the caller's thread (no hop to the loop thread
+    and back); a ``step_async`` on its own returns while the envs step, and ``step_wait`` collects them."""
+    env = AioVecEnv([functools.partial(make_probe, **gate.kwargs())] * 2, executor="inline", num_workers=1)
+    try:
+        env.seed(0)
+        env.reset()
+        obs, *_ = env.step(np.array([0, 0]))
+        assert env.pool.runs_in_caller
+        env.step_async(np.array([SLOW, 0]))  # env 0's step waits for the gate
+        marker = os.path.join(gate.markers, "started-0")
+        deadline = time.monotonic() + HANG
+        while not os.path.exists(marker):  # the step runs while this thread goes on
+            assert time.monotonic() < deadline, "the slow step never started"
+            time.sleep(0.005)
+        assert env.waiting
+        assert not env.pool.runs_in_caller  # its reply comes while no call runs: the loop went back to its thread
+        gate.open()
+        after, *_ = env.step_wait()
+        assert (after[:, 1] - obs[:, 1]).tolist() == [1, 1]
+    finally:
+        env.close()
+
+
 @pytest.mark.parametrize("executor", ["inline", "in_process"])
 def test_env_errors_surface_in_step_wait_and_reset_recovers(executor: str) -> None:
-    """Whether the envs run in a worker process or in this one (where step_async steps them at once, in the
+    """Whether the envs run in a worker process or in this one (either way step_async steps them at once, in the
     caller's thread), an env's error comes from step_wait, and nothing is left half done."""
     placement = {"num_workers": 1} if executor == "inline" else {}
     env = AioVecEnv(
         [functools.partial(make_probe, fail_at=2), functools.partial(make_probe)], executor=executor, **placement
     )
     try:
-        assert env.pool.runs_in_caller == (executor == "in_process")
+        assert env.pool.runs_in_caller
         env.reset()
         env.step(np.array([0, 0]))
         env.step_async(np.array([0, 0]))

@@ -136,6 +136,25 @@ def test_envs_on_threads_of_this_process_give_the_same_results() -> None:
         ref.close()
 
 
+def test_envs_in_worker_processes_are_driven_from_the_callers_thread() -> None:
+    """Worker processes (the default): every ``*_async`` runs its call in the caller's thread (no hop to the loop
+    thread and back), and the results stay gymnasium's."""
+    factory = CASES["dict"]
+    aio = AioVectorEnv([factory] * N, executor="inline", num_workers=2)
+    ref = gym.vector.SyncVectorEnv([factory] * N, **gym_autoreset(AutoresetMode.NEXT_STEP))
+    try:
+        assert (aio.pool.pool.envs_in_process, aio.pool.pool.num_workers) == (0, 2)
+        assert drive(aio, ref, AutoresetMode.NEXT_STEP) > 0
+        assert aio.get_attr("spec") == ref.get_attr("spec")
+        assert aio.pool.runs_in_caller  # reset, step and call ran their *_async here and never gave the loop back
+        aio.step_async(aio.action_space.sample())  # on its own: returns at once, the workers step meanwhile
+        assert not aio.pool.runs_in_caller
+        aio.step_wait()
+    finally:
+        aio.close()
+        ref.close()
+
+
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_same_results_as_async_vector_env(case: str, mode: AutoresetMode) -> None:

@@ -12,6 +12,7 @@ import functools
 import gc
 import os
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -278,9 +279,25 @@ def test_submit_refuses_a_methods_name(executor: str) -> None:
     with SyncPool(PROBE, 1, executor=executor) as sp:
         with pytest.raises(TypeError, match=r"sp\.submit\(sp\.pool\.step, actions\)"):
             sp.submit("step", np.array([0]))  # type: ignore[call-overload]
-        with pytest.raises(TypeError, match=r"takes a callable, such as sp\.pool\.step; got int"):
+        with pytest.raises(TypeError, match=r"SyncPool\.submit takes a callable, such as sp\.pool\.step; got int"):
             sp.submit(42)  # type: ignore[call-overload]
+        with pytest.raises(TypeError, match=r"sp\.answer\(sp\.pool\.step, actions\)"):
+            sp.answer("step", np.array([0]))  # type: ignore[call-overload]
+        with pytest.raises(TypeError, match=r"SyncPool\.answer takes a callable, such as sp\.pool\.step; got int"):
+            sp.answer(42)  # type: ignore[call-overload]
         sp.reset()  # refused before anything was sent
+        assert sp.runs_in_caller
+
+
+@pytest.mark.parametrize("executor", ["inline", "in_process"])
+def test_answer_runs_the_call_to_its_end_in_the_callers_thread(executor: str) -> None:
+    # for an adapter's step_async, whose step_wait follows: no hop, and the loop stays lent
+    with SyncPool(PROBE, 2, executor=executor, seed=0) as sp:
+        sp.reset()
+        fut = sp.answer(sp.pool.step, np.array([0, 0]))
+        assert fut.done()
+        assert sp.wait(fut)[0][:, 1].tolist() == [1, 1]
+        assert sp.runs_in_caller
 
 
 # ---------------------------------------------------------------- interruption
@@ -387,12 +404,106 @@ def test_asking_for_the_loop_gives_it_back_to_its_thread_for_good() -> None:
         assert sp.run_coroutine(sp.pool.reset()).result(HANG)[0].shape == (2, 1)
 
 
-def test_a_pool_with_worker_processes_keeps_its_loop_thread() -> None:
-    with SyncPool(ThreadEnv, 2, executor="inline", num_workers=1) as sp:
-        assert not sp.runs_in_caller
+def test_a_pool_with_worker_processes_runs_its_calls_in_the_callers_thread() -> None:
+    # no hop to the loop thread and back; the envs still step in the worker process
+    with SyncPool(PROBE, 2, executor="inline", num_workers=1) as sp:
+        assert sp.runs_in_caller
+        _, info = sp.reset()
+        for _ in range(3):
+            sp.step(np.array([0, 0]))
+        assert sp.runs_in_caller
+        assert info["pid"].tolist() == worker_pids(sp) * 2
+        assert os.getpid() not in info["pid"].tolist()
+
+
+def test_a_send_to_worker_processes_gives_the_loop_back_to_its_thread() -> None:
+    # its replies come between calls: only a running loop takes them (and judges their deadlines) as they come
+    with SyncPool(PROBE, 2, executor="inline", num_workers=1, batch_size=2, seed=0) as sp:
         sp.reset()
-        *_, info = sp.step(np.array([0, 0]))
-        assert threading.get_ident() not in info["thread"].tolist()
+        assert sp.runs_in_caller
+        sp.send(np.array([0, 0]))
+        assert not sp.runs_in_caller
+        *_, info = sp.recv()
+        assert sorted(info["env_id"].tolist()) == [0, 1]
+        sp.step(np.array([0, 0]))
+        assert not sp.runs_in_caller  # for good
+
+
+def test_a_submit_to_worker_processes_returns_at_once_and_gives_the_loop_back(gate: Any) -> None:
+    # submit() starts a call without waiting (the workers step while the caller goes on): in the caller's thread
+    # nothing would take its reply, so the loop goes back to its thread
+    with SyncPool(PROBE, 2, executor="inline", seed=0, env_kwargs=gate.kwargs()) as sp:
+        sp.reset()
+        assert sp.runs_in_caller
+        fut = sp.submit(sp.pool.step, np.array([SLOW, 0]))
+        wait_marker(gate, 0)  # the step runs, gated, while this thread goes on
+        assert not fut.done()
+        assert not sp.runs_in_caller
+        gate.open()
+        obs, *_ = sp.wait(fut, timeout=HANG)
+        assert obs[:, 1].tolist() == [1, 1]
+
+
+def wait_dead(pid: int) -> None:
+    """Until worker ``pid`` has exited (every thread of it), which no loop has taken in: the pool runs no loop
+    between calls in the caller's thread, and the process stays unreaped."""
+    fd = os.pidfd_open(pid)
+    try:
+        assert select.select([fd], [], [], HANG)[0], f"worker {pid} still runs"  # hang guard
+    finally:
+        os.close(fd)
+
+
+def test_a_worker_killed_between_calls_in_the_callers_thread_reads_as_on_the_loop_thread() -> None:
+    # the loop, not running between calls, has not reaped it: the next call takes that in before its request goes
+    # out, so the step is never sent (EnvRemade, as on the loop thread), not failed in flight (WorkerCrashed)
+    with SyncPool(PROBE, 4, executor="inline", num_workers=2, seed=0) as sp:
+        sp.reset()
+        _, before, *_ = sp.step(np.zeros(4, np.int64))
+        assert sp.runs_in_caller
+        pid = worker_pids(sp)[0]
+        os.kill(pid, signal.SIGKILL)
+        wait_dead(pid)
+        with pytest.raises(aioenv.EnvRemade, match="while it had no request in flight"):
+            sp.step(np.zeros(4, np.int64))
+        sp.reset()
+        _, reward, *_ = sp.step(np.zeros(4, np.int64))
+        assert reward.tolist() == before.tolist()
+        assert sp.runs_in_caller
+
+
+def test_a_worker_restarted_by_a_call_from_a_thread_that_ends_outlives_that_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a worker started afresh dies with the thread that started it (PR_SET_PDEATHSIG): one restarted inside a
+    # call that runs the loop in its caller's thread must still be started on the pool's own loop thread
+    monkeypatch.setenv("AIOENV_WORKER_START", "exec")  # a forked worker dies with its template instead
+    with SyncPool(PROBE, 2, executor="inline", num_workers=1, seed=0) as sp:
+        sp.reset()
+        assert sp.runs_in_caller
+        old = worker_pids(sp)[0]
+        os.kill(old, signal.SIGKILL)
+        wait_dead(old)
+        errors: list[BaseException] = []
+
+        def restart() -> None:
+            try:
+                with pytest.raises(aioenv.EnvRemade):
+                    sp.step(np.zeros(2, np.int64))  # takes the crash in and restarts the worker
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        caller = threading.Thread(target=restart)
+        caller.start()
+        caller.join(HANG)
+        assert not errors
+        new = worker_pids(sp)[0]
+        assert new != old
+        time.sleep(0.3)  # time for a SIGKILL from the ended thread to land
+        assert not process_gone(new)
+        _, info = sp.reset()
+        assert info["pid"].tolist() == [new, new]
+        assert worker_pids(sp) == [new]
 
 
 def test_calls_from_several_threads_take_turns() -> None:
@@ -665,7 +776,7 @@ def test_a_step_past_step_timeout_in_the_callers_thread_fails_and_the_pool_goes_
 @pytest.mark.parametrize("executor", ["inline", "in_process"])
 def test_close_is_idempotent_and_stops_everything(executor: str) -> None:
     sp = SyncPool(PROBE, 2, executor=executor, num_workers=2 if executor == "inline" else None)
-    assert sp.runs_in_caller == (executor == "in_process")
+    assert sp.runs_in_caller
     pids = worker_pids(sp)
     thread = sp._rt.thread
     sp.close()
