@@ -177,6 +177,15 @@ class _CtrlC:
             self._pool._interrupt_env_code()
             raise KeyboardInterrupt
         self.hit = True
+        self._stop_waiting()
+
+    def wait_begins(self) -> None:
+        """The call now waits for :attr:`waited`: a first Ctrl-C that landed before (while the call went out)
+        stops that wait now, as it would have had it landed during it."""
+        if self.hit:
+            self._stop_waiting()
+
+    def _stop_waiting(self) -> None:
         waited = self.waited
         if waited is None or waited.done():
             return
@@ -521,6 +530,7 @@ class _Runtime:
         inner = asyncio.ensure_future(result)
         ctrl_c.waited = waited = asyncio.shield(inner) if shield else inner
         ctrl_c.ends_with_env_code = shield
+        ctrl_c.wait_begins()
         asyncio._set_running_loop(None)  # run_until_complete refuses a thread whose loop is running
         try:
             return self.loop.run_until_complete(waited)

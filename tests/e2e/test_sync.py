@@ -334,6 +334,7 @@ def test_interrupted_recv_loses_no_rows(gate: Any) -> None:
 def test_keyboard_interrupt_does_not_corrupt_the_pool(gate: Any) -> None:
     with SyncPool(PROBE, 2, executor="inline", seed=0, env_kwargs=gate.kwargs()) as sp:
         sp.reset()
+        assert sp.runs_in_caller  # the loop runs in this (main) thread, where the SIGINT lands
 
         def interrupt() -> None:
             wait_marker(gate, 0)
@@ -342,6 +343,30 @@ def test_keyboard_interrupt_does_not_corrupt_the_pool(gate: Any) -> None:
         threading.Thread(target=interrupt, daemon=True).start()
         with pytest.raises(KeyboardInterrupt):
             sp.step(np.array([SLOW, 0]))
+        assert not sp.runs_in_caller  # the step goes on in its worker: its reply comes between calls
+        gate.open()
+        obs, *_ = sp.step(np.array([0, 0]))
+        assert obs[:, 1].tolist() == [2, 2]
+
+
+@pytest.mark.usefixtures("ctrl_c_raises")
+def test_a_ctrl_c_that_lands_while_a_step_goes_out_stops_its_wait(gate: Any) -> None:
+    # the SIGINT comes before the call waits for anything (here: inside the dispatch): the wait it then begins is
+    # stopped at once, as if the Ctrl-C had come during it, rather than lasting until the step ends
+    with SyncPool(PROBE, 2, executor="inline", seed=0, env_kwargs=gate.kwargs(slow_seconds=HANG)) as sp:
+        sp.reset()
+        assert sp.runs_in_caller
+        start = sp.pool._start_step
+
+        def interrupted_start(*args: Any, **kwargs: Any) -> Any:
+            signal.raise_signal(signal.SIGINT)  # handled here, before the step goes out
+            return start(*args, **kwargs)
+
+        sp._rt.starters[sp.pool.step] = interrupted_start
+        with pytest.raises(KeyboardInterrupt):
+            sp.step(np.array([SLOW, 0]))  # env 0's step waits for the gate (HANG seconds at most)
+        assert not sp.runs_in_caller  # the step goes on in its worker
+        sp._rt.starters[sp.pool.step] = start
         gate.open()
         obs, *_ = sp.step(np.array([0, 0]))
         assert obs[:, 1].tolist() == [2, 2]
