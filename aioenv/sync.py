@@ -18,9 +18,10 @@ each call to another thread and back costs two thread wake-ups (50-500 µs on a 
 The rules below hold in both ways. With worker processes:
 
 - a call first lets the loop take in whatever happened since the last one (one ``epoll_wait`` over the
-  workers' exit descriptors; a turn of the loop if one exited), so a worker that died between calls reads as
-  it does on the loop thread, which noticed at once: the next step of its envs raises ``EnvRemade``, its
-  request never sent, rather than ``WorkerCrashed`` as if the worker died under it;
+  workers' exit descriptors; a turn of the loop if one is readable), so a worker whose exit this process has
+  learned of between calls (at once through a pidfd; a forked worker's template reports it a moment later)
+  reads as it does on the loop thread, which took it in at once: the next step of its envs raises
+  ``EnvRemade``, its request never sent, rather than ``WorkerCrashed`` as if the worker died under it;
 - the worker processes are still started on the loop thread, which serves such starts while parked: a worker
   dies with the thread that started it (``PR_SET_PDEATHSIG``), and one restarted inside a call from a
   short-lived thread must not;

@@ -31,6 +31,8 @@ from gymnasium.vector import SyncVectorEnv
 import aioenv
 from aioenv import EnvError, InvalidAction, PoolClosed, SyncPool, UsageError
 from aioenv._compat import AutoresetMode
+from aioenv.core.coordinator import Coordinator
+from aioenv.core.launcher import LocalProcess
 from tests.envs.faulty import SLOW
 from tests.support.procs import HANG, process_gone
 
@@ -469,14 +471,15 @@ def test_a_submit_to_worker_processes_returns_at_once_and_gives_the_loop_back(ga
         assert obs[:, 1].tolist() == [1, 1]
 
 
-def wait_dead(pid: int) -> None:
-    """Until worker ``pid`` has exited (every thread of it), which no loop has taken in: the pool runs no loop
-    between calls in the caller's thread, and the process stays unreaped."""
-    fd = os.pidfd_open(pid)
-    try:
-        assert select.select([fd], [], [], HANG)[0], f"worker {pid} still runs"  # hang guard
-    finally:
-        os.close(fd)
+def wait_dead(sp: SyncPool, pid: int) -> None:
+    """Until this process can tell that worker ``pid`` has exited (the pool's exit descriptor for it is readable:
+    a pidfd at once, a forked worker's template reports it a moment later), which no loop has taken in yet: the
+    pool runs no loop between calls in the caller's thread."""
+    coord = sp.pool._runner
+    assert isinstance(coord, Coordinator)
+    (proc,) = (slot.proc for slot in coord.slots if slot.proc is not None and slot.proc.pid == pid)
+    assert isinstance(proc, LocalProcess)
+    assert select.select([proc.exit_fd], [], [], HANG)[0], f"worker {pid} still runs"  # hang guard
 
 
 def test_a_worker_killed_between_calls_in_the_callers_thread_reads_as_on_the_loop_thread() -> None:
@@ -488,7 +491,7 @@ def test_a_worker_killed_between_calls_in_the_callers_thread_reads_as_on_the_loo
         assert sp.runs_in_caller
         pid = worker_pids(sp)[0]
         os.kill(pid, signal.SIGKILL)
-        wait_dead(pid)
+        wait_dead(sp, pid)
         with pytest.raises(aioenv.EnvRemade, match="while it had no request in flight"):
             sp.step(np.zeros(4, np.int64))
         sp.reset()
@@ -508,7 +511,7 @@ def test_a_worker_restarted_by_a_call_from_a_thread_that_ends_outlives_that_thre
         assert sp.runs_in_caller
         old = worker_pids(sp)[0]
         os.kill(old, signal.SIGKILL)
-        wait_dead(old)
+        wait_dead(sp, old)
         errors: list[BaseException] = []
 
         def restart() -> None:
