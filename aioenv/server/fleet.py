@@ -282,7 +282,7 @@ class Fleet:
         except _NameTaken as exc:
             self._refuse(identity, req_id, exc.error, retry=True)
             return
-        self.router.send(identity, encode(Op.RESULT, {Key.ID: req_id, Key.BEAT: interval_for(self.worker_timeout)}))
+        self.router.send(identity, encode(Op.RESULT, {Key.ID: req_id, Key.BEAT: self._sweep.interval}))
 
     def _on_stranger(self, identity: bytes, req_id: Any, op: str) -> None:
         """A message from a peer that is not a joined host: each kind of stray peer is told what it needs."""

@@ -733,7 +733,7 @@ class Server:
             "executor": opts.executor,
             "max_message_bytes": self.config.limits.max_message_bytes,
         }
-        return {Key.SPACES: {**described, "_server": chosen}, Key.BEAT: interval_for(self.config.client_timeout)}
+        return {Key.SPACES: {**described, "_server": chosen}, Key.BEAT: self._sweep.interval}
 
     def _check_open(self, identity: bytes, header: dict[str, Any]) -> tuple[str, int, str]:
         """``(env, num_envs, client)`` of an OPEN this server may serve, else the error that says why not."""
