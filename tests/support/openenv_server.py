@@ -51,20 +51,34 @@ class OpenEnvServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> OpenEnvServer:
-        """Start the process and wait until it answers ``/health``."""
+        """Start the process and wait until it answers ``/health``.
+
+        The process serves a socket bound and listening here (``uvicorn --fd``): the port is the server's from now,
+        not from when uvicorn has imported (a second later, on a loaded machine), during which another test's
+        socket could take it and answer ``/health`` with bytes of its own. A server that does not come up is
+        killed before the error goes on, so no process of it outlives the test."""
         env = dict(os.environ, PYTHONPATH=str(ROOT), COUNT_MAX_SESSIONS=str(self.max_sessions))
-        cmd = [sys.executable, "-m", "uvicorn", APP, "--host", "127.0.0.1", "--port", str(self.port)]
-        cmd += ["--log-level", "warning"]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + HANG
-        while True:
-            assert self.proc.poll() is None, f"the OpenEnv test server exited with {self.proc.returncode}"
-            try:
-                self.get("/health")
-                return self
-            except OSError:
-                assert time.monotonic() < deadline, "the OpenEnv test server did not answer /health"
-                time.sleep(0.05)
+        with socket.socket() as listener:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart on the same port
+            listener.bind(("127.0.0.1", self.port))
+            listener.listen(128)
+            cmd = [sys.executable, "-m", "uvicorn", APP, "--fd", str(listener.fileno()), "--log-level", "warning"]
+            self.proc = subprocess.Popen(
+                cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, pass_fds=(listener.fileno(),)
+            )
+        try:
+            deadline = time.monotonic() + HANG
+            while True:
+                assert self.proc.poll() is None, f"the OpenEnv test server exited with {self.proc.returncode}"
+                try:
+                    self.get("/health")
+                    return self
+                except OSError:
+                    assert time.monotonic() < deadline, "the OpenEnv test server did not answer /health"
+                    time.sleep(0.05)
+        except BaseException:
+            self.stop()
+            raise
 
     def get(self, path: str) -> object:
         """``GET path``, its JSON."""
