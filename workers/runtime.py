@@ -332,11 +332,12 @@ class Worker:
 
     def on_lane_step(self, frame: memoryview) -> list[Any]:
         """Answer a step in the lane's format (:mod:`aioenv.wire.lane`): a contiguous run of envs over the slab.
-        The reply is the lane's ``DONE`` when no env failed and none had an info, else the protocol's RESULT
-        over shared rows, as :meth:`on_step` answers; a request that cannot be served gets an ERROR."""
+        The reply is the lane's ``DONE`` when no env failed and none had an info (or, with the step's ``FINALS``
+        flag, none but a same_step end's that :func:`finals_to_slab` moved to the slab), else the protocol's
+        RESULT over shared rows, as :meth:`on_step` answers; a request that cannot be served gets an ERROR."""
         req_id: Any = None
         try:
-            req_id, first, count, info_list = lane.read_step(frame)
+            req_id, first, count, info_list, finals = lane.read_step(frame)
             slab = self.slab or self._no_slab()
             run = self._runs.get((first, count))
             if run is None:
@@ -351,8 +352,11 @@ class Worker:
                 run = list(range(first, first + count))
                 if len(self._runs) < _RUNS_KEPT:
                     self._runs[(first, count)] = run
-            fields, out = self.step_shared(run, self.group(run), slab, slice(first, first + count))
-            if Key.INFO not in fields and Key.ERRORS not in fields:  # nothing but the rows, which are in the slab
+            at = slice(first, first + count)
+            fields, out = self.step_shared(run, self.group(run), slab, at)
+            if Key.ERRORS not in fields and (
+                Key.INFO not in fields or (finals and finals_to_slab(fields[Key.INFO], slab, at))
+            ):  # nothing but the rows, which are in the slab
                 return self._done(req_id)
             return self._result(req_id, fields, out, run, info_list, False)
         except Exception as exc:  # every request gets a reply, a failed one an ERROR
@@ -629,6 +633,39 @@ def shared_rows(env_ids: list[int]) -> slice | np.ndarray:
     if last - first + 1 == len(env_ids) and env_ids == list(range(first, last + 1)):
         return slice(first, last + 1)
     return np.array(env_ids, dtype=np.intp)
+
+
+def finals_to_slab(infos: list[Any], slab: Slab, at: slice) -> bool:
+    """Move the final observations of a ``same_step`` step's ended envs (the rows ``at``) to the slab's area of
+    them (:mod:`aioenv.transport.slab`), when that is all the infos say: every row that has an info ended
+    (terminated or truncated in the slab), every row that ended has one, and each is ``{"final_obs": obs,
+    "final_info": {}}`` with ``obs`` an array of the area's dtype and row shape, as the pool will rebuild it.
+    Returns whether it did (False: nothing written, the infos go in the reply as they are)."""
+    final = slab.final
+    if final is None:
+        return False
+    dtype, shape = final.dtype, final.shape[1:]
+    rows: list[int] = []
+    values: list[np.ndarray] = []
+    for i, info in enumerate(infos):
+        if info is None:
+            continue
+        if type(info) is not dict or len(info) != 2:
+            return False
+        obs, final_info = info.get("final_obs"), info.get("final_info")
+        if type(final_info) is not dict or final_info or type(obs) is not np.ndarray:
+            return False
+        if obs.dtype != dtype or obs.shape != shape:
+            return False
+        rows.append(i)
+        values.append(obs)
+    ended = np.flatnonzero(slab.terminated[at] | slab.truncated[at])
+    if ended.size != len(rows) or ended.tolist() != rows:
+        return False
+    base = at.start
+    for i, obs in zip(rows, values, strict=True):
+        final[base + i] = obs
+    return True
 
 
 def shared_reply(infos: list[Any] | None, errors: dict[int, Any]) -> Reply:

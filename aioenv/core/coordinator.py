@@ -234,7 +234,8 @@ class Coordinator(Recovery, Requests):
         if self._slab_fd is None:
             return
         found = [(space_from_description(d["obs"]), space_from_description(d["act"])) for d in described.values()]
-        layout = Slab.plan(self.sched.num_envs, *found[0]) if all(f == found[0] for f in found[1:]) else None
+        finals = self.autoreset_mode == "same_step"  # an area for the final observations (see Slab)
+        layout = Slab.plan(self.sched.num_envs, *found[0], finals) if all(f == found[0] for f in found[1:]) else None
         if layout is None:
             os.close(self._slab_fd)
             self._slab_fd = None
@@ -496,7 +497,8 @@ class Coordinator(Recovery, Requests):
                         and isinstance(slot.proc, LocalProcess)
                         and _is_run(ids, every)
                     ):  # a run of envs over shared rows, to a worker process of its own: a lane message
-                        data = lane.framed_step(req.id, int(ids[0]), ids.size, lane_step.info_list)
+                        finals = self._finals_in_slab(sink)
+                        data = lane.framed_step(req.id, int(ids[0]), ids.size, lane_step.info_list, finals)
                         prepared.append((slot, req, positions, data))
                         continue
                     fields, arrays = build(req)
@@ -575,10 +577,23 @@ class Coordinator(Recovery, Requests):
         :class:`aioenv.core.scheduler.LaneCall`)."""
         call = self.sched.open_lanes(plan.workers, plan.firsts, plan.counts, sink, deadline, each)
         base, framed_step, slots = call.base, lane.framed_step, self.slots
+        finals = self._finals_in_slab(sink)
         for k, proc in enumerate(plan.by_message):
-            data = framed_step(base + k, plan.firsts[k], plan.counts[k], info_list)
+            data = framed_step(base + k, plan.firsts[k], plan.counts[k], info_list, finals)
             if not proc.send_framed(data):  # its worker is gone: its exit fails the message (see _fail_lost)
                 slots[plan.workers[k]].outbox.append(data)
+
+    def _finals_in_slab(self, sink: Sink) -> bool:
+        """Whether a lane step's ended envs may leave their final observations in the slab (``lane.FINALS``): a
+        same_step pool's slab has an area for them, and ``sink`` builds ``final_obs`` from it, as a lane DONE's
+        rows go to a :class:`Gather` or :class:`RecvQueue` (see :meth:`_on_done`)."""
+        slab = self.slab
+        return (
+            slab is not None
+            and slab.final is not None
+            and isinstance(sink, (Gather, RecvQueue))
+            and self.truncation is None
+        )
 
     def _spill_lanes(self, due: float | None = None, worker: int | None = None, req_id: int | None = None) -> None:
         """Turn the lane calls still out (past ``due``, with a message out to ``worker``, or with the message

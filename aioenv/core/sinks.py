@@ -156,6 +156,49 @@ def whole_result(kind: str, part: Part, obs_space: Any, *, info_list: bool = Fal
     return obs, part.reward, part.terminated, part.truncated, info
 
 
+class _Finals(NamedTuple):
+    """The rows of some shared rows whose step ended in a same_step pool (``rows``: indices among them, ``(e,)``),
+    their final observations copied out of the slab's area of them (``obs``: ``(e, *shape)``)."""
+
+    rows: np.ndarray
+    obs: np.ndarray
+    ended: np.ndarray  # (k,) bool: which of the k rows ended
+
+
+def _final_rows(slab: Slab, where: slice | np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> _Finals | None:
+    """The final observations of the shared rows ``where`` (k rows; ``terminated``, ``truncated``: their flags, (k,))
+    whose step ended, when the slab holds them (a same_step pool's lane replies, :mod:`aioenv.transport.slab`);
+    None when it has no area for them or no row ended. Read before the rows' envs are freed."""
+    final = slab.final
+    if final is None:
+        return None
+    ended = terminated | truncated
+    if not ended.any():
+        return None
+    rows = np.flatnonzero(ended)
+    obs = final[where][rows] if type(where) is slice else final[where[rows]]  # (copies)
+    return _Finals(rows, obs, ended)
+
+
+def _final_columns(finals: _Finals) -> dict[str, Any]:
+    """``final_obs`` (an object array of the rows' own observations, None where a row did not end) and
+    ``final_info`` (``{}``: no ended episode had an info) with their masks, as gymnasium's ``_add_info`` makes
+    them for these rows alone; also a batched info :func:`merge_infos` and :func:`concat_infos` take."""
+    ended = finals.ended
+    obs = np.full(ended.size, None, dtype=object)
+    for j, row in enumerate(finals.rows.tolist()):
+        obs[row] = finals.obs[j]
+    return {"final_obs": obs, "_final_obs": ended, "final_info": {}, "_final_info": ended.copy()}
+
+
+def _put_final_dicts(infos: list[dict[str, Any]], finals: _Finals, positions: np.ndarray | None) -> None:
+    """Each ended row's own info dict (``info_list``), at its position among ``infos`` (``positions[row]``; None:
+    the row itself): ``{"final_obs": its observation, "final_info": {}}``, as the worker would have sent it."""
+    for j, row in enumerate(finals.rows.tolist()):
+        at = row if positions is None else int(positions[row])
+        infos[at] = {"final_obs": finals.obs[j], "final_info": {}}
+
+
 class Gather:
     """Collects the parts of one batched call over ``env_ids`` (B rows, caller's order)."""
 
@@ -247,15 +290,26 @@ class Gather:
         copy per array of the block, then ``release(env_ids)`` frees the envs. Nothing else may have arrived."""
         assert self._left == self.env_ids.size, "a lane call's rows arrive all at once"
         assert self._shared is None, "a lane call's rows arrive all at once"
-        obs, extras = slab.results(slice(0, self._left), True)
-        self._left = 0
-        release(self.env_ids)
         future = self.future
         if future.done():  # (its caller gave up: the rows are dropped, the envs free)
+            self._left = 0
+            release(self.env_ids)
             return
+        every = slice(0, self._left)
+        obs, extras = slab.results(every, True)
         assert extras is not None, "a step's results have extras"
         reward, terminated, truncated = extras
-        info: Any = self._info_list if self._info_list is not None else {"env_id": self.env_ids.astype(np.int32)}
+        finals = _final_rows(slab, every, terminated, truncated)  # (before the envs are freed)
+        self._left = 0
+        release(self.env_ids)
+        info: Any
+        if self._info_list is not None:
+            info = self._info_list
+            if finals is not None:
+                _put_final_dicts(info, finals, None)
+        else:
+            info = {} if finals is None else _final_columns(finals)
+            info["env_id"] = self.env_ids.astype(np.int32)
         future.set_result((spaces.from_leaves(self._obs_space, obs), reward, terminated, truncated, info))
 
     def _copy_shared(self) -> None:
@@ -269,17 +323,31 @@ class Gather:
         if self._obs is None and self._aligned and self._in_slab == n:
             # Every row, each run where its env ids stand: the call's envs are base .. base + n - 1, and the
             # batch is that block of the slab, one copy per array.
-            self._obs, extras = slab.results(slice(self._base, self._base + n), True)
+            block = slice(self._base, self._base + n)
+            self._obs, extras = slab.results(block, True)
             assert extras is not None, "a step's results have extras"
             self._reward, self._terminated, self._truncated = extras
+            self._add_finals(_final_rows(slab, block, self._terminated, self._truncated), np.arange(n))
             release(self.env_ids)
             return
         held = []
         for first, positions in runs:  # each run where its positions say (a call of a subset, or beside failures)
             part = _in_slab(slab, first, first + positions.size)
             self._place(part, positions)
+            self._add_finals(
+                _final_rows(slab, slice(first, first + positions.size), part.terminated, part.truncated), positions
+            )
             held.append(part.env_ids)
         release(np.concatenate(held))
+
+    def _add_finals(self, finals: _Finals | None, positions: np.ndarray) -> None:
+        """The final observations of rows that stand at ``positions`` of the call, into its infos."""
+        if finals is None:
+            return
+        if self._info_list is not None:
+            _put_final_dicts(self._info_list, finals, positions)
+        else:
+            self._infos.append((_final_columns(finals), positions))
 
     def _place(self, part: Part, positions: np.ndarray) -> None:
         """Copy ``part``'s rows into the batch at ``positions``."""
@@ -586,14 +654,22 @@ class RecvQueue:
         leaves, extras = slab.results(where, True)
         assert extras is not None, "a step's results have extras"
         reward, terminated, truncated = extras
-        return spaces.from_leaves(self._obs_space, leaves), reward, terminated, truncated, {"env_id": ids}
+        finals = _final_rows(slab, where, terminated, truncated)
+        info = {} if finals is None else _final_columns(finals)
+        info["env_id"] = ids
+        return spaces.from_leaves(self._obs_space, leaves), reward, terminated, truncated, info
 
     def _as_segment(self, item: _Segment | _Run) -> _Segment:
         """A run as a segment of views of the shared rows (copied by :meth:`_assemble`'s concatenation)."""
         if isinstance(item, _Segment):
             return item
-        assert self._slab is not None, "runs are queued with their shared rows"
-        return _Segment(_in_slab(self._slab, item.first, item.end), 0, item.end - item.first, None)
+        slab = self._slab
+        assert slab is not None, "runs are queued with their shared rows"
+        part = _in_slab(slab, item.first, item.end)
+        finals = _final_rows(slab, slice(item.first, item.end), part.terminated, part.truncated)
+        if finals is not None:
+            part.binfo = _final_columns(finals)
+        return _Segment(part, 0, item.end - item.first, None)
 
     def _assemble(self, segments: list[_Segment], n: int) -> tuple[Any, ...]:
         if not segments:

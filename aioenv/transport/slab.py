@@ -7,6 +7,7 @@ action leaf, each observation leaf, and the reward, terminated and truncated of 
     act leaves   (num_envs, *shape)  written by the pool before a STEP is sent
     obs leaves   (num_envs, *shape)  written by the worker before it replies
     reward (num_envs,) float64, terminated (num_envs,) bool, truncated (num_envs,) bool
+    final obs  (num_envs, *shape)  a same_step pool's only: written by the worker before it replies
 
 Rows are indexed by env id. A STEP or RESET that says ``"sh": 1`` carries no arrays: the worker reads
 the actions of its envs from their rows and writes their results into them, and its RESULT, also
@@ -23,6 +24,17 @@ The descriptor is created before the workers start (it is inherited, ``--slab FD
 the envs' spaces are known; a restarted worker maps it again. Observation or action spaces with a
 ``Text`` leaf (object arrays) cannot live in shared memory: such pools, and workers reached over
 ZeroMQ, exchange arrays inside the messages as before. ``AIOENV_SLAB=off`` turns slabs off.
+
+*Final observations.* With ``autoreset_mode="same_step"`` an episode's end carries the ended episode's last
+observation in the row's info (``final_obs``). For about a third of a lock-step batch of short-episode envs
+(CartPole) that info was the only thing of a reply not in the slab, and it sent the reply the general way: a
+msgpack RESULT, decoded and batched column by column, ~130 µs of the pool's process where a lane DONE costs a
+few. So a same_step pool whose observation space is a Box of one array per row gets one more area, the final
+observations, one row per env. A worker answering a lane step that asks for it (:data:`aioenv.wire.lane.FINALS`)
+writes each ended env's final observation there and says DONE, when that and an empty ``final_info`` is all its
+infos would have said; the pool then builds ``final_obs``/``final_info`` and their masks from the rows that ended
+(terminated or truncated), as gymnasium's ``SyncVectorEnv`` does (:mod:`aioenv.core.sinks`). Anything else (a
+reset info, a final info, an observation of another dtype or shape) goes in the reply as before.
 """
 
 from __future__ import annotations
@@ -34,6 +46,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import gymnasium.spaces as gs
 import numpy as np
 
 from aioenv.errors import UsageError
@@ -66,11 +79,13 @@ class Slab:
 
     Attributes:
         num_envs: rows in every array.
-        layout: ``{"n": num_envs, "act": [Entry], "obs": [Entry], "size": bytes}`` (msgpack-able: it
+        layout: ``{"n": num_envs, "act": [Entry], "obs": [Entry], "x": [Entry], "fin": Entry, "size": bytes}``, "fin"
+            only with final observations (msgpack-able: it
             travels to the workers, who map the same file with :meth:`attach`).
         act: action leaves, each ``(num_envs, *shape)``.
         obs: observation leaves, each ``(num_envs, *shape)``.
         reward: ``(num_envs,)`` float64; terminated, truncated: ``(num_envs,)`` bool.
+        final: the final observations' leaf ``(num_envs, *shape)`` of a slab planned with ``finals``, else None.
     """
 
     def __init__(self, fd: int, layout: dict[str, Any]) -> None:
@@ -84,6 +99,8 @@ class Slab:
         self.act = [self._view(entry, n) for entry in layout["act"]]
         self.obs = [self._view(entry, n) for entry in layout["obs"]]
         self.reward, self.terminated, self.truncated = (self._view(e, n) for e in layout["x"])
+        fin = layout.get("fin")
+        self.final: np.ndarray | None = None if fin is None else self._view(fin, n)
 
     def _view(self, entry: Entry, n: int) -> np.ndarray:
         dtype, shape, offset = entry
@@ -110,9 +127,10 @@ class Slab:
             return None
 
     @staticmethod
-    def plan(num_envs: int, obs_space: Any, act_space: Any) -> dict[str, Any] | None:
+    def plan(num_envs: int, obs_space: Any, act_space: Any, finals: bool = False) -> dict[str, Any] | None:
         """The layout for these spaces, or None when a leaf cannot live in shared memory (an object leaf: text,
-        Graph, Sequence, OneOf, user-defined)."""
+        Graph, Sequence, OneOf, user-defined). ``finals``: with an area of final observations (see the module),
+        when the observation space is a Box of at least one dimension (else none is made)."""
         if spaces.has_object_leaves(obs_space) or spaces.has_object_leaves(act_space):
             return None
         obs_specs, act_specs = spaces.leaf_specs(obs_space), spaces.leaf_specs(act_space)
@@ -128,7 +146,11 @@ class Slab:
         act = [place(d, s) for d, s in act_specs]
         obs = [place(d, s) for d, s in obs_specs]
         x = [place("<f8", ()), place("|b1", ()), place("|b1", ())]
-        return {"n": num_envs, "act": act, "obs": obs, "x": x, "size": offset}
+        layout: dict[str, Any] = {"n": num_envs, "act": act, "obs": obs, "x": x}
+        if finals and isinstance(obs_space, gs.Box) and len(obs_space.shape) >= 1:
+            layout["fin"] = place(*obs_specs[0])
+        layout["size"] = offset
+        return layout
 
     @classmethod
     def create(cls, fd: int, layout: dict[str, Any]) -> Slab:
@@ -173,6 +195,7 @@ class Slab:
         """Drop this object's views and unmap (a view someone else still holds keeps the mapping
         alive until it goes)."""
         self.act = self.obs = []
+        self.final = None
         self.reward = self.terminated = self.truncated = np.empty(0)
         if self._map is not None:
             with contextlib.suppress(BufferError):  # a caller holds a view: the mapping goes with the last one

@@ -11,7 +11,8 @@ fixed-size frames instead:
 - a step (:data:`STEP`): ``<B 0xC1><B "S"><H flags><I first env><I count><Q request id>``; it steps the
   envs ``first .. first + count - 1``, one contiguous run (a worker's envs are one run: see
   :meth:`aioenv.core.scheduler.Scheduler.place`); ``flags`` bit 0: each env's own info dict is wanted
-  (the ``"ilist"`` of a step's header);
+  (the ``"ilist"`` of a step's header); bit 1 (:data:`FINALS`): the final observations of a ``same_step``
+  pool may go to the slab's area of them (see :mod:`aioenv.transport.slab`), the reply then a DONE;
 - its reply (:data:`DONE`): ``<B 0xC1><B "D"><6x><Q request id>``, the rows in the slab; a reply with
   infos or errors is the protocol's RESULT over shared rows, as for any other step.
 
@@ -35,6 +36,7 @@ import struct
 
 __all__ = [
     "DONE",
+    "FINALS",
     "FRAMED_DONE_SIZE",
     "INFO_LIST",
     "MARK",
@@ -61,6 +63,8 @@ DONE = struct.Struct("<BB6xQ")
 RECORD = struct.Struct("<BBHIQQ")
 #: ``flags`` bit: the caller wants each env's own info dict (``"ilist"``).
 INFO_LIST = 1
+#: ``flags`` bit: the pool takes the ended envs' final observations from the slab (``same_step``, see above).
+FINALS = 2
 _S = ord("S")
 _D = ord("D")
 _R = ord("R")
@@ -77,15 +81,20 @@ _DONE_A, _DONE_B, _, _ = _FRAMED_DONE_WORDS.unpack(_FRAMED_DONE.pack(1, DONE.siz
 FRAMED_DONE_SIZE = _FRAMED_DONE.size
 
 
-def step(req_id: int, first: int, count: int, info_list: bool = False) -> bytes:
-    """The frame of a step of envs ``first .. first + count - 1`` over shared rows, for request ``req_id``."""
-    return STEP.pack(MARK, _S, INFO_LIST if info_list else 0, first, count, req_id)
+def _flags(info_list: bool, finals: bool) -> int:
+    return (INFO_LIST if info_list else 0) | (FINALS if finals else 0)
 
 
-def framed_step(req_id: int, first: int, count: int, info_list: bool = False) -> bytes:
+def step(req_id: int, first: int, count: int, info_list: bool = False, finals: bool = False) -> bytes:
+    """The frame of a step of envs ``first .. first + count - 1`` over shared rows, for request ``req_id``
+    (``info_list``, ``finals``: the flags of the module's docstring)."""
+    return STEP.pack(MARK, _S, _flags(info_list, finals), first, count, req_id)
+
+
+def framed_step(req_id: int, first: int, count: int, info_list: bool = False, finals: bool = False) -> bytes:
     """:func:`step` as a pipe carries it (:mod:`aioenv.transport.pipe`'s framing of a one-frame message): the
     bytes to write to a worker's pipe as they are."""
-    return _FRAMED_STEP.pack(1, STEP.size, MARK, _S, INFO_LIST if info_list else 0, first, count, req_id)
+    return _FRAMED_STEP.pack(1, STEP.size, MARK, _S, _flags(info_list, finals), first, count, req_id)
 
 
 def read_framed_done(data: memoryview) -> int | None:
@@ -112,8 +121,8 @@ def is_lane(frame: memoryview | bytes) -> bool:
     return len(frame) > 0 and frame[0] == MARK
 
 
-def read_step(frame: memoryview | bytes) -> tuple[int, int, int, bool]:
-    """``(request id, first env, count, info_list)`` of a step's frame.
+def read_step(frame: memoryview | bytes) -> tuple[int, int, int, bool, bool]:
+    """``(request id, first env, count, info_list, finals)`` of a step's frame.
 
     Raises:
         ValueError: ``frame`` is no lane step (its size or kind differ), naming what arrived.
@@ -123,7 +132,7 @@ def read_step(frame: memoryview | bytes) -> tuple[int, int, int, bool]:
     _, kind, flags, first, count, req_id = STEP.unpack(frame)
     if kind != _S:
         raise ValueError(f"expected a lane step (kind {chr(_S)!r}), got kind {chr(kind)!r}")
-    return req_id, first, count, bool(flags & INFO_LIST)
+    return req_id, first, count, bool(flags & INFO_LIST), bool(flags & FINALS)
 
 
 def read_done(frame: memoryview | bytes) -> int | None:

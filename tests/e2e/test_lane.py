@@ -93,9 +93,9 @@ async def test_a_lock_step_step_is_one_lane_message_each_way_per_worker(monkeypa
     ref.close()
     steps = [lane.read_step(data[12:]) for data in sent]
     assert len(steps) == 40 * 3
-    assert sorted({(first, count) for _, first, count, _ in steps}) == [(0, 2), (2, 2), (4, 2)]
+    assert sorted({(first, count) for _, first, count, _, _ in steps}) == [(0, 2), (2, 2), (4, 2)]
     # every reply a record on the done pipe: each step's id once, from the worker it went to
-    assert sorted(taken) == sorted((first // 2, req_id) for req_id, first, _, _ in steps)  # worker k: envs 2k, 2k+1
+    assert sorted(taken) == sorted((first // 2, req_id) for req_id, first, _, _, _ in steps)  # worker k: envs 2k, 2k+1
 
 
 async def test_an_env_whose_row_is_in_stays_claimed_until_its_call_returns(tmp_path: Path) -> None:

@@ -72,6 +72,41 @@ def test_plan_lays_out_every_leaf_aligned_and_apart() -> None:
     assert spans[-1][1] <= layout["size"]
 
 
+def test_plan_adds_final_observations_only_when_asked_and_only_for_a_box_of_rows() -> None:
+    box = gym.spaces.Box(-1, 1, (3, 2), np.float32)
+    layout = Slab.plan(5, box, gym.spaces.Discrete(2), True)
+    assert layout is not None
+    dtype, shape, offset = layout["fin"]
+    assert (dtype, shape) == ("<f4", [3, 2])
+    assert offset % 64 == 0
+    taken = [e[2] for e in layout["act"] + layout["obs"] + layout["x"]]
+    assert offset > max(taken)  # after every other area, within the file
+    assert offset + 5 * 6 * 4 <= layout["size"]
+    fd = Slab.new_fd()
+    try:
+        pool_side = Slab.create(fd, layout)
+        worker_side = Slab.attach(fd, layout)
+        assert worker_side.final is not None
+        worker_side.final[4] = 0.5
+        assert pool_side.final is not None
+        assert pool_side.final.shape == (5, 3, 2)
+        assert pool_side.final[4].tolist() == [[0.5, 0.5]] * 3
+        worker_side.close()
+        pool_side.close()
+    finally:
+        os.close(fd)
+    for obs_space, finals in [
+        (box, False),  # not asked (next_step, disabled)
+        (gym.spaces.Discrete(3), True),  # a row of no dimension: its final observation is a scalar of the env's
+        (gym.spaces.Box(-1, 1, (), np.float32), True),
+        (DICT_OBS, True),
+    ]:
+        plain = Slab.plan(5, obs_space, gym.spaces.Discrete(2), finals)
+        assert plain is not None
+        assert "fin" not in plain
+        assert Slab.plan(5, obs_space, gym.spaces.Discrete(2))["size"] == plain["size"]  # type: ignore[index]
+
+
 def test_plan_refuses_text_leaves() -> None:
     assert Slab.plan(4, gym.spaces.Text(8), gym.spaces.Discrete(2)) is None
     assert Slab.plan(4, gym.spaces.Box(0, 1, (2,)), gym.spaces.Tuple((gym.spaces.Text(3),))) is None

@@ -18,24 +18,28 @@ ids = st.integers(0, 2**63 - 1)
 envs = st.integers(0, 2**32 - 1)
 
 
-@given(ids, envs, envs, st.booleans())
-def test_a_step_reads_back_as_it_was_written(req_id: int, first: int, count: int, info_list: bool) -> None:
-    frame = lane.step(req_id, first, count, info_list)
+@given(ids, envs, envs, st.booleans(), st.booleans())
+def test_a_step_reads_back_as_it_was_written(
+    req_id: int, first: int, count: int, info_list: bool, finals: bool
+) -> None:
+    frame = lane.step(req_id, first, count, info_list, finals)
     assert len(frame) == lane.STEP.size
     assert lane.is_lane(frame)
-    assert lane.read_step(frame) == (req_id, first, count, info_list)
+    assert lane.read_step(frame) == (req_id, first, count, info_list, finals)
     assert lane.read_done(frame) is None  # a step is no reply
 
 
-@given(ids, envs, envs, st.booleans())
-def test_a_framed_step_is_what_a_pipe_makes_of_the_step(req_id: int, first: int, count: int, info_list: bool) -> None:
-    frame = lane.step(req_id, first, count, info_list)
-    assert lane.framed_step(req_id, first, count, info_list) == b"".join(framed([frame])[0])
+@given(ids, envs, envs, st.booleans(), st.booleans())
+def test_a_framed_step_is_what_a_pipe_makes_of_the_step(
+    req_id: int, first: int, count: int, info_list: bool, finals: bool
+) -> None:
+    frame = lane.step(req_id, first, count, info_list, finals)
+    assert lane.framed_step(req_id, first, count, info_list, finals) == b"".join(framed([frame])[0])
     reader = FrameReader()
-    data = lane.framed_step(req_id, first, count, info_list)
+    data = lane.framed_step(req_id, first, count, info_list, finals)
     reader.buffer()[: len(data)] = data
     [[got]] = reader.advance(len(data))
-    assert lane.read_step(got) == (req_id, first, count, info_list)
+    assert lane.read_step(got) == (req_id, first, count, info_list, finals)
 
 
 @given(ids)
