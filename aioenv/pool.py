@@ -494,6 +494,11 @@ class Pool:
         """Whether the event loop has taken in all that happened to this pool's worker processes so far."""
         return self._runner is None or self._runner.settled()
 
+    def _wait_here(self, future: asyncio.Future[Any], timeout: float) -> bool:
+        """Block until ``future`` (a call's) is done, for as long as the event loop need not run (see
+        :meth:`aioenv.core.runner.Runner.wait_here`); whether it is done."""
+        return self._runner is not None and self._runner.wait_here(future, timeout)
+
     def _runs_env_code(self) -> bool:
         """Whether env code of this pool runs (or waits to run) in this process now."""
         return self._runner is not None and self._runner.runs_env_code()

@@ -22,6 +22,14 @@ The rules below hold in both ways. With worker processes:
   learned of between calls (at once through a pidfd; a forked worker's template reports it a moment later)
   reads as it does on the loop thread, which took it in at once: the next step of its envs raises
   ``EnvRemade``, its request never sent, rather than ``WorkerCrashed`` as if the worker died under it;
+- a call waits for its replies without running the loop at all while all that comes is replies
+  (:meth:`aioenv.core.runner.Runner.wait_here`: one ``epoll_wait`` over the workers' pipes, the pool's done pipe
+  and their exits; what arrives is read here as the loop's readers would read it), for up to
+  :data:`_BLOCK_AT_MOST` (50 ms): a worker's exit, a deadline due, a change of workers, a longer wait, and a
+  call that comes 50 ms or more after the loop last ran let the loop run instead, so its timers (deadlines,
+  ``max_worker_rss``) and the callbacks queued meanwhile are never late by more. A lock-step step of cheap envs
+  then costs no run of the loop, whose setup in the main thread (uvloop's signal wake-up) cost as much as the
+  rest of the call;
 - the worker processes are still started on the loop thread, which serves such starts while parked: a worker
   dies with the thread that started it (``PR_SET_PDEATHSIG``), and one restarted inside a call from a
   short-lived thread must not;
@@ -82,6 +90,7 @@ import logging
 import queue
 import signal
 import threading
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from types import MethodType
@@ -134,6 +143,12 @@ def _settle(done: concurrent.futures.Future[Any], fut: asyncio.Future[Any]) -> N
         done.set_exception(exc)
     else:
         done.set_result(fut.result())
+
+
+#: The longest a call in the caller's thread waits for its replies without running the event loop (see
+#: ``_Runtime._waited_here``): long enough for a lock-step step of cheap envs, short enough that the loop's timers
+#: and a first Ctrl-C wait for it unnoticed; a longer call then runs the loop for the rest.
+_BLOCK_AT_MOST = 0.05
 
 
 class _CtrlC:
@@ -259,6 +274,9 @@ class _Runtime:
         #: (:meth:`submit`, :meth:`start`; the workers step while the caller goes on), give the loop back to its
         #: thread for good. Without, such a call runs to its end before it returns (nothing to overlap it with).
         self.in_workers = False
+        #: When the loop last ran here (``time.monotonic``): a call that waits without it (:meth:`_waited_here`) does
+        #: so only within :data:`_BLOCK_AT_MOST` of then, so that its timers and callbacks run that often.
+        self._ran = 0.0
         self._drive = threading.Lock()
         self._driver: int | None = None
         self._parked = threading.Event()
@@ -524,9 +542,12 @@ class _Runtime:
         """What a call returned, awaited: a future answered inside the call (envs in this process) at once,
         anything else by running the loop here until it is done. Ctrl-C cancels the wait (``ctrl_c``): with
         ``shield`` the call itself goes on as an orphan, as on the loop thread; without, it is cancelled."""
-        if isinstance(result, asyncio.Future) and result.done():
-            return result.result()
-        if not inspect.isawaitable(result):
+        if isinstance(result, asyncio.Future):
+            if result.done():
+                return result.result()
+            if self.in_workers and self._waited_here(result, shield):
+                return result.result()
+        elif not inspect.isawaitable(result):
             return result
         inner = asyncio.ensure_future(result)
         ctrl_c.waited = waited = asyncio.shield(inner) if shield else inner
@@ -534,6 +555,7 @@ class _Runtime:
         ctrl_c.wait_begins()
         asyncio._set_running_loop(None)  # run_until_complete refuses a thread whose loop is running
         try:
+            self._ran = time.monotonic()
             return self.loop.run_until_complete(waited)
         except BaseException:
             if inner.done():
@@ -546,6 +568,24 @@ class _Runtime:
         finally:
             ctrl_c.waited = None
             asyncio._set_running_loop(self.loop)
+
+    def _waited_here(self, future: asyncio.Future[Any], shield: bool) -> bool:
+        """Whether the call's ``future`` is done after waiting for it without running the loop, for up to
+        :data:`_BLOCK_AT_MOST` (:meth:`aioenv.Pool._wait_here`: the workers' replies are read here, as the loop's
+        readers would). Not when the loop last ran longer ago than that: this call runs it, so that its timers
+        and the callbacks queued meanwhile are never late by more. A first Ctrl-C meanwhile is applied by the
+        loop's wait that follows; a second one raises here, the call going on as an orphan (``shield``) or
+        cancelled, as from the loop's wait."""
+        if time.monotonic() - self._ran > _BLOCK_AT_MOST:  # the loop's turn: timers, callbacks queued meanwhile
+            return False
+        try:
+            return self.pool._wait_here(future, _BLOCK_AT_MOST)
+        except BaseException:
+            if shield:
+                self._adopt([future])
+            else:
+                future.cancel()
+            raise
 
     @staticmethod
     def wait(future: concurrent.futures.Future[T], timeout: float | None = None) -> T:

@@ -26,6 +26,7 @@ import secrets
 import select
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from typing import Any, NamedTuple, cast
 
@@ -130,6 +131,9 @@ class Coordinator(Recovery, Requests):
         #: The exit descriptors of the local worker processes (see :meth:`settled`); the kernel drops each from the
         #: set when it is closed, as its process is reaped.
         self._exits = select.epoll()
+        #: What :meth:`wait_here` blocks on (the done pipe, the exits, every worker process's pipe), made when it
+        #: first waits and again after the worker processes changed (None: to be made).
+        self._blocks_on: _Blocking | None = None
         #: The most seconds a request to the inline worker in this process holds the loop (None: its default).
         self.max_loop_hold = max_loop_hold
         #: How many envs (the first ones) run in this process, on a thread of their worker's (see workers.inproc).
@@ -280,6 +284,73 @@ class Coordinator(Recovery, Requests):
     def _watch_exit(self, proc: WorkerProc) -> None:
         if isinstance(proc, LocalProcess):
             self._exits.register(proc.exit_fd, select.EPOLLIN)
+        self._workers_changed()
+
+    def _workers_changed(self) -> None:
+        """A slot's process was replaced or lost: :meth:`wait_here` watches the pipes of the ones there are now."""
+        if self._blocks_on is not None:
+            self._blocks_on.poller.close()
+            self._blocks_on = None
+
+    def wait_here(self, future: asyncio.Future[Any], timeout: float) -> bool:
+        """See :meth:`aioenv.core.runner.Runner.wait_here`: what the done pipe and the local workers' pipes bring is
+        taken in here, as the loop's readers would (:meth:`_read_done_pipe`, ``drain``), until ``future`` is done. A
+        worker's exit, the deadline timer's time and a change of worker processes are the loop's to handle: this
+        returns False then, having read nothing of the exit. A pool with envs in this process does not wait so:
+        their worker answers a step that outlasts its hold from its env thread, through the loop."""
+        if future.done():
+            return True
+        if self.closing or self.in_process:  # (envs here: a late step is answered through the loop)
+            return False
+        pipe = self._done_pipe
+        done_fd = -1 if pipe is None else pipe[0]
+        blocking = self._blocks_on or self._block_on(done_fd)
+        poll, drains, exits = blocking.poller.poll, blocking.drains, self._exits.fileno()
+        now = time.monotonic()
+        end = now + timeout
+        due = self._timer.at
+        if due is not None:
+            end = min(end, now + due - self.loop.time())
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            events = poll(left)
+            if not events:
+                return False  # the time is up
+            for fd, _ in events:
+                if fd == exits:
+                    return False  # a worker exited: the loop reaps it (its pipe is drained first)
+            for fd, _ in events:
+                if fd == done_fd:
+                    self._read_done_pipe()
+                    continue
+                proc = drains[fd]
+                proc.drain(64)
+                if proc.pipe_closed:  # its pipe ended: the loop sees to its exit, and this set is made again
+                    self._workers_changed()
+                    return future.done()
+            if future.done():
+                return True
+            if self._blocks_on is not blocking:  # a worker was replaced or lost meanwhile
+                return False
+
+    def _block_on(self, done_fd: int) -> _Blocking:
+        """What :meth:`wait_here` blocks on: the done pipe (``done_fd``; -1: none), the exits (:attr:`_exits`,
+        itself readable when one of its descriptors is) and the pipe of every local worker process there is now,
+        with how to read each."""
+        poller = select.epoll()
+        if done_fd >= 0:  # (a pool without shared rows has no done pipe)
+            poller.register(done_fd, select.EPOLLIN)
+        poller.register(self._exits.fileno(), select.EPOLLIN)
+        drains: dict[int, LocalProcess] = {}
+        for slot in self.slots:
+            proc = slot.proc
+            if isinstance(proc, LocalProcess) and not proc.pipe_closed:
+                poller.register(proc.pipe_fd, select.EPOLLIN)
+                drains[proc.pipe_fd] = proc
+        self._blocks_on = _Blocking(poller, drains)
+        return self._blocks_on
 
     def settled(self) -> bool:
         """See :meth:`aioenv.core.runner.Runner.settled`: no local worker process has exited unnoticed (one
@@ -1073,6 +1144,7 @@ class Coordinator(Recovery, Requests):
         finally:
             self._release_files()
             self._exits.close()
+            self._workers_changed()
             self.life.move(Phase.CLOSED)
 
     def _release_files(self) -> None:
@@ -1088,6 +1160,14 @@ class Coordinator(Recovery, Requests):
 
 #: What a lane step's DONE says, as a RESULT's header would: the rows are in the slab, with no infos and no errors.
 _SHARED_DONE: dict[str, Any] = {Key.SHARED: 1}
+
+
+class _Blocking(NamedTuple):
+    """What :meth:`Coordinator.wait_here` blocks on (``poller``), and whose pipe each of its descriptors is
+    (``drains``: descriptor -> the worker process, whose ``drain`` reads it)."""
+
+    poller: select.epoll
+    drains: dict[int, LocalProcess]
 
 
 class _LanePlan(NamedTuple):

@@ -44,6 +44,11 @@ class DeadlineTimer:
         self._at = when
         self._handle = self.loop.call_at(when, self._fire)
 
+    @property
+    def at(self) -> float | None:
+        """When it fires (loop time; None: nothing due)."""
+        return self._at
+
     def _fire(self) -> None:
         self._handle = None
         self._at = None

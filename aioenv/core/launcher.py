@@ -324,6 +324,8 @@ class LocalProcess:
         self.pid: int = self.proc.pid
         #: Readable once the process has exited (closed once it is reaped): a pidfd, or the template's status pipe.
         self.exit_fd: int = self.proc.exit_fd
+        #: The pool's end of the worker's pipe: readable when a message (or the pipe's end) is in.
+        self.pipe_fd: int = self._pipe.fileno()
         self._loop.add_reader(self.proc.exit_fd, self._reap)
 
     def rebind(
@@ -338,6 +340,16 @@ class LocalProcess:
         self.name = name
         self._on_exit = on_exit
         self._pipe.rebind(name.encode(), on_message, quick)
+
+    def drain(self, reads: int | None = None) -> None:
+        """Read and handle what the worker's pipe holds, as the loop does when it is readable
+        (:meth:`aioenv.transport.pipe.PipePort.drain`)."""
+        self._pipe.drain(reads)
+
+    @property
+    def pipe_closed(self) -> bool:
+        """Whether the worker's pipe has ended (closed by either side): :attr:`pipe_fd` is no longer its."""
+        return self._pipe.closed
 
     @property
     def returncode(self) -> int | None:

@@ -214,6 +214,8 @@ class Recovery:
 
         def _set_token(self, slot: Slot, token: int) -> None: ...
 
+        def _workers_changed(self) -> None: ...
+
         def _deliver_part(self, req: Request, part: Part, positions: np.ndarray | None = None) -> None: ...
 
         @staticmethod
@@ -282,6 +284,7 @@ class Recovery:
         lost = Lost(slot.name, proc.pid if proc else "?", proc.returncode if proc else None, how)
         slot.move(SlotState.LOST, how)
         slot.proc = None
+        self._workers_changed()
         if proc is not None and not proc.exited.is_set():
             self._retired.append(proc)  # killed, not yet reaped: aclose waits for it
         self._by_name.pop(slot.name.encode(), None)

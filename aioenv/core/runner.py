@@ -16,6 +16,7 @@ Ray actor, a Kubernetes job) is one more runner, and every pool feature works ov
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -121,6 +122,16 @@ class Runner(Protocol):
         worker process exited and the loop, not running since, has not reaped it yet). Cheap: one system call."""
         ...
 
+    def wait_here(self, future: asyncio.Future[Any], timeout: float) -> bool:
+        """Block the calling thread, with the event loop not running, until ``future`` (a call's) is done, taking
+        in what arrives meanwhile itself, as long as that is all there is (a local pool's lane replies on its done
+        pipe); returns whether ``future`` is done. False, within ``timeout`` seconds, as soon as anything needs the
+        loop (a message on a worker's own pipe, a worker's exit, a deadline due) or when there is nothing this
+        runner can wait for so: the caller then runs the loop until ``future`` is done. For a caller that lends
+        the loop only during its calls (:class:`aioenv.SyncPool` in the caller's thread): a lock-step step of
+        cheap envs costs no turn of the loop. Signal handlers run while it blocks; one that raises ends it."""
+        ...
+
     def runs_env_code(self) -> bool:
         """Whether env code of this runner runs, or waits to run, in this process now."""
         ...
@@ -174,6 +185,10 @@ class Requests(abc.ABC):
     def settled(self) -> bool:
         """See :meth:`Runner.settled` (a runner with no local worker processes: always)."""
         return True
+
+    def wait_here(self, future: asyncio.Future[Any], timeout: float) -> bool:
+        """See :meth:`Runner.wait_here` (a runner with no done pipe: only a call answered already)."""
+        return future.done()
 
     def recv_queue(self, obs_space: Any) -> RecvQueue:
         """See :meth:`Runner.recv_queue`."""

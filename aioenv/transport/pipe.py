@@ -379,6 +379,10 @@ class PipePort:
         if self._on_lost is not None:
             self._on_lost(reason, eof)
 
+    def fileno(self) -> int:
+        """The socket's descriptor, watched by the loop for input (it stays the same until :meth:`close`)."""
+        return self._fd
+
     def close(self) -> None:
         """Stop reading and writing and close the socket (idempotent)."""
         if self.closed:

@@ -443,6 +443,105 @@ def test_a_pool_with_worker_processes_runs_its_calls_in_the_callers_thread() -> 
         assert os.getpid() not in info["pid"].tolist()
 
 
+class WaitsHere:
+    """How often a call of the pool waited for its replies without running the event loop
+    (``Coordinator.wait_here`` answered True), and how often it had to let the loop run."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.done = self.not_done = 0
+        wait_here = Coordinator.wait_here
+
+        def counting(coord: Coordinator, future: asyncio.Future[Any], timeout: float) -> bool:
+            done = wait_here(coord, future, timeout)
+            if done:
+                self.done += 1
+            else:
+                self.not_done += 1
+            return done
+
+        monkeypatch.setattr(Coordinator, "wait_here", counting)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"executor": "inline", "num_workers": 2}, {}, {"executor": "thread", "num_workers": 2}],
+    ids=["two-workers-done-pipe", "default-placement", "thread-workers-no-shared-rows"],
+)
+def test_a_lock_step_step_of_worker_processes_waits_for_its_replies_without_the_loop(
+    options: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the replies (on the pool's done pipe, or on the worker's own pipe for the worker that timed an env for the
+    # default placement) are read in the caller's thread as the loop would read them; the same trajectory
+    waits = WaitsHere(monkeypatch)
+    fns = [lambda: gym.make("CartPole-v1", max_episode_steps=15)] * 4
+    ref = SyncVectorEnv(fns)
+    rng = np.random.default_rng(3)
+    with SyncPool(fns, **options) as sp:
+        assert sp.runs_in_caller
+        assert sp.pool.envs_in_process == 0
+        np.testing.assert_array_equal(sp.reset(seed=3)[0], ref.reset(seed=3)[0])
+        for t in range(60):
+            actions = rng.integers(0, 2, 4)
+            got, want = sp.step(actions), ref.step(actions)
+            for name, a, b in zip(("obs", "reward", "terminated", "truncated"), got[:4], want[:4], strict=True):
+                np.testing.assert_array_equal(a, b, err_msg=f"step {t} {name}", strict=True)
+        assert sp.runs_in_caller
+    ref.close()
+    assert waits.done > 0  # (a call lets the loop run when it has not for a while: not every one waits so)
+
+
+def test_the_loop_still_runs_its_callbacks_while_calls_wait_without_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # what is queued on the loop between calls (a timer, a callback) runs within a call or two, not never
+    waits = WaitsHere(monkeypatch)
+    with SyncPool(PROBE, 2, executor="inline", num_workers=1, seed=0) as sp:
+        sp.reset()
+        ran = threading.Event()
+        sp._rt.loop.call_soon(ran.set)
+        deadline = time.monotonic() + HANG
+        while not ran.is_set():
+            assert time.monotonic() < deadline, "the callback never ran"  # hang guard
+            sp.step(np.zeros(2, np.int64))
+        assert sp.runs_in_caller
+    assert waits.done > 0
+
+
+def test_a_step_of_a_worker_process_past_step_timeout_in_the_callers_thread_fails_and_the_pool_goes_on(
+    gate: Any,
+) -> None:
+    # the wait without the loop ends at the deadline: the loop's timer fails the step and restarts the worker
+    with SyncPool(PROBE, 2, executor="inline", num_workers=1, seed=0, step_timeout=0.5, env_kwargs=gate.kwargs()) as sp:
+        sp.reset()
+        assert sp.runs_in_caller
+        with pytest.raises(aioenv.StepTimeout):
+            sp.step(np.array([SLOW, 0]))
+        with pytest.raises(aioenv.EnvRemade):
+            sp.step(np.zeros(2, np.int64))
+        sp.reset()
+        obs, *_ = sp.step(np.zeros(2, np.int64))
+        assert obs[:, 1].tolist() == [1, 1]
+
+
+def test_a_worker_killed_while_a_call_waits_without_the_loop_fails_that_call(gate: Any) -> None:
+    # its exit is the loop's to take in: the call lets the loop run, which fails the worker's rows as crashed
+    with SyncPool(PROBE, 4, executor="inline", num_workers=2, seed=0, env_kwargs=gate.kwargs()) as sp:
+        sp.reset()
+        assert sp.runs_in_caller
+        victim = worker_pids(sp)[0]
+
+        def kill() -> None:
+            wait_marker(gate, 0)
+            os.kill(victim, signal.SIGKILL)
+
+        threading.Thread(target=kill, daemon=True).start()
+        with pytest.raises(aioenv.WorkerCrashed) as caught:
+            sp.step(np.array([SLOW, 0, 0, 0]))
+        assert sorted(caught.value.errors) == [0, 1]  # worker 0's envs; worker 1's rows came whole
+        assert caught.value.partial is not None
+        sp.reset()
+        obs, *_ = sp.step(np.zeros(4, np.int64))
+        assert obs[:, 1].tolist() == [1, 1, 1, 1]
+
+
 def test_a_send_to_worker_processes_gives_the_loop_back_to_its_thread() -> None:
     # its replies come between calls: only a running loop takes them (and judges their deadlines) as they come
     with SyncPool(PROBE, 2, executor="inline", num_workers=1, batch_size=2, seed=0) as sp:
