@@ -261,11 +261,11 @@ class Gather:
 
     def take_shared(self, slab: Slab, first: int, positions: np.ndarray, release: Callable[[np.ndarray], None]) -> None:
         """A step's rows that lie in the pool's shared rows ``first .. first + k - 1`` (k = ``positions.size``), none
-        of them failed and none with an info (a lane step's reply, :mod:`aioenv.wire.lane`), standing at
-        ``positions`` of the call. Their envs stay claimed, so nothing writes those rows until every row of the
-        call is in: then each run is copied once, straight into the batch (the whole batch in one copy per
-        array when the call's envs are one run, as a lock-step ``step()``'s are), and ``release(env_ids)`` frees
-        their envs."""
+        of them failed and none with an info but a final observation in the slab (a lane step's reply,
+        :mod:`aioenv.wire.lane`; see :func:`_final_rows`), standing at ``positions`` of the call. Their envs stay
+        claimed, so nothing writes those rows until every row of the call is in: then each run is copied once,
+        straight into the batch (the whole batch in one copy per array when the call's envs are one run, as a
+        lock-step ``step()``'s are), and ``release(env_ids)`` frees their envs."""
         k = positions.size
         if self._shared is None:
             self._shared = []
@@ -285,9 +285,10 @@ class Gather:
 
     def take_every_shared(self, slab: Slab, release: Callable[[np.ndarray], None]) -> None:
         """Every row of the call at once: a lock-step step of every env (the call's envs are ``0 .. B - 1``, in
-        order), each worker's run answered with its rows in ``slab``, none failed and none with an info (a lane
-        call, :mod:`aioenv.wire.lane`). :meth:`take_shared` of each run, without the gathering: the batch is one
-        copy per array of the block, then ``release(env_ids)`` frees the envs. Nothing else may have arrived."""
+        order), each worker's run answered with its rows in ``slab``, none failed and none with an info but a final
+        observation in the slab (a lane call, :mod:`aioenv.wire.lane`; see :func:`_final_rows`). :meth:`take_shared`
+        of each run, without the gathering: the batch is one copy per array of the block, then ``release(env_ids)``
+        frees the envs. Nothing else may have arrived."""
         assert self._left == self.env_ids.size, "a lane call's rows arrive all at once"
         assert self._shared is None, "a lane call's rows arrive all at once"
         future = self.future
@@ -539,7 +540,8 @@ class RecvQueue:
 
     def deliver_runs(self, slab: Slab, runs: Sequence[tuple[int, int]], rows: int) -> None:
         """Queue step rows that lie in the pool's shared rows ``slab``, ``runs`` of envs ``(first, end)`` (``rows`` in
-        all), none failed and none with an info (lane replies, :mod:`aioenv.wire.lane`). Their envs stay claimed
+        all), none failed and none with an info but a final observation in the slab (lane replies,
+        :mod:`aioenv.wire.lane`; see :func:`_final_rows`). Their envs stay claimed
         (busy), so nothing writes those rows, until :meth:`take` copies them into a batch, a whole batch in one
         gather per array, and frees them (``Unread.release_runs``)."""
         if self._unread is None:
