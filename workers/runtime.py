@@ -659,7 +659,7 @@ def finals_to_slab(infos: list[Any], slab: Slab, at: slice) -> bool:
             return False
         rows.append(i)
         values.append(obs)
-    ended = np.flatnonzero(slab.terminated[at] | slab.truncated[at])
+    ended = (slab.terminated[at] | slab.truncated[at]).nonzero()[0]
     if ended.size != len(rows) or ended.tolist() != rows:
         return False
     base = at.start

@@ -173,9 +173,9 @@ def _final_rows(slab: Slab, where: slice | np.ndarray, terminated: np.ndarray, t
     if final is None:
         return None
     ended = terminated | truncated
-    if not ended.any():
+    rows = ended.nonzero()[0]
+    if not rows.size:
         return None
-    rows = np.flatnonzero(ended)
     obs = final[where][rows] if type(where) is slice else final[where[rows]]  # (copies)
     return _Finals(rows, obs, ended)
 
