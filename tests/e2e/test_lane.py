@@ -16,7 +16,7 @@ import os
 import select
 import signal
 import struct
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +27,10 @@ import pytest
 import aioenv
 from aioenv.errors import PoolClosed, StepTimeout, UsageError, WorkerCrashed
 from aioenv.transport.pipe import PipePort
-from aioenv.transport.slab import Slab
 from aioenv.wire import lane
 from aioenv.wire.protocol import Key, Op, decode, encode
 from tests.envs.faulty import SLOW
+from tests.support.lane_worker import worker_with_envs
 from tests.support.procs import HANG, wait_new_worker, worker_pid
 from workers.runtime import Worker
 
@@ -291,38 +291,6 @@ async def test_a_step_with_infos_comes_back_as_a_result_over_shared_rows() -> No
 
 
 # ---------------------------------------------------------------- a worker's side, over a real slab
-
-
-@contextlib.contextmanager
-def worker_with_envs(
-    n: int, slab: bool, done: tuple[int, int, int] | None = None
-) -> Iterator[tuple[Worker, Slab | None]]:
-    """A worker (in this process: its handler is what is tested) hosting ``n`` CartPole envs, reset with seeds
-    0 .. n - 1, over a slab of its own (``slab``) or none; ``done``: the write end of a done pipe, the slot and
-    token the worker is told to write as; everything closed after."""
-    fd = Slab.try_new_fd() if slab else None
-    worker = Worker(0, "w0", slab_fd=fd, done_fd=done[0] if done else None)
-    ours: Slab | None = None
-    try:
-        source = {"kind": "gym", "id": "CartPole-v1"}
-        fields = {Key.ID: 1, Key.ENVS: [[i, "k"] for i in range(n)], Key.SOURCES: {"k": source}}
-        assert decode(worker.handle(encode(Op.MAKE, fields))[0])[0][Key.OP] == Op.RESULT
-        if fd is not None:
-            layout = Slab.plan(n, gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2))
-            assert layout is not None
-            ours = Slab.create(fd, layout)
-            given = {Key.DONE_PIPE: list(done[1:])} if done else {}
-            worker.handle(encode(Op.SLAB, {Key.ID: 2, Key.SLAB: layout, **given}))
-            reset = {Key.ID: 3, Key.ENV: list(range(n)), Key.SEED: list(range(n)), Key.SHARED: 1}
-            worker.handle(encode(Op.RESET, reset))
-        yield worker, ours
-    finally:
-        worker.close_all()
-        for mapped in (worker.slab, ours):
-            if mapped is not None:
-                mapped.close()
-        if fd is not None:
-            os.close(fd)
 
 
 def _answer(worker: Worker, frame: bytes) -> list[Any]:

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -33,9 +32,10 @@ from aioenv.core.coordinator import Coordinator
 from aioenv.core.scheduler import Request
 from aioenv.transport.slab import Slab
 from aioenv.wire import lane
-from aioenv.wire.protocol import Key, Op, decode, encode
+from aioenv.wire.protocol import Key, Op, decode
 from tests.envs import finals
 from tests.support.compare import assert_same, gym_autoreset
+from tests.support.lane_worker import worker_with_envs
 from tests.support.procs import HANG
 from workers.runtime import Worker
 
@@ -83,33 +83,32 @@ def assert_step(got: tuple[Any, ...], want: tuple[Any, ...], env_ids: Any, where
     assert_same(rest, want_info, f"{where} info")
 
 
-async def lock_steps(pool: aioenv.Pool, ref: SyncVectorEnv, steps: int) -> int:
-    """Reset both with SEED, step both with the same random actions ``steps`` times, each step compared;
-    returns how many rows ended."""
-    obs, info = await pool.reset(seed=SEED)
-    want_obs, want_info = ref.reset(seed=SEED)
-    assert_same(obs, want_obs, "reset obs")
-    assert_same({key: value for key, value in info.items() if key != "env_id"}, want_info, "reset info")
+async def lock_steps(fns: list[Factory], steps: int) -> int:
+    """``fns`` in a same_step pool and in ``SyncVectorEnv``, both reset with SEED, then stepped with the same random
+    actions ``steps`` times, each step compared; returns how many rows ended."""
+    ref = reference(fns)
     rng = np.random.default_rng(SEED)
     ended = 0
-    for t in range(steps):
-        actions = rng.integers(0, 2, N)
-        want = ref.step(actions)
-        assert_step(await asyncio.wait_for(pool.step(actions), HANG), want, range(N), f"step {t}")
-        ended += int((want[2] | want[3]).sum())
+    try:
+        async with same_step_pool(fns) as pool:
+            assert pool._runner.slab.final is not None  # type: ignore[attr-defined]
+            obs, info = await pool.reset(seed=SEED)
+            want_obs, want_info = ref.reset(seed=SEED)
+            assert_same(obs, want_obs, "reset obs")
+            assert_same({key: value for key, value in info.items() if key != "env_id"}, want_info, "reset info")
+            for t in range(steps):
+                actions = rng.integers(0, 2, N)
+                want = ref.step(actions)
+                assert_step(await asyncio.wait_for(pool.step(actions), HANG), want, range(N), f"step {t}")
+                ended += int((want[2] | want[3]).sum())
+    finally:
+        ref.close()
     return ended
 
 
 async def test_ends_of_a_lock_step_step_come_from_the_slab_as_sync_vector_envs(monkeypatch: pytest.MonkeyPatch) -> None:
     replies = Replies(monkeypatch)
-    fns: list[Factory] = [finals.plain] * N
-    ref = reference(fns)
-    try:
-        async with same_step_pool(fns) as pool:
-            assert pool._runner.slab.final is not None  # type: ignore[attr-defined]
-            ended = await lock_steps(pool, ref, 60)
-    finally:
-        ref.close()
+    ended = await lock_steps([finals.plain] * N, 60)
     assert ended >= 10  # episodes of at most 12 steps: many ends, by termination and by truncation
     assert replies.with_infos == []  # every end in the slab: every reply a lane DONE
 
@@ -117,13 +116,7 @@ async def test_ends_of_a_lock_step_step_come_from_the_slab_as_sync_vector_envs(m
 async def test_ends_that_say_more_travel_in_the_reply_beside_ends_in_the_slab(monkeypatch: pytest.MonkeyPatch) -> None:
     """Worker 0's envs end plainly, worker 1's with a final info: one call mixes the two ways."""
     replies = Replies(monkeypatch)
-    fns: list[Factory] = [finals.plain, finals.plain, finals.noted, finals.noted]
-    ref = reference(fns)
-    try:
-        async with same_step_pool(fns) as pool:
-            ended = await lock_steps(pool, ref, 60)
-    finally:
-        ref.close()
+    ended = await lock_steps([finals.plain, finals.plain, finals.noted, finals.noted], 60)
     assert ended >= 10
     assert replies.with_infos
     assert set(replies.with_infos) == {1}
@@ -136,13 +129,7 @@ async def test_ends_the_slab_cannot_say_exactly_travel_in_the_reply(
     factory: Factory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     replies = Replies(monkeypatch)
-    fns: list[Factory] = [factory] * N
-    ref = reference(fns)
-    try:
-        async with same_step_pool(fns) as pool:
-            ended = await lock_steps(pool, ref, 40)
-    finally:
-        ref.close()
+    ended = await lock_steps([factory] * N, 40)
     assert ended >= 5
     assert set(replies.with_infos) == {0, 1}
 
@@ -174,6 +161,19 @@ async def test_steps_of_some_envs_match_a_pool_whose_ends_travel_in_the_reply(mo
     assert replies.with_infos == []
 
 
+async def sent(pool: aioenv.Pool, ref: SyncVectorEnv, steps: int) -> AsyncIterator[tuple[int, tuple[Any, ...]]]:
+    """Reset both with SEED, then ``steps`` times the same random actions sent to the pool and stepped by ``ref``:
+    yields ``(t, ref's step)`` once the pool's send is out."""
+    await pool.reset(seed=SEED)
+    ref.reset(seed=SEED)
+    rng = np.random.default_rng(SEED)
+    for t in range(steps):
+        actions = rng.integers(0, 2, N)
+        want = ref.step(actions)
+        pool.send(actions)
+        yield t, want
+
+
 @pytest.mark.parametrize("batch_size", [N, 2, 3])
 async def test_ends_reach_recv_from_the_slab_as_sync_vector_envs(
     batch_size: int, monkeypatch: pytest.MonkeyPatch
@@ -186,13 +186,7 @@ async def test_ends_reach_recv_from_the_slab_as_sync_vector_envs(
     ended = 0
     try:
         async with same_step_pool(fns, batch_size=batch_size) as pool:
-            await pool.reset(seed=SEED)
-            ref.reset(seed=SEED)
-            rng = np.random.default_rng(SEED)
-            for t in range(50):
-                actions = rng.integers(0, 2, N)
-                want = ref.step(actions)
-                pool.send(actions)
+            async for t, want in sent(pool, ref, 50):
                 seen: list[int] = []
                 while len(seen) < N:
                     need = min(batch_size, N - len(seen))
@@ -213,13 +207,7 @@ async def test_recv_of_ends_from_the_slab_and_from_replies_together(monkeypatch:
     ref = reference(fns)
     try:
         async with same_step_pool(fns, batch_size=N) as pool:
-            await pool.reset(seed=SEED)
-            ref.reset(seed=SEED)
-            rng = np.random.default_rng(SEED)
-            for t in range(50):
-                actions = rng.integers(0, 2, N)
-                want = ref.step(actions)
-                pool.send(actions)
+            async for t, want in sent(pool, ref, 50):
                 got = await asyncio.wait_for(pool.recv(), HANG)
                 order = np.argsort(got[4]["env_id"], kind="stable")
                 info = {key: value[order] if isinstance(value, np.ndarray) else value for key, value in got[4].items()}
@@ -289,27 +277,10 @@ def test_an_sb3_vec_env_takes_its_terminal_observations_from_the_slab(monkeypatc
 def same_step_worker(factory: str) -> Iterator[tuple[Worker, Slab]]:
     """A worker in this process (its handler is what is tested) hosting N envs of ``factory`` (a
     ``tests.envs.finals`` name), same_step, reset with seeds 0 .. N - 1, over a slab with final observations."""
-    fd = Slab.new_fd()
-    worker = Worker(0, "w0", slab_fd=fd)
-    ours: Slab | None = None
-    try:
-        source = {"kind": "entry", "target": f"tests.envs.finals:{factory}"}
-        fields = {Key.ID: 1, Key.ENVS: [[i, "k"] for i in range(N)], Key.SOURCES: {"k": source}}
-        made = decode(worker.handle(encode(Op.MAKE, {**fields, Key.AUTORESET: "same_step"}))[0])[0]
-        assert made[Key.OP] == Op.RESULT, made
-        layout = Slab.plan(N, gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2), True)
-        assert layout is not None
-        assert "fin" in layout
-        ours = Slab.create(fd, layout)
-        worker.handle(encode(Op.SLAB, {Key.ID: 2, Key.SLAB: layout}))
-        worker.handle(encode(Op.RESET, {Key.ID: 3, Key.ENV: list(range(N)), Key.SEED: list(range(N)), Key.SHARED: 1}))
-        yield worker, ours
-    finally:
-        worker.close_all()
-        for mapped in (worker.slab, ours):
-            if mapped is not None:
-                mapped.close()
-        os.close(fd)
+    source = {"kind": "entry", "target": f"tests.envs.finals:{factory}"}
+    with worker_with_envs(N, True, source=source, autoreset="same_step", finals=True) as (worker, slab):
+        assert slab is not None
+        yield worker, slab
 
 
 @pytest.mark.parametrize("flag", [True, False], ids=["finals", "no-flag"])
