@@ -282,6 +282,7 @@ class Coordinator(Recovery, Requests):
         self._by_name[slot.name.encode()] = slot
 
     def _watch_exit(self, proc: WorkerProc) -> None:
+        """``proc`` became a slot's process: :meth:`settled` watches its exit, and :meth:`wait_here` its pipe."""
         if isinstance(proc, LocalProcess):
             self._exits.register(proc.exit_fd, select.EPOLLIN)
         self._workers_changed()
@@ -552,6 +553,7 @@ class Coordinator(Recovery, Requests):
         opened: list[Request] = []
         # A step over shared rows may go as lane messages (aioenv.wire.lane): nothing to build for those.
         lane_step = build if type(build) is SharedStep else None  # (made only for a pool with a slab)
+        finals = lane_step is not None and self._finals_in_slab(sink)
         every = env_ids is self.sched.all_ids
         try:
             for worker, rows in self.sched.split(env_ids):
@@ -568,7 +570,6 @@ class Coordinator(Recovery, Requests):
                         and isinstance(slot.proc, LocalProcess)
                         and _is_run(ids, every)
                     ):  # a run of envs over shared rows, to a worker process of its own: a lane message
-                        finals = self._finals_in_slab(sink)
                         data = lane.framed_step(req.id, int(ids[0]), ids.size, lane_step.info_list, finals)
                         prepared.append((slot, req, positions, data))
                         continue

@@ -124,12 +124,13 @@ class Runner(Protocol):
 
     def wait_here(self, future: asyncio.Future[Any], timeout: float) -> bool:
         """Block the calling thread, with the event loop not running, until ``future`` (a call's) is done, taking
-        in what arrives meanwhile itself, as long as that is all there is (a local pool's lane replies on its done
-        pipe); returns whether ``future`` is done. False, within ``timeout`` seconds, as soon as anything needs the
-        loop (a message on a worker's own pipe, a worker's exit, a deadline due) or when there is nothing this
-        runner can wait for so: the caller then runs the loop until ``future`` is done. For a caller that lends
-        the loop only during its calls (:class:`aioenv.SyncPool` in the caller's thread): a lock-step step of
-        cheap envs costs no turn of the loop. Signal handlers run while it blocks; one that raises ends it."""
+        in what arrives meanwhile itself as the loop's readers would, as long as that is all there is (a local
+        pool's worker pipes and done pipe); returns whether ``future`` is done. False, within ``timeout`` seconds,
+        as soon as anything needs the loop (a worker's exit, a deadline due, a change of workers) or when there is
+        nothing this runner can wait for so: the caller then runs the loop until ``future`` is done. For a caller
+        that lends the loop only during its calls (:class:`aioenv.SyncPool` in the caller's thread): a lock-step
+        step of cheap envs costs no turn of the loop. Signal handlers run while it blocks; one that raises ends
+        it."""
         ...
 
     def runs_env_code(self) -> bool:
@@ -187,7 +188,7 @@ class Requests(abc.ABC):
         return True
 
     def wait_here(self, future: asyncio.Future[Any], timeout: float) -> bool:
-        """See :meth:`Runner.wait_here` (a runner with no done pipe: only a call answered already)."""
+        """See :meth:`Runner.wait_here` (a runner with no local worker processes: only a call answered already)."""
         return future.done()
 
     def recv_queue(self, obs_space: Any) -> RecvQueue:

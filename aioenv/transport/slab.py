@@ -79,9 +79,9 @@ class Slab:
 
     Attributes:
         num_envs: rows in every array.
-        layout: ``{"n": num_envs, "act": [Entry], "obs": [Entry], "x": [Entry], "fin": Entry, "size": bytes}``, "fin"
-            only with final observations (msgpack-able: it
-            travels to the workers, who map the same file with :meth:`attach`).
+        layout: ``{"n": num_envs, "act": [Entry], "obs": [Entry], "x": [Entry], "fin": Entry, "size": bytes}``,
+            ``"fin"`` only with final observations (msgpack-able: it travels to the workers, who map the same file
+            with :meth:`attach`).
         act: action leaves, each ``(num_envs, *shape)``.
         obs: observation leaves, each ``(num_envs, *shape)``.
         reward: ``(num_envs,)`` float64; terminated, truncated: ``(num_envs,)`` bool.
