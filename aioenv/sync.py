@@ -223,6 +223,47 @@ def _nothing() -> None:
     pass
 
 
+class _Stepped:
+    """A coroutine for :meth:`_Runtime._outcome` to run by hand in the caller's thread (:meth:`_Runtime._stepped`),
+    each wait for a call of the pool's done without running the loop: what :meth:`SyncPool._run_stepped` hands
+    over. Elsewhere (on the loop thread) it is the coroutine itself."""
+
+    __slots__ = ("coro",)
+
+    def __init__(self, coro: Coroutine[Any, Any, Any]) -> None:
+        self.coro = coro
+
+
+class _Resumed(Coroutine[Any, Any, Any]):
+    """The rest of a coroutine that a call ran by hand until it awaited ``waiting`` (a future; None: a bare
+    ``yield``, the loop's turn), for a task on the loop to run from there: the task first waits for ``waiting``,
+    as it would had it run the coroutine all along, then drives the coroutine itself. A cancellation before that
+    goes into the coroutine where it waits, so its ``finally`` blocks run as under a task of its own."""
+
+    __slots__ = ("_coro", "_waiting")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], waiting: asyncio.Future[Any] | None) -> None:
+        self._coro = coro
+        self._waiting = waiting
+
+    def send(self, value: Any) -> Any:
+        waiting, self._waiting = self._waiting, None
+        if waiting is not None and not waiting.done():
+            return waiting  # what the coroutine yielded (its _asyncio_future_blocking still set): the task waits
+        return self._coro.send(value)
+
+    def throw(self, *exc: Any) -> Any:
+        self._waiting = None
+        return self._coro.throw(*exc)
+
+    def close(self) -> None:
+        self._waiting = None
+        self._coro.close()
+
+    def __await__(self) -> Any:  # (a task drives it by send and throw; nothing awaits it)
+        raise TypeError("_Resumed is run by a task, not awaited")
+
+
 def _check_method(fn: object, name: str) -> None:
     """``SyncPool.submit``'s (or ``answer``'s) ``fn`` is a callable, not a method's name."""
     if isinstance(fn, str):
@@ -331,6 +372,8 @@ class _Runtime:
         if self.orphans:
             await self._orphans_done()
         result = fn(*args, **kwargs)
+        if isinstance(result, _Stepped):  # on the loop thread: the coroutine itself
+            result = result.coro
         if not inspect.isawaitable(result):
             return result
         if not shield:
@@ -536,6 +579,8 @@ class _Runtime:
         thread (the next step raises ``EnvRemade``, its request never sent), not as one during this call."""
         await asyncio.sleep(0)  # the loop polls its descriptors before this task goes on
         result = fn(*args, **kwargs)
+        if isinstance(result, _Stepped):  # run by this task, on the loop, as a whole
+            result = result.coro
         return await result if inspect.isawaitable(result) else result
 
     def _outcome(self, result: Any, shield: bool, ctrl_c: _CtrlC) -> Any:
@@ -547,6 +592,8 @@ class _Runtime:
                 return result.result()
             if self.in_workers and self._waited_here(result, shield):
                 return result.result()
+        elif isinstance(result, _Stepped):
+            return self._stepped(result.coro, shield, ctrl_c)
         elif not inspect.isawaitable(result):
             return result
         inner = asyncio.ensure_future(result)
@@ -568,6 +615,41 @@ class _Runtime:
         finally:
             ctrl_c.waited = None
             asyncio._set_running_loop(self.loop)
+
+    def _stepped(self, coro: Coroutine[Any, Any, T], shield: bool, ctrl_c: _CtrlC) -> T:
+        """Run ``coro`` to its end in this thread by hand, as a task would, but each future of this loop it awaits
+        is waited for as a call's own (:meth:`aioenv.Pool._wait_here`: the workers' replies read here, no run of
+        the loop), within :data:`_BLOCK_AT_MOST` of the loop's last run; past that, the loop runs here until that
+        future is done. Anything else it awaits (a bare ``yield``, a foreign future), and a first Ctrl-C, hand the
+        rest of it to a task on the loop (:class:`_Resumed`), run here by :meth:`_outcome`. The code between its
+        waits runs with no current task: a coroutine that needs one (``asyncio.timeout``) is not for this."""
+        loop, wait_here = self.loop, self.pool._wait_here
+        waiting: Any = None
+        while not ctrl_c.hit:
+            try:
+                waiting = coro.send(None)
+            except StopIteration as stop:
+                value: T = stop.value
+                return value
+            if not isinstance(waiting, asyncio.Future) or waiting.get_loop() is not loop:
+                break
+            if ctrl_c.hit:  # (landed in the code that just ran) a call it waits for is later calls' to wait for
+                self._adopt([waiting])
+                break
+            try:
+                if time.monotonic() - self._ran > _BLOCK_AT_MOST or not wait_here(waiting, _BLOCK_AT_MOST):
+                    self._outcome(asyncio.wait((waiting,)), True, ctrl_c)  # the loop's turn: until it is done
+            except BaseException:  # Ctrl-C: the rest goes on as a task, as the whole would have on the loop
+                self._adopt([waiting])  # the call it waits for: later calls wait for it first
+                rest = asyncio.ensure_future(_Resumed(coro, waiting))
+                if shield:
+                    self._adopt([rest])
+                else:
+                    rest.cancel()
+                raise
+            waiting._asyncio_future_blocking = False  # as a task leaves a future it waited for
+            waiting = None
+        return self._outcome(_Resumed(coro, waiting), shield, ctrl_c)  # type: ignore[no-any-return]
 
     def _waited_here(self, future: asyncio.Future[Any], shield: bool) -> bool:
         """Whether the call's ``future`` is done after waiting for it without running the loop, for up to
@@ -687,6 +769,22 @@ class SyncPool:
             return await coro
 
         future: concurrent.futures.Future[T] = self._rt.submit(run, (), {}, shield=False, here=True)
+        return future
+
+    def _run_stepped(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """:meth:`run_coroutine` for a coroutine that awaits little but this pool's calls, and needs no current task
+        between them (no ``asyncio.timeout``): where calls run in the caller's thread with worker processes, it
+        runs here by hand and waits for each call's replies as the call itself would, without running the loop
+        (``_Runtime._stepped``; a collector's lock-step batch). Elsewhere it runs on the loop thread, which it
+        takes back for good where calls ran here, as a coroutine on :attr:`loop` would."""
+        rt = self._rt
+        if not (rt.direct and rt.in_workers):
+            return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+        def stepped() -> _Stepped:
+            return _Stepped(coro)
+
+        future: concurrent.futures.Future[T] = rt.submit(stepped, (), {}, shield=False, here=True)
         return future
 
     @overload

@@ -100,3 +100,11 @@ class Trajectories:
             self.traj[env_ids] = np.arange(self.next_id, self.next_id + n, dtype=np.int64)
             self.steps[env_ids] = 0
             self.next_id += n
+
+    def restart_where(self, rows: np.ndarray, count: int) -> None:
+        """:meth:`restart` for the envs where the ``(num_envs,)`` bool mask ``rows`` is True (``count`` of them, in
+        env order), without their ids as an array first."""
+        if count:
+            self.traj[rows] = np.arange(self.next_id, self.next_id + count, dtype=np.int64)
+            self.steps[rows] = 0
+            self.next_id += count

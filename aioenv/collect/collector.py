@@ -127,6 +127,12 @@ class Collector(Driver[Any]):
         with self._lock:
             self.runner.stage(weights)
 
+    def _steps_here(self) -> bool:
+        """A lock-step pull awaits nothing but the pool's calls, unless the policy, or one staged to replace it, is
+        async."""
+        with self._lock:
+            return self.opts.mode == "sync" and not self.runner.may_await()
+
     async def _produce(self) -> AsyncGenerator[Any, None]:
         opts = self.opts
         engine = Engine(self.pool, self.runner, opts)

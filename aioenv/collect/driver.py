@@ -7,7 +7,10 @@ runs on the pool's event loop. Then:
   pool's;
 - ``for item in driver`` on an :class:`aioenv.SyncPool` runs each pull on the SyncPool's loop thread (one
   hop per item, none per env step) and blocks until it is done; ``async for`` over a SyncPool also works,
-  from any other loop;
+  from any other loop. Where the SyncPool runs its calls in the caller's thread and the subclass says a pull
+  awaits nothing but the pool's calls (:meth:`Driver._steps_here`: a lock-step collector whose policy is not
+  async), each pull runs in the caller's thread instead and waits for every step as ``SyncPool.step`` does,
+  without running the event loop (the first pull runs it, so the generator is the loop's);
 - with ``background=True`` a task on the pool's loop runs ahead of the consumer, at most ``queue_size``
   items ahead: it takes a free slot before it starts each item, so at most ``queue_size`` items exist at
   once and the envs stop stepping while every slot is full (backpressure, bounded memory).
@@ -138,10 +141,21 @@ class Driver(Generic[T]):
         return await asyncio.wrap_future(self._hop(coro))
 
     def _block(self, coro: Coroutine[Any, Any, R], what: str) -> R:
-        if self._sync is None:
+        sync = self._sync
+        if sync is None:
             coro.close()
             raise UsageError(f"{what} blocks: it needs an aioenv.SyncPool; over an aioenv.Pool use the async form")
-        return self._hop(coro).result()
+        if self.background or not self._steps_here():
+            return self._hop(coro).result()
+        if self._gen is None:  # the first pull runs the loop here: the generator is the loop's (its finalizer)
+            return sync.run_coroutine(coro).result()
+        return sync._run_stepped(coro).result()
+
+    def _steps_here(self) -> bool:
+        """Whether a pull (``for``, without ``background``) may run in the caller's thread, each of its waits for the
+        pool's calls done as the SyncPool's own calls wait (:meth:`aioenv.SyncPool._run_stepped`): its coroutine
+        awaits nothing but the pool's calls and needs no current task. False here; subclasses say when."""
+        return False
 
     def start(self) -> None:
         """Begin collecting in the background now rather than at the first pull (``background=True`` only).

@@ -108,6 +108,7 @@ class Engine:
         # step that set it, with no look at the rows)
         self.pending = self._no_rows
         self._version_rows = _constant(np.zeros(self.n, dtype=np.int64))  # policy version 0 on every row
+        self._rows_version = 0  # the version _version_rows holds (an int: no read of the array each step)
         self.cur_obs: Any = None
         self.cur_action: Any = None
         self.random_actions = RandomActions(pool.single_action_space, opts.seed)
@@ -292,8 +293,8 @@ class Engine:
         every = valid is self._all_rows  # no row to leave out (the common step): no masking
         ended = terminated | truncated
         finals = ended if every else valid & ended
-        any_final = bool(finals.any())
-        any_end = any_final
+        ends = int(np.count_nonzero(finals))  # (ndarray.any() costs several times as much on small arrays)
+        any_final = any_end = ends > 0
         next_obs = o
         if self.same_step and any_final:
             next_obs = _tree.tmap(np.copy, o)
@@ -307,13 +308,15 @@ class Engine:
         if cap:
             # as a TimeLimit (and TorchRL's StepCounter): truncated at the cap even if it also terminated there
             ours = valid & (steps + 1 >= cap)
-            if ours.any():
+            if np.count_nonzero(ours):
                 truncated = truncated | ours
                 done = valid & (terminated | truncated)
+                ends = int(np.count_nonzero(done))
                 any_final = True
         env_s, pol_s, version = times
-        if self._version_rows[0] != version:
+        if self._rows_version != version:
             self._version_rows = _constant(_filled(n, version, np.int64))
+            self._rows_version = version
         timeout = info.get("timeout")
         chunk = Chunk(
             env_id=self.all_ids,
@@ -341,7 +344,7 @@ class Engine:
             self.frames += int(np.count_nonzero(valid))
             steps += valid
         if any_final:
-            self.trajs.restart(np.flatnonzero(done))
+            self.trajs.restart_where(done, ends)
         explicit: np.ndarray | None = None
         if ours is not None:
             explicit = ours & ~ended

@@ -63,7 +63,8 @@ def _is_async(fn: Any) -> bool:
 def _to_numpy(value: Any) -> Any:
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
-        return value.detach().cpu().numpy()
+        # (a policy's output under no_grad on the CPU, as a module's is, needs neither detach() nor cpu(): 0.6 µs)
+        return value.numpy() if value.is_cpu and not value.requires_grad else value.detach().cpu().numpy()
     return value
 
 
@@ -152,6 +153,12 @@ class PolicyRunner:
             self._set(weights)
         self.version += 1
         return True
+
+    def may_await(self) -> bool:
+        """Whether a call has to be awaited (:attr:`is_async`), now or once the staged policy, a callable, applies."""
+        return self.is_async or any(
+            callable(w) and not _torch_module(w) and _is_async(w) for w in self._staged if not isinstance(w, Mapping)
+        )
 
     # ------------------------------------------------------------ calls
 

@@ -301,8 +301,8 @@ class Coordinator(Recovery, Requests):
         their worker answers a step that outlasts its hold from its env thread, through the loop."""
         if future.done():
             return True
-        if self.closing or self.in_process:  # (envs here: a late step is answered through the loop)
-            return False
+        if self.closing or self.in_process or not self.sched.in_flight:  # (envs here: a late step is answered
+            return False  # through the loop; nothing in flight: no reply can come)
         pipe = self._done_pipe
         done_fd = -1 if pipe is None else pipe[0]
         blocking = self._blocks_on or self._block_on(done_fd)

@@ -126,11 +126,11 @@ class Runner(Protocol):
         """Block the calling thread, with the event loop not running, until ``future`` (a call's) is done, taking
         in what arrives meanwhile itself as the loop's readers would, as long as that is all there is (a local
         pool's worker pipes and done pipe); returns whether ``future`` is done. False, within ``timeout`` seconds,
-        as soon as anything needs the loop (a worker's exit, a deadline due, a change of workers) or when there is
-        nothing this runner can wait for so: the caller then runs the loop until ``future`` is done. For a caller
-        that lends the loop only during its calls (:class:`aioenv.SyncPool` in the caller's thread): a lock-step
-        step of cheap envs costs no turn of the loop. Signal handlers run while it blocks; one that raises ends
-        it."""
+        as soon as anything needs the loop (a worker's exit, a deadline due, a change of workers), and at once when
+        there is nothing this runner can wait for so (no request in flight, whose reply would come): the caller
+        then runs the loop until ``future`` is done. For a caller that lends the loop only during its calls
+        (:class:`aioenv.SyncPool` in the caller's thread): a lock-step step of cheap envs costs no turn of the
+        loop. Signal handlers run while it blocks; one that raises ends it."""
         ...
 
     def runs_env_code(self) -> bool:
