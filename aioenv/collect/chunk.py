@@ -9,7 +9,7 @@ import numpy as np
 
 import aioenv.collect._tree as _tree
 
-__all__ = ["Chunk", "Trajectories", "row_info"]
+__all__ = ["Chunk", "LockstepLog", "Trajectories", "row_info"]
 
 
 @dataclasses.dataclass
@@ -101,10 +101,98 @@ class Trajectories:
             self.steps[env_ids] = 0
             self.next_id += n
 
-    def restart_where(self, rows: np.ndarray, count: int) -> None:
-        """:meth:`restart` for the envs where the ``(num_envs,)`` bool mask ``rows`` is True (``count`` of them, in
-        env order), without their ids as an array first."""
-        if count:
-            self.traj[rows] = np.arange(self.next_id, self.next_id + count, dtype=np.int64)
-            self.steps[rows] = 0
-            self.next_id += count
+
+class LockstepLog:
+    """The trajectory bookkeeping of up to ``steps`` lock-steps of every env, done once for all of them.
+
+    Each step notes which of its rows are transitions and whose trajectories end after it (:meth:`note`; a failed
+    step's rows: :meth:`cut`). :meth:`settle` then writes every row's trajectory id and step count into
+    :attr:`traj_id` and :attr:`step_count` (``(steps, num_envs)`` int64; row ``t`` is step ``t``'s, and its chunk
+    holds a view of it) and moves the :class:`Trajectories` past the steps taken: per batch, a dozen whole-array
+    operations, where doing it step by step took as many per step.
+
+    Ids are handed out as :meth:`Trajectories.restart` would have, step by step: after step ``t``, first to the
+    envs whose episode ended (in env order), then to those whose step failed.
+    """
+
+    def __init__(self, trajs: Trajectories, steps: int, *, running: bool) -> None:
+        n = trajs.traj.size
+        self.trajs = trajs
+        #: ``(steps, num_envs)``: each row's trajectory id (-1: no transition, but a failed step shows the one it
+        #: cuts), filled by :meth:`settle`.
+        self.traj_id = np.empty((steps, n), dtype=np.int64)
+        #: ``(steps, num_envs)``: each transition's index within its trajectory (-1: no transition), by :meth:`settle`.
+        self.step_count = np.empty((steps, n), dtype=np.int64)
+        #: ``(steps, num_envs)`` float64: how long each step's env steps and policy call took (the same for every
+        #: row of a step), by :meth:`settle`.
+        self.env_seconds = np.empty((steps, n))
+        self.policy_seconds = np.empty((steps, n))
+        self._times = np.zeros((steps, 2))  # each step's env and policy seconds
+        self._valid = np.zeros((steps, n), dtype=np.bool_)
+        self._events = np.zeros((steps, 2, n), dtype=np.bool_)  # [t, 0]: ended after step t; [t, 1]: failed
+        #: Steps noted so far.
+        self.taken = 0
+        #: Each env's transitions in its trajectory so far, kept step by step (``running``: for a cap on them to
+        #: read), else None.
+        self.steps_now: np.ndarray | None = trajs.steps.copy() if running else None
+
+    def note(self, valid: np.ndarray, ended: np.ndarray, any_ended: bool, env_s: float, policy_s: float) -> int:
+        """The next step: its rows that are transitions (``valid``) and those whose trajectory ends after it
+        (``ended``, ``any_ended`` whether any does), how long its env steps and its policy call took; returns its
+        index ``t``."""
+        t = self.taken
+        self._valid[t] = valid
+        self._times[t] = env_s, policy_s
+        if any_ended:
+            self._events[t, 0] = ended
+        self.taken = t + 1
+        now = self.steps_now
+        if now is not None:
+            now += valid
+            if any_ended:
+                now[ended] = 0
+        return t
+
+    def cut(self, t: int, failed: np.ndarray) -> None:
+        """Step ``t``'s ``failed`` rows (no transitions) cut their trajectories: they show its id, a new one starts."""
+        self._events[t, 1] = failed
+        if self.steps_now is not None:
+            self.steps_now[failed] = 0
+
+    def settle(self) -> int:
+        """Fill :attr:`traj_id`, :attr:`step_count` and the seconds for the steps taken, and move the trajectories
+        past them; how many transitions they recorded."""
+        steps = self.taken
+        if not steps:
+            return 0
+        trajs = self.trajs
+        valid, events = self._valid[:steps], self._events[:steps]
+        self.env_seconds[:steps] = self._times[:steps, :1]
+        self.policy_seconds[:steps] = self._times[:steps, 1:]
+        # each event's rank in the order restarts happened: by step, the ended before the failed, by env; a row has at
+        # most one (an ended row is valid, a failed one is not)
+        rank = np.where(events, np.cumsum(events.reshape(-1)).reshape(events.shape) - 1, -1).max(axis=1)
+        count = np.cumsum(valid, axis=0)  # transitions up to and including each step
+        at = np.where(rank >= 0, count, -1)  # the count at each restart (ranks and counts only grow down the steps)
+        prev = np.empty_like(rank)  # the latest restart before each step, and the count then
+        prev[0] = -1
+        prev[1:] = rank[:-1]
+        np.maximum.accumulate(prev, axis=0, out=prev)
+        prev_count = np.empty_like(at)
+        prev_count[0] = -1
+        prev_count[1:] = at[:-1]
+        np.maximum.accumulate(prev_count, axis=0, out=prev_count)
+        fresh = prev >= 0
+        before: np.ndarray = count - valid
+        shown = valid | events[:, 1]
+        np.copyto(self.traj_id[:steps], np.where(shown, np.where(fresh, trajs.next_id + prev, trajs.traj), -1))
+        np.copyto(
+            self.step_count[:steps], np.where(valid, np.where(fresh, before - prev_count, trajs.steps + before), -1)
+        )
+        last, last_count = rank.max(axis=0), at.max(axis=0)
+        restarted = last >= 0
+        trajs.traj[:] = np.where(restarted, trajs.next_id + last, trajs.traj)
+        trajs.steps[:] = np.where(restarted, count[-1] - last_count, trajs.steps + count[-1])
+        trajs.next_id += int(np.count_nonzero(events))
+        self.taken = 0  # settled (once): a second call changes nothing
+        return int(count[-1].sum())

@@ -151,7 +151,7 @@ class Collector(Driver[Any]):
                 engine.random = self.frames < opts.init_random_frames
                 batch: Batch
                 if opts.mode == "sync":
-                    chunks = [await engine.lockstep() for _ in range(steps_per_batch)]
+                    chunks = await engine.lockstep_batch(steps_per_batch)
                     batch = time_major(chunks, cut_last=opts.reset_at_each_iter)
                 else:
                     chunks = carry

@@ -28,7 +28,7 @@ import numpy as np
 
 import aioenv.collect._tree as _tree
 from aioenv._compat import AutoresetMode
-from aioenv.collect.chunk import Chunk, Trajectories
+from aioenv.collect.chunk import Chunk, LockstepLog, Trajectories
 from aioenv.collect.options import Options
 from aioenv.collect.policy import PolicyRunner, RandomActions
 from aioenv.errors import AioEnvError, PoolClosed, UsageError
@@ -242,6 +242,18 @@ class Engine:
 
     async def lockstep(self) -> Chunk:
         """Step every env once with the policy's actions; their ``num_envs`` rows, in env order."""
+        return (await self.lockstep_batch(1))[0]
+
+    async def lockstep_batch(self, steps: int) -> list[Chunk]:
+        """``steps`` lock-steps (:meth:`lockstep`), their rows' trajectory ids and step counts worked out once for all
+        of them (:class:`aioenv.collect.chunk.LockstepLog`), also when a step raises (for the steps before it)."""
+        log = LockstepLog(self.trajs, steps, running=bool(self.opts.max_frames_per_traj))
+        try:
+            return [await self._lockstep(log) for _ in range(steps)]
+        finally:
+            self.frames += log.settle()
+
+    async def _lockstep(self, log: LockstepLog) -> Chunk:
         ids = self.all_ids
         t0 = time.perf_counter()
         actions, version = await self._actions(ids)
@@ -261,12 +273,11 @@ class Engine:
         valid = self._all_rows if self.pending is self._no_rows else ~self.pending  # the constant: no row left out
         if failed is not None:
             valid = valid & ~failed
-        chunk, autoreset, explicit = self._record_all(actions, step, valid, (t2 - t1, t1 - t0, version))
+        chunk, autoreset, explicit = self._record_all(actions, step, valid, (t2 - t1, t1 - t0, version), log)
         if failed is not None and failed.any():
             chunk.cut = failed.copy()
-            chunk.traj_id[failed] = self.trajs.traj[failed]
             chunk.error = [f"env: {_error_text(errors[int(e)])}" if failed[e] else None for e in ids]
-            self.trajs.restart(ids[failed])
+            log.cut(log.taken - 1, failed)
             explicit = failed if explicit is None else explicit | failed
         self.pending = autoreset
         self.cur_obs = step[0]
@@ -284,34 +295,34 @@ class Engine:
         step: tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]],
         valid: np.ndarray,
         times: tuple[float, float, int],
+        log: LockstepLog,
     ) -> tuple[Chunk, np.ndarray, np.ndarray | None]:
         """:meth:`_record` for a lock-step of every env, with whole-array operations only (no row indexing):
         its chunk, the rows whose env resets in its next step, and those the engine must reset itself (None:
-        none). ``times``: env seconds, policy seconds and policy version, the same for every row."""
+        none). ``times``: env seconds, policy seconds and policy version, the same for every row. The chunk's
+        trajectory ids and step counts are views of ``log``'s, which fills them once its batch is done."""
         o, reward, terminated, truncated, info = step
         n = self.n
         every = valid is self._all_rows  # no row to leave out (the common step): no masking
         ended = terminated | truncated
         finals = ended if every else valid & ended
-        ends = int(np.count_nonzero(finals))  # (ndarray.any() costs several times as much on small arrays)
-        any_final = any_end = ends > 0
+        any_final = any_end = bool(np.count_nonzero(finals))  # (ndarray.any() costs several times as much)
         next_obs = o
         if self.same_step and any_final:
             next_obs = _tree.tmap(np.copy, o)
             final_obs = info["final_obs"]
             for row in np.flatnonzero(finals):
                 _tree.put_row(next_obs, int(row), final_obs[row])
-        steps = self.trajs.steps
         cap = self.opts.max_frames_per_traj
         ours: np.ndarray | None = None
         done = finals
         if cap:
             # as a TimeLimit (and TorchRL's StepCounter): truncated at the cap even if it also terminated there
-            ours = valid & (steps + 1 >= cap)
+            assert log.steps_now is not None, "a log kept step by step for a cap"
+            ours = valid & (log.steps_now + 1 >= cap)
             if np.count_nonzero(ours):
                 truncated = truncated | ours
                 done = valid & (terminated | truncated)
-                ends = int(np.count_nonzero(done))
                 any_final = True
         env_s, pol_s, version = times
         if self._rows_version != version:
@@ -328,23 +339,16 @@ class Engine:
             next_obs=next_obs,
             valid=valid,
             cut=self._no_rows,
-            traj_id=self.trajs.traj.copy() if every else np.where(valid, self.trajs.traj, -1),
-            step_count=steps.copy() if every else np.where(valid, steps, -1),
+            traj_id=log.traj_id[log.taken],
+            step_count=log.step_count[log.taken],
             policy_version=self._version_rows,
-            env_seconds=_filled(n, env_s, np.float64),
-            policy_seconds=_filled(n, pol_s, np.float64),
+            env_seconds=log.env_seconds[log.taken],
+            policy_seconds=log.policy_seconds[log.taken],
             timeout=self._no_rows if timeout is None else _flag(info, "timeout", self.all_ids),
             info=info if self.keep_info else None,  # as _record: a whole step's row i is its info's row i
             info_row=self.all_ids if self.keep_info else None,
         )
-        if every:
-            self.frames += n
-            steps += 1
-        else:
-            self.frames += int(np.count_nonzero(valid))
-            steps += valid
-        if any_final:
-            self.trajs.restart_where(done, ends)
+        log.note(valid, done, any_final, env_s, pol_s)  # (the frames too are counted once per batch)
         explicit: np.ndarray | None = None
         if ours is not None:
             explicit = ours & ~ended
