@@ -18,37 +18,16 @@ import pytest
 import aioenv
 import aioenv.sync
 from aioenv.collect import Collector
-from aioenv.core.coordinator import Coordinator
 from tests.collect import refs
 from tests.envs.faulty import SLOW
 from tests.support.procs import HANG
+from tests.support.waits import WaitsHere
 
 pytestmark = pytest.mark.timeout(120)
 
 N = 4
 SEED = 7
 PROBE = "tests.envs.faulty:make_probe"
-
-
-class WaitsHere:
-    """How often a call waited for its replies without running the event loop (``Coordinator.wait_here`` said
-    True), and how often it could not. The loop need not run for HANG seconds (not 50 ms), so on however slow a
-    machine every such wait is one."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, block_at_most: float = HANG) -> None:
-        monkeypatch.setattr(aioenv.sync, "_BLOCK_AT_MOST", block_at_most)
-        self.done = self.not_done = 0
-        wait_here = Coordinator.wait_here
-
-        def counting(coord: Coordinator, future: asyncio.Future[Any], timeout: float) -> bool:
-            done = wait_here(coord, future, timeout)
-            if done:
-                self.done += 1
-            else:
-                self.not_done += 1
-            return done
-
-        monkeypatch.setattr(Coordinator, "wait_here", counting)
 
 
 def test_lock_step_pulls_wait_for_each_step_without_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:

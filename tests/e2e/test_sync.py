@@ -35,6 +35,7 @@ from aioenv.core.coordinator import Coordinator
 from aioenv.core.launcher import LocalProcess
 from tests.envs.faulty import SLOW
 from tests.support.procs import HANG, process_gone
+from tests.support.waits import WaitsHere
 
 PROBE = "tests.envs.faulty:make_probe"
 ROOT = Path(__file__).resolve().parents[2]
@@ -441,27 +442,6 @@ def test_a_pool_with_worker_processes_runs_its_calls_in_the_callers_thread() -> 
         assert sp.runs_in_caller
         assert info["pid"].tolist() == worker_pids(sp) * 2
         assert os.getpid() not in info["pid"].tolist()
-
-
-class WaitsHere:
-    """How often a call of the pool waited for its replies without running the event loop
-    (``Coordinator.wait_here`` answered True), and how often it had to let the loop run. The loop need not run
-    for HANG seconds (not 50 ms): every call but the first waits so, however slow the machine."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(aioenv.sync, "_BLOCK_AT_MOST", HANG)
-        self.done = self.not_done = 0
-        wait_here = Coordinator.wait_here
-
-        def counting(coord: Coordinator, future: asyncio.Future[Any], timeout: float) -> bool:
-            done = wait_here(coord, future, timeout)
-            if done:
-                self.done += 1
-            else:
-                self.not_done += 1
-            return done
-
-        monkeypatch.setattr(Coordinator, "wait_here", counting)
 
 
 @pytest.mark.parametrize(
