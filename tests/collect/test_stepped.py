@@ -18,6 +18,7 @@ import pytest
 import aioenv
 import aioenv.sync
 from aioenv.collect import Collector
+from aioenv.core.coordinator import Coordinator
 from tests.collect import refs
 from tests.envs.faulty import SLOW
 from tests.support.procs import HANG
@@ -180,3 +181,68 @@ def test_ctrl_c_in_a_stepped_pull_leaves_the_pool_usable(
         assert obs[:, 0].tolist() == [0, 1]
         with pytest.raises(StopIteration):
             next(collector)  # the interrupted pull closed the collector's generator
+
+
+def test_a_worker_killed_during_a_stepped_pull_cuts_its_envs_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the policy kills worker 1 (envs 2 and 3) before the 4th step of the second pull: the wait without the loop
+    # stops at its exit, the loop takes it in, those envs' rows of that step fail and are cut (on_error="reset"),
+    # a new worker is started and reset, and the pulls go on stepped; the other worker's envs never notice
+    waits = WaitsHere(monkeypatch)
+    calls = 0
+    with aioenv.SyncPool("CartPole-v1", N, executor="inline", num_workers=2, seed=SEED) as pool:
+        coord = pool.pool._runner
+        assert isinstance(coord, Coordinator)
+
+        def policy(obs: np.ndarray) -> np.ndarray:
+            nonlocal calls
+            calls += 1
+            if calls == 10 + 4:
+                os.kill(coord.slots[1].proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
+            return refs.cart_policy(obs)
+
+        with Collector(pool, policy, frames_per_batch=N * 10, total_frames=N * 40, on_error="reset") as collector:
+            batches = list(collector)
+        pool.step(np.zeros(N, dtype=np.int64))  # the new worker steps
+    assert waits.not_done >= 1  # the exit: the loop's to take in
+    assert waits.done >= 20
+    hit = batches[1]
+    assert hit.valid[3].tolist() == [True, True, False, False]  # the failed rows are no transitions
+    assert (hit.traj_id[3, 2:] >= 0).all()  # but show the trajectory they cut
+    assert hit.traj_end[2, 2:].all()  # whose chain stops before them
+    assert (hit.step_count[4, 2:] == 0).all()  # and the reset envs start new ones
+    for batch in batches:
+        refs.assert_trajectories_consistent(batch)
+    failed = [((b.traj_id >= 0) & ~b.valid).sum() for b in batches]  # (next_step's reset rows show no trajectory)
+    assert failed == [0, 2, 0, 0]  # those two rows only: the replaced worker's envs step on
+    assert sum(b.valid[:, 2:].sum() for b in batches[2:]) > 0
+
+
+def test_a_step_past_its_deadline_in_a_stepped_pull_fails_that_env_only(
+    gate: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # env 0 takes the slow action (held by the gate, never opened here) at its 6th step, in the second pull: the
+    # wait without the loop ends at the deadline, the loop's timer fails that row with StepTimeout, and the
+    # collector cuts it and goes on (on_error="reset"); env 1 never notices
+    waits = WaitsHere(monkeypatch)
+    slow = [True]
+
+    def policy(obs: np.ndarray) -> np.ndarray:
+        actions = np.zeros(len(obs), dtype=np.int64)
+        if slow[0] and obs[0, 1] == 5:
+            actions[0], slow[0] = SLOW, False
+        return actions
+
+    kwargs = gate.kwargs(slow_seconds=HANG)
+    with (
+        aioenv.SyncPool(
+            PROBE, 2, executor="inline", num_workers=2, seed=0, env_kwargs=kwargs, step_timeout=2.0
+        ) as pool,
+        Collector(pool, policy, frames_per_batch=2 * 4, total_frames=2 * 16, on_error="reset") as collector,
+    ):
+        batches = list(collector)
+    assert waits.not_done >= 1  # the deadline: the loop's to judge
+    hit = batches[1]
+    assert hit.valid[1].tolist() == [False, True]  # env 0's 6th step (t = 5) failed
+    assert [int(((b.traj_id >= 0) & ~b.valid).sum()) for b in batches] == [0, 1, 0, 0]
+    for batch in batches:
+        assert batch.obs[:, 1, 0].tolist() == [1.0] * 4  # env 1 stepped on, every row
