@@ -623,7 +623,7 @@ class _Runtime:
         future is done. Anything else it awaits (a bare ``yield``, a foreign future), and a first Ctrl-C, hand the
         rest of it to a task on the loop (:class:`_Resumed`), run here by :meth:`_outcome`. The code between its
         waits runs with no current task: a coroutine that needs one (``asyncio.timeout``) is not for this."""
-        loop, wait_here = self.loop, self.pool._wait_here
+        loop = self.loop
         waiting: Any = None
         while not ctrl_c.hit:
             try:
@@ -637,7 +637,7 @@ class _Runtime:
                 self._adopt([waiting])
                 break
             try:
-                if time.monotonic() - self._ran > _BLOCK_AT_MOST or not wait_here(waiting, _BLOCK_AT_MOST):
+                if not self._waits_here(waiting):
                     self._outcome(asyncio.wait((waiting,)), True, ctrl_c)  # the loop's turn: until it is done
             except BaseException:  # Ctrl-C: the rest goes on as a task, as the whole would have on the loop
                 self._adopt([waiting])  # the call it waits for: later calls wait for it first
@@ -658,16 +658,21 @@ class _Runtime:
         and the callbacks queued meanwhile are never late by more. A first Ctrl-C meanwhile is applied by the
         loop's wait that follows; a second one raises here, the call going on as an orphan (``shield``) or
         cancelled, as from the loop's wait."""
-        if time.monotonic() - self._ran > _BLOCK_AT_MOST:  # the loop's turn: timers, callbacks queued meanwhile
-            return False
         try:
-            return self.pool._wait_here(future, _BLOCK_AT_MOST)
+            return self._waits_here(future)
         except BaseException:
             if shield:
                 self._adopt([future])
             else:
                 future.cancel()
             raise
+
+    def _waits_here(self, future: asyncio.Future[Any]) -> bool:
+        """Whether ``future`` is done after waiting for it without running the loop (:meth:`aioenv.Pool._wait_here`),
+        for up to :data:`_BLOCK_AT_MOST`; not at all when the loop last ran longer ago than that. Signals raise."""
+        if time.monotonic() - self._ran > _BLOCK_AT_MOST:  # the loop's turn: timers, callbacks queued meanwhile
+            return False
+        return self.pool._wait_here(future, _BLOCK_AT_MOST)
 
     @staticmethod
     def wait(future: concurrent.futures.Future[T], timeout: float | None = None) -> T:
