@@ -153,9 +153,10 @@ class LockstepLog:
                 now[ended] = 0
         return t
 
-    def cut(self, t: int, failed: np.ndarray) -> None:
-        """Step ``t``'s ``failed`` rows (no transitions) cut their trajectories: they show its id, a new one starts."""
-        self._events[t, 1] = failed
+    def cut(self, failed: np.ndarray) -> None:
+        """The last step noted failed for its ``failed`` rows (no transitions): they show the trajectory they cut,
+        and a new one starts."""
+        self._events[self.taken - 1, 1] = failed
         if self.steps_now is not None:
             self.steps_now[failed] = 0
 
@@ -174,14 +175,8 @@ class LockstepLog:
         rank = np.where(events, np.cumsum(events.reshape(-1)).reshape(events.shape) - 1, -1).max(axis=1)
         count = np.cumsum(valid, axis=0)  # transitions up to and including each step
         at = np.where(rank >= 0, count, -1)  # the count at each restart (ranks and counts only grow down the steps)
-        prev = np.empty_like(rank)  # the latest restart before each step, and the count then
-        prev[0] = -1
-        prev[1:] = rank[:-1]
-        np.maximum.accumulate(prev, axis=0, out=prev)
-        prev_count = np.empty_like(at)
-        prev_count[0] = -1
-        prev_count[1:] = at[:-1]
-        np.maximum.accumulate(prev_count, axis=0, out=prev_count)
+        # the latest restart before each step, and the count then
+        prev, prev_count = _latest_before(rank), _latest_before(at)
         fresh = prev >= 0
         before: np.ndarray = count - valid
         shown = valid | events[:, 1]
@@ -196,3 +191,13 @@ class LockstepLog:
         trajs.next_id += int(np.count_nonzero(events))
         self.taken = 0  # settled (once): a second call changes nothing
         return int(count[-1].sum())
+
+
+def _latest_before(marks: np.ndarray) -> np.ndarray:
+    """``(steps, n)``: for each step, the largest of ``marks`` at the steps before it (-1: none); ``marks`` grow down
+    the steps where they are not -1, so that is the latest."""
+    out = np.empty_like(marks)
+    out[0] = -1
+    out[1:] = marks[:-1]
+    np.maximum.accumulate(out, axis=0, out=out)
+    return out

@@ -277,7 +277,7 @@ class Engine:
         if failed is not None and failed.any():
             chunk.cut = failed.copy()
             chunk.error = [f"env: {_error_text(errors[int(e)])}" if failed[e] else None for e in ids]
-            log.cut(log.taken - 1, failed)
+            log.cut(failed)
             explicit = failed if explicit is None else explicit | failed
         self.pending = autoreset
         self.cur_obs = step[0]

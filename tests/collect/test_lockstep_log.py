@@ -56,7 +56,7 @@ def test_the_batch_gives_what_the_steps_gave_one_by_one(drawn: tuple[int, list],
                 np.testing.assert_array_equal(log.steps_now, want_before[t])
             assert log.note(valid, ended, bool(ended.any()), 0.25 * t, 0.5) == t
             if failed.any():
-                log.cut(t, failed)
+                log.cut(failed)
         frames = log.settle()
         assert frames == int(sum(valid.sum() for valid, _, _ in steps))
         np.testing.assert_array_equal(log.traj_id[: len(steps)], want_ids)
@@ -81,6 +81,6 @@ def test_steps_kept_step_by_step_for_a_cap() -> None:
     assert log.steps_now is not None
     assert log.steps_now.tolist() == [0, 1, 3]
     log.note(np.array([False, True, True]), no, False, 0.0, 0.0)
-    log.cut(1, np.array([True, False, False]))
+    log.cut(np.array([True, False, False]))
     assert log.steps_now.tolist() == [0, 2, 4]
     assert LockstepLog(trajs, 1, running=False).steps_now is None
