@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,14 @@ def gate(tmp_path: Path) -> Any:
 
         def kwargs(self, **extra: Any) -> dict[str, Any]:
             return {"gate": self.path, "marker_dir": self.markers, **extra}
+
+        def wait_started(self, ident: int) -> None:
+            """Block until the slow step of the env with this ident is running (from a thread without a loop)."""
+            marker = os.path.join(self.markers, f"started-{ident}")
+            deadline = time.monotonic() + HANG
+            while not os.path.exists(marker):
+                assert time.monotonic() < deadline, "the slow step never started"
+                time.sleep(0.005)
 
         async def started(self, ident: int) -> None:
             """Wait until the slow step of the env with this ident is running."""

@@ -157,14 +157,11 @@ def test_ctrl_c_in_a_stepped_pull_leaves_the_pool_usable(
         assert first.obs[:, :, 1].max() == 3  # steps 0..3 of each env
 
         def interrupt() -> None:
-            marker = os.path.join(gate.markers, "started-0")
-            deadline = time.monotonic() + HANG
-            while not os.path.exists(marker):
-                assert time.monotonic() < deadline, "the slow step never started"
-                time.sleep(0.005)
+            gate.wait_started(0)
             main = threading.main_thread().ident or 0
             signal.pthread_kill(main, signal.SIGINT)
             if presses == 2:
+                deadline = time.monotonic() + HANG
                 ctrl_c = signal.getsignal(signal.SIGINT).__self__  # type: ignore[union-attr]  # SyncPool's, in a call
                 while not ctrl_c.hit:  # the first one was taken: the call goes on waiting
                     assert time.monotonic() < deadline, "the first Ctrl-C was never taken"

@@ -54,14 +54,6 @@ def wait_gone(pids: list[int]) -> None:
         time.sleep(0.02)
 
 
-def wait_marker(gate: Any, ident: int) -> None:
-    marker = os.path.join(gate.markers, f"started-{ident}")
-    deadline = time.monotonic() + HANG
-    while not os.path.exists(marker):
-        assert time.monotonic() < deadline, "the slow step never started"
-        time.sleep(0.005)
-
-
 # ---------------------------------------------------------------- basics
 
 
@@ -267,10 +259,10 @@ def test_submit_of_a_step_or_a_reset_takes_no_task_per_call(gate: Any) -> None:
         idle = tasks()
         sp.send(np.array([SLOW]), [0])
         received = sp.submit(sp.pool.recv)
-        wait_marker(gate, 0)
+        gate.wait_started(0)
         assert tasks() == idle + 1  # the recv waits in a task
         stepped = sp.submit(sp.pool.step, np.array([SLOW]), [1])
-        wait_marker(gate, 1)
+        gate.wait_started(1)
         assert tasks() == idle + 1  # the step has none
         gate.open()
         assert sp.wait(received, HANG)[-1]["env_id"].tolist() == [0]
@@ -310,7 +302,7 @@ def test_wait_timeout_does_not_corrupt_the_pool(gate: Any) -> None:
     with SyncPool(PROBE, 2, executor="inline", seed=0, env_kwargs=gate.kwargs()) as sp:
         sp.reset()
         fut = sp.submit(sp.pool.step, np.array([SLOW, 0]))
-        wait_marker(gate, 0)
+        gate.wait_started(0)
         with pytest.raises(TimeoutError):
             sp.wait(fut, timeout=0.01)  # the gate is closed: it cannot finish
         assert fut.cancelled()
@@ -325,7 +317,7 @@ def test_interrupted_recv_loses_no_rows(gate: Any) -> None:
         sp.reset()
         sp.send(np.array([SLOW, 0]))
         fut = sp.submit(sp.pool.recv)
-        wait_marker(gate, 0)
+        gate.wait_started(0)
         with pytest.raises(TimeoutError):
             sp.wait(fut, timeout=0.01)
         gate.open()
@@ -340,7 +332,7 @@ def test_keyboard_interrupt_does_not_corrupt_the_pool(gate: Any) -> None:
         assert sp.runs_in_caller  # the loop runs in this (main) thread, where the SIGINT lands
 
         def interrupt() -> None:
-            wait_marker(gate, 0)
+            gate.wait_started(0)
             signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
 
         threading.Thread(target=interrupt, daemon=True).start()
@@ -509,7 +501,7 @@ def test_a_worker_killed_while_a_call_waits_without_the_loop_fails_that_call(gat
         victim = worker_pids(sp)[0]
 
         def kill() -> None:
-            wait_marker(gate, 0)
+            gate.wait_started(0)
             os.kill(victim, signal.SIGKILL)
 
         threading.Thread(target=kill, daemon=True).start()
@@ -563,7 +555,7 @@ def test_a_submit_to_worker_processes_returns_at_once_and_gives_the_loop_back(ga
         sp.reset()
         assert sp.runs_in_caller
         fut = sp.submit(sp.pool.step, np.array([SLOW, 0]))
-        wait_marker(gate, 0)  # the step runs, gated, while this thread goes on
+        gate.wait_started(0)  # the step runs, gated, while this thread goes on
         assert not fut.done()
         assert not sp.runs_in_caller
         gate.open()
@@ -920,7 +912,7 @@ def test_close_fails_a_blocked_call_with_pool_closed(gate: Any) -> None:
     sp = SyncPool(PROBE, 2, executor="inline", seed=0, env_kwargs=gate.kwargs())
     sp.reset()
     fut = sp.submit(sp.pool.step, np.array([SLOW, 0]))
-    wait_marker(gate, 0)
+    gate.wait_started(0)
     closer = threading.Thread(target=sp.close)
     closer.start()
     with pytest.raises(PoolClosed):
