@@ -18,9 +18,9 @@ from typing import Any, Literal
 import numpy as np
 
 import aioenv.collect._tree as _tree
-from aioenv.collect.chunk import Chunk
+from aioenv.collect.chunk import Chunk, LockstepLog
 
-__all__ = ["Batch", "Layout", "flat", "padded", "time_major"]
+__all__ = ["Batch", "Layout", "LockstepRows", "flat", "padded"]
 
 Layout = Literal["time_major", "flat", "trajectories"]
 
@@ -159,19 +159,99 @@ def _stack(xs: Sequence[np.ndarray]) -> np.ndarray:
     return np.stack(xs)
 
 
-def time_major(chunks: Sequence[Chunk], *, cut_last: bool) -> Batch:
-    """``T`` lock-step chunks of ``B`` rows as a ``(T, B)`` batch; ``cut_last``: the collector cuts every
-    trajectory after this batch (``reset_at_each_iter``)."""
-    f = _joined(chunks, _stack)
-    done = f["valid"] & (f["terminated"] | f["truncated"])
-    same_next = np.ones_like(f["valid"])
-    same_next[-1] = False
-    cut = f.pop("cut")
-    if cut_last:
-        cut = cut.copy()
-        cut[-1] = True
-    end = _traj_end(done, cut, f["valid"], f["traj_id"], same_next)
-    return Batch(**f, done=done, traj_end=end, layout="time_major", frames=int(done.size))
+class LockstepRows:
+    """The rows of up to ``steps`` lock-steps of every env, made one ``(T, B)`` :class:`Batch` (``"time_major"``)
+    when they are done.
+
+    Each step hands over its own arrays (:meth:`add`: what the policy saw and chose, what the pool returned); they
+    are kept as they are, and each field is stacked once for the batch. What is the same for every row of a step
+    (its policy version) is kept once per step, and the bookkeeping (which rows are transitions, trajectory ids,
+    step counts, seconds, failed rows) is ``log``'s (:class:`aioenv.collect.chunk.LockstepLog`), whose ``(T, B)``
+    arrays the batch takes as they are. Nothing is built per step but a few list entries; a record of every field per
+    step (a :class:`Chunk`), each stacked at the end, cost the collector 2-4% more CPU per frame than this does.
+    """
+
+    def __init__(self, log: LockstepLog, env_ids: np.ndarray, steps: int) -> None:
+        self.log = log
+        self.env_ids = env_ids
+        self._obs: list[Any] = []
+        self._action: list[Any] = []
+        self._next_obs: list[Any] = []
+        self._reward: list[np.ndarray] = []
+        self._terminated: list[np.ndarray] = []
+        self._truncated: list[np.ndarray] = []
+        self._version = np.empty(steps, dtype=np.int64)
+        self._timeout: np.ndarray | None = None  # (steps, B) once some step has a row that overran
+
+    def add(
+        self,
+        obs: Any,
+        action: Any,
+        step: tuple[Any, np.ndarray, np.ndarray, np.ndarray],
+        version: int,
+        timeout: np.ndarray | None,
+    ) -> None:
+        """The step ``log`` noted last: ``obs`` ``(B, ...)`` (a tree) what the policy saw, ``action`` what it chose,
+        ``step`` its ``(next_obs, reward, terminated, truncated)`` (``(B, ...)``, ``(B,)`` float64 and bool; a cap's
+        truncation included), ``version`` the policy's, ``timeout`` ``(B,)`` bool (None: no row overran)."""
+        t = len(self._obs)
+        next_obs, reward, terminated, truncated = step
+        self._obs.append(obs)
+        self._action.append(action)
+        self._next_obs.append(next_obs)
+        self._reward.append(reward)
+        self._terminated.append(terminated)
+        self._truncated.append(truncated)
+        self._version[t] = version
+        if timeout is not None:
+            if self._timeout is None:
+                self._timeout = np.zeros((self._version.size, self.env_ids.size), dtype=np.bool_)
+            self._timeout[t] = timeout
+
+    def batch(self, *, cut_last: bool) -> Batch:
+        """The steps added as a ``(T, B)`` batch (``log`` settled first); ``cut_last``: the collector cuts every
+        trajectory after it (``reset_at_each_iter``)."""
+        log = self.log
+        log.settle()
+        steps, n = len(self._obs), self.env_ids.size
+
+        def stack(trees: list[Any]) -> Any:
+            return _tree.tmap(lambda *xs: _stack(xs), *trees)
+
+        terminated, truncated = _stack(self._terminated), _stack(self._truncated)
+        valid = log.valid[:steps]
+        done = valid & (terminated | truncated)
+        cut = log.failed[:steps]
+        if cut_last:
+            cut = cut.copy()
+            cut[-1] = True
+        same_next = np.ones_like(valid)
+        same_next[-1] = False
+        traj_id = log.traj_id[:steps]
+        env_id = np.empty((steps, n), dtype=self.env_ids.dtype)
+        env_id[:] = self.env_ids
+        version = np.empty((steps, n), dtype=np.int64)
+        version[:] = self._version[:steps, None]
+        return Batch(
+            obs=stack(self._obs),
+            action=stack(self._action),
+            reward=_stack(self._reward),
+            terminated=terminated,
+            truncated=truncated,
+            done=done,
+            next_obs=stack(self._next_obs),
+            valid=valid,
+            traj_end=_traj_end(done, cut, valid, traj_id, same_next),
+            env_id=env_id,
+            traj_id=traj_id,
+            step_count=log.step_count[:steps],
+            policy_version=version,
+            env_seconds=log.env_seconds[:steps],
+            policy_seconds=log.policy_seconds[:steps],
+            timeout=np.zeros((steps, n), dtype=np.bool_) if self._timeout is None else self._timeout[:steps],
+            layout="time_major",
+            frames=steps * n,
+        )
 
 
 def flat(chunks: Sequence[Chunk], frames: int, *, cut_last: bool) -> tuple[Batch, list[Chunk]]:

@@ -127,8 +127,10 @@ class LockstepLog:
         #: row of a step), by :meth:`settle`.
         self.env_seconds = np.empty((steps, n))
         self.policy_seconds = np.empty((steps, n))
-        self._times = np.zeros((steps, 2))  # each step's env and policy seconds
-        self._valid = np.zeros((steps, n), dtype=np.bool_)
+        self._env_s: list[float] = []  # each step's env and policy seconds
+        self._policy_s: list[float] = []
+        self._valid_rows: list[np.ndarray] = []  # each step's own (B,) array, stacked by settle()
+        self._valid = np.zeros((0, n), dtype=np.bool_)
         self._events = np.zeros((steps, 2, n), dtype=np.bool_)  # [t, 0]: ended after step t; [t, 1]: failed
         #: Steps noted so far.
         self.taken = 0
@@ -136,13 +138,25 @@ class LockstepLog:
         #: read), else None.
         self.steps_now: np.ndarray | None = trajs.steps.copy() if running else None
 
+    @property
+    def valid(self) -> np.ndarray:
+        """``(steps taken, num_envs)`` bool, once :meth:`settle` ran: the rows noted as transitions (row ``t``:
+        step ``t``'s)."""
+        return self._valid
+
+    @property
+    def failed(self) -> np.ndarray:
+        """``(steps, num_envs)`` bool: the rows :meth:`cut` as failed."""
+        return self._events[:, 1]
+
     def note(self, valid: np.ndarray, ended: np.ndarray, any_ended: bool, env_s: float, policy_s: float) -> int:
         """The next step: its rows that are transitions (``valid``) and those whose trajectory ends after it
         (``ended``, ``any_ended`` whether any does), how long its env steps and its policy call took; returns its
         index ``t``."""
         t = self.taken
-        self._valid[t] = valid
-        self._times[t] = env_s, policy_s
+        self._valid_rows.append(valid)
+        self._env_s.append(env_s)
+        self._policy_s.append(policy_s)
         if any_ended:
             self._events[t, 0] = ended
         self.taken = t + 1
@@ -167,9 +181,10 @@ class LockstepLog:
         if not steps:
             return 0
         trajs = self.trajs
-        valid, events = self._valid[:steps], self._events[:steps]
-        self.env_seconds[:steps] = self._times[:steps, :1]
-        self.policy_seconds[:steps] = self._times[:steps, 1:]
+        self._valid = valid = np.array(self._valid_rows, dtype=np.bool_)
+        events = self._events[:steps]
+        self.env_seconds[:steps] = np.array(self._env_s)[:, None]
+        self.policy_seconds[:steps] = np.array(self._policy_s)[:, None]
         # each event's rank in the order restarts happened: by step, the ended before the failed, by env; a row has at
         # most one (an ended row is valid, a failed one is not)
         rank = np.where(events, np.cumsum(events.reshape(-1)).reshape(events.shape) - 1, -1).max(axis=1)

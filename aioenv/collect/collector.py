@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from aioenv.collect.batch import Batch, flat, padded, time_major
+from aioenv.collect.batch import Batch, flat, padded
 from aioenv.collect.chunk import Chunk
 from aioenv.collect.driver import Driver
 from aioenv.collect.engine import Engine
@@ -151,8 +151,7 @@ class Collector(Driver[Any]):
                 engine.random = self.frames < opts.init_random_frames
                 batch: Batch
                 if opts.mode == "sync":
-                    chunks = await engine.lockstep_batch(steps_per_batch)
-                    batch = time_major(chunks, cut_last=opts.reset_at_each_iter)
+                    batch = await engine.lockstep_batch(steps_per_batch, cut_last=opts.reset_at_each_iter)
                 else:
                     chunks = carry
                     have = sum(int(np.count_nonzero(c.valid)) for c in chunks)

@@ -2,8 +2,8 @@
 
 Two ways to step, chosen by ``mode``:
 
-- ``sync`` (:meth:`Engine.lockstep`): every env each step, one ``pool.step`` (lock-step). A ``next_step``
-  reset step stays in its row, marked ``valid=False``, so each chunk has all ``num_envs`` rows.
+- ``sync`` (:meth:`Engine.lockstep_batch`): every env each step, one ``pool.step`` (lock-step), ``T`` steps made
+  one ``(T, num_envs)`` batch. A ``next_step`` reset step stays in its row, marked ``valid=False``.
 - ``async`` (:meth:`Engine.advance`): ``pool.send``/``pool.recv``. Each ``recv`` returns the rows that
   finished first; the policy is called with those rows and their actions are sent at once, while the other
   envs are still stepping. An ``async`` policy runs as a task, so rows keep arriving while it thinks; with
@@ -28,6 +28,7 @@ import numpy as np
 
 import aioenv.collect._tree as _tree
 from aioenv._compat import AutoresetMode
+from aioenv.collect.batch import Batch, LockstepRows
 from aioenv.collect.chunk import Chunk, LockstepLog, Trajectories
 from aioenv.collect.options import Options
 from aioenv.collect.policy import PolicyRunner, RandomActions
@@ -59,15 +60,8 @@ def _expand_info(info: dict[str, Any], rows: np.ndarray, n: int) -> dict[str, An
     return out
 
 
-def _filled(n: int, value: float, dtype: type[np.generic]) -> np.ndarray:
-    """``n`` copies of ``value`` (``np.full`` without its Python-level overhead)."""
-    out = np.empty(n, dtype=dtype)
-    out.fill(value)
-    return out
-
-
 def _constant(a: np.ndarray) -> np.ndarray:
-    """``a``, read-only: a lock-step's chunks share it (a batch copies what it stacks)."""
+    """``a``, read-only: the engine hands it to many steps (what a batch keeps of it is copied)."""
     a.flags.writeable = False
     return a
 
@@ -107,8 +101,6 @@ class Engine:
         # sync mode: the env's next step is next_step's reset; ``_no_rows`` itself when none is (known from the
         # step that set it, with no look at the rows)
         self.pending = self._no_rows
-        self._version_rows = _constant(np.zeros(self.n, dtype=np.int64))  # policy version 0 on every row
-        self._rows_version = 0  # the version _version_rows holds (an int: no read of the array each step)
         self.cur_obs: Any = None
         self.cur_action: Any = None
         self.random_actions = RandomActions(pool.single_action_space, opts.seed)
@@ -240,54 +232,54 @@ class Engine:
             return await self.runner.acall(self.cur_obs, ids), version
         return self.runner.call(self.cur_obs, ids), version
 
-    async def lockstep(self) -> Chunk:
-        """Step every env once with the policy's actions; their ``num_envs`` rows, in env order."""
-        return (await self.lockstep_batch(1))[0]
-
-    async def lockstep_batch(self, steps: int) -> list[Chunk]:
-        """``steps`` lock-steps (:meth:`lockstep`), their rows' trajectory ids and step counts worked out once for all
-        of them (:class:`aioenv.collect.chunk.LockstepLog`), also when a step raises (for the steps before it)."""
+    async def lockstep_batch(self, steps: int, *, cut_last: bool = False) -> Batch:
+        """``steps`` lock-steps of every env with the policy's actions, as one ``(steps, num_envs)`` batch
+        (:class:`aioenv.collect.batch.LockstepRows`; ``cut_last``: every trajectory cut after it). The rows'
+        trajectory ids and step counts are worked out once for all of them (:class:`LockstepLog`), also when a step
+        raises (for the steps before it, whose rows are then dropped)."""
         log = LockstepLog(self.trajs, steps, running=bool(self.opts.max_frames_per_traj))
+        rows = LockstepRows(log, self.all_ids, steps)
         try:
-            return [await self._lockstep(log) for _ in range(steps)]
+            for _ in range(steps):
+                await self._lockstep(rows)
         finally:
             self.frames += log.settle()
+        return rows.batch(cut_last=cut_last)
 
-    async def _lockstep(self, log: LockstepLog) -> Chunk:
-        ids = self.all_ids
+    async def _lockstep(self, rows: LockstepRows) -> None:
+        ids, runner = self.all_ids, self.runner
         t0 = time.perf_counter()
-        actions, version = await self._actions(ids)
+        if self.random or runner.is_async:
+            actions, version = await self._actions(ids)
+        else:  # a plain call, no coroutine of its own to make and await (the common step)
+            version = runner.version
+            actions = runner.call(self.cur_obs, ids)
         # ours to keep, whatever the policy does with its output
         actions = np.array(actions) if isinstance(actions, np.ndarray) else _tree.tmap(np.array, actions)
         t1 = time.perf_counter()
         failed: np.ndarray | None = None
-        errors: dict[int, AioEnvError] = {}
         try:
             step = await self.pool.step(actions)
         except AioEnvError as exc:
             if self.opts.on_error == "raise" or not exc.errors or -1 in exc.errors:
                 raise
             step, failed = self._merge_partial(exc)
-            errors = exc.errors
         t2 = time.perf_counter()
         valid = self._all_rows if self.pending is self._no_rows else ~self.pending  # the constant: no row left out
         if failed is not None:
             valid = valid & ~failed
-        chunk, autoreset, explicit = self._record_all(actions, step, valid, (t2 - t1, t1 - t0, version), log)
+        next_obs, autoreset, explicit = self._record_all(actions, step, valid, (t2 - t1, t1 - t0, version), rows)
         if failed is not None and failed.any():
-            chunk.cut = failed.copy()
-            chunk.error = [f"env: {_error_text(errors[int(e)])}" if failed[e] else None for e in ids]
-            log.cut(failed)
+            rows.log.cut(failed)
             explicit = failed if explicit is None else explicit | failed
         self.pending = autoreset
         self.cur_obs = step[0]
         if explicit is not None and explicit.any():
-            if chunk.next_obs is self.cur_obs:
+            if next_obs is self.cur_obs:
                 self.cur_obs = _tree.tmap(np.copy, self.cur_obs)
             reset_ids = ids[explicit]
             reset_obs, _ = await self.pool.reset(env_ids=reset_ids)
             _tree.put(self.cur_obs, reset_ids, reset_obs)
-        return chunk
 
     def _record_all(
         self,
@@ -295,14 +287,14 @@ class Engine:
         step: tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]],
         valid: np.ndarray,
         times: tuple[float, float, int],
-        log: LockstepLog,
-    ) -> tuple[Chunk, np.ndarray, np.ndarray | None]:
-        """:meth:`_record` for a lock-step of every env, with whole-array operations only (no row indexing):
-        its chunk, the rows whose env resets in its next step, and those the engine must reset itself (None:
-        none). ``times``: env seconds, policy seconds and policy version, the same for every row. The chunk's
-        trajectory ids and step counts are views of ``log``'s, which fills them once its batch is done."""
+        rows: LockstepRows,
+    ) -> tuple[Any, np.ndarray, np.ndarray | None]:
+        """:meth:`_record` for a lock-step of every env into ``rows``, with whole-array operations only (no row
+        indexing): the step's ``next_obs`` as recorded, the rows whose env resets in its next step, and those the
+        engine must reset itself (None: none). ``times``: env seconds, policy seconds and policy version, the same
+        for every row."""
         o, reward, terminated, truncated, info = step
-        n = self.n
+        log = rows.log
         every = valid is self._all_rows  # no row to leave out (the common step): no masking
         ended = terminated | truncated
         finals = ended if every else valid & ended
@@ -325,36 +317,21 @@ class Engine:
                 done = valid & (terminated | truncated)
                 any_final = True
         env_s, pol_s, version = times
-        if self._rows_version != version:
-            self._version_rows = _constant(_filled(n, version, np.int64))
-            self._rows_version = version
         timeout = info.get("timeout")
-        chunk = Chunk(
-            env_id=self.all_ids,
-            obs=self.cur_obs,
-            action=action,
-            reward=reward,
-            terminated=terminated,
-            truncated=truncated,
-            next_obs=next_obs,
-            valid=valid,
-            cut=self._no_rows,
-            traj_id=log.traj_id[log.taken],
-            step_count=log.step_count[log.taken],
-            policy_version=self._version_rows,
-            env_seconds=log.env_seconds[log.taken],
-            policy_seconds=log.policy_seconds[log.taken],
-            timeout=self._no_rows if timeout is None else _flag(info, "timeout", self.all_ids),
-            info=info if self.keep_info else None,  # as _record: a whole step's row i is its info's row i
-            info_row=self.all_ids if self.keep_info else None,
-        )
         log.note(valid, done, any_final, env_s, pol_s)  # (the frames too are counted once per batch)
+        rows.add(
+            self.cur_obs,
+            action,
+            (next_obs, reward, terminated, truncated),
+            version,
+            None if timeout is None else _flag(info, "timeout", self.all_ids),
+        )
         explicit: np.ndarray | None = None
         if ours is not None:
             explicit = ours & ~ended
         if self.disabled and any_final:
             explicit = finals if explicit is None else explicit | finals
-        return chunk, finals if self.next_step and any_end else self._no_rows, explicit
+        return next_obs, finals if self.next_step and any_end else self._no_rows, explicit
 
     def _merge_partial(self, exc: AioEnvError) -> tuple[tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any], Any]:
         """A whole step's rows out of a failed ``pool.step``: the rows that succeeded, the others empty."""
