@@ -25,6 +25,11 @@ Three workloads, each cell in a fresh Python process with ``torch.set_num_thread
 3. ``memory``: a background collection (``background=True, queue_size=2``) over CartPole-v1 x 32 for
    ``--memory-seconds``: resident memory of the whole process tree (this process and its workers) sampled
    after a warm-up and at the end. Goal: no growth after warm-up (< 16 MiB).
+4. ``alternated``: the ``cartpole`` collector (``sync``, ``async``) and its hand loop in one process, each over a
+   SyncPool of its own (``POOL_KW``) with the same policy, in slices of ~0.25 s that alternate (which goes first
+   alternating): the median over rounds of the ratio of their frames/s within a round, its quartiles, and the
+   ratio of this process's CPU time per frame. A slow moment of the machine then falls on both sides of a round;
+   between cells in separate processes it falls on one. Goal: both >= 0.95x, as for ``cartpole``'s ratios.
 
 Cells of a workload run in interleaved rounds with a rotating order; a figure is the median per cell, a ratio
 the median over rounds of the ratio within a round.
@@ -83,6 +88,10 @@ WORKLOADS: dict[str, dict[str, str]] = {
         "torchrl pool": 'AsyncEnvPool(256 x GymWrapper(SleepEnv), backend="threading"), recv(min_get=1) loop',
     },
     "memory": {"aioenv": "Collector(SyncPool(CartPole-v1, 32), background=True, queue_size=2)"},
+    "alternated": {
+        "sync": "Collector over a SyncPool / its hand loop over another, alike (cartpole), in one process",
+        "async": 'Collector(mode="async") / its hand loop async, likewise',
+    },
 }
 RATIOS = {
     "cartpole": {
@@ -93,6 +102,7 @@ RATIOS = {
     },
     "latency": {"aioenv / torchrl pool": ("aioenv", "torchrl pool")},
     "memory": {},
+    "alternated": {},
 }
 
 
@@ -152,61 +162,103 @@ def cartpole_aioenv(seconds: float, mode: str = "sync") -> dict[str, Any]:
     return out
 
 
-def cartpole_hand(seconds: float) -> dict[str, Any]:
-    """The collector's workload without it: ``pool.step(policy(obs))`` in a loop, 1,024 frames a "batch"."""
+def hand_batches(pool: Any, policy: Any) -> Any:
+    """``pool.step(policy(obs))`` in a plain loop, what a user writes without a collector: 1,024 frames a "batch"."""
     import torch
 
-    import aioenv
-
-    policy = mlp_policy()
-
-    def batches(pool: Any) -> Any:
-        obs, _ = pool.reset()
-        while True:
-            for _ in range(FRAMES_PER_BATCH // NUM_ENVS):
-                with torch.no_grad():
-                    actions = policy(torch.as_tensor(obs)).numpy()
-                obs, _reward, _terminated, _truncated, _info = pool.step(actions)
-            yield FRAMES_PER_BATCH
-
-    with aioenv.SyncPool("CartPole-v1", NUM_ENVS, **POOL_KW) as pool:
-        out = timed(batches(pool), seconds, lambda frames: frames)
-        out["note"] = pool.pool.describe_placement()
-    return out
+    obs, _ = pool.reset()
+    while True:
+        for _ in range(FRAMES_PER_BATCH // NUM_ENVS):
+            with torch.no_grad():
+                actions = policy(torch.as_tensor(obs)).numpy()
+            obs, _reward, _terminated, _truncated, _info = pool.step(actions)
+        yield FRAMES_PER_BATCH
 
 
-def cartpole_hand_async(seconds: float) -> dict[str, Any]:
+def hand_async_batches(pool: Any, policy: Any) -> Any:
     """First-finished without a collector: after each ``pool.recv(min_results=1)``, ``pool.send`` the policy's
     actions for the rows that came; a "batch" is 1,024 transitions (a ``next_step`` reset step is none)."""
     import numpy as np
     import torch
 
-    import aioenv
-
-    policy = mlp_policy()
-
     def act(obs: Any) -> Any:
         with torch.no_grad():
             return policy(torch.as_tensor(obs)).numpy()
 
-    def batches(pool: Any) -> Any:
-        obs, _ = pool.reset()
-        ended = np.zeros(NUM_ENVS, dtype=np.bool_)  # the env's next row only resets it
-        pool.send(act(obs))
-        while True:
-            frames = 0
-            while frames < FRAMES_PER_BATCH:
-                obs, _reward, terminated, truncated, info = pool.recv(min_results=1)
-                ids = info["env_id"]
-                pool.send(act(obs), ids)
-                frames += int(np.count_nonzero(~ended[ids]))
-                ended[ids] = terminated | truncated
-            yield frames
+    obs, _ = pool.reset()
+    ended = np.zeros(NUM_ENVS, dtype=np.bool_)  # the env's next row only resets it
+    pool.send(act(obs))
+    while True:
+        frames = 0
+        while frames < FRAMES_PER_BATCH:
+            obs, _reward, terminated, truncated, info = pool.recv(min_results=1)
+            ids = info["env_id"]
+            pool.send(act(obs), ids)
+            frames += int(np.count_nonzero(~ended[ids]))
+            ended[ids] = terminated | truncated
+        yield frames
+
+
+def cartpole_hand(seconds: float) -> dict[str, Any]:
+    """The collector's workload without it (:func:`hand_batches`)."""
+    import aioenv
 
     with aioenv.SyncPool("CartPole-v1", NUM_ENVS, **POOL_KW) as pool:
-        out = timed(batches(pool), seconds, lambda frames: frames)
+        out = timed(hand_batches(pool, mlp_policy()), seconds, lambda frames: frames)
         out["note"] = pool.pool.describe_placement()
     return out
+
+
+def cartpole_hand_async(seconds: float) -> dict[str, Any]:
+    """The async collector's workload without it (:func:`hand_async_batches`)."""
+    import aioenv
+
+    with aioenv.SyncPool("CartPole-v1", NUM_ENVS, **POOL_KW) as pool:
+        out = timed(hand_async_batches(pool, mlp_policy()), seconds, lambda frames: frames)
+        out["note"] = pool.pool.describe_placement()
+    return out
+
+
+def slice_of(batches: Any, count: Any, seconds: float) -> tuple[int, float, float]:
+    """Pull batches for at least ``seconds``: the frames, the wall time and this process's CPU time."""
+    frames, cpu, start = 0, time.process_time(), time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        frames += count(next(batches))
+    return frames, time.perf_counter() - start, time.process_time() - cpu
+
+
+def cartpole_alternated(seconds: float, mode: str) -> dict[str, Any]:
+    """The collector and its hand loop (``mode``: ``"sync"`` or ``"async"``) in this one process, each over a
+    SyncPool of its own placed alike, with the same policy, alternated in slices of ~0.25 s (which one goes first
+    alternating): the median over rounds of the ratio of their frames/s within a round, its quartiles, and the
+    same for this process's CPU time per frame. A slow moment of the machine falls on both sides of a round
+    alike, where cells in separate processes meet it in one cell only."""
+    import aioenv
+    from aioenv.collect import Collector
+
+    policy = mlp_policy()
+    hand_of = hand_batches if mode == "sync" else hand_async_batches
+    with (
+        aioenv.SyncPool("CartPole-v1", NUM_ENVS, **POOL_KW) as ours,
+        Collector(ours, policy, frames_per_batch=FRAMES_PER_BATCH, mode=mode) as collector,
+        aioenv.SyncPool("CartPole-v1", NUM_ENVS, **POOL_KW) as theirs,
+    ):
+        sides = [(iter(collector), lambda b: b.frames), (hand_of(theirs, policy), lambda frames: frames)]
+        for batches, _ in sides:
+            for _ in range(2):
+                next(batches)
+        rates: list[float] = []
+        cpus: list[float] = []
+        for r in range(max(2, round(seconds / 0.5))):
+            got: list[tuple[int, float, float]] = [(0, 0.0, 0.0), (0, 0.0, 0.0)]
+            for k in (0, 1) if r % 2 == 0 else (1, 0):
+                got[k] = slice_of(sides[k][0], sides[k][1], 0.25)
+            (fc, wc, cc), (fh, wh, ch) = got
+            rates.append((fc / wc) / (fh / wh))
+            cpus.append((cc / fc) / (ch / fh))
+    q1, _, q3 = statistics.quantiles(rates, n=4)
+    return {"value": statistics.median(rates), "quartiles": [q1, q3], "cpu_ratio": statistics.median(cpus),
+            "slices": len(rates)}  # fmt: skip
 
 
 def cartpole_torchrl(cell: str, seconds: float) -> dict[str, Any]:
@@ -374,6 +426,8 @@ def run_cell(workload: str, cell: str, seconds: float) -> dict[str, Any]:
         return latency_aioenv(seconds) if cell == "aioenv" else latency_torchrl(seconds)
     if workload == "memory":
         return memory_aioenv(seconds)
+    if workload == "alternated":
+        return cartpole_alternated(seconds, cell)
     raise ValueError(f"unknown workload {workload!r}")
 
 
@@ -440,6 +494,11 @@ def goals(result: dict[str, Any]) -> list[dict[str, Any]]:
         if hand is not None:
             out.append({"goal": f"cartpole: {what} >= 0.95x a hand loop over the same pool and policy", "value": hand,
                         "threshold": 0.95, "met": hand >= 0.95})  # fmt: skip
+    alt = result["workloads"].get("alternated", {}).get("values", {})
+    for cell, what in (("sync", "aioenv"), ("async", "aioenv async")):
+        if cell in alt:
+            out.append({"goal": f"alternated: {what} >= 0.95x its hand loop in one process", "value": alt[cell],
+                        "threshold": 0.95, "met": alt[cell] >= 0.95})  # fmt: skip
     lat = result["workloads"].get("latency", {})
     for cell in lat.get("values", {}):
         rounds = [rnd[cell] for rnd in lat["rounds"] if cell in rnd]
@@ -481,7 +540,12 @@ def to_markdown(result: dict[str, Any]) -> str:
         f"gymnasium {v['gymnasium']}, {result['date']}; {result['seconds']:g} s per cell, median of "
         f"{result['repeats']} round(s)",
     ]
-    units = {"cartpole": "frames/s", "latency": "steps/s", "memory": "MiB of growth after warm-up"}
+    units = {
+        "cartpole": "frames/s",
+        "latency": "steps/s",
+        "memory": "MiB of growth after warm-up",
+        "alternated": "collector / hand loop, frames/s (quartiles of the rounds; CPU a frame)",
+    }
     for workload, w in result["workloads"].items():
         cpu = w.get("cpu_us_per_frame", {})
         extra = (" this process's CPU µs per frame |", " --: |") if cpu else ("", "")
@@ -497,6 +561,12 @@ def to_markdown(result: dict[str, Any]) -> str:
         for cell in w["cells"]:
             value = w["values"].get(cell)
             shown = f"{value:,.1f}" if value is not None else w["errors"].get(cell, "-")[:200]
+            if workload == "alternated" and value is not None:
+                rounds = [rnd[cell] for rnd in w["rounds"] if cell in rnd]
+                low = min(rnd["quartiles"][0] for rnd in rounds)
+                high = max(rnd["quartiles"][1] for rnd in rounds)
+                cpu_ratio = statistics.median(rnd["cpu_ratio"] for rnd in rounds)
+                shown = f"{value:.3f}x ({low:.3f}-{high:.3f}; CPU {cpu_ratio:.3f}x)"
             if workload == "latency" and cell in w.get("of_ideal", {}):
                 shown += f" ({100 * w['of_ideal'][cell]:.1f}% of the batch-aware ideal)"
             if cpu:

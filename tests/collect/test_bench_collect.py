@@ -128,3 +128,26 @@ def test_a_run_of_one_workload_keeps_the_others_figures_with_their_source(tmp_pa
     assert "**cartpole**\n" in markdown
     module.carry_over(fresh := {"workloads": {}}, tmp_path / "absent.json")  # nothing there: nothing carried
     assert fresh == {"workloads": {}}
+
+
+def test_the_alternated_workload_pairs_the_collector_with_its_hand_loop_in_one_process(tmp_path: Path) -> None:
+    proc = run_python(
+        "benchmarks/bench_collect.py", "--quick", "--only", "alternated", "--out", str(tmp_path), timeout=85
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((tmp_path / "collect.json").read_text())
+    w = result["workloads"]["alternated"]
+    for cell in ("sync", "async"):
+        (rnd,) = [r[cell] for r in w["rounds"]]
+        assert rnd["slices"] == 2  # --quick: 1 s, two rounds of a slice each side
+        low, high = rnd["quartiles"]
+        assert 0 < low <= rnd["value"] <= high  # the median between its quartiles
+        assert rnd["cpu_ratio"] > 0
+        assert w["values"][cell] == rnd["value"]
+    goals = {g["goal"]: g for g in result["goals"]}
+    sync = goals["alternated: aioenv >= 0.95x its hand loop in one process"]
+    assert sync["value"] == w["values"]["sync"]
+    assert sync["met"] is (sync["value"] >= 0.95)
+    assert "alternated: aioenv async >= 0.95x its hand loop in one process" in goals
+    markdown = (tmp_path / "collect.md").read_text()
+    assert f"| {w['values']['sync']:.3f}x (" in markdown
