@@ -454,7 +454,8 @@ def run_workload(workload: str, seconds: float, repeats: int) -> dict[str, Any]:
                 errors[cell] = f"{type(exc).__name__}: {exc}"
                 print(f"[{workload} {r + 1}/{repeats}] {cell}: failed ({errors[cell][:300]})", flush=True)
                 continue
-            print(f"[{workload} {r + 1}/{repeats}] {cell}: {this[cell]['value']:,.1f}", flush=True)
+            shown = f"{this[cell]['value']:.3f}x" if workload == "alternated" else f"{this[cell]['value']:,.1f}"
+            print(f"[{workload} {r + 1}/{repeats}] {cell}: {shown}", flush=True)
         rounds.append(this)
     medians = {c: statistics.median(rnd[c]["value"] for rnd in rounds if c in rnd) for c in cells if c not in errors}
     ratios, cpu_ratios = {}, {}
