@@ -62,6 +62,7 @@ from aioenv.errors import (
 )
 from aioenv.transport.pipe import PipePort
 from aioenv.transport.slab import Slab
+from aioenv.transport.spawn import usable_cpus
 from aioenv.wire import lane
 from aioenv.wire.errors import error_fields, from_wire
 from aioenv.wire.info_wire import binfo_of
@@ -72,6 +73,8 @@ from aioenv.wire.spaces import space_from_description
 log = logging.getLogger("aioenv.coordinator")
 #: The most bytes one read of the done pipe takes (a pipe holds 64 KiB): 2,730 records.
 _DONE_READ = 65536
+#: The longest :meth:`Coordinator.wait_here` polls for a reply before it sleeps until one comes (see there).
+SPIN_AT_MOST = 500e-6
 
 _OPS = {"step": Op.STEP, "reset": Op.RESET, "call": Op.CALL}
 
@@ -134,6 +137,7 @@ class Coordinator(Recovery, Requests):
         #: What :meth:`wait_here` blocks on (the done pipe, the exits, every worker process's pipe), made when it
         #: first waits and again after the worker processes changed (None: to be made).
         self._blocks_on: _Blocking | None = None
+        self._waits = -1.0  # how long wait_here's recent waits took until their reply (s; a running mean; -1: none yet)
         #: The most seconds a request to the inline worker in this process holds the loop (None: its default).
         self.max_loop_hold = max_loop_hold
         #: How many envs (the first ones) run in this process, on a thread of their worker's (see workers.inproc).
@@ -312,13 +316,20 @@ class Coordinator(Recovery, Requests):
         due = self._timer.at
         if due is not None:
             end = min(end, now + due - self.loop.time())
+        spin_until = now + spin_budget(blocking.spins, self._waits)
         while True:
-            left = end - time.monotonic()
+            at = time.monotonic()
+            left = end - at
             if left <= 0:
                 return False
-            events = poll(left)
-            if not events:
-                return False  # the time is up
+            if at < spin_until:  # a core to spare, and replies come soon: look again rather than sleep
+                events = poll(0)
+                if not events:
+                    continue
+            else:
+                events = poll(left)
+                if not events:
+                    return False  # the time is up
             for fd, _ in events:
                 if fd == exits:
                     return False  # a worker exited: the loop reaps it (its pipe is drained first)
@@ -332,6 +343,8 @@ class Coordinator(Recovery, Requests):
                     self._workers_changed()
                     return future.done()
             if future.done():
+                waited = time.monotonic() - now
+                self._waits = waited if self._waits < 0 else self._waits + (waited - self._waits) / 8
                 return True
             if self._blocks_on is not blocking:  # a worker was replaced or lost meanwhile
                 return False
@@ -350,7 +363,8 @@ class Coordinator(Recovery, Requests):
             if isinstance(proc, LocalProcess) and not proc.pipe_closed:
                 poller.register(proc.pipe_fd, select.EPOLLIN)
                 drains[proc.pipe_fd] = proc
-        self._blocks_on = _Blocking(poller, drains)
+        workers = len(drains)
+        self._blocks_on = _Blocking(poller, drains, workers + 1 <= usable_cpus())
         return self._blocks_on
 
     def settled(self) -> bool:
@@ -1163,12 +1177,29 @@ class Coordinator(Recovery, Requests):
 _SHARED_DONE: dict[str, Any] = {Key.SHARED: 1}
 
 
+def spin_budget(spins: bool, waits: float) -> float:
+    """How long :meth:`Coordinator.wait_here` polls for a reply before it sleeps (s): up to twice the recent waits
+    (``waits``: their running mean, over the last eight or so; below 0: none yet), at most :data:`SPIN_AT_MOST`,
+    and only where the pool's worker processes and the waiting thread fit on the CPUs this process may use
+    (``spins``). Sleeping in the kernel, the thread is woken ~50-150 µs after the reply on a VM whose idle CPU halts;
+    polling, it takes the reply as it comes, on a CPU no worker needs. Before any wait is known it polls for the
+    bound; once the waits take longer than that, they sleep."""
+    if not spins:
+        return 0.0
+    if waits < 0:
+        return SPIN_AT_MOST
+    return 0.0 if waits > SPIN_AT_MOST else min(2 * waits, SPIN_AT_MOST)
+
+
 class _Blocking(NamedTuple):
     """What :meth:`Coordinator.wait_here` blocks on (``poller``), and whose pipe each of its descriptors is
     (``drains``: descriptor -> the worker process, whose ``drain`` reads it)."""
 
     poller: select.epoll
     drains: dict[int, LocalProcess]
+    #: Whether the local worker processes and the waiting thread fit on the CPUs this process may use, so that it
+    #: may poll for a while rather than sleep (:func:`spin_budget`).
+    spins: bool
 
 
 class _LanePlan(NamedTuple):

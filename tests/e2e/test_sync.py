@@ -31,9 +31,9 @@ from gymnasium.vector import SyncVectorEnv
 import aioenv
 from aioenv import EnvError, InvalidAction, PoolClosed, SyncPool, UsageError
 from aioenv._compat import AutoresetMode
-from aioenv.core.coordinator import Coordinator
+from aioenv.core.coordinator import SPIN_AT_MOST, Coordinator, spin_budget
 from aioenv.core.launcher import LocalProcess
-from tests.envs.faulty import SLOW
+from tests.envs.faulty import SLOW, make_probe
 from tests.support.procs import HANG, process_gone
 from tests.support.waits import WaitsHere
 
@@ -967,3 +967,88 @@ def test_make_sync_with_callables() -> None:
         assert sp.num_envs == 2
         obs, _ = sp.reset(seed=1)
         assert obs.shape == (2, 4)
+
+
+class PollSpy:
+    """The poller of a pool's waits in the caller's thread, recording each ``poll`` timeout it is given."""
+
+    def __init__(self, poller: select.epoll) -> None:
+        self.poller = poller
+        self.timeouts: list[float] = []
+
+    def poll(self, timeout: float) -> list[tuple[int, int]]:
+        self.timeouts.append(timeout)
+        return self.poller.poll(timeout)
+
+    def close(self) -> None:
+        self.poller.close()
+
+
+def spied(sp: SyncPool) -> PollSpy:
+    """Make the pool's wait set (a step does) and put a :class:`PollSpy` on it."""
+    coord = sp.pool._runner
+    assert isinstance(coord, Coordinator)
+    blocking = coord._blocks_on
+    assert blocking is not None, "a step waited in this thread"
+    spy = PollSpy(blocking.poller)
+    coord._blocks_on = blocking._replace(poller=spy)
+    return spy
+
+
+@pytest.mark.parametrize("cpus", [1, 64])
+def test_a_wait_in_the_callers_thread_polls_first_only_with_a_cpu_to_spare(
+    cpus: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # one worker process: with 64 usable CPUs the waiting thread has one to itself and polls (timeout 0) before it
+    # sleeps; with 1 it sleeps at once, leaving the CPU to the worker
+    monkeypatch.setattr("aioenv.core.coordinator.usable_cpus", lambda: cpus)
+    monkeypatch.setattr("aioenv.core.coordinator.SPIN_AT_MOST", HANG)  # no slow moment of the machine ends it early
+    waits = WaitsHere(monkeypatch)
+    with SyncPool(PROBE, 2, executor="inline", num_workers=1, seed=0) as sp:
+        sp.reset()
+        sp.step(np.zeros(2, np.int64))
+        spy = spied(sp)
+        coord = sp.pool._runner
+        assert isinstance(coord, Coordinator)
+        for _ in range(5):
+            coord._waits = -1.0  # nothing known of the waits: the bound
+            sp.step(np.zeros(2, np.int64))
+            assert coord._waits > 0  # the wait, until its reply, measured
+    assert waits.done >= 6
+    assert spy.timeouts
+    assert (0 in spy.timeouts) is (cpus == 64), spy.timeouts[:10]
+
+
+def test_waits_longer_than_the_bound_sleep_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # steps of 50 ms against a bound of 20 ms: the first wait (nothing known yet) polls for the bound, then sleeps
+    # until its reply; the waits after it are known to be long and sleep at once
+    monkeypatch.setattr("aioenv.core.coordinator.usable_cpus", lambda: 64)
+    monkeypatch.setattr("aioenv.core.coordinator.SPIN_AT_MOST", 0.02)
+    WaitsHere(monkeypatch)
+    slow = np.array([SLOW, 0], np.int64)
+    fns = [functools.partial(make_probe, slow_seconds=0.05)] * 2
+    with SyncPool(fns, executor="inline", num_workers=1, seed=0) as sp:
+        sp.reset()
+        sp.step(np.zeros(2, np.int64))
+        spy = spied(sp)
+        coord = sp.pool._runner
+        assert isinstance(coord, Coordinator)
+        coord._waits = -1.0
+        sp.step(slow)
+        assert 0 in spy.timeouts  # polled for the bound...
+        assert spy.timeouts[-1] > 0  # ...then slept until the reply
+        assert coord._waits >= 0.045
+        spy.timeouts.clear()
+        for _ in range(3):
+            sp.step(slow)
+        assert spy.timeouts
+        assert 0 not in spy.timeouts
+
+
+def test_the_spin_budget() -> None:
+    assert spin_budget(False, -1.0) == 0.0  # no CPU to spare: never
+    assert spin_budget(False, 1e-5) == 0.0
+    assert spin_budget(True, -1.0) == SPIN_AT_MOST  # nothing known: the bound
+    assert spin_budget(True, 3e-5) == pytest.approx(6e-5)  # twice the recent waits
+    assert spin_budget(True, SPIN_AT_MOST * 0.75) == SPIN_AT_MOST  # ...at most the bound
+    assert spin_budget(True, SPIN_AT_MOST * 1.01) == 0.0  # longer waits sleep at once
