@@ -64,6 +64,8 @@ EPISODE_STEPS = 10**9  # latency envs never autoreset inside a window (a reset s
 ASYNC_ENV = "aioenv.envs.latency:AsyncSleepEnv"
 ALLOW = ("CartPole-v1", ASYNC_ENV)  # the env names the server may make (aioenv serve --allow-env)
 ALLOW_KWARGS = (f"{ASYNC_ENV}=mean,sigma,cap,episode_steps",)  # and their env_kwargs (--allow-env-kwargs)
+MAX_ENVS = 8192  # the server's --max-envs: envs of all its clients together
+MAX_WORKERS = 256  # its --max-workers: worker processes of all its clients together
 START_TIMEOUT = 30.0  # seconds for the server to print its address (a worker host: to be admitted)
 STOP_TIMEOUT = 30.0  # seconds for the server (a worker host) to exit after SIGTERM
 PIDS_SEEN: set[int] = set()  # every process this run started (servers, hosts, workers, clients): for checks
@@ -211,6 +213,8 @@ class Managed:
             self._kill()
         took = time.perf_counter() - t0
         self._reader.join(5.0)
+        if self.proc.stderr is not None and not self._reader.is_alive():  # read to its end: ours to close
+            self.proc.stderr.close()
         _, alive = psutil.wait_procs(workers, timeout=5.0)
         return {
             "exit_code": code,
@@ -235,6 +239,9 @@ class Server(Managed):
         cmd = [sys.executable, "-m", "aioenv.cli", "serve", "--bind", bind]
         cmd += [arg for pattern in ALLOW for arg in ("--allow-env", pattern)]
         cmd += [arg for rule in ALLOW_KWARGS for arg in ("--allow-env-kwargs", rule)]
+        # the bounds this benchmark's cells need (1,024 envs in one pool, 50 clients with a worker each), above the
+        # defaults of a small machine (256 envs and 4 worker processes per usable CPU), which refuse them on 2 CPUs
+        cmd += ["--max-envs", str(MAX_ENVS), "--max-workers", str(MAX_WORKERS)]
         patterns = {"listening": r"listening on ((?:tcp|unix)://\S+)", "workers": r"worker hosts join at (tcp://\S+)"}
         super().__init__([*cmd, *extra], patterns)
         self.endpoint = self.wait_for("listening")  # logged after the worker port's line

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -9,7 +10,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.support.scripts import run_python
+import aioenv
+from tests.support.scripts import bench_module, run_python
 
 pytestmark = pytest.mark.bench  # a benchmark script's smoke run: make test-bench, not make test
 
@@ -144,3 +146,23 @@ def test_bare_relay_run_by_hand_says_what_runs_it() -> None:
     bad = run_python("benchmarks/bare_relay.py", "relay", "--fd", "99", "--workers", "5,x", timeout=60)
     assert bad.returncode == 2  # refused before it touches a descriptor
     assert "argument --workers: expected integers with commas between, got '5,x'" in bad.stderr
+
+
+@pytest.mark.timeout(120)
+async def test_the_benchmarks_server_takes_the_pools_of_its_full_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the full run's async case makes one pool of 1,024 envs: above what `aioenv serve` allows on a 2-CPU machine by
+    # default (256 envs per CPU), so its server is started with bounds of its own
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))  # (its own imports)
+    benchutil = bench_module("benchutil")
+    server = benchutil.Server()
+    try:
+        options = {"executor": "async", "num_workers": 2, "env_kwargs": {"mean": 0.02, "sigma": 0.0, "cap": 0.1}}
+        pool = await asyncio.wait_for(aioenv.make(benchutil.ASYNC_ENV, 1024, endpoint=server.endpoint, **options), 60)
+        try:
+            obs, _ = await asyncio.wait_for(pool.reset(), 60)
+            assert len(obs) == 1024
+        finally:
+            await pool.aclose()
+    finally:
+        report = server.stop()
+    assert report["exit_code"] == 0
