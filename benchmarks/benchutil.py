@@ -198,8 +198,22 @@ class Managed:
         return describe(left)
 
     def problems(self) -> list[str]:
-        """Log lines at WARNING or above, and tracebacks (what went wrong)."""
-        return [line.rstrip() for line in self.log if re.search(r"WARNING|ERROR|CRITICAL|Traceback", line)]
+        """Log lines at WARNING or above, and tracebacks whole (what went wrong): a traceback's indented lines and the
+        exception's own line after them."""
+        out: list[str] = []
+        in_traceback = False
+        for line in self.log:
+            if in_traceback and line[:1] in (" ", "\t"):
+                out.append(line.rstrip())
+                continue
+            if in_traceback:  # the exception's own line ends it
+                out.append(line.rstrip())
+                in_traceback = False
+                continue
+            if re.search(r"WARNING|ERROR|CRITICAL|Traceback", line):
+                out.append(line.rstrip())
+                in_traceback = line.startswith("Traceback")
+        return out
 
     def stop(self) -> dict[str, Any]:
         """SIGTERM; the exit code, seconds to exit, workers left behind, and the log's problems."""

@@ -166,3 +166,27 @@ async def test_the_benchmarks_server_takes_the_pools_of_its_full_run(monkeypatch
     finally:
         report = server.stop()
     assert report["exit_code"] == 0
+
+
+def test_a_managed_processs_problems_keep_each_traceback_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    benchutil = bench_module("benchutil")
+    managed = object.__new__(benchutil.Managed)  # its log only: no process
+    managed.log = [
+        "INFO serving\n",
+        "2026-11-30 asyncio ERROR Exception in callback <TimerHandle Server._reap>\n",
+        "Traceback (most recent call last):\n",
+        '  File "server.py", line 880, in _reap\n',
+        "    del self.sessions[identity]\n",
+        "KeyError: b'abc'\n",
+        "INFO still serving\n",
+        "WARNING client silent\n",
+    ]
+    assert managed.problems() == [
+        "2026-11-30 asyncio ERROR Exception in callback <TimerHandle Server._reap>",
+        "Traceback (most recent call last):",
+        '  File "server.py", line 880, in _reap',
+        "    del self.sessions[identity]",
+        "KeyError: b'abc'",
+        "WARNING client silent",
+    ]
