@@ -29,7 +29,10 @@ The rules below hold in both ways. With worker processes:
   call that comes 50 ms or more after the loop last ran let the loop run instead, so its timers (deadlines,
   ``max_worker_rss``) and the callbacks queued meanwhile are never late by more. A lock-step step of cheap envs
   then costs no run of the loop, whose setup in the main thread (uvloop's signal wake-up) cost as much as the
-  rest of the call;
+  rest of the call. Where the pool's worker processes leave a CPU to spare and its recent waits were short, the
+  wait polls for up to twice their length (at most :data:`aioenv.core.coordinator.SPIN_AT_MOST`, 0.5 ms)
+  before it sleeps, and so takes a reply as it comes rather than after the kernel wakes it
+  (:func:`aioenv.core.coordinator.spin_budget`);
 - the worker processes are still started on the loop thread, which serves such starts while parked: a worker
   dies with the thread that started it (``PR_SET_PDEATHSIG``), and one restarted inside a call from a
   short-lived thread must not;

@@ -130,7 +130,8 @@ class Runner(Protocol):
         there is nothing this runner can wait for so (no request in flight, whose reply would come): the caller
         then runs the loop until ``future`` is done. For a caller that lends the loop only during its calls
         (:class:`aioenv.SyncPool` in the caller's thread): a lock-step step of cheap envs costs no turn of the
-        loop. Signal handlers run while it blocks; one that raises ends it."""
+        loop. It may poll for a short while before it blocks (a local pool with a CPU to spare:
+        :func:`aioenv.core.coordinator.spin_budget`). Signal handlers run while it blocks; one that raises ends it."""
         ...
 
     def runs_env_code(self) -> bool:
