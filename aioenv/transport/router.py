@@ -240,11 +240,18 @@ class PeerSocket:
             fd = os.dup(self.fd)  # our own reference: the I/O thread may close its descriptor meanwhile
         except OSError:
             return False
-        with socket.socket(fileno=fd) as sock:
+        try:
+            # The number may hold something else by now (another socket, a worker's pipe): look before wrapping it,
+            # since a socket object cannot be made of a pipe (OSError), and a sweep must not raise.
             if os.fstat(fd).st_ino != self.inode:
                 return False
-            try:
+            sock = socket.socket(fileno=fd)
+            fd = -1  # the socket's to close now
+            with sock:
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                return False
+        except OSError:
+            return False
+        finally:
+            if fd >= 0:
+                os.close(fd)
         return True

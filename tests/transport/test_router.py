@@ -4,8 +4,11 @@ of range is refused before ZeroMQ wraps it round to another port."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+import os
 import re
+import socket
 import time
 
 import pytest
@@ -13,7 +16,7 @@ import zmq
 
 import aioenv
 from aioenv.errors import UsageError
-from aioenv.transport.router import Dealer, Router
+from aioenv.transport.router import Dealer, PeerSocket, Router
 from aioenv.transport.zmqio import check_tcp_port
 from tests.support.procs import HANG
 
@@ -96,3 +99,35 @@ async def test_input_waiting_behind_a_refused_send_is_still_read() -> None:
     finally:
         peer.close()
         router.close()
+
+
+def test_cutting_a_peer_whose_descriptor_now_holds_something_else_changes_nothing() -> None:
+    # A server cuts a peer it heard from long ago (a silent connection swept away, a dropped one): by then the
+    # descriptor number may hold another socket, or a pipe (a worker's). Neither is touched, and nothing raises.
+    ours, theirs = socket.socketpair()
+    peer = PeerSocket(ours.fileno(), os.fstat(ours.fileno()).st_ino)
+    assert peer.cut()  # its own socket: shut down
+    assert theirs.recv(1) == b""  # the other end sees the end
+    number = ours.fileno()
+    ours.close()
+    theirs.close()
+    r, w = os.pipe()
+    try:
+        if number not in (r, w):  # the lowest free number is reused: make it hold a pipe's end
+            os.dup2(r, number)
+        assert not peer.cut()  # a pipe now: not a socket, not cut, no OSError
+        os.write(w, b"x")
+        assert os.read(number, 1) == b"x"  # the pipe still works
+        a, b = socket.socketpair()
+        try:
+            os.dup2(a.fileno(), number)  # another socket now
+            assert not peer.cut()  # another inode: left alone
+            b.sendall(b"y")
+            assert os.read(number, 1) == b"y"
+        finally:
+            a.close()
+            b.close()
+    finally:
+        for fd in {r, w, number}:
+            with contextlib.suppress(OSError):
+                os.close(fd)
