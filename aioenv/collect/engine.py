@@ -224,14 +224,6 @@ class Engine:
         self.trajs.restart(self.all_ids)
         await self.start()
 
-    async def _actions(self, ids: np.ndarray) -> tuple[Any, int]:
-        if self.random:
-            return self.random_actions(ids.size), -1
-        version = self.runner.version
-        if self.runner.is_async:
-            return await self.runner.acall(self.cur_obs, ids), version
-        return self.runner.call(self.cur_obs, ids), version
-
     async def lockstep_batch(self, steps: int, *, cut_last: bool = False) -> Batch:
         """``steps`` lock-steps of every env with the policy's actions, as one ``(steps, num_envs)`` batch
         (:class:`aioenv.collect.batch.LockstepRows`; ``cut_last``: every trajectory cut after it). The rows'
@@ -249,10 +241,12 @@ class Engine:
     async def _lockstep(self, rows: LockstepRows) -> None:
         ids, runner = self.all_ids, self.runner
         t0 = time.perf_counter()
-        if self.random or runner.is_async:
-            actions, version = await self._actions(ids)
-        else:  # a plain call, no coroutine of its own to make and await (the common step)
-            version = runner.version
+        version = -1 if self.random else runner.version  # (read before the call: an update meanwhile is the next's)
+        if self.random:
+            actions = self.random_actions(ids.size)
+        elif runner.is_async:
+            actions = await runner.acall(self.cur_obs, ids)
+        else:  # a plain call: no coroutine to make and await (the common step)
             actions = runner.call(self.cur_obs, ids)
         # ours to keep, whatever the policy does with its output
         actions = np.array(actions) if isinstance(actions, np.ndarray) else _tree.tmap(np.array, actions)
