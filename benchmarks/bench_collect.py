@@ -127,19 +127,23 @@ def mlp_policy() -> Any:
     return Sample()
 
 
+def slice_of(batches: Any, count: Any, seconds: float) -> tuple[int, int, float, float]:
+    """Pull batches for at least ``seconds`` (``count(batch)`` frames each): the frames, the batches, the wall time
+    and this process's CPU time."""
+    frames = n = 0
+    cpu, start = time.process_time(), time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        frames += count(next(batches))
+        n += 1
+    return frames, n, time.perf_counter() - start, time.process_time() - cpu
+
+
 def timed(batches: Any, seconds: float, count: Any) -> dict[str, Any]:
     """Pull two batches to warm up, then batches for ``seconds``; frames/s (``count(batch)`` frames each), and
     this process's CPU time per frame (µs)."""
     for _ in range(2):
         next(batches)
-    frames = n = 0
-    cpu = time.process_time()
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        frames += count(next(batches))
-        n += 1
-    elapsed = time.perf_counter() - start
-    cpu = time.process_time() - cpu
+    frames, n, elapsed, cpu = slice_of(batches, count, seconds)
     return {
         "value": frames / elapsed,
         "frames": frames,
@@ -219,14 +223,6 @@ def cartpole_hand_async(seconds: float) -> dict[str, Any]:
     return out
 
 
-def slice_of(batches: Any, count: Any, seconds: float) -> tuple[int, float, float]:
-    """Pull batches for at least ``seconds``: the frames, the wall time and this process's CPU time."""
-    frames, cpu, start = 0, time.process_time(), time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        frames += count(next(batches))
-    return frames, time.perf_counter() - start, time.process_time() - cpu
-
-
 def cartpole_alternated(seconds: float, mode: str) -> dict[str, Any]:
     """The collector and its hand loop (``mode``: ``"sync"`` or ``"async"``) in this one process, each over a
     SyncPool of its own placed alike, with the same policy, alternated in slices of ~0.25 s (which one goes first
@@ -250,10 +246,10 @@ def cartpole_alternated(seconds: float, mode: str) -> dict[str, Any]:
         rates: list[float] = []
         cpus: list[float] = []
         for r in range(max(2, round(seconds / 0.5))):
-            got: list[tuple[int, float, float]] = [(0, 0.0, 0.0), (0, 0.0, 0.0)]
+            got: list[tuple[int, int, float, float]] = [(0, 0, 0.0, 0.0), (0, 0, 0.0, 0.0)]
             for k in (0, 1) if r % 2 == 0 else (1, 0):
                 got[k] = slice_of(sides[k][0], sides[k][1], 0.25)
-            (fc, wc, cc), (fh, wh, ch) = got
+            (fc, _, wc, cc), (fh, _, wh, ch) = got
             rates.append((fc / wc) / (fh / wh))
             cpus.append((cc / fc) / (ch / fh))
     q1, _, q3 = statistics.quantiles(rates, n=4)
