@@ -354,7 +354,11 @@ class Pool:
             why = f"timing one env failed ({type(exc).__name__}: {str(exc).splitlines()[0]})"
             return costs.Choice("inline", self.num_workers, 0, why), None
         allowed = self.allow_in_process
-        choice = costs.choose(probed.cost, self.num_envs, cpus, self.batch_size, allow_in_process=allowed)
+        try:
+            choice = costs.choose(probed.cost, self.num_envs, cpus, self.batch_size, allow_in_process=allowed)
+        except BaseException:  # the probe's process is no one's yet: stop it
+            await probed.release()
+            raise
         if choice.in_process and (not_here := _no_envs_here(needs_workers)):
             choice = costs.Choice("inline", max(1, min(self.num_envs, cpus)), 0, not_here)
         return choice, probed

@@ -334,6 +334,21 @@ async def test_auto_keeps_cheap_real_envs_in_this_process_when_allowed(monkeypat
         assert result[1].shape == (2,)
 
 
+async def test_a_choice_that_fails_stops_the_process_that_timed_the_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe's process is kept for the pool only once a placement was chosen; if choosing raises (here a
+    stand-in; a Ctrl-C could land there too), the pool does not start and that process is stopped, not left
+    behind (the suite's teardown checks that no worker process outlives its test)."""
+
+    def broken(*_: Any, **__: Any) -> costs.Choice:
+        raise RuntimeError("no choice")
+
+    monkeypatch.setattr(costs, "choose", broken)
+    before = _workers()
+    with pytest.raises(RuntimeError, match="no choice"):
+        await aioenv.make("CartPole-v1", 4, seed=0)
+    assert _workers() == before
+
+
 async def test_auto_shares_cheap_envs_between_this_process_and_a_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     async def five_microseconds(*_: Any) -> costs.Probed:  # as measured on a quiet machine (no process kept)
         return costs.Probed(costs.Cost(5e-6, 5e-6, round_trip=150e-6, message_cpu=80e-6), None, None)
