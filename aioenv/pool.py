@@ -22,7 +22,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 from aioenv._compat import AutoresetMode
 from aioenv._loop import consume
 from aioenv.core import costs
-from aioenv.core.coordinator import Coordinator
+from aioenv.core.coordinator import SPIN_AT_MOST, Coordinator
 from aioenv.core.launcher import LocalProcess, Spawn, in_process_unavailable, spawn_here
 from aioenv.core.lifecycle import POOL, Lifecycle, Phase
 from aioenv.core.remote import RemoteCoordinator
@@ -232,6 +232,9 @@ class Pool:
         self._runner: Runner | None = None
         #: Where its worker processes are started (see :class:`aioenv.core.launcher.Spawn`; SyncPool sets its own).
         self._spawn: Spawn = spawn_here
+        #: Whether its calls wait in their caller's thread, polling where a CPU is left to it (a SyncPool's, which sets
+        #: it: see ``Coordinator.wait_here``); ``executor="auto"`` counts that (:func:`aioenv.core.costs.choose`).
+        self._waits_poll = False
         #: The event loop whose sockets, futures and timers the pool uses (None until it runs).
         self._home: asyncio.AbstractEventLoop | None = None
         self._started_here = ForkGuard()  # the process whose workers and sockets these are (set again at start)
@@ -354,8 +357,11 @@ class Pool:
             why = f"timing one env failed ({type(exc).__name__}: {str(exc).splitlines()[0]})"
             return costs.Choice("inline", self.num_workers, 0, why), None
         allowed = self.allow_in_process
+        polls = SPIN_AT_MOST if self._waits_poll else 0.0
         try:
-            choice = costs.choose(probed.cost, self.num_envs, cpus, self.batch_size, allow_in_process=allowed)
+            choice = costs.choose(
+                probed.cost, self.num_envs, cpus, self.batch_size, allow_in_process=allowed, polls=polls
+            )
         except BaseException:  # the probe's process is no one's yet: stop it
             await probed.release()
             raise

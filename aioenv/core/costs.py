@@ -49,6 +49,7 @@ import asyncio
 import os
 import statistics
 import time
+from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -62,13 +63,16 @@ from aioenv.wire.protocol import Key, Op, decode, encode
 __all__ = [
     "BUSY_MESSAGE_CPU",
     "BUSY_ROUND_TRIP",
+    "CONTENDED",
     "MESSAGE_CPU",
     "MESSAGE_WORK",
     "PARALLEL",
     "PING_GAP",
     "PROBE_LIMIT",
+    "QUEUED_MESSAGE_CPU",
     "RECV_SHARE_MIN",
     "ROUND_TRIP",
+    "ROW_WORK",
     "SHARE_GAIN",
     "SHARE_LIMIT",
     "WORKER_GAIN",
@@ -92,11 +96,26 @@ MESSAGE_CPU = 160e-6
 #: :attr:`Cost.busy_round_trip` and :attr:`Cost.busy_message_cpu`, measured with PINGs back to back.
 BUSY_ROUND_TRIP = 150e-6
 BUSY_MESSAGE_CPU = 80e-6
+#: This process's CPU seconds per message when several go out at once and their answers come back together,
+#: one wake-up shared by all of them: what each further worker of a lock-step batch adds, sending its message
+#: and reading its reply in turn (:attr:`Cost.queued_message_cpu`, measured with a burst of :data:`PINGS`
+#: PINGs). 14-30 µs on a 2-vCPU VM; a 16-core machine measured ~41 µs per worker message of a lock-step pool.
+#: This is the estimate without.
+QUEUED_MESSAGE_CPU = 30e-6
+#: The fraction of a waiting worker's message's extra CPU (over a queued one's) that a lock-step batch pays when
+#: its workers take every usable CPU (see :func:`_lockstep_seconds`).
+CONTENDED = 0.5
+#: A worker's own seconds per env row of a lock-step batch beyond the env's step (writing the row to the shared
+#: rows, the autoreset's bookkeeping), which the probe does not time: on a 2-vCPU VM one worker stepped
+#: CartPole batches at ~7.3 µs an env where the probe timed ~6 µs steps.
+ROW_WORK = 1.5e-6
 #: The pool's own seconds per message beyond a bare PING's round trip (encoding the batch, routing the
 #: reply, gathering the rows), added to the probe's measured PINGs.
 MESSAGE_WORK = 50e-6
-#: PINGs the probe's process answers, for each median round trip.
+#: PINGs the probe's process answers, for each median round trip (and in each burst, see :func:`_burst`).
 PINGS = 7
+#: Bursts of PINGs sent at once (:data:`QUEUED_MESSAGE_CPU`), the cheapest of which counts.
+BURSTS = 3
 #: Seconds the probe waits before each PING of a waiting worker, as a worker waits in a lock-step pool while
 #: this process steps its share, gathers the rows and its caller computes the next actions: a message to a
 #: process that just slept costs more than one in a ping-pong (on a 2-vCPU VM ~120 µs back to back, ~220 µs
@@ -137,7 +156,9 @@ class Cost:
     """What one env's steps cost: wall and CPU seconds per step (``asynchronous``: a coroutine env); the
     seconds of a batch's round trip to a worker process on this machine and this process's own CPU seconds
     per such message, for a worker that waited for it (``round_trip``, ``message_cpu``: lock-step pools) and
-    for one kept busy (``busy_round_trip``, ``busy_message_cpu``: first-finished ``recv()``)."""
+    for one kept busy (``busy_round_trip``, ``busy_message_cpu``: first-finished ``recv()``); and this
+    process's CPU seconds per message of several sent at once, whose wake-up they share
+    (``queued_message_cpu``: what each further worker of a lock-step batch costs)."""
 
     step: float = 0.0
     cpu: float = 0.0
@@ -146,6 +167,7 @@ class Cost:
     message_cpu: float = MESSAGE_CPU
     busy_round_trip: float = BUSY_ROUND_TRIP
     busy_message_cpu: float = BUSY_MESSAGE_CPU
+    queued_message_cpu: float = QUEUED_MESSAGE_CPU
 
 
 @dataclass(frozen=True)
@@ -207,7 +229,7 @@ async def probe(sources: EnvSources, env_id: int, seed: int | None, private_dir:
     which inherits a descriptor for the pool's shared rows, so that it can go on as the pool's worker."""
     loop = asyncio.get_running_loop()
     answer: asyncio.Future[dict[str, Any]] = loop.create_future()
-    pong: list[asyncio.Future[None]] = []
+    pong: deque[asyncio.Future[None]] = deque()  # one per PING out, answered in order
     _pairs, found = sources.for_envs([env_id])
     request = encode(Op.PROBE, {Key.ID: 1, Key.SOURCES: next(iter(found.values())), Key.SEED: seed}, trusted=True)
 
@@ -216,8 +238,8 @@ async def probe(sources: EnvSources, env_id: int, seed: int | None, private_dir:
         if header[Key.OP] == Op.HELLO:
             proc.port.send(identity, request)
         elif header[Key.OP] == Op.PONG:
-            if pong and not pong[-1].done():
-                pong[-1].set_result(None)
+            if pong and not pong[0].done():
+                pong.popleft().set_result(None)
         elif not answer.done():
             answer.set_result(header)
 
@@ -225,8 +247,8 @@ async def probe(sources: EnvSources, env_id: int, seed: int | None, private_dir:
         crashed = WorkerCrashed(f"the process timing the env {ended.describe()}", worker=ended.name)
         if not answer.done():
             answer.set_exception(crashed)
-        elif pong and not pong[-1].done():  # it died between two PINGs
-            pong[-1].set_exception(crashed)
+        while pong:  # it died with PINGs out
+            pong.popleft().set_exception(crashed)
 
     slab_fd = Slab.try_new_fd()  # as a coordinator makes it for local inline workers
     try:
@@ -241,6 +263,7 @@ async def probe(sources: EnvSources, env_id: int, seed: int | None, private_dir:
                 raise from_wire(header[Key.ERROR])
             busy = await _ping(proc, pong, 0.0)
             waiting = await _ping(proc, pong, PING_GAP)
+            queued = await _burst(proc, pong)
     except BaseException:
         _close_fd(slab_fd)
         await _close(proc, asked=answer.done())
@@ -249,11 +272,11 @@ async def probe(sources: EnvSources, env_id: int, seed: int | None, private_dir:
     asynchronous = bool(timed.get("async"))
     step, cpu = (0.0, 0.0) if asynchronous else (float(timed["step"]), float(timed["cpu"]))
     (round_trip, message_cpu), (busy_round_trip, busy_message_cpu) = waiting, busy
-    cost = Cost(step, cpu, asynchronous, round_trip, message_cpu, busy_round_trip, busy_message_cpu)
+    cost = Cost(step, cpu, asynchronous, round_trip, message_cpu, busy_round_trip, busy_message_cpu, queued)
     return Probed(cost, proc, slab_fd)
 
 
-async def _ping(proc: WorkerProc, pong: list[asyncio.Future[None]], gap: float) -> tuple[float, float]:
+async def _ping(proc: WorkerProc, pong: deque[asyncio.Future[None]], gap: float) -> tuple[float, float]:
     """The median of :data:`PINGS` round trips to the probe's process, each sent ``gap`` seconds after the
     last answer (0: back to back), and this process's CPU seconds per PING; each plus :data:`MESSAGE_WORK`
     (the pool's own work per message, on this process's CPU)."""
@@ -263,23 +286,49 @@ async def _ping(proc: WorkerProc, pong: list[asyncio.Future[None]], gap: float) 
     for _ in range(PINGS):
         if gap:
             await asyncio.sleep(gap)
-        pong.append(loop.create_future())
+        answered = loop.create_future()
+        pong.append(answered)
         start, cpu_start = time.perf_counter(), time.process_time()
         proc.port.send(b"probe", encode(Op.PING, {Key.ID: 0}))
-        await pong[-1]
+        await answered
         times.append(time.perf_counter() - start)
         cpu += time.process_time() - cpu_start
     cpu /= PINGS
     return statistics.median(times) + MESSAGE_WORK, cpu + MESSAGE_WORK
 
 
+async def _burst(proc: WorkerProc, pong: deque[asyncio.Future[None]]) -> float:
+    """This process's CPU seconds per PING of :data:`PINGS` sent at once to the probe's process, their answers
+    awaited together: the sending, reading and routing of a message, its wake-ups shared (see
+    :data:`QUEUED_MESSAGE_CPU`); the least of :data:`BURSTS` bursts, as a preemption only adds."""
+    loop = asyncio.get_running_loop()
+    least = float("inf")
+    for _ in range(BURSTS):
+        answered = [loop.create_future() for _ in range(PINGS)]
+        pong.extend(answered)
+        cpu_start = time.process_time()
+        for _ in answered:
+            proc.port.send(b"probe", encode(Op.PING, {Key.ID: 0}))
+        await asyncio.gather(*answered)
+        least = min(least, (time.process_time() - cpu_start) / PINGS)
+    return least
+
+
 def choose(
-    cost: Cost, num_envs: int, cpus: int, batch_size: int | None = None, *, allow_in_process: bool = False
+    cost: Cost,
+    num_envs: int,
+    cpus: int,
+    batch_size: int | None = None,
+    *,
+    allow_in_process: bool = False,
+    polls: float = 0.0,
 ) -> Choice:
     """Where ``num_envs`` envs of this ``cost`` run best with ``cpus`` usable CPUs, for a pool whose ``recv``
     returns ``batch_size`` rows (None: all of them); see the module docstring. Envs run in the caller's process
     (all of them, or a share) only with ``allow_in_process``; else in worker processes
-    (:func:`_fewest_workers` for cheap envs)."""
+    (:func:`_fewest_workers` for cheap envs). ``polls``: the longest the pool's calls poll for their replies before
+    they sleep, where a CPU is left to the waiting thread (a :class:`aioenv.SyncPool`'s, see
+    ``Coordinator.wait_here``); 0: they sleep."""
     workers = max(1, min(num_envs, cpus))
     if cost.asynchronous:
         return Choice("async", workers, 0, "the env's step is a coroutine")
@@ -292,7 +341,7 @@ def choose(
     if not allow_in_process:
         if cost.step > SHARE_LIMIT and cpus >= 2:
             return Choice("inline", workers, 0, f"a step takes {_us(cost.step)}")
-        return _fewest_workers(cost, num_envs, workers, first_finished, cpus)
+        return _fewest_workers(cost, num_envs, workers, first_finished, cpus, polls)
     if cpus < 2 or batch <= trip:
         why = (
             "one usable CPU"
@@ -338,7 +387,9 @@ def _cheapest(cost: Cost, num_envs: int, workers: int, batch_size: int | None) -
     return Choice("inline", num_workers, in_process, why)
 
 
-def _fewest_workers(cost: Cost, num_envs: int, workers: int, first_finished: bool, cpus: int) -> Choice:
+def _fewest_workers(
+    cost: Cost, num_envs: int, workers: int, first_finished: bool, cpus: int, polls: float = 0.0
+) -> Choice:
     """Cheap steps, envs in worker processes only: the number of ``inline`` workers, up to ``workers``, of the
     fewest predicted seconds per batch (:func:`_workers_only`; one worker steps at its full speed, as this
     process only waits for it). A batch of a few cheap envs is one message to one worker: more workers would
@@ -346,7 +397,9 @@ def _fewest_workers(cost: Cost, num_envs: int, workers: int, first_finished: boo
     the ``cpus`` usable CPUs leaves this process none of its own (see :func:`_workers_only`)."""
 
     def seconds(count: int) -> float:
-        return _workers_only(cost, num_envs, count, 1.0 if first_finished or count == 1 else PARALLEL, cpus)
+        if first_finished:
+            return _workers_only(cost, num_envs, count, 1.0, cpus)
+        return _lockstep_seconds(cost, num_envs, count, cpus, polls)
 
     best = min(range(1, workers + 1), key=lambda count: (seconds(count), -count))
     why = (
@@ -379,6 +432,41 @@ def _workers_only(cost: Cost, num_envs: int, workers: int, parallel: float, cpus
         steps += CALL_COST + workers * cost.message_cpu
         parallel = min(parallel, PARALLEL)
     return cost.round_trip + (workers - 1) * cost.message_cpu + steps / (workers * parallel)
+
+
+def _lockstep_seconds(cost: Cost, num_envs: int, workers: int, cpus: int, polls: float = 0.0) -> float:
+    """Predicted seconds of a lock-step batch of ``num_envs`` envs on ``workers`` worker processes, with ``cpus``
+    usable CPUs, this process waiting while they step: asleep, or polling for up to ``polls`` seconds where a CPU
+    is left to it (see :func:`choose`).
+
+    A round trip (one wake-up each way, the workers woken together), then each further worker's message sent and
+    its reply read in turn by this process (:attr:`Cost.queued_message_cpu`), and the envs' steps with their rows'
+    own work (:data:`ROW_WORK`), the workers stepping at the same time at :data:`PARALLEL` of their speed alone.
+    Unlike :func:`_workers_only`, no work of this process is counted against the workers' steps: in a lock-step
+    batch it is done before they start and after they finish.
+
+    With a worker on every usable CPU, this process has no CPU of its own: a worker it wakes may wait for it to
+    sleep, and its own wake-up for a worker to finish, a wake-up that no longer overlaps. How often depends on
+    the moment: on a 2-vCPU VM (CartPole, one worker and two alternated in one process, rounds of 0.25-0.3 s of
+    ``await pool.step``), two workers cost ~90 µs a batch more than one in one run (8 and 16 envs 0.77x as fast
+    on two, 48 and 64 1.28x and 1.39x) and ~22 µs in another (8 envs even, 32 1.1x, 64 1.3x, 128 1.5x), each
+    env ~6.8 µs on one and ~4 µs on two. So :data:`CONTENDED` of the extra CPU of a waiting worker's message
+    (:attr:`Cost.message_cpu`) over a queued one is counted: the placement whose worse minute is the lesser
+    (a few envs on one worker, from ~20-30 CartPoles on two, as tests/core/test_costs.py checks).
+
+    A round trip is two wake-ups, the workers' and this process's. A wait that polls takes the replies as they come,
+    which saves the second: half the round trip, where the workers leave a CPU to the waiting thread and the batch
+    takes no longer than the polling. Measured on that VM (``SyncPool.step``, polling switched off and on in turn),
+    it saved 82 µs a batch of 8 CartPoles on one worker and 69 µs of 32, round trips of 120-195 µs: 32 CartPoles of
+    a ``SyncPool`` stepped 102k steps/s on one worker, polling, and 80k on two, where neither polls."""
+    steps = num_envs * (cost.step + ROW_WORK)
+    seconds = cost.round_trip + (workers - 1) * cost.queued_message_cpu
+    if workers > 1 and workers >= cpus:
+        seconds += CONTENDED * max(0.0, cost.message_cpu - cost.queued_message_cpu)
+    seconds += steps / (workers * (PARALLEL if workers > 1 else 1.0))
+    if workers + 1 <= cpus and seconds - cost.round_trip / 2 <= polls:
+        seconds -= cost.round_trip / 2
+    return seconds
 
 
 def _share(cost: Cost, num_envs: int, workers: int) -> tuple[float, int, int]:

@@ -23,7 +23,9 @@ import numpy as np
 import pytest
 
 import aioenv
+import aioenv.pool as pool_module
 from aioenv.core import costs
+from aioenv.core.coordinator import SPIN_AT_MOST
 from aioenv.errors import AioEnvError, EnvError, EnvRemade, UsageError, WorkerCrashed
 from aioenv.transport.spawn import usable_cpus
 from tests.support.placement import placed
@@ -320,6 +322,9 @@ async def test_auto_keeps_cheap_real_envs_in_this_process_when_allowed(monkeypat
         for measured_seconds in (cost.round_trip, cost.busy_round_trip, cost.message_cpu, cost.busy_message_cpu):
             assert measured_seconds > costs.MESSAGE_WORK
         assert (cost.round_trip, cost.busy_round_trip) != (costs.ROUND_TRIP, costs.BUSY_ROUND_TRIP)
+        # and a message among several sent at once: its own CPU, no wake-up of its own, nor MESSAGE_WORK added
+        assert 0 < cost.queued_message_cpu < cost.message_cpu
+        assert cost.queued_message_cpu != costs.QUEUED_MESSAGE_CPU
         choice = costs.choose(cost, 2, usable_cpus(), allow_in_process=True)
         assert (pool.executor, pool.num_workers, pool.envs_in_process) == (
             choice.executor,
@@ -332,6 +337,41 @@ async def test_auto_keeps_cheap_real_envs_in_this_process_when_allowed(monkeypat
         await guard(pool.reset())
         result = await guard(pool.step(np.zeros(2, dtype=np.int64)))
         assert result[1].shape == (2,)
+
+
+def test_auto_places_a_sync_pool_for_waits_that_poll_and_an_async_one_for_waits_that_sleep(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A ``SyncPool``'s lock-step calls wait in the caller's thread, polling where a CPU is left to it
+    (``Coordinator.wait_here``): ``auto`` tells the model so, which an ``aioenv.Pool``'s, waiting on its loop, does
+    not. The same probe (32 CartPoles on 2 CPUs) places the first on one worker and the second on two."""
+    seen: list[float] = []
+    real_choose = costs.choose
+
+    async def measured(*_: Any) -> costs.Probed:  # CartPole on the 2-vCPU VM, 2026-11-30 (no process kept)
+        us = 1e-6
+        return costs.Probed(
+            costs.Cost(6 * us, 6 * us, False, 150 * us, 100 * us, 120 * us, 90 * us, 14 * us), None, None
+        )
+
+    def recorded(*args: Any, **kwargs: Any) -> costs.Choice:
+        seen.append(kwargs["polls"])
+        return real_choose(*args, **kwargs)
+
+    monkeypatch.setattr(pool_module, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(costs, "probe", measured)
+    monkeypatch.setattr(costs, "choose", recorded)
+    with aioenv.SyncPool("CartPole-v1", 32, seed=0) as blocking:
+        assert (blocking.pool.executor, blocking.num_workers) == ("inline", 1)
+        blocking.reset()
+        assert blocking.step(np.zeros(32, dtype=np.int64))[1].shape == (32,)
+
+    async def in_a_loop() -> int:
+        async with aioenv.Pool("CartPole-v1", 32, seed=0) as pool:
+            return pool.num_workers
+
+    assert aioenv.run(in_a_loop()) == 2
+    assert seen == [SPIN_AT_MOST, 0.0]
 
 
 async def test_a_choice_that_fails_stops_the_process_that_timed_the_env(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -353,7 +393,7 @@ async def test_auto_shares_cheap_envs_between_this_process_and_a_worker(monkeypa
     async def five_microseconds(*_: Any) -> costs.Probed:  # as measured on a quiet machine (no process kept)
         return costs.Probed(costs.Cost(5e-6, 5e-6, round_trip=150e-6, message_cpu=80e-6), None, None)
 
-    monkeypatch.setattr(aioenv.pool, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(pool_module, "usable_cpus", lambda: 2)
     monkeypatch.setattr(costs, "probe", five_microseconds)
     before = _workers()
     async with aioenv.Pool("CartPole-v1", 200, seed=0, allow_in_process=True) as pool:
