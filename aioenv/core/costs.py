@@ -25,8 +25,12 @@ ending its program. So, unless the pool allows it (``allow_in_process=True``):
 - a step that takes over 1 ms of wall time while using under half of it on the CPU: ``thread`` workers;
 - a step over :data:`SHARE_LIMIT` on several CPUs: ``inline`` worker processes, one per usable CPU;
 - otherwise ``inline`` workers, as many as predict the fewest seconds per batch (:func:`_fewest_workers`: one
-  for a few cheap envs, whose whole batch costs less than a second message; a worker on every usable CPU
-  leaves this process none, so its own work per batch counts against theirs).
+  for a few cheap envs, whose whole batch costs less than a second message). A lock-step batch
+  (:func:`_lockstep_seconds`) pays each further worker a message among several (the probe's burst of PINGs),
+  and half a wake-up more where the workers take every CPU; a ``SyncPool``'s, which polls for its replies
+  where a CPU is left to it, saves its own wake-up. A first-finished ``recv()`` (:func:`_workers_only`) keeps
+  its workers busy: a worker on every usable CPU leaves this process none, so its own work per batch counts
+  against theirs.
 
 With ``allow_in_process=True`` the cheap cases are weighed against this process too:
 
@@ -391,10 +395,10 @@ def _fewest_workers(
     cost: Cost, num_envs: int, workers: int, first_finished: bool, cpus: int, polls: float = 0.0
 ) -> Choice:
     """Cheap steps, envs in worker processes only: the number of ``inline`` workers, up to ``workers``, of the
-    fewest predicted seconds per batch (:func:`_workers_only`; one worker steps at its full speed, as this
-    process only waits for it). A batch of a few cheap envs is one message to one worker: more workers would
-    each cost a message for a share of a batch that is no dearer than the message. A worker on every one of
-    the ``cpus`` usable CPUs leaves this process none of its own (see :func:`_workers_only`)."""
+    fewest predicted seconds per batch: :func:`_lockstep_seconds` for a lock-step pool (``polls``: see
+    :func:`choose`), :func:`_workers_only` for a first-finished one (``first_finished``), where one worker steps at
+    its full speed, as this process only waits for it. A batch of a few cheap envs is one message to one worker:
+    more workers would each cost a message for a share of a batch that is no dearer than the message."""
 
     def seconds(count: int) -> float:
         if first_finished:
