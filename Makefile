@@ -109,7 +109,7 @@ bench-quick: $(VENV)/.installed-test
 	$(PIP) install -q -e ".[bench]"
 	$(PY) benchmarks/bench_core.py --quick
 
-# every performance goal in one table, measured by this run: five benchmarks one after another (~30 min), their
+# every performance goal in one table, measured by this run: six benchmarks one after another (~35 min), their
 # results in a new temporary directory (benchmarks/results stays as committed); docs/performance.md, "The goals"
 bench-goals: $(VENV)/.installed-test
 	$(PIP) install -q -e ".[bench]"

@@ -1,12 +1,12 @@
 """The pool's performance goals in one table: each goal, what its benchmark measured, and where it stands.
 
-The goals (docs/performance.md, "The goals and where they stand") are spread over five benchmarks, each of
+The goals (docs/performance.md, "The goals and where they stand") are spread over six benchmarks, each of
 which measures its figures against its peers in the same run. This script gathers them: for each goal the
 measured ratio, the bar, met or MISSED, and what this machine allows for it where a benchmark measures that
 too (the ceiling: the same envs with no pool at all). Run from the repo root::
 
     .venv/bin/python benchmarks/bench_goals.py                # the committed results, at once
-    .venv/bin/python benchmarks/bench_goals.py --run          # run the five benchmarks first (~30 min)
+    .venv/bin/python benchmarks/bench_goals.py --run          # run the six benchmarks first (~35 min)
     .venv/bin/python benchmarks/bench_goals.py --run --quick  # their smoke runs (~3 min): figures mean nothing
 
 Without ``--run`` it reads ``benchmarks/results/`` (or ``--results DIR``) and prints the table; each row says
@@ -55,6 +55,7 @@ SOURCES: dict[str, Source] = {
     "ppo": Source("bench_ppo.py", "ppo.json", ("--repeats", "3")),
     "latency": Source("bench_latency.py", "latency.json", out_is_dir=True),
     "remote": Source("bench_remote.py", "remote.json", out_is_dir=True),
+    "placement": Source("bench_placement.py", "placement.json"),
 }
 
 
@@ -167,6 +168,17 @@ def remote_speeds(res: Results) -> str:
     return out
 
 
+def placement_worst(res: Results) -> float | None:
+    """bench_placement: the default placement over the best explicit one, the worst make of every workload."""
+    return min(cell["worst"] for cell in res["results"].values())
+
+
+def placement_each(res: Results) -> str:
+    """bench_placement: each workload's worst make, and the usable CPUs."""
+    each = ", ".join(f"{name} {cell['worst']:.2f}x" for name, cell in res["results"].items())
+    return f"worst make per workload ({res['usable_cpus']} usable CPUs): {each}"
+
+
 def mib(value: Callable[[Results], float | None]) -> Callable[[Results], float | None]:
     """``value``'s bytes in MiB."""
     return lambda res: None if (v := value(res)) is None else v / MIB
@@ -245,6 +257,15 @@ GOALS: list[Goal] = [
         "x",
         bar_value("remote (tcp) / embedded"),
         remote_speeds,
+    ),
+    Goal(
+        "default placement / the best explicit one, every workload's worst make",
+        "placement",
+        ">=",
+        0.9,
+        "x",
+        placement_worst,
+        placement_each,
     ),
 ]
 
