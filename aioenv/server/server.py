@@ -296,6 +296,7 @@ class Server:
         self._loose: dict[bytes, _Loose] = {}  # connections without a pool that were answered (see _Loose)
         self._tally = Tally()  # the unread bytes of every connection together
         self._tasks: set[asyncio.Future[Any]] = set()
+        self._closing: set[asyncio.Task[None]] = set()  # pools closing (see _close_pool)
         self._router: Router | StreamRouter | None = None
         self.started = time.time()
         self.protocol_errors = 0
@@ -415,6 +416,7 @@ class Server:
             self.send(session.identity, Op.EVENT, {Key.EVENT: "closing"})
         self.sessions.clear()
         await asyncio.gather(*(s.coord.aclose() for s in sessions), return_exceptions=True)
+        await asyncio.gather(*self._closing, return_exceptions=True)  # pools dropped before, still closing
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -521,7 +523,7 @@ class Server:
             )
         self._tell_dropped(identity, why)  # before its requests' PoolClosed errors, when its queue has room
         if session is not None:
-            self._spawn(session.coord.aclose())
+            self._close_pool(session)
         socket = session.socket if session is not None else loose.socket if loose is not None else None
         if socket is not None and cut:
             # What ZeroMQ queued for it stays until its connection ends: end it (a client of aioenv
@@ -549,6 +551,14 @@ class Server:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _close_pool(self, session: _Session) -> asyncio.Task[None]:
+        """Close a session's pool in a task of its own, which :meth:`aclose` waits for rather than cancels: a close cut
+        short would leave its worker processes unreaped (a pool's close is bounded: CLOSE, then signals)."""
+        task = asyncio.get_running_loop().create_task(session.coord.aclose())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+        return task
 
     # ------------------------------------------------------------ messages
 
@@ -633,7 +643,7 @@ class Server:
             log.warning("protocol error from client %s: it %s; its connection is closed", name, reason)
         if session is not None:
             log.info("client %s's connection ended: releasing its %d envs", name, session.num_envs)
-            self._spawn(session.coord.aclose())
+            self._close_pool(session)
 
     def _refuse(self, identity: bytes, req_id: Any, err: AioEnvError) -> None:
         """Answer a request (or a message too broken to have an id) with an error."""
@@ -868,33 +878,52 @@ class Server:
         session = self.sessions.pop(identity, None)
         if session is not None:  # what it has not read counts on, as a connection without a pool's
             self._loose[identity] = _Loose(session.unread, time.monotonic(), session.socket)
-            await session.coord.aclose()
+            await asyncio.shield(self._close_pool(session))  # a server closing meanwhile waits for it, not cancels it
             log.info("client %s closed its %d %s envs", session.client, session.num_envs, printable(session.env))
         self.send(identity, Op.RESULT, {Key.ID: req_id})
 
     def _reap(self) -> None:
-        now, late = time.monotonic(), self._sweep.late()
-        for identity, session in list(self.sessions.items()):
-            session.last_seen += late  # the time the server did not run is not the client's silence
-            if now - session.last_seen > self.config.client_timeout:
-                del self.sessions[identity]
-                log.warning(
-                    "client %s silent for %.0f s: releasing its %d envs",
-                    session.client,
-                    now - session.last_seen,
-                    session.num_envs,
-                )
-                session.unread.release()
-                self._spawn(session.coord.aclose())
-        for identity, loose in list(self._loose.items()):
-            loose.last_seen += late
-            if now - loose.last_seen > self.config.client_timeout:  # forgotten; what it left unread is freed
-                del self._loose[identity]
-                if loose.unread.unread and loose.socket is not None:
-                    loose.socket.cut()
-                loose.unread.release()
-        if not self.closing:
-            self._reaper = asyncio.get_running_loop().call_later(self._sweep.interval, self._reap)
+        """The idle-client sweep: pools of clients silent for the client timeout are closed and their envs released,
+        connections without a pool forgotten. One peer whose release fails is logged and left for the next sweep;
+        the others are released, and the next sweep is due whatever happened in this one."""
+        try:
+            now, late = time.monotonic(), self._sweep.late()
+            for identity, session in list(self.sessions.items()):
+                session.last_seen += late  # the time the server did not run is not the client's silence
+                if now - session.last_seen > self.config.client_timeout:
+                    self._release_silent(identity, session, now)
+            for identity, loose in list(self._loose.items()):
+                loose.last_seen += late
+                if now - loose.last_seen > self.config.client_timeout:  # forgotten; what it left unread is freed
+                    self._forget_silent(identity, loose)
+        finally:
+            if not self.closing:
+                self._reaper = asyncio.get_running_loop().call_later(self._sweep.interval, self._reap)
+
+    def _release_silent(self, identity: bytes, session: _Session, now: float) -> None:
+        """Close the pool of a client silent since ``session.last_seen`` and release its envs (see :meth:`_reap`)."""
+        del self.sessions[identity]
+        log.warning(
+            "client %s silent for %.0f s: releasing its %d envs",
+            session.client,
+            now - session.last_seen,
+            session.num_envs,
+        )
+        try:
+            session.unread.release()
+        except Exception:  # its envs still go: the pool is closed below
+            log.exception("releasing what client %s left unread failed", session.client)
+        self._close_pool(session)
+
+    def _forget_silent(self, identity: bytes, loose: _Loose) -> None:
+        """Forget a connection without a pool, silent for the client timeout (see :meth:`_reap`)."""
+        del self._loose[identity]
+        try:
+            if loose.unread.unread and loose.socket is not None:
+                loose.socket.cut()
+            loose.unread.release()
+        except Exception:
+            log.exception("forgetting a silent connection without a pool failed")
 
     def gauges(self) -> ServerGauges:
         """A snapshot of the state Prometheus reads (:mod:`aioenv.server.metrics`); safe from another thread."""

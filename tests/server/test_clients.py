@@ -19,6 +19,7 @@ import aioenv
 from aioenv.cli.main import _pools_table
 from aioenv.core import remote
 from aioenv.errors import CapacityError
+from aioenv.server.server import Server, ServerConfig
 from aioenv.server.status import fetch_status
 from aioenv.transport.spawn import usable_cpus
 from aioenv.wire.protocol import Key, Op, decode, encode
@@ -243,3 +244,41 @@ def test_by_default_envs_and_worker_processes_fit_the_machine() -> None:
         asyncio.run(main())
     finally:
         srv.stop()
+
+
+async def test_a_silent_client_whose_release_fails_stops_neither_the_others_nor_the_sweep(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The idle-client sweep releases every silent client's pool even when releasing one of them raises (logged),
+    and the next sweep is due all the same: an error in one peer's cleanup once ended the sweep for good, so that
+    no silent client was ever released again. A server in this process, two real remote pools, both made silent by
+    their last heartbeat's time."""
+    server = Server(ServerConfig(bind="tcp://127.0.0.1:0", allow=("CartPole-v1",), client_timeout=3600))
+    await server.start()
+    try:
+        async with (
+            aioenv.Pool("CartPole-v1", 2, endpoint=server.endpoint, num_workers=1) as first,
+            aioenv.Pool("CartPole-v1", 2, endpoint=server.endpoint, num_workers=1) as second,
+        ):
+            await asyncio.wait_for(first.reset(seed=0), HANG)
+            await asyncio.wait_for(second.reset(seed=0), HANG)
+            failing, other = server.sessions.values()
+
+            class Refuses:  # what the first client left unread, whose release fails
+                unread = 0
+
+                def release(self) -> None:
+                    raise RuntimeError("release failed")
+
+            monkeypatch.setattr(failing, "unread", Refuses())
+            for session in (failing, other):
+                session.last_seen -= 7200
+            before = server._reaper
+            server._reap()
+            assert server.sessions == {}  # both released, the second after the first's failure
+            assert server._reaper is not None  # the next sweep is due
+            assert server._reaper is not before
+            assert "releasing what client" in caplog.text
+            assert "release failed" in caplog.text
+    finally:
+        await server.aclose()
