@@ -44,6 +44,7 @@ def train(vecenv: str, threads: int | None, timesteps: int, num_envs: int, seed:
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecMonitor
 
     sys.path.insert(0, str(ROOT))
@@ -71,6 +72,7 @@ def train(vecenv: str, threads: int | None, timesteps: int, num_envs: int, seed:
 
     try:
         model = PPO("MlpPolicy", venv, n_steps=256, batch_size=256, n_epochs=4, seed=seed, device="cpu")
+        model.set_logger(Logger(None, []))  # no output: SB3's default logger makes a directory in /tmp per run
         start = time.perf_counter()
         model.learn(total_timesteps=timesteps, callback=Episodes())
         wall = time.perf_counter() - start

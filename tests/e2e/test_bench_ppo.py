@@ -4,11 +4,16 @@ called the same only when every repeat's is."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.scripts import bench_module
+from tests.support.scripts import ROOT, bench_module
 
 pytestmark = pytest.mark.bench  # a benchmark script's smoke run: make test-bench, not make test
 
@@ -35,3 +40,14 @@ def test_rows_pair_each_round_with_dummy_and_check_every_curve() -> None:
     assert auto["episodes"] == 3
     assert rows["subproc"]["same_curve"] is False  # one repeat of three trained differently
     assert rows["dummy"]["vs_dummy_rounds"] == [1.0, 1.0, 1.0]
+
+
+def test_a_training_leaves_no_directory_behind(tmp_path: Path) -> None:
+    """SB3's default logger makes a directory in the temporary directory for every model trained (with nothing in
+    it at verbose=0); bench_ppo's trainings log nowhere, so a goals run leaves none of them behind."""
+    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    cmd = [sys.executable, "benchmarks/bench_ppo.py", "--child", "dummy", "--timesteps", "256", "--num-envs", "2"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["wall"] > 0
+    assert not list(tmp_path.glob("SB3-*"))
