@@ -242,8 +242,8 @@ async def probe(sources: EnvSources, env_id: int, seed: int | None, private_dir:
         if header[Key.OP] == Op.HELLO:
             proc.port.send(identity, request)
         elif header[Key.OP] == Op.PONG:
-            if pong and not pong[0].done():
-                pong.popleft().set_result(None)
+            if pong and not (oldest := pong.popleft()).done():  # (done: its wait was cancelled)
+                oldest.set_result(None)
         elif not answer.done():
             answer.set_result(header)
 
@@ -252,7 +252,8 @@ async def probe(sources: EnvSources, env_id: int, seed: int | None, private_dir:
         if not answer.done():
             answer.set_exception(crashed)
         while pong:  # it died with PINGs out
-            pong.popleft().set_exception(crashed)
+            if not (waiting := pong.popleft()).done():  # (done: its wait was cancelled, as by the time limit)
+                waiting.set_exception(crashed)
 
     slab_fd = Slab.try_new_fd()  # as a coordinator makes it for local inline workers
     try:

@@ -389,6 +389,33 @@ async def test_a_choice_that_fails_stops_the_process_that_timed_the_env(monkeypa
     assert _workers() == before
 
 
+async def test_a_probe_cut_short_with_a_ping_out_stops_its_process_cleanly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe's time limit cancels the wait for a PING's answer, leaving that PING's future done (cancelled) in
+    the queue of PINGs out; the process is then stopped, and its exit fails every PING still waiting, skipping the
+    cancelled one. The pool goes on as after any timing that ran out (inline workers), and nothing is raised in
+    the loop. The stand-in below is the burst as the time limit leaves it."""
+
+    async def cut_short(_proc: Any, pong: Any) -> float:
+        waiting = asyncio.get_running_loop().create_future()
+        pong.append(waiting)
+        waiting.cancel()  # what asyncio.timeout does to the wait it cuts short
+        raise TimeoutError
+
+    reported: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    monkeypatch.setattr(costs, "_burst", cut_short)
+    try:
+        async with aioenv.Pool("CartPole-v1", 2, seed=0) as pool:
+            assert "timing one env took over" in pool.placement_reason
+            assert pool.executor == "inline"
+            await guard(pool.reset(seed=0))
+        await asyncio.sleep(0.1)  # callbacks of the exit, if any were late
+    finally:
+        loop.set_exception_handler(None)
+    assert reported == []
+
+
 async def test_auto_shares_cheap_envs_between_this_process_and_a_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     async def five_microseconds(*_: Any) -> costs.Probed:  # as measured on a quiet machine (no process kept)
         return costs.Probed(costs.Cost(5e-6, 5e-6, round_trip=150e-6, message_cpu=80e-6), None, None)
