@@ -296,7 +296,7 @@ class Server:
         self._loose: dict[bytes, _Loose] = {}  # connections without a pool that were answered (see _Loose)
         self._tally = Tally()  # the unread bytes of every connection together
         self._tasks: set[asyncio.Future[Any]] = set()
-        self._closing: set[asyncio.Task[None]] = set()  # pools closing (see _close_pool)
+        self._closing: set[asyncio.Future[Any]] = set()  # pools closing (see _close_pool)
         self._router: Router | StreamRouter | None = None
         self.started = time.time()
         self.protocol_errors = 0
@@ -547,18 +547,18 @@ class Server:
             with contextlib.suppress(zmq.ZMQError):
                 self._router.offer(identity, encode(Op.EVENT, {Key.EVENT: "dropped", Key.ERROR: relay_wire(lost)}))
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any, tasks: set[asyncio.Future[Any]] | None = None) -> asyncio.Task[Any]:
+        """Run ``coro`` in a task kept in ``tasks`` until it is done (default: the ones :meth:`aclose` cancels)."""
+        held = self._tasks if tasks is None else tasks
         task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        held.add(task)
+        task.add_done_callback(held.discard)
+        return task
 
-    def _close_pool(self, session: _Session) -> asyncio.Task[None]:
+    def _close_pool(self, session: _Session) -> asyncio.Future[Any]:
         """Close a session's pool in a task of its own, which :meth:`aclose` waits for rather than cancels: a close cut
         short would leave its worker processes unreaped (a pool's close is bounded: CLOSE, then signals)."""
-        task = asyncio.get_running_loop().create_task(session.coord.aclose())
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
-        return task
+        return self._spawn(session.coord.aclose(), self._closing)
 
     # ------------------------------------------------------------ messages
 
@@ -884,8 +884,8 @@ class Server:
 
     def _reap(self) -> None:
         """The idle-client sweep: pools of clients silent for the client timeout are closed and their envs released,
-        connections without a pool forgotten. One peer whose release fails is logged and left for the next sweep;
-        the others are released, and the next sweep is due whatever happened in this one."""
+        connections without a pool forgotten. A peer whose release fails is logged and dropped all the same; the
+        others are released, and the next sweep is due whatever happened in this one."""
         try:
             now, late = time.monotonic(), self._sweep.late()
             for identity, session in list(self.sessions.items()):
@@ -919,9 +919,11 @@ class Server:
         """Forget a connection without a pool, silent for the client timeout (see :meth:`_reap`)."""
         del self._loose[identity]
         try:
-            if loose.unread.unread and loose.socket is not None:
-                loose.socket.cut()
-            loose.unread.release()
+            try:
+                if loose.unread.unread and loose.socket is not None:
+                    loose.socket.cut()
+            finally:  # what it left unread stops counting, cut or not
+                loose.unread.release()
         except Exception:
             log.exception("forgetting a silent connection without a pool failed")
 

@@ -282,3 +282,37 @@ async def test_a_silent_client_whose_release_fails_stops_neither_the_others_nor_
             assert "release failed" in caplog.text
     finally:
         await server.aclose()
+
+
+async def test_a_silent_connection_whose_cut_fails_still_stops_counting_what_it_left_unread(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A connection without a pool (here a STATUS asker) is forgotten once silent for the client timeout: its
+    connection is cut if it left replies unread, and what it left unread stops counting against the server's
+    bounds. A cut that raises is logged, and the release happens all the same."""
+    server = Server(ServerConfig(bind="tcp://127.0.0.1:0", allow=("CartPole-v1",), client_timeout=3600))
+    await server.start()
+    try:
+        await fetch_status(server.endpoint)
+        (loose,) = server._loose.values()
+
+        class Unread:  # replies it left unread, whose release is recorded
+            unread = 1
+            released = False
+
+            def release(self) -> None:
+                self.released = True
+
+        class Breaks:  # its connection, whose cut fails
+            def cut(self) -> bool:
+                raise RuntimeError("cut failed")
+
+        unread = Unread()
+        loose.unread, loose.socket, loose.last_seen = unread, Breaks(), loose.last_seen - 7200
+        server._reap()
+        assert server._loose == {}
+        assert unread.released
+        assert "forgetting a silent connection without a pool failed" in caplog.text
+        assert "cut failed" in caplog.text
+    finally:
+        await server.aclose()
