@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import numpy as np  # noqa: E402
+from bench_core import ACTION_BATCHES, atimed_steps, presample, quartiles, sendrecv_slice, timed_steps  # noqa: E402
 from benchutil import md_table, run_header, write_atomic  # noqa: E402
 from recorded import settings  # noqa: E402
 
@@ -68,8 +68,6 @@ WORKLOADS: dict[str, tuple[str, int, str]] = {
 LOOPS = {"step": "lock-step step()", "sendrecv": "send/recv, batch n/2", "sync": "lock-step SyncPool.step"}
 #: The default's placement over the best explicit one, at least (the worst make of every workload).
 BAR = 0.9
-#: Pre-sampled action batches, cycled.
-ACTION_BATCHES = 16
 #: Seconds a fresh pool steps before it is timed (a new process's first steps run slow).
 WARM = 1.0
 NOTE = (
@@ -94,40 +92,6 @@ def placed(pool: Pool) -> str:
     return "here" if inner.envs_in_process else f"{inner.executor} x{inner.num_workers}"
 
 
-async def run_slice(pool: aioenv.Pool, acts: list[np.ndarray], seconds: float, sendrecv: bool) -> float:
-    """Env-steps/s of one slice: lock-step steps, or the send/recv loop from every env sent until every row is back
-    (so that no step runs while another pool is timed)."""
-    n = pool.num_envs
-    steps, k = 0, 0
-    start = time.perf_counter()
-    if sendrecv:
-        pool.send(acts[0], np.arange(n))
-        while time.perf_counter() - start < seconds:
-            *_, info = await pool.recv()
-            ids = info["env_id"]
-            steps += ids.size
-            k += 1
-            pool.send(acts[k % ACTION_BATCHES][ids], ids)
-        *_, info = await pool.recv(min_results=n, max_results=n)
-        steps += info["env_id"].size
-    else:
-        while time.perf_counter() - start < seconds:
-            k += 1
-            await pool.step(acts[k % ACTION_BATCHES])
-            steps += n
-    return steps / (time.perf_counter() - start)
-
-
-def sync_slice(pool: aioenv.SyncPool, acts: list[np.ndarray], seconds: float) -> float:
-    """Env-steps/s of one slice of lock-step ``SyncPool.step``."""
-    n, k = pool.num_envs, 0
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        k += 1
-        pool.step(acts[k % ACTION_BATCHES])
-    return k * n / (time.perf_counter() - start)
-
-
 class Workload:
     """One workload's pools on one event loop (``loop``: the async pools'; a SyncPool runs its own): made, reset,
     warmed, timed in slices and closed alike whatever their kind."""
@@ -136,7 +100,7 @@ class Workload:
         self.env_id, self.n, self.kind = WORKLOADS[name]
         self.loop = loop
         self.options = {"batch_size": self.n // 2} if self.kind == "sendrecv" else {}
-        self.acts: list[np.ndarray] = []
+        self.acts: list[Any] = []  # batched actions, cycled
 
     def make(self, **placement: Any) -> tuple[Pool, Slice]:
         """A pool of the workload's envs, reset and warmed, with its slice."""
@@ -148,19 +112,31 @@ class Workload:
             pool = self.loop.run_until_complete(aioenv.make(self.env_id, self.n, seed=0, **self.options, **placement))
             self.loop.run_until_complete(pool.reset(seed=0))
         if not self.acts:
-            space = pool.action_space
-            space.seed(0)
-            self.acts = [np.asarray(space.sample()) for _ in range(ACTION_BATCHES)]
+            self.acts = presample(pool.single_action_space, self.n)
         timed = self._slice(pool)
         timed(WARM)
         return pool, timed
 
     def _slice(self, pool: Pool) -> Slice:
-        acts = self.acts
+        """Env-steps/s of one slice of ``pool``'s loop (bench_core's): lock-step steps, or the send/recv loop from
+        every env sent until every row is back, so that no step runs while another pool is timed."""
+        acts, n = self.acts, self.n
         if isinstance(pool, aioenv.SyncPool):
-            return lambda seconds: sync_slice(pool, acts, seconds)
-        sendrecv = self.kind == "sendrecv"
-        return lambda seconds: self.loop.run_until_complete(run_slice(pool, acts, seconds, sendrecv))
+
+            def blocking(k: int) -> int:
+                pool.step(acts[k % ACTION_BATCHES])
+                return n
+
+            return lambda seconds: timed_steps(blocking, 0.0, seconds)
+
+        async def step(k: int) -> int:
+            await pool.step(acts[k % ACTION_BATCHES])
+            return n
+
+        if self.kind == "sendrecv":
+            counter = itertools.count()
+            return lambda seconds: self.loop.run_until_complete(sendrecv_slice(pool, acts, counter, seconds))
+        return lambda seconds: self.loop.run_until_complete(atimed_steps(step, 0.0, seconds))
 
     def close(self, pool: Pool) -> None:
         if isinstance(pool, aioenv.SyncPool):
@@ -230,14 +206,6 @@ def one_make(work: Workload, explicit: dict[str, tuple[Pool, Slice]], args: argp
         "measured": statistics.median(measured),
         "per_round": [round(x, 4) for x in measured],
     }
-
-
-def quartiles(values: list[float]) -> list[float]:
-    """The first and third quartiles (the values themselves when fewer than two)."""
-    if len(values) < 2:
-        return [values[0], values[0]]
-    q = statistics.quantiles(values, n=4, method="inclusive")
-    return [q[0], q[2]]
 
 
 def render(results: dict[str, Any], header: dict[str, Any]) -> str:
