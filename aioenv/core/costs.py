@@ -469,6 +469,8 @@ def _lockstep_seconds(cost: Cost, num_envs: int, workers: int, cpus: int, polls:
     if workers > 1 and workers >= cpus:
         seconds += CONTENDED * max(0.0, cost.message_cpu - cost.queued_message_cpu)
     seconds += steps / (workers * (PARALLEL if workers > 1 else 1.0))
+    # The rule Coordinator.wait_here polls by (_Blocking.spins, spin_budget): the workers and the waiting thread fit
+    # on the CPUs, and the waits are no longer than the polling.
     if workers + 1 <= cpus and seconds - cost.round_trip / 2 <= polls:
         seconds -= cost.round_trip / 2
     return seconds
