@@ -629,30 +629,17 @@ class Coordinator(Recovery, Requests):
         n = env_ids.size
         if n == 0:
             return None
-        sched = self.sched
-        ids = env_ids if env_ids is sched.all_ids else np.sort(env_ids)
-        owners = sched.worker_of[ids]
-        # Workers host blocks of envs that follow each other, so in id order each worker's envs are together: cut
-        # where the worker changes; each piece must be a run (sorted, so its span is its size). Past the cuts, the
-        # work is per piece (per worker), on lists: numpy costs more per call than these few items do.
-        bounds = [0, *(np.flatnonzero(owners[1:] != owners[:-1]) + 1).tolist(), n]
-        listed, owner = ids.tolist(), owners.tolist()
-        workers: list[int] = []
-        firsts: list[int] = []
-        counts: list[int] = []
+        pieces = _runs_by_owner(env_ids, self.sched) if n > _FEW_IDS else _few_runs_by_owner(env_ids, self.sched.owners)
+        if pieces is None:
+            return None
+        workers, firsts, counts = pieces
         procs: list[LocalProcess] = []
         slots = self.slots
-        for start, end in itertools.pairwise(bounds):
-            first = listed[start]
-            if listed[end - 1] - first != end - start - 1:  # some piece is not one run
-                return None
-            slot = slots[owner[start]]
+        for worker in workers:
+            slot = slots[worker]
             proc = slot.proc
             if not slot.ready or not isinstance(proc, LocalProcess):
                 return None
-            workers.append(owner[start])
-            firsts.append(first)
-            counts.append(end - start)
             procs.append(proc)
         return _LanePlan(workers, firsts, counts, procs, procs)
 
@@ -913,28 +900,19 @@ class Coordinator(Recovery, Requests):
 
     def _queue_lane_rows(self, replies: list[tuple[LaneCall, int]]) -> None:
         """Lane replies ``(call, k)`` to calls whose rows go to ``recv()``: their rows queued where they lie, in the
-        shared rows (:meth:`RecvQueue.deliver_runs`: their envs are freed when ``recv()`` copies them), the replies
-        to runs of envs that follow each other as one run."""
+        shared rows, in the order the replies came (:meth:`RecvQueue.deliver_runs`: their envs are freed when
+        ``recv()`` copies them)."""
         slab = self.slab
         assert slab is not None, "lane calls are made over shared rows"
-        if len(replies) > 1:
-            replies.sort(key=lambda reply: (reply[0].base, reply[0].firsts[reply[1]]))
         sink = replies[0][0].sink
         assert isinstance(sink, RecvQueue), "a call whose rows go one by one goes to recv()'s queue"
-        at, n = 0, len(replies)
         runs: list[tuple[int, int]] = []
         rows = 0
-        while at < n:
-            call, k = replies[at]
+        for call, k in replies:
             assert call.sink is sink, "a pool has one recv() queue"
-            first = call.firsts[k]
-            end = first + call.counts[k]
-            at += 1
-            while at < n and replies[at][0] is call and call.firsts[replies[at][1]] == end:
-                end += call.counts[replies[at][1]]
-                at += 1
-            runs.append((first, end))
-            rows += end - first
+            first, count = call.firsts[k], call.counts[k]
+            runs.append((first, first + count))
+            rows += count
         sink.deliver_runs(slab, runs, rows)
 
     def _on_done(self, slot: Slot, req_id: int) -> None:
@@ -1212,6 +1190,55 @@ class _LanePlan(NamedTuple):
     counts: list[int]
     by_message: list[LocalProcess]
     procs: list[LocalProcess]
+
+
+#: Up to this many env ids, :func:`_few_runs_by_owner` cuts them into runs in a loop over a list; beyond it
+#: :func:`_runs_by_owner` does with a few numpy calls (each costs as much as ~20 turns of that loop).
+_FEW_IDS = 96
+
+
+def _few_runs_by_owner(env_ids: np.ndarray, owners: list[int]) -> tuple[list[int], list[int], list[int]] | None:
+    """``(workers, firsts, counts)``: each worker's part of ``env_ids`` (unique) as one run of envs ``firsts[k] ..
+    firsts[k] + counts[k] - 1`` on ``workers[k]``, in id order (None: some worker's part is not one run).
+    ``owners[env]``: the worker of ``env``; workers host blocks of envs that follow each other, so in id order
+    each worker's envs are together."""
+    workers: list[int] = []
+    firsts: list[int] = []
+    counts: list[int] = []
+    worker, last = -1, -2
+    for env in sorted(env_ids.tolist()):
+        owner = owners[env]
+        if owner != worker:
+            worker = owner
+            workers.append(owner)
+            firsts.append(env)
+            counts.append(1)
+        elif env == last + 1:
+            counts[-1] += 1
+        else:  # a gap within one worker's envs
+            return None
+        last = env
+    return workers, firsts, counts
+
+
+def _runs_by_owner(env_ids: np.ndarray, sched: Scheduler) -> tuple[list[int], list[int], list[int]] | None:
+    """:func:`_few_runs_by_owner` of many env ids, with numpy: cut where the worker changes; each piece must be a
+    run (sorted, so its span is its size). Past the cuts, the work is per piece (per worker), on lists."""
+    ids = env_ids if env_ids is sched.all_ids else np.sort(env_ids)
+    owners = sched.worker_of[ids]
+    bounds = [0, *((owners[1:] != owners[:-1]).nonzero()[0] + 1).tolist(), ids.size]
+    listed, owner = ids.tolist(), owners.tolist()
+    workers: list[int] = []
+    firsts: list[int] = []
+    counts: list[int] = []
+    for start, end in itertools.pairwise(bounds):
+        first = listed[start]
+        if listed[end - 1] - first != end - start - 1:  # some piece is not one run
+            return None
+        workers.append(owner[start])
+        firsts.append(first)
+        counts.append(end - start)
+    return workers, firsts, counts
 
 
 def _is_run(ids: np.ndarray, split_of_all: bool) -> bool:

@@ -157,6 +157,8 @@ class Scheduler:
         self.running = 0
         self.held: deque[Held] = deque()
         self.worker_of = np.full(num_envs, -1, dtype=np.int64)
+        #: ``worker_of`` as a list, for loops over a few envs (reading a list costs less than reading an array).
+        self.owners: list[int] = self.worker_of.tolist()
         self._workers = 0  # the workers of the last place()
         self.busy = np.zeros(num_envs, dtype=np.bool_)
         self.unread = np.zeros(num_envs, dtype=np.bool_)  # a result of send()/send_reset() waits for recv()
@@ -190,6 +192,7 @@ class Scheduler:
             blocks = np.array_split(ids, num_workers)
         for worker, ids in enumerate(blocks):
             self.worker_of[ids] = worker
+        self.owners = self.worker_of.tolist()
         self._workers = num_workers
         self._split_all = None
         return blocks
@@ -288,12 +291,6 @@ class Scheduler:
         for first, end in runs:
             unread[first:end] = True
         self.unread_count = int(np.count_nonzero(unread))
-
-    def release_runs(self, runs: Sequence[tuple[int, int]]) -> None:
-        """:meth:`release` for the envs of ``runs`` (``(first, end)``: envs ``first .. end - 1``)."""
-        busy = self.busy
-        for first, end in runs:
-            busy[first:end] = False
 
     def release(self, env_ids: np.ndarray) -> None:
         """Mark ``env_ids`` idle (a request that could not be sent, or a step answered within the call)."""

@@ -475,11 +475,11 @@ def _in_slab(slab: Slab, first: int, end: int) -> Part:
     return Part(np.arange(first, end), [leaf[run] for leaf in slab.obs], extras)
 
 
-class _Run(NamedTuple):
-    """Rows of the envs ``first .. end - 1`` that lie in the pool's shared rows, their envs held until taken."""
+class _Shared(list[int]):
+    """The env ids of rows that lie in the pool's shared rows, in the order they finished, their envs held until
+    taken (rows of lane replies queued one after another: see :meth:`RecvQueue.deliver_runs`)."""
 
-    first: int
-    end: int
+    __slots__ = ()
 
 
 class Unread(Protocol):
@@ -494,8 +494,8 @@ class Unread(Protocol):
     def mark_read(self, env_ids: np.ndarray) -> None:
         """Results of ``env_ids`` were taken."""
 
-    def release_runs(self, runs: Sequence[tuple[int, int]]) -> None:
-        """The envs of ``runs`` (``(first, end)``), held while their rows waited in the shared rows, are free."""
+    def release(self, env_ids: np.ndarray) -> None:
+        """The envs ``env_ids``, held while their rows waited in the shared rows, are free."""
 
 
 class RecvQueue:
@@ -510,7 +510,7 @@ class RecvQueue:
     def __init__(self, obs_space: Any, unread: Unread | None = None) -> None:
         self._obs_space = obs_space
         self._unread = unread
-        self._items: deque[_Segment | _Run] = deque()
+        self._items: deque[_Segment | _Shared] = deque()
         self._slab: Slab | None = None  # where the rows of queued runs lie (see deliver_runs)
         self.ready = 0
         self.in_flight = 0
@@ -540,14 +540,21 @@ class RecvQueue:
 
     def deliver_runs(self, slab: Slab, runs: Sequence[tuple[int, int]], rows: int) -> None:
         """Queue step rows that lie in the pool's shared rows ``slab``, ``runs`` of envs ``(first, end)`` (``rows`` in
-        all), none failed and none with an info but a final observation in the slab (lane replies,
-        :mod:`aioenv.wire.lane`; see :func:`_final_rows`). Their envs stay claimed
-        (busy), so nothing writes those rows, until :meth:`take` copies them into a batch, a whole batch in one
-        gather per array, and frees them (``Unread.release_runs``)."""
+        all, in the order they finished), none failed and none with an info but a final observation in the slab (lane
+        replies, :mod:`aioenv.wire.lane`; see :func:`_final_rows`). Their envs stay claimed (busy), so nothing writes
+        those rows, until :meth:`take` copies them into a batch, a whole batch in one gather per array, and frees them
+        (``Unread.release``). Queued as one list of env ids with the shared rows queued just before them: a batch's
+        ids are then one array made from a list, not an array per run joined."""
         if self._unread is None:
             raise TypeError("rows held in the shared rows need the scheduler to hold and free their envs")
         self._slab = slab
-        self._items.extend(_Run(first, end) for first, end in runs)
+        items = self._items
+        shared = items[-1] if items and type(items[-1]) is _Shared else None
+        if shared is None:
+            shared = _Shared()
+            items.append(shared)
+        for first, end in runs:
+            shared.extend(range(first, end))
         self.in_flight -= rows
         self.ready += rows
         self._unread.mark_unread_runs(runs)
@@ -594,84 +601,83 @@ class RecvQueue:
         An error at the head with no rows before it is raised (and consumed); an error
         after some rows stays queued for the next call.
         """
-        items: list[_Segment | _Run] = []  # in the order they finished
+        items: list[_Segment | _Shared] = []  # in the order they finished
         segments: list[_Segment] = []
-        runs: list[_Run] = []
+        shared: list[int] = []  # the env ids of every row taken from the shared rows
         taken = 0
-        while self._items and taken < max_rows:
-            item = self._items[0]
+        queued = self._items
+        while queued and taken < max_rows:
+            item = queued[0]
             room = max_rows - taken
-            if isinstance(item, _Run):
-                if item.end - item.first > room:
-                    self._items[0] = _Run(item.first + room, item.end)
-                    item = _Run(item.first, item.first + room)
+            if type(item) is _Shared:
+                piece = item
+                if len(item) > room:
+                    piece = _Shared(item[:room])
+                    del item[:room]
                 else:
-                    self._items.popleft()
-                runs.append(item)
-                items.append(item)
-                taken += item.end - item.first
+                    queued.popleft()
+                shared += piece
+                items.append(piece)
+                taken += len(piece)
                 continue
             assert isinstance(item, _Segment)
             seg = item
             if seg.error is not None:
                 if taken:
                     break
-                self._items.popleft()
+                queued.popleft()
                 self.ready -= 1
                 if self._unread is not None:
                     self._unread.mark_read(seg.part.env_ids[seg.start : seg.stop])
                 raise seg.error
             if seg.stop - seg.start > room:
-                self._items[0] = _Segment(seg.part, seg.start + room, seg.stop, None)
+                queued[0] = _Segment(seg.part, seg.start + room, seg.stop, None)
                 seg = _Segment(seg.part, seg.start, seg.start + room, None)
             else:
-                self._items.popleft()
+                queued.popleft()
             items.append(seg)
             segments.append(seg)
             taken += seg.stop - seg.start
         self.ready -= taken
-        if not runs:
+        held = np.array(shared, np.int32) if shared else None
+        if held is None:
             batch = self._assemble(segments, taken)
         elif not segments:
-            batch = self._gather(runs)
-        else:  # both kinds (rare: a reply with infos among lane replies): each run as views, all copied together
+            batch = self._gather(held)
+        else:  # both kinds (rare: a reply with infos among lane replies): the shared rows copied, all joined
             batch = self._assemble([self._as_segment(item) for item in items], taken)
         if self._unread is not None and taken:
             self._unread.mark_read(batch[4]["env_id"])
-            if runs:
-                self._unread.release_runs(runs)  # (after the copies above: the rows are the batch's now)
+            if held is not None:
+                self._unread.release(held)  # (after the copies above: the rows are the batch's now)
         return batch
 
-    def _gather(self, runs: list[_Run]) -> tuple[Any, ...]:
-        """A batch of rows that all lie in the shared rows: one copy per array (a slice for one run)."""
+    def _gather(self, ids: np.ndarray) -> tuple[Any, ...]:
+        """A batch of the rows of ``ids`` ``(B,)`` int32, all in the shared rows: one copy per array."""
         slab = self._slab
-        assert slab is not None, "runs are queued with their shared rows"
-        if len(runs) == 1:
-            first, end = runs[0]
-            where: slice | np.ndarray = slice(first, end)
-            ids = np.arange(first, end, dtype=np.int32)
-        else:
-            ids = np.concatenate([np.arange(first, end, dtype=np.int32) for first, end in runs])
-            where = ids
-        leaves, extras = slab.results(where, True)
+        assert slab is not None, "shared rows are queued with their slab"
+        leaves, extras = slab.results(ids, True)
         assert extras is not None, "a step's results have extras"
         reward, terminated, truncated = extras
-        finals = _final_rows(slab, where, terminated, truncated)
+        finals = _final_rows(slab, ids, terminated, truncated)
         info = {} if finals is None else _final_columns(finals)
         info["env_id"] = ids
         return spaces.from_leaves(self._obs_space, leaves), reward, terminated, truncated, info
 
-    def _as_segment(self, item: _Segment | _Run) -> _Segment:
-        """A run as a segment of views of the shared rows (copied by :meth:`_assemble`'s concatenation)."""
+    def _as_segment(self, item: _Segment | _Shared) -> _Segment:
+        """Rows in the shared rows as a segment of their copies (joined by :meth:`_assemble`'s concatenation)."""
         if isinstance(item, _Segment):
             return item
         slab = self._slab
-        assert slab is not None, "runs are queued with their shared rows"
-        part = _in_slab(slab, item.first, item.end)
-        finals = _final_rows(slab, slice(item.first, item.end), part.terminated, part.truncated)
+        assert slab is not None, "shared rows are queued with their slab"
+        ids = np.array(item, np.int64)
+        leaves, extras = slab.results(ids, True)
+        assert extras is not None, "a step's results have extras"
+        part = Part(ids, leaves, extras)
+        finals = _final_rows(slab, ids, part.terminated, part.truncated)
         if finals is not None:
             part.binfo = _final_columns(finals)
-        return _Segment(part, 0, item.end - item.first, None)
+        return _Segment(part, 0, ids.size, None)
 
     def _assemble(self, segments: list[_Segment], n: int) -> tuple[Any, ...]:
         if not segments:

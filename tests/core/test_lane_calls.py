@@ -8,7 +8,10 @@ from typing import cast
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from aioenv.core.coordinator import _few_runs_by_owner, _runs_by_owner
 from aioenv.core.scheduler import LaneCall, Scheduler
 from aioenv.core.sinks import Gather, RecvQueue
 
@@ -141,3 +144,33 @@ def test_the_last_reply_of_a_call_whose_rows_go_one_by_one_closes_it_without_a_c
     assert sched.lanes_done([(0, call.base), (1, call.base + 1)]) == ([], [(call, 0), (call, 1)], [])
     assert not sched.lane_calls
     assert sched.in_flight == 0
+
+
+def _runs_by_reference(sched: Scheduler, ids: list[int]) -> tuple[list[int], list[int], list[int]] | None:
+    """Each worker's part of ``ids`` as one run, in id order, worked out the plain way (None: some part is not)."""
+    parts: dict[int, list[int]] = {}
+    for env in sorted(ids):
+        parts.setdefault(int(sched.worker_of[env]), []).append(env)
+    if any(part[-1] - part[0] + 1 != len(part) for part in parts.values()):
+        return None
+    order = sorted(parts, key=lambda w: parts[w][0])
+    return order, [parts[w][0] for w in order], [len(parts[w]) for w in order]
+
+
+@given(st.data(), st.integers(1, 300), st.integers(1, 16))
+def test_a_sends_ids_are_cut_into_each_workers_run_alike_few_or_many(data: st.DataObject, n: int, workers: int) -> None:
+    """The ids of a ``send()`` become one lane message per worker when each worker's part is one run: the loop for
+    few ids and the numpy cuts for many agree with each other and with the plain way, runs or not, in any order."""
+    sched = Scheduler(n)
+    sched.place(min(workers, n))
+    if data.draw(st.booleans(), label="whole runs"):  # every env of some workers, or a run of each
+        chosen = data.draw(st.sets(st.integers(0, sched._workers - 1), min_size=1), label="workers")
+        ids = [e for w in sorted(chosen) for e in sched.envs_of(w).tolist()]
+        ids = ids[data.draw(st.integers(0, len(ids) - 1), label="cut") :]
+    else:
+        ids = data.draw(st.sets(st.integers(0, n - 1), min_size=1), label="ids")
+    shuffled = np.array(data.draw(st.permutations(sorted(ids)), label="order"), np.int32)
+    want = _runs_by_reference(sched, list(ids))
+    assert _few_runs_by_owner(shuffled, sched.owners) == want
+    assert _runs_by_owner(shuffled, sched) == want
+    assert _runs_by_owner(sched.all_ids, sched) == _few_runs_by_owner(sched.all_ids, sched.owners)

@@ -5,6 +5,7 @@ Gather and ``whole_result``: a call answered by one part gives what gymnasium wo
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -67,10 +68,9 @@ class _Held:
     def mark_read(self, env_ids: np.ndarray) -> None:
         self.unread -= set(env_ids.tolist())
 
-    def release_runs(self, runs: Sequence[tuple[int, int]]) -> None:
-        for first, end in runs:
-            assert set(range(first, end)) <= self.busy
-            self.busy -= set(range(first, end))
+    def release(self, env_ids: np.ndarray) -> None:
+        assert set(env_ids.tolist()) <= self.busy
+        self.busy -= set(env_ids.tolist())
 
 
 @contextlib.contextmanager
@@ -136,9 +136,13 @@ def test_takes_return_every_row_in_order_with_gymnasium_infos(
     with _shared_rows(sum(len(ids) for ids, _, _ in parts)) as slab:
         for ids, kind, failed in parts:
             queue.expect(len(ids))
-            if kind == "shared":
-                queue.deliver_runs(slab, [(ids[0], ids[-1] + 1)], len(ids))
-                stream.extend((env, "none") for env in ids)
+            if kind == "shared":  # lane replies of one read of the done pipe: runs in the order they came
+                inner = st.sets(st.integers(1, max(1, len(ids) - 1)), max_size=2)
+                bounds = [0, *sorted(data.draw(inner, label="cuts") - {len(ids)}), len(ids)]
+                runs = [(ids[a], ids[b - 1] + 1) for a, b in itertools.pairwise(bounds)]
+                runs = data.draw(st.permutations(runs), label="arrival")
+                queue.deliver_runs(slab, runs, len(ids))
+                stream.extend((env, "none") for first, end in runs for env in range(first, end))
                 continue
             part = _make_part(ids, kind, failed)
             queue.deliver(part)
