@@ -489,13 +489,14 @@ class Unread(Protocol):
         """Results of ``env_ids`` were queued."""
 
     def mark_unread_runs(self, runs: Sequence[tuple[int, int]]) -> None:
-        """Results of the envs of ``runs`` (``(first, end)``) were queued."""
+        """Results of the envs of ``runs`` (``(first, end)``) were queued in the shared rows, their envs held."""
 
     def mark_read(self, env_ids: np.ndarray) -> None:
         """Results of ``env_ids`` were taken."""
 
-    def release(self, env_ids: np.ndarray) -> None:
-        """The envs ``env_ids``, held while their rows waited in the shared rows, are free."""
+    def release_read(self, env_ids: np.ndarray) -> None:
+        """The rows of the envs ``env_ids`` ``(k,)`` intp, held while they waited in the shared rows, were taken: the
+        envs are read, and free."""
 
 
 class RecvQueue:
@@ -543,7 +544,7 @@ class RecvQueue:
         all, in the order they finished), none failed and none with an info but a final observation in the slab (lane
         replies, :mod:`aioenv.wire.lane`; see :func:`_final_rows`). Their envs stay claimed (busy), so nothing writes
         those rows, until :meth:`take` copies them into a batch, a whole batch in one gather per array, and frees them
-        (``Unread.release``). Queued as one list of env ids with the shared rows queued just before them: a batch's
+        (``Unread.release_read``). Queued as one list of env ids with the shared rows queued just before them: a batch's
         ids are then one array made from a list, not an array per run joined."""
         if self._unread is None:
             raise TypeError("rows held in the shared rows need the scheduler to hold and free their envs")
@@ -639,7 +640,7 @@ class RecvQueue:
             segments.append(seg)
             taken += seg.stop - seg.start
         self.ready -= taken
-        held = np.array(shared, np.int32) if shared else None
+        held = np.array(shared, np.intp) if shared else None
         if held is None:
             batch = self._assemble(segments, taken)
         elif not segments:
@@ -647,13 +648,14 @@ class RecvQueue:
         else:  # both kinds (rare: a reply with infos among lane replies): the shared rows copied, all joined
             batch = self._assemble([self._as_segment(item) for item in items], taken)
         if self._unread is not None and taken:
-            self._unread.mark_read(batch[4]["env_id"])
+            if segments:
+                self._unread.mark_read(batch[4]["env_id"])
             if held is not None:
-                self._unread.release(held)  # (after the copies above: the rows are the batch's now)
+                self._unread.release_read(held)  # (after the copies above: the rows are the batch's now)
         return batch
 
     def _gather(self, ids: np.ndarray) -> tuple[Any, ...]:
-        """A batch of the rows of ``ids`` ``(B,)`` int32, all in the shared rows: one copy per array."""
+        """A batch of the rows of ``ids`` ``(B,)`` intp, all in the shared rows: one copy per array."""
         slab = self._slab
         assert slab is not None, "shared rows are queued with their slab"
         leaves, extras = slab.results(ids, True)
@@ -661,7 +663,7 @@ class RecvQueue:
         reward, terminated, truncated = extras
         finals = _final_rows(slab, ids, terminated, truncated)
         info = {} if finals is None else _final_columns(finals)
-        info["env_id"] = ids
+        info["env_id"] = ids.astype(np.int32)
         return spaces.from_leaves(self._obs_space, leaves), reward, terminated, truncated, info
 
     def _as_segment(self, item: _Segment | _Shared) -> _Segment:
@@ -670,7 +672,7 @@ class RecvQueue:
             return item
         slab = self._slab
         assert slab is not None, "shared rows are queued with their slab"
-        ids = np.array(item, np.int64)
+        ids = np.array(item, np.intp)
         leaves, extras = slab.results(ids, True)
         assert extras is not None, "a step's results have extras"
         part = Part(ids, leaves, extras)

@@ -175,21 +175,25 @@ class Slab:
         for store, leaf in zip(self.act, leaves, strict=True):
             if every:
                 store[...] = leaf
+            elif store.ndim == 1:
+                store.put(env_ids, leaf)  # (several times cheaper than fancy indexing on a few rows)
             else:
                 store[env_ids] = leaf
 
     def results(self, env_ids: np.ndarray | slice, step: bool) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
         """Copies of the rows of ``env_ids`` (ids, or a slice of them: a run, copied without fancy indexing):
         observation leaves and, for a step, ``[reward, terminated, truncated]`` (None for a reset)."""
-        sliced = type(env_ids) is slice  # a slice's rows are views of the slab: copied
-
-        def rows(array: np.ndarray) -> np.ndarray:
-            return array[env_ids].copy() if sliced else array[env_ids]
-
-        obs = [rows(leaf) for leaf in self.obs]
+        if type(env_ids) is slice:  # a slice's rows are views of the slab: copied
+            run = env_ids
+            obs = [leaf[run].copy() for leaf in self.obs]
+            if not step:
+                return obs, None
+            return obs, [self.reward[run].copy(), self.terminated[run].copy(), self.truncated[run].copy()]
+        ids = env_ids  # take, not fancy indexing: several times cheaper on a few rows
+        obs = [leaf.take(ids, 0) for leaf in self.obs]
         if not step:
             return obs, None
-        return obs, [rows(self.reward), rows(self.terminated), rows(self.truncated)]
+        return obs, [self.reward.take(ids), self.terminated.take(ids), self.truncated.take(ids)]
 
     def close(self) -> None:
         """Drop this object's views and unmap (a view someone else still holds keeps the mapping

@@ -68,9 +68,10 @@ class _Held:
     def mark_read(self, env_ids: np.ndarray) -> None:
         self.unread -= set(env_ids.tolist())
 
-    def release(self, env_ids: np.ndarray) -> None:
+    def release_read(self, env_ids: np.ndarray) -> None:
         assert set(env_ids.tolist()) <= self.busy
         self.busy -= set(env_ids.tolist())
+        self.unread -= set(env_ids.tolist())
 
 
 @contextlib.contextmanager

@@ -190,7 +190,9 @@ async def test_a_send_whose_part_for_some_worker_is_not_one_run_goes_as_requests
             pool.send(np.ones(len(ids), np.int64), ids)
             assert (len(sched.lane_calls), len(sched.requests) > 0) == (int(lane_call), not lane_call), ids
             await until(lambda: in_flight(pool) == 0)
-            assert sched.unread[ids].all(), ids
+            for env in ids:  # every row has come: each env refuses a step until recv() hands its row out
+                with pytest.raises(UsageError, match=f"env {env}'s last result has arrived but recv"):
+                    pool.send(np.ones(1, np.int64), [env])
             # Rows that lie in the shared rows wait there, their envs held until recv() takes them: a lane call's,
             # and a lane step's (a worker's part of [2, 0, 4] that is a run: [4]); the others were copied out.
             assert np.flatnonzero(sched.busy).tolist() == held, ids
