@@ -10,7 +10,11 @@ alone, two ways, over the same kind of pipes:
   ``add_reader``, a callback reads its reply and counts down, and the batch is a future the driver awaits. The
   requests and replies have the sizes of a lane step and its DONE (``aioenv.wire.lane``), framed;
 - ``shared``: the same loop, but every worker writes its reply to one pipe they all share (a pool's done pipe),
-  as a DONE record's 24 bytes, and one callback reads all the replies that pipe holds at once.
+  as a DONE record's 24 bytes, and one callback reads all the replies that pipe holds at once;
+- ``first``: ``send``/``recv``'s way over that shared pipe: every worker has a request out, each batch is the first
+  half of the workers to answer, and those get their next request at once (a ``recv()`` of ``batch_size = n/2``
+  rows then a ``send()`` of them, with each worker's envs in one message). Its figures are per message of those
+  batches, which carry half as many messages as a lock-step batch.
 
 ``--cartpole K``: each worker steps K CartPole-v1 envs before it answers each request (0, the default: it
 answers at once), so that the workers' work, and what it does to the caches of the cores they share with the
@@ -31,6 +35,7 @@ import asyncio
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -45,10 +50,11 @@ _SCRIPT = Path(__file__).resolve()
 _REQUEST = bytes(32)  # a framed lane step: 12 bytes of framing, 20 of frame
 _REPLY = bytes(28)  # a framed lane DONE: 12 bytes of framing, 16 of frame
 _RECORD = bytes(24)  # a lane DONE record on a shared done pipe
-WAYS = ("blocking", "loop", "shared")
+_RECORD_OF = struct.Struct("<I20x")  # ``first``'s record: the worker's index, then padding to a record's size
+WAYS = ("blocking", "loop", "shared", "first")
 
 
-def _worker(fd: int, done: int, cartpole: int) -> None:
+def _worker(fd: int, done: int, cartpole: int, index: int) -> None:
     sock = socket.socket(fileno=fd)
     envs = []
     if cartpole:
@@ -66,7 +72,7 @@ def _worker(fd: int, done: int, cartpole: int) -> None:
             if terminated or truncated:
                 env.reset()
         if got[0] and done >= 0:  # the driver asks for the reply on the shared pipe
-            os.write(done, _RECORD)
+            os.write(done, _RECORD_OF.pack(index) if got[0] == 2 else _RECORD)
         else:
             sock.sendall(_REPLY)
 
@@ -128,6 +134,44 @@ async def _shared(socks: list[socket.socket], done: int, seconds: float) -> tupl
         loop.remove_reader(done)
 
 
+async def _first(socks: list[socket.socket], done: int, seconds: float) -> tuple[int, float]:
+    """``send``/``recv``'s way: the first half of the workers to answer make a batch and get their next request."""
+    loop = asyncio.get_running_loop()
+    request = b"\x02" + _REQUEST[1:]  # "reply on the shared pipe, with your index"
+    ready: list[int] = []  # the workers that answered and have no request out, in the order they answered
+    need = max(1, len(socks) // 2)
+    waiter: asyncio.Future[None] | None = None
+
+    def readable() -> None:  # every reply the pipe holds (records arrive whole)
+        ready.extend(index for (index,) in _RECORD_OF.iter_unpack(os.read(done, 65536)))
+        if waiter is not None and len(ready) >= need and not waiter.done():
+            waiter.set_result(None)
+
+    os.set_blocking(done, False)
+    loop.add_reader(done, readable)
+    try:
+        for sock in socks:
+            sock.send(request)
+        batches = 0
+        start, cpu = time.perf_counter(), time.process_time()
+        while time.perf_counter() - start < seconds:
+            if len(ready) < need:
+                waiter = loop.create_future()
+                await waiter
+            for index in ready[:need]:
+                socks[index].send(request)
+            del ready[:need]
+            batches += 1
+        used = time.process_time() - cpu
+        need = len(socks)  # every request answered before the next way runs
+        while len(ready) < need:
+            waiter = loop.create_future()
+            await waiter
+        return batches, used
+    finally:
+        loop.remove_reader(done)
+
+
 async def _loop(socks: list[socket.socket], seconds: float) -> tuple[int, float]:
     loop = asyncio.get_running_loop()
     countdown = _Countdown()
@@ -148,7 +192,7 @@ async def _loop(socks: list[socket.socket], seconds: float) -> tuple[int, float]
 
 
 def measure(workers: int, seconds: float, cartpole: int = 0) -> dict[str, Any]:
-    """The three ways (:data:`WAYS`) over ``workers`` worker processes (each stepping ``cartpole`` CartPole envs
+    """The ways of :data:`WAYS` over ``workers`` worker processes (each stepping ``cartpole`` CartPole envs
     per request), ``seconds`` each after a short warm-up; the figures per message and per batch (µs of this
     process's CPU) and the batches per second."""
     pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(workers)]
@@ -156,7 +200,7 @@ def measure(workers: int, seconds: float, cartpole: int = 0) -> dict[str, Any]:
     procs = []
     for _, theirs in pairs:
         cmd = [sys.executable, str(_SCRIPT), "worker", "--fd", str(theirs.fileno()), "--done", str(done_write)]
-        cmd += ["--cartpole", str(cartpole)]
+        cmd += ["--cartpole", str(cartpole), "--index", str(len(procs))]
         procs.append(subprocess.Popen(cmd, pass_fds=[theirs.fileno(), done_write]))
         theirs.close()
     os.close(done_write)
@@ -171,13 +215,17 @@ def measure(workers: int, seconds: float, cartpole: int = 0) -> dict[str, Any]:
             runs["loop"] = loop.run_until_complete(_loop(socks, seconds))
             loop.run_until_complete(_shared(socks, done_read, 0.3))
             runs["shared"] = loop.run_until_complete(_shared(socks, done_read, seconds))
+            loop.run_until_complete(_first(socks, done_read, 0.3))
+            runs["first"] = loop.run_until_complete(_first(socks, done_read, seconds))
         finally:
             loop.close()
         for name, (batches, cpu) in runs.items():
+            messages = max(1, workers // 2) if name == "first" else workers  # a batch's
             out[name] = {
                 "batches_per_s": batches / seconds,
                 "cpu_us_per_batch": cpu / batches * 1e6,
-                "cpu_us_per_message": cpu / batches / workers * 1e6,
+                "cpu_us_per_message": cpu / batches / messages * 1e6,
+                "messages_per_batch": messages,
             }
     finally:
         for sock in socks:
@@ -195,6 +243,7 @@ def main() -> None:
     worker.add_argument("--fd", type=int, required=True)
     worker.add_argument("--done", type=int, default=-1)
     worker.add_argument("--cartpole", type=int, default=0)
+    worker.add_argument("--index", type=int, default=0)
     parser.add_argument("--workers", type=int, default=16, help="worker processes (default 16)")
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per way (default 3)")
     parser.add_argument(
@@ -203,7 +252,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
     if args.role == "worker":
-        _worker(args.fd, args.done, args.cartpole)
+        _worker(args.fd, args.done, args.cartpole, args.index)
         return
     if args.workers < 1:
         parser.error(f"--workers must be >= 1, got {args.workers}")
@@ -223,7 +272,7 @@ def main() -> None:
         cell = out[name]
         print(
             f"  {name:8s} {cell['cpu_us_per_message']:6.1f} µs/message  {cell['cpu_us_per_batch']:7.1f} µs/batch"
-            f"  {cell['batches_per_s']:8.0f} batches/s"
+            f"  {cell['batches_per_s']:8.0f} batches/s  ({cell['messages_per_batch']} messages a batch)"
         )
 
 

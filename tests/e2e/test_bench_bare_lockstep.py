@@ -20,11 +20,13 @@ def test_every_way_reports_the_cpu_per_message_of_the_driving_process(cartpole: 
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     assert (out["workers"], out["cartpole"]) == (3, cartpole)
-    for way in ("blocking", "loop", "shared"):
+    for way in ("blocking", "loop", "shared", "first"):
         cell = out[way]
+        messages = 1 if way == "first" else 3  # first-finished batches: the first half of the workers to answer
+        assert cell["messages_per_batch"] == messages
         assert cell["batches_per_s"] > 0
         assert cell["cpu_us_per_message"] > 0
-        assert cell["cpu_us_per_batch"] == pytest.approx(cell["cpu_us_per_message"] * 3)
+        assert cell["cpu_us_per_batch"] == pytest.approx(cell["cpu_us_per_message"] * messages)
     assert not [p for p in proc_table() if "bare_lockstep.py worker" in p.cmdline]  # every worker has exited
 
 
