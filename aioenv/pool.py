@@ -653,11 +653,13 @@ class Pool:
 
     def send(self, actions: Any, env_ids: Any = None) -> None:
         """Dispatch steps for ``env_ids`` and return at once; results arrive through :meth:`recv`."""
-        ids = self._ids(env_ids)
-        queue = self._recv_sink()
+        runner = self._core()  # (once: what _ids, _recv_sink and _dispatch_step check, inlined for send/recv loops)
+        ids = runner.resolve(env_ids)
+        queue = self._recv
         queue.expect(ids.size)  # before dispatch: a row may be answered at once (see Coordinator.submit)
         try:
-            self._dispatch_step(actions, ids, queue)
+            leaves = spaces.check_actions(self.single_action_space, actions, ids)
+            runner.step(ids, leaves, queue, info_list=False, timeout=self.step_timeout)
         except BaseException as exc:
             _take_back(queue, ids.size, exc)
             raise

@@ -900,20 +900,18 @@ class Coordinator(Recovery, Requests):
 
     def _queue_lane_rows(self, replies: list[tuple[LaneCall, int]]) -> None:
         """Lane replies ``(call, k)`` to calls whose rows go to ``recv()``: their rows queued where they lie, in the
-        shared rows, in the order the replies came (:meth:`RecvQueue.deliver_runs`: their envs are freed when
+        shared rows, in the order the replies came (:meth:`RecvQueue.deliver_shared`: their envs are freed when
         ``recv()`` copies them)."""
         slab = self.slab
         assert slab is not None, "lane calls are made over shared rows"
         sink = replies[0][0].sink
         assert isinstance(sink, RecvQueue), "a call whose rows go one by one goes to recv()'s queue"
-        runs: list[tuple[int, int]] = []
-        rows = 0
+        env_ids: list[int] = []
         for call, k in replies:
             assert call.sink is sink, "a pool has one recv() queue"
-            first, count = call.firsts[k], call.counts[k]
-            runs.append((first, first + count))
-            rows += count
-        sink.deliver_runs(slab, runs, rows)
+            first = call.firsts[k]
+            env_ids += range(first, first + call.counts[k])
+        sink.deliver_shared(slab, env_ids)
 
     def _on_done(self, slot: Slot, req_id: int) -> None:
         """A lane step's reply (:mod:`aioenv.wire.lane`) from the worker the request ``req_id`` went to (or an id no
@@ -936,7 +934,7 @@ class Coordinator(Recovery, Requests):
                 assert req.positions is not None, "a step has positions"
                 sink.take_shared(slab, first, req.positions, self.sched.release)
             elif held and isinstance(sink, RecvQueue):
-                sink.deliver_runs(slab, [(first, first + req.env_ids.size)], req.env_ids.size)
+                sink.deliver_shared(slab, list(range(first, first + req.env_ids.size)))
             else:
                 self._deliver_result(req, _SHARED_DONE, [], slice(first, first + req.env_ids.size))
 

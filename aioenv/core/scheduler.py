@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -163,7 +163,7 @@ class Scheduler:
         self.busy = np.zeros(num_envs, dtype=np.bool_)
         self.unread = np.zeros(num_envs, dtype=np.bool_)  # a result of send()/send_reset() waits for recv()
         self.unread_count = 0
-        #: Envs whose step rows wait for ``recv()`` in the shared rows, held busy meanwhile (:meth:`mark_unread_runs`).
+        #: Envs whose step rows wait for ``recv()`` in the shared rows, held busy meanwhile (:meth:`hold_unread`).
         self.held_unread: set[int] = set()
         self.requests: dict[int, Request] = {}
         #: Each unanswered lane message's id -> its call; the calls with messages out, by ``base``.
@@ -288,13 +288,10 @@ class Scheduler:
             self.unread[env_ids] = False
             self.unread_count = int(np.count_nonzero(self.unread))
 
-    def mark_unread_runs(self, runs: Sequence[tuple[int, int]]) -> None:
-        """The step rows of the envs of ``runs`` (``(first, end)``: envs ``first .. end - 1``) wait for ``recv()`` in
-        the shared rows, their envs held busy (so :meth:`claim` refuses them already): only remembered, for its
-        error to say why, until :meth:`release_read`."""
-        held = self.held_unread
-        for first, end in runs:
-            held.update(range(first, end))
+    def hold_unread(self, env_ids: list[int]) -> None:
+        """The step rows of ``env_ids`` wait for ``recv()`` in the shared rows, their envs held busy (so :meth:`claim`
+        refuses them already): only remembered, for its error to say why, until :meth:`release_read`."""
+        self.held_unread.update(env_ids)
 
     def release_read(self, env_ids: np.ndarray) -> None:
         """``recv()`` took the rows of ``env_ids`` (intp) from the shared rows: their envs are read, and free."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -477,7 +477,7 @@ def _in_slab(slab: Slab, first: int, end: int) -> Part:
 
 class _Shared(list[int]):
     """The env ids of rows that lie in the pool's shared rows, in the order they finished, their envs held until
-    taken (rows of lane replies queued one after another: see :meth:`RecvQueue.deliver_runs`)."""
+    taken (rows of lane replies queued one after another: see :meth:`RecvQueue.deliver_shared`)."""
 
     __slots__ = ()
 
@@ -488,8 +488,8 @@ class Unread(Protocol):
     def mark_unread(self, env_ids: np.ndarray) -> None:
         """Results of ``env_ids`` were queued."""
 
-    def mark_unread_runs(self, runs: Sequence[tuple[int, int]]) -> None:
-        """Results of the envs of ``runs`` (``(first, end)``) were queued in the shared rows, their envs held."""
+    def hold_unread(self, env_ids: list[int]) -> None:
+        """Results of ``env_ids`` were queued in the shared rows, their envs held."""
 
     def mark_read(self, env_ids: np.ndarray) -> None:
         """Results of ``env_ids`` were taken."""
@@ -512,7 +512,7 @@ class RecvQueue:
         self._obs_space = obs_space
         self._unread = unread
         self._items: deque[_Segment | _Shared] = deque()
-        self._slab: Slab | None = None  # where the rows of queued runs lie (see deliver_runs)
+        self._slab: Slab | None = None  # where the rows of queued shared rows lie (see deliver_shared)
         self.ready = 0
         self.in_flight = 0
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []  # concurrent recv calls, oldest first
@@ -539,26 +539,25 @@ class RecvQueue:
             self._unread.mark_unread(part.env_ids)
         self._wake()
 
-    def deliver_runs(self, slab: Slab, runs: Sequence[tuple[int, int]], rows: int) -> None:
-        """Queue step rows that lie in the pool's shared rows ``slab``, ``runs`` of envs ``(first, end)`` (``rows`` in
-        all, in the order they finished), none failed and none with an info but a final observation in the slab (lane
-        replies, :mod:`aioenv.wire.lane`; see :func:`_final_rows`). Their envs stay claimed (busy), so nothing writes
-        those rows, until :meth:`take` copies them into a batch, a whole batch in one gather per array, and frees them
-        (``Unread.release_read``). Queued as one list of env ids with the shared rows queued just before them: a batch's
-        ids are then one array made from a list, not an array per run joined."""
+    def deliver_shared(self, slab: Slab, env_ids: list[int]) -> None:
+        """Queue the step rows of ``env_ids`` (in the order they finished), which lie in the pool's shared rows
+        ``slab``, none failed and none with an info but a final observation in the slab (lane replies,
+        :mod:`aioenv.wire.lane`; see :func:`_final_rows`). Their envs stay claimed (busy), so nothing writes those
+        rows, until :meth:`take` copies them into a batch, a whole batch in one gather per array, and frees them
+        (``Unread.release_read``). They join the shared rows queued just before them, if any: a batch's ids are
+        then one array made from one list."""
         if self._unread is None:
             raise TypeError("rows held in the shared rows need the scheduler to hold and free their envs")
         self._slab = slab
         items = self._items
-        shared = items[-1] if items and type(items[-1]) is _Shared else None
-        if shared is None:
-            shared = _Shared()
-            items.append(shared)
-        for first, end in runs:
-            shared.extend(range(first, end))
+        if items and type(items[-1]) is _Shared:
+            items[-1] += env_ids
+        else:
+            items.append(_Shared(env_ids))
+        rows = len(env_ids)
         self.in_flight -= rows
         self.ready += rows
-        self._unread.mark_unread_runs(runs)
+        self._unread.hold_unread(env_ids)
         self._wake()
 
     def _wake(self) -> None:

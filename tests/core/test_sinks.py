@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -38,7 +38,7 @@ def _info(kind: str, env: int) -> dict[str, Any]:
 @st.composite
 def _parts(draw: st.DrawFn) -> list[tuple[list[int], str, set[int]]]:
     """Parts as (env ids, info kind, failed rows); kind ``"shared"``: rows left in the shared rows (a lane reply's,
-    :meth:`RecvQueue.deliver_runs`), no info and no failure."""
+    :meth:`RecvQueue.deliver_shared`), no info and no failure."""
     out = []
     env = 0
     for _ in range(draw(st.integers(1, 8))):
@@ -60,10 +60,9 @@ class _Held:
     def mark_unread(self, env_ids: np.ndarray) -> None:
         self.unread |= set(env_ids.tolist())
 
-    def mark_unread_runs(self, runs: Sequence[tuple[int, int]]) -> None:
-        for first, end in runs:
-            self.unread |= set(range(first, end))
-            self.busy |= set(range(first, end))  # (held by the coordinator: a lane reply's envs stay claimed)
+    def hold_unread(self, env_ids: list[int]) -> None:
+        self.unread |= set(env_ids)
+        self.busy |= set(env_ids)  # (held by the coordinator: a lane reply's envs stay claimed)
 
     def mark_read(self, env_ids: np.ndarray) -> None:
         self.unread -= set(env_ids.tolist())
@@ -142,7 +141,7 @@ def test_takes_return_every_row_in_order_with_gymnasium_infos(
                 bounds = [0, *sorted(data.draw(inner, label="cuts") - {len(ids)}), len(ids)]
                 runs = [(ids[a], ids[b - 1] + 1) for a, b in itertools.pairwise(bounds)]
                 runs = data.draw(st.permutations(runs), label="arrival")
-                queue.deliver_runs(slab, runs, len(ids))
+                queue.deliver_shared(slab, [env for first, end in runs for env in range(first, end)])
                 stream.extend((env, "none") for first, end in runs for env in range(first, end))
                 continue
             part = _make_part(ids, kind, failed)
