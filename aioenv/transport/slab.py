@@ -171,12 +171,17 @@ class Slab:
 
     def put_actions(self, env_ids: np.ndarray, leaves: Sequence[np.ndarray], every: bool = False) -> None:
         """Write checked action leaves (``len(env_ids)`` rows each) into the rows of ``env_ids``
-        (``every``: ``env_ids`` is every env in order, written as one block)."""
+        (``every``: ``env_ids`` is every env in order, written as one block).
+
+        Raises:
+            ValueError: a leaf's rows are not ``len(env_ids)`` (nothing of that leaf is written)."""
         for store, leaf in zip(self.act, leaves, strict=True):
             if every:
                 store[...] = leaf
-            elif store.ndim == 1:
-                store.put(env_ids, leaf)  # (several times cheaper than fancy indexing on a few rows)
+            elif store.ndim == 1:  # put: several times cheaper than fancy indexing on a few rows, but it would
+                if leaf.shape != env_ids.shape:  # repeat a short leaf where indexing refuses it: refused here too
+                    raise ValueError(f"expected {env_ids.size} action rows, got an array of shape {leaf.shape}")
+                store.put(env_ids, leaf)
             else:
                 store[env_ids] = leaf
 

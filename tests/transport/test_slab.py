@@ -112,6 +112,22 @@ def test_plan_refuses_text_leaves() -> None:
     assert Slab.plan(4, gym.spaces.Box(0, 1, (2,)), gym.spaces.Tuple((gym.spaces.Text(3),))) is None
 
 
+@pytest.mark.parametrize("rows", [1, 2, 4])
+def test_actions_whose_rows_are_not_the_envs_are_refused_and_not_written(rows: int) -> None:
+    """One row or too few would be repeated over the envs by a plain ``ndarray.put``; too many cut short."""
+    layout = Slab.plan(6, DICT_OBS, gym.spaces.Discrete(4))
+    assert layout is not None
+    fd = Slab.new_fd()
+    try:
+        slab = Slab.create(fd, layout)
+        with pytest.raises(ValueError, match=rf"expected 3 action rows, got an array of shape \({rows},\)"):
+            slab.put_actions(np.array([4, 1, 0], dtype=np.int64), [np.full(rows, 3, dtype=np.int64)])
+        assert not slab.act[0].any()
+        slab.close()
+    finally:
+        os.close(fd)
+
+
 def test_two_mappings_of_one_file_share_rows_and_results_are_copies() -> None:
     layout = Slab.plan(6, DICT_OBS, gym.spaces.Discrete(4))
     assert layout is not None
