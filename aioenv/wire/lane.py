@@ -159,22 +159,18 @@ def read_records(data: bytes, tokens: list[int]) -> tuple[list[tuple[int, int]],
     out: list[tuple[int, int]] = []
     pos, end, size, skipped = 0, len(data), RECORD.size, 0
     known = len(tokens)
-    whole = end - end % size
-    # Records back to back (what the pipe holds unless a worker wrote garbage): one unpacking pass, checked as it
-    # goes; the first byte that is no record hands over to the scan below.
-    records = data if whole == end else memoryview(data)[:whole]
-    for mark, kind, flags, slot, token, req_id in RECORD.iter_unpack(records):
-        if mark != MARK or kind != _R or flags or slot >= known or not token or tokens[slot] != token:
-            break
-        out.append((slot, req_id))
-        pos += size
-    unpack = RECORD.unpack_from
+    view = memoryview(data)
     while end - pos >= size:
-        mark, kind, flags, slot, token, req_id = unpack(data, pos)
-        if mark == MARK and kind == _R and flags == 0 and slot < known and token and tokens[slot] == token:
+        # The records back to back from here (what the pipe holds unless a worker wrote garbage), in one unpacking
+        # pass checked as it goes; past the first bytes that are no record, the next 0xC1 starts another pass.
+        whole = pos + (end - pos) // size * size
+        for mark, kind, flags, slot, token, req_id in RECORD.iter_unpack(view[pos:whole]):
+            if mark != MARK or kind != _R or flags or slot >= known or not token or tokens[slot] != token:
+                break
             out.append((slot, req_id))
             pos += size
-            continue
+        else:
+            break  # every whole record taken: what is left is shorter than one
         nxt = data.find(_MARK_BYTE, pos + 1)
         nxt = end if nxt < 0 else nxt
         skipped += nxt - pos
