@@ -653,15 +653,21 @@ class RecvQueue:
                 self._unread.release_read(held)  # (after the copies above: the rows are the batch's now)
         return batch
 
-    def _gather(self, ids: np.ndarray) -> tuple[Any, ...]:
-        """A batch of the rows of ``ids`` ``(B,)`` intp, all in the shared rows: one copy per array."""
+    def _copy_shared(self, ids: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray], dict[str, Any] | None]:
+        """Copies of the step rows of ``ids`` ``(k,)`` intp out of the shared rows, one per array: the observation
+        leaves, ``[reward, terminated, truncated]``, and the ended rows' final observations as a batched info
+        (None: none)."""
         slab = self._slab
         assert slab is not None, "shared rows are queued with their slab"
         leaves, extras = slab.results(ids, True)
         assert extras is not None, "a step's results have extras"
-        reward, terminated, truncated = extras
-        finals = _final_rows(slab, ids, terminated, truncated)
-        info = {} if finals is None else _final_columns(finals)
+        finals = _final_rows(slab, ids, extras[1], extras[2])
+        return leaves, extras, None if finals is None else _final_columns(finals)
+
+    def _gather(self, ids: np.ndarray) -> tuple[Any, ...]:
+        """A batch of the rows of ``ids`` ``(B,)`` intp, all in the shared rows."""
+        leaves, (reward, terminated, truncated), info = self._copy_shared(ids)
+        info = {} if info is None else info
         info["env_id"] = ids.astype(np.int32)
         return spaces.from_leaves(self._obs_space, leaves), reward, terminated, truncated, info
 
@@ -669,16 +675,9 @@ class RecvQueue:
         """Rows in the shared rows as a segment of their copies (joined by :meth:`_assemble`'s concatenation)."""
         if isinstance(item, _Segment):
             return item
-        slab = self._slab
-        assert slab is not None, "shared rows are queued with their slab"
         ids = np.array(item, np.intp)
-        leaves, extras = slab.results(ids, True)
-        assert extras is not None, "a step's results have extras"
-        part = Part(ids, leaves, extras)
-        finals = _final_rows(slab, ids, part.terminated, part.truncated)
-        if finals is not None:
-            part.binfo = _final_columns(finals)
-        return _Segment(part, 0, ids.size, None)
+        leaves, extras, binfo = self._copy_shared(ids)
+        return _Segment(Part(ids, leaves, extras, binfo=binfo), 0, ids.size, None)
 
     def _assemble(self, segments: list[_Segment], n: int) -> tuple[Any, ...]:
         if not segments:
