@@ -551,15 +551,23 @@ class Pool:
         return self._core().resolve(env_ids)
 
     def _dispatch_step(
-        self, actions: Any, ids: np.ndarray, sink: Sink, *, info_list: bool = False, checked: bool = False
+        self,
+        runner: Runner,
+        actions: Any,
+        ids: np.ndarray,
+        sink: Sink,
+        *,
+        info_list: bool = False,
+        checked: bool = False,
     ) -> None:
-        """Check ``actions`` for ``ids`` (from :meth:`_ids`) and hand the step to the runner, which claims the
-        envs and sends it; the rows go to ``sink``.
+        """Check ``actions`` for ``ids`` (resolved by ``runner``, which the caller's :meth:`_core` returned: that
+        check is made once a call) and hand the step to ``runner``, which claims the envs and sends it; the rows go
+        to ``sink``.
 
         ``checked``: ``actions`` are the leaves :func:`aioenv.wire.spaces.check_actions` returned for ``ids``
         already (an adapter that checked them in its caller's thread), owned by this call."""
         leaves: list[np.ndarray] = actions if checked else spaces.check_actions(self.single_action_space, actions, ids)
-        self._core().step(ids, leaves, sink, info_list=info_list, timeout=self.step_timeout)
+        runner.step(ids, leaves, sink, info_list=info_list, timeout=self.step_timeout)
 
     def _seeds_for(self, ids: np.ndarray, seed: Any) -> list[int | None]:
         """The seed each env of ``ids`` resets with (validates; changes nothing)."""
@@ -642,10 +650,9 @@ class Pool:
         already when every env ran in this process within the call (``max_loop_hold``)."""
         runner = self._core()
         ids = runner.resolve(env_ids)
-        leaves: list[np.ndarray] = actions if checked else spaces.check_actions(self.single_action_space, actions, ids)
         sink = Gather("step", ids, self.single_observation_space, info_list=info_list)
         try:
-            runner.step(ids, leaves, sink, info_list=info_list, timeout=self.step_timeout)
+            self._dispatch_step(runner, actions, ids, sink, info_list=info_list, checked=checked)
         except BaseException:  # as in _start_reset
             sink.future.add_done_callback(consume)
             raise
@@ -653,13 +660,12 @@ class Pool:
 
     def send(self, actions: Any, env_ids: Any = None) -> None:
         """Dispatch steps for ``env_ids`` and return at once; results arrive through :meth:`recv`."""
-        runner = self._core()  # (once: what _ids, _recv_sink and _dispatch_step check, inlined for send/recv loops)
+        runner = self._core()
         ids = runner.resolve(env_ids)
         queue = self._recv
         queue.expect(ids.size)  # before dispatch: a row may be answered at once (see Coordinator.submit)
         try:
-            leaves = spaces.check_actions(self.single_action_space, actions, ids)
-            runner.step(ids, leaves, queue, info_list=False, timeout=self.step_timeout)
+            self._dispatch_step(runner, actions, ids, queue)
         except BaseException as exc:
             _take_back(queue, ids.size, exc)
             raise
@@ -737,13 +743,14 @@ class Pool:
     def step_env(self, env_id: int, action: Any) -> asyncio.Future[StepResult]:
         """Step one env; the returned future gets its :class:`StepResult` (not ``recv``)."""
         fut: asyncio.Future[StepResult] = asyncio.get_running_loop().create_future()
-        ids = self._core().one(env_id)
+        runner = self._core()
+        ids = runner.one(env_id)
         sink = Single("step", fut, self.single_observation_space)
         leaves = _one_discrete(self.single_action_space, action)
         if leaves is not None:
-            self._dispatch_step(leaves, ids, sink, checked=True)
+            self._dispatch_step(runner, leaves, ids, sink, checked=True)
         else:
-            self._dispatch_step(_batch_one(self.single_action_space, action), ids, sink)
+            self._dispatch_step(runner, _batch_one(self.single_action_space, action), ids, sink)
         return fut
 
     def reset_env(
