@@ -8,8 +8,9 @@ imply. That keeps every rule testable without sockets.
 
 Invariants:
 - an env has at most one request in flight (``busy``); a second one is a ``UsageError``, and so
-  is a request for an env whose last result waits, unread, for ``recv()`` (``unread``): whether
-  its reply had arrived yet never decides whether a call is accepted;
+  is a request for an env whose last result waits, unread, for ``recv()`` (``unread``; or, for rows
+  that wait in the shared rows, ``busy`` still, with the env in ``held_unread``): whether its reply
+  had arrived yet never decides whether a call is accepted;
 - every row of an opened request is answered exactly once: by a reply (:meth:`finish`,
   or :meth:`finish_rows` for the replies of thread/async workers that carry some rows
   each), by its worker's death (:meth:`lose_worker`), by its deadline (:meth:`expire`)
@@ -161,7 +162,9 @@ class Scheduler:
         self.owners: list[int] = self.worker_of.tolist()
         self._workers = 0  # the workers of the last place()
         self.busy = np.zeros(num_envs, dtype=np.bool_)
-        self.unread = np.zeros(num_envs, dtype=np.bool_)  # a result of send()/send_reset() waits for recv()
+        # A result of send()/send_reset() copied out of its reply waits for recv() (rows left in the shared rows are
+        # held_unread's instead).
+        self.unread = np.zeros(num_envs, dtype=np.bool_)
         self.unread_count = 0
         #: Envs whose step rows wait for ``recv()`` in the shared rows, held busy meanwhile (:meth:`hold_unread`).
         self.held_unread: set[int] = set()
