@@ -400,46 +400,71 @@ class Scheduler:
         req.left = 0
         return req
 
-    def finish_rows(self, req_id: Any, rows: np.ndarray) -> Request | None:
-        """A reply for ``rows`` (indices into the request) arrived: free those envs; the request closes
-        with its last row. ``None`` for an unknown/closed id. ``ValueError`` for rows out of range or
-        answered already (nothing is changed then)."""
+    def finish_rows(self, req_id: Any, rows: np.ndarray | list[int], *, keep_claim: bool = False) -> Request | None:
+        """A reply for ``rows`` (indices into the request: int64 ``(k,)``, or a list of ints as the reply carried
+        them) arrived: free those envs; the request closes with its last row. ``None`` for an unknown/closed id.
+        ``ValueError`` for rows out of range, answered already, or not ints (nothing is changed then).
+        ``keep_claim``: those envs stay busy, their rows left in the pool's shared rows for ``recv()`` to copy and
+        free (:meth:`hold_unread`, :meth:`release_read`)."""
         req = self.requests.get(req_id) if isinstance(req_id, int) else None
         if req is None:
             return None
         n = req.env_ids.size
         answered = req.answered
-        k = rows.size
-        if answered is None and k == n and k > 4 and self._in_order(rows):
-            # Every row of the request at once, in order (an inline worker's reply relayed by a server, a block
-            # that finished a whole request): nothing to check row by row, nothing to remember.
-            return self.finish(req.id)
+        k = len(rows)
+        listed: list[int] | None = None
+        if isinstance(rows, np.ndarray):
+            if k <= 4:
+                listed = rows.tolist()
+        elif k > 4:
+            rows = np.array(rows, dtype=np.int64)
+        elif all(type(row) is int for row in rows):
+            listed = rows
+        else:
+            raise ValueError(f"reply rows {rows} are not all ints")
+        if listed is None:
+            return self._finish_many(req, np.asarray(rows), keep_claim)
         if answered is None:
             answered = req.answered = np.zeros(n, dtype=np.bool_)
-        if k <= 4:  # the common case (rows finish one by one): plain Python is cheaper than numpy reductions
-            listed = rows.tolist()
-            for row in listed:
-                if not 0 <= row < n:
-                    raise ValueError(f"reply rows {listed} out of range for a request of {n}")
-                if answered[row]:
-                    raise ValueError(f"reply rows {listed} were answered already")
-            if k > 1 and len(set(listed)) != k:
+        # The common case (rows finish one by one): plain Python is cheaper than numpy reductions.
+        for row in listed:
+            if not 0 <= row < n:
+                raise ValueError(f"reply rows {listed} out of range for a request of {n}")
+            if answered[row]:
                 raise ValueError(f"reply rows {listed} were answered already")
-            busy, env_ids = self.busy, req.env_ids
-            for row in listed:
-                answered[row] = True
+        if k > 1 and len(set(listed)) != k:
+            raise ValueError(f"reply rows {listed} were answered already")
+        busy, env_ids = self.busy, req.env_ids
+        for row in listed:
+            answered[row] = True
+            if not keep_claim:
                 busy[env_ids[row]] = False
-        else:
-            wide = rows.view(np.uint64) if rows.dtype == np.int64 else rows.astype(np.uint64)  # negatives: huge
-            if k and wide.max() >= n:
-                raise ValueError(f"reply rows {rows.tolist()[:8]} out of range for a request of {n}")
-            if answered[rows].any():
-                raise ValueError(f"reply rows {rows.tolist()[:8]} were answered already")
-            answered[rows] = True
-            if int(np.count_nonzero(answered)) != n - req.left + k:  # a row given twice in this reply
-                answered[rows] = False
-                raise ValueError(f"reply rows {rows.tolist()[:8]} were answered already")
+        return self._rows_done(req, k)
+
+    def _finish_many(self, req: Request, rows: np.ndarray, keep_claim: bool) -> Request | None:
+        """:meth:`finish_rows` of more than 4 rows (int64 ``(k,)``), checked and marked with numpy."""
+        n, k, answered = req.env_ids.size, rows.size, req.answered
+        if answered is None and k == n and self._in_order(rows):
+            # Every row of the request at once, in order (an inline worker's reply relayed by a server, a block
+            # that finished a whole request): nothing to check row by row, nothing to remember.
+            return self.finish(req.id, keep_claim=keep_claim)
+        if answered is None:
+            answered = req.answered = np.zeros(n, dtype=np.bool_)
+        wide = rows.view(np.uint64) if rows.dtype == np.int64 else rows.astype(np.uint64)  # negatives: huge
+        if k and wide.max() >= n:
+            raise ValueError(f"reply rows {rows.tolist()[:8]} out of range for a request of {n}")
+        if answered[rows].any():
+            raise ValueError(f"reply rows {rows.tolist()[:8]} were answered already")
+        answered[rows] = True
+        if int(np.count_nonzero(answered)) != n - req.left + k:  # a row given twice in this reply
+            answered[rows] = False
+            raise ValueError(f"reply rows {rows.tolist()[:8]} were answered already")
+        if not keep_claim:
             self.busy[req.env_ids[rows]] = False
+        return self._rows_done(req, k)
+
+    def _rows_done(self, req: Request, k: int) -> Request:
+        """``k`` rows of ``req`` were answered (and marked): counted; the request closes with its last."""
         req.left -= k
         if req.kind in THROTTLED:
             self.running -= k
