@@ -113,7 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--parent-pid", type=int, default=None, help="exit at once if this process is gone")
     parser.add_argument(
-        "--slab", type=int, default=None, help="descriptor of the pool's shared rows (an inline worker of --fd)"
+        "--slab", type=int, default=None, help="descriptor of the pool's shared rows (a worker of --fd)"
     )
     parser.add_argument(
         "--done", type=int, default=None, help="write end of the pool's done pipe (an inline worker with --slab)"
@@ -130,11 +130,11 @@ def _check_descriptors(parser: argparse.ArgumentParser, args: argparse.Namespace
     if args.fd is not None and not stat.S_ISSOCK(_mode(parser, "--fd", args.fd)):
         parser.error(f"--fd {args.fd}: not a socket (expected the pipe a pool passes to its workers)")
     if args.slab is not None:
-        if args.fd is None or args.executor != "inline":
-            parser.error("--slab is for an inline worker of a local pool (--fd)")
+        if args.fd is None:
+            parser.error("--slab is for a worker of a local pool (--fd)")
         _mode(parser, "--slab", args.slab)
     if args.done is not None:
-        if args.slab is None:
+        if args.slab is None or args.executor != "inline":
             parser.error("--done is for an inline worker with shared rows (--slab)")
         if not stat.S_ISFIFO(_mode(parser, "--done", args.done)):
             parser.error(f"--done {args.done}: not a pipe (expected the done pipe a pool passes to its workers)")
@@ -196,7 +196,12 @@ def _run(args: argparse.Namespace, configure: Configure | None) -> None:
         from workers.concurrent import ConcurrentWorker
 
         ConcurrentWorker(
-            link, args.name, trusted_dir=args.trusted_dir, executor=args.executor, configure=configure
+            link,
+            args.name,
+            trusted_dir=args.trusted_dir,
+            executor=args.executor,
+            configure=configure,
+            slab_fd=args.slab,
         ).run()
 
 

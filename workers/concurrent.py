@@ -49,6 +49,7 @@ import zmq
 from aioenv._loop import run as run_loop
 from aioenv.errors import ProtocolError
 from aioenv.transport.pipe import LinkClosed
+from aioenv.transport.slab import Slab
 from aioenv.wire.errors import error_fields
 from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, local, pickle_allowed
 from workers.hosted import AsyncHostedEnv, HostedEnv, check_executor
@@ -61,7 +62,11 @@ from workers.runtime import (
     describe_env,
     encode_reply,
     extra_arrays,
+    mapped_slab,
+    no_slab,
     put_obs,
+    shared_reply,
+    shared_rows,
 )
 from workers.sources import resolve
 
@@ -146,10 +151,11 @@ class _Env:
 class _OpenRequest:
     """A STEP or RESET request this worker is answering, its rows finishing one by one."""
 
-    __slots__ = ("done", "env_ids", "group", "id", "ilist", "kind", "left")
+    __slots__ = ("done", "env_ids", "group", "id", "ilist", "kind", "left", "shared")
 
-    def __init__(self, req_id: Any, kind: str, env_ids: list[int], group: Group, ilist: bool) -> None:
+    def __init__(self, req_id: Any, kind: str, env_ids: list[int], group: Group, ilist: bool, shared: bool) -> None:
         self.id = req_id
+        self.shared = shared  # its actions are in the pool's shared rows, and its results go there
         self.kind = kind
         self.env_ids = env_ids
         self.group = group
@@ -169,6 +175,7 @@ class ConcurrentWorker:
         trusted_dir: str | None = None,
         executor: str = "async",
         configure: Callable[[zmq.Socket[Any]], None] | None = None,
+        slab_fd: int | None = None,
     ) -> None:
         self.configure = configure  # socket options before connect (CURVE keys for a remote server)
         if executor not in ("thread", "async"):
@@ -190,6 +197,10 @@ class ConcurrentWorker:
         #: a worker process its pool started (:func:`aioenv.wire.protocol.trust_parent_pipe`), and rows
         #: without infos or errors go back as they are (``protocol.Local``).
         self.same_process = False
+        #: The pool's shared rows (:mod:`aioenv.transport.slab`): its descriptor, inherited, and the rows once
+        #: the pool says how they lie (SLAB, or a MAKE's ``"slab"``).
+        self.slab_fd = slab_fd
+        self.slab: Slab | None = None
 
     # ------------------------------------------------------------------ loop and socket
 
@@ -267,6 +278,9 @@ class ConcurrentWorker:
                 self._start_rows(op, header, arrays)
             elif op == Op.PING:
                 self._send(encode(Op.PONG, {Key.ID: req_id}))
+            elif op == Op.SLAB:
+                self.slab = mapped_slab(self.name, self.slab_fd, self.slab, header[Key.SLAB])
+                self._send(encode(Op.RESULT, {Key.ID: req_id}))
             elif op == Op.CANCEL:
                 self._reply_when(req_id, self._on_cancel(header), barrier=True)
             elif op == Op.MAKE:
@@ -329,11 +343,13 @@ class ConcurrentWorker:
         known = next((e for e in envs if e is not None), None)
         if known is None:
             raise ProtocolError(f"worker {self.name} hosts none of the envs {env_ids[:8]}")
-        req = _OpenRequest(header.get(Key.ID), op, env_ids, known.group, bool(header.get(Key.INFO_LIST)))
+        shared = bool(header.get(Key.SHARED))
+        slab = (self.slab or no_slab(self.name)) if shared else None
+        req = _OpenRequest(header.get(Key.ID), op, env_ids, known.group, bool(header.get(Key.INFO_LIST)), shared)
         self._open[req.id] = req
         step = op == Op.STEP
         if step:
-            acts = leaves_from_wire(header[Key.ACT], arrays)
+            acts = leaves_from_wire(header[Key.ACT], arrays) if slab is None else [a[env_ids] for a in slab.act]
             read = known.group.read_action
             args: list[Any] = [read(acts, i) for i in range(len(env_ids))]
         else:
@@ -414,19 +430,23 @@ class ConcurrentWorker:
         """Send every row finished since the last flush: one RESULT for all requests (per kind)."""
         self._flush_scheduled = False
         dirty, self._dirty = self._dirty, []
-        batches: dict[tuple[str, bool], list[tuple[_OpenRequest, list[tuple[int, bool, Any]]]]] = {}
+        batches: dict[tuple[str, bool, bool], list[tuple[_OpenRequest, list[tuple[int, bool, Any]]]]] = {}
         for req in dirty:
             done, req.done = req.done, []
             req.left -= len(done)
             if req.left == 0:
                 self._open.pop(req.id, None)
-            batches.setdefault((req.kind, req.ilist), []).append((req, done))
-        for (kind, ilist), items in batches.items():
+            batches.setdefault((req.kind, req.ilist, req.shared), []).append((req, done))
+        for (kind, ilist, shared), items in batches.items():
             with contextlib.suppress(zmq.ZMQError, OSError):  # the link is closing: nobody waits for this
-                self._send(self._encode_rows(kind, ilist, items))
+                self._send(self._encode_rows(kind, ilist, items, self.slab if shared else None))
 
     def _encode_rows(
-        self, kind: str, ilist: bool, items: list[tuple[_OpenRequest, list[tuple[int, bool, Any]]]]
+        self,
+        kind: str,
+        ilist: bool,
+        items: list[tuple[_OpenRequest, list[tuple[int, bool, Any]]]],
+        slab: Slab | None = None,
     ) -> list[Any]:
         """One RESULT carrying finished rows of several requests: ``"multi": [[request id, [rows]], ...]``
         names them in order; obs, rewards, infos and errors are indexed over all of them together."""
@@ -459,9 +479,17 @@ class ConcurrentWorker:
                         infos = [None] * k
                     infos[j] = info
                 j += 1
-        obs, infos = put_obs(group, None, range(k), outs, env_ids, (rewards, terminated, truncated), infos, errors)
-        extras = extra_arrays(rewards, terminated, truncated) if step else []
-        fields, arrays = batch_reply(obs, infos, errors, extras)
+        extras_in = (rewards, terminated, truncated) if step else None
+        if slab is not None:  # the rows go to the envs' shared rows; only infos and errors travel
+            _, infos = put_obs(group, slab.obs, env_ids, outs, env_ids, extras_in, infos, errors)
+            if step:
+                at = shared_rows(env_ids)
+                slab.reward[at], slab.terminated[at], slab.truncated[at] = rewards, terminated, truncated
+            fields, arrays = shared_reply(infos, errors)
+        else:
+            obs, infos = put_obs(group, None, range(k), outs, env_ids, extras_in, infos, errors)
+            extras = extra_arrays(rewards, terminated, truncated) if step else []
+            fields, arrays = batch_reply(obs, infos, errors, extras)
         fields[Key.MULTI] = multi
         fields[Key.ROWS_KIND] = kind
         if self.same_process and infos is None and not errors:  # fresh arrays, ids and flags: nothing to encode
@@ -495,6 +523,8 @@ class ConcurrentWorker:
         return env
 
     async def _on_make(self, header: dict[str, Any]) -> dict[str, Any]:
+        if Key.SLAB in header:  # a re-made worker: the pool's rows exist already
+            self.slab = mapped_slab(self.name, self.slab_fd, self.slab, header[Key.SLAB])
         self.mode = str(header.get(Key.AUTORESET, self.mode))
         for key, source in dict(header.get(Key.SOURCES, {})).items():
             if key not in self.groups:

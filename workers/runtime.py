@@ -291,10 +291,7 @@ class Worker:
 
     def on_slab(self, header: dict[str, Any], _arrays: list[np.ndarray]) -> Reply:
         """Map the pool's shared rows as ``header["slab"]`` lays them out (see :mod:`aioenv.transport.slab`)."""
-        if self.slab_fd is None:
-            raise ProtocolError(f"worker {self.name} was started without shared rows (--slab)")
-        if self.slab is None or self.slab.layout != header[Key.SLAB]:
-            self.slab = Slab.attach(self.slab_fd, header[Key.SLAB])
+        self.slab = mapped_slab(self.name, self.slab_fd, self.slab, header[Key.SLAB])
         self._take_done_pipe(header)
         return {}, []
 
@@ -310,7 +307,7 @@ class Worker:
 
     def _no_slab(self) -> NoReturn:
         """A step or reset over shared rows came before the message that says how they lie."""
-        raise ProtocolError(f"worker {self.name} got a request for shared rows before their layout")
+        no_slab(self.name)
 
     def on_step(self, header: dict[str, Any], arrays: list[np.ndarray]) -> Reply:
         """Step ``header["env"]`` with the batched action leaves, one row per env; or, with ``"sh"``, through
@@ -666,6 +663,32 @@ def finals_to_slab(infos: list[Any], slab: Slab, at: slice) -> bool:
     for i, obs in zip(rows, values, strict=True):
         final[base + i] = obs
     return True
+
+
+def mapped_slab(name: str, fd: int | None, current: Slab | None, layout: Any) -> Slab:
+    """The pool's shared rows as ``layout`` (a SLAB's or a re-made worker's MAKE's ``"slab"``) lays them out, for
+    worker ``name`` started with their descriptor ``fd``: ``current`` when it is mapped so already, else a new
+    mapping.
+
+    Raises:
+        ProtocolError: the worker was started without shared rows (no ``--slab``).
+        ValueError: ``layout`` is malformed or does not fit the file (:meth:`Slab.attach`).
+    """
+    if fd is None:
+        raise ProtocolError(f"worker {name} was started without shared rows (--slab)")
+    if current is not None and current.layout == layout:
+        return current
+    return Slab.attach(fd, layout)
+
+
+def no_slab(name: str) -> NoReturn:
+    """Refuse a step or reset over shared rows that came to worker ``name`` before the message that says how they
+    lie.
+
+    Raises:
+        ProtocolError: always.
+    """
+    raise ProtocolError(f"worker {name} got a request for shared rows before their layout")
 
 
 def shared_reply(infos: list[Any] | None, errors: dict[int, Any]) -> Reply:

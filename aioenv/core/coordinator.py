@@ -174,15 +174,19 @@ class Coordinator(Recovery, Requests):
         self._adopt = adopt[0] if adopt is not None else None
         if adopt is not None:
             self._slab_fd = adopt[1]
-        elif self._trusted and executor == "inline":
+        elif self._trusted and (executor == "inline" or not in_process):
+            # (envs on threads or coroutines of this process take their rows as they are: no slab for them)
             self._slab_fd = Slab.try_new_fd()
+        #: Steps may go as lane messages (aioenv.wire.lane): its workers are inline ones, which step a run of envs
+        #: in one go; a thread or async worker's rows finish one by one, and answer in its RESULTs.
+        self._lanes = executor == "inline"
         #: The done pipe (read end, write end) its local inline workers write their lane DONEs to, and what the
         #: last read left of a record; each slot's worker's token (0: none that may write). See aioenv.wire.lane.
         self._done_pipe: tuple[int, int] | None = None
         self._done_rest = b""
         self._done_dropped = 0  # bytes of it that were no record, so far (logged as the total passes a power of 2)
         self._tokens: list[int] = []
-        if self._slab_fd is not None:
+        if self._slab_fd is not None and self._lanes:
             self._open_done_pipe()
 
     @property
@@ -518,6 +522,7 @@ class Coordinator(Recovery, Requests):
         if (
             env_ids is self.sched.all_ids
             and type(build) is SharedStep
+            and self._lanes
             and type(sink) is Gather
             and self.truncation is None
             and (plan := self._lane_plan()) is not None
@@ -529,6 +534,7 @@ class Coordinator(Recovery, Requests):
         if (
             type(sink) is RecvQueue
             and type(build) is SharedStep
+            and self._lanes
             and at is None
             and self.truncation is None
             and (runs := self._lane_runs(env_ids)) is not None
@@ -566,7 +572,7 @@ class Coordinator(Recovery, Requests):
         prepared: list[tuple[Slot, Request, np.ndarray, list[Any] | bytes | None]] = []
         opened: list[Request] = []
         # A step over shared rows may go as lane messages (aioenv.wire.lane): nothing to build for those.
-        lane_step = build if type(build) is SharedStep else None  # (made only for a pool with a slab)
+        lane_step = build if type(build) is SharedStep and self._lanes else None  # (made only for a pool with a slab)
         finals = lane_step is not None and self._finals_in_slab(sink)
         every = env_ids is self.sched.all_ids
         try:
@@ -978,16 +984,21 @@ class Coordinator(Recovery, Requests):
 
     def _on_rows(self, slot: Slot, op: str, header: dict[str, Any], arrays: list[np.ndarray], multi: Any) -> None:
         """A thread/async worker's RESULT with finished rows of several requests (``"multi"``, see
-        :mod:`workers.concurrent`): each request gets its slice (see :func:`aioenv.core.replies.route_block`)."""
+        :mod:`workers.concurrent`): each request gets its slice (see :func:`aioenv.core.replies.route_block`), or,
+        when they are in the slab and every one is a step's row for ``recv()``, its queue gets them as they lie
+        (:meth:`_queue_shared_rows`)."""
         try:
             if op != Op.RESULT:
                 raise ValueError(f"a {op!r} message cannot carry rows")
+            shared = header.get(Key.SHARED)
+            if shared and self._queue_shared_rows(slot, header, multi):
+                return
             segments: list[Segment] = []
             start = 0
             for (req_id, _), at in zip(multi, int_lists([rows for _, rows in multi]), strict=True):
                 segments.append((req_id, at, start))
                 start += at.size
-            block = Block.from_header(header, arrays)
+            block = self._shared_block(header, arrays, segments) if shared else Block.from_header(header, arrays)
         except (ValueError, TypeError, KeyError, ProtocolError) as exc:
             log.error("malformed reply from worker %s: %s", slot.name, exc)
             return
@@ -997,6 +1008,67 @@ class Coordinator(Recovery, Requests):
 
         remember = self.truncation.remember if self.truncation is not None else None
         route_block(self.sched, block, segments, self._deliver_rows, bad, remember)
+
+    def _queue_shared_rows(self, slot: Slot, header: dict[str, Any], multi: Any) -> bool:
+        """Rows of a thread/async worker's RESULT that are in the slab (``"sh"``; ``multi``: ``[[request id, [rows]],
+        ...]``, see :mod:`workers.concurrent`), when each is a step's row for ``recv()``, with no info and no error:
+        queued where they lie (:meth:`RecvQueue.deliver_shared`: their envs held until ``recv()`` copies them), and
+        True. False for any other reply (the caller copies its rows out of the slab); ``TypeError``,
+        ``ValueError`` for a malformed one. Lists, not arrays: most such replies carry a row or two."""
+        slab = self.slab
+        if slab is None:
+            raise ProtocolError("it answered in shared rows this pool does not have")
+        if (
+            self.truncation is not None
+            or header.get(Key.ROWS_KIND) != "step"
+            or Key.INFO in header
+            or Key.BATCHED_INFO in header
+            or Key.ERRORS in header
+            or type(multi) is not list
+        ):
+            return False
+        requests = self.sched.requests
+        sink: RecvQueue | None = None
+        for item in multi:
+            if type(item) is not list or len(item) != 2 or type(item[1]) is not list:
+                raise TypeError(f"expected [request id, [rows]], got {item!r:.80}")
+            req = requests.get(item[0]) if type(item[0]) is int else None
+            if req is None or type(req.sink) is not RecvQueue:
+                return False
+            sink = req.sink
+        env_ids: list[int] = []
+        for req_id, rows in multi:
+            try:
+                req = self.sched.finish_rows(req_id, rows, keep_claim=True)
+            except ValueError as exc:  # that request's rows are dropped; the others go on
+                log.error("malformed reply from worker %s: %s", slot.name, exc)
+                continue
+            assert req is not None, "every request was open"
+            env_ids += req.env_ids.take(rows).tolist()
+        if sink is not None and env_ids:
+            sink.deliver_shared(slab, env_ids)
+        return True
+
+    def _shared_block(self, header: dict[str, Any], arrays: list[np.ndarray], segments: list[Segment]) -> Block:
+        """The block of a RESULT whose rows are in the slab (``"sh"``), its rows copied out of it: the rows of each
+        segment's request's envs (a segment of no open request, or out of its range, gets row 0's: its rows are
+        dropped). Its arrays are read-only, as a message's are (see :func:`aioenv.core.sinks.whole_result`)."""
+        slab = self.slab
+        if slab is None:
+            raise ProtocolError("it answered in shared rows this pool does not have")
+        ids: list[np.ndarray] = []
+        for req_id, at, _ in segments:
+            req = self.sched.requests.get(req_id) if type(req_id) is int else None
+            if req is not None and (at.size == 0 or (int(at.min()) >= 0 and int(at.max()) < req.env_ids.size)):
+                ids.append(req.env_ids[at])
+            else:
+                ids.append(np.zeros(at.size, np.intp))
+        env_ids = np.concatenate(ids) if ids else np.zeros(0, np.intp)
+        kind = str(header.get(Key.ROWS_KIND, ""))
+        obs, extras = slab.results(env_ids, kind != "reset")
+        for leaf in (*obs, *(extras or ())):  # read-only, as a message's arrays: the rows may be out of their
+            leaf.flags.writeable = False  # requests' order, so no sink may take them as a batch as they are
+        return Block(obs, extras or [], header.get(Key.INFO), binfo_of(header, arrays), header.get(Key.ERRORS), kind)
 
     def _deliver_rows(self, sink: Sink, req: Request | None, part: Part, positions: np.ndarray | None) -> None:
         """Deliver a segment's rows (see :data:`aioenv.core.replies.Deliver`), remembering them in truncate mode."""

@@ -1,15 +1,17 @@
 """Shared-memory rows between a pool and its inline workers (``aioenv.transport.slab``).
 
-Unit tests of the layout and of two mappings of one file, then real pools: an inline pool uses a slab
-and gives exactly what the same pool gives with arrays in its messages (``AIOENV_SLAB=off``) over a
-mixed sequence of calls (subsets in any order, per-env futures, send/recv, partial resets, a failing
-env); a worker re-made after SIGKILL maps the rows again; pools that cannot share rows (text spaces,
-thread workers) go on with messages; nothing is left open after ``aclose``.
+Unit tests of the layout and of two mappings of one file, then real pools: an inline, thread or async pool
+uses a slab and gives exactly what the same pool gives with arrays in its messages (``AIOENV_SLAB=off``) over
+a mixed sequence of calls (subsets in any order, per-env futures, send/recv, partial resets, a failing env);
+``recv()``'s rows of thread and async workers wait in the slab until ``recv()`` takes them; a worker re-made
+after SIGKILL maps the rows again; pools that cannot share rows (text spaces, thread envs in the pool's own
+process) go on with messages; nothing is left open after ``aclose``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import os
 import signal
@@ -25,6 +27,9 @@ import aioenv
 from aioenv.errors import EnvError, UsageError
 from aioenv.transport.slab import SLAB_ENV, Slab, slab_enabled
 from aioenv.wire import spaces
+from tests.envs.asyncwrap import wrapped
+from tests.envs.dictenv import make_dict_env
+from tests.envs.waiting import MEET, WaitEnv
 from tests.support.compare import assert_same
 from tests.support.procs import HANG
 from tests.support.scripts import run_python
@@ -239,9 +244,19 @@ def reorder(value: Any, order: np.ndarray) -> Any:
     return np.asarray(value)[order]
 
 
-async def run_dict(slab: str, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], bool]:
+def _env_of(executor: str, env: Any) -> Any:
+    """``env`` (an id, or a factory) as the ``executor`` takes it: an ``async`` pool's as an ``AsyncEnv``."""
+    if executor != "async":
+        return env
+    return functools.partial(wrapped, env if callable(env) else functools.partial(gym.make, env))
+
+
+async def run_dict(
+    slab: str, monkeypatch: pytest.MonkeyPatch, executor: str = "inline", **kwargs: Any
+) -> tuple[list[Any], bool]:
     monkeypatch.setenv(SLAB_ENV, slab)
-    async with aioenv.Pool("tests.envs.dictenv:make_dict_env", N, num_workers=2, autoreset_mode="same_step") as pool:
+    env = _env_of(executor, make_dict_env)
+    async with aioenv.Pool(env, N, num_workers=2, executor=executor, autoreset_mode="same_step", **kwargs) as pool:
         assert pool._runner is not None
         return await asyncio.wait_for(drive(pool), HANG), pool._runner.slab is not None
 
@@ -252,6 +267,90 @@ async def test_an_inline_pool_shares_rows_and_answers_exactly_as_with_messages(m
     plain, used = await run_dict("off", monkeypatch)
     assert not used
     assert_same(shared, plain, "slab vs messages")
+
+
+@pytest.mark.parametrize("executor", ["thread", "async"])
+async def test_a_thread_or_async_pool_shares_rows_and_answers_exactly_as_with_messages(
+    executor: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every row of this env has an info: its rows are copied out of the slab as they come.
+    shared, used = await run_dict("on", monkeypatch, executor)
+    assert used, f"a pool of {executor} workers should use a slab"
+    plain, used = await run_dict("off", monkeypatch, executor)
+    assert not used
+    assert_same(shared, plain, f"{executor}: slab vs messages")
+
+
+async def run_cartpole(executor: str, slab: str, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """CartPole rows (no infos: ``recv()``'s rows wait in the slab) by ``send``/``recv`` in batches of 3, env
+    ``e``'s ``t``-th action ``(e + t) % 2`` whatever order rows come in, each taken env sent again at once, 12 steps
+    an env; then a lock-step ``step()``. Returns ``(env, t, obs, reward, terminated, truncated)`` in env order."""
+    monkeypatch.setenv(SLAB_ENV, slab)
+    out: list[Any] = []
+    async with aioenv.Pool(_env_of(executor, "CartPole-v1"), N, num_workers=2, executor=executor) as pool:
+        assert pool._runner is not None
+        assert (pool._runner.slab is not None) == (slab == "on")
+        await pool.reset(seed=4)
+        steps = np.zeros(N, dtype=np.int64)
+        pool.send(np.arange(N) % 2)
+        while steps.min() < 12:
+            obs, reward, terminated, truncated, info = await pool.recv(min_results=1, max_results=3)
+            ids = info["env_id"]
+            for i, env_id in enumerate(ids.tolist()):
+                out.append((env_id, int(steps[env_id]), obs[i], reward[i], terminated[i], truncated[i]))
+            steps[ids] += 1
+            ids = ids[steps[ids] < 12]
+            if ids.size:
+                pool.send((ids + steps[ids]) % 2, ids)
+        out.sort(key=lambda row: (row[0], row[1]))
+        out.append(await pool.step(np.ones(N, dtype=np.int64)))
+    return out
+
+
+@pytest.mark.parametrize("executor", ["thread", "async"])
+async def test_send_recv_rows_of_thread_or_async_workers_are_the_same_through_the_slab(
+    executor: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared = await run_cartpole(executor, "on", monkeypatch)
+    plain = await run_cartpole(executor, "off", monkeypatch)
+    assert len(shared) == N * 12 + 1
+    assert_same(shared, plain, f"{executor}: slab vs messages")
+
+
+@pytest.mark.parametrize("executor", ["thread", "async"])
+async def test_recvs_rows_of_a_thread_or_async_worker_wait_in_the_slab_until_recv_takes_them(executor: str) -> None:
+    ref = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
+    ref.reset(seed=7)
+    want = ref.step(np.ones(4, dtype=np.int64))
+    async with aioenv.Pool(_env_of(executor, "CartPole-v1"), 4, num_workers=2, executor=executor) as pool:
+        runner: Any = pool._runner
+        await asyncio.wait_for(pool.reset(seed=7), HANG)
+        pool.send(np.ones(4, dtype=np.int64))
+        async with asyncio.timeout(HANG):
+            while pool._recv.ready < 4:  # every row has arrived; recv() has taken none
+                await asyncio.sleep(0.005)
+        assert runner.sched.held_unread == {0, 1, 2, 3}  # in the shared rows, where they came
+        assert runner.sched.busy.all()  # held, so that no request writes those rows before recv() copies them
+        with pytest.raises(UsageError, match="env 2's last result has arrived but recv"):
+            pool.send(np.zeros(1, dtype=np.int64), [2])
+        obs, reward, terminated, truncated, info = await asyncio.wait_for(pool.recv(min_results=4), HANG)
+        order = np.argsort(info["env_id"])
+        for got, expected in zip((obs, reward, terminated, truncated), want[:4], strict=True):
+            np.testing.assert_array_equal(got[order], expected)
+        assert not runner.sched.held_unread
+        assert not runner.sched.busy.any()
+    ref.close()
+
+
+async def test_a_step_whose_rows_come_out_of_order_in_one_reply_is_put_in_order() -> None:
+    # Eight envs on one thread worker meet at a barrier in each step and leave it together: their rows finish in
+    # whatever order the threads run, mostly in one reply; each step's batch must still be in env order.
+    factories = [functools.partial(WaitEnv, ident=i, parties=8) for i in range(8)]
+    async with aioenv.Pool(factories, num_workers=1, executor="thread") as pool:
+        await asyncio.wait_for(pool.reset(seed=0), HANG)
+        for t in range(1, 25):
+            obs, *_ = await asyncio.wait_for(pool.step(np.full(8, MEET, dtype=np.int64)), HANG)
+            assert obs.tolist() == [[i, t] for i in range(8)]
 
 
 async def test_a_failing_env_fails_its_own_row_through_the_slab() -> None:
@@ -298,10 +397,12 @@ async def test_a_re_made_worker_maps_the_rows_again() -> None:
 
 
 @pytest.mark.parametrize(
-    ("env", "options"), [("tests.envs.faulty:make_text", {}), ("CartPole-v1", {"executor": "thread"})]
+    ("env", "options"),
+    [("tests.envs.faulty:make_text", {}), ("CartPole-v1", {"executor": "thread", "num_workers": 0})],
 )
 async def test_pools_that_cannot_share_rows_keep_their_messages(env: str, options: dict[str, Any]) -> None:
-    async with aioenv.Pool(env, 2, num_workers=2, **options) as pool:
+    options = {"num_workers": 2, **options}  # text leaves; envs on threads of this process (their rows as they are)
+    async with aioenv.Pool(env, 2, **options) as pool:
         assert pool._runner is not None
         assert pool._runner.slab is None
         await asyncio.wait_for(pool.reset(seed=0), HANG)
@@ -325,10 +426,13 @@ def test_a_worker_refuses_slab_or_done_pipe_where_they_cannot_be() -> None:
     fd = str(theirs.fileno())
     try:
         for args, words in [
-            (["--fd", fd, "--executor", "thread", "--slab", "0"], "--slab is for an inline worker of a local pool"),
             (["--fd", fd, "--slab", "99"], "--slab 99: not an open descriptor"),
-            (["--connect", "tcp://127.0.0.1:9", "--slab", "0"], "--slab is for an inline worker of a local pool"),
+            (["--connect", "tcp://127.0.0.1:9", "--slab", "0"], "--slab is for a worker of a local pool (--fd)"),
             (["--fd", fd, "--done", fd], "--done is for an inline worker with shared rows (--slab)"),
+            (
+                ["--fd", fd, "--executor", "thread", "--slab", "0", "--done", fd],
+                "--done is for an inline worker with shared rows (--slab)",
+            ),
             (["--fd", fd, "--slab", "0", "--done", "99"], "--done 99: not an open descriptor"),
             (["--fd", fd, "--slab", "0", "--done", fd], f"--done {fd}: not a pipe (expected the done pipe"),
         ]:
