@@ -12,6 +12,12 @@ over the loop: the pool's own cost, workers excluded). Pairs measured seconds ap
 with many workers, measured on a machine with few cores, as ``bench_core.py --cost-workers`` does); ``--send-recv``
 runs the first-finished loop instead (``recv()`` of half the envs, then ``send()`` of those).
 
+``--executor thread`` or ``async`` measures latency-heavy envs instead: ``SleepEnv`` on threads or
+``AsyncSleepEnv`` coroutines (20 ms lognormal steps, ``aioenv/envs/latency.py``) in worker processes, under
+``bench_latency.py``'s batch loop (``recv()`` of a quarter of the envs, then ``send()`` of those): 64 thread envs
+and 1,024 async envs are its goals' cells. The pool's CPU is then per ``recv()`` and its ``send()``, and ``steps/s``
+is what the envs' latency leaves of ideal after the pool's own work on each row's way.
+
 A checkout is any folder holding ``aioenv/`` and ``workers/`` (``git worktree add /tmp/base <rev>``, or
 ``git archive <rev> | tar -x -C /tmp/base``).
 """
@@ -32,9 +38,14 @@ import json, sys, time
 import numpy as np
 import aioenv
 
-async def main(n: int, seconds: float, workers: int, send_recv: bool) -> None:
-    placed = {"executor": "inline", "num_workers": workers} if workers else {}
-    async with aioenv.Pool("CartPole-v1", n, seed=0, batch_size=max(1, n // 2), **placed) as pool:
+LATENCY = {"thread": "aioenv.envs.latency:SleepEnv", "async": "aioenv.envs.latency:AsyncSleepEnv"}
+
+async def main(n: int, seconds: float, workers: int, send_recv: bool, executor: str) -> None:
+    placed = {"executor": executor, "num_workers": workers} if workers else {}
+    env, batch = "CartPole-v1", max(1, n // 2)
+    if executor in LATENCY:
+        env, batch, send_recv, placed = LATENCY[executor], max(1, n // 4), True, {**placed, "executor": executor}
+    async with aioenv.Pool(env, n, seed=0, batch_size=batch, **placed) as pool:
         await pool.reset()
         act = np.zeros(n, dtype=np.int64)
 
@@ -61,17 +72,21 @@ async def main(n: int, seconds: float, workers: int, send_recv: bool) -> None:
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         print(json.dumps({"steps_per_s": rows / wall, "cpu_us_per_step": cpu / steps * 1e6}))
 
-aioenv.run(main(int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"))
+aioenv.run(main(int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1", sys.argv[5]))
 """
 
 
-def one_round(checkout: Path, envs: int, seconds: float, workers: int = 0, send_recv: bool = False) -> dict[str, float]:
+def one_round(
+    checkout: Path, envs: int, seconds: float, workers: int = 0, send_recv: bool = False, executor: str = "inline"
+) -> dict[str, float]:
     """One loop of ``envs`` envs for ``seconds`` in a fresh process importing ``checkout``'s aioenv (``workers``:
-    on that many inline worker processes, 0: the default placement; ``send_recv``: the first-finished loop). Its
-    ``cpu_us_per_step``: the pool process's CPU per call (a ``step()``, or a ``recv()`` and its ``send()``)."""
+    on that many worker processes, 0: the default placement; ``send_recv``: the first-finished loop; ``executor``
+    ``thread`` or ``async``: latency-heavy envs, see the module). Its ``cpu_us_per_step``: the pool process's CPU
+    per call (a ``step()``, or a ``recv()`` and its ``send()``)."""
     env = dict(os.environ, PYTHONPATH=str(checkout))
+    flag = "1" if send_recv else "0"
     out = subprocess.run(
-        [sys.executable, "-c", _ROUND, str(envs), str(seconds), str(workers), "1" if send_recv else "0"],
+        [sys.executable, "-c", _ROUND, str(envs), str(seconds), str(workers), flag, executor],
         cwd=checkout,
         env=env,
         capture_output=True,
@@ -98,8 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--envs", type=int, nargs="+", default=[8, 32], help="one workload per value")
     p.add_argument("--rounds", type=int, default=16, help="rounds per workload (each runs base, then new)")
     p.add_argument("--seconds", type=float, default=2.0, help="seconds of stepping per process")
-    p.add_argument("--workers", type=int, default=0, help="inline worker processes (default: the default placement)")
+    p.add_argument("--workers", type=int, default=0, help="worker processes (default: the default placement)")
     p.add_argument("--send-recv", action="store_true", help="the first-finished loop instead of lock-step step()")
+    p.add_argument(
+        "--executor",
+        choices=("inline", "thread", "async"),
+        default="inline",
+        help="inline: CartPole; thread or async: 20 ms sleeping envs under a batch loop (see the module)",
+    )
     args = p.parse_args(argv)
     for name in ("base", "new"):
         tree = getattr(args, name).resolve()
@@ -113,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| envs | rounds | steps/s new/base | pool CPU per step new/base | CPU µs per step base / new (medians) |")
     print("| --: | --: | --: | --: | --: |")
     for n in args.envs:
-        how = (args.seconds, args.workers, args.send_recv)
+        how = (args.seconds, args.workers, args.send_recv, args.executor)
         pairs = [(one_round(args.base, n, *how), one_round(args.new, n, *how)) for _ in range(args.rounds)]
         speed = [new["steps_per_s"] / base["steps_per_s"] for base, new in pairs]
         cpu = [new["cpu_us_per_step"] / base["cpu_us_per_step"] for base, new in pairs]

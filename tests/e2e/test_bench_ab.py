@@ -13,7 +13,7 @@ from tests.support.scripts import ROOT, run_python
 pytestmark = pytest.mark.bench  # a benchmark script's smoke run: make test-bench, not make test
 
 
-@pytest.mark.parametrize("how", [[], ["--workers", "2", "--send-recv"]])
+@pytest.mark.parametrize("how", [[], ["--workers", "2", "--send-recv"], ["--executor", "thread"]])
 def test_ab_alternates_two_checkouts_and_reports_the_ratios(how: list[str]) -> None:
     proc = run_python(
         "benchmarks/ab.py", "--base", str(ROOT), "--new", str(ROOT), "--envs", "2", "--rounds", "2", "--seconds", "0.2",
