@@ -3,8 +3,8 @@
 
 ``--connect``: a ZeroMQ endpoint (a server's worker port). ``--fd``: the descriptor of a pipe inherited
 from the pool that started this process (see :mod:`aioenv.transport.pipe`); ``--slab``: the descriptor of its shared
-rows (see :mod:`aioenv.transport.slab`); ``--done``: the write end of the pool's done pipe (see
-:mod:`aioenv.wire.lane`)."""
+rows (see :mod:`aioenv.transport.slab`), any executor's; ``--done``: the write end of the pool's done pipe (an
+inline worker's, see :mod:`aioenv.wire.lane`)."""
 
 from __future__ import annotations
 
@@ -125,8 +125,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _check_descriptors(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """``--fd`` must be an open socket and ``--slab`` an open descriptor of an inline worker of ``--fd``: say
-    which, instead of failing later on a closed or wrong descriptor."""
+    """``--fd`` must be an open socket, ``--slab`` an open descriptor of a worker of ``--fd`` and ``--done`` a pipe of
+    an inline worker with ``--slab``: say which, instead of failing later on a closed or wrong descriptor."""
     if args.fd is not None and not stat.S_ISSOCK(_mode(parser, "--fd", args.fd)):
         parser.error(f"--fd {args.fd}: not a socket (expected the pipe a pool passes to its workers)")
     if args.slab is not None:

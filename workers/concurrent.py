@@ -15,7 +15,11 @@ Every row of a STEP or RESET request starts at once. Rows that finish in the sam
 loop turn go back together in one RESULT, whichever requests they belong to:
 ``"multi": [[request id, [rows]], ...]`` names them, and the other fields are
 indexed over all of them in that order. So never one message per env, nor per
-request, and a slow env never holds back a fast one. (Timers fire on the loop's
+request, and a slow env never holds back a fast one. A worker of a local pool
+shares the pool's slab (``--slab``, :mod:`aioenv.transport.slab`): a request that
+says ``"sh"`` has its actions in the envs' rows, and its rows' observations, rewards
+and flags go there as they finish, the RESULT (also ``"sh"``) carrying only infos
+and errors. (Timers fire on the loop's
 millisecond ticks, so rows of waiting envs finish in clusters: 1,024 envs stepping
 every 20 ms make about 1,500 replies a second, not 50,000.)
 

@@ -416,12 +416,12 @@ class Scheduler:
         if isinstance(rows, np.ndarray):
             if k <= 4:
                 listed = rows.tolist()
+        elif not all(type(row) is int and 0 <= row < n for row in rows):
+            raise ValueError(f"reply rows {rows[:8]} are not ints in range for a request of {n}")
         elif k > 4:
             rows = np.array(rows, dtype=np.int64)
-        elif all(type(row) is int for row in rows):
-            listed = rows
         else:
-            raise ValueError(f"reply rows {rows} are not all ints")
+            listed = rows
         if listed is None:
             return self._finish_many(req, np.asarray(rows), keep_claim)
         if answered is None:

@@ -542,7 +542,8 @@ class RecvQueue:
     def deliver_shared(self, slab: Slab, env_ids: list[int]) -> None:
         """Queue the step rows of ``env_ids`` (in the order they finished), which lie in the pool's shared rows
         ``slab``, none failed and none with an info but a final observation in the slab (lane replies,
-        :mod:`aioenv.wire.lane`; see :func:`_final_rows`). Their envs stay claimed (busy), so nothing writes those
+        :mod:`aioenv.wire.lane`, see :func:`_final_rows`; and a thread or async worker's rows with no info at all,
+        ``Coordinator._queue_shared_rows``). Their envs stay claimed (busy), so nothing writes those
         rows, until :meth:`take` copies them into a batch, a whole batch in one gather per array, and frees them
         (``Unread.release_read``). They join the shared rows queued just before them, if any: a batch's ids are
         then one array made from one list."""

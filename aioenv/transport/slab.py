@@ -1,7 +1,7 @@
-"""Shared-memory rows between a pool and its own inline workers: actions in, results out.
+"""Shared-memory rows between a pool and its own worker processes: actions in, results out.
 
-A pool whose workers are its own child processes (the ``inline`` executor) keeps one *slab*: an
-anonymous shared-memory file (``memfd_create``) holding, for every env of the pool, a row of each
+A pool whose workers are its own child processes (any executor: ``inline``, ``thread``, ``async``) keeps one
+*slab*: an anonymous shared-memory file (``memfd_create``) holding, for every env of the pool, a row of each
 action leaf, each observation leaf, and the reward, terminated and truncated of its last step:
 
     act leaves   (num_envs, *shape)  written by the pool before a STEP is sent
@@ -12,7 +12,10 @@ action leaf, each observation leaf, and the reward, terminated and truncated of 
 Rows are indexed by env id. A STEP or RESET that says ``"sh": 1`` carries no arrays: the worker reads
 the actions of its envs from their rows and writes their results into them, and its RESULT, also
 ``"sh": 1``, carries only what is not an array (infos, errors). This saves serialising arrays on
-both sides of the pipe and copying them through it, one copy of every row each way.
+both sides of the pipe and copying them through it, one copy of every row each way. A ``thread`` or
+``async`` worker writes each row as it finishes and names them in its RESULT (``"multi"``, see
+:mod:`workers.concurrent`), whatever requests they answer; the pool leaves ``recv()``'s step rows with no info
+and no error where they lie until ``recv()`` copies them, and copies any other out as the reply comes.
 
 Why rows cannot be overwritten while someone still reads them: an env has at most one request in
 flight, and a reply's rows are copied out by whoever takes them (a batched call's gather, a per-env
@@ -22,8 +25,9 @@ A worker killed for a deadline dies long before its replacement (a fresh process
 
 The descriptor is created before the workers start (it is inherited, ``--slab FD``) and sized once
 the envs' spaces are known; a restarted worker maps it again. Observation or action spaces with a
-``Text`` leaf (object arrays) cannot live in shared memory: such pools, and workers reached over
-ZeroMQ, exchange arrays inside the messages as before. ``AIOENV_SLAB=off`` turns slabs off.
+``Text`` leaf (object arrays) cannot live in shared memory: such pools, workers reached over ZeroMQ and
+envs on threads or coroutines of the pool's own process (``num_workers=0``) exchange arrays inside the
+messages as before. ``AIOENV_SLAB=off`` turns slabs off.
 
 *Final observations.* With ``autoreset_mode="same_step"`` an episode's end carries the ended episode's last
 observation in the row's info (``final_obs``). For about a third of a lock-step batch of short-episode envs

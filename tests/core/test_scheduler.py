@@ -708,6 +708,37 @@ def test_finish_rows_refuses_bad_rows_and_changes_nothing_then(k: int) -> None:
     assert req.left == 16 - k
 
 
+@pytest.mark.parametrize("k", [2, 6], ids=["few rows (Python)", "many rows (numpy)"])
+def test_finish_rows_takes_a_replys_list_as_its_array(k: int) -> None:
+    sched = placed(16, 1)
+    req = sched.open(0, "step", np.arange(16, dtype=np.int64))
+    sched.claim(np.arange(16, dtype=np.int64))
+    for bad in ([*range(k - 1), float(k)], [*range(k - 1), str(k)], [*range(k - 1), True], [*range(k - 1), [k]]):
+        with pytest.raises(ValueError, match="are not ints in range"):
+            sched.finish_rows(req.id, bad)
+    for bad in ([*range(k - 1), 16], [*range(k - 1), -1], [*range(k - 1), 2**70]):
+        with pytest.raises(ValueError, match="are not ints in range for a request of 16"):
+            sched.finish_rows(req.id, bad)
+    assert sched.busy.all()
+    assert req.left == 16
+    assert sched.finish_rows(req.id, list(range(k, 0, -1))) is req
+    assert sched.busy.tolist() == [True] + [False] * k + [True] * (15 - k)
+    assert req.left == 16 - k
+
+
+@pytest.mark.parametrize("rows", [[1], [2, 0], [0, 1, 2, 3, 4, 5], [5, 4, 3, 2, 1, 0]])
+def test_finish_rows_keep_claim_leaves_the_envs_busy(rows: list[int]) -> None:
+    sched = placed(8, 1)
+    env_ids = np.arange(2, 8, dtype=np.int64)
+    sched.claim(env_ids)
+    req = sched.open(0, "step", env_ids)
+    assert sched.finish_rows(req.id, rows, keep_claim=True) is req
+    assert sched.busy.tolist() == [False, False] + [True] * 6  # rows left in the slab: nothing may write them
+    assert req.left == 6 - len(rows)
+    assert sched.running == 6 - len(rows)
+    assert (req.id in sched.requests) == (len(rows) < 6)
+
+
 @pytest.mark.parametrize("dtype", [np.int64, np.int32])
 def test_a_whole_request_in_order_closes_at_once_and_anything_else_is_checked(dtype: type) -> None:
     sched = placed(16, 1)

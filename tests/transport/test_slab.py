@@ -369,10 +369,11 @@ async def test_a_failing_env_fails_its_own_row_through_the_slab() -> None:
         assert obs.shape == (1, 4)
 
 
-async def test_a_re_made_worker_maps_the_rows_again() -> None:
+@pytest.mark.parametrize("executor", ["inline", "thread", "async"])
+async def test_a_re_made_worker_maps_the_rows_again(executor: str) -> None:
     ref = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
     ref.reset(seed=3)
-    async with aioenv.Pool("CartPole-v1", 4, num_workers=2) as pool:
+    async with aioenv.Pool(_env_of(executor, "CartPole-v1"), 4, num_workers=2, executor=executor) as pool:
         assert pool._runner is not None
         assert pool._runner.slab is not None
         await asyncio.wait_for(pool.reset(seed=3), HANG)
