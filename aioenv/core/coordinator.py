@@ -9,9 +9,9 @@ envs) is :mod:`aioenv.core.recovery`'s, a part of this class. Under ``max_concur
 limit wait in the scheduler and go out, in order, as others finish. Shutdown: CLOSE, wait, SIGTERM, wait,
 SIGKILL; never hangs.
 
-Messages to a worker that has not said HELLO yet wait in its outbox. A pool's own inline workers
-exchange step and reset rows through shared memory (:mod:`aioenv.transport.slab`), their messages carrying
-only what is not an array.
+Messages to a worker that has not said HELLO yet wait in its outbox. A pool's own worker processes (any
+executor) exchange step and reset rows through shared memory (:mod:`aioenv.transport.slab`), their messages
+carrying only what is not an array; inline ones step runs of envs by lane messages (:mod:`aioenv.wire.lane`).
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ class Coordinator(Recovery, Requests):
         self._when_room = when_room
         self.loop = asyncio.get_running_loop()
         self._timer = DeadlineTimer(self.loop, self._on_timer)
-        #: The shared rows of this pool's local inline workers (None: arrays travel in the messages).
+        #: The shared rows of this pool's local worker processes (None: arrays travel in the messages).
         self.slab: Slab | None = None
         self._slab_fd: int | None = None
         #: A lane step's reply, read by a local worker's pipe before any parsing (see aioenv.wire.lane).
