@@ -179,30 +179,20 @@ def _trust(trusted_dir: str | None, fd: int | None) -> None:
 def _run(args: argparse.Namespace, configure: Configure | None) -> None:
     """Run the worker of the executor until its coordinator closes it."""
     link: str | int = args.connect if args.fd is None else args.fd
+    common: dict[str, Any] = {
+        "trusted_dir": args.trusted_dir,
+        "executor": args.executor,
+        "configure": configure,
+        "slab_fd": args.slab,
+    }
     if args.executor == "inline":
         from workers.runtime import Worker
 
-        worker = Worker(
-            link,
-            args.name,
-            trusted_dir=args.trusted_dir,
-            executor=args.executor,
-            configure=configure,
-            slab_fd=args.slab,
-            done_fd=args.done,
-        )
-        worker.run()
+        Worker(link, args.name, done_fd=args.done, **common).run()
     else:
         from workers.concurrent import ConcurrentWorker
 
-        ConcurrentWorker(
-            link,
-            args.name,
-            trusted_dir=args.trusted_dir,
-            executor=args.executor,
-            configure=configure,
-            slab_fd=args.slab,
-        ).run()
+        ConcurrentWorker(link, args.name, **common).run()
 
 
 def main(argv: list[str] | None = None) -> int:
