@@ -59,6 +59,12 @@ _MASKED_SPLIT = 8
 SetupFuture = asyncio.Future[dict[str, Any]]
 
 
+#: Up to this many rows given as a list (as a reply carries them), :meth:`Scheduler.finish_rows` checks and marks
+#: them one by one in Python: ~0.2 µs a row against ~5 µs for numpy's checks of any number (up to 4 given as an
+#: array, whose ``tolist`` costs too).
+_FEW_LISTED = 16
+
+
 @dataclass(slots=True, eq=False)
 class Request:
     """One message to one worker, covering ``env_ids`` (its rows, in order).
@@ -418,7 +424,7 @@ class Scheduler:
                 listed = rows.tolist()
         elif not all(type(row) is int and 0 <= row < n for row in rows):
             raise ValueError(f"reply rows {rows[:8]} are not ints in range for a request of {n}")
-        elif k > 4:
+        elif k > _FEW_LISTED:
             rows = np.array(rows, dtype=np.int64)
         else:
             listed = rows
@@ -426,7 +432,7 @@ class Scheduler:
             return self._finish_many(req, np.asarray(rows), keep_claim)
         if answered is None:
             answered = req.answered = np.zeros(n, dtype=np.bool_)
-        # The common case (rows finish one by one): plain Python is cheaper than numpy reductions.
+        # The common case (rows finish a few at a time): plain Python is cheaper than numpy reductions.
         for row in listed:
             if not 0 <= row < n:
                 raise ValueError(f"reply rows {listed} out of range for a request of {n}")

@@ -708,22 +708,29 @@ def test_finish_rows_refuses_bad_rows_and_changes_nothing_then(k: int) -> None:
     assert req.left == 16 - k
 
 
-@pytest.mark.parametrize("k", [2, 6], ids=["few rows (Python)", "many rows (numpy)"])
+@pytest.mark.parametrize("k", [2, 12, 20], ids=["a few rows", "a dozen (still Python)", "many rows (numpy)"])
 def test_finish_rows_takes_a_replys_list_as_its_array(k: int) -> None:
-    sched = placed(16, 1)
-    req = sched.open(0, "step", np.arange(16, dtype=np.int64))
-    sched.claim(np.arange(16, dtype=np.int64))
+    sched = placed(32, 1)
+    req = sched.open(0, "step", np.arange(32, dtype=np.int64))
+    sched.claim(np.arange(32, dtype=np.int64))
     for bad in ([*range(k - 1), float(k)], [*range(k - 1), str(k)], [*range(k - 1), True], [*range(k - 1), [k]]):
         with pytest.raises(ValueError, match="are not ints in range"):
             sched.finish_rows(req.id, bad)
-    for bad in ([*range(k - 1), 16], [*range(k - 1), -1], [*range(k - 1), 2**70]):
-        with pytest.raises(ValueError, match="are not ints in range for a request of 16"):
+    for bad in ([*range(k - 1), 32], [*range(k - 1), -1], [*range(k - 1), 2**70]):
+        with pytest.raises(ValueError, match="are not ints in range for a request of 32"):
             sched.finish_rows(req.id, bad)
+    with pytest.raises(ValueError, match="answered already"):
+        sched.finish_rows(req.id, [*range(k - 1), 0])  # row 0 twice
     assert sched.busy.all()
-    assert req.left == 16
+    assert req.left == 32
+    assert req.answered is None or not req.answered.any()
     assert sched.finish_rows(req.id, list(range(k, 0, -1))) is req
-    assert sched.busy.tolist() == [True] + [False] * k + [True] * (15 - k)
-    assert req.left == 16 - k
+    assert sched.busy.tolist() == [True] + [False] * k + [True] * (31 - k)
+    assert req.left == 32 - k
+    with pytest.raises(ValueError, match="answered already"):
+        sched.finish_rows(req.id, [*range(31, 31 - k + 1, -1), 1])  # fresh rows, then one answered
+    assert sched.busy.tolist() == [True] + [False] * k + [True] * (31 - k)
+    assert req.left == 32 - k
 
 
 @pytest.mark.parametrize("rows", [[1], [2, 0], [0, 1, 2, 3, 4, 5], [5, 4, 3, 2, 1, 0]])
