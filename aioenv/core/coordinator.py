@@ -1054,8 +1054,7 @@ class Coordinator(Recovery, Requests):
         segment's request's envs (a segment of no open request, or out of its range, gets row 0's: its rows are
         dropped). Its arrays are read-only, as a message's are (see :func:`aioenv.core.sinks.whole_result`)."""
         slab = self.slab
-        if slab is None:
-            raise ProtocolError("it answered in shared rows this pool does not have")
+        assert slab is not None, "_queue_shared_rows refused a reply in shared rows this pool does not have"
         ids: list[np.ndarray] = []
         for req_id, at, _ in segments:
             req = self.sched.requests.get(req_id) if type(req_id) is int else None

@@ -418,10 +418,14 @@ class Scheduler:
         n = req.env_ids.size
         answered = req.answered
         k = len(rows)
+        # Each kind of ``rows`` is checked for range once: a few of an array's here, a reply's list here, more
+        # than a few by numpy's reductions in _finish_many.
         listed: list[int] | None = None
         if isinstance(rows, np.ndarray):
             if k <= 4:
                 listed = rows.tolist()
+                if not all(0 <= row < n for row in listed):
+                    raise ValueError(f"reply rows {listed} out of range for a request of {n}")
         elif not all(type(row) is int and 0 <= row < n for row in rows):
             raise ValueError(f"reply rows {rows[:8]} are not ints in range for a request of {n}")
         elif k > _FEW_LISTED:
@@ -434,8 +438,6 @@ class Scheduler:
             answered = req.answered = np.zeros(n, dtype=np.bool_)
         # The common case (rows finish a few at a time): plain Python is cheaper than numpy reductions.
         for row in listed:
-            if not 0 <= row < n:
-                raise ValueError(f"reply rows {listed} out of range for a request of {n}")
             if answered[row]:
                 raise ValueError(f"reply rows {listed} were answered already")
         if k > 1 and len(set(listed)) != k:
