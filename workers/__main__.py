@@ -4,7 +4,7 @@
 ``--connect``: a ZeroMQ endpoint (a server's worker port). ``--fd``: the descriptor of a pipe inherited
 from the pool that started this process (see :mod:`aioenv.transport.pipe`); ``--slab``: the descriptor of its shared
 rows (see :mod:`aioenv.transport.slab`), any executor's; ``--done``: the write end of the pool's done pipe (an
-inline worker's, see :mod:`aioenv.wire.lane`)."""
+inline or thread worker's, see :mod:`aioenv.wire.lane`)."""
 
 from __future__ import annotations
 
@@ -116,7 +116,10 @@ def _parser() -> argparse.ArgumentParser:
         "--slab", type=int, default=None, help="descriptor of the pool's shared rows (a worker of --fd)"
     )
     parser.add_argument(
-        "--done", type=int, default=None, help="write end of the pool's done pipe (an inline worker with --slab)"
+        "--done",
+        type=int,
+        default=None,
+        help="write end of the pool's done pipe (an inline or thread worker with --slab)",
     )
     parser.add_argument("--curve-secret", default=None, help="own .key_secret file (a server with --auth)")
     parser.add_argument("--server-key", default=None, help="the server's .key file (a server with --auth)")
@@ -126,7 +129,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _check_descriptors(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """``--fd`` must be an open socket, ``--slab`` an open descriptor of a worker of ``--fd`` and ``--done`` a pipe of
-    an inline worker with ``--slab``: say which, instead of failing later on a closed or wrong descriptor."""
+    an inline or thread worker with ``--slab``: say which, instead of failing later on a closed or wrong descriptor."""
     if args.fd is not None and not stat.S_ISSOCK(_mode(parser, "--fd", args.fd)):
         parser.error(f"--fd {args.fd}: not a socket (expected the pipe a pool passes to its workers)")
     if args.slab is not None:
@@ -134,8 +137,8 @@ def _check_descriptors(parser: argparse.ArgumentParser, args: argparse.Namespace
             parser.error("--slab is for a worker of a local pool (--fd)")
         _mode(parser, "--slab", args.slab)
     if args.done is not None:
-        if args.slab is None or args.executor != "inline":
-            parser.error("--done is for an inline worker with shared rows (--slab)")
+        if args.slab is None or args.executor not in ("inline", "thread"):
+            parser.error("--done is for an inline or thread worker with shared rows (--slab)")
         if not stat.S_ISFIFO(_mode(parser, "--done", args.done)):
             parser.error(f"--done {args.done}: not a pipe (expected the done pipe a pool passes to its workers)")
 
@@ -184,11 +187,12 @@ def _run(args: argparse.Namespace, configure: Configure | None) -> None:
         "executor": args.executor,
         "configure": configure,
         "slab_fd": args.slab,
+        "done_fd": args.done,
     }
     if args.executor == "inline":
         from workers.runtime import Worker
 
-        Worker(link, args.name, done_fd=args.done, **common).run()
+        Worker(link, args.name, **common).run()
     else:
         from workers.concurrent import ConcurrentWorker
 

@@ -297,13 +297,7 @@ class Worker:
 
     def _take_done_pipe(self, header: dict[str, Any]) -> None:
         """``header["dp"]``: as which slot, with what token, this worker writes its DONEs to the pool's done pipe."""
-        given = header.get(Key.DONE_PIPE)
-        if given is None or self.done_fd is None:
-            return
-        slot, token = given
-        if type(slot) is not int or type(token) is not int or not 0 <= slot < 2**32 or not 0 < token < 2**64:
-            raise ProtocolError(f"worker {self.name} got a done pipe as {given!r} (expected [slot, token])")
-        self._done_as = (slot, token)
+        self._done_as = done_pipe_as(self.name, self.done_fd, header, self._done_as)
 
     def _no_slab(self) -> NoReturn:
         """A step or reset over shared rows came before the message that says how they lie."""
@@ -679,6 +673,25 @@ def mapped_slab(name: str, fd: int | None, current: Slab | None, layout: Any) ->
     if current is not None and current.layout == layout:
         return current
     return Slab.attach(fd, layout)
+
+
+def done_pipe_as(
+    name: str, fd: int | None, header: dict[str, Any], current: tuple[int, int] | None
+) -> tuple[int, int] | None:
+    """As which slot, with what token, worker ``name`` writes records to the pool's done pipe (:mod:`aioenv.wire.lane`)
+    once ``header`` (a SLAB's, or a re-made worker's MAKE's) says so in ``"dp"``: ``(slot, token)``, or ``current``
+    when it says nothing or the worker was started without the pipe (``fd`` None).
+
+    Raises:
+        ProtocolError: ``"dp"`` is not ``[slot, token]`` with a slot below 2**32 and a token of 1 .. 2**64 - 1.
+    """
+    given = header.get(Key.DONE_PIPE)
+    if given is None or fd is None:
+        return current
+    slot, token = given if type(given) is list and len(given) == 2 else (None, None)
+    if type(slot) is not int or type(token) is not int or not 0 <= slot < 2**32 or not 0 < token < 2**64:
+        raise ProtocolError(f"worker {name} got a done pipe as {given!r} (expected [slot, token])")
+    return slot, token
 
 
 def no_slab(name: str) -> NoReturn:

@@ -180,13 +180,14 @@ class Coordinator(Recovery, Requests):
         #: Steps may go as lane messages (aioenv.wire.lane): its workers are inline ones, which step a run of envs
         #: in one go; a thread or async worker's rows finish one by one, and answer in its RESULTs.
         self._lanes = executor == "inline"
-        #: The done pipe (read end, write end) its local inline workers write their lane DONEs to, and what the
-        #: last read left of a record; each slot's worker's token (0: none that may write). See aioenv.wire.lane.
+        #: The done pipe (read end, write end) its local inline workers write their lane DONEs to, and its thread
+        #: workers' env threads their rows' records, and what the last read left of a record; each slot's worker's
+        #: token (0: none that may write). See aioenv.wire.lane.
         self._done_pipe: tuple[int, int] | None = None
         self._done_rest = b""
         self._done_dropped = 0  # bytes of it that were no record, so far (logged as the total passes a power of 2)
         self._tokens: list[int] = []
-        if self._slab_fd is not None and self._lanes:
+        if self._slab_fd is not None and executor in ("inline", "thread"):
             self._open_done_pipe()
 
     @property
@@ -464,11 +465,14 @@ class Coordinator(Recovery, Requests):
             return
         if self._done_rest:
             data = self._done_rest + data
-        records, used, skipped = lane.read_records(data, self._tokens)
+        records, rows, used, skipped = lane.read_records(data, self._tokens)
         self._done_rest = data[used:]  # (set before any record is handled: handling one may read again)
         if skipped:
             self._dropped_from_done_pipe(skipped)
-        self._take_lane_replies(records)
+        if records:
+            self._take_lane_replies(records)
+        if rows:
+            self._take_row_records(rows)
 
     def _dropped_from_done_pipe(self, skipped: int) -> None:
         """Log bytes of the done pipe that were no record: the first, then once each time their total passes the next
@@ -896,6 +900,52 @@ class Coordinator(Recovery, Requests):
         for index, _ in replies:
             if slots[index].life.state is SlotState.DRAINING:
                 self._recycle_if_idle(slots[index])
+
+    def _take_row_records(self, records: list[tuple[int, int, int]]) -> None:
+        """Row records ``(slot index, request id, row)`` of a thread worker's env threads (see
+        :mod:`aioenv.wire.lane`). A ``recv()`` step's row is queued where it lies, its env held until ``recv()``
+        copies it, as :meth:`_queue_shared_rows` queues a RESULT's; any other row (a ``step()``'s, a ``step_env``
+        future's, truncate mode's) goes as its slot's RESULT naming it in the slab with no info and no error would
+        (:meth:`_on_rows`). A record of a request no longer open is late (dropped, as a late reply is); one of a
+        request sent to another worker replaces the worker that wrote it."""
+        sched, slots = self.sched, self.slots
+        requests, finish_rows = sched.requests, sched.finish_rows
+        queue: RecvQueue | None = None
+        queued: list[int] = []
+        by_slot: dict[int, list[list[Any]]] = {}
+        to_queue = self.truncation is None
+        for index, req_id, row in records:
+            req = requests.get(req_id)
+            if req is None:
+                continue
+            if req.worker != index:
+                why = f"request {req_id} went to worker {req.worker}, not to worker {index}"
+                self._on_malformed(slots[index], ProtocolError(f"worker {slots[index].name} recorded a row: {why}"))
+                continue
+            if to_queue and type(req.sink) is RecvQueue:
+                try:
+                    finish_rows(req_id, [row], keep_claim=True)
+                except ValueError as exc:  # out of range, answered already: that row is dropped
+                    log.error("malformed row record from worker %s: %s", slots[index].name, exc)
+                    continue
+                queue = req.sink
+                queued.append(int(req.env_ids[row]))
+                continue
+            multi = by_slot.setdefault(index, [])
+            if multi and multi[-1][0] == req_id:
+                multi[-1][1].append(row)
+            else:
+                multi.append([req_id, [row]])
+        if queue is not None:
+            assert self.slab is not None, "only a pool with shared rows reads row records"
+            queue.deliver_shared(self.slab, queued)
+        for index, multi in by_slot.items():
+            self._on_rows(slots[index], Op.RESULT, {Key.ROWS_KIND: Op.STEP, Key.SHARED: 1}, [], multi)
+        for index in {index for index, _, _ in records}:
+            if slots[index].life.state is SlotState.DRAINING:
+                self._recycle_if_idle(slots[index])
+        if sched.held:
+            self._pump()
 
     def _close_lanes(self, call: LaneCall) -> None:
         """A lane call's last reply came: every row is in the shared rows, for its sink to copy and free."""

@@ -304,7 +304,7 @@ class LocalProcess:
         if slab_fd is not None:
             args += ["--slab", str(slab_fd)]
             inherit.append(slab_fd)
-            if done_fd is not None and executor == "inline":
+            if done_fd is not None and executor in ("inline", "thread"):
                 args += ["--done", str(done_fd)]
                 inherit.append(done_fd)
         try:

@@ -24,6 +24,13 @@ random number the pool gave that worker process alone, over its own pipe: a reco
 its token is, since any process holding the pipe may write to it. :func:`read_records` takes what the pipe
 brought apart, skipping bytes that are no record of a known worker and finding the next record after them.
 
+A ``thread`` worker's envs finish their steps one by one, each on its own thread, so the same pipe carries a
+*row record* (:data:`ROW_RECORD`) too: ``<B 0xC1><B "W"><H row><I worker slot><Q token><Q request id>``, written
+by the env's thread itself once it has put that row of a step request into the slab, when the row has neither an
+info nor an error (any other row goes in the worker's RESULT, see :mod:`workers.concurrent`). The row reaches the
+pool with one write and one wake-up, where a RESULT went from the env's thread to the worker's loop and from
+there to the pool: a hop, and a message encoded and parsed, fewer on each row's way.
+
 Both begin with ``0xC1``, the one byte msgpack never uses, so neither can be taken for a header of the
 protocol (whose messages begin with a msgpack map) nor the other way round. Only a coordinator and the
 worker processes it started on pipes of their own (which map the slab) exchange them; a message over the
@@ -49,8 +56,11 @@ __all__ = [
     "read_records",
     "read_step",
     "record",
+    "row_record",
     "step",
     "RECORD",
+    "ROW_RECORD",
+    "ROW_RECORD_ROWS",
 ]
 
 #: The first byte of every lane message: the one byte msgpack never uses.
@@ -61,6 +71,10 @@ STEP = struct.Struct("<BBHIIQ")
 DONE = struct.Struct("<BB6xQ")
 #: A DONE written to the pool's done pipe: mark, ``b"R"``, flags (0), worker slot, its token, request id.
 RECORD = struct.Struct("<BBHIQQ")
+#: A step request's row written to the pool's done pipe: mark, ``b"W"``, the row, worker slot, token, request id.
+ROW_RECORD = RECORD
+#: The rows a :data:`ROW_RECORD` can name: ``0 .. ROW_RECORD_ROWS - 1`` (a later row goes in a RESULT).
+ROW_RECORD_ROWS = 1 << 16
 #: ``flags`` bit: the caller wants each env's own info dict (``"ilist"``).
 INFO_LIST = 1
 #: ``flags`` bit: the pool takes the ended envs' final observations from the slab (``same_step``, see above).
@@ -68,6 +82,7 @@ FINALS = 2
 _S = ord("S")
 _D = ord("D")
 _R = ord("R")
+_W = ord("W")
 _MARK_BYTE = bytes([MARK])
 # A one-frame message on a pipe: ``<u32 1><u64 size>`` then the frame (see aioenv.transport.pipe).
 _FRAMED_STEP = struct.Struct("<IQ" + STEP.format.lstrip("<"))
@@ -148,15 +163,23 @@ def record(slot: int, token: int, req_id: int) -> bytes:
     return RECORD.pack(MARK, _R, 0, slot, token, req_id)
 
 
-def read_records(data: bytes, tokens: list[int]) -> tuple[list[tuple[int, int]], int, int]:
-    """The records at the start of ``data`` (what the done pipe brought, after what an earlier read left):
-    ``(records, used, skipped)``.
+def row_record(slot: int, token: int, req_id: int, row: int) -> bytes:
+    """Row ``row`` (``0 <= row < ROW_RECORD_ROWS``) of the step request ``req_id`` is in the slab, with no
+    info and no error: as the worker of ``slot`` whose token is ``token`` writes it to the done pipe."""
+    return RECORD.pack(MARK, _W, row, slot, token, req_id)
 
-    ``records``: ``(slot, request id)`` of each record whose token is ``tokens[slot]`` (a token of 0: that slot
-    has no worker that may write, so nothing is its record); ``used``: the bytes taken (what is left, fewer than
-    a record's, begins the next read's); ``skipped``: bytes among them that were no such record (garbage, or a
-    record with another token), each dropped and the next record looked for from the next ``0xC1`` on."""
+
+def read_records(data: bytes, tokens: list[int]) -> tuple[list[tuple[int, int]], list[tuple[int, int, int]], int, int]:
+    """The records at the start of ``data`` (what the done pipe brought, after what an earlier read left):
+    ``(records, rows, used, skipped)``.
+
+    ``records``: ``(slot, request id)`` of each DONE record, ``rows``: ``(slot, request id, row)`` of each row
+    record, each counted only when its token is ``tokens[slot]`` (a token of 0: that slot has no worker that may
+    write, so nothing is its record); ``used``: the bytes taken (what is left, fewer than a record's, begins the
+    next read's); ``skipped``: bytes among them that were no such record (garbage, or a record with another
+    token), each dropped and the next record looked for from the next ``0xC1`` on."""
     out: list[tuple[int, int]] = []
+    rows: list[tuple[int, int, int]] = []
     pos, end, size, skipped = 0, len(data), RECORD.size, 0
     known = len(tokens)
     view = memoryview(data)
@@ -165,9 +188,14 @@ def read_records(data: bytes, tokens: list[int]) -> tuple[list[tuple[int, int]],
         # pass checked as it goes; past the first bytes that are no record, the next 0xC1 starts another pass.
         whole = pos + (end - pos) // size * size
         for mark, kind, flags, slot, token, req_id in RECORD.iter_unpack(view[pos:whole]):
-            if mark != MARK or kind != _R or flags or slot >= known or not token or tokens[slot] != token:
+            if mark != MARK or slot >= known or not token or tokens[slot] != token:
                 break
-            out.append((slot, req_id))
+            if kind == _R and not flags:
+                out.append((slot, req_id))
+            elif kind == _W:
+                rows.append((slot, req_id, flags))
+            else:
+                break
             pos += size
         else:
             break  # every whole record taken: what is left is shorter than one
@@ -175,4 +203,4 @@ def read_records(data: bytes, tokens: list[int]) -> tuple[list[tuple[int, int]],
         nxt = end if nxt < 0 else nxt
         skipped += nxt - pos
         pos = nxt
-    return out, pos, skipped
+    return out, rows, pos, skipped

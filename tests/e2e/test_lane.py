@@ -69,10 +69,13 @@ async def test_a_lock_step_step_is_one_lane_message_each_way_per_worker(monkeypa
         sent.append(bytes(data))
         return send_framed(port, data)
 
-    def counting_records(data: bytes, tokens: list[int]) -> tuple[list[tuple[int, int]], int, int]:
+    def counting_records(
+        data: bytes, tokens: list[int]
+    ) -> tuple[list[tuple[int, int]], list[tuple[int, int, int]], int, int]:
         got = read_records(data, tokens)
         taken.extend(got[0])
-        assert got[2] == 0  # nothing on the done pipe but the workers' records
+        assert got[1] == []  # inline workers record whole messages, not rows
+        assert got[3] == 0  # nothing on the done pipe but the workers' records
         return got
 
     monkeypatch.setattr(PipePort, "send_framed", counting_send)
@@ -325,7 +328,7 @@ def test_a_worker_with_the_done_pipe_writes_its_dones_there_and_its_own_pipe_onc
         with worker_with_envs(2, slab=True, done=(write, 3, 777)) as (worker, _):
             for t in range(3):
                 assert _answer(worker, lane.step(50 + t, 0, 2)) == []  # nothing on its own pipe
-            assert lane.read_records(os.read(read, 4096), [0, 0, 0, 777]) == ([(3, 50), (3, 51), (3, 52)], 72, 0)
+            assert lane.read_records(os.read(read, 4096), [0, 0, 0, 777]) == ([(3, 50), (3, 51), (3, 52)], [], 72, 0)
             os.close(read)
             reply = _answer(worker, lane.step(60, 0, 2))  # the pool's end is gone: its own pipe carries it
             assert [bytes(f) for f in reply] == [lane.done(60)]

@@ -18,6 +18,7 @@ cloudpickle (which pickles this module's functions by reference).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import string
@@ -312,6 +313,44 @@ class PipeVandalEnv(_CountingEnv):
         self.t += 1
         info = {"vandal": int(action)} if int(action) in (1, 3) else {}
         return np.array([self.t], dtype=np.float32), 0.0, False, False, info
+
+
+class RowRecordEnv(_CountingEnv):
+    """Obs ``[t]``, reward ``t / 2``, for a ``thread`` worker started with the pool's done pipe (``--done D``), whose
+    env threads record their rows there (:mod:`aioenv.wire.lane`). Action 0 returns no info (its row goes as a row
+    record), 1 an info ``{"t": t}`` (its row goes in the worker's RESULT); 2 first writes row records for every
+    request a pool may have out (ids ``1 .. 2,000``, rows 0 to 3, slots 0 to 3) with a token it made up; 3 first
+    closes the done pipe in its worker (so that row, and every later row of its worker, goes in a RESULT); 4 first
+    waits until the file ``gate`` exists (an hour at most)."""
+
+    action_space = spaces.Discrete(5)
+
+    def __init__(self, gate: str = "") -> None:
+        super().__init__()
+        self.gate = gate
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        import sys
+
+        from aioenv.wire import lane
+
+        a = int(action)
+        if a in (2, 3):
+            done = int(sys.argv[sys.argv.index("--done") + 1])
+            if a == 2:
+                ids = [(slot, i, row) for slot in range(4) for i in range(1, 2001) for row in range(4)]
+                forged = [lane.row_record(slot, 12345, i, row) for slot, i, row in ids]
+                for at in range(0, len(forged), 100):
+                    os.write(done, b"".join(forged[at : at + 100]))
+            else:
+                with contextlib.suppress(OSError):  # closed already, by another env of the worker
+                    os.close(done)
+        elif a == 4:
+            end = time.monotonic() + 3600
+            while not os.path.exists(self.gate) and time.monotonic() < end:
+                time.sleep(0.005)
+        self.t += 1
+        return np.array([self.t], dtype=np.float32), self.t / 2, False, False, {"t": self.t} if a == 1 else {}
 
 
 class HugeInfoEnv(_CountingEnv):

@@ -429,11 +429,12 @@ def test_a_worker_refuses_slab_or_done_pipe_where_they_cannot_be() -> None:
         for args, words in [
             (["--fd", fd, "--slab", "99"], "--slab 99: not an open descriptor"),
             (["--connect", "tcp://127.0.0.1:9", "--slab", "0"], "--slab is for a worker of a local pool (--fd)"),
-            (["--fd", fd, "--done", fd], "--done is for an inline worker with shared rows (--slab)"),
+            (["--fd", fd, "--done", fd], "--done is for an inline or thread worker with shared rows (--slab)"),
             (
-                ["--fd", fd, "--executor", "thread", "--slab", "0", "--done", fd],
-                "--done is for an inline worker with shared rows (--slab)",
+                ["--fd", fd, "--executor", "async", "--slab", "0", "--done", fd],
+                "--done is for an inline or thread worker with shared rows (--slab)",
             ),
+            (["--fd", fd, "--executor", "thread", "--slab", "0", "--done", fd], f"--done {fd}: not a pipe"),
             (["--fd", fd, "--slab", "0", "--done", "99"], "--done 99: not an open descriptor"),
             (["--fd", fd, "--slab", "0", "--done", fd], f"--done {fd}: not a pipe (expected the done pipe"),
         ]:

@@ -99,25 +99,37 @@ TOKENS = [0x1D2C3B4A59687706, 0, 0x0F1E2D3C4B5A6978]  # slot 1 has no worker tha
 
 @given(
     st.lists(
-        st.tuples(st.sampled_from([0, 2]), st.integers(1, 2**64 - 1), st.binary(max_size=30)),
+        st.tuples(
+            st.sampled_from([0, 2]),
+            st.integers(1, 2**64 - 1),
+            st.none() | st.integers(0, lane.ROW_RECORD_ROWS - 1),  # None: a DONE, else a row record of that row
+            st.binary(max_size=30),
+        ),
         max_size=12,
     ),
     st.integers(1, 97),
 )
 def test_records_are_read_whole_across_reads_and_garbage_between_them_is_skipped(
-    written: list[tuple[int, int, bytes]], cut: int
+    written: list[tuple[int, int, int | None, bytes]], cut: int
 ) -> None:
-    stream = b"".join(lane.record(slot, TOKENS[slot], req_id) + junk for slot, req_id, junk in written)
+    stream = b"".join(
+        (lane.record(slot, TOKENS[slot], req_id) if row is None else lane.row_record(slot, TOKENS[slot], req_id, row))
+        + junk
+        for slot, req_id, row, junk in written
+    )
     got: list[tuple[int, int]] = []
+    got_rows: list[tuple[int, int, int]] = []
     skipped = 0
     rest = b""
     for at in range(0, len(stream) + 1, cut):  # what reads of ``cut`` bytes bring, each after what the last left
-        records, used, skip = lane.read_records(rest + stream[at : at + cut], TOKENS)
+        records, rows, used, skip = lane.read_records(rest + stream[at : at + cut], TOKENS)
         got += records
+        got_rows += rows
         skipped += skip
         rest = (rest + stream[at : at + cut])[used:]
         assert len(rest) < lane.RECORD.size
-    assert got == [(slot, req_id) for slot, req_id, _ in written]
+    assert got == [(slot, req_id) for slot, req_id, row, _ in written if row is None]
+    assert got_rows == [(slot, req_id, row) for slot, req_id, row, _ in written if row is not None]
     assert skipped + len(rest) == sum(len(junk) for *_, junk in written)
 
 
@@ -127,7 +139,11 @@ def test_a_record_with_a_token_not_its_slots_is_no_record() -> None:
             lane.record(0, TOKENS[2], 5),  # another slot's token
             lane.record(1, 0, 6),  # a slot with no worker that may write: no token is its
             lane.record(3, 1, 7),  # no such slot
+            lane.row_record(0, TOKENS[2], 9, 1),  # a row record with another slot's token
+            lane.RECORD.pack(lane.MARK, ord("R"), 1, 2, TOKENS[2], 4),  # a DONE with flags it does not have
+            lane.RECORD.pack(lane.MARK, ord("X"), 0, 2, TOKENS[2], 4),  # no kind of record
             lane.record(2, TOKENS[2], 8),
+            lane.row_record(2, TOKENS[2], 10, 3),
         ]
     )
-    assert lane.read_records(stream, TOKENS) == ([(2, 8)], len(stream), 3 * lane.RECORD.size)
+    assert lane.read_records(stream, TOKENS) == ([(2, 8)], [(2, 10, 3)], len(stream), 6 * lane.RECORD.size)
