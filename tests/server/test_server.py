@@ -67,13 +67,16 @@ def acts(*values: int) -> np.ndarray:
 # ---------------------------------------------------------------- the same pool, over the network
 
 
-async def test_remote_pool_gives_the_embedded_trajectories(any_server: ServerProcess) -> None:
+@pytest.mark.parametrize("executor", ["inline", "thread"])
+async def test_remote_pool_gives_the_embedded_trajectories(any_server: ServerProcess, executor: str) -> None:
+    """(A server's thread workers record their rows on its done pipe, CartPole's having no infos: relayed from
+    there as a RESULT naming them would be.)"""
     rng = np.random.default_rng(0)
     actions = [rng.integers(0, 2, size=6) for _ in range(80)]
     options: dict[str, Any] = {"seed": 3, "env_kwargs": {"max_episode_steps": 25}, "num_workers": 2}
     async with (
-        aioenv.Pool("CartPole-v1", 6, endpoint=any_server.endpoint, **options) as remote_pool,
-        aioenv.Pool("CartPole-v1", 6, **options) as local_pool,
+        aioenv.Pool("CartPole-v1", 6, endpoint=any_server.endpoint, executor=executor, **options) as remote_pool,
+        aioenv.Pool("CartPole-v1", 6, executor="inline", **options) as local_pool,
     ):
         assert remote_pool.observation_space == local_pool.observation_space
         assert remote_pool.action_space == local_pool.action_space
