@@ -903,17 +903,19 @@ class Coordinator(Recovery, Requests):
 
     def _take_row_records(self, records: list[tuple[int, int, int]]) -> None:
         """Row records ``(slot index, request id, row)`` of a thread worker's env threads (see
-        :mod:`aioenv.wire.lane`). A ``recv()`` step's row is queued where it lies, its env held until ``recv()``
-        copies it, as :meth:`_queue_shared_rows` queues a RESULT's; any other row (a ``step()``'s, a ``step_env``
-        future's, truncate mode's) goes as its slot's RESULT naming it in the slab with no info and no error would
-        (:meth:`_on_rows`). A record of a request no longer open is late (dropped, as a late reply is); one of a
-        request sent to another worker replaces the worker that wrote it."""
-        sched, slots = self.sched, self.slots
-        requests, finish_rows = sched.requests, sched.finish_rows
+        :mod:`aioenv.wire.lane`). A row stays in the slab, its env claimed, for its sink to copy, as a lane reply's
+        does: a ``recv()`` step's is queued where it lies, a ``step()``'s counted until the call's last row is in
+        (:meth:`Gather.take_shared`). Any other (a ``step_env`` future's, a server's relay, truncate mode's) goes
+        as its slot's RESULT naming it in the slab with no info and no error would (:meth:`_on_rows`). A record of
+        a request no longer open is late (dropped, as a late reply is); one of a request sent to another worker
+        replaces the worker that wrote it."""
+        sched, slots, slab = self.sched, self.slots, self.slab
+        assert slab is not None, "only a pool with shared rows reads row records"
+        requests, finish_rows, release = sched.requests, sched.finish_rows, sched.release
         queue: RecvQueue | None = None
         queued: list[int] = []
         by_slot: dict[int, list[list[Any]]] = {}
-        to_queue = self.truncation is None
+        held = self.truncation is None
         for index, req_id, row in records:
             req = requests.get(req_id)
             if req is None:
@@ -922,14 +924,21 @@ class Coordinator(Recovery, Requests):
                 why = f"request {req_id} went to worker {req.worker}, not to worker {index}"
                 self._on_malformed(slots[index], ProtocolError(f"worker {slots[index].name} recorded a row: {why}"))
                 continue
-            if to_queue and type(req.sink) is RecvQueue:
+            sink = req.sink
+            if held and (type(sink) is RecvQueue or type(sink) is Gather):
                 try:
                     finish_rows(req_id, [row], keep_claim=True)
                 except ValueError as exc:  # out of range, answered already: that row is dropped
                     log.error("malformed row record from worker %s: %s", slots[index].name, exc)
                     continue
-                queue = req.sink
-                queued.append(int(req.env_ids[row]))
+                env_id = int(req.env_ids[row])
+                if isinstance(sink, RecvQueue):
+                    queue = sink
+                    queued.append(env_id)
+                else:
+                    assert isinstance(sink, Gather), "only a RecvQueue or a Gather is held"
+                    assert req.positions is not None, "a step has positions"
+                    sink.take_shared(slab, env_id, req.positions[row : row + 1], release)
                 continue
             multi = by_slot.setdefault(index, [])
             if multi and multi[-1][0] == req_id:
@@ -937,8 +946,7 @@ class Coordinator(Recovery, Requests):
             else:
                 multi.append([req_id, [row]])
         if queue is not None:
-            assert self.slab is not None, "only a pool with shared rows reads row records"
-            queue.deliver_shared(self.slab, queued)
+            queue.deliver_shared(slab, queued)
         for index, multi in by_slot.items():
             self._on_rows(slots[index], Op.RESULT, {Key.ROWS_KIND: Op.STEP, Key.SHARED: 1}, [], multi)
         for index in {index for index, _, _ in records}:

@@ -159,3 +159,28 @@ async def test_row_records_forged_or_misplaced_are_dropped_or_refused_and_a_clos
         out = await asyncio.wait_for(pool.recv(min_results=1, max_results=1), HANG)
         t[0] += 1
         check_rows(t, np.array([GATED]), np.array([0]), out)
+
+
+async def test_a_step_s_recorded_rows_keep_their_envs_claimed_until_the_call_returns(
+    recorded: list[tuple[int, int, int]], tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    async with aioenv.Pool(ROWS, 4, num_workers=2, executor="thread", env_kwargs={"gate": str(gate)}) as pool:
+        coord: Any = pool._runner
+        await asyncio.wait_for(pool.reset(), HANG)
+        step = asyncio.ensure_future(pool.step(np.array([GATED, PLAIN, PLAIN, PLAIN])))
+        # Rows 1-3 recorded; env 0's waits for the gate.
+        await until(lambda: len(recorded) == 3)
+        [req] = coord.sched.requests.values()
+        assert (req.worker, req.left) == (0, 1)
+        assert coord.sched.busy.all()  # the recorded rows' envs are held with the call's
+        for env_id in (1, 2):
+            with pytest.raises(aioenv.UsageError, match=f"env {env_id} already has a request in flight"):
+                pool.send(np.array([PLAIN]), np.array([env_id]))
+        gate.touch()
+        out = await asyncio.wait_for(step, HANG)
+        check_rows(np.ones(4), np.array([GATED, PLAIN, PLAIN, PLAIN]), np.arange(4), out)
+        assert not coord.sched.busy.any()
+        pool.send(np.array([PLAIN]), np.array([1]))  # free now
+        out = await asyncio.wait_for(pool.recv(min_results=1), HANG)
+        check_rows(np.array([1.0, 2.0, 1.0, 1.0]), np.array([PLAIN]), np.array([1]), out)
