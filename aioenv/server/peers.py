@@ -45,7 +45,7 @@ with :class:`~aioenv.errors.ConnectionLost` instead of waiting. Other clients ar
 
 from __future__ import annotations
 
-import secrets
+import os
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from aioenv.errors import UsageError
 from aioenv.wire.options import positive_int
 
-__all__ = ["RECENT", "DroppedPeers", "PeerLimits", "Sweep", "Tally", "Unread"]
+__all__ = ["NONCE_BLOCK", "RECENT", "DroppedPeers", "Nonces", "PeerLimits", "Sweep", "Tally", "Unread"]
 
 MIB = 1 << 20
 #: How many of the newest marks a connection remembers besides its kept ones.
@@ -92,15 +92,40 @@ class Tally:
         self.total = 0
 
 
+class Nonces:
+    """Unguessable numbers of 61 bits for the marks, cut from ``os.urandom`` a block at a time: one system call per
+    :data:`NONCE_BLOCK` bytes (512 marks) where ``secrets.randbits`` makes one per mark, and a server marks every
+    message it sends. The bytes are the kernel's CSPRNG's either way. One per event loop (not thread-safe)."""
+
+    __slots__ = ("_at", "_block")
+
+    def __init__(self) -> None:
+        self._block = b""
+        self._at = 0
+
+    def draw(self) -> int:
+        """The next number, ``0 <= n < 2**61``."""
+        at = self._at
+        if at + 8 > len(self._block):
+            self._block, at = os.urandom(NONCE_BLOCK), 0
+        self._at = at + 8
+        return int.from_bytes(self._block[at : at + 8], "little") >> 3
+
+
+#: Bytes of ``os.urandom`` a :class:`Nonces` takes at a time.
+NONCE_BLOCK = 4096
+
+
 class Unread:
     """Bytes sent to one connection that its peer has not yet shown it read (see the module docstring); every
     change is added to ``tally``, the sum over all connections."""
 
-    __slots__ = ("_acked", "_every", "_kept", "_kept_at", "_recent", "sent", "tally")
+    __slots__ = ("_acked", "_every", "_kept", "_kept_at", "_nonces", "_recent", "sent", "tally")
 
-    def __init__(self, mark_every: int, tally: Tally) -> None:
+    def __init__(self, mark_every: int, tally: Tally, nonces: Nonces | None = None) -> None:
         self.sent = 0  # bytes sent to the peer
         self.tally = tally
+        self._nonces = nonces or Nonces()  # (a server passes its own to every connection)
         self._acked = 0  # ``sent`` after the message whose mark the peer last acknowledged
         self._every = mark_every
         self._kept: deque[tuple[int, int]] = deque()  # (nonce, sent after its message), oldest first
@@ -116,7 +141,7 @@ class Unread:
         """A new mark's nonce, for the header of the message about to be sent (then :meth:`add` it): odd when it
         will be kept (``max_unread_bytes / 8`` were sent since the last kept one), else even."""
         kept = self.sent - self._kept_at >= self._every
-        return (secrets.randbits(61) + 1) << 1 | kept
+        return (self._nonces.draw() + 1) << 1 | kept
 
     def add(self, nbytes: int, nonce: int) -> None:
         """Count a message of ``nbytes`` sent, which carried the mark ``nonce`` (from :meth:`mark`)."""

@@ -71,7 +71,7 @@ from aioenv.logs import peer_name, printable
 from aioenv.server.allow import AllowList
 from aioenv.server.exposure import exposure_warnings
 from aioenv.server.fleet import Fleet
-from aioenv.server.peers import DroppedPeers, PeerLimits, Sweep, Tally, Unread
+from aioenv.server.peers import DroppedPeers, Nonces, PeerLimits, Sweep, Tally, Unread
 from aioenv.transport.router import Peer, Router
 from aioenv.transport.slab import Slab
 from aioenv.transport.spawn import usable_cpus, warm_up
@@ -295,6 +295,7 @@ class Server:
         self._opening: dict[bytes, tuple[_Client, int, int]] = {}  # identity -> (client, envs, workers) while made
         self._loose: dict[bytes, _Loose] = {}  # connections without a pool that were answered (see _Loose)
         self._tally = Tally()  # the unread bytes of every connection together
+        self._nonces = Nonces()  # the marks' nonces, every connection's
         self._tasks: set[asyncio.Future[Any]] = set()
         self._closing: set[asyncio.Future[Any]] = set()  # pools closing (see _close_pool)
         self._router: Router | StreamRouter | None = None
@@ -492,7 +493,7 @@ class Server:
             return session.unread
         loose = self._loose.get(identity)
         if loose is None:
-            unread = Unread(self.config.limits.mark_every, self._tally)
+            unread = Unread(self.config.limits.mark_every, self._tally, self._nonces)
             loose = self._loose[identity] = _Loose(unread, time.monotonic(), None)
         return loose.unread
 
@@ -725,7 +726,7 @@ class Server:
             raise PoolClosed("the server is shutting down") if self.closing else UsageError(why)
         outlet = _Outlet(self, identity, who.shown)
         loose = self._loose.pop(identity, None)  # what it was sent before it had a pool counts on
-        unread = loose.unread if loose is not None else Unread(self.config.limits.mark_every, self._tally)
+        unread = loose.unread if loose is not None else Unread(self.config.limits.mark_every, self._tally, self._nonces)
         self.sessions[identity] = _Session(
             identity, env, n, coord, time.monotonic(), outlet, unread, sock, who, opts.workers
         )

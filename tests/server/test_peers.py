@@ -4,6 +4,7 @@ in test_peer_bounds.py)."""
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import pytest
@@ -11,7 +12,8 @@ import pytest
 from aioenv.cli.main import byte_size
 from aioenv.errors import UsageError
 from aioenv.logs import LineFormatter, peer_name, printable
-from aioenv.server.peers import RECENT, DroppedPeers, PeerLimits, Tally, Unread
+from aioenv.server import peers
+from aioenv.server.peers import NONCE_BLOCK, RECENT, DroppedPeers, Nonces, PeerLimits, Tally, Unread
 
 
 def _sent(unread: Unread, nbytes: int) -> int:
@@ -26,6 +28,29 @@ def test_every_message_carries_a_mark_of_its_own() -> None:
     marks = {_sent(unread, 10) for _ in range(50)}
     assert len(marks) == 50
     assert all(m > 0 for m in marks)
+
+
+def test_marks_are_cut_from_the_kernels_random_bytes_a_block_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One ``os.urandom`` call per 512 marks, not one per mark (a server marks every message), every one of the
+    block's bytes used once, every mark in range and of its kept flag's parity."""
+    drawn: list[bytes] = []
+    real = os.urandom
+
+    def urandom(n: int) -> bytes:
+        drawn.append(real(n))
+        return drawn[-1]
+
+    monkeypatch.setattr(peers.os, "urandom", urandom)
+    nonces = Nonces()
+    unread = Unread(100, Tally(), nonces)
+    marks = [_sent(unread, 60) for _ in range(3 * NONCE_BLOCK // 8 + 1)]
+    assert [len(block) for block in drawn] == [NONCE_BLOCK] * 4
+    words = [int.from_bytes(b[i : i + 8], "little") >> 3 for b in drawn for i in range(0, NONCE_BLOCK, 8)]
+    assert [m >> 1 for m in marks] == [w + 1 for w in words[: len(marks)]]
+    assert all(0 < m >> 1 <= 2**61 for m in marks)
+    assert [m & 1 for m in marks[:4]] == [0, 0, 1, 0]  # kept every 100 bytes: after the 2nd, the 4th, ...
+    assert len(set(marks)) == len(marks)
+    assert 0 <= nonces.draw() < 2**61
 
 
 def test_the_newest_mark_counts_everything_sent_as_read() -> None:
