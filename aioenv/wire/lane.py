@@ -25,7 +25,7 @@ its token is, since any process holding the pipe may write to it. :func:`read_re
 brought apart, skipping bytes that are no record of a known worker and finding the next record after them.
 
 A ``thread`` worker's envs finish their steps one by one, each on its own thread, so the same pipe carries a
-*row record* (:data:`ROW_RECORD`) too: ``<B 0xC1><B "W"><H row><I worker slot><Q token><Q request id>``, written
+*row record* (:func:`row_record`) too: ``<B 0xC1><B "W"><H row><I worker slot><Q token><Q request id>``, written
 by the env's thread itself once it has put that row of a step request into the slab, when the row has neither an
 info nor an error (any other row goes in the worker's RESULT, see :mod:`workers.concurrent`). The row reaches the
 pool with one write and one wake-up, where a RESULT went from the env's thread to the worker's loop and from
@@ -59,7 +59,6 @@ __all__ = [
     "row_record",
     "step",
     "RECORD",
-    "ROW_RECORD",
     "ROW_RECORD_ROWS",
 ]
 
@@ -69,11 +68,10 @@ MARK = 0xC1
 STEP = struct.Struct("<BBHIIQ")
 #: A step's reply with every row in the slab and nothing else to say: mark, ``b"D"``, padding, request id.
 DONE = struct.Struct("<BB6xQ")
-#: A DONE written to the pool's done pipe: mark, ``b"R"``, flags (0), worker slot, its token, request id.
+#: A record of the pool's done pipe: mark, kind, flags, worker slot, its token, request id. A DONE's kind is ``b"R"``
+#: and its flags 0; a row record's kind is ``b"W"`` and its flags the row.
 RECORD = struct.Struct("<BBHIQQ")
-#: A step request's row written to the pool's done pipe: mark, ``b"W"``, the row, worker slot, token, request id.
-ROW_RECORD = RECORD
-#: The rows a :data:`ROW_RECORD` can name: ``0 .. ROW_RECORD_ROWS - 1`` (a later row goes in a RESULT).
+#: The rows a row record can name: ``0 .. ROW_RECORD_ROWS - 1`` (a later row goes in a RESULT).
 ROW_RECORD_ROWS = 1 << 16
 #: ``flags`` bit: the caller wants each env's own info dict (``"ilist"``).
 INFO_LIST = 1
