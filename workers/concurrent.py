@@ -427,7 +427,7 @@ class ConcurrentWorker:
                 return out
             try:
                 write_obs(slab.obs, env_id, obs)
-                slab.reward[env_id], slab.terminated[env_id], slab.truncated[env_id] = reward, terminated, truncated
+                slab.put_extras(env_id, reward, terminated, truncated)
             except Exception:  # noqa: BLE001 - an observation that does not fit: the RESULT says which way
                 return out
             try:
@@ -546,8 +546,7 @@ class ConcurrentWorker:
         if slab is not None:  # the rows go to the envs' shared rows; only infos and errors travel
             _, infos = put_obs(group, slab.obs, env_ids, outs, env_ids, extras_in, infos, errors)
             if step:
-                at = shared_rows(env_ids)
-                slab.reward[at], slab.terminated[at], slab.truncated[at] = rewards, terminated, truncated
+                slab.put_extras(shared_rows(env_ids), rewards, terminated, truncated)
             fields, arrays = shared_reply(infos, errors)
         else:
             obs, infos = put_obs(group, None, range(k), outs, env_ids, extras_in, infos, errors)

@@ -318,7 +318,7 @@ class Worker:
         """:meth:`step_rows` over the slab: each env's action from its row, its results to its row (``at``: the
         rows of ``env_ids``, made once for the writes); the reply carries only infos and errors."""
         _, rewards, terminated, truncated, infos, errors = self.step_rows(env_ids, group, slab.act, slab.obs, env_ids)
-        slab.reward[at], slab.terminated[at], slab.truncated[at] = rewards, terminated, truncated
+        slab.put_extras(at, rewards, terminated, truncated)
         return shared_reply(infos, errors)
 
     def on_lane_step(self, frame: memoryview) -> list[Any]:

@@ -7,6 +7,7 @@ action leaf, each observation leaf, and the reward, terminated and truncated of 
     act leaves   (num_envs, *shape)  written by the pool before a STEP is sent
     obs leaves   (num_envs, *shape)  written by the worker before it replies
     reward (num_envs,) float64, terminated (num_envs,) bool, truncated (num_envs,) bool
+                                     written by the worker before it replies (Slab.put_extras)
     final obs  (num_envs, *shape)  a same_step pool's only: written by the worker before it replies
 
 Rows are indexed by env id. A STEP or RESET that says ``"sh": 1`` carries no arrays: the worker reads
@@ -188,6 +189,11 @@ class Slab:
                 store.put(env_ids, leaf)
             else:
                 store[env_ids] = leaf
+
+    def put_extras(self, at: slice | np.ndarray | int, reward: Any, terminated: Any, truncated: Any) -> None:
+        """Write a step's rewards, terminated and truncated flags into the rows ``at`` (a slice or ``(k,)`` intp
+        rows with ``k`` values each, or one env id with one value each), as a worker does before it answers."""
+        self.reward[at], self.terminated[at], self.truncated[at] = reward, terminated, truncated
 
     def results(self, env_ids: np.ndarray | slice, step: bool) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
         """Copies of the rows of ``env_ids`` (ids, or a slice of them: a run, copied without fancy indexing):

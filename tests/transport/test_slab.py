@@ -133,6 +133,27 @@ def test_actions_whose_rows_are_not_the_envs_are_refused_and_not_written(rows: i
         os.close(fd)
 
 
+def test_a_workers_extras_by_a_run_an_index_or_one_env_are_what_the_pool_reads() -> None:
+    layout = Slab.plan(6, DICT_OBS, gym.spaces.Discrete(4))
+    assert layout is not None
+    fd = Slab.new_fd()
+    try:
+        pool_side, worker_side = Slab.create(fd, layout), Slab.attach(fd, layout)
+        worker_side.put_extras(slice(0, 2), [0.5, 1.5], [False, True], [True, False])  # an inline worker's run
+        worker_side.put_extras(np.array([5, 3], dtype=np.intp), [2.5, 3.5], [True, False], [False, True])
+        worker_side.put_extras(4, 4.5, True, True)  # one thread env's row
+        _, extras = pool_side.results(np.arange(6), True)
+        assert extras is not None
+        reward, terminated, truncated = (extra.tolist() for extra in extras)
+        assert reward == [0.5, 1.5, 0.0, 3.5, 4.5, 2.5]
+        assert terminated == [False, True, False, False, True, True]
+        assert truncated == [True, False, False, True, True, False]
+        worker_side.close()
+        pool_side.close()
+    finally:
+        os.close(fd)
+
+
 def test_two_mappings_of_one_file_share_rows_and_results_are_copies() -> None:
     layout = Slab.plan(6, DICT_OBS, gym.spaces.Discrete(4))
     assert layout is not None
