@@ -60,6 +60,7 @@ WORKLOADS: dict[str, tuple[str, int, str]] = {
     "cartpole-64": ("CartPole-v1", 64, "step"),
     "cartpole-128": ("CartPole-v1", 128, "step"),
     "cartpole-32-sr": ("CartPole-v1", 32, "sendrecv"),
+    "cartpole-64-sr": ("CartPole-v1", 64, "sendrecv"),
     "cartpole-128-sr": ("CartPole-v1", 128, "sendrecv"),
     "cartpole-32-sync": ("CartPole-v1", 32, "sync"),
     "cartpole-64-sync": ("CartPole-v1", 64, "sync"),

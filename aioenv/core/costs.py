@@ -13,7 +13,9 @@ an env that hangs or crashes costs that process (killed after :data:`PROBE_LIMIT
 The same process then answers PINGs, back to back and then each :data:`PING_GAP` after the last: their
 median round trips plus :data:`MESSAGE_WORK` are what a batch's message costs on this machine now, to a
 worker kept busy (first-finished ``recv()``) and to one that waited (lock-step), in place of the
-:data:`BUSY_ROUND_TRIP` and :data:`ROUND_TRIP` estimates. It was started
+:data:`BUSY_ROUND_TRIP` and :data:`ROUND_TRIP` estimates; bursts of PINGs sent at once price a message whose
+wake-up others share (each further worker of a lock-step batch, and every reply of a busy worker:
+:func:`busy_message_cpu`). It was started
 with the pool's shared rows, so a pool whose envs go to ``inline`` workers keeps it as its first worker
 (:class:`Probed`): ``auto`` then costs no process start of its own.
 :func:`choose` turns the timings into a :class:`Choice`, pure arithmetic (unit-tested without envs). By default
@@ -83,6 +85,7 @@ __all__ = [
     "Choice",
     "Cost",
     "Probed",
+    "busy_message_cpu",
     "choose",
     "probe",
 ]
@@ -97,7 +100,8 @@ ROUND_TRIP = 270e-6
 MESSAGE_CPU = 160e-6
 #: The same two for a worker kept busy, as ``recv()`` of the first rows to finish keeps it (a reply's rows
 #: are taken while the worker steps others, and the next request finds it awake):
-#: :attr:`Cost.busy_round_trip` and :attr:`Cost.busy_message_cpu`, measured with PINGs back to back.
+#: :attr:`Cost.busy_round_trip` and :attr:`Cost.busy_message_cpu`, measured with PINGs back to back (the CPU
+#: priced at most as a queued message's, :func:`busy_message_cpu`).
 BUSY_ROUND_TRIP = 150e-6
 BUSY_MESSAGE_CPU = 80e-6
 #: This process's CPU seconds per message when several go out at once and their answers come back together,
@@ -341,7 +345,7 @@ def choose(
         return Choice("thread", workers, 0, f"a step takes {_us(cost.step)}, mostly waiting")
     first_finished = batch_size is not None and batch_size < num_envs
     if first_finished:  # recv() of the first rows to finish keeps the workers busy
-        cost = replace(cost, round_trip=cost.busy_round_trip, message_cpu=cost.busy_message_cpu)
+        cost = replace(cost, round_trip=cost.busy_round_trip, message_cpu=busy_message_cpu(cost))
     batch, trip = num_envs * cost.step, cost.round_trip
     if not allow_in_process:
         if cost.step > SHARE_LIMIT and cpus >= 2:
@@ -357,6 +361,21 @@ def choose(
     if cost.step > SHARE_LIMIT:
         return Choice("inline", workers, 0, f"a step takes {_us(cost.step)}")
     return _cheapest(cost, num_envs, workers, batch_size if first_finished else None)
+
+
+def busy_message_cpu(cost: Cost) -> float:
+    """This process's CPU seconds per message to a worker kept busy, as a first-finished ``recv()`` keeps it:
+    the lesser of the busy PINGs' (:attr:`Cost.busy_message_cpu`) and a queued message's plus the pool's own work
+    (:attr:`Cost.queued_message_cpu` + :data:`MESSAGE_WORK`).
+
+    A busy worker's replies come while this process is awake with the others' rows, so they share its wake-ups
+    as a burst's do. PINGs back and forth to one idle process each pay a wake-up of their own, and what that
+    costs moves from one probe to the next: on a 2-vCPU VM (2026-11-30, twelve probes of CartPole) the busy
+    PINGs cost this process 80-157 µs each (MESSAGE_WORK included), in steps of ~25 µs from one probe to the
+    next, where the bursts cost 12-22 µs a PING. Priced at the busy PINGs, one probe in twelve put 128 envs with
+    ``batch_size=64`` on one worker (0.86x of two); the worker count flips there at ~134 µs a message, and for 32
+    envs with ``batch_size=16`` (one worker the faster) at ~30 µs."""
+    return min(cost.busy_message_cpu, cost.queued_message_cpu + MESSAGE_WORK)
 
 
 def _cheapest(cost: Cost, num_envs: int, workers: int, batch_size: int | None) -> Choice:

@@ -19,13 +19,16 @@ from aioenv.core.costs import (
     BUSY_ROUND_TRIP,
     CALL_COST,
     MESSAGE_CPU,
+    MESSAGE_WORK,
     PARALLEL,
+    QUEUED_MESSAGE_CPU,
     RECV_SHARE_MIN,
     ROUND_TRIP,
     SHARE_GAIN,
     SHARE_LIMIT,
     WORKER_GAIN,
     Cost,
+    busy_message_cpu,
     choose,
 )
 from aioenv.envs.latency import AsyncSleepEnv
@@ -77,44 +80,63 @@ def test_by_default_a_few_cheap_envs_go_to_one_worker_and_many_to_every_cpu() ->
     assert choose(Cost(asynchronous=True), 64, cpus=2).executor == "async"
 
 
-#: What the probe measured for CartPole on a 2-vCPU VM, 2026-11-29 (one probe a row): step, round trip and this
-#: process's CPU per message to a waiting worker, and the same to a busy one (µs).
+#: What the probe measured for CartPole on a 2-vCPU VM, 2026-11-30 (one probe a row, fifteen of 27 default pools
+#: made one after another): step, round trip and this process's CPU per message to a waiting worker, the same to a
+#: busy one, and this process's CPU per PING of a burst (µs). The two rows of 131-157 µs per busy PING are the
+#: dearest two of the 27; the first of them put 128 envs with ``batch_size=64`` on one worker.
 PROBED_CARTPOLE = [
-    (11.4, 233, 178, 150, 109),
-    (8.0, 298, 182, 138, 118),
-    (13.3, 300, 157, 178, 145),
-    (12.7, 523, 209, 188, 142),
-    (13.3, 311, 183, 250, 151),
-    (11.0, 289, 146, 140, 103),
-    (14.5, 243, 110, 164, 104),
-    (7.8, 464, 166, 134, 114),
-    (12.2, 223, 156, 135, 96),
-    (7.9, 364, 205, 162, 127),
-    (12.0, 246, 136, 162, 108),
-    (15.1, 309, 156, 149, 100),
-    (7.7, 451, 147, 139, 115),
-    (7.5, 420, 127, 126, 105),
-    (13.5, 247, 225, 140, 100),
+    (6.2, 127.5, 99.4, 118.6, 93.3, 14.5),
+    (6.2, 161.0, 128.0, 143.4, 99.6, 14.5),
+    (5.9, 162.7, 114.6, 157.1, 116.7, 13.6),
+    (6.1, 133.8, 99.0, 106.7, 80.5, 15.3),
+    (6.1, 152.9, 107.2, 111.1, 81.7, 13.1),
+    (6.0, 162.8, 118.0, 144.7, 100.8, 14.0),
+    (6.2, 132.3, 97.2, 103.9, 80.4, 11.7),
+    (6.2, 140.3, 105.8, 103.4, 80.8, 12.2),
+    (6.1, 197.6, 124.5, 106.7, 83.9, 13.5),
+    (6.0, 157.9, 110.8, 139.2, 97.3, 13.6),
+    (6.6, 222.6, 170.4, 206.3, 157.1, 21.8),
+    (6.0, 221.4, 160.5, 169.2, 131.6, 17.6),
+    (6.1, 167.8, 115.8, 170.8, 123.3, 15.1),
+    (6.1, 127.3, 97.5, 155.1, 109.4, 12.0),
+    (6.0, 172.1, 117.1, 146.3, 100.3, 13.3),
 ]
 
 
 def _probed(probed: tuple[float, ...]) -> Cost:
-    """A row of :data:`PROBED_CARTPOLE` as a cost (those probes did not measure a queued message: the estimate)."""
-    step, trip, message, busy_trip, busy_message = (value * US for value in probed)
-    return Cost(step, step, False, trip, message, busy_trip, busy_message)
+    """A row of :data:`PROBED_CARTPOLE` as a cost."""
+    step, *rest = (value * US for value in probed)
+    return Cost(step, step, False, *rest)
 
 
 @pytest.mark.parametrize("probed", PROBED_CARTPOLE, ids=lambda p: f"step {p[0]} us, message {p[2]} us")
 def test_on_two_cpus_cartpoles_take_the_workers_that_measured_fastest(probed: tuple[float, ...]) -> None:
-    """On that VM two workers stepped 32 CartPole envs with ``batch_size=16`` 0.91x as fast as one (each pool in a
-    fresh process, 2 s, median of 6; 0.85x alternated in one process), 128 envs 1.54x (``batch_size=64``,
-    alternated), and 8 envs 0.70x (lock-step). The model used to put the 32 on two workers for 14 of these 15
-    probes: two workers on both CPUs leave the pool's own process none, which it now counts."""
+    """On that VM (``benchmarks/bench_placement.py``, 2026-11-30 11:56 UTC) one worker stepped 32 CartPole envs with
+    ``batch_size=16`` fastest, two stepped 128 with ``batch_size=64`` fastest (64 with ``batch_size=32``: one 0.96-0.98x
+    of two, either will do), and earlier two stepped 8 lock-step envs 0.70x as fast as one. Priced at the busy
+    PINGs, the eleventh probe here put the 128 on one worker, as one make of ``make bench-goals`` did at 10:09."""
     cost = _probed(probed)
     assert choose(cost, 8, cpus=2).num_workers == 1
     assert choose(cost, 8, cpus=2, batch_size=4).num_workers == 1
     assert choose(cost, 32, cpus=2, batch_size=16).num_workers == 1
     assert choose(cost, 128, cpus=2, batch_size=64).num_workers == 2
+
+
+def test_a_busy_workers_message_costs_at_most_a_queued_one_and_the_pools_work() -> None:
+    """A first-finished pool's replies come while it is awake with others', as a burst's do: a busy PING's
+    price, which moves from probe to probe, counts only up to a queued message's plus MESSAGE_WORK."""
+    cheap = Cost(busy_message_cpu=40 * US, queued_message_cpu=14 * US)
+    assert busy_message_cpu(cheap) == cheap.busy_message_cpu
+    probed = [_probed(row) for row in PROBED_CARTPOLE]  # every probe of that VM: the burst's price
+    assert [busy_message_cpu(cost) for cost in probed] == [cost.queued_message_cpu + MESSAGE_WORK for cost in probed]
+    dear = probed[10]
+    assert busy_message_cpu(Cost()) == BUSY_MESSAGE_CPU == QUEUED_MESSAGE_CPU + MESSAGE_WORK  # the estimates agree
+    # What the old price decided for the dearest probe: the 128 envs on one worker.
+    old = dataclasses.replace(dear, message_cpu=dear.busy_message_cpu)
+    assert costs._workers_only(old, 128, 1, 1.0, 2) < costs._workers_only(old, 128, 2, 1.0, 2)
+    assert choose(dear, 128, cpus=2, batch_size=64).num_workers == 2
+    # A lock-step batch keeps pricing a waiting worker's message by its PINGs.
+    assert choose(dear, 128, cpus=2).why == choose(dataclasses.replace(dear, busy_message_cpu=1.0), 128, cpus=2).why
 
 
 def test_on_two_cpus_lock_step_cartpoles_take_one_worker_when_few_and_two_from_about_24() -> None:
@@ -234,7 +256,9 @@ def test_a_lock_step_pool_weighs_a_waiting_worker_and_recv_a_busy_one() -> None:
         dataclasses.replace(cost, message_cpu=300 * US), 64, cpus=2, batch_size=32, allow_in_process=True
     )
     assert (first_finished.executor, first_finished.num_workers, first_finished.in_process) == ("inline", 1, 16)
-    as_if_waiting = dataclasses.replace(cost, busy_round_trip=280 * US, busy_message_cpu=300 * US)
+    as_if_waiting = dataclasses.replace(
+        cost, busy_round_trip=280 * US, busy_message_cpu=300 * US, queued_message_cpu=250 * US
+    )  # (a burst's price caps a busy PING's: busy_message_cpu)
     assert choose(as_if_waiting, 64, cpus=2, batch_size=32, allow_in_process=True).executor == "in_process"
     assert ROUND_TRIP > BUSY_ROUND_TRIP
     assert MESSAGE_CPU > BUSY_MESSAGE_CPU
