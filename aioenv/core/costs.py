@@ -426,9 +426,11 @@ def _fewest_workers(
         return _lockstep_seconds(cost, num_envs, count, cpus, polls)
 
     best = min(range(1, workers + 1), key=lambda count: (seconds(count), -count))
+    further = cost.message_cpu if first_finished else cost.queued_message_cpu
     why = (
         f"a step takes {_us(cost.step)}, {num_envs} take {_us(seconds(best))} on {best} worker process(es) "
-        f"(a round trip {_us(cost.round_trip)}; envs run in this process only with allow_in_process=True)"
+        f"(a round trip {_us(cost.round_trip)}, {_us(further)} of this process per further worker's message; "
+        "envs run in this process only with allow_in_process=True)"
     )
     return Choice("inline", best, 0, why)
 

@@ -134,7 +134,11 @@ def test_a_busy_workers_message_costs_at_most_a_queued_one_and_the_pools_work() 
     # What the old price decided for the dearest probe: the 128 envs on one worker.
     old = dataclasses.replace(dear, message_cpu=dear.busy_message_cpu)
     assert costs._workers_only(old, 128, 1, 1.0, 2) < costs._workers_only(old, 128, 2, 1.0, 2)
-    assert choose(dear, 128, cpus=2, batch_size=64).num_workers == 2
+    first_finished = choose(dear, 128, cpus=2, batch_size=64)
+    assert first_finished.num_workers == 2
+    priced = f"{(dear.queued_message_cpu + MESSAGE_WORK) * 1e6:.0f} µs of this process per further worker's message"
+    assert priced in first_finished.why  # (a user reads what decided it in describe_placement())
+    assert f"{dear.queued_message_cpu * 1e6:.0f} µs of this process per further" in choose(dear, 128, cpus=2).why
     # A lock-step batch keeps pricing a waiting worker's message by its PINGs.
     assert choose(dear, 128, cpus=2).why == choose(dataclasses.replace(dear, busy_message_cpu=1.0), 128, cpus=2).why
 
