@@ -52,6 +52,7 @@ With ``allow_in_process=True`` the cheap cases are weighed against this process 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import statistics
 import time
@@ -88,6 +89,7 @@ __all__ = [
     "busy_message_cpu",
     "choose",
     "probe",
+    "timings",
 ]
 
 #: Seconds of a lock-step batch's round trip to a worker process and back (messages, wake-ups, the pool's own
@@ -270,6 +272,7 @@ async def probe(sources: EnvSources, env_id: int, seed: int | None, private_dir:
             header = await answer
             if header[Key.OP] == Op.ERROR:
                 raise from_wire(header[Key.ERROR])
+            asynchronous, step, cpu = timings(header.get(Key.VALUES))
             busy = await _ping(proc, pong, 0.0)
             waiting = await _ping(proc, pong, PING_GAP)
             queued = await _burst(proc, pong)
@@ -277,12 +280,36 @@ async def probe(sources: EnvSources, env_id: int, seed: int | None, private_dir:
         _close_fd(slab_fd)
         await _close(proc, asked=answer.done())
         raise
-    timed = header[Key.VALUES]
-    asynchronous = bool(timed.get("async"))
-    step, cpu = (0.0, 0.0) if asynchronous else (float(timed["step"]), float(timed["cpu"]))
     (round_trip, message_cpu), (busy_round_trip, busy_message_cpu) = waiting, busy
     cost = Cost(step, cpu, asynchronous, round_trip, message_cpu, busy_round_trip, busy_message_cpu, queued)
     return Probed(cost, proc, slab_fd)
+
+
+def timings(values: object) -> tuple[bool, float, float]:
+    """``(asynchronous, step, cpu)`` of what the process timing an env answered: ``{"async": True}`` for a
+    coroutine env, else ``{"step": s, "cpu": s}``, the wall and CPU seconds per step (:mod:`workers.probe`).
+
+    That process runs the env's code, which can reach its clocks and its pipe, so nothing in the answer is taken
+    on trust. Raises:
+        ValueError: ``values`` is no such answer, or a time in it is no finite number of seconds >= 0; naming
+            what arrived."""
+    if not isinstance(values, dict):
+        raise ValueError(
+            f"the process timing the env answered {type(values).__name__} {values!r:.80}, "
+            "expected {'step': seconds, 'cpu': seconds} or {'async': True}"
+        )
+    if values.get("async") is True:
+        return True, 0.0, 0.0
+    return False, _seconds(values, "step"), _seconds(values, "cpu")
+
+
+def _seconds(values: dict[Any, Any], name: str) -> float:
+    value = values.get(name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(
+            f"the process timing the env reported {name}={value!r:.80}, expected a finite number of seconds >= 0"
+        )
+    return float(value)
 
 
 async def _ping(proc: WorkerProc, pong: deque[asyncio.Future[None]], gap: float) -> tuple[float, float]:

@@ -511,6 +511,42 @@ async def test_an_env_that_hangs_costs_the_probe_process_not_the_caller(monkeypa
         assert len(_workers()) == len(before) + pool.num_workers  # the probe's process is gone
 
 
+@pytest.mark.parametrize(("lie", "named"), [("nan", "step=nan"), ("reply", "step='x'")])
+async def test_timings_an_env_lied_about_are_refused_and_the_process_that_took_them_is_stopped(
+    lie: str, named: str
+) -> None:
+    """The process timing an env runs the env's code, which can reach that process's modules (here: its median
+    of the timed runs answers NaN) and its pipe (here: a forged answer of "x" seconds ahead of the true one). What it
+    answers is checked: the pool goes to inline workers, saying why, and the process is stopped (before, a NaN was
+    taken as the step's time, and "x" raised past the code that stops the process, which was left running)."""
+    before = _workers()
+    async with aioenv.Pool("tests.envs.faulty:ProbeLiarEnv", 2, env_kwargs={"lie": lie}) as pool:
+        assert pool.executor == "inline"
+        assert pool.placement_reason.startswith(
+            f"timing one env failed (ValueError: the process timing the env reported {named}, expected a finite"
+        )
+        obs, _ = await guard(pool.reset(seed=0))
+        assert obs.shape == (2, 1)
+        assert len(_workers()) == len(before) + pool.num_workers  # the probe's process is gone
+
+
+def test_what_the_process_timing_an_env_answers_is_checked() -> None:
+    assert costs.timings({"step": 6e-6, "cpu": 5e-6}) == (False, 6e-6, 5e-6)
+    assert costs.timings({"step": 0, "cpu": 0}) == (False, 0.0, 0.0)  # a clock too coarse for the step
+    assert costs.timings({"async": True}) == (True, 0.0, 0.0)
+    for values, named in [
+        ({"step": float("inf"), "cpu": 0.0}, "step=inf"),
+        ({"step": 1e-6, "cpu": -1e-6}, "cpu=-1e-06"),
+        ({"step": True, "cpu": 0.0}, "step=True"),
+        ({"step": 1e-6}, "cpu=None"),
+        ({"async": 1, "step": "fast"}, "step='fast'"),  # only True says async
+    ]:
+        with pytest.raises(ValueError, match=f"reported {named}, expected a finite number of seconds >= 0"):
+            costs.timings(values)
+    with pytest.raises(ValueError, match=r"answered list \[1, 2\], expected \{'step'"):
+        costs.timings([1, 2])
+
+
 async def test_an_env_that_fails_to_be_timed_goes_to_worker_processes_which_report_it() -> None:
     def broken() -> gym.Env[Any, Any]:
         raise RuntimeError("cannot make this env")

@@ -315,6 +315,40 @@ class PipeVandalEnv(_CountingEnv):
         return np.array([self.t], dtype=np.float32), 0.0, False, False, info
 
 
+class ProbeLiarEnv(_CountingEnv):
+    """Obs ``[t]``; its first step lies to the process that times it for ``executor="auto"`` (:mod:`workers.probe`),
+    as env code can: ``lie="nan"`` makes that process's ``statistics.median`` answer NaN (the probe's median of its
+    timed runs: a NaN clock fails the probe outright instead), ``lie="reply"`` writes a forged answer on its pipe
+    (``--fd N``), ``{"step": "x", "cpu": "x"}``, ahead of the true one. Only its first step lies, and only in a
+    process named ``probe`` (``--name probe``)."""
+
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, lie: str = "nan") -> None:
+        super().__init__()
+        self.lie = lie
+        self.lied = False
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        import sys
+
+        if not self.lied and sys.argv[sys.argv.index("--name") + 1] == "probe":
+            self.lied = True
+            if self.lie == "nan":
+                import statistics
+
+                statistics.median = lambda _data: float("nan")  # the probe's median of its timed runs
+            else:
+                from aioenv.transport.pipe import framed
+                from aioenv.wire.protocol import Key, Op, encode
+
+                fd = int(sys.argv[sys.argv.index("--fd") + 1])
+                forged = encode(Op.RESULT, {Key.ID: 1, Key.VALUES: {"step": "x", "cpu": "x"}})
+                os.write(fd, b"".join(framed(forged)[0]))
+        self.t += 1
+        return np.array([self.t], dtype=np.float32), 0.0, False, False, {}
+
+
 class RowRecordEnv(_CountingEnv):
     """Obs ``[t]``, reward ``t / 2``, for a ``thread`` worker started with the pool's done pipe (``--done D``), whose
     env threads record their rows there (:mod:`aioenv.wire.lane`). Action 0 returns no info (its row goes as a row
