@@ -137,7 +137,9 @@ def _check_descriptors(parser: argparse.ArgumentParser, args: argparse.Namespace
             parser.error("--slab is for a worker of a local pool (--fd)")
         _mode(parser, "--slab", args.slab)
     if args.done is not None:
-        if args.slab is None or args.executor not in ("inline", "thread"):
+        from aioenv.wire.lane import DONE_PIPE_EXECUTORS
+
+        if args.slab is None or args.executor not in DONE_PIPE_EXECUTORS:
             parser.error("--done is for an inline or thread worker with shared rows (--slab)")
         if not stat.S_ISFIFO(_mode(parser, "--done", args.done)):
             parser.error(f"--done {args.done}: not a pipe (expected the done pipe a pool passes to its workers)")

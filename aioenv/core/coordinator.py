@@ -187,7 +187,7 @@ class Coordinator(Recovery, Requests):
         self._done_rest = b""
         self._done_dropped = 0  # bytes of it that were no record, so far (logged as the total passes a power of 2)
         self._tokens: list[int] = []
-        if self._slab_fd is not None and executor in ("inline", "thread"):
+        if self._slab_fd is not None and executor in lane.DONE_PIPE_EXECUTORS:
             self._open_done_pipe()
 
     @property

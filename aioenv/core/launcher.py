@@ -30,6 +30,7 @@ from typing import Any, Protocol, TypeVar
 from aioenv.errors import UsageError
 from aioenv.transport.pipe import PipePort
 from aioenv.transport.spawn import launch_worker, worker_sched_policy
+from aioenv.wire.lane import DONE_PIPE_EXECUTORS
 
 __all__ = [
     "HereWorker",
@@ -304,7 +305,7 @@ class LocalProcess:
         if slab_fd is not None:
             args += ["--slab", str(slab_fd)]
             inherit.append(slab_fd)
-            if done_fd is not None and executor in ("inline", "thread"):
+            if done_fd is not None and executor in DONE_PIPE_EXECUTORS:
                 args += ["--done", str(done_fd)]
                 inherit.append(done_fd)
         try:

@@ -43,6 +43,7 @@ import struct
 
 __all__ = [
     "DONE",
+    "DONE_PIPE_EXECUTORS",
     "FINALS",
     "FRAMED_DONE_SIZE",
     "INFO_LIST",
@@ -71,6 +72,9 @@ DONE = struct.Struct("<BB6xQ")
 #: A record of the pool's done pipe: mark, kind, flags, worker slot, its token, request id. A DONE's kind is ``b"R"``
 #: and its flags 0; a row record's kind is ``b"W"`` and its flags the row.
 RECORD = struct.Struct("<BBHIQQ")
+#: The executors whose workers write the pool's done pipe: ``inline`` workers their DONEs, ``thread`` workers'
+#: env threads their rows' records (an ``async`` worker's rows answer in its RESULTs).
+DONE_PIPE_EXECUTORS = frozenset({"inline", "thread"})
 #: The rows a row record can name: ``0 .. ROW_RECORD_ROWS - 1`` (a later row goes in a RESULT).
 ROW_RECORD_ROWS = 1 << 16
 #: ``flags`` bit: the caller wants each env's own info dict (``"ilist"``).
