@@ -12,7 +12,8 @@ import functools
 import logging
 import os
 import shutil
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium
@@ -149,6 +150,37 @@ async def _poll_turn() -> None:
     await asyncio.sleep(0)
 
 
+async def _polled(runner: Runner, future: asyncio.Future[Any]) -> Any:
+    """``await future`` (a call's, dispatched by ``runner``), polling for its replies first where ``runner`` gives a
+    budget (:meth:`aioenv.core.runner.Runner.poll_budget`), and telling it how long the wait took.
+
+    The poll yields to the loop turn after turn, so other tasks and I/O go on as usual while it lasts. A task
+    cancelled while it polls cancels ``future``, as it would while awaiting it (the call's rows are dropped as
+    they come, their envs freed)."""
+    budget = None if future.done() else runner.poll_budget()
+    if budget is None:
+        return await future
+    start = time.monotonic()
+    if budget:
+        try:
+            await _poll_until(future.done, start + budget)
+        except BaseException:
+            future.cancel()
+            raise
+    try:
+        return await future
+    finally:
+        runner.note_wait(time.monotonic() - start)
+
+
+async def _poll_until(done: Callable[[], bool], until: float) -> None:
+    """Yield to the event loop until ``done()`` or ``time.monotonic()`` reaches ``until``: every turn, the loop
+    reads the descriptors that are ready, the replies' among them, without sleeping in the kernel."""
+    monotonic, sleep = time.monotonic, asyncio.sleep
+    while not done() and monotonic() < until:
+        await sleep(0)
+
+
 class Pool:
     """A pool of ``num_envs`` envs run by worker processes, driven from asyncio.
 
@@ -232,9 +264,6 @@ class Pool:
         self._runner: Runner | None = None
         #: Where its worker processes are started (see :class:`aioenv.core.launcher.Spawn`; SyncPool sets its own).
         self._spawn: Spawn = spawn_here
-        #: Whether its calls wait in their caller's thread, polling where a CPU is left to it (a SyncPool's, which sets
-        #: it: see ``Coordinator.wait_here``); ``executor="auto"`` counts that (:func:`aioenv.core.costs.choose`).
-        self._waits_poll = False
         #: The event loop whose sockets, futures and timers the pool uses (None until it runs).
         self._home: asyncio.AbstractEventLoop | None = None
         self._started_here = ForkGuard()  # the process whose workers and sockets these are (set again at start)
@@ -357,10 +386,9 @@ class Pool:
             why = f"timing one env failed ({type(exc).__name__}: {str(exc).splitlines()[0]})"
             return costs.Choice("inline", self.num_workers, 0, why), None
         allowed = self.allow_in_process
-        polls = SPIN_AT_MOST if self._waits_poll else 0.0
-        try:
+        try:  # its waits poll where a CPU is left to them (an awaited call's, a SyncPool's): the model counts that
             choice = costs.choose(
-                probed.cost, self.num_envs, cpus, self.batch_size, allow_in_process=allowed, polls=polls
+                probed.cost, self.num_envs, cpus, self.batch_size, allow_in_process=allowed, polls=SPIN_AT_MOST
             )
         except BaseException:  # the probe's process is no one's yet: stop it
             await probed.release()
@@ -637,8 +665,11 @@ class Pool:
             EnvError: an env raised; ``err.partial`` holds the other rows, ``err.errors`` every failure.
             WorkerCrashed / StepTimeout: for the envs concerned, likewise.
         """
+        future = self._start_step(actions, env_ids)
+        runner = self._runner
+        assert runner is not None, "the call above checked that the pool runs"
         result: tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
-        result = await self._start_step(actions, env_ids)
+        result = await _polled(runner, future)
         return result
 
     def _start_step(
@@ -728,8 +759,17 @@ class Pool:
                 # step again at once while this process steps its own (answered inside send(), they would
                 # starve the workers).
                 runner.answer_waiting(lambda: queue.ready >= need)
+            budget = runner.poll_budget() if queue.ready < need and queue.in_flight else None
+            if budget is not None:  # (see _polled)
+                start = time.monotonic()
+                if deadline is not None:
+                    budget = min(budget, max(0.0, deadline - asyncio.get_running_loop().time()))
+                if budget:
+                    await _poll_until(lambda: queue.ready >= need or not queue.in_flight, start + budget)
             left = None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
             await queue.wait(need, left)
+            if budget is not None:
+                runner.note_wait(time.monotonic() - start)
             if self.closed:
                 raise PoolClosed("the pool was closed")
             # Another recv waiting at the same time may have taken the rows this one was woken for: wait again.

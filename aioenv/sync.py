@@ -734,7 +734,6 @@ class SyncPool:
         pool = Pool(env, num_envs, **options)  # argument errors raise here, before any thread exists
         self._rt = _Runtime(pool, name=f"aioenv-sync-{id(self):x}")
         pool._spawn = self._rt.spawn
-        pool._waits_poll = True  # its lock-step calls wait here (Coordinator.wait_here): auto places it for that
         self._finalizer = weakref.finalize(self, _Runtime.close, self._rt)
         try:
             self._rt.wait(self._rt.submit(pool.start, (), {}, shield=False))

@@ -73,7 +73,7 @@ from aioenv.wire.spaces import space_from_description
 log = logging.getLogger("aioenv.coordinator")
 #: The most bytes one read of the done pipe takes (a pipe holds 64 KiB): 2,730 records.
 _DONE_READ = 65536
-#: The longest :meth:`Coordinator.wait_here` polls for a reply before it sleeps until one comes (see there).
+#: The longest a wait polls for a reply before it sleeps until one comes (:func:`spin_budget`).
 SPIN_AT_MOST = 500e-6
 
 _OPS = {"step": Op.STEP, "reset": Op.RESET, "call": Op.CALL}
@@ -312,8 +312,7 @@ class Coordinator(Recovery, Requests):
             return True
         if self.closing or self.in_process or not self.sched.in_flight:  # (envs here: a late step is answered
             return False  # through the loop; nothing in flight: no reply can come)
-        pipe = self._done_pipe
-        done_fd = -1 if pipe is None else pipe[0]
+        done_fd = self._done_fd()
         blocking = self._blocks_on or self._block_on(done_fd)
         poll, drains, exits = blocking.poller.poll, blocking.drains, self._exits.fileno()
         now = time.monotonic()
@@ -348,11 +347,32 @@ class Coordinator(Recovery, Requests):
                     self._workers_changed()
                     return future.done()
             if future.done():
-                waited = time.monotonic() - now
-                self._waits = waited if self._waits < 0 else self._waits + (waited - self._waits) / 8
+                self.note_wait(time.monotonic() - now)
                 return True
             if self._blocks_on is not blocking:  # a worker was replaced or lost meanwhile
                 return False
+
+    def poll_budget(self) -> float | None:
+        """See :meth:`aioenv.core.runner.Runner.poll_budget`: by the rule :meth:`wait_here` polls by
+        (:func:`spin_budget`), None where it would not poll at all (envs in this process, nothing in flight, or
+        the local worker processes and the waiting thread more than the CPUs this process may use)."""
+        if self.closing or self.in_process or not self.sched.in_flight:
+            return None
+        blocking = self._blocks_on or self._block_on(self._done_fd())
+        if not blocking.spins:
+            return None
+        return spin_budget(True, self._waits)
+
+    def note_wait(self, seconds: float) -> None:
+        """See :meth:`aioenv.core.runner.Runner.note_wait`: the running mean of the recent waits, over the last
+        eight or so, that :func:`spin_budget` reads."""
+        waits = self._waits
+        self._waits = seconds if waits < 0 else waits + (seconds - waits) / 8
+
+    def _done_fd(self) -> int:
+        """The read end of the done pipe (-1: a pool without shared rows has none)."""
+        pipe = self._done_pipe
+        return -1 if pipe is None else pipe[0]
 
     def _block_on(self, done_fd: int) -> _Blocking:
         """What :meth:`wait_here` blocks on: the done pipe (``done_fd``; -1: none), the exits (:attr:`_exits`,
@@ -1283,7 +1303,8 @@ _SHARED_DONE: dict[str, Any] = {Key.SHARED: 1}
 
 
 def spin_budget(spins: bool, waits: float) -> float:
-    """How long :meth:`Coordinator.wait_here` polls for a reply before it sleeps (s): up to twice the recent waits
+    """How long :meth:`Coordinator.wait_here`, or an awaited call (:meth:`Coordinator.poll_budget`), polls for a reply
+    before it sleeps (s): up to twice the recent waits
     (``waits``: their running mean, over the last eight or so; below 0: none yet), at most :data:`SPIN_AT_MOST`,
     and only where the pool's worker processes and the waiting thread fit on the CPUs this process may use
     (``spins``). Sleeping in the kernel, the thread is woken ~50-150 µs after the reply on a VM whose idle CPU halts;

@@ -131,6 +131,14 @@ class RemoteCoordinator(Requests):
     def interrupt_env_code(self) -> None:
         """Nothing to interrupt: no env code of a remote pool runs in this process."""
 
+    def poll_budget(self) -> float | None:
+        """None: a remote pool's replies come over the network, not worth polling for
+        (:meth:`aioenv.core.runner.Runner.poll_budget`)."""
+        return None
+
+    def note_wait(self, seconds: float) -> None:
+        """Nothing to note: :meth:`poll_budget` gives no budget."""
+
     # ------------------------------------------------------------ start and stop
 
     async def start(self, num_workers: int | None) -> dict[str, Any]:

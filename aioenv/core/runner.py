@@ -134,6 +134,20 @@ class Runner(Protocol):
         :func:`aioenv.core.coordinator.spin_budget`). Signal handlers run while it blocks; one that raises ends it."""
         ...
 
+    def poll_budget(self) -> float | None:
+        """How long a call awaited on the event loop may poll for its replies before it sleeps until they come (s;
+        0: sleep at once), or None where no wait of this runner is worth polling for, nor timing (a remote runner,
+        envs in this process, nothing in flight, no CPU to spare). The caller polls by yielding to the loop, whose
+        every turn reads what arrived and runs the other tasks as usual: replies due within tens of microseconds are
+        taken as they come, where a loop asleep in the kernel wakes ~50-150 µs after them on a VM whose idle CPU
+        halts. After a wait that got a budget, the caller reports how long it took (:meth:`note_wait`)."""
+        ...
+
+    def note_wait(self, seconds: float) -> None:
+        """An awaited call that :meth:`poll_budget` gave a budget waited ``seconds`` for its replies, polling and
+        then asleep: the budgets of the calls after it follow the recent waits."""
+        ...
+
     def runs_env_code(self) -> bool:
         """Whether env code of this runner runs, or waits to run, in this process now."""
         ...

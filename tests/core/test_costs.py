@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from aioenv.core import costs
+from aioenv.core.coordinator import SPIN_AT_MOST
 from aioenv.core.costs import (
     BUSY_MESSAGE_CPU,
     BUSY_ROUND_TRIP,
@@ -111,15 +112,17 @@ def _probed(probed: tuple[float, ...]) -> Cost:
 
 @pytest.mark.parametrize("probed", PROBED_CARTPOLE, ids=lambda p: f"step {p[0]} us, message {p[2]} us")
 def test_on_two_cpus_cartpoles_take_the_workers_that_measured_fastest(probed: tuple[float, ...]) -> None:
-    """On that VM (``benchmarks/bench_placement.py``, 2026-11-30 11:56 UTC) one worker stepped 32 CartPole envs with
-    ``batch_size=16`` fastest, two stepped 128 with ``batch_size=64`` fastest (64 with ``batch_size=32``: one 0.96-0.98x
-    of two, either will do), and earlier two stepped 8 lock-step envs 0.70x as fast as one. Priced at the busy
-    PINGs, the eleventh probe here put the 128 on one worker, as one make of ``make bench-goals`` did at 10:09."""
+    """On that VM (``benchmarks/bench_placement.py``, 2026-11-30 14:00-14:08 UTC, a pool's waits polling where a CPU
+    is left to them) one worker stepped 8 lock-step CartPole envs 1.5-1.8x as fast as two, 32 with ``batch_size=16``
+    1.5x and 64 with ``batch_size=32`` 1.03-1.12x; two stepped 64 and 128 lock-step 1.4x and 1.3x as fast as one,
+    and 128 with ``batch_size=64`` 1.3x; 32 lock-step were even (one 0.88-1.09x of two). Priced at the busy PINGs,
+    the eleventh probe here put the 128 with ``batch_size=64`` on one worker, as one make of ``make bench-goals`` did
+    at 10:09 (before the pools polled)."""
     cost = _probed(probed)
-    assert choose(cost, 8, cpus=2).num_workers == 1
-    assert choose(cost, 8, cpus=2, batch_size=4).num_workers == 1
-    assert choose(cost, 32, cpus=2, batch_size=16).num_workers == 1
-    assert choose(cost, 128, cpus=2, batch_size=64).num_workers == 2
+    polls = SPIN_AT_MOST  # as every pool's waits poll
+    assert [choose(cost, n, cpus=2, polls=polls).num_workers for n in (8, 64, 128)] == [1, 2, 2]
+    first_finished = [choose(cost, n, cpus=2, batch_size=n // 2, polls=polls).num_workers for n in (8, 32, 64, 128)]
+    assert first_finished == [1, 1, 1, 2]
 
 
 def test_a_busy_workers_message_costs_at_most_a_queued_one_and_the_pools_work() -> None:
@@ -158,10 +161,10 @@ LOCK_STEP = (8, 16, 24, 32, 48, 64, 128)
 
 
 def test_a_wait_that_polls_saves_the_waiting_threads_wake_up_where_a_cpu_is_left_to_it() -> None:
-    """A ``SyncPool``'s lock-step calls poll for up to ``polls`` seconds before they sleep, where the workers leave
-    a CPU to the waiting thread: half the round trip (its own wake-up) is saved then, and only then. On 2 CPUs
-    (probes of 2026-11-30 on that VM) 32 CartPoles stay on one worker, which polls (102k steps/s there against
-    80k on two, which do not), where an async pool's go to two; 64 go to two either way."""
+    """A pool's calls poll for up to ``polls`` seconds before they sleep, where the workers leave a CPU to the
+    waiting thread: half the round trip (its own wake-up) is saved then, and only then. On 2 CPUs (probes of
+    2026-11-30 on that VM) 32 lock-step CartPoles stay on one worker, which polls (102k steps/s there against 80k
+    on two, which do not), where they would go to two if it slept; 64 go to two either way."""
     cost = Cost(6 * US, 6 * US, False, 150 * US, 100 * US, 120 * US, 90 * US, 14 * US)
     one = costs._lockstep_seconds(cost, 32, 1, 2)
     assert costs._lockstep_seconds(cost, 32, 1, 2, polls=500 * US) == pytest.approx(one - 75 * US)
@@ -170,8 +173,24 @@ def test_a_wait_that_polls_saves_the_waiting_threads_wake_up_where_a_cpu_is_left
     assert costs._lockstep_seconds(cost, 32, 2, 4, polls=500 * US) < costs._lockstep_seconds(cost, 32, 2, 4)
     assert (choose(cost, 32, cpus=2).num_workers, choose(cost, 32, cpus=2, polls=500 * US).num_workers) == (2, 1)
     assert choose(cost, 64, cpus=2, polls=500 * US).num_workers == 2
-    first_finished = choose(cost, 32, cpus=2, batch_size=16)
-    assert choose(cost, 32, cpus=2, batch_size=16, polls=500 * US) == first_finished  # polling is lock-step's
+
+
+def test_a_first_finished_recv_that_polls_saves_its_wake_up_where_a_cpu_is_left_to_it() -> None:
+    """A ``recv()`` polls as a lock-step call does: one worker's pool saves half the busy round trip, each of its
+    waits (a batch's share of every env's step) no longer than the polling. Measured on a 2-vCPU VM, the calls
+    polling: one worker stepped 64 CartPoles with ``batch_size=32`` 1.03-1.12x as fast as two (two had been as fast
+    before), 32 with ``batch_size=16`` 1.5x, 128 with ``batch_size=64`` 0.76x."""
+    cost = Cost(6 * US, 6 * US, False, 150 * US, 100 * US, 120 * US, 90 * US, 14 * US)
+    busy = dataclasses.replace(cost, round_trip=cost.busy_round_trip, message_cpu=costs.busy_message_cpu(cost))
+    every = costs._workers_only(busy, 64, 1, 1.0, 2)
+    assert costs._polled(every, busy, 1, 2, 500 * US, 0.5) == pytest.approx(every - 60 * US)
+    assert costs._polled(every, busy, 1, 2, 200 * US, 0.5) == every  # its waits longer than the polling
+    assert costs._polled(every, busy, 2, 2, 500 * US, 0.5) == every  # no CPU left to the waiting thread
+    assert costs._polled(every, busy, 2, 4, 500 * US, 0.5) == pytest.approx(every - 60 * US)
+    placed = [choose(cost, n, cpus=2, batch_size=n // 2, polls=500 * US).num_workers for n in (32, 64, 128)]
+    assert placed == [1, 1, 2]
+    assert choose(cost, 64, cpus=2, batch_size=32).num_workers == 2  # were the waits to sleep
+    assert "64 take 444 µs on 1 worker" in choose(cost, 64, cpus=2, batch_size=32, polls=500 * US).why
 
 
 def test_a_lock_step_worker_more_costs_a_queued_message_and_its_steps_overlap() -> None:

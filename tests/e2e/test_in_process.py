@@ -339,12 +339,11 @@ async def test_auto_keeps_cheap_real_envs_in_this_process_when_allowed(monkeypat
         assert result[1].shape == (2,)
 
 
-def test_auto_places_a_sync_pool_for_waits_that_poll_and_an_async_one_for_waits_that_sleep(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A ``SyncPool``'s lock-step calls wait in the caller's thread, polling where a CPU is left to it
-    (``Coordinator.wait_here``): ``auto`` tells the model so, which an ``aioenv.Pool``'s, waiting on its loop, does
-    not. The same probe (32 CartPoles on 2 CPUs) places the first on one worker and the second on two."""
+def test_auto_places_a_sync_pool_and_an_awaited_one_for_waits_that_poll(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool's calls poll for their replies where a CPU is left to the waiting thread: a ``SyncPool``'s in the
+    caller's thread (``Coordinator.wait_here``), an awaited ``aioenv.Pool``'s through its loop's turns
+    (``Runner.poll_budget``). ``auto`` tells the model so for both: the same probe (32 CartPoles on 2 CPUs) places
+    each on one worker, which polls, where a pool whose waits slept would take two."""
     seen: list[float] = []
     real_choose = costs.choose
 
@@ -370,8 +369,10 @@ def test_auto_places_a_sync_pool_for_waits_that_poll_and_an_async_one_for_waits_
         async with aioenv.Pool("CartPole-v1", 32, seed=0) as pool:
             return pool.num_workers
 
-    assert aioenv.run(in_a_loop()) == 2
-    assert seen == [SPIN_AT_MOST, 0.0]
+    assert aioenv.run(in_a_loop()) == 1
+    assert seen == [SPIN_AT_MOST, SPIN_AT_MOST]
+    probed = aioenv.run(measured())
+    assert real_choose(probed.cost, 32, 2).num_workers == 2  # were its waits to sleep
 
 
 async def test_a_choice_that_fails_stops_the_process_that_timed_the_env(monkeypatch: pytest.MonkeyPatch) -> None:
