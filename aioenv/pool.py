@@ -151,26 +151,37 @@ async def _poll_turn() -> None:
 
 
 async def _polled(runner: Runner, future: asyncio.Future[Any]) -> Any:
-    """``await future`` (a call's, dispatched by ``runner``), polling for its replies first where ``runner`` gives a
-    budget (:meth:`aioenv.core.runner.Runner.poll_budget`), and telling it how long the wait took.
-
-    The poll yields to the loop turn after turn, so other tasks and I/O go on as usual while it lasts. A task
-    cancelled while it polls cancels ``future``, as it would while awaiting it (the call's rows are dropped as
-    they come, their envs freed)."""
-    budget = None if future.done() else runner.poll_budget()
-    if budget is None:
+    """``await future`` (a call's, dispatched by ``runner``), polling for its replies first (:func:`_poll_first`)
+    and telling ``runner`` how long the wait took. A task cancelled while it polls cancels ``future``, as it would
+    while awaiting it (the call's rows are dropped as they come, their envs freed)."""
+    if future.done():
         return await future
-    start = time.monotonic()
-    if budget:
-        try:
-            await _poll_until(future.done, start + budget)
-        except BaseException:
-            future.cancel()
-            raise
+    try:
+        start = await _poll_first(runner, future.done)
+    except BaseException:
+        future.cancel()
+        raise
     try:
         return await future
     finally:
-        runner.note_wait(time.monotonic() - start)
+        if start is not None:
+            runner.note_wait(time.monotonic() - start)
+
+
+async def _poll_first(runner: Runner, done: Callable[[], bool], most: float | None = None) -> float | None:
+    """Poll for a wait's replies where ``runner`` gives a budget (:meth:`aioenv.core.runner.Runner.poll_budget`; at
+    most ``most`` seconds), until ``done()``; returns when the wait began (``time.monotonic()``), for the caller to
+    tell ``runner`` how long it took once it is over, or None where there was no budget (nor a wait to time).
+    The poll yields to the event loop turn after turn, so the other tasks and I/O go on as usual."""
+    budget = runner.poll_budget()
+    if budget is None:
+        return None
+    start = time.monotonic()
+    if most is not None:
+        budget = min(budget, most)
+    if budget > 0:
+        await _poll_until(done, start + budget)
+    return start
 
 
 async def _poll_until(done: Callable[[], bool], until: float) -> None:
@@ -759,16 +770,13 @@ class Pool:
                 # step again at once while this process steps its own (answered inside send(), they would
                 # starve the workers).
                 runner.answer_waiting(lambda: queue.ready >= need)
-            budget = runner.poll_budget() if queue.ready < need and queue.in_flight else None
-            if budget is not None:  # (see _polled)
-                start = time.monotonic()
-                if deadline is not None:
-                    budget = min(budget, max(0.0, deadline - asyncio.get_running_loop().time()))
-                if budget:
-                    await _poll_until(lambda: queue.ready >= need or not queue.in_flight, start + budget)
+            start = None
+            if queue.ready < need and queue.in_flight:  # (see _polled; a deadline bounds the poll too)
+                left = None if deadline is None else deadline - asyncio.get_running_loop().time()
+                start = await _poll_first(runner, lambda: queue.ready >= need or not queue.in_flight, left)
             left = None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
             await queue.wait(need, left)
-            if budget is not None:
+            if start is not None:
                 runner.note_wait(time.monotonic() - start)
             if self.closed:
                 raise PoolClosed("the pool was closed")

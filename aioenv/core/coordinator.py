@@ -310,10 +310,10 @@ class Coordinator(Recovery, Requests):
         their worker answers a step that outlasts its hold from its env thread, through the loop."""
         if future.done():
             return True
-        if self.closing or self.in_process or not self.sched.in_flight:  # (envs here: a late step is answered
-            return False  # through the loop; nothing in flight: no reply can come)
+        blocking = self._blocking()
+        if blocking is None:
+            return False
         done_fd = self._done_fd()
-        blocking = self._blocks_on or self._block_on(done_fd)
         poll, drains, exits = blocking.poller.poll, blocking.drains, self._exits.fileno()
         now = time.monotonic()
         end = now + timeout
@@ -356,10 +356,8 @@ class Coordinator(Recovery, Requests):
         """See :meth:`aioenv.core.runner.Runner.poll_budget`: by the rule :meth:`wait_here` polls by
         (:func:`spin_budget`), None where it would not poll at all (envs in this process, nothing in flight, or
         the local worker processes and the waiting thread more than the CPUs this process may use)."""
-        if self.closing or self.in_process or not self.sched.in_flight:
-            return None
-        blocking = self._blocks_on or self._block_on(self._done_fd())
-        if not blocking.spins:
+        blocking = self._blocking()
+        if blocking is None or not blocking.spins:
             return None
         return spin_budget(True, self._waits)
 
@@ -368,6 +366,14 @@ class Coordinator(Recovery, Requests):
         eight or so, that :func:`spin_budget` reads."""
         waits = self._waits
         self._waits = seconds if waits < 0 else waits + (seconds - waits) / 8
+
+    def _blocking(self) -> _Blocking | None:
+        """What a wait for replies may block on (:meth:`_block_on`), or None where no wait of this pool is a wait for
+        its processes' replies alone: it is closing, its envs are here (a late step is answered through the loop) or
+        nothing is in flight (no reply can come)."""
+        if self.closing or self.in_process or not self.sched.in_flight:
+            return None
+        return self._blocks_on or self._block_on(self._done_fd())
 
     def _done_fd(self) -> int:
         """The read end of the done pipe (-1: a pool without shared rows has none)."""
