@@ -82,6 +82,7 @@ RATIOS = {
     "aioenv_step/async": ("aioenv_step", "async"),
     "aioenv_sendrecv/sync": ("aioenv_sendrecv", "sync"),
     "aioenv_step/floor": ("aioenv_step", "floor"),
+    "aioenv_sendrecv/floor": ("aioenv_sendrecv", "floor"),
     "workers_step/sync": ("workers_step", "sync"),
     "workers_sendrecv/sync": ("workers_sendrecv", "sync"),
     "cores/sync": ("cores", "sync"),
@@ -96,14 +97,26 @@ WORKLOADS = {  # name -> (env id, number of envs)
     "cartpole-32": ("CartPole-v1", 32),
     "cartpole-128": ("CartPole-v1", 128),
     "ant-32": ("Ant-v5", 32),
+    "cartpole-256": ("CartPole-v1", 256),
+    "ant-128": ("Ant-v5", 128),
 }
+#: The workloads of a machine with many cores (issue 56's table; ``benchmarks/many_core.py``): run only when
+#: ``--only`` names them.
+MANY_CORES = ("cartpole-256", "ant-128")
+#: Above this many envs, no ``AsyncVectorEnv`` cell: it starts a process per env.
+ASYNC_AT_MOST = 64
 TARGETS = {  # name -> {ratio: minimum}; informative only, never fails the run
     "cartpole-8": {"aioenv_step/sync": 1.0, ALTERNATED: 1.0},
     "cartpole-32": {"aioenv_step/sync": 1.0, ALTERNATED: 1.0, "aioenv_step/async": 5.0},
     "cartpole-128": {"aioenv_sendrecv/sync": 1.6, ALTERNATED_SR: 1.6},
     "ant-32": {"aioenv_step/sync": 1.9, ALTERNATED: 1.9},
+    # on 16 cores: lock-step step() within 0.9x of the floor, send/recv at it
+    "cartpole-256": {"aioenv_step/floor": 0.9, "aioenv_sendrecv/floor": 1.0},
+    "ant-128": {"aioenv_step/floor": 0.9, "aioenv_sendrecv/floor": 1.0},
 }
 SECTIONS = (*WORKLOADS, "startup", "roundtrip")
+#: What a run without ``--only`` measures.
+DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in MANY_CORES)
 #: The cells whose pool's own process CPU is measured (the cost figures), with their labels.
 COSTED = {
     "floor": "floor",
@@ -553,7 +566,11 @@ def bench_workload(name: str, args: argparse.Namespace, aio: Aio) -> dict[str, A
     inline = ("inline", forced)
     cells: dict[str, Cell] = {
         "sync": functools.partial(gym_throughput, "sync", *a, *t),
-        "async": functools.partial(gym_throughput, "async", *a, *t),
+        "async": (
+            functools.partial(gym_throughput, "async", *a, *t)
+            if n <= ASYNC_AT_MOST
+            else f"skipped: AsyncVectorEnv starts a process per env (n > {ASYNC_AT_MOST})"
+        ),
         "floor": floor_cell(*a, *t, forced),
         "aioenv_step": aio_cell(aio, args.timeout, aioenv_throughput, *a, False, *t, *auto),
         "aioenv_sendrecv": aio_cell(aio, args.timeout, aioenv_throughput, *a, True, *t, *auto),
@@ -849,7 +866,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="short smoke run (< ~60 s)")
     p.add_argument(
-        "--only", action="append", choices=SECTIONS, metavar="NAME", help=f"repeatable: {', '.join(SECTIONS)}"
+        "--only",
+        action="append",
+        choices=SECTIONS,
+        metavar="NAME",
+        help=f"repeatable: {', '.join(SECTIONS)} (default all but {', '.join(MANY_CORES)})",
     )
     p.add_argument("--seconds", type=float, help="measuring time per cell (default 3, --quick 0.5)")
     p.add_argument("--repeats", type=int, help="repeats per cell, median reported (default 3, --quick 1)")
@@ -880,7 +901,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Run the selected sections, write JSON + Markdown, print the tables."""
     args = parse_args(argv)
-    selected, aio = set(args.only or SECTIONS), load_aioenv()
+    selected, aio = set(args.only or DEFAULT_SECTIONS), load_aioenv()
     res: dict[str, Any] = {
         "machine": machine_info(aio),
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

@@ -285,7 +285,25 @@ def build_cases(args: argparse.Namespace) -> dict[str, Case]:
         warmup=0.4 if quick else 4.0,
         seconds=secs10k,
     )
+    if args.scale > 1:
+        thread64, async1k = (scaled(case, args.scale) for case in (thread64, async1k))
     return {c.name: c for c in (thread64, async1k, async10k)}
+
+
+def scaled(case: Case, k: int) -> Case:
+    """``case`` with ``k`` times its envs, and ``k`` times the batch of each of its ``batch:N`` loops (``any`` as
+    it is), so that each loop's ceiling is the same fraction of the envs' ideal; no ``AsyncVectorEnv`` peer (a
+    process per env)."""
+
+    def times(spec: str) -> str:
+        loop, at, where = spec.partition("@")
+        if loop.startswith("batch:"):
+            loop = f"batch:{int(loop.removeprefix('batch:')) * k}"
+        return loop + at + where
+
+    bare = None if case.bare is None else times(case.bare)
+    loops = tuple(map(times, case.loops))
+    return dataclasses.replace(case, num_envs=case.num_envs * k, loops=loops, bare=bare, peer=False)
 
 
 # ------------------------------------------------------------------ helpers
@@ -893,8 +911,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"re-run a cell up to this many times while other programs use > {DISTURBED_PCT:g}%% of a core "
         "(keeps the least disturbed; default 2, --quick 0)",
     )
+    p.add_argument(
+        "--scale",
+        type=int,
+        default=1,
+        metavar="K",
+        help="thread64 and async1k with K times their envs and their loops' batches (a machine with many cores: "
+        "8 gives 512 thread envs in batches of 128 and 8,192 async envs in batches of 512 and 2,048)",
+    )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="directory for latency.json and latency.md")
     args = p.parse_args(argv)
+    if args.scale < 1:
+        p.error(f"--scale must be a positive int, got {args.scale}")
     if args.retries is None:
         args.retries = 0 if args.quick else 2
     return args

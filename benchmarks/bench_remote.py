@@ -114,7 +114,7 @@ def bench_cartpole(args: argparse.Namespace, server: Server) -> dict[str, Any]:
     """CartPole-v1 embedded, on ``server`` (ZeroMQ over tcp) and on a second server on a unix socket (started and
     stopped here), and the same loop with no pool, direct and via a relay (remote_bare.py), repeats interleaved
     (the order rotates); medians, remote / embedded and relay / direct."""
-    n = 16 if args.quick else 128
+    n = args.cartpole_envs or (16 if args.quick else 128)
     spec = Spec("CartPole-v1", n, f"batch:{n // 2}", None, None, args.num_workers, args.warmup, args.seconds)
     label = f"CartPole-v1 n={n}, {spec.label}"
     unix = Server(unix=True)
@@ -310,6 +310,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, help="cases 1 and 4 repeats, median reported (default 3, --quick 1)")
     p.add_argument("--num-workers", type=int, default=2, help="worker processes of every pool of cases 1, 2 and 4")
     p.add_argument(
+        "--cartpole-envs",
+        type=int,
+        metavar="N",
+        help="case 1's CartPoles (default 128, --quick 16), recv() in batches of N/2",
+    )
+    p.add_argument(
         "--loops",
         type=lambda s: [parse_loop(x) for x in s.split(",")],
         default=["batch:64", "any"],
@@ -324,6 +330,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--clients-warmup", type=float, help="case 3 warm-up (default 3, --quick 0.6)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="directory for remote.json and remote.md")
     args = p.parse_args(argv)
+    if args.cartpole_envs is not None and args.cartpole_envs < 2:
+        p.error(f"--cartpole-envs must be at least 2, got {args.cartpole_envs}")
     q = args.quick
     defaults = {
         "seconds": 0.5 if q else 5.0,

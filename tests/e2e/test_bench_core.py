@@ -48,7 +48,13 @@ def test_core_benchmark_smoke(tmp_path: Path) -> None:
         assert cells[impl]["steps_per_s"] > 0, (impl, cells[impl])
     # the ceiling reports a lock-step figure too, which waits for the slowest slice each batch: never more
     assert 0 < cells["cores"]["lockstep_per_s"] <= cells["cores"]["steps_per_s"]
-    ratios = {"aioenv_step/sync", "aioenv_step/async", "aioenv_sendrecv/sync", "aioenv_step/floor"}
+    ratios = {
+        "aioenv_step/sync",
+        "aioenv_step/async",
+        "aioenv_sendrecv/sync",
+        "aioenv_step/floor",
+        "aioenv_sendrecv/floor",
+    }
     ratios |= {"workers_step/sync", "workers_sendrecv/sync", "cores/sync", "cores_lockstep/sync"}
     assert set(cells["ratios"]) == ratios | {"aioenv_step/sync alternated", "aioenv_sendrecv/sync alternated"}
     # the same step() (and send/recv loop) and SyncVectorEnv.step, slice by slice in one process
