@@ -1,0 +1,266 @@
+"""Issue 56's cells on a machine with many cores, in one command that fits a short lease.
+
+A session may be lent a machine with 16 cores for minutes at a time (``docs/performance.md``, "On a machine
+with many cores"); every figure the goals of a big machine need must come out of one run there. This script
+runs the project's own benchmarks one after another, each with the sizes of those goals and windows short
+enough for the whole to fit ``--budget`` seconds, and gathers what they wrote into two files (the device
+returns few):
+
+1. ``core``: ``bench_core.py`` on CartPole-v1 n = 32 and 256, Ant-v5 n = 32 and 128: SyncVectorEnv,
+   AsyncVectorEnv (n <= 64), the floor, the ceiling, aioenv's ``step()`` and ``send``/``recv``, and each pool
+   process's CPU per message against the floor's;
+2. ``latency``: ``bench_latency.py``, 1,024 async envs (20 ms) in batches of 256;
+3. ``latency-x8``: the same with ``--scale 8``: 8,192 async envs in batches of 2,048 and 512 thread envs in
+   batches of 128;
+4. ``remote``: ``bench_remote.py``, CartPole-v1 n = 256 ``send``/``recv`` embedded, over tcp and over a unix
+   socket;
+5. ``placement``: ``bench_placement.py``, ``executor="auto"`` against every explicit placement on the workloads
+   of 1 (one make each);
+6. ``adapters``: ``bench_adapters.py``, 64 CartPoles through SB3's ``AioVecEnv``, ``DummyVecEnv`` and
+   ``SubprocVecEnv``.
+
+A step runs only while the budget leaves it its estimate; one that overruns what is left is stopped, and the
+steps after it still run if they fit. Outputs, in ``--out`` (default ``benchmarks/results/many_core``):
+``many_core.json`` (each step's command, exit code, seconds and the JSON its benchmark wrote) and
+``many_core.md`` (each step's Markdown, in order).
+
+Run (``--quick``: every step at its smallest, here, to check the script before a lease)::
+
+    python benchmarks/many_core.py [--quick] [--budget 540] [--only STEP] [--out DIR]
+
+On the 16-core machine (``../shared/tools/many-core/``: wheels carried in ``.whl``)::
+
+    bash .whl/run.sh python3 benchmarks/many_core.py --out $OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT / "benchmarks") not in sys.path:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from recorded import command  # noqa: E402 - found through the path set above
+
+DEFAULT_OUT = ROOT / "benchmarks" / "results" / "many_core"
+#: The whole run's seconds by default: a 10-minute command with room for the machine's own start.
+DEFAULT_BUDGET = 540.0
+
+
+@dataclass(frozen=True)
+class Step:
+    """One benchmark run: its script, its arguments (full and ``--quick``), where its results land (a JSON file,
+    or a directory holding ``results``), and how many seconds it takes at most on 16 cores (full) or here
+    (quick)."""
+
+    name: str
+    script: str
+    args: tuple[str, ...]
+    quick: tuple[str, ...]
+    results: str  # the JSON file's name
+    out_is_dir: bool
+    estimate: float
+    quick_estimate: float
+
+
+CORE_WORKLOADS = ("cartpole-32", "cartpole-256", "ant-32", "ant-128")
+PLACEMENT_WORKLOADS = ("cartpole-32", "cartpole-32-sr", "cartpole-256", "cartpole-256-sr", "ant-32", "ant-128")
+
+
+def _only(names: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(arg for name in names for arg in ("--only", name))
+
+
+STEPS = (
+    Step(
+        "core",
+        "bench_core.py",
+        (*_only(CORE_WORKLOADS), "--seconds", "1", "--repeats", "1", "--rounds", "5"),
+        ("--quick", "--only", "cartpole-32"),
+        "core.json",
+        False,
+        200.0,
+        120.0,
+    ),
+    Step(
+        "latency",
+        "bench_latency.py",
+        ("--only", "async1k", "--loops", "batch:256", "--seconds", "3", "--retries", "0"),
+        ("--quick", "--only", "async1k", "--loops", "batch:16"),
+        "latency.json",
+        True,
+        40.0,
+        40.0,
+    ),
+    Step(
+        "latency-x8",
+        "bench_latency.py",
+        ("--only", "async1k", "--only", "thread64", "--scale", "8", "--loops", "batch:256", "--seconds", "3"),
+        ("--quick", "--only", "async1k", "--only", "thread64", "--scale", "2", "--loops", "batch:8"),
+        "latency.json",
+        True,
+        90.0,
+        60.0,
+    ),
+    Step(
+        "remote",
+        "bench_remote.py",
+        ("--only", "cartpole", "--cartpole-envs", "256", "--num-workers", "8", "--repeats", "2", "--seconds", "2"),
+        ("--quick", "--only", "cartpole"),
+        "remote.json",
+        True,
+        60.0,
+        60.0,
+    ),
+    Step(
+        "placement",
+        "bench_placement.py",
+        (*_only(PLACEMENT_WORKLOADS), "--makes", "1", "--rounds", "4"),
+        ("--quick", "--only", "cartpole-32-sr"),
+        "placement.json",
+        False,
+        150.0,
+        60.0,
+    ),
+    Step(
+        "adapters",
+        "bench_adapters.py",
+        ("--num-envs", "64", "--seconds", "1", "--repeats", "3"),
+        ("--quick", "--num-envs", "8"),
+        "adapters.json",
+        True,
+        60.0,
+        60.0,
+    ),
+)
+STEP_NAMES = tuple(step.name for step in STEPS)
+
+
+def run_step(step: Step, quick: bool, scratch: Path, left: float) -> dict[str, Any]:
+    """Run one step with at most ``left`` seconds; its record: command, exit code, seconds, results (or why
+    there are none), and its Markdown."""
+    where = scratch / step.name
+    where.mkdir(parents=True, exist_ok=True)
+    out = where if step.out_is_dir else where / step.results
+    cmd = [sys.executable, str(ROOT / "benchmarks" / step.script), *(step.quick if quick else step.args)]
+    cmd += ["--out", str(out)]
+    shown = command(cmd[1:])
+    print(f"== [{step.name}] {shown} (at most {left:.0f} s)", flush=True)
+    start = time.monotonic()
+    record: dict[str, Any] = {"command": shown}
+    proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)  # its servers and workers: one group to stop
+    try:
+        record["returncode"] = proc.wait(timeout=left)
+    except subprocess.TimeoutExpired:
+        stop_group(proc)
+        record["returncode"] = None
+        record["why"] = f"stopped after {left:.0f} s, what was left of the budget"
+    record["seconds"] = round(time.monotonic() - start, 1)
+    results = where / step.results
+    markdown = results.with_suffix(".md")
+    if results.is_file():
+        record["results"] = json.loads(results.read_text())
+    else:
+        record.setdefault("why", f"{step.script} wrote no {step.results}")
+    record["markdown"] = markdown.read_text() if markdown.is_file() else ""
+    return record
+
+
+def stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a step that overran: SIGTERM to its whole process group (the benchmark, and the servers and workers it
+    started), then, 10 s on, SIGKILL to whatever of the group is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def run(names: list[str], quick: bool, budget: float, out: Path) -> dict[str, Any]:
+    """Run the steps ``names`` in order within ``budget`` seconds; write and return the gathered record."""
+    began = time.monotonic()
+    summary: dict[str, Any] = {
+        "command": command(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "quick": quick,
+        "budget_s": budget,
+        "steps": {},
+    }
+    summary["cpus"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    with tempfile.TemporaryDirectory(prefix="aioenv-many-core-") as tmp:
+        for step in STEPS:
+            if step.name not in names:
+                continue
+            left = budget - (time.monotonic() - began)
+            estimate = step.quick_estimate if quick else step.estimate
+            if left < estimate:
+                why = f"not run: {left:.0f} s of the budget left, it takes up to {estimate:.0f} s"
+                print(f"== [{step.name}] {why}", flush=True)
+                summary["steps"][step.name] = {"why": why, "markdown": ""}
+                continue
+            summary["steps"][step.name] = run_step(step, quick, Path(tmp), left)
+    summary["seconds"] = round(time.monotonic() - began, 1)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "many_core.json").write_text(json.dumps(summary, indent=2, default=str))
+    (out / "many_core.md").write_text(to_markdown(summary))
+    return summary
+
+
+def to_markdown(summary: dict[str, Any]) -> str:
+    """Each step's command and outcome, then the Markdown its benchmark wrote."""
+    lines = [
+        f"# Many cores: `{summary['command']}`",
+        "",
+        f"{summary['date']}, {summary['cpus']} usable CPUs, {summary.get('seconds', '?')} s of a "
+        f"{summary['budget_s']:.0f} s budget",
+        "",
+    ]
+    for name, record in summary["steps"].items():
+        outcome = record.get("why") or f"exit {record.get('returncode')}, {record.get('seconds')} s"
+        lines += [f"## {name}", "", f"`{record.get('command', '')}`: {outcome}", "", record["markdown"], ""]
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="every step at its smallest (a check of the script)")
+    p.add_argument("--only", action="append", choices=STEP_NAMES, help="run these steps (repeatable; default all)")
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=DEFAULT_BUDGET,
+        help=f"seconds for the whole run (default {DEFAULT_BUDGET:g})",
+    )
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="directory for many_core.json and many_core.md")
+    args = p.parse_args(argv)
+    if args.budget <= 0:
+        p.error(f"--budget must be positive, got {args.budget}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    summary = run(args.only or list(STEP_NAMES), args.quick, args.budget, args.out)
+    failed = [name for name, record in summary["steps"].items() if record.get("returncode") not in (0,)]
+    print(f"\nwrote {args.out / 'many_core.json'} and {args.out / 'many_core.md'} ({summary['seconds']} s)")
+    if failed:
+        print(f"steps that did not complete: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
