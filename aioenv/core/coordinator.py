@@ -66,6 +66,7 @@ from aioenv.transport.spawn import usable_cpus
 from aioenv.wire import lane
 from aioenv.wire.errors import error_fields, from_wire
 from aioenv.wire.info_wire import binfo_of
+from aioenv.wire.infos import batch_infos
 from aioenv.wire.options import AutoresetName, Executor, OnTimeout
 from aioenv.wire.protocol import Key, Op, decode, encode, leaves_from_wire, local
 from aioenv.wire.spaces import space_from_description
@@ -862,8 +863,10 @@ class Coordinator(Recovery, Requests):
             req_id = header.get(Key.ID)
             req = self.sched.finish(req_id)
             if req is None and type(req_id) is int and req_id in self.sched.lanes:
-                # A lane message answered with rows the slab does not hold alone (infos, errors): its call goes
-                # on as requests, and this reply answers its own.
+                if self._lane_infos(slot, op, header, arrays, req_id):
+                    return  # answered as a DONE with an info: its call goes on as lane messages
+                # A lane message answered with rows the slab does not hold alone (errors, each env's own info): its
+                # call goes on as requests, and this reply answers its own.
                 self._spill_lanes(req_id=req_id)
                 req = self.sched.finish(req_id)
             if req is None:
@@ -881,6 +884,44 @@ class Coordinator(Recovery, Requests):
             self._pump()
         if slot.life.state is SlotState.DRAINING:
             self._recycle_if_idle(slot)
+
+    def _lane_infos(self, slot: Slot, op: str, header: dict[str, Any], arrays: list[np.ndarray], req_id: int) -> bool:
+        """A lane message of a lock-step call answered with a RESULT whose rows are all in the slab, none failed, and
+        a batched info (an env that returns one every step: MuJoCo's): taken as a DONE, its info kept for the call's
+        ``Gather`` to merge when it copies the batch (:meth:`Gather.keep_info`), so that the call goes on as lane
+        messages and its rows are copied once. Returns False where it is any other reply (the call is spilled)."""
+        call = self.sched.lanes[req_id]
+        k = req_id - call.base
+        sink = call.sink
+        if (
+            op != Op.RESULT
+            or call.each
+            or type(sink) is not Gather
+            or call.workers[k] != slot.index
+            or self.truncation is not None
+            or self.slab is None
+            or self.slab.final is not None  # (same_step: an ended row's final info and observation go as before)
+            or not header.get(Key.SHARED)
+            or header.get(Key.ROWS_KIND, "step") != "step"
+            or Key.ERRORS in header
+            or not sink.batches_infos
+        ):
+            return False
+        try:
+            if Key.BATCHED_INFO in header:
+                binfo = binfo_of(header, arrays)
+            else:  # a worker of one env of the call sends its dict as it is
+                infos = header.get(Key.INFO)
+                if type(infos) is not list or len(infos) != call.counts[k] or not any(infos):
+                    return False
+                binfo = batch_infos(infos, len(infos))
+        except (TypeError, ValueError):  # malformed: the call is spilled, and this reply fails as a request's would
+            return False
+        if type(binfo) is not dict:
+            return False
+        sink.keep_info(binfo, call.run(k))
+        self._take_lane_replies([(slot.index, req_id)])
+        return True
 
     def _on_quick(self, identity: bytes, data: memoryview) -> bool:
         """A local worker's message of a lane reply's size, before any parsing: a lane step's reply is taken

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from aioenv.errors import AioEnvError
+from aioenv.errors import AioEnvError, ProtocolError
 from aioenv.transport.slab import Slab
 from aioenv.wire import spaces
 from aioenv.wire.infos import batch_infos, concat_infos, merge_infos, take_info, whole_info
@@ -283,20 +283,32 @@ class Gather:
         if self._left == 0:
             self._finish()
 
+    @property
+    def batches_infos(self) -> bool:
+        """Whether the call's infos come batched column-wise (gymnasium's way), not each env's own dict."""
+        return self._info_list is None
+
+    def keep_info(self, binfo: dict[str, Any], positions: np.ndarray) -> None:
+        """The batched info of rows that stand at ``positions`` of the call and lie in the shared rows (a lane
+        message answered with a RESULT whose rows are there, no row failed): merged with the others when the
+        call's rows are taken (:meth:`take_every_shared`, or :meth:`take_shared` after a spill)."""
+        self._infos.append((binfo, positions))
+
     def take_every_shared(self, slab: Slab, release: Callable[[np.ndarray], None]) -> None:
         """Every row of the call at once: a lock-step step of every env (the call's envs are ``0 .. B - 1``, in
         order), each worker's run answered with its rows in ``slab``, none failed and none with an info but a final
-        observation in the slab (a lane call, :mod:`aioenv.wire.lane`; see :func:`_final_rows`). :meth:`take_shared`
-        of each run, without the gathering: the batch is one copy per array of the block, then ``release(env_ids)``
-        frees the envs. Nothing else may have arrived."""
+        observation in the slab or one kept (:meth:`keep_info`) (a lane call, :mod:`aioenv.wire.lane`; see
+        :func:`_final_rows`). :meth:`take_shared` of each run, without the gathering: the batch is one copy per
+        array of the block, then ``release(env_ids)`` frees the envs. Nothing else may have arrived."""
         assert self._left == self.env_ids.size, "a lane call's rows arrive all at once"
         assert self._shared is None, "a lane call's rows arrive all at once"
+        n = self._left
         future = self.future
         if future.done():  # (its caller gave up: the rows are dropped, the envs free)
             self._left = 0
             release(self.env_ids)
             return
-        every = slice(0, self._left)
+        every = slice(0, n)
         obs, extras = slab.results(every, True)
         assert extras is not None, "a step's results have extras"
         reward, terminated, truncated = extras
@@ -308,6 +320,14 @@ class Gather:
             info = self._info_list
             if finals is not None:
                 _put_final_dicts(info, finals, None)
+        elif self._infos:
+            infos = self._infos if finals is None else [*self._infos, (_final_columns(finals), np.arange(n))]
+            try:
+                info = merge_infos(infos, n)
+            except Exception as exc:  # noqa: BLE001 - a worker's infos that do not batch: what no env's infos make
+                future.set_exception(ProtocolError(f"a worker's batched infos do not merge: {exc!r}"))
+                return
+            info["env_id"] = self.env_ids.astype(np.int32)
         else:
             info = {} if finals is None else _final_columns(finals)
             info["env_id"] = self.env_ids.astype(np.int32)

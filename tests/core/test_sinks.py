@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aioenv.core.sinks import Gather, Part, RecvQueue, whole_result
-from aioenv.errors import EnvError
+from aioenv.errors import EnvError, ProtocolError
 from aioenv.transport.slab import Slab
 from aioenv.wire.infos import batch_infos
 from tests.support.compare import assert_same
@@ -270,3 +270,35 @@ def test_a_take_of_one_whole_reply_hands_over_its_arrays() -> None:
     reward[:] = 99
     obs["pos"][:] = 99
     assert_same(queue.take(2), _expected([(4, "none")]))
+
+
+@pytest.mark.parametrize("kind", ["uniform", "mixed"])
+async def test_infos_kept_for_a_lane_call_merge_into_gymnasiums_batch_when_its_rows_are_taken(kind: str) -> None:
+    """The infos of lane replies that were RESULTs (their rows in the slab, Gather.keep_info), one batched info
+    per worker's run, come out of the one copy of the call's rows as gymnasium batches them; the envs are freed."""
+    ids = list(range(6))
+    with _shared_rows(6) as slab:
+        gather = Gather("step", np.array(ids, np.int64), SPACE)
+        assert gather.batches_infos
+        for run in ([0, 1, 2], [4, 5]):  # (env 3's worker answered with a DONE: no info)
+            gather.keep_info(batch_infos([_info(kind, e) for e in run], len(run)), np.array(run))
+        freed: list[list[int]] = []
+        gather.take_every_shared(slab, lambda env_ids: freed.append(env_ids.tolist()))
+        want = _expected([(e, "none" if e == 3 else kind) for e in ids])
+        assert_same(gather.future.result(), want)
+        assert freed == [ids]
+
+
+async def test_kept_infos_that_do_not_merge_fail_the_call_with_a_protocol_error() -> None:
+    """A worker runs env code, so its infos are a peer's: columns that do not batch (a string where a column
+    belongs, rows that do not fit) fail the call, whose envs are still freed, instead of the pool's loop."""
+    for bad in ({"t": "not a column"}, {"t": np.arange(3)}):
+        with _shared_rows(4) as slab:
+            gather = Gather("step", np.arange(4, dtype=np.int64), SPACE)
+            gather.keep_info(bad, np.array([0, 1]))
+            freed: list[list[int]] = []
+            gather.take_every_shared(slab, lambda env_ids, into=freed: into.append(env_ids.tolist()))
+            with pytest.raises(ProtocolError, match="a worker's batched infos do not merge"):
+                gather.future.result()
+            assert freed == [[0, 1, 2, 3]]
+    assert not Gather("step", np.arange(2, dtype=np.int64), SPACE, info_list=True).batches_infos

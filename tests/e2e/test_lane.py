@@ -25,11 +25,13 @@ import numpy as np
 import pytest
 
 import aioenv
+from aioenv.core.coordinator import Coordinator
 from aioenv.errors import PoolClosed, StepTimeout, UsageError, WorkerCrashed
 from aioenv.transport.pipe import PipePort
 from aioenv.wire import lane
 from aioenv.wire.protocol import Key, Op, decode, encode
-from tests.envs.faulty import SLOW
+from tests.envs.faulty import SLOW, make_probe
+from tests.support.compare import assert_same
 from tests.support.lane_worker import worker_with_envs
 from tests.support.procs import HANG, wait_new_worker, worker_pid
 from workers.runtime import Worker
@@ -426,3 +428,50 @@ async def test_a_lane_reply_to_another_workers_request_is_refused(
         obs, *_ = await asyncio.wait_for(step, HANG)
         assert obs[:, 0].tolist() == list(range(acts.size))
         assert obs[:, 2].tolist() == acts.tolist()
+
+
+# ---------------------------------------------------------------- replies with infos
+
+
+async def test_a_lock_step_step_whose_envs_return_infos_stays_one_lane_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A RESULT whose rows are all in the slab and that carries nothing but infos (the envs return one every step,
+    as MuJoCo's do) ticks its lane message off as a DONE would: the call is not turned into requests, its rows are
+    copied once, and its infos are SyncVectorEnv's, two envs a worker (a batched info) or one (its dict)."""
+    spills: list[Any] = []
+    spill = Coordinator._spill_lanes
+
+    def counting_spill(self: Coordinator, *args: Any, **kwargs: Any) -> None:
+        if "req_id" in kwargs:  # a reply that is no DONE (the pool's close spills what is left, with no id)
+            spills.append(kwargs["req_id"])
+        spill(self, *args, **kwargs)
+
+    monkeypatch.setattr(Coordinator, "_spill_lanes", counting_spill)
+    for workers in (2, 4):
+        ref = gym.vector.SyncVectorEnv([make_probe] * 4)
+        async with aioenv.Pool(PROBE, 4, num_workers=workers, executor="inline") as pool:
+            await asyncio.wait_for(pool.reset(seed=0), HANG)
+            ref.reset(seed=0)
+            for actions in ([0, 1, 0, 1], [1, 1, 0, 0], [1, 0, 1, 0]):
+                got = await asyncio.wait_for(pool.step(np.array(actions)), HANG)
+                want = ref.step(np.array(actions))
+                assert_same(got[:4], want[:4], f"step of {actions} on {workers} workers")
+                assert got[4].pop("env_id").tolist() == [0, 1, 2, 3]
+                assert_same(got[4], want[4], f"infos of {actions} on {workers} workers")
+                assert got[4]["t"].flags.writeable  # the caller's own copy
+        ref.close()
+    assert spills == []
+
+
+async def test_a_late_worker_after_another_workers_infos_were_kept_fails_its_rows_alone() -> None:
+    kwargs = {"slow_seconds": 30.0}
+    async with aioenv.Pool(PROBE, 4, num_workers=2, executor="inline", env_kwargs=kwargs, step_timeout=1.0) as pool:
+        await asyncio.wait_for(pool.reset(seed=0), HANG)
+        with pytest.raises(StepTimeout) as caught:
+            await asyncio.wait_for(pool.step(np.array([0, 1, SLOW, 0])), HANG)
+        assert sorted(caught.value.errors) == [2, 3]
+        obs, reward, _, _, info = caught.value.partial
+        assert obs[:, 0].tolist() == [0, 1]
+        assert reward.tolist() == [0.5, 1.5]
+        assert info["t"].tolist() == [1, 1]  # the answered worker's info, kept while the call was a lane call
+        obs, *_, info = await asyncio.wait_for(pool.step(np.zeros(2, dtype=np.int64), env_ids=[0, 1]), HANG)
+        assert info["t"].tolist() == [2, 2]
