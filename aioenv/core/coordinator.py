@@ -886,17 +886,17 @@ class Coordinator(Recovery, Requests):
             self._recycle_if_idle(slot)
 
     def _lane_infos(self, slot: Slot, op: str, header: dict[str, Any], arrays: list[np.ndarray], req_id: int) -> bool:
-        """A lane message of a lock-step call answered with a RESULT whose rows are all in the slab, none failed, and
-        a batched info (an env that returns one every step: MuJoCo's): taken as a DONE, its info kept for the call's
-        ``Gather`` to merge when it copies the batch (:meth:`Gather.keep_info`), so that the call goes on as lane
-        messages and its rows are copied once. Returns False where it is any other reply (the call is spilled)."""
+        """A lane message answered with a RESULT whose rows are all in the slab, none failed, and a batched info (an
+        env that returns one every step: MuJoCo's): taken as a DONE, its info kept for a lock-step call's ``Gather``
+        to merge when it copies the batch (:meth:`Gather.keep_info`), or queued with the rows for ``recv()``, so that
+        the call goes on as lane messages and its rows are copied once. Returns False where it is any other reply
+        (the call is spilled)."""
         call = self.sched.lanes[req_id]
         k = req_id - call.base
         sink = call.sink
         if (
             op != Op.RESULT
-            or call.each
-            or type(sink) is not Gather
+            or (type(sink) is not RecvQueue if call.each else type(sink) is not Gather or not sink.batches_infos)
             or call.workers[k] != slot.index
             or self.truncation is not None
             or self.slab is None
@@ -904,7 +904,6 @@ class Coordinator(Recovery, Requests):
             or not header.get(Key.SHARED)
             or header.get(Key.ROWS_KIND, "step") != "step"
             or Key.ERRORS in header
-            or not sink.batches_infos
         ):
             return False
         try:
@@ -919,8 +918,11 @@ class Coordinator(Recovery, Requests):
             return False
         if type(binfo) is not dict:
             return False
-        sink.keep_info(binfo, call.run(k))
-        self._take_lane_replies([(slot.index, req_id)])
+        if isinstance(sink, Gather):
+            sink.keep_info(binfo, call.run(k))
+            self._take_lane_replies([(slot.index, req_id)])
+        else:  # its rows go to recv()'s queue with their info
+            self._take_lane_replies([(slot.index, req_id)], binfo)
         return True
 
     def _on_quick(self, identity: bytes, data: memoryview) -> bool:
@@ -943,9 +945,11 @@ class Coordinator(Recovery, Requests):
             return
         self._take_lane_replies([(slot.index, req_id)])
 
-    def _take_lane_replies(self, replies: list[tuple[int, int]]) -> None:
+    def _take_lane_replies(self, replies: list[tuple[int, int]], binfo: dict[str, Any] | None = None) -> None:
         """DONEs ``(slot index, request id)``: lane calls ticked off, closed or their rows queued; a request's
-        DONE closes it (:meth:`_on_done`); a DONE for another worker's message replaces the worker that sent it."""
+        DONE closes it (:meth:`_on_done`); a DONE for another worker's message replaces the worker that sent it.
+        ``binfo``: the batched info of the one reply, to ``recv()``'s queue, of a message of a ``send()``'s call
+        (see :meth:`_lane_infos`)."""
         slots = self.slots
         closed, each, rest = self.sched.lanes_done(replies)
         for index, req_id in rest:
@@ -959,7 +963,7 @@ class Coordinator(Recovery, Requests):
                     slot, ProtocolError(f"worker {slot.name} sent a lane reply for another worker: {why}")
                 )
         if each:
-            self._queue_lane_rows(each)
+            self._queue_lane_rows(each, binfo)
         for call in closed:
             self._close_lanes(call)
         if self.sched.held:  # rows freed: held rows may go now
@@ -1029,10 +1033,10 @@ class Coordinator(Recovery, Requests):
         assert isinstance(sink, Gather), "a call whose rows go to recv() takes them reply by reply"
         sink.take_every_shared(slab, self.sched.release)
 
-    def _queue_lane_rows(self, replies: list[tuple[LaneCall, int]]) -> None:
+    def _queue_lane_rows(self, replies: list[tuple[LaneCall, int]], binfo: dict[str, Any] | None = None) -> None:
         """Lane replies ``(call, k)`` to calls whose rows go to ``recv()``: their rows queued where they lie, in the
         shared rows, in the order the replies came (:meth:`RecvQueue.deliver_shared`: their envs are freed when
-        ``recv()`` copies them)."""
+        ``recv()`` copies them); ``binfo``: the batched info of the one reply."""
         slab = self.slab
         assert slab is not None, "lane calls are made over shared rows"
         sink = replies[0][0].sink
@@ -1042,7 +1046,7 @@ class Coordinator(Recovery, Requests):
             assert call.sink is sink, "a pool has one recv() queue"
             first = call.firsts[k]
             env_ids += range(first, first + call.counts[k])
-        sink.deliver_shared(slab, env_ids)
+        sink.deliver_shared(slab, env_ids, binfo)
 
     def _on_done(self, slot: Slot, req_id: int) -> None:
         """A lane step's reply (:mod:`aioenv.wire.lane`) from the worker the request ``req_id`` went to (or an id no

@@ -191,6 +191,19 @@ def _final_columns(finals: _Finals) -> dict[str, Any]:
     return {"final_obs": obs, "_final_obs": ended, "final_info": {}, "_final_info": ended.copy()}
 
 
+def _merge_kept(
+    infos: list[tuple[dict[str, Any], np.ndarray]], finals: dict[str, Any] | None, num_rows: int
+) -> dict[str, Any]:
+    """The batched infos of lane replies that were RESULTs (each at its rows of ``num_rows``) merged, with the final
+    observations' columns ``finals`` (every row) if any. A worker runs env code, so its infos are a peer's: ones
+    that do not merge raise :class:`ProtocolError`."""
+    kept = infos if finals is None else [*infos, (finals, np.arange(num_rows))]
+    try:
+        return merge_infos(kept, num_rows)
+    except Exception as exc:  # what no env's infos make: any error of the merge says so
+        raise ProtocolError(f"a worker's batched infos do not merge: {exc!r}") from exc
+
+
 def _put_final_dicts(infos: list[dict[str, Any]], finals: _Finals, positions: np.ndarray | None) -> None:
     """Each ended row's own info dict (``info_list``), at its position among ``infos`` (``positions[row]``; None:
     the row itself): ``{"final_obs": its observation, "final_info": {}}``, as the worker would have sent it."""
@@ -321,11 +334,10 @@ class Gather:
             if finals is not None:
                 _put_final_dicts(info, finals, None)
         elif self._infos:
-            infos = self._infos if finals is None else [*self._infos, (_final_columns(finals), np.arange(n))]
             try:
-                info = merge_infos(infos, n)
-            except Exception as exc:  # noqa: BLE001 - a worker's infos that do not batch: what no env's infos make
-                future.set_exception(ProtocolError(f"a worker's batched infos do not merge: {exc!r}"))
+                info = _merge_kept(self._infos, None if finals is None else _final_columns(finals), n)
+            except ProtocolError as exc:
+                future.set_exception(exc)
                 return
             info["env_id"] = self.env_ids.astype(np.int32)
         else:
@@ -502,6 +514,24 @@ class _Shared(list[int]):
     __slots__ = ()
 
 
+class _SharedInfo(list[int]):
+    """The env ids of one reply's rows that lie in the pool's shared rows, with their batched info (``binfo``, a
+    row each): queued apart from its neighbours, and cut with its info when a take ends inside it."""
+
+    __slots__ = ("binfo",)
+
+    def __init__(self, env_ids: list[int], binfo: dict[str, Any]) -> None:
+        super().__init__(env_ids)
+        self.binfo = binfo
+
+    def head(self, rows: int) -> _SharedInfo:
+        """Its first ``rows`` rows, with their info, taken off it."""
+        first = _SharedInfo(self[:rows], take_info(self.binfo, slice(0, rows)))
+        self.binfo = take_info(self.binfo, slice(rows, None))
+        del self[:rows]
+        return first
+
+
 class Unread(Protocol):
     """Where a :class:`RecvQueue` records which envs have results waiting (:class:`aioenv.core.scheduler.Scheduler`)."""
 
@@ -531,7 +561,7 @@ class RecvQueue:
     def __init__(self, obs_space: Any, unread: Unread | None = None) -> None:
         self._obs_space = obs_space
         self._unread = unread
-        self._items: deque[_Segment | _Shared] = deque()
+        self._items: deque[_Segment | _Shared | _SharedInfo] = deque()
         self._slab: Slab | None = None  # where the rows of queued shared rows lie (see deliver_shared)
         self.ready = 0
         self.in_flight = 0
@@ -559,19 +589,22 @@ class RecvQueue:
             self._unread.mark_unread(part.env_ids)
         self._wake()
 
-    def deliver_shared(self, slab: Slab, env_ids: list[int]) -> None:
+    def deliver_shared(self, slab: Slab, env_ids: list[int], binfo: dict[str, Any] | None = None) -> None:
         """Queue the step rows of ``env_ids`` (in the order they finished), which lie in the pool's shared rows
         ``slab``, none failed and none with an info but a final observation in the slab (lane replies,
         :mod:`aioenv.wire.lane`, see :func:`_final_rows`; and a thread or async worker's rows with no info at all,
-        ``Coordinator._queue_shared_rows``). Their envs stay claimed (busy), so nothing writes those
+        ``Coordinator._queue_shared_rows``), or, with ``binfo``, one reply's rows and their batched info (a lane
+        reply that was a RESULT with nothing but infos). Their envs stay claimed (busy), so nothing writes those
         rows, until :meth:`take` copies them into a batch, a whole batch in one gather per array, and frees them
-        (``Unread.release_read``). They join the shared rows queued just before them, if any: a batch's ids are
-        then one array made from one list."""
+        (``Unread.release_read``). Rows with no info join the shared rows queued just before them, if any: a
+        batch's ids are then one array made from one list."""
         if self._unread is None:
             raise TypeError("rows held in the shared rows need the scheduler to hold and free their envs")
         self._slab = slab
         items = self._items
-        if items and type(items[-1]) is _Shared:
+        if binfo is not None:
+            items.append(_SharedInfo(env_ids, binfo))
+        elif items and type(items[-1]) is _Shared:
             items[-1] += env_ids
         else:
             items.append(_Shared(env_ids))
@@ -622,16 +655,17 @@ class RecvQueue:
         An error at the head with no rows before it is raised (and consumed); an error
         after some rows stays queued for the next call.
         """
-        items: list[_Segment | _Shared] = []  # in the order they finished
+        items: list[_Segment | _Shared | _SharedInfo] = []  # in the order they finished
         segments: list[_Segment] = []
         shared: list[int] = []  # the env ids of every row taken from the shared rows
+        infos: list[tuple[dict[str, Any], np.ndarray]] = []  # their batched infos, at their rows of the batch
         taken = 0
         queued = self._items
         while queued and taken < max_rows:
             item = queued[0]
             room = max_rows - taken
             if type(item) is _Shared:
-                piece = item
+                piece: _Shared | _SharedInfo = item
                 if len(item) > room:
                     piece = _Shared(item[:room])
                     del item[:room]
@@ -640,6 +674,14 @@ class RecvQueue:
                 shared += piece
                 items.append(piece)
                 taken += len(piece)
+                continue
+            if type(item) is _SharedInfo:
+                head = item.head(room) if len(item) > room else queued.popleft()
+                assert isinstance(head, _SharedInfo)
+                infos.append((head.binfo, np.arange(taken, taken + len(head))))
+                shared += head
+                items.append(head)
+                taken += len(head)
                 continue
             assert isinstance(item, _Segment)
             seg = item
@@ -661,12 +703,17 @@ class RecvQueue:
             taken += seg.stop - seg.start
         self.ready -= taken
         held = np.array(shared, np.intp) if shared else None
-        if held is None:
-            batch = self._assemble(segments, taken)
-        elif not segments:
-            batch = self._gather(held)
-        else:  # both kinds (rare: a reply with infos among lane replies): the shared rows copied, all joined
-            batch = self._assemble([self._as_segment(item) for item in items], taken)
+        try:
+            if held is None:
+                batch = self._assemble(segments, taken)
+            elif not segments:
+                batch = self._gather(held, infos)
+            else:  # both kinds (rare: a reply with errors among lane replies): the shared rows copied, all joined
+                batch = self._assemble([self._as_segment(item) for item in items], taken)
+        except BaseException:  # (infos that do not merge: the rows are lost, their envs free)
+            if self._unread is not None and held is not None:
+                self._unread.release_read(held)
+            raise
         if self._unread is not None and taken:
             if segments:
                 self._unread.mark_read(batch[4]["env_id"])
@@ -685,19 +732,24 @@ class RecvQueue:
         finals = _final_rows(slab, ids, extras[1], extras[2])
         return leaves, extras, None if finals is None else _final_columns(finals)
 
-    def _gather(self, ids: np.ndarray) -> tuple[Any, ...]:
-        """A batch of the rows of ``ids`` ``(B,)`` intp, all in the shared rows."""
+    def _gather(self, ids: np.ndarray, infos: list[tuple[dict[str, Any], np.ndarray]] | None = None) -> tuple[Any, ...]:
+        """A batch of the rows of ``ids`` ``(B,)`` intp, all in the shared rows; ``infos``: batched infos of some of
+        them, each at its rows of the batch."""
         leaves, (reward, terminated, truncated), info = self._copy_shared(ids)
+        if infos:
+            info = _merge_kept(infos, info, ids.size)
         info = {} if info is None else info
         info["env_id"] = ids.astype(np.int32)
         return spaces.from_leaves(self._obs_space, leaves), reward, terminated, truncated, info
 
-    def _as_segment(self, item: _Segment | _Shared) -> _Segment:
+    def _as_segment(self, item: _Segment | _Shared | _SharedInfo) -> _Segment:
         """Rows in the shared rows as a segment of their copies (joined by :meth:`_assemble`'s concatenation)."""
         if isinstance(item, _Segment):
             return item
         ids = np.array(item, np.intp)
         leaves, extras, binfo = self._copy_shared(ids)
+        if type(item) is _SharedInfo:
+            binfo = _merge_kept([(item.binfo, np.arange(ids.size))], binfo, ids.size)
         return _Segment(Part(ids, leaves, extras, binfo=binfo), 0, ids.size, None)
 
     def _assemble(self, segments: list[_Segment], n: int) -> tuple[Any, ...]:

@@ -38,13 +38,14 @@ def _info(kind: str, env: int) -> dict[str, Any]:
 @st.composite
 def _parts(draw: st.DrawFn) -> list[tuple[list[int], str, set[int]]]:
     """Parts as (env ids, info kind, failed rows); kind ``"shared"``: rows left in the shared rows (a lane reply's,
-    :meth:`RecvQueue.deliver_shared`), no info and no failure."""
+    :meth:`RecvQueue.deliver_shared`), no info and no failure; ``"shared uniform"``, ``"shared mixed"``: one lane
+    reply's rows left there with their batched info (a RESULT with nothing but infos)."""
     out = []
     env = 0
     for _ in range(draw(st.integers(1, 8))):
         k = draw(st.integers(1, 4))
-        kind = draw(st.sampled_from(["none", "uniform", "mixed", "shared"]))
-        failed = set() if kind == "shared" else set(draw(st.lists(st.integers(0, k - 1), max_size=1)))
+        kind = draw(st.sampled_from(["none", "uniform", "mixed", "shared", "shared uniform", "shared mixed"]))
+        failed = set() if kind.startswith("shared") else set(draw(st.lists(st.integers(0, k - 1), max_size=1)))
         out.append((list(range(env, env + k)), kind, failed))
         env += k
     return out
@@ -144,6 +145,11 @@ def test_takes_return_every_row_in_order_with_gymnasium_infos(
                 queue.deliver_shared(slab, [env for first, end in runs for env in range(first, end)])
                 stream.extend((env, "none") for first, end in runs for env in range(first, end))
                 continue
+            if kind.startswith("shared "):  # one reply's run, its infos kept with it
+                info_kind = kind.removeprefix("shared ")
+                queue.deliver_shared(slab, ids, batch_infos([_info(info_kind, e) for e in ids], len(ids)))
+                stream.extend((env, info_kind) for env in ids)
+                continue
             part = _make_part(ids, kind, failed)
             queue.deliver(part)
             for row, env in enumerate(ids):
@@ -161,7 +167,7 @@ def _take_all(
 ) -> None:
     while stream:
         waiting = {row[0] for row in stream if not isinstance(row, EnvError)}
-        assert held.busy == waiting & {e for ids, kind, _ in parts if kind == "shared" for e in ids}
+        assert held.busy == waiting & {e for ids, kind, _ in parts if kind.startswith("shared") for e in ids}
         assert held.unread == waiting | {e.env_id for e in stream if isinstance(e, EnvError)}
         assert queue.ready == len(stream)
         most = data.draw(st.integers(1, 6), label="max_rows")
@@ -302,3 +308,17 @@ async def test_kept_infos_that_do_not_merge_fail_the_call_with_a_protocol_error(
                 gather.future.result()
             assert freed == [[0, 1, 2, 3]]
     assert not Gather("step", np.arange(2, dtype=np.int64), SPACE, info_list=True).batches_infos
+
+
+def test_kept_infos_that_do_not_merge_fail_a_recv_and_free_its_envs() -> None:
+    held = _Held()
+    queue = RecvQueue(SPACE, held)
+    with _shared_rows(3) as slab:
+        queue.expect(3)
+        queue.deliver_shared(slab, [0])
+        queue.deliver_shared(slab, [1, 2], {"t": "not a column"})
+        assert held.busy == {0, 1, 2}
+        with pytest.raises(ProtocolError, match="a worker's batched infos do not merge"):
+            queue.take(3)
+        assert not held.busy  # the rows are lost with the error; their envs take new steps
+        assert queue.ready == 0

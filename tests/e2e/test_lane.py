@@ -475,3 +475,37 @@ async def test_a_late_worker_after_another_workers_infos_were_kept_fails_its_row
         assert info["t"].tolist() == [1, 1]  # the answered worker's info, kept while the call was a lane call
         obs, *_, info = await asyncio.wait_for(pool.step(np.zeros(2, dtype=np.int64), env_ids=[0, 1]), HANG)
         assert info["t"].tolist() == [2, 2]
+
+
+async def test_a_send_whose_envs_return_infos_stays_one_lane_call_and_recv_gives_each_rows_info(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same for ``send``/``recv``: a reply with nothing but infos queues its rows where they lie with their
+    info, and a ``recv()`` that ends inside one reply's rows cuts its info with them."""
+    spills: list[int] = []
+    spill = Coordinator._spill_lanes
+
+    def counting_spill(self: Coordinator, *args: Any, **kwargs: Any) -> None:
+        if "req_id" in kwargs:
+            spills.append(kwargs["req_id"])
+        spill(self, *args, **kwargs)
+
+    monkeypatch.setattr(Coordinator, "_spill_lanes", counting_spill)
+    for workers in (2, 4):
+        async with aioenv.Pool(PROBE, 4, num_workers=workers, executor="inline", batch_size=3) as pool:
+            await asyncio.wait_for(pool.reset(seed=0), HANG)
+            steps = [0, 0, 0, 0]
+            pool.send(np.zeros(4, dtype=np.int64))
+            for _ in range(6):
+                obs, reward, _, _, info = await asyncio.wait_for(pool.recv(), HANG)
+                ids = info["env_id"].tolist()
+                for env in ids:
+                    steps[env] += 1
+                assert obs[:, 0].tolist() == ids  # (a probe's observation: its env, its step count, the action)
+                assert obs[:, 1].tolist() == [steps[env] for env in ids]
+                assert info["t"].tolist() == [steps[env] for env in ids]  # each row's own env's step count
+                assert info["_t"].all()
+                assert reward.tolist() == [0.5] * len(ids)
+                pool.send(np.zeros(len(ids), dtype=np.int64), ids)
+            await asyncio.wait_for(pool.recv(min_results=4, max_results=4, timeout=HANG), HANG)
+    assert spills == []
