@@ -711,8 +711,11 @@ class RecvQueue:
             else:  # both kinds (rare: a reply with errors among lane replies): the shared rows copied, all joined
                 batch = self._assemble([self._as_segment(item) for item in items], taken)
         except BaseException:  # (infos that do not merge: the rows are lost, their envs free)
-            if self._unread is not None and held is not None:
-                self._unread.release_read(held)
+            if self._unread is not None:
+                for seg in segments:
+                    self._unread.mark_read(seg.part.env_ids[seg.start : seg.stop])
+                if held is not None:
+                    self._unread.release_read(held)
             raise
         if self._unread is not None and taken:
             if segments:

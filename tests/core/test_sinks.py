@@ -322,3 +322,18 @@ def test_kept_infos_that_do_not_merge_fail_a_recv_and_free_its_envs() -> None:
             queue.take(3)
         assert not held.busy  # the rows are lost with the error; their envs take new steps
         assert queue.ready == 0
+
+
+def test_kept_infos_that_do_not_merge_beside_a_replys_rows_free_every_env_of_the_take() -> None:
+    held = _Held()
+    queue = RecvQueue(SPACE, held)
+    with _shared_rows(4) as slab:
+        queue.expect(4)
+        queue.deliver(_make_part([0, 1], "uniform", set()))  # a reply with its rows in the message
+        queue.deliver_shared(slab, [2, 3], {"t": "not a column"})
+        assert held.unread == {0, 1, 2, 3}
+        with pytest.raises(ProtocolError, match="a worker's batched infos do not merge"):
+            queue.take(4)
+        assert not held.busy
+        assert not held.unread  # a send() to any of them is taken again
+        assert queue.ready == 0
