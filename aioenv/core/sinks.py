@@ -191,17 +191,20 @@ def _final_columns(finals: _Finals) -> dict[str, Any]:
     return {"final_obs": obs, "_final_obs": ended, "final_info": {}, "_final_info": ended.copy()}
 
 
-def _merge_kept(
+def _merged_infos(
     infos: list[tuple[dict[str, Any], np.ndarray]], finals: dict[str, Any] | None, num_rows: int
 ) -> dict[str, Any]:
-    """The batched infos of lane replies that were RESULTs (each at its rows of ``num_rows``) merged, with the final
-    observations' columns ``finals`` (every row) if any. A worker runs env code, so its infos are a peer's: ones
-    that do not merge raise :class:`ProtocolError`."""
+    """Batched infos from worker processes (each at its rows of ``num_rows``) merged, with the final observations'
+    columns ``finals`` (every row) if any. A worker runs env code, so its infos are a peer's: ones that do not
+    merge raise :class:`ProtocolError`, which fails the call they belong to."""
     kept = infos if finals is None else [*infos, (finals, np.arange(num_rows))]
     try:
         return merge_infos(kept, num_rows)
     except Exception as exc:  # what no env's infos make: any error of the merge says so
-        raise ProtocolError(f"a worker's batched infos do not merge: {exc!r}") from exc
+        raise ProtocolError(
+            f"a worker's batched infos do not merge: {exc!r} (the envs' infos are ones gymnasium's vector envs cannot "
+            "batch either, or a worker sent malformed ones)"
+        ) from exc
 
 
 def _put_final_dicts(infos: list[dict[str, Any]], finals: _Finals, positions: np.ndarray | None) -> None:
@@ -335,7 +338,7 @@ class Gather:
                 _put_final_dicts(info, finals, None)
         elif self._infos:
             try:
-                info = _merge_kept(self._infos, None if finals is None else _final_columns(finals), n)
+                info = _merged_infos(self._infos, None if finals is None else _final_columns(finals), n)
             except ProtocolError as exc:
                 future.set_exception(exc)
                 return
@@ -427,7 +430,7 @@ class Gather:
         if self._info_list is not None:
             info = self._info_list
         else:
-            info = merge_infos(self._infos, n) if self._infos else {}
+            info = _merged_infos(self._infos, None, n) if self._infos else {}
             info["env_id"] = self.env_ids.astype(np.int32)
         full = (obs_leaves, *self._flags(), info)
         if self._errors:
@@ -740,7 +743,7 @@ class RecvQueue:
         them, each at its rows of the batch."""
         leaves, (reward, terminated, truncated), info = self._copy_shared(ids)
         if infos:
-            info = _merge_kept(infos, info, ids.size)
+            info = _merged_infos(infos, info, ids.size)
         info = {} if info is None else info
         info["env_id"] = ids.astype(np.int32)
         return spaces.from_leaves(self._obs_space, leaves), reward, terminated, truncated, info
@@ -752,7 +755,7 @@ class RecvQueue:
         ids = np.array(item, np.intp)
         leaves, extras, binfo = self._copy_shared(ids)
         if type(item) is _SharedInfo:
-            binfo = _merge_kept([(item.binfo, np.arange(ids.size))], binfo, ids.size)
+            binfo = _merged_infos([(item.binfo, np.arange(ids.size))], binfo, ids.size)
         return _Segment(Part(ids, leaves, extras, binfo=binfo), 0, ids.size, None)
 
     def _assemble(self, segments: list[_Segment], n: int) -> tuple[Any, ...]:

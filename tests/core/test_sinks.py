@@ -310,6 +310,22 @@ async def test_kept_infos_that_do_not_merge_fail_the_call_with_a_protocol_error(
     assert not Gather("step", np.arange(2, dtype=np.int64), SPACE, info_list=True).batches_infos
 
 
+async def test_kept_infos_that_do_not_merge_fail_a_call_spilled_after_them_too() -> None:
+    """A lane call whose first reply's info was kept, then turned into requests (a worker lost, a deadline): its
+    runs come as taken shared rows, and the infos are merged at the end, failing the call as above."""
+    with _shared_rows(4) as slab:
+        gather = Gather("step", np.arange(4, dtype=np.int64), SPACE)
+        gather.keep_info({"t": "not a column"}, np.array([0, 1]))
+        freed: list[list[int]] = []
+        for first in (0, 2):
+            gather.take_shared(
+                slab, first, np.array([first, first + 1]), lambda env_ids: freed.append(env_ids.tolist())
+            )
+        with pytest.raises(ProtocolError, match="a worker's batched infos do not merge"):
+            gather.future.result()
+        assert freed == [[0, 1, 2, 3]]
+
+
 def test_kept_infos_that_do_not_merge_fail_a_recv_and_free_its_envs() -> None:
     held = _Held()
     queue = RecvQueue(SPACE, held)
