@@ -48,6 +48,10 @@ class Source:
     quick: tuple[str, ...] = ("--quick",)  # of a smoke run
     out_is_dir: bool = False  # --out takes the directory (else the JSON file's path)
 
+    def out(self, directory: Path) -> Path:
+        """What its ``--out`` takes for its results to land in ``directory``."""
+        return directory if self.out_is_dir else directory / self.results
+
 
 SOURCES: dict[str, Source] = {
     "small": Source("bench_small.py", "small.json"),
@@ -302,10 +306,9 @@ def run_sources(names: list[str], results: Path, quick: bool) -> dict[str, str]:
     failed: dict[str, str] = {}
     for name in names:
         src = SOURCES[name]
-        out = results if src.out_is_dir else results / src.results
         cmd = [sys.executable, str(ROOT / "benchmarks" / src.script), *(src.quick if quick else src.args)]
         print(f"== {command(cmd[1:])}", flush=True)
-        proc = subprocess.run([*cmd, "--out", str(out)], cwd=ROOT, check=False)
+        proc = subprocess.run([*cmd, "--out", str(src.out(results))], cwd=ROOT, check=False)
         if proc.returncode != 0:
             failed[name] = f"{src.script} exited with code {proc.returncode}"
     if failed:

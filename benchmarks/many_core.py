@@ -52,7 +52,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT / "benchmarks") not in sys.path:
     sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from recorded import command  # noqa: E402 - found through the path set above
+from bench_goals import Source  # noqa: E402 - found through the path set above
+from recorded import command  # noqa: E402
+
+from aioenv.transport.spawn import usable_cpus  # noqa: E402
 
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "many_core"
 #: The whole run's seconds by default: a 10-minute command with room for the machine's own start.
@@ -61,16 +64,11 @@ DEFAULT_BUDGET = 540.0
 
 @dataclass(frozen=True)
 class Step:
-    """One benchmark run: its script, its arguments (full and ``--quick``), where its results land (a JSON file,
-    or a directory holding ``results``), and how many seconds it takes at most on 16 cores (full) or here
-    (quick)."""
+    """One benchmark run (``source``: its script, its arguments, full and ``--quick``, and where its results land)
+    and how many seconds it takes at most on 16 cores (``estimate``) or here (``quick_estimate``)."""
 
     name: str
-    script: str
-    args: tuple[str, ...]
-    quick: tuple[str, ...]
-    results: str  # the JSON file's name
-    out_is_dir: bool
+    source: Source
     estimate: float
     quick_estimate: float
 
@@ -86,61 +84,71 @@ def _only(names: tuple[str, ...]) -> tuple[str, ...]:
 STEPS = (
     Step(
         "core",
-        "bench_core.py",
-        (*_only(CORE_WORKLOADS), "--seconds", "1", "--repeats", "1", "--rounds", "5"),
-        ("--quick", "--only", "cartpole-32"),
-        "core.json",
-        False,
+        Source(
+            "bench_core.py",
+            "core.json",
+            (*_only(CORE_WORKLOADS), "--seconds", "1", "--repeats", "1", "--rounds", "5"),
+            ("--quick", "--only", "cartpole-32"),
+        ),
         200.0,
         120.0,
     ),
     Step(
         "latency",
-        "bench_latency.py",
-        ("--only", "async1k", "--loops", "batch:256", "--seconds", "3", "--retries", "0"),
-        ("--quick", "--only", "async1k", "--loops", "batch:16"),
-        "latency.json",
-        True,
+        Source(
+            "bench_latency.py",
+            "latency.json",
+            ("--only", "async1k", "--loops", "batch:256", "--seconds", "3", "--retries", "0"),
+            ("--quick", "--only", "async1k", "--loops", "batch:16"),
+            out_is_dir=True,
+        ),
         40.0,
         40.0,
     ),
     Step(
         "latency-x8",
-        "bench_latency.py",
-        ("--only", "async1k", "--only", "thread64", "--scale", "8", "--loops", "batch:256", "--seconds", "3"),
-        ("--quick", "--only", "async1k", "--only", "thread64", "--scale", "2", "--loops", "batch:8"),
-        "latency.json",
-        True,
+        Source(
+            "bench_latency.py",
+            "latency.json",
+            ("--only", "async1k", "--only", "thread64", "--scale", "8", "--loops", "batch:256", "--seconds", "3"),
+            ("--quick", "--only", "async1k", "--only", "thread64", "--scale", "2", "--loops", "batch:8"),
+            out_is_dir=True,
+        ),
         90.0,
         60.0,
     ),
     Step(
         "remote",
-        "bench_remote.py",
-        ("--only", "cartpole", "--cartpole-envs", "256", "--num-workers", "8", "--repeats", "2", "--seconds", "2"),
-        ("--quick", "--only", "cartpole"),
-        "remote.json",
-        True,
+        Source(
+            "bench_remote.py",
+            "remote.json",
+            ("--only", "cartpole", "--cartpole-envs", "256", "--num-workers", "8", "--repeats", "2", "--seconds", "2"),
+            ("--quick", "--only", "cartpole"),
+            out_is_dir=True,
+        ),
         60.0,
         60.0,
     ),
     Step(
         "placement",
-        "bench_placement.py",
-        (*_only(PLACEMENT_WORKLOADS), "--makes", "1", "--rounds", "4"),
-        ("--quick", "--only", "cartpole-32-sr"),
-        "placement.json",
-        False,
+        Source(
+            "bench_placement.py",
+            "placement.json",
+            (*_only(PLACEMENT_WORKLOADS), "--makes", "1", "--rounds", "4"),
+            ("--quick", "--only", "cartpole-32-sr"),
+        ),
         150.0,
         60.0,
     ),
     Step(
         "adapters",
-        "bench_adapters.py",
-        ("--num-envs", "64", "--seconds", "1", "--repeats", "3"),
-        ("--quick", "--num-envs", "8"),
-        "adapters.json",
-        True,
+        Source(
+            "bench_adapters.py",
+            "adapters.json",
+            ("--num-envs", "64", "--seconds", "1", "--repeats", "3"),
+            ("--quick", "--num-envs", "8"),
+            out_is_dir=True,
+        ),
         60.0,
         60.0,
     ),
@@ -151,11 +159,11 @@ STEP_NAMES = tuple(step.name for step in STEPS)
 def run_step(step: Step, quick: bool, scratch: Path, left: float) -> dict[str, Any]:
     """Run one step with at most ``left`` seconds; its record: command, exit code, seconds, results (or why
     there are none), and its Markdown."""
+    src = step.source
     where = scratch / step.name
     where.mkdir(parents=True, exist_ok=True)
-    out = where if step.out_is_dir else where / step.results
-    cmd = [sys.executable, str(ROOT / "benchmarks" / step.script), *(step.quick if quick else step.args)]
-    cmd += ["--out", str(out)]
+    cmd = [sys.executable, str(ROOT / "benchmarks" / src.script), *(src.quick if quick else src.args)]
+    cmd += ["--out", str(src.out(where))]
     shown = command(cmd[1:])
     print(f"== [{step.name}] {shown} (at most {left:.0f} s)", flush=True)
     start = time.monotonic()
@@ -168,12 +176,12 @@ def run_step(step: Step, quick: bool, scratch: Path, left: float) -> dict[str, A
         record["returncode"] = None
         record["why"] = f"stopped after {left:.0f} s, what was left of the budget"
     record["seconds"] = round(time.monotonic() - start, 1)
-    results = where / step.results
+    results = where / src.results
     markdown = results.with_suffix(".md")
     if results.is_file():
         record["results"] = json.loads(results.read_text())
     else:
-        record.setdefault("why", f"{step.script} wrote no {step.results}")
+        record.setdefault("why", f"{src.script} wrote no {src.results}")
     record["markdown"] = markdown.read_text() if markdown.is_file() else ""
     return record
 
@@ -200,7 +208,7 @@ def run(names: list[str], quick: bool, budget: float, out: Path) -> dict[str, An
         "budget_s": budget,
         "steps": {},
     }
-    summary["cpus"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    summary["cpus"] = usable_cpus()
     with tempfile.TemporaryDirectory(prefix="aioenv-many-core-") as tmp:
         for step in STEPS:
             if step.name not in names:

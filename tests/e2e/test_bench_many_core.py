@@ -89,7 +89,7 @@ def test_a_step_that_overruns_is_stopped_with_everything_it_started(tmp_path: Pa
         f"open({str(pidfile)!r}, 'w').write(str(child.pid))\n"
         "time.sleep(60)\n"
     )
-    step = many_core.Step("sleeper", str(script), (), (), "x.json", False, 1.0, 1.0)
+    step = many_core.Step("sleeper", many_core.Source(str(script), "x.json"), 1.0, 1.0)
     record = many_core.run_step(step, False, tmp_path, 3.0)
     assert record["returncode"] is None
     assert record["why"] == "stopped after 3 s, what was left of the budget"
