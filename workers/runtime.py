@@ -324,11 +324,12 @@ class Worker:
     def on_lane_step(self, frame: memoryview) -> list[Any]:
         """Answer a step in the lane's format (:mod:`aioenv.wire.lane`): a contiguous run of envs over the slab.
         The reply is the lane's ``DONE`` when no env failed and none had an info (or, with the step's ``FINALS``
-        flag, none but a same_step end's that :func:`finals_to_slab` moved to the slab), else the protocol's
+        flag, none but a same_step end's that :func:`finals_to_slab` moved to the slab; with its ``INFOS`` flag, infos
+        the slab's info area took, a DONE that says so: :mod:`aioenv.transport.slab_infos`), else the protocol's
         RESULT over shared rows, as :meth:`on_step` answers; a request that cannot be served gets an ERROR."""
         req_id: Any = None
         try:
-            req_id, first, count, info_list, finals = lane.read_step(frame)
+            req_id, first, count, info_list, finals, to_area = lane.read_step(frame)
             slab = self.slab or self._no_slab()
             run = self._runs.get((first, count))
             if run is None:
@@ -345,26 +346,28 @@ class Worker:
                     self._runs[(first, count)] = run
             at = slice(first, first + count)
             fields, out = self.step_shared(run, self.group(run), slab, at)
-            if Key.ERRORS not in fields and (
-                Key.INFO not in fields or (finals and finals_to_slab(fields[Key.INFO], slab, at))
-            ):  # nothing but the rows, which are in the slab
-                return self._done(req_id)
+            if Key.ERRORS not in fields:
+                if Key.INFO not in fields or (finals and finals_to_slab(fields[Key.INFO], slab, at)):
+                    return self._done(req_id)  # nothing but the rows, which are in the slab
+                area = slab.info
+                if to_area and area is not None and area.write(fields[Key.INFO], at):
+                    return self._done(req_id, infos=True)  # the rows, their infos in the slab's info area
             return self._result(req_id, fields, out, run, info_list, False)
         except Exception as exc:  # every request gets a reply, a failed one an ERROR
             log.debug("request %s failed", req_id, exc_info=True)
             return self._failed(req_id, exc)
 
-    def _done(self, req_id: int) -> list[Any]:
-        """A lane step's DONE: a record on the pool's done pipe (no reply on this worker's own pipe then), or the
-        DONE message when this worker has none or it is closed."""
+    def _done(self, req_id: int, infos: bool = False) -> list[Any]:
+        """A lane step's DONE (``infos``: its infos are in the slab's info area): a record on the pool's done pipe (no
+        reply on this worker's own pipe then), or the DONE message when this worker has none or it is closed."""
         if self._done_as is not None and self.done_fd is not None:
             try:
-                os.write(self.done_fd, lane.record(*self._done_as, req_id))
+                os.write(self.done_fd, lane.record(*self._done_as, req_id, infos))
                 return []
             except OSError as exc:  # the pool closed its end: the worker's own pipe still carries replies
                 log.debug("worker %s: the done pipe is closed (%s)", self.name, exc)
                 self._done_as = None
-        return [lane.done(req_id)]
+        return [lane.done(req_id, infos)]
 
     def step_apart(
         self, env_ids: list[int], group: Group, acts: list[np.ndarray]

@@ -62,6 +62,7 @@ from aioenv.errors import (
 )
 from aioenv.transport.pipe import PipePort
 from aioenv.transport.slab import Slab
+from aioenv.transport.slab_infos import plan as plan_info_area
 from aioenv.transport.spawn import usable_cpus
 from aioenv.wire import lane
 from aioenv.wire.errors import error_fields, from_wire
@@ -170,6 +171,8 @@ class Coordinator(Recovery, Requests):
         #: The shared rows of this pool's local worker processes (None: arrays travel in the messages).
         self.slab: Slab | None = None
         self._slab_fd: int | None = None
+        #: Whether the slab's info area was planned (or found impossible) already: once per pool.
+        self._info_area_tried = False
         #: A lane step's reply, read by a local worker's pipe before any parsing (see aioenv.wire.lane).
         self._quick: Quick = (lane.FRAMED_DONE_SIZE, self._on_quick)
         self._adopt = adopt[0] if adopt is not None else None
@@ -492,12 +495,14 @@ class Coordinator(Recovery, Requests):
             return
         if self._done_rest:
             data = self._done_rest + data
-        records, rows, used, skipped = lane.read_records(data, self._tokens)
+        records, with_infos, rows, used, skipped = lane.read_records(data, self._tokens)
         self._done_rest = data[used:]  # (set before any record is handled: handling one may read again)
         if skipped:
             self._dropped_from_done_pipe(skipped)
         if records:
             self._take_lane_replies(records)
+        if with_infos:
+            self._take_lane_replies(with_infos, area=True)
         if rows:
             self._take_row_records(rows)
 
@@ -605,6 +610,7 @@ class Coordinator(Recovery, Requests):
         # A step over shared rows may go as lane messages (aioenv.wire.lane): nothing to build for those.
         lane_step = build if type(build) is SharedStep and self._lanes else None  # (made only for a pool with a slab)
         finals = lane_step is not None and self._finals_in_slab(sink)
+        infos = lane_step is not None and not lane_step.info_list and self._infos_in_slab(sink)
         every = env_ids is self.sched.all_ids
         try:
             for worker, rows in self.sched.split(env_ids):
@@ -621,7 +627,7 @@ class Coordinator(Recovery, Requests):
                         and isinstance(slot.proc, LocalProcess)
                         and _is_run(ids, every)
                     ):  # a run of envs over shared rows, to a worker process of its own: a lane message
-                        data = lane.framed_step(req.id, int(ids[0]), ids.size, lane_step.info_list, finals)
+                        data = lane.framed_step(req.id, int(ids[0]), ids.size, lane_step.info_list, finals, infos)
                         prepared.append((slot, req, positions, data))
                         continue
                     fields, arrays = build(req)
@@ -688,8 +694,9 @@ class Coordinator(Recovery, Requests):
         call = self.sched.open_lanes(plan.workers, plan.firsts, plan.counts, sink, deadline, each)
         base, framed_step, slots = call.base, lane.framed_step, self.slots
         finals = self._finals_in_slab(sink)
+        infos = not info_list and self._infos_in_slab(sink)
         for k, proc in enumerate(plan.by_message):
-            data = framed_step(base + k, plan.firsts[k], plan.counts[k], info_list, finals)
+            data = framed_step(base + k, plan.firsts[k], plan.counts[k], info_list, finals, infos)
             if not proc.send_framed(data):  # its worker is gone: its exit fails the message (see _fail_lost)
                 slots[plan.workers[k]].outbox.append(data)
 
@@ -704,6 +711,42 @@ class Coordinator(Recovery, Requests):
             and isinstance(sink, (Gather, RecvQueue))
             and self.truncation is None
         )
+
+    def _infos_in_slab(self, sink: Sink) -> bool:
+        """Whether a lane step's envs may leave their infos in the slab's info area (``lane.INFOS``,
+        :mod:`aioenv.transport.slab_infos`): the pool has one, and ``sink`` reads it, as a :class:`Gather` of batched
+        infos or :class:`RecvQueue` does (see :meth:`_on_done`); not in a same_step pool (its ended rows' final
+        infos go as before) nor one that truncates late steps."""
+        slab = self.slab
+        return (
+            slab is not None
+            and slab.info is not None
+            and slab.final is None
+            and self.truncation is None
+            and (type(sink) is RecvQueue or (type(sink) is Gather and sink.batches_infos))
+        )
+
+    def _plan_info_area(self, binfo: dict[str, Any]) -> None:
+        """Add an info area to the slab for the keys of ``binfo`` (a lane reply's batched info), and have every worker
+        map it (:mod:`aioenv.transport.slab_infos`): once per pool; nothing when its keys cannot all be columns."""
+        self._info_area_tried = True
+        slab, fd = self.slab, self._slab_fd
+        if slab is None or fd is None:
+            return
+        area = plan_info_area(binfo, slab.num_envs, slab.info_offset())
+        if area is None:
+            log.debug("the envs' infos keep their messages: some key is no numeric column")
+            return
+        try:
+            slab.add_infos(fd, area)
+        except (OSError, ValueError) as exc:  # (no room for the file to grow: the infos keep their messages)
+            log.warning("the envs' infos keep their messages: no info area in the shared rows (%s)", exc)
+            return
+        layout = slab.layout
+        for slot in self.slots:
+            if slot.dead_reason or slot.in_process:
+                continue  # (a re-made worker maps the area with its MAKE)
+            self._send(slot, encode(Op.SLAB, self._with_done_pipe(slot, {Key.ID: _INFO_AREA_ID, Key.SLAB: layout})))
 
     def _spill_lanes(self, due: float | None = None, worker: int | None = None, req_id: int | None = None) -> None:
         """Turn the lane calls still out (past ``due``, with a message out to ``worker``, or with the message
@@ -841,7 +884,8 @@ class Coordinator(Recovery, Requests):
             return
         first = frames[0]
         if type(first) is memoryview and lane.is_lane(first):  # a lane message that came with others
-            self._on_lane_reply(slot, lane.read_done(first))
+            done = lane.read_done(first)
+            self._on_lane_reply(slot, None if done is None else done[0], done is not None and done[1])
             return
         try:
             header, arrays = decode(frames, trusted=self._trusted)
@@ -870,6 +914,8 @@ class Coordinator(Recovery, Requests):
                 self._spill_lanes(req_id=req_id)
                 req = self.sched.finish(req_id)
             if req is None:
+                if req_id == _INFO_AREA_ID and op == Op.ERROR:
+                    log.warning("worker %s did not map the infos' shared rows: %s", slot.name, header.get(Key.ERROR))
                 return  # a late reply to a request that timed out or was failed: dropped
             try:
                 if op == Op.RESULT and req.kind in THROTTLED:  # a step's or reset's rows: what every step takes
@@ -918,6 +964,8 @@ class Coordinator(Recovery, Requests):
             return False
         if type(binfo) is not dict:
             return False
+        if not self._info_area_tried:  # the envs' infos: the next calls' may lie in the shared rows
+            self._plan_info_area(binfo)
         if isinstance(sink, Gather):
             sink.keep_info(binfo, call.run(k))
             self._take_lane_replies([(slot.index, req_id)])
@@ -929,41 +977,53 @@ class Coordinator(Recovery, Requests):
         """A local worker's message of a lane reply's size, before any parsing: a lane step's reply is taken
         here (True); anything else goes the way of every message (False)."""
         req_id = lane.read_framed_done(data)
+        infos = False
         if req_id is None:
-            return False
+            req_id = lane.read_framed_done_infos(data)
+            if req_id is None:
+                return False
+            infos = True
         slot = self._by_name.get(identity)
         if slot is None:
             log.warning("dropping a message from unknown peer %r", identity)
             return True
-        self._on_lane_reply(slot, req_id)
+        self._on_lane_reply(slot, req_id, infos)
         return True
 
-    def _on_lane_reply(self, slot: Slot, req_id: int | None) -> None:
-        """A lane message from ``slot``'s worker: the DONE of ``req_id`` (None: a lane message that is no DONE)."""
+    def _on_lane_reply(self, slot: Slot, req_id: int | None, infos: bool = False) -> None:
+        """A lane message from ``slot``'s worker: the DONE of ``req_id`` (None: a lane message that is no DONE;
+        ``infos``: its rows' infos are in the info area)."""
         if req_id is None:
             self._on_malformed(slot, ProtocolError(f"worker {slot.name} sent a lane message that answers no step"))
             return
-        self._take_lane_replies([(slot.index, req_id)])
+        self._take_lane_replies([(slot.index, req_id)], area=infos)
 
-    def _take_lane_replies(self, replies: list[tuple[int, int]], binfo: dict[str, Any] | None = None) -> None:
+    def _take_lane_replies(
+        self, replies: list[tuple[int, int]], binfo: dict[str, Any] | None = None, area: bool = False
+    ) -> None:
         """DONEs ``(slot index, request id)``: lane calls ticked off, closed or their rows queued; a request's
         DONE closes it (:meth:`_on_done`); a DONE for another worker's message replaces the worker that sent it.
         ``binfo``: the batched info of the one reply, to ``recv()``'s queue, of a message of a ``send()``'s call
-        (see :meth:`_lane_infos`)."""
+        (see :meth:`_lane_infos`); ``area``: the replies' infos are in the slab's info area
+        (:mod:`aioenv.transport.slab_infos`)."""
         slots = self.slots
+        if area:  # (a worker's same reply twice in one read: its rows' infos are kept once, the second is dropped)
+            replies = [reply for reply in dict.fromkeys(replies) if self._keep_area(reply)]
+            if not replies:
+                return
         closed, each, rest = self.sched.lanes_done(replies)
         for index, req_id in rest:
             slot = slots[index]
             went = self.sched.sent_to(req_id)
             if went is None or went == index:  # a request's (a lane step of some envs, or of a call spilled since)
-                self._on_done(slot, req_id)
+                self._on_done(slot, req_id, area)
             else:  # its rows are not this worker's to say are written
                 why = f"message {req_id} went to worker {went}, not to worker {index}"
                 self._on_malformed(
                     slot, ProtocolError(f"worker {slot.name} sent a lane reply for another worker: {why}")
                 )
         if each:
-            self._queue_lane_rows(each, binfo)
+            self._queue_lane_rows(each, binfo, area)
         for call in closed:
             self._close_lanes(call)
         if self.sched.held:  # rows freed: held rows may go now
@@ -1033,10 +1093,13 @@ class Coordinator(Recovery, Requests):
         assert isinstance(sink, Gather), "a call whose rows go to recv() takes them reply by reply"
         sink.take_every_shared(slab, self.sched.release)
 
-    def _queue_lane_rows(self, replies: list[tuple[LaneCall, int]], binfo: dict[str, Any] | None = None) -> None:
+    def _queue_lane_rows(
+        self, replies: list[tuple[LaneCall, int]], binfo: dict[str, Any] | None = None, area: bool = False
+    ) -> None:
         """Lane replies ``(call, k)`` to calls whose rows go to ``recv()``: their rows queued where they lie, in the
         shared rows, in the order the replies came (:meth:`RecvQueue.deliver_shared`: their envs are freed when
-        ``recv()`` copies them); ``binfo``: the batched info of the one reply."""
+        ``recv()`` copies them); ``binfo``: the batched info of the one reply; ``area``: its infos are in the info
+        area."""
         slab = self.slab
         assert slab is not None, "lane calls are made over shared rows"
         sink = replies[0][0].sink
@@ -1046,11 +1109,30 @@ class Coordinator(Recovery, Requests):
             assert call.sink is sink, "a pool has one recv() queue"
             first = call.firsts[k]
             env_ids += range(first, first + call.counts[k])
-        sink.deliver_shared(slab, env_ids, binfo)
+        sink.deliver_shared(slab, env_ids, binfo, area)
 
-    def _on_done(self, slot: Slot, req_id: int) -> None:
+    def _keep_area(self, reply: tuple[int, int]) -> bool:
+        """A DONE ``(slot index, request id)`` that says its rows' infos are in the info area: a lock-step call's
+        :class:`Gather` is told where they lie (:meth:`Gather.keep_area`) before the reply is ticked off (a ``recv()``
+        queue's rows are queued with them, a request's by :meth:`_on_done`). False, and the worker replaced, when the
+        pool has no info area for a worker to have written."""
+        index, req_id = reply
+        slab = self.slab
+        if slab is None or slab.info is None:
+            why = "its infos in the shared rows, where this pool has no info area"
+            self._on_malformed(self.slots[index], ProtocolError(f"worker {self.slots[index].name} answered with {why}"))
+            return False
+        call = self.sched.lanes.get(req_id)
+        if call is not None:
+            k = req_id - call.base
+            sink = call.sink
+            if call.workers[k] == index and isinstance(sink, Gather):  # (another worker's: refused by lanes_done)
+                sink.keep_area(slab.info, call.firsts[k], call.run(k))
+        return True
+
+    def _on_done(self, slot: Slot, req_id: int, area: bool = False) -> None:
         """A lane step's reply (:mod:`aioenv.wire.lane`) from the worker the request ``req_id`` went to (or an id no
-        request has open): every row of it is in the slab."""
+        request has open): every row of it is in the slab (``area``: their infos in its info area)."""
         slab = self.slab
         req = self.sched.requests.get(req_id)
         if req is None or req.kind != "step" or slab is None:
@@ -1064,12 +1146,21 @@ class Coordinator(Recovery, Requests):
             # last row is in, recv()'s queue when recv() takes them (as a lane call's, see _queue_lane_rows).
             sink, first = req.sink, int(req.env_ids[0])
             held = isinstance(sink, (Gather, RecvQueue)) and self.truncation is None
+            if area and (not held or slab.info is None):  # no sink of this request reads the info area
+                self.sched.finish(req_id)
+                err = ProtocolError(f"worker {slot.name} answered a step with its infos in the shared rows unasked")
+                log.error("%s", err)
+                self._deliver_part(req, Part.failed(req.env_ids, lambda e: _with_env(err, e)), req.positions)
+                return
             self.sched.finish(req_id, keep_claim=held)
             if held and isinstance(sink, Gather):
                 assert req.positions is not None, "a step has positions"
+                if area:
+                    assert slab.info is not None
+                    sink.keep_area(slab.info, first, req.positions)
                 sink.take_shared(slab, first, req.positions, self.sched.release)
             elif held and isinstance(sink, RecvQueue):
-                sink.deliver_shared(slab, list(range(first, first + req.env_ids.size)))
+                sink.deliver_shared(slab, list(range(first, first + req.env_ids.size)), area=area)
             else:
                 self._deliver_result(req, _SHARED_DONE, [], slice(first, first + req.env_ids.size))
 
@@ -1463,6 +1554,12 @@ def _local_step(fields: dict[str, Any], arrays: list[np.ndarray], trusted: bool)
     if all(type(leaf) is int for leaf in fields.get(Key.ACT, [None])):  # every leaf an array
         return local(Op.STEP, fields, [np.array(a) for a in arrays])
     return encode(Op.STEP, fields, arrays, trusted=trusted)
+
+
+#: The id of the SLAB that adds the info area (:meth:`Coordinator._plan_info_area`): no request waits for its reply, so
+#: that no call waits for it (a ``SyncPool``'s calls in the caller's thread hand the loop back while replies are due).
+#: A worker that cannot map the area answers with an ERROR, logged, and its infos go in RESULTs, losing nothing.
+_INFO_AREA_ID = -1
 
 
 def _setup_future(req: Request) -> SetupFuture | None:

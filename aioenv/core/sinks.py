@@ -25,6 +25,7 @@ import numpy as np
 
 from aioenv.errors import AioEnvError, ProtocolError
 from aioenv.transport.slab import Slab
+from aioenv.transport.slab_infos import InfoArea
 from aioenv.wire import spaces
 from aioenv.wire.infos import batch_infos, concat_infos, merge_infos, take_info, whole_info
 
@@ -239,6 +240,10 @@ class Gather:
         self._base = 0  # the call's first env id (its envs' rows are base, base + 1, ... when it is one run)
         self._aligned = True  # every run so far stands at the positions of a call of one run of envs
         self._in_slab = 0  # rows of those runs
+        # Runs whose infos lie in the slab's info area (see keep_area): (first env, positions), read with the rows.
+        self._areas: list[tuple[int, np.ndarray]] = []
+        self._area: InfoArea | None = None
+        self._area_rows = 0
 
     def deliver(self, part: Part, positions: np.ndarray) -> None:
         """Place one part's rows at ``positions``; resolves the future once every row arrived."""
@@ -310,6 +315,28 @@ class Gather:
         call's rows are taken (:meth:`take_every_shared`, or :meth:`take_shared` after a spill)."""
         self._infos.append((binfo, positions))
 
+    def keep_area(self, area: InfoArea, first: int, positions: np.ndarray) -> None:
+        """The infos of the rows ``first .. first + k - 1`` (k = ``positions.size``) lie in the slab's info area
+        ``area`` (a lane DONE that says so, :mod:`aioenv.transport.slab_infos`), the rows standing at ``positions`` of
+        the call: read when the call's rows are taken, before their envs are freed (in one read per key when every
+        row of a lock-step call's is there, :meth:`take_every_shared`)."""
+        self._area = area
+        self._areas.append((first, positions))
+        self._area_rows += positions.size
+
+    def _take_areas(self) -> None:
+        """The infos :meth:`keep_area` left in the info area, read into the call's infos (each run's a batched info,
+        merged with the others')."""
+        area, areas = self._area, self._areas
+        if area is None or not areas:
+            return
+        self._areas = []
+        self._area_rows = 0
+        for first, positions in areas:
+            binfo = area.binfo(slice(first, first + positions.size))
+            if binfo:
+                self._infos.append((binfo, positions))
+
     def take_every_shared(self, slab: Slab, release: Callable[[np.ndarray], None]) -> None:
         """Every row of the call at once: a lock-step step of every env (the call's envs are ``0 .. B - 1``, in
         order), each worker's run answered with its rows in ``slab``, none failed and none with an info but a final
@@ -329,10 +356,22 @@ class Gather:
         assert extras is not None, "a step's results have extras"
         reward, terminated, truncated = extras
         finals = _final_rows(slab, every, terminated, truncated)  # (before the envs are freed)
+        area = self._area
+        # Every row's infos in the info area, nothing else: the batch's infos are one read per key.
+        whole = (
+            area.batch(every)
+            if area is not None and self._area_rows == n and not self._infos and finals is None
+            else None
+        )
+        if whole is None:
+            self._take_areas()
         self._left = 0
         release(self.env_ids)
         info: Any
-        if self._info_list is not None:
+        if whole is not None:
+            info = whole
+            info["env_id"] = self.env_ids.astype(np.int32)
+        elif self._info_list is not None:
             info = self._info_list
             if finals is not None:
                 _put_final_dicts(info, finals, None)
@@ -353,6 +392,7 @@ class Gather:
         runs, slab, release = self._shared, self._slab, self._release
         if runs is None or slab is None or release is None:
             return
+        self._take_areas()  # (before the envs are freed)
         self._shared = None
         self._slab = self._release = None
         n = self.env_ids.size
@@ -535,6 +575,13 @@ class _SharedInfo(list[int]):
         return first
 
 
+class _SharedArea(list[int]):
+    """The env ids of rows that lie in the pool's shared rows with their infos in its info area
+    (:mod:`aioenv.transport.slab_infos`), in the order they finished: read with the rows when taken."""
+
+    __slots__ = ()
+
+
 class Unread(Protocol):
     """Where a :class:`RecvQueue` records which envs have results waiting (:class:`aioenv.core.scheduler.Scheduler`)."""
 
@@ -564,7 +611,7 @@ class RecvQueue:
     def __init__(self, obs_space: Any, unread: Unread | None = None) -> None:
         self._obs_space = obs_space
         self._unread = unread
-        self._items: deque[_Segment | _Shared | _SharedInfo] = deque()
+        self._items: deque[_Segment | _Shared | _SharedInfo | _SharedArea] = deque()
         self._slab: Slab | None = None  # where the rows of queued shared rows lie (see deliver_shared)
         self.ready = 0
         self.in_flight = 0
@@ -592,12 +639,15 @@ class RecvQueue:
             self._unread.mark_unread(part.env_ids)
         self._wake()
 
-    def deliver_shared(self, slab: Slab, env_ids: list[int], binfo: dict[str, Any] | None = None) -> None:
+    def deliver_shared(
+        self, slab: Slab, env_ids: list[int], binfo: dict[str, Any] | None = None, area: bool = False
+    ) -> None:
         """Queue the step rows of ``env_ids`` (in the order they finished), which lie in the pool's shared rows
         ``slab``, none failed and none with an info but a final observation in the slab (lane replies,
         :mod:`aioenv.wire.lane`, see :func:`_final_rows`; and a thread or async worker's rows with no info at all,
         ``Coordinator._queue_shared_rows``), or, with ``binfo``, one reply's rows and their batched info (a lane
-        reply that was a RESULT with nothing but infos). Their envs stay claimed (busy), so nothing writes those
+        reply that was a RESULT with nothing but infos), or, with ``area``, rows whose infos lie in the slab's info area
+        (lane DONEs that say so). Their envs stay claimed (busy), so nothing writes those
         rows, until :meth:`take` copies them into a batch, a whole batch in one gather per array, and frees them
         (``Unread.release_read``). Rows with no info join the shared rows queued just before them, if any: a
         batch's ids are then one array made from one list."""
@@ -607,6 +657,11 @@ class RecvQueue:
         items = self._items
         if binfo is not None:
             items.append(_SharedInfo(env_ids, binfo))
+        elif area:
+            if items and type(items[-1]) is _SharedArea:
+                items[-1] += env_ids
+            else:
+                items.append(_SharedArea(env_ids))
         elif items and type(items[-1]) is _Shared:
             items[-1] += env_ids
         else:
@@ -658,22 +713,27 @@ class RecvQueue:
         An error at the head with no rows before it is raised (and consumed); an error
         after some rows stays queued for the next call.
         """
-        items: list[_Segment | _Shared | _SharedInfo] = []  # in the order they finished
+        items: list[_Segment | _Shared | _SharedInfo | _SharedArea] = []  # in the order they finished
         segments: list[_Segment] = []
         shared: list[int] = []  # the env ids of every row taken from the shared rows
         infos: list[tuple[dict[str, Any], np.ndarray]] = []  # their batched infos, at their rows of the batch
+        in_area: list[int] = []  # the env ids of rows whose infos are in the info area,
+        area_at: list[range] = []  # and their rows of the batch
         taken = 0
         queued = self._items
         while queued and taken < max_rows:
             item = queued[0]
             room = max_rows - taken
-            if type(item) is _Shared:
-                piece: _Shared | _SharedInfo = item
+            if type(item) is _Shared or type(item) is _SharedArea:
+                piece: _Shared | _SharedInfo | _SharedArea = item
                 if len(item) > room:
-                    piece = _Shared(item[:room])
+                    piece = type(item)(item[:room])
                     del item[:room]
                 else:
                     queued.popleft()
+                if type(piece) is _SharedArea:
+                    in_area += piece
+                    area_at.append(range(taken, taken + len(piece)))
                 shared += piece
                 items.append(piece)
                 taken += len(piece)
@@ -707,10 +767,19 @@ class RecvQueue:
         self.ready -= taken
         held = np.array(shared, np.intp) if shared else None
         try:
+            whole: dict[str, Any] | None = None
+            if in_area:
+                area = self._slab.info if self._slab is not None else None
+                assert area is not None, "rows queued with their infos in the info area"
+                if len(in_area) == taken and not segments:  # every row's infos in the area: one read per key
+                    whole = area.batch(held)  # type: ignore[arg-type]
+                elif not segments:
+                    at = np.concatenate([np.arange(r.start, r.stop) for r in area_at])
+                    infos.append((area.binfo(np.array(in_area, np.intp)), at))
             if held is None:
                 batch = self._assemble(segments, taken)
             elif not segments:
-                batch = self._gather(held, infos)
+                batch = self._gather(held, infos, whole)
             else:  # both kinds (rare: a reply with errors among lane replies): the shared rows copied, all joined
                 batch = self._assemble([self._as_segment(item) for item in items], taken)
         except BaseException:  # (infos that do not merge: the rows are lost, their envs free)
@@ -738,17 +807,25 @@ class RecvQueue:
         finals = _final_rows(slab, ids, extras[1], extras[2])
         return leaves, extras, None if finals is None else _final_columns(finals)
 
-    def _gather(self, ids: np.ndarray, infos: list[tuple[dict[str, Any], np.ndarray]] | None = None) -> tuple[Any, ...]:
+    def _gather(
+        self,
+        ids: np.ndarray,
+        infos: list[tuple[dict[str, Any], np.ndarray]] | None = None,
+        whole: dict[str, Any] | None = None,
+    ) -> tuple[Any, ...]:
         """A batch of the rows of ``ids`` ``(B,)`` intp, all in the shared rows; ``infos``: batched infos of some of
-        them, each at its rows of the batch."""
+        them, each at its rows of the batch; ``whole``: the batch's infos, read from the info area (then ``infos`` is
+        empty)."""
         leaves, (reward, terminated, truncated), info = self._copy_shared(ids)
-        if infos:
+        if whole is not None:
+            info = whole if info is None else _merged_infos([(whole, np.arange(ids.size))], info, ids.size)
+        elif infos:
             info = _merged_infos(infos, info, ids.size)
         info = {} if info is None else info
         info["env_id"] = ids.astype(np.int32)
         return spaces.from_leaves(self._obs_space, leaves), reward, terminated, truncated, info
 
-    def _as_segment(self, item: _Segment | _Shared | _SharedInfo) -> _Segment:
+    def _as_segment(self, item: _Segment | _Shared | _SharedInfo | _SharedArea) -> _Segment:
         """Rows in the shared rows as a segment of their copies (joined by :meth:`_assemble`'s concatenation)."""
         if isinstance(item, _Segment):
             return item
@@ -756,6 +833,12 @@ class RecvQueue:
         leaves, extras, binfo = self._copy_shared(ids)
         if type(item) is _SharedInfo:
             binfo = _merged_infos([(item.binfo, np.arange(ids.size))], binfo, ids.size)
+        elif type(item) is _SharedArea:
+            area = self._slab.info if self._slab is not None else None
+            assert area is not None, "rows queued with their infos in the info area"
+            own = area.binfo(ids)
+            if own:
+                binfo = _merged_infos([(own, np.arange(ids.size))], binfo, ids.size)
         return _Segment(Part(ids, leaves, extras, binfo=binfo), 0, ids.size, None)
 
     def _assemble(self, segments: list[_Segment], n: int) -> tuple[Any, ...]:

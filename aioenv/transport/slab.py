@@ -40,6 +40,9 @@ writes each ended env's final observation there and says DONE, when that and an 
 infos would have said; the pool then builds ``final_obs``/``final_info`` and their masks from the rows that ended
 (terminated or truncated), as gymnasium's ``SyncVectorEnv`` does (:mod:`aioenv.core.sinks`). Anything else (a
 reset info, a final info, an observation of another dtype or shape) goes in the reply as before.
+
+*Infos.* Envs that return numeric infos every step get one more area once the pool has seen their keys: the file
+grows by it and the workers map the slab's layout again (:mod:`aioenv.transport.slab_infos`).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ import gymnasium.spaces as gs
 import numpy as np
 
 from aioenv.errors import UsageError
+from aioenv.transport.slab_infos import InfoArea
 from aioenv.wire import spaces
 
 __all__ = ["SLAB_ENV", "Slab", "slab_enabled"]
@@ -84,13 +88,14 @@ class Slab:
 
     Attributes:
         num_envs: rows in every array.
-        layout: ``{"n": num_envs, "act": [Entry], "obs": [Entry], "x": [Entry], "fin": Entry, "size": bytes}``,
-            ``"fin"`` only with final observations (msgpack-able: it travels to the workers, who map the same file
-            with :meth:`attach`).
+        layout: ``{"n": num_envs, "act": [Entry], "obs": [Entry], "x": [Entry], "fin": Entry, "size": bytes,
+            "info": area}``, ``"fin"`` only with final observations, ``"info"`` only once an info area was added
+            (:meth:`add_infos`) (msgpack-able: it travels to the workers, who map the same file with :meth:`attach`).
         act: action leaves, each ``(num_envs, *shape)``.
         obs: observation leaves, each ``(num_envs, *shape)``.
         reward: ``(num_envs,)`` float64; terminated, truncated: ``(num_envs,)`` bool.
         final: the final observations' leaf ``(num_envs, *shape)`` of a slab planned with ``finals``, else None.
+        info: its info area (:class:`aioenv.transport.slab_infos.InfoArea`), once one was added, else None.
     """
 
     def __init__(self, fd: int, layout: dict[str, Any]) -> None:
@@ -106,6 +111,19 @@ class Slab:
         self.reward, self.terminated, self.truncated = (self._view(e, n) for e in layout["x"])
         fin = layout.get("fin")
         self.final: np.ndarray | None = None if fin is None else self._view(fin, n)
+        self._info_map: mmap.mmap | None = None
+        self.info: InfoArea | None = None
+        area = layout.get("info")
+        if area is not None:
+            self._map_infos(fd, area)
+
+    def _map_infos(self, fd: int, area: dict[str, Any]) -> None:
+        at, size = int(area["at"]), int(area["size"])
+        have = os.fstat(fd).st_size
+        if at < int(self.layout["size"]) or at % mmap.PAGESIZE or have < at + size:
+            raise ValueError(f"the info area at {at} of {size} bytes does not fit the slab file of {have} bytes")
+        self._info_map = mmap.mmap(fd, size, offset=at)
+        self.info = InfoArea(self._info_map, area, self.num_envs)
 
     def _view(self, entry: Entry, n: int) -> np.ndarray:
         dtype, shape, offset = entry
@@ -163,6 +181,24 @@ class Slab:
         os.ftruncate(fd, max(int(layout["size"]), 1))
         return cls(fd, layout)
 
+    def add_infos(self, fd: int, area: dict[str, Any]) -> None:
+        """Grow the file ``fd`` by the info area ``area`` (:func:`aioenv.transport.slab_infos.plan`, placed at
+        :meth:`info_offset`) and map it (the pool's side); :attr:`layout` says so from now on, for the workers to
+        map it too. A slab has at most one.
+
+        Raises:
+            ValueError: it has one already, or ``area`` does not lie past the rows.
+        """
+        if self.info is not None:
+            raise ValueError("the slab has an info area already")
+        os.ftruncate(fd, int(area["at"]) + int(area["size"]))
+        self._map_infos(fd, area)
+        self.layout = {**self.layout, "info": area}
+
+    def info_offset(self) -> int:
+        """Where an info area may begin in the file: the first page boundary past the rows."""
+        return -(-max(int(self.layout["size"]), 1) // mmap.PAGESIZE) * mmap.PAGESIZE
+
     @classmethod
     def attach(cls, fd: int, layout: Any) -> Slab:
         """Map the file a pool made (a worker's side); ``ValueError`` when ``layout`` is malformed or
@@ -215,6 +251,11 @@ class Slab:
         alive until it goes)."""
         self.act = self.obs = []
         self.final = None
+        self.info = None
+        if self._info_map is not None:
+            with contextlib.suppress(BufferError):
+                self._info_map.close()
+            self._info_map = None
         self.reward = self.terminated = self.truncated = np.empty(0)
         if self._map is not None:
             with contextlib.suppress(BufferError):  # a caller holds a view: the mapping goes with the last one

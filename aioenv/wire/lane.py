@@ -12,13 +12,16 @@ fixed-size frames instead:
   envs ``first .. first + count - 1``, one contiguous run (a worker's envs are one run: see
   :meth:`aioenv.core.scheduler.Scheduler.place`); ``flags`` bit 0: each env's own info dict is wanted
   (the ``"ilist"`` of a step's header); bit 1 (:data:`FINALS`): the final observations of a ``same_step``
-  pool may go to the slab's area of them (see :mod:`aioenv.transport.slab`), the reply then a DONE;
-- its reply (:data:`DONE`): ``<B 0xC1><B "D"><6x><Q request id>``, the rows in the slab; a reply with
-  infos or errors is the protocol's RESULT over shared rows, as for any other step.
+  pool may go to the slab's area of them (see :mod:`aioenv.transport.slab`), the reply then a DONE; bit 2
+  (:data:`INFOS`): the envs' infos may go to the slab's info area (:mod:`aioenv.transport.slab_infos`);
+- its reply (:data:`DONE`): ``<B 0xC1><B "D"><6x><Q request id>``, the rows in the slab; with kind ``"I"``
+  instead of ``"D"`` (:func:`done` with ``infos``), the rows and their infos, in the info area; a reply with
+  other infos or errors is the protocol's RESULT over shared rows, as for any other step.
 
 A worker started with the pool's *done pipe* (one pipe every local inline worker of the pool writes to, which
 the pool reads many replies at a time from) writes a DONE there as a *record* (:data:`RECORD`) instead:
-``<B 0xC1><B "R"><H 0><I worker slot><Q token><Q request id>``, 24 bytes, one ``write`` each (a pipe never
+``<B 0xC1><B "R"><H flags><I worker slot><Q token><Q request id>``, 24 bytes (``flags`` 0, or :data:`INFOS_DONE`:
+the infos are in the info area), one ``write`` each (a pipe never
 interleaves writes of up to ``PIPE_BUF`` bytes, so records from many workers arrive whole). ``token`` is a
 random number the pool gave that worker process alone, over its own pipe: a record is that worker's only when
 its token is, since any process holding the pipe may write to it. :func:`read_records` takes what the pipe
@@ -46,6 +49,8 @@ __all__ = [
     "DONE_PIPE_EXECUTORS",
     "FINALS",
     "FRAMED_DONE_SIZE",
+    "INFOS",
+    "INFOS_DONE",
     "INFO_LIST",
     "MARK",
     "STEP",
@@ -54,6 +59,7 @@ __all__ = [
     "is_lane",
     "read_done",
     "read_framed_done",
+    "read_framed_done_infos",
     "read_records",
     "read_step",
     "record",
@@ -81,8 +87,13 @@ ROW_RECORD_ROWS = 1 << 16
 INFO_LIST = 1
 #: ``flags`` bit: the pool takes the ended envs' final observations from the slab (``same_step``, see above).
 FINALS = 2
+#: ``flags`` bit: the envs' infos may go to the slab's info area, the reply then a DONE that says so.
+INFOS = 4
+#: A DONE record's ``flags``: the rows' infos are in the slab's info area.
+INFOS_DONE = 1
 _S = ord("S")
 _D = ord("D")
+_I = ord("I")
 _R = ord("R")
 _W = ord("W")
 _MARK_BYTE = bytes([MARK])
@@ -98,20 +109,24 @@ _DONE_A, _DONE_B, _, _ = _FRAMED_DONE_WORDS.unpack(_FRAMED_DONE.pack(1, DONE.siz
 FRAMED_DONE_SIZE = _FRAMED_DONE.size
 
 
-def _flags(info_list: bool, finals: bool) -> int:
-    return (INFO_LIST if info_list else 0) | (FINALS if finals else 0)
+def _flags(info_list: bool, finals: bool, infos: bool) -> int:
+    return (INFO_LIST if info_list else 0) | (FINALS if finals else 0) | (INFOS if infos else 0)
 
 
-def step(req_id: int, first: int, count: int, info_list: bool = False, finals: bool = False) -> bytes:
+def step(
+    req_id: int, first: int, count: int, info_list: bool = False, finals: bool = False, infos: bool = False
+) -> bytes:
     """The frame of a step of envs ``first .. first + count - 1`` over shared rows, for request ``req_id``
-    (``info_list``, ``finals``: the flags of the module's docstring)."""
-    return STEP.pack(MARK, _S, _flags(info_list, finals), first, count, req_id)
+    (``info_list``, ``finals``, ``infos``: the flags of the module's docstring)."""
+    return STEP.pack(MARK, _S, _flags(info_list, finals, infos), first, count, req_id)
 
 
-def framed_step(req_id: int, first: int, count: int, info_list: bool = False, finals: bool = False) -> bytes:
+def framed_step(
+    req_id: int, first: int, count: int, info_list: bool = False, finals: bool = False, infos: bool = False
+) -> bytes:
     """:func:`step` as a pipe carries it (:mod:`aioenv.transport.pipe`'s framing of a one-frame message): the
     bytes to write to a worker's pipe as they are."""
-    return _FRAMED_STEP.pack(1, STEP.size, MARK, _S, _flags(info_list, finals), first, count, req_id)
+    return _FRAMED_STEP.pack(1, STEP.size, MARK, _S, _flags(info_list, finals, infos), first, count, req_id)
 
 
 def read_framed_done(data: memoryview) -> int | None:
@@ -128,9 +143,20 @@ def read_framed_done(data: memoryview) -> int | None:
     return int(req_id)
 
 
-def done(req_id: int) -> bytes:
-    """The frame of a step's reply whose rows are all in the slab, with no infos and no errors."""
-    return DONE.pack(MARK, _D, req_id)
+def read_framed_done_infos(data: memoryview) -> int | None:
+    """:func:`read_framed_done` of a DONE whose infos are in the info area (kind ``"I"``), or None."""
+    if len(data) < FRAMED_DONE_SIZE:
+        return None
+    count, size, mark, kind, req_id = _FRAMED_DONE.unpack_from(data)
+    if count != 1 or size != DONE.size or mark != MARK or kind != _I:
+        return None
+    return int(req_id)
+
+
+def done(req_id: int, infos: bool = False) -> bytes:
+    """The frame of a step's reply whose rows are all in the slab, with no errors and no infos (``infos``: with
+    their infos in the slab's info area)."""
+    return DONE.pack(MARK, _I if infos else _D, req_id)
 
 
 def is_lane(frame: memoryview | bytes) -> bool:
@@ -138,8 +164,8 @@ def is_lane(frame: memoryview | bytes) -> bool:
     return len(frame) > 0 and frame[0] == MARK
 
 
-def read_step(frame: memoryview | bytes) -> tuple[int, int, int, bool, bool]:
-    """``(request id, first env, count, info_list, finals)`` of a step's frame.
+def read_step(frame: memoryview | bytes) -> tuple[int, int, int, bool, bool, bool]:
+    """``(request id, first env, count, info_list, finals, infos)`` of a step's frame.
 
     Raises:
         ValueError: ``frame`` is no lane step (its size or kind differ), naming what arrived.
@@ -149,20 +175,22 @@ def read_step(frame: memoryview | bytes) -> tuple[int, int, int, bool, bool]:
     _, kind, flags, first, count, req_id = STEP.unpack(frame)
     if kind != _S:
         raise ValueError(f"expected a lane step (kind {chr(_S)!r}), got kind {chr(kind)!r}")
-    return req_id, first, count, bool(flags & INFO_LIST), bool(flags & FINALS)
+    return req_id, first, count, bool(flags & INFO_LIST), bool(flags & FINALS), bool(flags & INFOS)
 
 
-def read_done(frame: memoryview | bytes) -> int | None:
-    """The request id of a step's reply (:data:`DONE`), or None when ``frame`` is no such reply."""
-    if len(frame) != DONE.size or frame[1] != _D:
+def read_done(frame: memoryview | bytes) -> tuple[int, bool] | None:
+    """``(request id, infos)`` of a step's reply (:data:`DONE`; ``infos``: they are in the info area), or None when
+    ``frame`` is no such reply."""
+    if len(frame) != DONE.size or frame[1] not in (_D, _I):
         return None
     req_id: int = DONE.unpack(frame)[2]
-    return req_id
+    return req_id, frame[1] == _I
 
 
-def record(slot: int, token: int, req_id: int) -> bytes:
-    """A DONE of request ``req_id`` as the worker of ``slot`` whose token is ``token`` writes it to the done pipe."""
-    return RECORD.pack(MARK, _R, 0, slot, token, req_id)
+def record(slot: int, token: int, req_id: int, infos: bool = False) -> bytes:
+    """A DONE of request ``req_id`` as the worker of ``slot`` whose token is ``token`` writes it to the done pipe
+    (``infos``: the rows' infos are in the info area)."""
+    return RECORD.pack(MARK, _R, INFOS_DONE if infos else 0, slot, token, req_id)
 
 
 def row_record(slot: int, token: int, req_id: int, row: int) -> bytes:
@@ -171,16 +199,20 @@ def row_record(slot: int, token: int, req_id: int, row: int) -> bytes:
     return RECORD.pack(MARK, _W, row, slot, token, req_id)
 
 
-def read_records(data: bytes, tokens: list[int]) -> tuple[list[tuple[int, int]], list[tuple[int, int, int]], int, int]:
+def read_records(
+    data: bytes, tokens: list[int]
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int, int]], int, int]:
     """The records at the start of ``data`` (what the done pipe brought, after what an earlier read left):
-    ``(records, rows, used, skipped)``.
+    ``(records, infos, rows, used, skipped)``.
 
-    ``records``: ``(slot, request id)`` of each DONE record, ``rows``: ``(slot, request id, row)`` of each row
+    ``records``: ``(slot, request id)`` of each DONE record, ``infos``: the same of each DONE record whose infos are in
+    the info area (:data:`INFOS_DONE`), ``rows``: ``(slot, request id, row)`` of each row
     record, each counted only when its token is ``tokens[slot]`` (a token of 0: that slot has no worker that may
     write, so nothing is its record); ``used``: the bytes taken (what is left, fewer than a record's, begins the
     next read's); ``skipped``: bytes among them that were no such record (garbage, or a record with another
     token), each dropped and the next record looked for from the next ``0xC1`` on."""
     out: list[tuple[int, int]] = []
+    infos: list[tuple[int, int]] = []
     rows: list[tuple[int, int, int]] = []
     pos, end, size, skipped = 0, len(data), RECORD.size, 0
     known = len(tokens)
@@ -194,6 +226,8 @@ def read_records(data: bytes, tokens: list[int]) -> tuple[list[tuple[int, int]],
                 break
             if kind == _R and not flags:
                 out.append((slot, req_id))
+            elif kind == _R and flags == INFOS_DONE:
+                infos.append((slot, req_id))
             elif kind == _W:
                 rows.append((slot, req_id, flags))
             else:
@@ -205,4 +239,4 @@ def read_records(data: bytes, tokens: list[int]) -> tuple[list[tuple[int, int]],
         nxt = end if nxt < 0 else nxt
         skipped += nxt - pos
         pos = nxt
-    return out, rows, pos, skipped
+    return out, infos, rows, pos, skipped

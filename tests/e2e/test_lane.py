@@ -73,11 +73,12 @@ async def test_a_lock_step_step_is_one_lane_message_each_way_per_worker(monkeypa
 
     def counting_records(
         data: bytes, tokens: list[int]
-    ) -> tuple[list[tuple[int, int]], list[tuple[int, int, int]], int, int]:
+    ) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int, int]], int, int]:
         got = read_records(data, tokens)
         taken.extend(got[0])
-        assert got[1] == []  # inline workers record whole messages, not rows
-        assert got[3] == 0  # nothing on the done pipe but the workers' records
+        assert got[1] == []  # CartPole has no infos
+        assert got[2] == []  # inline workers record whole messages, not rows
+        assert got[4] == 0  # nothing on the done pipe but the workers' records
         return got
 
     monkeypatch.setattr(PipePort, "send_framed", counting_send)
@@ -98,9 +99,9 @@ async def test_a_lock_step_step_is_one_lane_message_each_way_per_worker(monkeypa
     ref.close()
     steps = [lane.read_step(data[12:]) for data in sent]
     assert len(steps) == 40 * 3
-    assert sorted({(first, count) for _, first, count, _, _ in steps}) == [(0, 2), (2, 2), (4, 2)]
-    # every reply a record on the done pipe: each step's id once, from the worker it went to
-    assert sorted(taken) == sorted((first // 2, req_id) for req_id, first, _, _, _ in steps)  # worker k: envs 2k, 2k+1
+    assert sorted({(first, count) for _, first, count, _, _, _ in steps}) == [(0, 2), (2, 2), (4, 2)]
+    # every reply a record on the done pipe: each step's id once, from the worker it went to (worker k: envs 2k, 2k+1)
+    assert sorted(taken) == sorted((first // 2, req_id) for req_id, first, *_ in steps)
 
 
 async def test_an_env_whose_row_is_in_stays_claimed_until_its_call_returns(tmp_path: Path) -> None:
@@ -330,7 +331,8 @@ def test_a_worker_with_the_done_pipe_writes_its_dones_there_and_its_own_pipe_onc
         with worker_with_envs(2, slab=True, done=(write, 3, 777)) as (worker, _):
             for t in range(3):
                 assert _answer(worker, lane.step(50 + t, 0, 2)) == []  # nothing on its own pipe
-            assert lane.read_records(os.read(read, 4096), [0, 0, 0, 777]) == ([(3, 50), (3, 51), (3, 52)], [], 72, 0)
+            got = lane.read_records(os.read(read, 4096), [0, 0, 0, 777])
+            assert got == ([(3, 50), (3, 51), (3, 52)], [], [], 72, 0)
             os.close(read)
             reply = _answer(worker, lane.step(60, 0, 2))  # the pool's end is gone: its own pipe carries it
             assert [bytes(f) for f in reply] == [lane.done(60)]

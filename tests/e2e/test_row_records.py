@@ -38,9 +38,11 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
     taken: list[tuple[int, int, int]] = []
     read_records = lane.read_records
 
-    def counting(data: bytes, tokens: list[int]) -> tuple[list[tuple[int, int]], list[tuple[int, int, int]], int, int]:
+    def counting(
+        data: bytes, tokens: list[int]
+    ) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int, int]], int, int]:
         got = read_records(data, tokens)
-        taken.extend(got[1])
+        taken.extend(got[2])
         return got
 
     monkeypatch.setattr(lane, "read_records", counting)

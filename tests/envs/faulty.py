@@ -275,14 +275,15 @@ class _CountingEnv(gym.Env):
 class PipeVandalEnv(_CountingEnv):
     """Obs ``[t]``; action 1 writes garbage into the worker's pipe (``python -m workers --fd N``) first,
     action 2 shuts the pipe down and hangs (a worker alive but deaf); action 3 writes a lane message that answers
-    nothing (a lane step, :mod:`aioenv.wire.lane`), action 4 a lane DONE for a request no one sent. Actions 1 and
-    3 return an info, so that the step's reply follows the vandalism on the same pipe (a reply with nothing to
+    nothing (a lane step, :mod:`aioenv.wire.lane`), action 4 a lane DONE for a request no one sent, action 7 a lane
+    DONE that says its infos are in the slab's info area (:mod:`aioenv.transport.slab_infos`). Actions 1, 3 and 7
+    return an info, so that the step's reply follows the vandalism on the same pipe (a reply with nothing to
     say goes on the pool's done pipe, which keeps no order with the worker's own).
 
     On the pool's done pipe (``--done D``): action 5 writes garbage, action 6 a record for every lane message of
     every worker that may be out (ids ``1 .. 2,000``, slots 0 to 3) with a token it made up."""
 
-    action_space = spaces.Discrete(7)
+    action_space = spaces.Discrete(8)
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         import socket
@@ -294,11 +295,11 @@ class PipeVandalEnv(_CountingEnv):
         elif int(action) == 2:
             socket.socket(fileno=os.dup(fd)).shutdown(socket.SHUT_RDWR)
             time.sleep(120)
-        elif int(action) in (3, 4):
+        elif int(action) in (3, 4, 7):
             from aioenv.transport.pipe import framed
             from aioenv.wire import lane
 
-            frame = lane.step(1, 0, 1) if int(action) == 3 else lane.done(2**62)
+            frame = {3: lane.step(1, 0, 1), 4: lane.done(2**62), 7: lane.done(2**62, infos=True)}[int(action)]
             os.write(fd, b"".join(framed([frame])[0]))
         elif int(action) in (5, 6):
             from aioenv.wire import lane
@@ -311,7 +312,7 @@ class PipeVandalEnv(_CountingEnv):
                 for at in range(0, len(forged), 100):
                     os.write(done, b"".join(forged[at : at + 100]))
         self.t += 1
-        info = {"vandal": int(action)} if int(action) in (1, 3) else {}
+        info = {"vandal": int(action)} if int(action) in (1, 3, 7) else {}
         return np.array([self.t], dtype=np.float32), 0.0, False, False, info
 
 

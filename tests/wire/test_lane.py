@@ -18,39 +18,42 @@ ids = st.integers(0, 2**63 - 1)
 envs = st.integers(0, 2**32 - 1)
 
 
-@given(ids, envs, envs, st.booleans(), st.booleans())
+@given(ids, envs, envs, st.booleans(), st.booleans(), st.booleans())
 def test_a_step_reads_back_as_it_was_written(
-    req_id: int, first: int, count: int, info_list: bool, finals: bool
+    req_id: int, first: int, count: int, info_list: bool, finals: bool, infos: bool
 ) -> None:
-    frame = lane.step(req_id, first, count, info_list, finals)
+    frame = lane.step(req_id, first, count, info_list, finals, infos)
     assert len(frame) == lane.STEP.size
     assert lane.is_lane(frame)
-    assert lane.read_step(frame) == (req_id, first, count, info_list, finals)
+    assert lane.read_step(frame) == (req_id, first, count, info_list, finals, infos)
     assert lane.read_done(frame) is None  # a step is no reply
 
 
-@given(ids, envs, envs, st.booleans(), st.booleans())
+@given(ids, envs, envs, st.booleans(), st.booleans(), st.booleans())
 def test_a_framed_step_is_what_a_pipe_makes_of_the_step(
-    req_id: int, first: int, count: int, info_list: bool, finals: bool
+    req_id: int, first: int, count: int, info_list: bool, finals: bool, infos: bool
 ) -> None:
-    frame = lane.step(req_id, first, count, info_list, finals)
-    assert lane.framed_step(req_id, first, count, info_list, finals) == b"".join(framed([frame])[0])
+    frame = lane.step(req_id, first, count, info_list, finals, infos)
+    assert lane.framed_step(req_id, first, count, info_list, finals, infos) == b"".join(framed([frame])[0])
     reader = FrameReader()
-    data = lane.framed_step(req_id, first, count, info_list, finals)
+    data = lane.framed_step(req_id, first, count, info_list, finals, infos)
     reader.buffer()[: len(data)] = data
     [[got]] = reader.advance(len(data))
-    assert lane.read_step(got) == (req_id, first, count, info_list, finals)
+    assert lane.read_step(got) == (req_id, first, count, info_list, finals, infos)
 
 
-@given(ids)
-def test_a_done_reads_back_framed_or_not(req_id: int) -> None:
-    frame = lane.done(req_id)
+@given(ids, st.booleans())
+def test_a_done_reads_back_framed_or_not(req_id: int, infos: bool) -> None:
+    frame = lane.done(req_id, infos)
     assert lane.is_lane(frame)
-    assert lane.read_done(frame) == req_id
+    assert lane.read_done(frame) == (req_id, infos)
     data = b"".join(framed([frame])[0])
     assert len(data) == lane.FRAMED_DONE_SIZE
-    assert lane.read_framed_done(memoryview(data)) == req_id
-    assert lane.read_framed_done(memoryview(data + b"more bytes after it")) == req_id  # reads its own bytes only
+    # each reader takes its own kind only: a DONE with its infos in the info area is no plain DONE, nor the reverse
+    plain, with_infos = (None, req_id) if infos else (req_id, None)
+    for more in (b"", b"more bytes after it"):  # reads its own bytes only
+        assert lane.read_framed_done(memoryview(data + more)) == plain
+        assert lane.read_framed_done_infos(memoryview(data + more)) == with_infos
 
 
 def test_what_is_no_done_reads_as_none() -> None:
@@ -65,6 +68,7 @@ def test_what_is_no_done_reads_as_none() -> None:
     ]
     for data in others:
         assert lane.read_framed_done(memoryview(data)) is None, data
+        assert lane.read_framed_done_infos(memoryview(data)) is None, data
     assert lane.read_done(header) is None
 
 
@@ -102,7 +106,8 @@ TOKENS = [0x1D2C3B4A59687706, 0, 0x0F1E2D3C4B5A6978]  # slot 1 has no worker tha
         st.tuples(
             st.sampled_from([0, 2]),
             st.integers(1, 2**64 - 1),
-            st.none() | st.integers(0, lane.ROW_RECORD_ROWS - 1),  # None: a DONE, else a row record of that row
+            # None: a DONE, -1: a DONE with its infos in the info area, else a row record of that row
+            st.none() | st.just(-1) | st.integers(0, lane.ROW_RECORD_ROWS - 1),
             st.binary(max_size=30),
         ),
         max_size=12,
@@ -113,23 +118,30 @@ def test_records_are_read_whole_across_reads_and_garbage_between_them_is_skipped
     written: list[tuple[int, int, int | None, bytes]], cut: int
 ) -> None:
     stream = b"".join(
-        (lane.record(slot, TOKENS[slot], req_id) if row is None else lane.row_record(slot, TOKENS[slot], req_id, row))
+        (
+            lane.record(slot, TOKENS[slot], req_id, infos=row == -1)
+            if row is None or row == -1
+            else lane.row_record(slot, TOKENS[slot], req_id, row)
+        )
         + junk
         for slot, req_id, row, junk in written
     )
     got: list[tuple[int, int]] = []
+    got_infos: list[tuple[int, int]] = []
     got_rows: list[tuple[int, int, int]] = []
     skipped = 0
     rest = b""
     for at in range(0, len(stream) + 1, cut):  # what reads of ``cut`` bytes bring, each after what the last left
-        records, rows, used, skip = lane.read_records(rest + stream[at : at + cut], TOKENS)
+        records, with_infos, rows, used, skip = lane.read_records(rest + stream[at : at + cut], TOKENS)
         got += records
+        got_infos += with_infos
         got_rows += rows
         skipped += skip
         rest = (rest + stream[at : at + cut])[used:]
         assert len(rest) < lane.RECORD.size
     assert got == [(slot, req_id) for slot, req_id, row, _ in written if row is None]
-    assert got_rows == [(slot, req_id, row) for slot, req_id, row, _ in written if row is not None]
+    assert got_infos == [(slot, req_id) for slot, req_id, row, _ in written if row == -1]
+    assert got_rows == [(slot, req_id, row) for slot, req_id, row, _ in written if row is not None and row >= 0]
     assert skipped + len(rest) == sum(len(junk) for *_, junk in written)
 
 
@@ -140,10 +152,13 @@ def test_a_record_with_a_token_not_its_slots_is_no_record() -> None:
             lane.record(1, 0, 6),  # a slot with no worker that may write: no token is its
             lane.record(3, 1, 7),  # no such slot
             lane.row_record(0, TOKENS[2], 9, 1),  # a row record with another slot's token
-            lane.RECORD.pack(lane.MARK, ord("R"), 1, 2, TOKENS[2], 4),  # a DONE with flags it does not have
+            lane.RECORD.pack(lane.MARK, ord("R"), 2, 2, TOKENS[2], 4),  # a DONE with flags it does not have
+            lane.record(0, TOKENS[2], 11, infos=True),  # a DONE with infos, another slot's token
             lane.RECORD.pack(lane.MARK, ord("X"), 0, 2, TOKENS[2], 4),  # no kind of record
             lane.record(2, TOKENS[2], 8),
+            lane.record(2, TOKENS[2], 12, infos=True),
             lane.row_record(2, TOKENS[2], 10, 3),
         ]
     )
-    assert lane.read_records(stream, TOKENS) == ([(2, 8)], [(2, 10, 3)], len(stream), 6 * lane.RECORD.size)
+    got = lane.read_records(stream, TOKENS)
+    assert got == ([(2, 8)], [(2, 12)], [(2, 10, 3)], len(stream), 7 * lane.RECORD.size)

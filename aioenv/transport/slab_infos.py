@@ -1,0 +1,229 @@
+"""Infos in the shared rows: the numeric info columns of envs that return the same keys every step.
+
+MuJoCo's envs, Atari's and most others return an info dict on every step, whose values are numbers or small
+arrays under the same keys (Ant-v5: nine floats). A worker answering a lane step (:mod:`aioenv.wire.lane`) with such
+infos sent them in a RESULT: batched column by column, encoded as msgpack with an array frame per key, decoded by the
+pool and merged once per batch. That message was most of what the pool's process spent on a worker's reply: for 32
+Ant-v5 on 16 workers, 70 µs a message against 24-33 with the infos dropped, where the floor's lean pool spends
+~16 (docs/performance.md, "Envs with infos in the shared rows").
+
+So the infos go where the rows go. Once a lane reply shows the keys (its batched info, every key a typed column:
+a number or a numeric array per env), the pool grows its slab's file by an *info area* laid out by :func:`plan`:
+for every key, a column of ``(num_envs, *shape)`` of the dtype gymnasium's vector envs would give it, and a mask
+``(num_envs,)`` bool of which envs have the key (gymnasium's ``_key``). It sends every worker the slab's layout
+again (a SLAB message); a re-made worker gets it with its MAKE. From then on a lane step may say that the area may
+hold its infos (:data:`aioenv.wire.lane.INFOS`): a worker whose envs' infos all fit (:meth:`InfoArea.write`: every
+key one of the area's, every value of exactly the type that makes its column's dtype) writes them to its rows of the
+area and answers with a DONE that says so. Anything else (a key the area lacks, a string, a nested dict, an int
+where the column holds floats) goes in a RESULT as before, with the same result: the area only moves what the
+RESULT would have said.
+
+Why the result is gymnasium's own: gymnasium's ``_add_info`` gives a key the dtype of the first env's value
+(``type(value)``: a Python float makes a float64 column, an np.float32 a float32 one, an ndarray its own dtype and
+shape) and zeros where an env lacks the key. A worker writes a value only when its own dtype is the column's, and
+zeros and a False mask where an env lacks the key, so every row of a batch read from the area holds what
+``_add_info`` would have put there, and a key that no row of the batch has is left out (:meth:`InfoArea.batch`).
+
+Why the rows are not overwritten while someone reads them: as for the slab's other rows, an env has one request in
+flight, and its rows (the area's too) are copied by whoever takes them before the env is freed.
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = ["MAX_AREA_BYTES", "MAX_KEYS", "InfoArea", "InfoColumn", "plan"]
+
+#: The most keys an info area holds (infos with more keep their RESULTs).
+MAX_KEYS = 128
+#: The most bytes an info area may take (every env's row of every column and mask); bigger infos keep their RESULTs.
+MAX_AREA_BYTES = 64 << 20
+
+_ALIGN = 64
+#: The masks' key of a column: gymnasium's ``_key``.
+_MASK = "_"
+#: Key of batched infos' list of Python-scalar columns (see :func:`aioenv.wire.infos.batch_infos`): not a column.
+_PY = "_aioenv_python_scalars"
+
+
+def _scalar_type(dtype: np.dtype[Any], python: bool) -> type | None:
+    """The one value type a scalar column of ``dtype`` takes: the Python type that makes that dtype (``python``:
+    ``float`` float64, ``int`` the platform's int64, ``bool`` bool) or else the dtype's numpy scalar type (None for
+    bool: gymnasium makes an object column of ``np.bool_`` values, so no bool column comes from them)."""
+    if python:
+        for kind in (bool, int, float):
+            if np.dtype(kind) == dtype:
+                return kind
+        return None
+    return None if dtype == np.dtype(np.bool_) else dtype.type
+
+
+class InfoColumn(NamedTuple):
+    """One key of an info area: its values ``(num_envs, *shape)`` and mask ``(num_envs,)`` bool in shared memory, and
+    what a value must be to go there: ``scalar``, the one type of a column of scalars (a Python or a numpy scalar
+    type, never both: an object column elsewhere in the batch keeps each value's own type), None for a column of
+    arrays (ndarrays of its dtype and row shape)."""
+
+    values: np.ndarray
+    mask: np.ndarray
+    scalar: type | None
+    python: bool
+
+    def fits(self, value: Any) -> bool:
+        """Whether ``value`` is of exactly the type and shape this column holds."""
+        kind = type(value)
+        if self.scalar is not None:
+            return kind is self.scalar
+        values = self.values
+        return kind is np.ndarray and value.dtype == values.dtype and value.shape == values.shape[1:]
+
+
+def plan(binfo: dict[str, Any], num_envs: int, at: int) -> dict[str, Any] | None:
+    """The layout of an info area for the keys of ``binfo`` (one lane reply's batched info, see
+    :func:`aioenv.wire.infos.batch_infos`), for ``num_envs`` envs, at byte ``at`` of the slab's file (a multiple of
+    the page size): ``{"at": at, "size": bytes, "cols": [[key, dtype str, row shape, offset, mask offset, python],
+    ...]}``, offsets within the area, ``python``: the column's values were Python scalars. None when some key is not
+    a typed column (a nested dict, strings, objects, ``final_obs``), or the area would exceed :data:`MAX_KEYS` or
+    :data:`MAX_AREA_BYTES`: those infos keep their RESULTs."""
+    keys = [key for key in binfo if key != _PY and not (type(key) is str and key[:1] == _MASK and key[1:] in binfo)]
+    python = binfo.get(_PY) or ()
+    if not keys or len(keys) > MAX_KEYS or at % mmap.PAGESIZE:
+        return None
+    cols: list[list[Any]] = []
+    offset = 0
+
+    def place(nbytes: int) -> int:
+        nonlocal offset
+        start = offset
+        offset += -(-nbytes // _ALIGN) * _ALIGN
+        return start
+
+    for key in keys:
+        column = binfo[key]
+        if type(key) is not str or key == "final_obs" or type(column) is not np.ndarray:
+            return None
+        if column.ndim == 0 or column.dtype.hasobject or column.dtype.kind not in "biufc":
+            return None
+        shape = list(column.shape[1:])
+        row = int(np.prod(shape, dtype=np.int64)) * column.dtype.itemsize
+        if row * num_envs > MAX_AREA_BYTES:
+            return None
+        scalar = column.ndim == 1
+        if scalar and _scalar_type(column.dtype, key in python) is None:
+            return None  # (0-d bool arrays: a column of them would take no scalar)
+        values = place(row * num_envs)
+        cols.append([key, column.dtype.str, shape, values, place(num_envs), scalar and key in python])
+    if offset > MAX_AREA_BYTES:
+        return None
+    return {"at": at, "size": max(offset, 1), "cols": cols}
+
+
+class InfoArea:
+    """The info area of a slab (see the module docstring), over ``buffer`` (the area's bytes) as ``layout`` (from
+    :func:`plan`) lays it out for ``num_envs`` envs.
+
+    Attributes:
+        columns: key -> :class:`InfoColumn`, in the order of the reply that planned the area.
+
+    Raises:
+        ValueError: ``layout`` is malformed or does not fit ``buffer``.
+    """
+
+    def __init__(self, buffer: mmap.mmap, layout: dict[str, Any], num_envs: int) -> None:
+        size = len(buffer)
+        columns: dict[str, InfoColumn] = {}
+        for key, dtype_str, shape, values_at, mask_at, python in layout["cols"]:
+            dtype = np.dtype(dtype_str)
+            if dtype.hasobject or type(key) is not str:
+                raise ValueError(f"an info column {key!r} of dtype {dtype} cannot lie in shared memory")
+            rows = (num_envs, *(int(d) for d in shape))
+            count = int(np.prod(rows, dtype=np.int64))
+            if values_at < 0 or mask_at < 0 or values_at + count * dtype.itemsize > size or mask_at + num_envs > size:
+                raise ValueError(f"the info column {key!r} lies beyond the area's {size} bytes")
+            values = np.frombuffer(buffer, dtype, count, int(values_at)).reshape(rows)
+            mask = np.frombuffer(buffer, np.bool_, num_envs, int(mask_at))
+            scalar = _scalar_type(dtype, bool(python)) if values.ndim == 1 else None
+            if values.ndim == 1 and scalar is None:
+                raise ValueError(f"the info column {key!r} of {dtype} takes no scalar")
+            columns[key] = InfoColumn(values, mask, scalar, bool(python))
+        self.columns = columns
+
+    # ------------------------------------------------------------ a worker's side
+
+    def write(self, infos: Sequence[dict[str, Any] | None], at: slice) -> bool:
+        """Write the infos of the rows ``at`` (one per row, None: the env had none) to the area, when every key is
+        one of its columns and every value fits it (:meth:`InfoColumn.fits`); rows that lack a key get a zero and a
+        False mask, as gymnasium's batch has them. Returns whether it did (False: nothing is written that a reader
+        will see, and the infos go in a RESULT)."""
+        columns = self.columns
+        full = True
+        for info in infos:
+            if not info:
+                full = False
+                continue
+            if len(info) != len(columns):
+                full = False
+            for key, value in info.items():
+                column = columns.get(key) if type(key) is str else None
+                if column is None or not column.fits(value):
+                    return False
+        try:
+            if full:  # every row has every key (the area's keys, each once): a column a key
+                for key, column in columns.items():
+                    column.values[at] = [info[key] for info in infos]  # type: ignore[index]
+                    column.mask[at] = True
+                return True
+            for key, column in columns.items():
+                rows = [i for i, info in enumerate(infos) if info and key in info]
+                values, mask = column.values[at], column.mask[at]
+                values[...] = 0
+                mask[...] = False
+                if rows:
+                    values[rows] = [infos[i][key] for i in rows]  # type: ignore[index]
+                    mask[rows] = True
+        except (OverflowError, ValueError, TypeError):  # an int beyond the column's range: the RESULT carries it
+            return False
+        return True
+
+    # ------------------------------------------------------------ the pool's side
+
+    def batch(self, rows: slice | np.ndarray) -> dict[str, Any]:
+        """The infos of ``rows`` (a slice, or ``(B,)`` intp env ids), in the batch's row order, as gymnasium's vector
+        envs batch them: every key some row has, its values ``(B, *shape)`` and its mask ``_key`` ``(B,)`` bool (all
+        copies). Read before the rows' envs are freed."""
+        out: dict[str, Any] = {}
+        for key, column in self.columns.items():
+            if type(rows) is slice:  # views: copied
+                mask = column.mask[rows]
+                if mask.any():
+                    out[key] = column.values[rows].copy()
+                    out[_MASK + key] = mask.copy()
+            else:  # (take: copies already)
+                assert isinstance(rows, np.ndarray)
+                mask = column.mask.take(rows)
+                if mask.any():
+                    out[key] = column.values.take(rows, 0)
+                    out[_MASK + key] = mask
+        return out
+
+    def binfo(self, rows: slice | np.ndarray) -> dict[str, Any]:
+        """:meth:`batch` as a worker's batched info (:func:`aioenv.wire.infos.batch_infos`): a key every row has
+        comes without a mask, and the columns of Python scalars are named, for :func:`aioenv.wire.infos.merge_infos`
+        to merge with other replies' infos (an object column there holds each row's value as the env gave it)."""
+        out = self.batch(rows)
+        python = []
+        for key, column in self.columns.items():
+            mask = out.get(_MASK + key)
+            if mask is None:
+                continue
+            if mask.all():
+                del out[_MASK + key]
+            if column.python:
+                python.append(key)
+        if python:
+            out[_PY] = python
+        return out
