@@ -1008,9 +1008,7 @@ class Coordinator(Recovery, Requests):
         (:mod:`aioenv.transport.slab_infos`)."""
         slots = self.slots
         if area:  # (a worker's same reply twice in one read: its rows' infos are kept once, the second is dropped)
-            replies = [reply for reply in dict.fromkeys(replies) if self._keep_area(reply)]
-            if not replies:
-                return
+            replies = self._keep_areas(list(dict.fromkeys(replies)))
         closed, each, rest = self.sched.lanes_done(replies)
         for index, req_id in rest:
             slot = slots[index]
@@ -1111,24 +1109,29 @@ class Coordinator(Recovery, Requests):
             env_ids += range(first, first + call.counts[k])
         sink.deliver_shared(slab, env_ids, binfo, area)
 
-    def _keep_area(self, reply: tuple[int, int]) -> bool:
-        """A DONE ``(slot index, request id)`` that says its rows' infos are in the info area: a lock-step call's
-        :class:`Gather` is told where they lie (:meth:`Gather.keep_area`) before the reply is ticked off (a ``recv()``
-        queue's rows are queued with them, a request's by :meth:`_on_done`). False, and the worker replaced, when the
-        pool has no info area for a worker to have written."""
-        index, req_id = reply
+    def _keep_areas(self, replies: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """DONEs ``(slot index, request id)`` that say their rows' infos are in the info area: a lock-step call's
+        :class:`Gather` is told which runs of it lie there (:meth:`Gather.keep_area`) before the replies are ticked
+        off (a ``recv()`` queue's rows are queued with them, a request's by :meth:`_on_done`). Returns them; none,
+        and each worker that sent one replaced, when the pool has no info area for a worker to have written."""
         slab = self.slab
-        if slab is None or slab.info is None:
+        area = None if slab is None else slab.info
+        if area is None:
             why = "its infos in the shared rows, where this pool has no info area"
-            self._on_malformed(self.slots[index], ProtocolError(f"worker {self.slots[index].name} answered with {why}"))
-            return False
-        call = self.sched.lanes.get(req_id)
-        if call is not None:
-            k = req_id - call.base
-            sink = call.sink
-            if call.workers[k] == index and isinstance(sink, Gather):  # (another worker's: refused by lanes_done)
-                sink.keep_area(slab.info, call.firsts[k], call.run(k))
-        return True
+            for index in dict.fromkeys(index for index, _ in replies):
+                self._on_malformed(
+                    self.slots[index], ProtocolError(f"worker {self.slots[index].name} answered with {why}")
+                )
+            return []
+        lanes = self.sched.lanes
+        for index, req_id in replies:
+            call = lanes.get(req_id)
+            if call is not None:
+                k = req_id - call.base
+                sink = call.sink
+                if call.workers[k] == index and type(sink) is Gather:  # (another worker's: refused by lanes_done)
+                    sink.keep_area(area, call.firsts[k], call.counts[k])  # (a lane Gather's positions: its env ids)
+        return replies
 
     def _on_done(self, slot: Slot, req_id: int, area: bool = False) -> None:
         """A lane step's reply (:mod:`aioenv.wire.lane`) from the worker the request ``req_id`` went to (or an id no
@@ -1157,7 +1160,7 @@ class Coordinator(Recovery, Requests):
                 assert req.positions is not None, "a step has positions"
                 if area:
                     assert slab.info is not None
-                    sink.keep_area(slab.info, first, req.positions)
+                    sink.keep_area(slab.info, first, req.env_ids.size, req.positions)
                 sink.take_shared(slab, first, req.positions, self.sched.release)
             elif held and isinstance(sink, RecvQueue):
                 sink.deliver_shared(slab, list(range(first, first + req.env_ids.size)), area=area)

@@ -240,8 +240,9 @@ class Gather:
         self._base = 0  # the call's first env id (its envs' rows are base, base + 1, ... when it is one run)
         self._aligned = True  # every run so far stands at the positions of a call of one run of envs
         self._in_slab = 0  # rows of those runs
-        # Runs whose infos lie in the slab's info area (see keep_area): (first env, positions), read with the rows.
-        self._areas: list[tuple[int, np.ndarray]] = []
+        # Runs whose infos lie in the slab's info area (see keep_area): (first env, count, positions or None), read
+        # with the rows.
+        self._areas: list[tuple[int, int, np.ndarray | None]] = []
         self._area: InfoArea | None = None
         self._area_rows = 0
 
@@ -315,14 +316,14 @@ class Gather:
         call's rows are taken (:meth:`take_every_shared`, or :meth:`take_shared` after a spill)."""
         self._infos.append((binfo, positions))
 
-    def keep_area(self, area: InfoArea, first: int, positions: np.ndarray) -> None:
-        """The infos of the rows ``first .. first + k - 1`` (k = ``positions.size``) lie in the slab's info area
-        ``area`` (a lane DONE that says so, :mod:`aioenv.transport.slab_infos`), the rows standing at ``positions`` of
-        the call: read when the call's rows are taken, before their envs are freed (in one read per key when every
-        row of a lock-step call's is there, :meth:`take_every_shared`)."""
+    def keep_area(self, area: InfoArea, first: int, count: int, positions: np.ndarray | None = None) -> None:
+        """The infos of the rows ``first .. first + count - 1`` lie in the slab's info area ``area`` (a lane DONE that
+        says so, :mod:`aioenv.transport.slab_infos`), the rows standing at ``positions`` of the call (None: at their
+        env ids, a lane call's of every env): read when the call's rows are taken, before their envs are freed (in one
+        read per key when every row of a lock-step call's is there, :meth:`take_every_shared`)."""
         self._area = area
-        self._areas.append((first, positions))
-        self._area_rows += positions.size
+        self._areas.append((first, count, positions))
+        self._area_rows += count
 
     def _take_areas(self) -> None:
         """The infos :meth:`keep_area` left in the info area, read into the call's infos (each run's a batched info,
@@ -332,10 +333,10 @@ class Gather:
             return
         self._areas = []
         self._area_rows = 0
-        for first, positions in areas:
-            binfo = area.binfo(slice(first, first + positions.size))
+        for first, count, positions in areas:
+            binfo = area.binfo(slice(first, first + count))
             if binfo:
-                self._infos.append((binfo, positions))
+                self._infos.append((binfo, np.arange(first, first + count) if positions is None else positions))
 
     def take_every_shared(self, slab: Slab, release: Callable[[np.ndarray], None]) -> None:
         """Every row of the call at once: a lock-step step of every env (the call's envs are ``0 .. B - 1``, in
