@@ -171,8 +171,8 @@ class Coordinator(Recovery, Requests):
         #: The shared rows of this pool's local worker processes (None: arrays travel in the messages).
         self.slab: Slab | None = None
         self._slab_fd: int | None = None
-        #: Whether the slab's info area was planned (or found impossible) already: once per pool.
-        self._info_area_tried = False
+        #: Lane replies with infos still to look at for an info area's keys (see _plan_info_area); 0: none.
+        self._info_area_tries = _INFO_AREA_TRIES
         #: A lane step's reply, read by a local worker's pipe before any parsing (see aioenv.wire.lane).
         self._quick: Quick = (lane.FRAMED_DONE_SIZE, self._on_quick)
         self._adopt = adopt[0] if adopt is not None else None
@@ -728,8 +728,11 @@ class Coordinator(Recovery, Requests):
 
     def _plan_info_area(self, binfo: dict[str, Any]) -> None:
         """Add an info area to the slab for the keys of ``binfo`` (a lane reply's batched info), and have every worker
-        map it (:mod:`aioenv.transport.slab_infos`): once per pool; nothing when its keys cannot all be columns."""
-        self._info_area_tried = True
+        map it (:mod:`aioenv.transport.slab_infos`): once per pool. Infos whose keys cannot all be columns make none;
+        the next reply's are looked at, up to :data:`_INFO_AREA_TRIES` replies (an env whose first step said
+        something of another kind, an episode's statistics, still gets one; one whose infos never fit stops
+        costing the look)."""
+        self._info_area_tries -= 1
         slab, fd = self.slab, self._slab_fd
         if slab is None or fd is None:
             return
@@ -737,6 +740,7 @@ class Coordinator(Recovery, Requests):
         if area is None:
             log.debug("the envs' infos keep their messages: some key is no numeric column")
             return
+        self._info_area_tries = 0
         try:
             slab.add_infos(fd, area)
         except (OSError, ValueError) as exc:  # (no room for the file to grow: the infos keep their messages)
@@ -964,7 +968,7 @@ class Coordinator(Recovery, Requests):
             return False
         if type(binfo) is not dict:
             return False
-        if not self._info_area_tried:  # the envs' infos: the next calls' may lie in the shared rows
+        if self._info_area_tries:  # the envs' infos: the next calls' may lie in the shared rows
             self._plan_info_area(binfo)
         if isinstance(sink, Gather):
             sink.keep_info(binfo, call.run(k))
@@ -1563,6 +1567,8 @@ def _local_step(fields: dict[str, Any], arrays: list[np.ndarray], trusted: bool)
 #: that no call waits for it (a ``SyncPool``'s calls in the caller's thread hand the loop back while replies are due).
 #: A worker that cannot map the area answers with an ERROR, logged, and its infos go in RESULTs, losing nothing.
 _INFO_AREA_ID = -1
+#: How many lane replies with infos a pool looks at for an info area's keys before it gives up.
+_INFO_AREA_TRIES = 8
 
 
 def _setup_future(req: Request) -> SetupFuture | None:

@@ -8,7 +8,8 @@ Ant-v5 on 16 workers, 70 µs a message against 24-33 with the infos dropped, whe
 ~16 (docs/performance.md, "Envs with infos in the shared rows").
 
 So the infos go where the rows go. Once a lane reply shows the keys (its batched info, every key a typed column:
-a number or a numeric array per env), the pool grows its slab's file by an *info area* laid out by :func:`plan`:
+a number or a numeric array per env; the pool looks at a few replies for one, ``Coordinator._plan_info_area``),
+the pool grows its slab's file by an *info area* laid out by :func:`plan`:
 for every key, a column of ``(num_envs, *shape)`` of the dtype gymnasium's vector envs would give it, and a mask
 ``(num_envs,)`` bool of which envs have the key (gymnasium's ``_key``). It sends every worker the slab's layout
 again (a SLAB message); a re-made worker gets it with its MAKE. From then on a lane step may say that the area may

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import aioenv
+import aioenv.core.coordinator as coordinator_module
 from aioenv.errors import EnvRemade, WorkerCrashed
 from aioenv.wire import lane
 from aioenv.wire.protocol import Key, Op, encode
@@ -270,3 +271,40 @@ async def test_a_done_with_infos_said_twice_keeps_its_rows_infos_once(monkeypatc
         *_, info = await asyncio.wait_for(step, HANG)
         assert info["_x"].tolist() == [False, False, True, True]
         assert info["x"][:2].tolist() == [0.0, 0.0]
+
+
+async def test_an_area_is_planned_from_a_later_reply_when_the_first_ones_do_not_fit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Infos that are no numeric columns (a string) make no area, and the pool looks again at the next replies:
+    an env whose first steps said something else still gets one; one whose infos never fit stops being looked at."""
+    looked: list[int] = []
+    plan = coordinator_module.plan_info_area
+
+    def counting(*args: Any) -> Any:
+        looked.append(1)
+        return plan(*args)
+
+    monkeypatch.setattr(coordinator_module, "plan_info_area", counting)
+    n = 4
+    ref = gym.vector.SyncVectorEnv([ColumnsEnv] * n)
+    async with aioenv.Pool(COLUMNS, n, num_workers=2, executor="inline") as pool:
+        await asyncio.wait_for(pool.reset(seed=0), HANG)
+        ref.reset(seed=0)
+        coord: Any = pool._runner
+        for t in range(6):
+            actions = np.full(n, 3 if t < 2 else 0)  # a string among the infos, then numbers only
+            got = await asyncio.wait_for(pool.step(actions), HANG)
+            want = ref.step(actions)
+            got[4].pop("env_id")
+            assert_same(got[4], want[4])
+            assert (coord.slab.info is None) == (t < 2)
+    ref.close()
+    assert len(looked) == 5  # two steps of two workers' strings, then the first reply of numbers
+    looked.clear()
+    async with aioenv.Pool(COLUMNS, n, num_workers=2, executor="inline") as pool:
+        await asyncio.wait_for(pool.reset(seed=0), HANG)
+        for _ in range(10):
+            await asyncio.wait_for(pool.step(np.full(n, 3)), HANG)
+        assert pool._runner.slab.info is None  # type: ignore[union-attr]
+    assert len(looked) == 8
