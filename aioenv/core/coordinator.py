@@ -1145,31 +1145,36 @@ class Coordinator(Recovery, Requests):
         if req is None or req.kind != "step" or slab is None:
             req = self.sched.finish(req_id)
             if req is not None:  # not a step over shared rows: nothing of it is in the slab
-                err = ProtocolError(f"worker {slot.name} answered a {req.kind} as a step over shared rows")
-                log.error("%s", err)
-                self._deliver_part(req, Part.failed(req.env_ids, lambda e: _with_env(err, e)), req.positions)
+                self._fail_answered(req, f"worker {slot.name} answered a {req.kind} as a step over shared rows")
         else:
             # The rows stay in the slab, their envs claimed, until their sink copies them: a lock-step call's once its
             # last row is in, recv()'s queue when recv() takes them (as a lane call's, see _queue_lane_rows).
             sink, first = req.sink, int(req.env_ids[0])
             held = isinstance(sink, (Gather, RecvQueue)) and self.truncation is None
-            if area and (not held or slab.info is None):  # no sink of this request reads the info area
+            info = slab.info if area else None
+            if area and (not held or info is None):  # no sink of this request reads the info area
                 self.sched.finish(req_id)
-                err = ProtocolError(f"worker {slot.name} answered a step with its infos in the shared rows unasked")
-                log.error("%s", err)
-                self._deliver_part(req, Part.failed(req.env_ids, lambda e: _with_env(err, e)), req.positions)
+                self._fail_answered(
+                    req, f"worker {slot.name} answered a step with its infos in the shared rows unasked"
+                )
                 return
             self.sched.finish(req_id, keep_claim=held)
             if held and isinstance(sink, Gather):
                 assert req.positions is not None, "a step has positions"
-                if area:
-                    assert slab.info is not None
-                    sink.keep_area(slab.info, first, req.env_ids.size, req.positions)
+                if info is not None:
+                    sink.keep_area(info, first, req.env_ids.size, req.positions)
                 sink.take_shared(slab, first, req.positions, self.sched.release)
             elif held and isinstance(sink, RecvQueue):
                 sink.deliver_shared(slab, list(range(first, first + req.env_ids.size)), area=area)
             else:
                 self._deliver_result(req, _SHARED_DONE, [], slice(first, first + req.env_ids.size))
+
+    def _fail_answered(self, req: Request, message: str) -> None:
+        """Fail ``req`` (closed already), which its worker answered as it was not asked: a :class:`ProtocolError` with
+        ``message``, logged, for each of its envs."""
+        err = ProtocolError(message)
+        log.error("%s", err)
+        self._deliver_part(req, Part.failed(req.env_ids, lambda e: _with_env(err, e)), req.positions)
 
     # ------------------------------------------------------------ memory (see aioenv.core.memory)
 

@@ -719,7 +719,7 @@ class RecvQueue:
         shared: list[int] = []  # the env ids of every row taken from the shared rows
         infos: list[tuple[dict[str, Any], np.ndarray]] = []  # their batched infos, at their rows of the batch
         in_area: list[int] = []  # the env ids of rows whose infos are in the info area,
-        area_at: list[range] = []  # and their rows of the batch
+        area_at: list[int] = []  # and their rows of the batch
         taken = 0
         queued = self._items
         while queued and taken < max_rows:
@@ -734,7 +734,7 @@ class RecvQueue:
                     queued.popleft()
                 if type(piece) is _SharedArea:
                     in_area += piece
-                    area_at.append(range(taken, taken + len(piece)))
+                    area_at += range(taken, taken + len(piece))
                 shared += piece
                 items.append(piece)
                 taken += len(piece)
@@ -775,8 +775,7 @@ class RecvQueue:
                 if len(in_area) == taken and not segments:  # every row's infos in the area: one read per key
                     whole = area.batch(held)  # type: ignore[arg-type]
                 elif not segments:
-                    at = np.concatenate([np.arange(r.start, r.stop) for r in area_at])
-                    infos.append((area.binfo(np.array(in_area, np.intp)), at))
+                    infos.append((area.binfo(np.array(in_area, np.intp)), np.array(area_at, np.intp)))
             if held is None:
                 batch = self._assemble(segments, taken)
             elif not segments:

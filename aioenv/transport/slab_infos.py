@@ -197,18 +197,19 @@ class InfoArea:
         envs batch them: every key some row has, its values ``(B, *shape)`` and its mask ``_key`` ``(B,)`` bool (all
         copies). Read before the rows' envs are freed."""
         out: dict[str, Any] = {}
-        for key, column in self.columns.items():
-            if type(rows) is slice:  # views: copied
+        if type(rows) is slice:  # views: copied
+            for key, column in self.columns.items():
                 mask = column.mask[rows]
                 if mask.any():
                     out[key] = column.values[rows].copy()
                     out[_MASK + key] = mask.copy()
-            else:  # (take: copies already)
-                assert isinstance(rows, np.ndarray)
-                mask = column.mask.take(rows)
-                if mask.any():
-                    out[key] = column.values.take(rows, 0)
-                    out[_MASK + key] = mask
+            return out
+        assert isinstance(rows, np.ndarray)
+        for key, column in self.columns.items():  # (take: copies already)
+            mask = column.mask.take(rows)
+            if mask.any():
+                out[key] = column.values.take(rows, 0)
+                out[_MASK + key] = mask
         return out
 
     def binfo(self, rows: slice | np.ndarray) -> dict[str, Any]:

@@ -137,18 +137,21 @@ def read_framed_done(data: memoryview) -> int | None:
     a, b, c, req_id = _FRAMED_DONE_WORDS.unpack_from(data)
     if a == _DONE_A and b == _DONE_B and c == 0:
         return req_id  # type: ignore[no-any-return]
-    count, size, mark, kind, req_id = _FRAMED_DONE.unpack_from(data)  # padding that is not zero
-    if count != 1 or size != DONE.size or mark != MARK or kind != _D:
-        return None
-    return int(req_id)
+    return _framed_done_of(data, _D)  # (padding that is not zero)
 
 
 def read_framed_done_infos(data: memoryview) -> int | None:
     """:func:`read_framed_done` of a DONE whose infos are in the info area (kind ``"I"``), or None."""
     if len(data) < FRAMED_DONE_SIZE:
         return None
+    return _framed_done_of(data, _I)
+
+
+def _framed_done_of(data: memoryview, want: int) -> int | None:
+    """The request id of the framed DONE of kind ``want`` in the first :data:`FRAMED_DONE_SIZE` bytes of ``data``
+    (there are that many), read field by field, or None when they hold anything else."""
     count, size, mark, kind, req_id = _FRAMED_DONE.unpack_from(data)
-    if count != 1 or size != DONE.size or mark != MARK or kind != _I:
+    if count != 1 or size != DONE.size or mark != MARK or kind != want:
         return None
     return int(req_id)
 
