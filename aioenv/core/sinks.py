@@ -202,10 +202,39 @@ def _merged_infos(
     try:
         return merge_infos(kept, num_rows)
     except Exception as exc:  # what no env's infos make: any error of the merge says so
-        raise ProtocolError(
-            f"a worker's batched infos do not merge: {exc!r} (the envs' infos are ones gymnasium's vector envs cannot "
-            "batch either, or a worker sent malformed ones)"
-        ) from exc
+        raise _unmerged(exc) from exc
+
+
+def _unmerged(exc: Exception) -> ProtocolError:
+    """The error of a call whose workers' batched infos do not merge (``exc``: what the merge raised)."""
+    return ProtocolError(
+        f"a worker's batched infos do not merge: {exc!r} (the envs' infos are ones gymnasium's vector envs cannot "
+        "batch either, or a worker sent malformed ones)"
+    )
+
+
+def _joined_infos(infos: list[dict[str, Any] | None], sizes: list[int]) -> dict[str, Any]:
+    """Batched infos of consecutive runs of rows (``sizes[i]`` rows each; None: none) joined, as
+    :func:`aioenv.wire.infos.concat_infos` joins them; ones that do not join (a worker's are a peer's) raise
+    :class:`ProtocolError`, as :func:`_merged_infos` does."""
+    try:
+        return concat_infos(infos, sizes)
+    except Exception as exc:  # what no env's infos make: any error of the join says so
+        raise _unmerged(exc) from exc
+
+
+def _with_finals(binfo: dict[str, Any] | None, finals: dict[str, Any] | None, num_rows: int) -> dict[str, Any] | None:
+    """The batched info of ``num_rows`` rows (``binfo``: a worker's, or the info area's, as
+    :func:`aioenv.wire.infos.batch_infos` makes them) with the final observations' columns ``finals`` of the same rows,
+    still a batched info: the Python-scalar columns stay named, so that joined with other rows' infos later
+    (:func:`aioenv.wire.infos.concat_infos`) a key's values are gymnasium's, whichever rows come first. The keys side
+    by side (a worker whose ended envs' final observations are in the slab says nothing else of those envs: they
+    share none); merged where they do."""
+    if finals is None or not binfo:
+        return binfo or finals
+    if binfo.keys() & finals.keys():
+        return _merged_infos([(binfo, np.arange(num_rows))], finals, num_rows)
+    return {**binfo, **finals}
 
 
 def _put_final_dicts(infos: list[dict[str, Any]], finals: _Finals, positions: np.ndarray | None) -> None:
@@ -832,13 +861,11 @@ class RecvQueue:
         ids = np.array(item, np.intp)
         leaves, extras, binfo = self._copy_shared(ids)
         if type(item) is _SharedInfo:
-            binfo = _merged_infos([(item.binfo, np.arange(ids.size))], binfo, ids.size)
+            binfo = _with_finals(item.binfo, binfo, ids.size)
         elif type(item) is _SharedArea:
             area = self._slab.info if self._slab is not None else None
             assert area is not None, "rows queued with their infos in the info area"
-            own = area.binfo(ids)
-            if own:
-                binfo = _merged_infos([(own, np.arange(ids.size))], binfo, ids.size)
+            binfo = _with_finals(area.binfo(ids) or None, binfo, ids.size)
         return _Segment(Part(ids, leaves, extras, binfo=binfo), 0, ids.size, None)
 
     def _assemble(self, segments: list[_Segment], n: int) -> tuple[Any, ...]:
@@ -864,6 +891,6 @@ class RecvQueue:
         for s, c in zip(segments, cuts, strict=True):
             binfo = s.part.batched_info()
             infos.append(binfo if binfo is None or c is None else take_info(binfo, c))
-        info = concat_infos(infos, [s.stop - s.start for s in segments]) if any(infos) else {}
+        info = _joined_infos(infos, [s.stop - s.start for s in segments]) if any(infos) else {}
         info["env_id"] = ids
         return spaces.from_leaves(self._obs_space, leaves), rew, term, trunc, info

@@ -32,6 +32,8 @@ def _info(kind: str, env: int) -> dict[str, Any]:
         return {"t": env * 0.5, "n": env}
     if kind == "mixed":
         return {"t": env * 0.5} if env % 2 else {"name": f"env{env}", "n": np.int16(env)}
+    if kind == "odd":  # gymnasium makes an object column of np.bool_ values: other rows' Python floats stay floats
+        return {"t": np.bool_(env % 2)}
     return {}
 
 
@@ -44,7 +46,7 @@ def _parts(draw: st.DrawFn) -> list[tuple[list[int], str, set[int]]]:
     env = 0
     for _ in range(draw(st.integers(1, 8))):
         k = draw(st.integers(1, 4))
-        kind = draw(st.sampled_from(["none", "uniform", "mixed", "shared", "shared uniform", "shared mixed"]))
+        kind = draw(st.sampled_from(["none", "uniform", "mixed", "odd", "shared", "shared uniform", "shared mixed"]))
         failed = set() if kind.startswith("shared") else set(draw(st.lists(st.integers(0, k - 1), max_size=1)))
         out.append((list(range(env, env + k)), kind, failed))
         env += k
