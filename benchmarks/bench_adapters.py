@@ -1,6 +1,7 @@
 """Facade and adapter overhead, measured side by side in one run.
 
-On the same workload (CartPole-v1, n envs, random actions pre-sampled), env-steps/s of:
+On the same workload (CartPole-v1 unless ``--env-id`` says another, n envs, random actions pre-sampled), env-steps/s
+of:
 
 - ``aioenv.Pool.step`` (the async core, on uvloop) — the reference for the facade's cost; also with
   ``autoreset_mode="same_step"``, the autoreset SB3 needs (an episode's end resets in the same step and
@@ -13,7 +14,8 @@ On the same workload (CartPole-v1, n envs, random actions pre-sampled), env-step
   ``DummyVecEnv`` (cheap envs such as CartPole make them the ones to beat; the pools run such envs in the
   caller's process, and the sync facades then run each call in the caller's thread).
 
-Run: ``python benchmarks/bench_adapters.py [--num-envs 8 32] [--seconds 2] [--repeats 5] [--quick]``.
+Run: ``python benchmarks/bench_adapters.py [--env-id Ant-v5] [--num-envs 8 32] [--seconds 2] [--repeats 5] [--quick]``
+(an env whose infos are numbers every step, as MuJoCo's are, shows what the pools' info area saves the adapters).
 Ratios are medians over rounds of the ratio within a round (see :func:`run`).
 Writes ``benchmarks/results/adapters.json`` and ``adapters.md`` (or ``--out DIR``).
 """
@@ -21,6 +23,7 @@ Writes ``benchmarks/results/adapters.json`` and ``adapters.md`` (or ``--out DIR`
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import platform
 import statistics
@@ -44,9 +47,13 @@ import aioenv  # noqa: E402
 ENV_ID = "CartPole-v1"
 
 
-def _actions(n: int, count: int = 64) -> list[np.ndarray]:
-    rng = np.random.default_rng(0)
-    return [rng.integers(0, 2, size=n, dtype=np.int64) for _ in range(count)]
+def _actions(env_id: str, n: int, count: int = 64) -> list[np.ndarray]:
+    """``count`` batches of ``n`` random actions of ``env_id``'s action space (seeded)."""
+    env = gym.make(env_id)
+    space = env.action_space
+    env.close()
+    space.seed(0)
+    return [np.stack([np.asarray(space.sample()) for _ in range(n)]) for _ in range(count)]
 
 
 def _loop(step: Callable[[np.ndarray], Any], acts: list[np.ndarray], n: int, seconds: float) -> float:
@@ -60,12 +67,12 @@ def _loop(step: Callable[[np.ndarray], Any], acts: list[np.ndarray], n: int, sec
     return k * n / (time.perf_counter() - start)
 
 
-def bench_pool(n: int, seconds: float, autoreset_mode: str = "next_step") -> float:
+def bench_pool(env_id: str, n: int, seconds: float, autoreset_mode: str = "next_step") -> float:
     """The async core: ``await pool.step`` in a uvloop loop."""
-    acts = _actions(n)
+    acts = _actions(env_id, n)
 
     async def main() -> float:
-        async with aioenv.Pool(ENV_ID, n, autoreset_mode=autoreset_mode) as pool:
+        async with aioenv.Pool(env_id, n, autoreset_mode=autoreset_mode) as pool:
             await pool.reset(seed=0)
             for a in acts[:10]:
                 await pool.step(a)
@@ -79,68 +86,68 @@ def bench_pool(n: int, seconds: float, autoreset_mode: str = "next_step") -> flo
     return aioenv.run(main())
 
 
-def bench_syncpool(n: int, seconds: float) -> float:
+def bench_syncpool(env_id: str, n: int, seconds: float) -> float:
     """``aioenv.SyncPool.step`` (one private loop thread)."""
-    with aioenv.SyncPool(ENV_ID, n) as pool:
+    with aioenv.SyncPool(env_id, n) as pool:
         pool.reset(seed=0)
-        return _loop(pool.step, _actions(n), n, seconds)
+        return _loop(pool.step, _actions(env_id, n), n, seconds)
 
 
-def _vector_rate(env: Any, n: int, seconds: float, **reset: Any) -> float:
+def _vector_rate(env: Any, env_id: str, n: int, seconds: float, **reset: Any) -> float:
     """Env-steps/s of a vector env's lock-step ``step`` (gymnasium's ``reset(seed=...)`` or SB3's ``reset()``);
     closes it."""
     try:
         env.reset(**reset)
-        return _loop(env.step, _actions(n), n, seconds)
+        return _loop(env.step, _actions(env_id, n), n, seconds)
     finally:
         env.close()
 
 
-def _fns(n: int) -> list[Callable[[], gym.Env[Any, Any]]]:
-    return [lambda: gym.make(ENV_ID)] * n
+def _fns(env_id: str, n: int) -> list[Callable[[], gym.Env[Any, Any]]]:
+    return [functools.partial(gym.make, env_id)] * n
 
 
-def bench_aio_vector(n: int, seconds: float) -> float:
+def bench_aio_vector(env_id: str, n: int, seconds: float) -> float:
     """``aioenv.vector.AioVectorEnv.step`` (gymnasium drop-in)."""
     from aioenv.vector import AioVectorEnv
 
-    return _vector_rate(AioVectorEnv(_fns(n)), n, seconds, seed=0)
+    return _vector_rate(AioVectorEnv(_fns(env_id, n)), env_id, n, seconds, seed=0)
 
 
-def bench_async_vector(n: int, seconds: float) -> float:
+def bench_async_vector(env_id: str, n: int, seconds: float) -> float:
     """gymnasium's ``AsyncVectorEnv`` (the peer AioVectorEnv replaces)."""
-    return _vector_rate(gym.vector.AsyncVectorEnv(_fns(n)), n, seconds, seed=0)
+    return _vector_rate(gym.vector.AsyncVectorEnv(_fns(env_id, n)), env_id, n, seconds, seed=0)
 
 
-def bench_sync_vector(n: int, seconds: float) -> float:
+def bench_sync_vector(env_id: str, n: int, seconds: float) -> float:
     """gymnasium's ``SyncVectorEnv`` (every env stepped in the caller's thread, in turn)."""
-    return _vector_rate(gym.vector.SyncVectorEnv(_fns(n)), n, seconds, seed=0)
+    return _vector_rate(gym.vector.SyncVectorEnv(_fns(env_id, n)), env_id, n, seconds, seed=0)
 
 
-def bench_dummy(n: int, seconds: float) -> float:
+def bench_dummy(env_id: str, n: int, seconds: float) -> float:
     """SB3's ``DummyVecEnv`` (every env stepped in the caller's thread, in turn)."""
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    return _vector_rate(DummyVecEnv(_fns(n)), n, seconds)
+    return _vector_rate(DummyVecEnv(_fns(env_id, n)), env_id, n, seconds)
 
 
-def bench_aio_vecenv(n: int, seconds: float) -> float:
+def bench_aio_vecenv(env_id: str, n: int, seconds: float) -> float:
     """``aioenv.compat.sb3.AioVecEnv.step`` (SB3 drop-in)."""
     from aioenv.compat.sb3 import AioVecEnv
 
-    return _vector_rate(AioVecEnv(_fns(n)), n, seconds)
+    return _vector_rate(AioVecEnv(_fns(env_id, n)), env_id, n, seconds)
 
 
-def bench_subproc(n: int, seconds: float) -> float:
+def bench_subproc(env_id: str, n: int, seconds: float) -> float:
     """SB3's ``SubprocVecEnv`` (the peer AioVecEnv replaces)."""
     from stable_baselines3.common.vec_env import SubprocVecEnv
 
-    return _vector_rate(SubprocVecEnv(_fns(n)), n, seconds)
+    return _vector_rate(SubprocVecEnv(_fns(env_id, n)), env_id, n, seconds)
 
 
-CELLS: dict[str, Callable[[int, float], float]] = {
+CELLS: dict[str, Callable[[str, int, float], float]] = {
     "Pool.step (async core)": bench_pool,
-    "Pool.step (async core, same_step)": lambda n, seconds: bench_pool(n, seconds, "same_step"),
+    "Pool.step (async core, same_step)": functools.partial(bench_pool, autoreset_mode="same_step"),
     "SyncPool.step": bench_syncpool,
     "AioVectorEnv.step": bench_aio_vector,
     "AsyncVectorEnv.step": bench_async_vector,
@@ -165,7 +172,7 @@ RATIOS = {
 }
 
 
-def run(n: int, seconds: float, repeats: int) -> dict[str, Any]:
+def run(env_id: str, n: int, seconds: float, repeats: int) -> dict[str, Any]:
     """Run every cell once per round, ``repeats`` rounds, starting each round at the next cell (so no cell
     always runs first or after the same neighbour). Throughput: the median per cell. Ratios: the median
     over rounds of the ratio within a round (both cells measured minutes apart at most, so a machine
@@ -179,7 +186,7 @@ def run(n: int, seconds: float, repeats: int) -> dict[str, Any]:
             if name in errors:
                 continue
             try:
-                this[name] = CELLS[name](n, seconds)
+                this[name] = CELLS[name](env_id, n, seconds)
                 print(f"[{r + 1}/{repeats}] {name}: {this[name]:,.0f} env-steps/s", flush=True)
             except Exception as exc:  # noqa: BLE001 - a missing extra or a failure is reported, not fatal
                 errors[name] = f"{type(exc).__name__}: {exc}"
@@ -195,11 +202,11 @@ def run(n: int, seconds: float, repeats: int) -> dict[str, Any]:
     return {"steps_per_s": medians, "samples": samples, "errors": errors, "ratios": ratios}
 
 
-def to_markdown(results: dict[int, dict[str, Any]], command: str) -> str:
+def to_markdown(env_id: str, results: dict[int, dict[str, Any]], command: str) -> str:
     """The results (one per number of envs) as Markdown tables."""
     lines = [f"`{command}`"]
     for n, result in results.items():
-        lines += ["", f"{ENV_ID}, n={n}", "", "| implementation | env-steps/s |", "| --- | --: |"]
+        lines += ["", f"{env_id}, n={n}", "", "| implementation | env-steps/s |", "| --- | --: |"]
         for name in CELLS:
             value = result["steps_per_s"].get(name)
             cell = f"{value:,.0f}" if value else result["errors"].get(name, "-")
@@ -214,6 +221,7 @@ def to_markdown(results: dict[int, dict[str, Any]], command: str) -> str:
 def main() -> None:
     """Parse arguments, run the cells, write JSON and Markdown, print the tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env-id", default=ENV_ID, help=f"the env every cell steps (default {ENV_ID})")
     parser.add_argument("--num-envs", type=int, nargs="+", default=[8, 32], help="one run per value")
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--repeats", type=int, default=5)
@@ -221,16 +229,17 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args()
     seconds, repeats = (1.0, 1) if args.quick else (args.seconds, args.repeats)
-    results = {n: run(n, seconds, repeats) for n in args.num_envs}
+    results = {n: run(args.env_id, n, seconds, repeats) for n in args.num_envs}
     payload = {
         "command": command(),
+        "env_id": args.env_id,
         "runs": {str(n): result for n, result in results.items()},
         "machine": {"python": platform.python_version(), "platform": platform.platform()},
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "adapters.json").write_text(json.dumps(payload, indent=2))
-    markdown = to_markdown(results, payload["command"])
+    markdown = to_markdown(args.env_id, results, payload["command"])
     (args.out / "adapters.md").write_text(markdown)
     print()
     print(markdown)

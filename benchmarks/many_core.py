@@ -17,7 +17,8 @@ returns few):
 5. ``placement``: ``bench_placement.py``, ``executor="auto"`` against every explicit placement on the workloads
    of 1 (one make each);
 6. ``adapters``: ``bench_adapters.py``, 64 CartPoles through SB3's ``AioVecEnv``, ``DummyVecEnv`` and
-   ``SubprocVecEnv``.
+   ``SubprocVecEnv``;
+7. ``adapters-ant``: the same with 64 Ant-v5, whose numeric infos every step go through the pools' info area.
 
 A step runs only while the budget leaves it its estimate; one that overruns what is left is stopped, and the
 steps after it still run if they fit. Outputs, in ``--out`` (default ``benchmarks/results/many_core``):
@@ -151,6 +152,18 @@ STEPS = (
         ),
         60.0,
         60.0,
+    ),
+    Step(
+        "adapters-ant",
+        Source(
+            "bench_adapters.py",
+            "adapters.json",
+            ("--env-id", "Ant-v5", "--num-envs", "64", "--seconds", "1", "--repeats", "3"),
+            ("--quick", "--env-id", "Ant-v5", "--num-envs", "4"),
+            out_is_dir=True,
+        ),
+        90.0,
+        90.0,
     ),
 )
 STEP_NAMES = tuple(step.name for step in STEPS)

@@ -281,14 +281,15 @@ def test_adapter_benchmark_pairs_ratios_within_rounds_and_rotates_cells(monkeypa
     speeds = [1.0, 1.0, 1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.5]
 
     def fake(name: str) -> Any:
-        def cell(n: int, seconds: float) -> float:
+        def cell(env_id: str, n: int, seconds: float) -> float:
+            assert env_id == "Ant-v5"
             order.append(name)
             return base[name] * speeds[len(order) - 1]
 
         return cell
 
     monkeypatch.setattr(bench, "CELLS", {name: fake(name) for name in names})
-    result = bench.run(32, 0.0, 3)
+    result = bench.run("Ant-v5", 32, 0.0, 3)
     assert order == names + names[1:] + names[:1] + names[2:] + names[:2]
     assert result["ratios"]["SyncPool.step / Pool.step"] == 0.9
     assert result["ratios"]["AioVectorEnv.step / Pool.step"] == 0.8

@@ -20,7 +20,7 @@ def test_many_core_quick_runs_every_step_into_two_files(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["many_core.json", "many_core.md"]
     data = json.loads((tmp_path / "many_core.json").read_text())
     steps = data["steps"]
-    assert list(steps) == ["core", "latency", "latency-x8", "remote", "placement", "adapters"]
+    assert list(steps) == ["core", "latency", "latency-x8", "remote", "placement", "adapters", "adapters-ant"]
     for name, record in steps.items():
         assert record["returncode"] == 0, name
         assert record["results"], name  # the JSON its benchmark wrote
@@ -33,6 +33,7 @@ def test_many_core_quick_runs_every_step_into_two_files(tmp_path: Path) -> None:
     assert sections["thread64"]["params"]["num_envs"] == 32
     assert sections["thread64"]["params"]["loops"][0] == "batch:8"
     assert sections["thread64"]["params"]["peer"] is False  # no process per env
+    assert steps["adapters-ant"]["results"]["env_id"] == "Ant-v5"
     markdown = (tmp_path / "many_core.md").read_text()
     for name in steps:
         assert f"## {name}\n" in markdown
