@@ -610,7 +610,7 @@ class Coordinator(Recovery, Requests):
         # A step over shared rows may go as lane messages (aioenv.wire.lane): nothing to build for those.
         lane_step = build if type(build) is SharedStep and self._lanes else None  # (made only for a pool with a slab)
         finals = lane_step is not None and self._finals_in_slab(sink)
-        infos = lane_step is not None and not lane_step.info_list and self._infos_in_slab(sink)
+        infos = lane_step is not None and self._infos_in_slab(sink)
         every = env_ids is self.sched.all_ids
         try:
             for worker, rows in self.sched.split(env_ids):
@@ -694,7 +694,7 @@ class Coordinator(Recovery, Requests):
         call = self.sched.open_lanes(plan.workers, plan.firsts, plan.counts, sink, deadline, each)
         base, framed_step, slots = call.base, lane.framed_step, self.slots
         finals = self._finals_in_slab(sink)
-        infos = not info_list and self._infos_in_slab(sink)
+        infos = self._infos_in_slab(sink)
         for k, proc in enumerate(plan.by_message):
             data = framed_step(base + k, plan.firsts[k], plan.counts[k], info_list, finals, infos)
             if not proc.send_framed(data):  # its worker is gone: its exit fails the message (see _fail_lost)
@@ -714,16 +714,16 @@ class Coordinator(Recovery, Requests):
 
     def _infos_in_slab(self, sink: Sink) -> bool:
         """Whether a lane step's envs may leave their infos in the slab's info area (``lane.INFOS``,
-        :mod:`aioenv.transport.slab_infos`): the pool has one, and ``sink`` reads it, as a :class:`Gather` of batched
-        infos or :class:`RecvQueue` does (see :meth:`_on_done`); not in a same_step pool (its ended rows' final
-        infos go as before) nor one that truncates late steps."""
+        :mod:`aioenv.transport.slab_infos`): the pool has one, and ``sink`` reads it, as a :class:`Gather` (of batched
+        infos, or of each env's own dict) or :class:`RecvQueue` does (see :meth:`_on_done`); not in a pool that
+        truncates late steps. (In a same_step pool a step whose envs ended says their final observations and infos,
+        which no column holds: the worker answers it with a RESULT as before.)"""
         slab = self.slab
         return (
             slab is not None
             and slab.info is not None
-            and slab.final is None
             and self.truncation is None
-            and (type(sink) is RecvQueue or (type(sink) is Gather and sink.batches_infos))
+            and (type(sink) is RecvQueue or type(sink) is Gather)
         )
 
     def _plan_info_area(self, binfo: dict[str, Any]) -> None:
@@ -940,26 +940,33 @@ class Coordinator(Recovery, Requests):
         env that returns one every step: MuJoCo's): taken as a DONE, its info kept for a lock-step call's ``Gather``
         to merge when it copies the batch (:meth:`Gather.keep_info`), or queued with the rows for ``recv()``, so that
         the call goes on as lane messages and its rows are copied once. Returns False where it is any other reply
-        (the call is spilled)."""
+        (the call is spilled), or a reply of a call of each env's own dict or of a same_step pool's: those are only
+        looked at for an info area's keys (:meth:`_plan_info_area`), until one is planned."""
         call = self.sched.lanes[req_id]
         k = req_id - call.base
         sink = call.sink
+        slab = self.slab
         if (
             op != Op.RESULT
-            or (type(sink) is not RecvQueue if call.each else type(sink) is not Gather or not sink.batches_infos)
             or call.workers[k] != slot.index
             or self.truncation is not None
-            or self.slab is None
-            or self.slab.final is not None  # (same_step: an ended row's final info and observation go as before)
+            or slab is None
             or not header.get(Key.SHARED)
             or header.get(Key.ROWS_KIND, "step") != "step"
             or Key.ERRORS in header
         ):
             return False
+        # Taken as a DONE: a lock-step call's of batched infos, or recv()'s; not in a same_step pool (an ended row's
+        # final info and observation go as before). Else only looked at for an info area's keys.
+        takes = (
+            type(sink) is RecvQueue if call.each else type(sink) is Gather and sink.batches_infos
+        ) and slab.final is None
+        if not takes and not self._info_area_tries:
+            return False  # (the call is spilled: this reply is a request's)
         try:
             if Key.BATCHED_INFO in header:
                 binfo = binfo_of(header, arrays)
-            else:  # a worker of one env of the call sends its dict as it is
+            else:  # a worker of one env of the call, or a call for each env's own dict, sends the dicts as they are
                 infos = header.get(Key.INFO)
                 if type(infos) is not list or len(infos) != call.counts[k] or not any(infos):
                     return False
@@ -970,6 +977,8 @@ class Coordinator(Recovery, Requests):
             return False
         if self._info_area_tries:  # the envs' infos: the next calls' may lie in the shared rows
             self._plan_info_area(binfo)
+        if not takes:
+            return False
         if isinstance(sink, Gather):
             sink.keep_info(binfo, call.run(k))
             self._take_lane_replies([(slot.index, req_id)])

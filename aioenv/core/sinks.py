@@ -356,16 +356,36 @@ class Gather:
 
     def _take_areas(self) -> None:
         """The infos :meth:`keep_area` left in the info area, read into the call's infos (each run's a batched info,
-        merged with the others')."""
+        merged with the others'; or, for a call of each env's own dict, each row's dict at its position)."""
         area, areas = self._area, self._areas
         if area is None or not areas:
             return
         self._areas = []
         self._area_rows = 0
+        own = self._info_list
+        if own is not None:
+            self._own_dicts(area, areas, own)
+            return
         for first, count, positions in areas:
             binfo = area.binfo(slice(first, first + count))
             if binfo:
                 self._infos.append((binfo, np.arange(first, first + count) if positions is None else positions))
+
+    @staticmethod
+    def _own_dicts(area: InfoArea, areas: list[tuple[int, int, np.ndarray | None]], own: list[dict[str, Any]]) -> None:
+        """Each row's own info dict of the runs ``areas`` (:meth:`keep_area`'s) read from ``area`` into ``own`` at
+        the rows' positions: runs at their env ids (a lane call's of every env) in one read from the first to the last
+        (the rows between, if any, read and dropped), others a read each."""
+        if all(positions is None for _, _, positions in areas):
+            lo = min(first for first, _, _ in areas)
+            dicts = area.dicts(lo, max(first + count for first, count, _ in areas) - lo)
+            for first, count, _ in areas:
+                own[first : first + count] = dicts[first - lo : first - lo + count]
+            return
+        for first, count, positions in areas:
+            at = range(first, first + count) if positions is None else positions.tolist()
+            for pos, info in zip(at, area.dicts(first, count), strict=True):
+                own[pos] = info
 
     def take_every_shared(self, slab: Slab, release: Callable[[np.ndarray], None]) -> None:
         """Every row of the call at once: a lock-step step of every env (the call's envs are ``0 .. B - 1``, in
@@ -390,7 +410,11 @@ class Gather:
         # Every row's infos in the info area, nothing else: the batch's infos are one read per key.
         whole = (
             area.batch(every)
-            if area is not None and self._area_rows == n and not self._infos and finals is None
+            if area is not None
+            and self._area_rows == n
+            and not self._infos
+            and finals is None
+            and self._info_list is None
             else None
         )
         if whole is None:

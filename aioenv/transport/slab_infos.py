@@ -24,6 +24,8 @@ Why the result is gymnasium's own: gymnasium's ``_add_info`` gives a key the dty
 shape) and zeros where an env lacks the key. A worker writes a value only when its own dtype is the column's, and
 zeros and a False mask where an env lacks the key, so every row of a batch read from the area holds what
 ``_add_info`` would have put there, and a key that no row of the batch has is left out (:meth:`InfoArea.batch`).
+For the same reason each env's own dict can be read back as the env returned it (:meth:`InfoArea.dicts`, what
+Stable-Baselines3's adapter asks for): the column's type is the one type its values had.
 
 Why the rows are not overwritten while someone reads them: as for the slab's other rows, an env has one request in
 flight, and its rows (the area's too) are copied by whoever takes them before the env is freed.
@@ -210,6 +212,30 @@ class InfoArea:
             if mask.any():
                 out[key] = column.values.take(rows, 0)
                 out[_MASK + key] = mask
+        return out
+
+    def dicts(self, first: int, count: int) -> list[dict[str, Any]]:
+        """The infos of the rows ``first .. first + count - 1`` as each env returned them: one dict per row (``{}``:
+        it had none), each value of the type the env gave (:meth:`write` took only values of exactly their column's
+        type: a Python scalar back as one, a numpy scalar as one of the column's dtype, an array as a copy of its
+        shape), its keys in the area's order. What Stable-Baselines3's adapter asks for (``info_list``). Read before
+        the rows' envs are freed."""
+        out: list[dict[str, Any]] = [{} for _ in range(count)]
+        at = slice(first, first + count)
+        for key, column in self.columns.items():
+            has: list[bool] = column.mask[at].tolist()  # (a list: a few rows' test costs less than numpy's any/all)
+            if not any(has):
+                continue
+            values = column.values[at]
+            # (a view's scalars are copies already; an array column's rows are views of one copy, none of the area)
+            taken: list[Any] = values.tolist() if column.python else list(values if column.scalar else values.copy())
+            if all(has):
+                for info, value in zip(out, taken, strict=True):
+                    info[key] = value
+            else:
+                for info, value, there in zip(out, taken, has, strict=True):
+                    if there:
+                        info[key] = value
         return out
 
     def binfo(self, rows: slice | np.ndarray) -> dict[str, Any]:

@@ -42,9 +42,12 @@ from stable_baselines3.common.vec_env import (
 )
 
 from aioenv.compat.sb3 import AioVecEnv
+from aioenv.wire import lane
+from tests.envs.columns import make_columns
 from tests.envs.dictenv import make_dict_env
 from tests.envs.faulty import SLOW, make_probe
 from tests.envs.sb3_spaces import make_echo_env
+from tests.support.compare import assert_same as exactly
 from tests.support.procs import HANG, children
 from tests.support.scripts import assert_example_refuses, run_example
 
@@ -181,6 +184,47 @@ def test_trajectories_match_dummy_vec_env_dict_obs() -> None:
     # Dict observations, infos of mixed types, episodes ending by termination and by truncation.
     fns = [functools.partial(make_dict_env) for _ in range(3)]
     run_both(fns, steps=30, seed=5, num_workers=2)
+
+
+def test_numeric_infos_from_the_shared_rows_match_dummy_vec_envs_value_types_included(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # MuJoCo-like infos (numbers under the same keys every step, other kinds now and then; see tests.envs.columns):
+    # each env's own dict, read back from the pool's info area where the worker could write it, is exactly
+    # DummyVecEnv's, each value's type included (a Python float stays one, an np.float32 too)
+    in_area: list[tuple[int, int]] = []
+    read_records = lane.read_records
+
+    def counting(
+        data: bytes, tokens: list[int]
+    ) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int, int]], int, int]:
+        out = read_records(data, tokens)
+        in_area.extend(out[1])
+        return out
+
+    monkeypatch.setattr(lane, "read_records", counting)
+    n, kinds = 4, [0] * 10 + [1, 2, 3, 4, 5, 6]
+    fns = [functools.partial(make_columns) for _ in range(n)]
+    ours, ref = AioVecEnv(fns, num_workers=2, executor="inline"), DummyVecEnv(fns)
+    rng = np.random.default_rng(3)
+    try:
+        for env in (ours, ref):
+            env.seed(5)
+        exactly(ours.reset(), ref.reset(), "reset obs")
+        exactly(list(ours.reset_infos), list(ref.reset_infos), "reset_infos")
+        for t in range(40):
+            actions = rng.choice(kinds, n) if t >= 2 else np.zeros(n, np.int64)
+            o1, r1, d1, i1 = ours.step(actions)
+            o2, r2, d2, i2 = ref.step(actions)
+            exactly(o1, o2, f"step {t} obs")
+            exactly(r1.astype(np.float32), r2, f"step {t} rewards")
+            exactly(d1, d2, f"step {t} dones")
+            exactly(i1, i2, f"step {t} infos of {actions.tolist()}")
+            exactly(list(ours.reset_infos), list(ref.reset_infos), f"step {t} reset_infos")
+    finally:
+        ours.close()
+        ref.close()
+    assert len(in_area) > 20  # most steps' infos were in the shared rows (the first ones' planned the area)
 
 
 def test_step_api_shapes_and_autoreset(venv: AioVecEnv) -> None:

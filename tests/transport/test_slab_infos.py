@@ -165,6 +165,18 @@ def test_what_a_worker_writes_reads_back_as_gymnasiums_batch_of_any_rows(
     for where, order in ((slice(0, N), list(range(N))), (slice(1, N - 1), list(range(1, N - 1)))):
         assert_same(area.batch(where), gymnasium_batch([infos[i] for i in order]))
     assert_same(area.batch(np.array(picks, np.intp)), gymnasium_batch([infos[i] for i in picks]))
+    # each env's own dict (Stable-Baselines3's infos), any run of rows: what the env returned, value types included
+    first = data.draw(st.integers(0, N - 1))
+    count = data.draw(st.integers(1, N - first))
+    dicts = area.dicts(first, count)
+    assert_same(dicts, [dict(info) if info else {} for info in infos[first : first + count]])
+    for info in dicts:  # nothing read back is a view of the area, which the env's next step overwrites
+        assert not any(
+            np.shares_memory(v, c.values)
+            for v in info.values()
+            if isinstance(v, np.ndarray)
+            for c in area.columns.values()
+        )
     # as a worker's batched info: merged with another reply's infos, what gymnasium makes of the rows together
     half = N // 2
     theirs = batch_infos([infos[i] for i in range(half)], half) if any(infos[:half]) else None
