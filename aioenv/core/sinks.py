@@ -27,7 +27,7 @@ from aioenv.errors import AioEnvError, ProtocolError
 from aioenv.transport.slab import Slab
 from aioenv.transport.slab_infos import InfoArea
 from aioenv.wire import spaces
-from aioenv.wire.infos import batch_infos, concat_infos, merge_infos, take_info, whole_info
+from aioenv.wire.infos import UnmergedInfo, batch_infos, concat_infos, merge_infos, take_info, whole_info
 
 __all__ = ["Gather", "Part", "RecvQueue", "ResetResult", "Single", "Sink", "StepResult", "whole_result"]
 
@@ -193,34 +193,45 @@ def _final_columns(finals: _Finals) -> dict[str, Any]:
 
 
 def _merged_infos(
-    infos: list[tuple[dict[str, Any], np.ndarray]], finals: dict[str, Any] | None, num_rows: int
+    infos: list[tuple[dict[str, Any], np.ndarray]],
+    finals: dict[str, Any] | None,
+    num_rows: int,
+    env_ids: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Batched infos from worker processes (each at its rows of ``num_rows``) merged, with the final observations'
     columns ``finals`` (every row) if any. A worker runs env code, so its infos are a peer's: ones that do not
-    merge raise :class:`ProtocolError`, which fails the call they belong to."""
+    merge raise :class:`ProtocolError`, which fails the call they belong to (naming the envs, ``env_ids`` ``(B,)``
+    being the batch's, where the envs' own infos are why)."""
     kept = infos if finals is None else [*infos, (finals, np.arange(num_rows))]
     try:
         return merge_infos(kept, num_rows)
     except Exception as exc:  # what no env's infos make: any error of the merge says so
-        raise _unmerged(exc) from exc
+        raise _unmerged(exc, env_ids) from exc
 
 
-def _unmerged(exc: Exception) -> ProtocolError:
-    """The error of a call whose workers' batched infos do not merge (``exc``: what the merge raised)."""
+def _unmerged(exc: Exception, env_ids: np.ndarray | None) -> ProtocolError:
+    """The error of a call whose workers' batched infos do not merge (``exc``: what the merge raised; ``env_ids``: the
+    batch's envs, for an :class:`aioenv.wire.infos.UnmergedInfo` to say which gave what)."""
+    if isinstance(exc, UnmergedInfo) and env_ids is not None:
+        said = ", ".join(f"{kind} from envs {env_ids[at].tolist()}" for kind, at in exc.rows.items())
+        return ProtocolError(
+            f"the envs' infos do not batch: key {exc.key!r} is {said}; a key's value must be a dict for every env or "
+            "for none (gymnasium's vector envs cannot batch them either)"
+        )
     return ProtocolError(
         f"a worker's batched infos do not merge: {exc!r} (the envs' infos are ones gymnasium's vector envs cannot "
         "batch either, or a worker sent malformed ones)"
     )
 
 
-def _joined_infos(infos: list[dict[str, Any] | None], sizes: list[int]) -> dict[str, Any]:
+def _joined_infos(infos: list[dict[str, Any] | None], sizes: list[int], env_ids: np.ndarray) -> dict[str, Any]:
     """Batched infos of consecutive runs of rows (``sizes[i]`` rows each; None: none) joined, as
     :func:`aioenv.wire.infos.concat_infos` joins them; ones that do not join (a worker's are a peer's) raise
-    :class:`ProtocolError`, as :func:`_merged_infos` does."""
+    :class:`ProtocolError`, as :func:`_merged_infos` does (``env_ids`` ``(B,)``: the batch's envs)."""
     try:
         return concat_infos(infos, sizes)
     except Exception as exc:  # what no env's infos make: any error of the join says so
-        raise _unmerged(exc) from exc
+        raise _unmerged(exc, env_ids) from exc
 
 
 def _with_finals(binfo: dict[str, Any] | None, finals: dict[str, Any] | None, num_rows: int) -> dict[str, Any] | None:
@@ -431,7 +442,7 @@ class Gather:
                 _put_final_dicts(info, finals, None)
         elif self._infos:
             try:
-                info = _merged_infos(self._infos, None if finals is None else _final_columns(finals), n)
+                info = _merged_infos(self._infos, None if finals is None else _final_columns(finals), n, self.env_ids)
             except ProtocolError as exc:
                 future.set_exception(exc)
                 return
@@ -524,7 +535,7 @@ class Gather:
         if self._info_list is not None:
             info = self._info_list
         else:
-            info = _merged_infos(self._infos, None, n) if self._infos else {}
+            info = _merged_infos(self._infos, None, n, self.env_ids) if self._infos else {}
             info["env_id"] = self.env_ids.astype(np.int32)
         full = (obs_leaves, *self._flags(), info)
         if self._errors:
@@ -871,9 +882,9 @@ class RecvQueue:
         empty)."""
         leaves, (reward, terminated, truncated), info = self._copy_shared(ids)
         if whole is not None:
-            info = whole if info is None else _merged_infos([(whole, np.arange(ids.size))], info, ids.size)
+            info = whole if info is None else _merged_infos([(whole, np.arange(ids.size))], info, ids.size, ids)
         elif infos:
-            info = _merged_infos(infos, info, ids.size)
+            info = _merged_infos(infos, info, ids.size, ids)
         info = {} if info is None else info
         info["env_id"] = ids.astype(np.int32)
         return spaces.from_leaves(self._obs_space, leaves), reward, terminated, truncated, info
@@ -915,6 +926,6 @@ class RecvQueue:
         for s, c in zip(segments, cuts, strict=True):
             binfo = s.part.batched_info()
             infos.append(binfo if binfo is None or c is None else take_info(binfo, c))
-        info = _joined_infos(infos, [s.stop - s.start for s in segments]) if any(infos) else {}
+        info = _joined_infos(infos, [s.stop - s.start for s in segments], ids) if any(infos) else {}
         info["env_id"] = ids
         return spaces.from_leaves(self._obs_space, leaves), rew, term, trunc, info

@@ -12,7 +12,24 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["add_info", "batch_infos", "concat_infos", "merge_infos", "take_info", "whole_info"]
+__all__ = ["UnmergedInfo", "add_info", "batch_infos", "concat_infos", "merge_infos", "take_info", "whole_info"]
+
+
+class UnmergedInfo(ValueError):
+    """Batched infos that give one key a nested dict at some rows of the batch and a value at others, which no
+    batch holds (gymnasium's ``_add_info`` puts the value among the dict's keys, or fails, by which env comes
+    first).
+
+    Attributes:
+        key: the info's key.
+        rows: what each row gave, ``{"a dict": [batch rows], "a value": [batch rows]}``.
+    """
+
+    def __init__(self, key: str, rows: dict[str, list[int]]) -> None:
+        self.key = key
+        self.rows = rows
+        said = ", ".join(f"{kind} at rows {at}" for kind, at in rows.items())
+        super().__init__(f"info key {key!r} is {said} of the batch: a key's value must be a dict for every env or none")
 
 
 def add_info(vector_infos: dict[str, Any], env_info: dict[str, Any], row: int, num_rows: int) -> dict[str, Any]:
@@ -193,6 +210,7 @@ def merge_infos(items: list[tuple[dict[str, Any], np.ndarray]], num_rows: int) -
                 keys.setdefault(key)
     for key in keys:
         present = [(info, pos) for info, pos in items if key in info]
+        _same_nesting(key, present)
         full = _merge_full(key, present, num_rows)
         if full is not None:
             out[key], out[f"_{key}"] = full
@@ -207,6 +225,33 @@ def merge_infos(items: list[tuple[dict[str, Any], np.ndarray]], num_rows: int) -
             out[key] = _merge_column(key, present, num_rows)
         out[f"_{key}"] = mask
     return out
+
+
+def _same_nesting(key: str, present: list[tuple[dict[str, Any], np.ndarray]]) -> None:
+    """Raise :class:`UnmergedInfo` where the parts that have ``key`` do not all give it a nested dict or all a value (a
+    part's object column may hold dicts among its values, where its own envs gave both: those rows count as dicts)."""
+    if key == "final_obs":  # (observations, dicts among them: never batched as an info)
+        return
+    nested = [isinstance(info[key], dict) for info, _ in present]
+    if all(nested) or (not any(nested) and not any(_holds_dicts(info[key]) for info, _ in present)):
+        return
+    rows: dict[str, list[int]] = {"a dict": [], "a value": []}
+    for (info, positions), is_dict in zip(present, nested, strict=True):
+        at = positions.tolist()
+        mask = info.get(f"_{key}")
+        there = [True] * len(at) if mask is None else np.asarray(mask, dtype=np.bool_).tolist()
+        column = info[key]
+        values = column.tolist() if type(column) is np.ndarray and column.dtype.hasobject else [None] * len(at)
+        for row, has, value in zip(at, there, values, strict=False):
+            if has:
+                rows["a dict" if is_dict or isinstance(value, dict) else "a value"].append(row)
+    if rows["a dict"] and rows["a value"]:
+        raise UnmergedInfo(key, {kind: sorted(at) for kind, at in rows.items()})
+
+
+def _holds_dicts(column: Any) -> bool:
+    """Whether ``column`` (a part's batched values of a key) is an object column holding a dict."""
+    return type(column) is np.ndarray and column.dtype.hasobject and any(type(v) is dict for v in column.tolist())
 
 
 def _merge_uniform(items: list[tuple[dict[str, Any], np.ndarray]], num_rows: int) -> dict[str, Any] | None:

@@ -19,7 +19,7 @@ import pytest
 
 import aioenv
 import aioenv.core.coordinator as coordinator_module
-from aioenv.errors import EnvRemade, WorkerCrashed
+from aioenv.errors import EnvRemade, ProtocolError, WorkerCrashed
 from aioenv.wire import lane
 from aioenv.wire.protocol import Key, Op, encode
 from tests.envs.columns import ColumnsEnv
@@ -314,3 +314,25 @@ async def test_an_area_is_planned_from_a_later_reply_when_the_first_ones_do_not_
             await asyncio.wait_for(pool.step(np.full(n, 3)), HANG)
         assert pool._runner.slab.info is None  # type: ignore[union-attr]
     assert len(looked) == 8
+
+
+@pytest.mark.parametrize(("workers", "recv"), [(1, False), (2, False), (2, True)])
+async def test_a_key_some_envs_give_as_a_dict_and_others_as_a_value_fails_that_step_naming_the_envs(
+    workers: int, recv: bool
+) -> None:
+    # gymnasium's vector envs put the value among the dict's keys, or fail, by which env comes first; the pool fails
+    # the step with what each env gave, however the envs are spread over workers, and goes on
+    n = 4
+    async with aioenv.Pool(COLUMNS, n, num_workers=workers, executor="inline", batch_size=n) as pool:
+        await asyncio.wait_for(pool.reset(seed=0), HANG)
+        actions = np.array([0, 6, 7, 7])  # env 1: a dict "sub", envs 2 and 3: a float
+        if recv:
+            pool.send(actions)
+        call = pool.recv() if recv else pool.step(actions)
+        with pytest.raises(ProtocolError) as caught:
+            await asyncio.wait_for(call, HANG)
+        message = str(caught.value)
+        assert "key 'sub' is a dict from envs [1], a value from envs [2, 3]" in message, message
+        obs, *_, info = await asyncio.wait_for(pool.step(np.zeros(n, np.int64)), HANG)  # the next step is whole
+        assert info["env_id"].tolist() == list(range(n))
+        assert obs[:, 1].tolist() == [2.0] * n  # every env stepped twice: the failed step was a step

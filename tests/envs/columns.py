@@ -1,11 +1,12 @@
 """An env whose infos are numeric columns most steps (as MuJoCo's are), and something else on some: for the slab's
 info area (:mod:`aioenv.transport.slab_infos`).
 
-Action (``Discrete(7)``) chooses the step's info: 0 every key, each of exactly one type (a Python float and int, a
+Action (``Discrete(8)``) chooses the step's info: 0 every key, each of exactly one type (a Python float and int, a
 bool, an np.float32, an np.float64 and a float32 array of 3); 1 two of them (as its reset's info); 2 none; 3 every
 key and a string; 4 ``"n"`` as a float (its column holds ints); 5 ``"flag"`` as an ``np.bool_`` (gymnasium makes an
-object column of those); 6 every key and a nested dict. An episode ends (terminated) every 5th step, so that
-``next_step`` resets with their own, smaller infos come among the steps.
+object column of those); 6 every key and a nested dict ``"sub"``; 7 every key and ``"sub"`` as a float (beside
+another env's action 6: infos no batch holds). An episode ends (terminated) every 5th step, so that ``next_step``
+resets with their own, smaller infos come among the steps.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ class ColumnsEnv(gym.Env[np.ndarray, np.int64]):
 
     def __init__(self) -> None:
         self.observation_space = spaces.Box(-1e6, 1e6, (2,), np.float32)
-        self.action_space = spaces.Discrete(7)
+        self.action_space = spaces.Discrete(8)
         self.ident = 0
         self.t = 0
         self.episodes = 0
@@ -63,6 +64,8 @@ class ColumnsEnv(gym.Env[np.ndarray, np.int64]):
             info = {**full, "flag": np.bool_(t % 2)}
         elif a == 6:
             info = {**full, "sub": {"a": s, "b": float(t)}}
+        elif a == 7:
+            info = {**full, "sub": float(t)}
         else:
             info = full
         return self._obs(), float(a), t % 5 == 0, False, info

@@ -425,6 +425,40 @@ def test_merge_of_typed_columns_gives_new_writable_columns_and_masks_of_their_ow
     assert merge_infos(parts, 3)["_n"].tolist() == [True] * 3
 
 
+@pytest.mark.parametrize("dict_first", [True, False])
+def test_a_key_given_as_a_dict_by_some_envs_and_a_value_by_others_is_refused_naming_their_rows(
+    dict_first: bool,
+) -> None:
+    """gymnasium's ``_add_info`` puts the value among the dict's keys, or fails, by which env comes first; a merge
+    says which rows gave which, however the envs were spread over workers: rows of a part that lack the key (its
+    mask) are neither, and a part whose own envs gave both (an object column) counts each row."""
+    from aioenv.wire.infos import UnmergedInfo, merge_infos
+
+    nested, value = {"x": {"a": 1}}, {"x": 2}
+    dict_rows, other_rows = (np.array([0, 3]), np.array([1, 4])) if dict_first else (np.array([1, 4]), np.array([0, 3]))
+    parts = [
+        (batch_infos([nested, None], 2), dict_rows),  # its second row lacks the key
+        (batch_infos([value, nested], 2), other_rows),  # both kinds in one worker's batch: an object column
+        (batch_infos([{"y": 1.0}], 1), np.array([2])),
+    ]
+    with pytest.raises(UnmergedInfo, match=r"info key 'x' is a dict at rows .* a value at rows") as caught:
+        merge_infos(parts, 5)
+    assert caught.value.key == "x"
+    assert caught.value.rows == {
+        "a dict": sorted([int(dict_rows[0]), int(other_rows[1])]),
+        "a value": [int(other_rows[0])],
+    }
+    assert isinstance(caught.value, ValueError)
+    # the same without the part of dicts alone: the object column's dict still stands beside another part's value
+    with pytest.raises(UnmergedInfo) as caught:
+        merge_infos([parts[1], (batch_infos([value], 1), np.array([2]))], 5)
+    assert caught.value.rows == {"a dict": [int(other_rows[1])], "a value": sorted([int(other_rows[0]), 2])}
+    # one worker's envs alone, both kinds (its batch an object column of both): the same, wherever the envs run
+    with pytest.raises(UnmergedInfo) as caught:
+        merge_infos([(batch_infos([value, nested], 2), np.array([1, 0]))], 2)
+    assert caught.value.rows == {"a dict": [0], "a value": [1]}
+
+
 def _uniform_infos(rng: np.random.Generator, n: int) -> list[dict[str, Any] | None]:
     """Every row with the same typed keys (a latency env's timings, a MuJoCo env's rewards): the case
     ``concat_infos`` serves with one concatenation per key."""
