@@ -42,13 +42,13 @@ from stable_baselines3.common.vec_env import (
 )
 
 from aioenv.compat.sb3 import AioVecEnv
-from aioenv.wire import lane
 from tests.envs.columns import make_columns
 from tests.envs.dictenv import make_dict_env
 from tests.envs.faulty import SLOW, make_probe
 from tests.envs.sb3_spaces import make_echo_env
 from tests.support.compare import assert_same as exactly
 from tests.support.procs import HANG, children
+from tests.support.records import record_reads
 from tests.support.scripts import assert_example_refuses, run_example
 
 #: VecEnv.has_attr, which AioVecEnv has on every release, came in stable-baselines3 2.6.
@@ -192,17 +192,7 @@ def test_numeric_infos_from_the_shared_rows_match_dummy_vec_envs_value_types_inc
     # MuJoCo-like infos (numbers under the same keys every step, other kinds now and then; see tests.envs.columns):
     # each env's own dict, read back from the pool's info area where the worker could write it, is exactly
     # DummyVecEnv's, each value's type included (a Python float stays one, an np.float32 too)
-    in_area: list[tuple[int, int]] = []
-    read_records = lane.read_records
-
-    def counting(
-        data: bytes, tokens: list[int]
-    ) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int, int]], int, int]:
-        out = read_records(data, tokens)
-        in_area.extend(out[1])
-        return out
-
-    monkeypatch.setattr(lane, "read_records", counting)
+    in_area = record_reads(monkeypatch).infos
     n, kinds = 4, [0] * 10 + [1, 2, 3, 4, 5, 6]
     fns = [functools.partial(make_columns) for _ in range(n)]
     ours, ref = AioVecEnv(fns, num_workers=2, executor="inline"), DummyVecEnv(fns)

@@ -21,6 +21,7 @@ import pytest
 import aioenv
 from aioenv.wire import lane
 from tests.support.procs import HANG, wait_new_worker, worker_pid
+from tests.support.records import record_reads
 
 ROWS = "tests.envs.faulty:RowRecordEnv"
 PLAIN, INFO, FORGE, CLOSE, GATED = range(5)
@@ -35,18 +36,7 @@ async def until(check: Callable[[], bool]) -> None:
 @pytest.fixture
 def recorded(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
     """Every row record the pool takes from its done pipe, ``(slot, request id, row)``, as it takes them."""
-    taken: list[tuple[int, int, int]] = []
-    read_records = lane.read_records
-
-    def counting(
-        data: bytes, tokens: list[int]
-    ) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int, int]], int, int]:
-        got = read_records(data, tokens)
-        taken.extend(got[2])
-        return got
-
-    monkeypatch.setattr(lane, "read_records", counting)
-    return taken
+    return record_reads(monkeypatch).rows
 
 
 def check_rows(t: np.ndarray, acts: np.ndarray, ids: np.ndarray, out: tuple[Any, ...]) -> None:

@@ -25,30 +25,17 @@ from aioenv.wire.protocol import Key, Op, encode
 from tests.envs.columns import ColumnsEnv
 from tests.support.compare import assert_same
 from tests.support.procs import HANG, wait_new_worker, worker_pid
+from tests.support.records import Records, record_reads
 
 COLUMNS = "tests.envs.columns:make_columns"
 #: Mostly every key (the area's steps), now and then another kind of info (see tests.envs.columns).
 KINDS = [0] * 10 + [1, 2, 3, 4, 5, 6]
 
-Taken = dict[str, list[tuple[int, int]]]
-
 
 @pytest.fixture
-def taken(monkeypatch: pytest.MonkeyPatch) -> Taken:
-    """The DONE records the pools take from their done pipes: ``"plain"`` and ``"infos"`` (infos in the area)."""
-    got: Taken = {"plain": [], "infos": []}
-    read_records = lane.read_records
-
-    def counting(
-        data: bytes, tokens: list[int]
-    ) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int, int]], int, int]:
-        out = read_records(data, tokens)
-        got["plain"] += out[0]
-        got["infos"] += out[1]
-        return out
-
-    monkeypatch.setattr(lane, "read_records", counting)
-    return got
+def taken(monkeypatch: pytest.MonkeyPatch) -> Records:
+    """The records the pools take from their done pipes (``plain`` DONEs, DONEs with ``infos`` in the area)."""
+    return record_reads(monkeypatch)
 
 
 class _Batcher:
@@ -70,7 +57,7 @@ def gymnasium_batch(infos: list[dict[str, Any]]) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("workers", "mode"), [(2, "next_step"), (3, "next_step"), (3, "same_step")])
 async def test_a_lock_step_pool_takes_numeric_infos_from_the_shared_rows_and_gives_gymnasiums_batches(
-    workers: int, mode: str, taken: Taken
+    workers: int, mode: str, taken: Records
 ) -> None:
     # same_step: a step whose envs ended says their final observations and infos, which go in RESULTs as before;
     # the steps between take their infos from the area
@@ -98,11 +85,11 @@ async def test_a_lock_step_pool_takes_numeric_infos_from_the_shared_rows_and_giv
         assert list(coord.slab.info.columns) == ["x", "n", "flag", "x32", "z", "vec"]
     ref.close()
     # the first step's infos came in RESULTs and made the area; most steps after it said DONE with their infos
-    assert len(taken["infos"]) > (58 if mode == "next_step" else 30) * workers // 2
+    assert len(taken.infos) > (58 if mode == "next_step" else 30) * workers // 2
 
 
 @pytest.mark.parametrize("mode", ["next_step", "same_step"])
-async def test_recv_takes_each_rows_infos_from_the_shared_rows_cut_anywhere(mode: str, taken: Taken) -> None:
+async def test_recv_takes_each_rows_infos_from_the_shared_rows_cut_anywhere(mode: str, taken: Records) -> None:
     n, batch = 6, 4
     rng = np.random.default_rng(7)
     envs = [ColumnsEnv() for _ in range(n)]
@@ -142,10 +129,10 @@ async def test_recv_takes_each_rows_infos_from_the_shared_rows_cut_anywhere(mode
             send(ids)
         rest = await asyncio.wait_for(pool.recv(min_results=len(sent), max_results=n, timeout=HANG), HANG)
         assert sorted(rest[4]["env_id"].tolist()) == sorted(sent)
-    assert taken["infos"]
+    assert taken.infos
 
 
-async def test_a_worker_made_again_after_the_area_was_added_maps_it_and_writes_there(taken: Taken) -> None:
+async def test_a_worker_made_again_after_the_area_was_added_maps_it_and_writes_there(taken: Records) -> None:
     n = 4
     async with aioenv.Pool(COLUMNS, n, num_workers=2, executor="inline") as pool:
         await asyncio.wait_for(pool.reset(seed=0), HANG)
@@ -160,7 +147,7 @@ async def test_a_worker_made_again_after_the_area_was_added_maps_it_and_writes_t
         with pytest.raises(EnvRemade):
             await asyncio.wait_for(pool.step(actions), HANG)
         await asyncio.wait_for(pool.reset(env_ids=[2, 3], seed=[2, 3]), HANG)
-        taken["infos"].clear()
+        taken.infos.clear()
         ref = [ColumnsEnv() for _ in range(n)]
         for i in (2, 3):
             ref[i].reset(seed=i)
@@ -169,7 +156,7 @@ async def test_a_worker_made_again_after_the_area_was_added_maps_it_and_writes_t
             want = [ref[i].step(0)[4] for i in (2, 3)]
             info.pop("env_id")
             assert_same(info, gymnasium_batch(want))
-        assert {slot for slot, _ in taken["infos"]} == {1}  # the new process writes its infos to the area
+        assert {slot for slot, _ in taken.infos} == {1}  # the new process writes its infos to the area
 
 
 async def test_a_worker_that_says_its_infos_are_in_an_area_the_pool_lacks_is_replaced() -> None:
@@ -216,7 +203,7 @@ async def test_a_done_with_infos_for_a_step_that_did_not_ask_fails_that_step(mon
 
 
 async def test_a_worker_without_the_area_answers_in_results_and_one_that_cannot_map_it_is_logged(
-    taken: Taken, caplog: pytest.LogCaptureFixture
+    taken: Records, caplog: pytest.LogCaptureFixture
 ) -> None:
     n = 4
     ref = gym.vector.SyncVectorEnv([ColumnsEnv] * n)
@@ -232,13 +219,13 @@ async def test_a_worker_without_the_area_answers_in_results_and_one_that_cannot_
         without = {key: value for key, value in coord.slab.layout.items() if key != "info"}
         # worker 1 maps the rows again without the area (as a worker that could not map it keeps them)
         coord._send(slot, encode(Op.SLAB, coord._with_done_pipe(slot, {Key.ID: -1, Key.SLAB: without})))
-        taken["infos"].clear()
+        taken.infos.clear()
         for _ in range(5):
             got = await asyncio.wait_for(pool.step(actions), HANG)
             want = ref.step(actions)
             got[4].pop("env_id")
             assert_same(got[4], want[4])
-        assert {slot for slot, _ in taken["infos"]} == {0}  # worker 1's infos came in its RESULTs
+        assert {slot for slot, _ in taken.infos} == {0}  # worker 1's infos came in its RESULTs
         bad = {**coord.slab.layout, "info": {**coord.slab.layout["info"], "size": 1 << 40}}
         with caplog.at_level(logging.WARNING, logger="aioenv.coordinator"):
             coord._send(slot, encode(Op.SLAB, coord._with_done_pipe(slot, {Key.ID: -1, Key.SLAB: bad})))
