@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -63,6 +63,11 @@ def _scalar_type(dtype: np.dtype[Any], python: bool) -> type | None:
                 return kind
         return None
     return None if dtype == np.dtype(np.bool_) else dtype.type
+
+
+#: An area's masks ``(K, num_envs)`` bool and, per dtype, its scalar columns' values ``(k, num_envs)`` with their
+#: indices among the K (see :attr:`InfoArea.blocks`).
+_Blocks = tuple[np.ndarray, list[tuple[np.ndarray, list[int]]]]
 
 
 class InfoColumn(NamedTuple):
@@ -96,7 +101,6 @@ def plan(binfo: dict[str, Any], num_envs: int, at: int) -> dict[str, Any] | None
     python = binfo.get(_PY) or ()
     if not keys or len(keys) > MAX_KEYS or at % mmap.PAGESIZE:
         return None
-    cols: list[list[Any]] = []
     offset = 0
 
     def place(nbytes: int) -> int:
@@ -105,6 +109,7 @@ def plan(binfo: dict[str, Any], num_envs: int, at: int) -> dict[str, Any] | None
         offset += -(-nbytes // _ALIGN) * _ALIGN
         return start
 
+    checked: list[tuple[str, np.dtype[Any], list[int], int, bool]] = []  # key, dtype, row shape, row bytes, python
     for key in keys:
         column = binfo[key]
         if type(key) is not str or key == "final_obs" or type(column) is not np.ndarray:
@@ -118,8 +123,25 @@ def plan(binfo: dict[str, Any], num_envs: int, at: int) -> dict[str, Any] | None
         scalar = column.ndim == 1
         if scalar and _scalar_type(column.dtype, key in python) is None:
             return None  # (0-d bool arrays: a column of them would take no scalar)
-        values = place(row * num_envs)
-        cols.append([key, column.dtype.str, shape, values, place(num_envs), scalar and key in python])
+        checked.append((key, column.dtype, shape, row, scalar and key in python))
+    # The scalar columns of one dtype back to back, a (keys, num_envs) block, and every mask in one (K, num_envs)
+    # block after them (see InfoArea.blocks); a column of arrays on its own.
+    values_at: dict[str, int] = {}
+    by_dtype: dict[np.dtype[Any], list[tuple[str, int]]] = {}
+    for key, dtype, shape, row, _ in checked:
+        if shape:
+            values_at[key] = place(row * num_envs)
+        else:
+            by_dtype.setdefault(dtype, []).append((key, row))
+    for group in by_dtype.values():
+        base = place(sum(row * num_envs for _, row in group))
+        for i, (key, row) in enumerate(group):
+            values_at[key] = base + i * row * num_envs
+    masks = place(len(checked) * num_envs)
+    cols = [
+        [key, dtype.str, shape, values_at[key], masks + j * num_envs, python]
+        for j, (key, dtype, shape, _, python) in enumerate(checked)
+    ]
     if offset > MAX_AREA_BYTES:
         return None
     return {"at": at, "size": max(offset, 1), "cols": cols}
@@ -154,6 +176,11 @@ class InfoArea:
                 raise ValueError(f"the info column {key!r} of {dtype} takes no scalar")
             columns[key] = InfoColumn(values, mask, scalar, bool(python))
         self.columns = columns
+        #: Where every column is a scalar one, as :func:`plan` lays them out (MuJoCo's nine floats): the masks
+        #: ``(K, num_envs)`` bool as one view of the area, and the values as one ``(k, num_envs)`` view per dtype with
+        #: the indices of its columns among the K: a batch reads the masks and each dtype's values with one copy each,
+        #: and each key's column is a row of those. None otherwise (each column is read on its own).
+        self.blocks = _blocks(buffer, layout, columns, num_envs)
 
     # ------------------------------------------------------------ a worker's side
 
@@ -197,7 +224,9 @@ class InfoArea:
     def batch(self, rows: slice | np.ndarray) -> dict[str, Any]:
         """The infos of ``rows`` (a slice, or ``(B,)`` intp env ids), in the batch's row order, as gymnasium's vector
         envs batch them: every key some row has, its values ``(B, *shape)`` and its mask ``_key`` ``(B,)`` bool (all
-        copies). Read before the rows' envs are freed."""
+        copies; with :attr:`blocks`, rows of a copy per block). Read before the rows' envs are freed."""
+        if self.blocks is not None:
+            return self._batch_blocks(self.blocks, rows)
         out: dict[str, Any] = {}
         if type(rows) is slice:  # views: copied
             for key, column in self.columns.items():
@@ -214,6 +243,28 @@ class InfoArea:
                 out[_MASK + key] = mask
         return out
 
+    def _batch_blocks(self, blocks: _Blocks, rows: slice | np.ndarray) -> dict[str, Any]:
+        """:meth:`batch` where the area has :attr:`blocks`: the masks and each dtype's values read with one copy."""
+        block_masks, groups = blocks
+        if type(rows) is slice:
+            masks = block_masks[:, rows].copy()
+            taken = [block[:, rows].copy() for block, _ in groups]
+        else:
+            index = np.asarray(rows, np.intp)
+            masks = block_masks.take(index, 1)
+            taken = [block.take(index, 1) for block, _ in groups]
+        values: list[Any] = [None] * masks.shape[0]
+        for copy, (_, indices) in zip(taken, groups, strict=True):
+            for i, j in enumerate(indices):
+                values[j] = copy[i]
+        out: dict[str, Any] = {}
+        any_row = cast("list[bool]", masks.any(axis=1).tolist())
+        for j, (key, has) in enumerate(zip(self.columns, any_row, strict=True)):
+            if has:
+                out[key] = values[j]
+                out[_MASK + key] = masks[j]
+        return out
+
     def dicts(self, first: int, count: int) -> list[dict[str, Any]]:
         """The infos of the rows ``first .. first + count - 1`` as each env returned them: one dict per row (``{}``:
         it had none), each value of the type the env gave (:meth:`write` took only values of exactly their column's
@@ -222,20 +273,28 @@ class InfoArea:
         the rows' envs are freed."""
         out: list[dict[str, Any]] = [{} for _ in range(count)]
         at = slice(first, first + count)
+        if self.blocks is not None:  # the flags in one read, each dtype's values in one
+            block_masks, groups = self.blocks
+            columns = list(self.columns.values())
+            rows: list[list[Any]] = [[] for _ in columns]
+            for block, indices in groups:
+                part = block[:, at]
+                python = part.tolist()
+                for i, j in enumerate(indices):  # (a view's scalars are copies already)
+                    rows[j] = python[i] if columns[j].python else list(part[i])
+            for key, taken, flags in zip(self.columns, rows, block_masks[:, at].tolist(), strict=True):
+                _put(out, key, taken, flags)
+            return out
         for key, column in self.columns.items():
             has: list[bool] = column.mask[at].tolist()  # (a list: a few rows' test costs less than numpy's any/all)
             if not any(has):
                 continue
             values = column.values[at]
             # (a view's scalars are copies already; an array column's rows are views of one copy, none of the area)
-            taken: list[Any] = values.tolist() if column.python else list(values if column.scalar else values.copy())
-            if all(has):
-                for info, value in zip(out, taken, strict=True):
-                    info[key] = value
-            else:
-                for info, value, there in zip(out, taken, has, strict=True):
-                    if there:
-                        info[key] = value
+            values_of: list[Any] = (
+                values.tolist() if column.python else list(values if column.scalar else values.copy())
+            )
+            _put(out, key, values_of, has)
         return out
 
     def binfo(self, rows: slice | np.ndarray) -> dict[str, Any]:
@@ -255,3 +314,37 @@ class InfoArea:
         if python:
             out[_PY] = python
         return out
+
+
+def _put(out: list[dict[str, Any]], key: str, values: list[Any], has: list[bool]) -> None:
+    """Each row's value of ``key`` into its dict of ``out``, where ``has`` says the row has one."""
+    if all(has):
+        for info, value in zip(out, values, strict=True):
+            info[key] = value
+        return
+    for info, value, there in zip(out, values, has, strict=True):
+        if there:
+            info[key] = value
+
+
+def _blocks(buffer: mmap.mmap, layout: dict[str, Any], columns: dict[str, InfoColumn], num_envs: int) -> _Blocks | None:
+    """:attr:`InfoArea.blocks` of an area over ``buffer`` laid out as ``layout`` with these ``columns``, or None."""
+    cols = layout["cols"]
+    if not cols or any(column.scalar is None for column in columns.values()):
+        return None
+    masks_at = [int(col[4]) for col in cols]
+    if any(at != masks_at[0] + j * num_envs for j, at in enumerate(masks_at)):
+        return None
+    masks = np.frombuffer(buffer, np.bool_, len(cols) * num_envs, masks_at[0]).reshape(len(cols), num_envs)
+    by_dtype: dict[np.dtype[Any], list[int]] = {}
+    for j, column in enumerate(columns.values()):
+        by_dtype.setdefault(column.values.dtype, []).append(j)
+    groups = []
+    for dtype, indices in by_dtype.items():
+        at = [int(cols[j][3]) for j in indices]
+        step = num_envs * dtype.itemsize
+        if any(a != at[0] + i * step for i, a in enumerate(at)):
+            return None
+        block = np.frombuffer(buffer, dtype, len(indices) * num_envs, at[0]).reshape(len(indices), num_envs)
+        groups.append((block, indices))
+    return masks, groups

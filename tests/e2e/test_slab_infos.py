@@ -323,3 +323,29 @@ async def test_a_key_some_envs_give_as_a_dict_and_others_as_a_value_fails_that_s
         obs, *_, info = await asyncio.wait_for(pool.step(np.zeros(n, np.int64)), HANG)  # the next step is whole
         assert info["env_id"].tolist() == list(range(n))
         assert obs[:, 1].tolist() == [2.0] * n  # every env stepped twice: the failed step was a step
+
+
+@pytest.mark.parametrize("mode", ["next_step", "same_step"])
+async def test_mujocos_infos_read_in_blocks_give_gymnasiums_batches(mode: str) -> None:
+    # Ant-v5's nine infos, eight np.float64s and an np.float32: the area reads its masks and each dtype's values in
+    # one copy each (InfoArea.blocks), and the batches are SyncVectorEnv's, the ends of same_step episodes among them
+    n = 4
+    auto = gym.vector.AutoresetMode[mode.upper()]
+    ref = gym.vector.SyncVectorEnv([lambda: gym.make("Ant-v5")] * n, autoreset_mode=auto)
+    rng = np.random.default_rng(5)
+    async with aioenv.Pool("Ant-v5", n, num_workers=2, executor="inline", autoreset_mode=mode) as pool:
+        assert_same((await asyncio.wait_for(pool.reset(seed=3), HANG))[0], ref.reset(seed=3)[0])
+        ended = 0
+        for t in range(120):
+            actions = rng.uniform(-1, 1, (n, 8)).astype(np.float32)
+            got = await asyncio.wait_for(pool.step(actions), HANG)
+            want = ref.step(actions)
+            got[4].pop("env_id")
+            assert_same(got, want, f"step {t}")
+            ended += int((want[2] | want[3]).sum())
+        area = pool._runner.slab.info  # type: ignore[union-attr]
+        assert area is not None
+        assert area.blocks is not None
+        assert [block.dtype for block, _ in area.blocks[1]] == [np.dtype(np.float64), np.dtype(np.float32)]
+    ref.close()
+    assert ended > 0  # (Ant falls over under random actions within a few dozen steps)

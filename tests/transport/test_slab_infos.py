@@ -188,6 +188,56 @@ def test_what_a_worker_writes_reads_back_as_gymnasiums_batch_of_any_rows(
         assert_same(merge_infos(parts, N), gymnasium_batch(infos))
 
 
+#: Scalar values for the keys of an area read in blocks (MuJoCo's infos: np.float64s and an np.float32).
+SCALARS: dict[str, Any] = {
+    "python float": float,
+    "python int": int,
+    "python bool": lambda v: v % 3 == 0,
+    "np.float64": np.float64,
+    "np.float32": np.float32,
+    "np.uint8": np.uint8,
+}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(list(SCALARS)), min_size=1, max_size=6), st.data())
+def test_an_area_of_scalar_columns_reads_in_blocks_and_gives_the_same_batches(
+    kinds: list[str], data: st.DataObject
+) -> None:
+    keys = [f"k{j}" for j in range(len(kinds))]
+    makers = [SCALARS[kind] for kind in kinds]
+    layout = plan(batch_infos([{key: make(1) for key, make in zip(keys, makers, strict=True)}], 1), N, 0)
+    assert layout is not None
+    area = InfoArea(mmap.mmap(-1, layout["size"]), layout, N)
+    assert area.blocks is not None
+    masks, groups = area.blocks
+    assert masks.shape == (len(keys), N)
+    assert sorted(j for _, indices in groups for j in indices) == list(range(len(keys)))
+    infos: list[dict[str, Any] | None] = []
+    for env in range(N):  # each env every key, some (in any order) or none
+        have = data.draw(st.permutations(keys)) if data.draw(st.booleans()) else keys
+        have = have[: data.draw(st.integers(0, len(have)))] if data.draw(st.booleans()) else have
+        infos.append({key: makers[keys.index(key)](env * 10 + len(key)) for key in have} or None)
+    assert area.write(infos, slice(0, N))
+    picks = data.draw(st.lists(st.integers(0, N - 1), min_size=1, max_size=N, unique=True))
+    assert_same(area.batch(slice(0, N)), gymnasium_batch(infos))
+    assert_same(area.batch(slice(2, N)), gymnasium_batch(infos[2:]))
+    assert_same(area.batch(np.array(picks, np.intp)), gymnasium_batch([infos[i] for i in picks]))
+    assert_same(area.dicts(1, N - 1), [dict(info) if info else {} for info in infos[1:]])
+    assert_same(merge_infos([(area.binfo(slice(0, N)), np.arange(N))], N), gymnasium_batch(infos))
+    for array in area.batch(slice(0, N)).values():  # the caller's own arrays: none a view of the area
+        for block in (masks, *(block for block, _ in groups)):
+            assert not np.shares_memory(array, block)
+
+
+def test_an_area_with_a_column_of_arrays_reads_each_column_on_its_own() -> None:
+    area = area_for()  # (MAKERS: scalars and arrays)
+    assert area.blocks is None
+    infos = [full_info(v) for v in range(N)]
+    assert area.write(infos, slice(0, N))
+    assert_same(area.batch(slice(0, N)), gymnasium_batch(infos))
+
+
 def test_a_failed_write_leaves_nothing_a_reader_sees() -> None:
     area = area_for()
     assert area.write([full_info(1), full_info(2)], slice(0, 2))
