@@ -834,8 +834,7 @@ class RecvQueue:
         try:
             whole: dict[str, Any] | None = None
             if in_area:
-                area = self._slab.info if self._slab is not None else None
-                assert area is not None, "rows queued with their infos in the info area"
+                area = self._info_area()
                 if len(in_area) == taken and not segments:  # every row's infos in the area: one read per key
                     whole = area.batch(held)  # type: ignore[arg-type]
                 elif not segments:
@@ -871,6 +870,12 @@ class RecvQueue:
         finals = _final_rows(slab, ids, extras[1], extras[2])
         return leaves, extras, None if finals is None else _final_columns(finals)
 
+    def _info_area(self) -> InfoArea:
+        """The info area of the shared rows queued with their infos in it (see :meth:`deliver_shared`)."""
+        area = self._slab.info if self._slab is not None else None
+        assert area is not None, "rows queued with their infos in the info area"
+        return area
+
     def _gather(
         self,
         ids: np.ndarray,
@@ -898,9 +903,7 @@ class RecvQueue:
         if type(item) is _SharedInfo:
             binfo = _with_finals(item.binfo, binfo, ids.size)
         elif type(item) is _SharedArea:
-            area = self._slab.info if self._slab is not None else None
-            assert area is not None, "rows queued with their infos in the info area"
-            binfo = _with_finals(area.binfo(ids) or None, binfo, ids.size)
+            binfo = _with_finals(self._info_area().binfo(ids) or None, binfo, ids.size)
         return _Segment(Part(ids, leaves, extras, binfo=binfo), 0, ids.size, None)
 
     def _assemble(self, segments: list[_Segment], n: int) -> tuple[Any, ...]:

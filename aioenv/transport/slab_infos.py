@@ -279,9 +279,9 @@ class InfoArea:
             rows: list[list[Any]] = [[] for _ in columns]
             for block, indices in groups:
                 part = block[:, at]
-                python = part.tolist()
+                python = part.tolist() if any(columns[j].python for j in indices) else None
                 for i, j in enumerate(indices):  # (a view's scalars are copies already)
-                    rows[j] = python[i] if columns[j].python else list(part[i])
+                    rows[j] = python[i] if python is not None and columns[j].python else list(part[i])
             for key, taken, flags in zip(self.columns, rows, block_masks[:, at].tolist(), strict=True):
                 _put(out, key, taken, flags)
             return out

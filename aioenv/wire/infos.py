@@ -251,7 +251,7 @@ def _same_nesting(key: str, present: list[tuple[dict[str, Any], np.ndarray]]) ->
 
 def _holds_dicts(column: Any) -> bool:
     """Whether ``column`` (a part's batched values of a key) is an object column holding a dict."""
-    return type(column) is np.ndarray and column.dtype.hasobject and any(type(v) is dict for v in column.tolist())
+    return type(column) is np.ndarray and column.dtype.hasobject and any(isinstance(v, dict) for v in column.tolist())
 
 
 def _merge_uniform(items: list[tuple[dict[str, Any], np.ndarray]], num_rows: int) -> dict[str, Any] | None:
