@@ -11,7 +11,10 @@ timed window. Four cases:
    socket (``--bind unix:///...``: no ZeroMQ, see aioenv/transport/stream.py). Two more cells run the same
    loop with no pool over bare pipes (``bare_relay.py``): straight to worker processes, and through a relay
    process that passes each message on unread; relay / direct is what a process in between costs by itself.
-   Repeats interleaved (the order rotates), the medians reported. Bars: each remote / embedded >= 0.8x.
+   Repeats interleaved (the order rotates), the medians reported. Then the three pools at once, alternated in
+   one process in slices of 0.25 s (``remote_alternated.py``): the medians of the rounds' ratios, which a slow
+   minute of the machine moves far less than windows of their own, and the client's and the server's CPU per
+   ``recv()`` batch. Bars: each remote / embedded >= 0.8x, of the windows and alternated.
 2. ``async1k``: 1,024 ``AsyncSleepEnv`` (``asyncio.sleep``, lognormal mean 20 ms, sigma 0.5, cap 200 ms)
    with ``executor="async"``, under two client loops (``recv()`` with ``batch_size=64`` and
    ``recv(min_results=1, max_results=1024)``), remote and embedded. Ideal = 1024 / 0.02 steps/s.
@@ -43,14 +46,16 @@ Run (from the repo root; a full run takes about 2.5 minutes on 2 cores)::
     .venv/bin/python benchmarks/bench_remote.py --quick --out /tmp/remote   # smoke: small sizes, ~15 s
 
 Options: ``--seconds`` (window of cases 1, 2 and 4, default 5), ``--clients-seconds`` (default 10),
-``--repeats`` (cases 1 and 4, default 3), ``--num-workers`` (cases 1, 2 and 4, default 2), ``--clients`` /
+``--repeats`` (cases 1 and 4, default 3), ``--alternated-seconds`` (case 1's alternated pools, default 12),
+``--num-workers`` (cases 1, 2 and 4, default 2), ``--clients`` /
 ``--client-envs`` (default 50 x 64), ``--client-loop``. Writes ``remote.json`` (machine, parameters, every
 figure) and ``remote.md`` (tables with the bars, met or missed) to ``benchmarks/results/`` or ``--out DIR``.
 Bars are informative: a missed bar never fails the run; a cell that raises is recorded as ``error: ...`` and
 the others go on.
 
-The code is in six files of ``benchmarks/``: this one (the entry point: cases 1-2, bars, the report and
-the command line), ``remote_bare.py`` and ``bare_relay.py`` (case 1's cells of no pool),
+The code is in seven files of ``benchmarks/``: this one (the entry point: cases 1-2, bars, the report and
+the command line), ``remote_bare.py`` and ``bare_relay.py`` (case 1's cells of no pool), ``remote_alternated.py``
+(case 1's pools alternated),
 ``remote_clients.py`` (case 3 and the ``client`` sub-command), ``remote_hosts.py`` (case 4) and
 ``benchutil.py`` (the server and worker-host subprocesses, one timed pool cell, CPU and memory accounting,
 formatting helpers).
@@ -99,6 +104,7 @@ from benchutil import (  # noqa: E402
     write_atomic,
 )
 from recorded import settings  # noqa: E402
+from remote_alternated import alternated, md_alternated  # noqa: E402
 from remote_bare import BARE_DIRECT, BARE_RELAY, bare_cell  # noqa: E402
 from remote_clients import bench_clients, client_main, md_clients  # noqa: E402
 from remote_hosts import bench_hosts, hosts_notes, md_hosts  # noqa: E402
@@ -131,6 +137,12 @@ def bench_cartpole(args: argparse.Namespace, server: Server) -> dict[str, Any]:
                 on, idle = (unix, server) if where == "remote unix" else (server, unix)
                 cell = run_cell("cartpole", repeat, spec, on, where != "embedded", where=where, idle=[idle])
                 runs[where].append(cell)
+        print(f"[cartpole] the three pools alternated in one process for {args.alternated_seconds:g} s", flush=True)
+        try:
+            alt = alternated(spec, server, unix, args.alternated_seconds)
+        except Exception as exc:  # noqa: BLE001 - report it, keep the other figures
+            alt = {"error": f"{type(exc).__name__}: {exc}"}
+        print(f"[cartpole] alternated: {alt}", flush=True)
     finally:
         stopped = unix.stop() | {"command": unix.command}
     cells = {where: median_cell(attempts) for where, attempts in runs.items()}
@@ -143,6 +155,7 @@ def bench_cartpole(args: argparse.Namespace, server: Server) -> dict[str, Any]:
         "ratio_remote_embedded": ratio(speed["remote"], speed["embedded"]),
         "ratio_unix_embedded": ratio(speed["remote unix"], speed["embedded"]),
         "ratio_bare_relay_direct": ratio(speed[BARE_RELAY], speed[BARE_DIRECT]),
+        "alternated": alt,
         "unix_server": stopped,
     }
 
@@ -196,6 +209,12 @@ def judge(sections: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         )
         value = sec.get("ratio_unix_embedded")
         bars.append(bar(f"{sec['title']}: remote (unix socket) / embedded", value, ">=", threshold, "x", about))
+        alt = sec["alternated"]
+        about = f"recv(), batch_size={sec['params']['batch_size']}, alternated in one process"
+        about += f", medians of {alt['rounds']} rounds" if "error" not in alt else f": {alt['error']}"
+        for name, key in (("tcp", "ratio_remote_embedded"), ("unix socket", "ratio_unix_embedded")):
+            title = f"{sec['title']}: alternated, remote ({name}) / embedded"
+            bars.append(bar(title, alt.get(key), ">=", threshold, "x", about))
     if sec := sections.get("async1k"):
         best = sec["best"]["remote"]
         value = sec["cells"][best]["fraction_of_ideal"] if best else None
@@ -265,6 +284,8 @@ def render_markdown(res: dict[str, Any]) -> str:
             f"No pool, over bare pipes: via a relay process / direct {bare:.2f}x, what a process and a hop each "
             f"way cost by themselves (remote / embedded: tcp {tcp}, unix socket {unix}).",
         ]
+    if sec := secs.get("cartpole"):
+        lines += ["", *md_alternated(sec)]
     if sec := secs.get("clients"):
         lines += ["", *md_clients(sec)]
     if sec := secs.get("hosts"):
@@ -316,6 +337,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="case 1's CartPoles (default 128, --quick 16), recv() in batches of N/2",
     )
     p.add_argument(
+        "--alternated-seconds",
+        type=float,
+        help="case 1's three pools alternated in one process for this long in all (default 12, --quick 1.5)",
+    )
+    p.add_argument(
         "--loops",
         type=lambda s: [parse_loop(x) for x in s.split(",")],
         default=["batch:64", "any"],
@@ -337,6 +363,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "seconds": 0.5 if q else 5.0,
         "warmup": 0.2 if q else 1.0,
         "repeats": 1 if q else 3,
+        "alternated_seconds": 1.5 if q else 12.0,
         "clients": 4 if q else 50,
         "client_envs": 8 if q else 64,
         "clients_seconds": 1.0 if q else 10.0,

@@ -140,3 +140,16 @@ def test_the_remote_goals_say_what_a_relay_costs_with_no_pool() -> None:
     assert said == f"{speeds}; no pool, a relay process / direct over bare pipes 0.77x"
     del section["ratio_bare_relay_direct"]  # results of a run before those cells: the speeds alone
     assert remote_speeds({"sections": {"cartpole": section}}) == speeds
+    section["alternated"] = {  # the pools alternated in one process: their speeds and each side's CPU a batch
+        "steps_per_s": {"embedded": 90000.0, "remote unix": 55000.0},
+        "cpu": {
+            "embedded": {"client_us_per_batch": 201.4, "server_us_per_batch": None},
+            "remote unix": {"client_us_per_batch": 290.0, "server_us_per_batch": 1322.0},
+        },
+    }
+    said = remote_speeds({"sections": {"cartpole": section}})
+    alternated = "embedded 90,000, remote unix 55,000 steps/s, CPU µs a batch embedded 201, remote unix 290"
+    alternated += " + server 1,322"
+    assert said == f"{speeds}; alternated in one process: {alternated}"
+    section["alternated"] = {"error": "TimeoutError: no result within 180 s"}  # it failed: the windows' figures
+    assert remote_speeds({"sections": {"cartpole": section}}) == speeds

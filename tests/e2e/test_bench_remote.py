@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import psutil
 import pytest
 
 import aioenv
-from tests.support.scripts import bench_module, run_python
+from tests.support.scripts import ROOT, bench_module, run_python
 
 pytestmark = pytest.mark.bench  # a benchmark script's smoke run: make test-bench, not make test
 
@@ -55,6 +56,24 @@ def test_remote_benchmark_smoke(tmp_path: Path) -> None:
     assert cartpole["ratio_unix_embedded"] == pytest.approx(steps["remote unix"] / steps["embedded"], rel=1e-3)
     relay_direct = steps["no pool, via a relay"] / steps["no pool, direct"]
     assert cartpole["ratio_bare_relay_direct"] == pytest.approx(relay_direct, rel=1e-3)
+    alt = cartpole["alternated"]  # the three pools at once in this process, in slices that alternate
+    assert alt["rounds"] >= 2, alt
+    assert set(alt["steps_per_s"]) == {"embedded", "remote", "remote unix"}
+    assert all(v > 0 for v in alt["steps_per_s"].values()), alt
+    for key in ("remote_embedded", "unix_embedded"):
+        rounds = alt[f"rounds_ratio_{key}"]
+        assert len(rounds) == alt["rounds"]
+        assert alt[f"ratio_{key}"] == pytest.approx(statistics.median(rounds), rel=1e-4)
+        q1, q3 = alt[f"quartiles_{key}"]
+        assert min(rounds) - 1e-6 <= q1 <= alt[f"ratio_{key}"] <= q3 <= max(rounds) + 1e-6
+    for where, cpu in alt["cpu"].items():
+        assert cpu["batches"] > 0, where
+        assert 0 < cpu["rows_per_batch"] <= 16, where  # never more than the pool's envs
+        assert cpu["client_us_per_batch"] > 0, where
+        if where == "embedded":
+            assert cpu["server_us_per_batch"] is None
+        else:  # the server's own CPU counted while its pool ran
+            assert cpu["server_us_per_batch"] > 0, where
     assert cartpole["unix_server"]["exit_code"] == 0  # the unix-socket server, stopped cleanly, nothing left
     assert cartpole["unix_server"]["workers_left"] == []
 
@@ -115,9 +134,13 @@ def test_remote_benchmark_smoke(tmp_path: Path) -> None:
     assert result["server"]["exit_code"] == 0  # stopped cleanly with SIGTERM
     assert result["server"]["workers_left"] == []
     assert result["leftover_processes_at_exit"] == []
-    assert len(result["bars"]) == 3
+    assert len(result["bars"]) == 5
     assert result["bars"][0]["value"] == cartpole["ratio_remote_embedded"]
     assert result["bars"][1]["value"] == cartpole["ratio_unix_embedded"]
+    assert result["bars"][2]["value"] == alt["ratio_remote_embedded"]
+    assert "alternated, remote (tcp)" in result["bars"][2]["name"]
+    assert result["bars"][3]["value"] == alt["ratio_unix_embedded"]
+    assert "alternated, remote (unix socket)" in result["bars"][3]["name"]
     for bar in result["bars"]:  # "met" is the bar's own comparison, not a free flag
         assert bar["op"] == ">="
         assert bar["met"] is (bar["value"] >= bar["threshold"]), bar
@@ -127,6 +150,7 @@ def test_remote_benchmark_smoke(tmp_path: Path) -> None:
     assert "remote via host / remote = " in markdown
     assert f"via a relay process / direct {cartpole['ratio_bare_relay_direct']:.2f}x" in markdown
     assert "exit codes 0 / 0" in markdown
+    assert f"| remote unix | {alt['steps_per_s']['remote unix']:,.0f} | {alt['ratio_unix_embedded']:.2f}x" in markdown
 
     seen = result["pids_seen"]  # the servers, the host, their workers, the clients, the embedded pools' workers
     assert (
@@ -190,3 +214,36 @@ def test_a_managed_processs_problems_keep_each_traceback_whole(monkeypatch: pyte
         "KeyError: b'abc'",
         "WARNING client silent",
     ]
+
+
+def test_alternated_figures_are_each_rounds_ratio_and_every_slices_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # as bench_remote.py puts it there
+    figures = bench_module("remote_alternated")._figures
+    # (rows, recv batches, wall s, this process's CPU s, the server's CPU s) of each pool's slice in each round
+    slices = [
+        ((100, 10, 1.0, 0.002, 0.0), (50, 5, 1.0, 0.002, 0.003), (80, 8, 1.0, 0.004, 0.004)),
+        ((200, 20, 1.0, 0.004, 0.0), (50, 5, 0.5, 0.003, 0.002), (60, 6, 0.5, 0.002, 0.002)),
+        ((100, 10, 2.0, 0.002, 0.0), (30, 3, 1.0, 0.001, 0.001), (40, 4, 1.0, 0.001, 0.001)),
+    ]  # embedded, remote, remote unix
+    rounds = [dict(zip(("embedded", "remote", "remote unix"), got, strict=True)) for got in slices]
+    out = figures(rounds, 2)
+    assert out["rounds"] == 3
+    assert out["num_workers"] == 2
+    assert out["steps_per_s"] == {"embedded": 100.0, "remote": 50.0, "remote unix": 80.0}  # medians of the rounds
+    # within each round: remote 50/100, 100/200, 30/50; a slow round (the third) moves both sides alike
+    assert out["rounds_ratio_remote_embedded"] == [0.5, 0.5, 0.6]
+    assert out["ratio_remote_embedded"] == 0.5
+    assert out["rounds_ratio_unix_embedded"] == [0.8, 0.6, 0.8]
+    assert out["ratio_unix_embedded"] == 0.8
+    assert out["quartiles_unix_embedded"] == [0.7, 0.8]  # within the rounds, never past them
+    cpu = out["cpu"]
+    assert cpu["embedded"] == {
+        "batches": 40,
+        "rows_per_batch": 10.0,
+        "client_us_per_batch": 200.0,  # 8 ms over 40 batches
+        "server_us_per_batch": None,  # no server
+    }
+    assert cpu["remote"]["client_us_per_batch"] == pytest.approx(1e6 * 0.006 / 13)
+    assert cpu["remote"]["server_us_per_batch"] == pytest.approx(1e6 * 0.006 / 13)
+    assert cpu["remote unix"]["batches"] == 18
+    assert cpu["remote unix"]["server_us_per_batch"] == pytest.approx(1e6 * 0.007 / 18)
