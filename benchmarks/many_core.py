@@ -13,7 +13,7 @@ returns few):
 3. ``latency-x8``: the same with ``--scale 8``: 8,192 async envs in batches of 2,048 and 512 thread envs in
    batches of 128;
 4. ``remote``: ``bench_remote.py``, CartPole-v1 n = 256 ``send``/``recv`` embedded, over tcp and over a unix
-   socket;
+   socket, in windows and alternated in one process (with the client's and the server's CPU a batch);
 5. ``placement``: ``bench_placement.py``, ``executor="auto"`` against every explicit placement on the workloads
    of 1 (one make each);
 6. ``adapters``: ``bench_adapters.py``, 64 CartPoles through SB3's ``AioVecEnv``, ``DummyVecEnv`` and
@@ -123,11 +123,14 @@ STEPS = (
         Source(
             "bench_remote.py",
             "remote.json",
-            ("--only", "cartpole", "--cartpole-envs", "256", "--num-workers", "8", "--repeats", "2", "--seconds", "2"),
+            (
+                *("--only", "cartpole", "--cartpole-envs", "256", "--num-workers", "8"),
+                *("--repeats", "2", "--seconds", "2", "--alternated-seconds", "8"),
+            ),
             ("--quick", "--only", "cartpole"),
             out_is_dir=True,
         ),
-        60.0,
+        75.0,
         60.0,
     ),
     Step(
