@@ -51,7 +51,17 @@ from aioenv.core.memory import MemoryWatch
 from aioenv.core.recovery import SETUP, Recovery, Slot, SlotState
 from aioenv.core.replies import Block, Relayed, Segment, int_lists, route_block
 from aioenv.core.runner import Requests, SharedStep
-from aioenv.core.scheduler import THROTTLED, Build, HeldCall, LaneCall, Request, Scheduler, SetupFuture
+from aioenv.core.scheduler import (
+    KNOWN_ID_SETS,
+    KNOWN_IDS_MAX,
+    THROTTLED,
+    Build,
+    HeldCall,
+    LaneCall,
+    Request,
+    Scheduler,
+    SetupFuture,
+)
 from aioenv.core.sinks import Gather, Part, RecvQueue, Sink
 from aioenv.core.sources import EnvSources
 from aioenv.errors import (
@@ -159,6 +169,9 @@ class Coordinator(Recovery, Requests):
         self.life = Lifecycle("coordinator", Phase.NEW, COORDINATOR)
         self._turn_booked = False  # the loop's second turn will answer a share's deferred rows
         self._plan: _LanePlan | None = None  # how a lock-step step of every env goes as lane messages
+        # each id array's runs by worker (see _pieces), for the placement of the owners list they were cut by
+        self._known_pieces: dict[bytes, tuple[list[int], list[int], list[int]] | None] = {}
+        self._pieces_owners: list[int] | None = None
         self._retired: list[WorkerProc] = []
         self._launch = launch
         #: Its workers are its own children on pipes of their own (or run in this process): values msgpack
@@ -672,7 +685,7 @@ class Coordinator(Recovery, Requests):
         n = env_ids.size
         if n == 0:
             return None
-        pieces = _runs_by_owner(env_ids, self.sched) if n > _FEW_IDS else _few_runs_by_owner(env_ids, self.sched.owners)
+        pieces = self._pieces(env_ids)
         if pieces is None:
             return None
         workers, firsts, counts = pieces
@@ -685,6 +698,29 @@ class Coordinator(Recovery, Requests):
                 return None
             procs.append(proc)
         return _LanePlan(workers, firsts, counts, procs, procs)
+
+    def _pieces(self, env_ids: np.ndarray) -> tuple[list[int], list[int], list[int]] | None:
+        """:func:`_runs_by_owner` of ``env_ids`` (int64, not empty), remembered for the id arrays a
+        ``send()``/``recv()`` loop repeats (see :data:`aioenv.core.scheduler.KNOWN_ID_SETS`) while the envs' workers
+        stay where they are."""
+        sched = self.sched
+        n = env_ids.size
+        if n > KNOWN_IDS_MAX:
+            return _runs_by_owner(env_ids, sched)
+        known = self._known_pieces
+        if self._pieces_owners is not sched.owners:  # placed anew (Scheduler.place): what was known is not
+            known.clear()
+            self._pieces_owners = sched.owners
+        key = env_ids.tobytes()
+        try:
+            return known[key]
+        except KeyError:
+            pass
+        pieces = _runs_by_owner(env_ids, sched) if n > _FEW_IDS else _few_runs_by_owner(env_ids, sched.owners)
+        if len(known) >= KNOWN_ID_SETS:
+            known.clear()
+        known[key] = pieces
+        return pieces
 
     def _send_lanes(
         self, plan: _LanePlan, sink: Gather | RecvQueue, info_list: bool, deadline: float | None, each: bool = False

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
+from aioenv.core import scheduler
 from aioenv.core.scheduler import Request, Scheduler
 from aioenv.errors import AioEnvError, UsageError
 
@@ -852,3 +853,54 @@ def test_no_limit_means_all_rows_go() -> None:
     sched = placed(4, 1)
     assert sched.room(4) == 4
     assert sched.unhold() == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([[0, 1], [1, 0], [5, 6, 7], [7, 7], [0, 9], [-1], [3], [2, 3, 4, 5]]), max_size=60))
+def test_resolve_remembers_checked_ids_but_answers_as_a_fresh_check_would(calls: list[list[int]]) -> None:
+    """A send()/recv() loop sends the same id arrays again and again: their checks are remembered, and must never
+    change an answer (a refused array is refused every time, whatever was resolved before it)."""
+    sched, fresh = placed(8, 2), placed(8, 2)
+    for env_ids in calls:
+        for dtype in (np.int64, np.int32):
+            try:
+                want: list[int] | str = fresh.resolve(np.array(env_ids, dtype=dtype)).tolist()
+            except UsageError as exc:
+                want = str(exc)
+            fresh._checked.clear()  # a scheduler with no memory
+            try:
+                got: list[int] | str = sched.resolve(np.array(env_ids, dtype=dtype)).tolist()
+            except UsageError as exc:
+                got = str(exc)
+            assert got == want, (env_ids, dtype)
+    assert len(sched._checked) <= scheduler.KNOWN_ID_SETS
+
+
+def test_resolve_checks_an_id_array_once_and_bounds_what_it_remembers(monkeypatch: pytest.MonkeyPatch) -> None:
+    sched = placed(200, 2)
+    checked: list[list[int]] = []
+    check = Scheduler._check
+
+    def counted(self: Scheduler, ids: np.ndarray) -> None:
+        checked.append(ids.tolist())
+        check(self, ids)
+
+    monkeypatch.setattr(Scheduler, "_check", counted)
+    batch = np.arange(64, 128)
+    for _ in range(3):  # a loop's batch, sent again and again: checked once
+        assert sched.resolve(batch) is batch
+    assert sched.resolve(batch.astype(np.int32)).tolist() == batch.tolist()  # the same ids as another dtype
+    assert checked == [batch.tolist()]
+    assert sched.resolve(batch[::-1].copy()).tolist() == batch[::-1].tolist()  # another order: checked
+    assert len(checked) == 2
+    many = np.arange(scheduler.KNOWN_IDS_MAX + 1) % 200  # beyond the size remembered (and refused)
+    for _ in range(2):
+        with pytest.raises(UsageError, match="appears more than once"):
+            sched.resolve(many)
+    assert len(checked) == 4
+    for k in range(scheduler.KNOWN_ID_SETS + 5):  # more arrays than it remembers: it forgets, never grows past
+        sched.resolve([k, k + 1])
+        assert len(sched._checked) <= scheduler.KNOWN_ID_SETS
+    checked.clear()
+    sched.resolve(batch)  # forgotten on the way: checked again
+    assert checked == [batch.tolist()]

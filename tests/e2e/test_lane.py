@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 import aioenv
+from aioenv.core import coordinator
 from aioenv.core.coordinator import Coordinator
 from aioenv.errors import PoolClosed, StepTimeout, UsageError, WorkerCrashed
 from aioenv.transport.pipe import PipePort
@@ -206,6 +207,34 @@ async def test_a_send_whose_part_for_some_worker_is_not_one_run_goes_as_requests
             assert sorted(info["env_id"].tolist()) == sorted(ids)
             assert obs[:, 0].tolist() == info["env_id"].tolist()  # each env's own row
             assert not sched.busy.any()
+
+
+async def test_a_sends_ids_are_cut_into_runs_once_while_the_envs_stay_where_they_are(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cuts: list[list[int]] = []
+    cut = coordinator._few_runs_by_owner
+
+    def counted(env_ids: np.ndarray, owners: list[int]) -> tuple[list[int], list[int], list[int]] | None:
+        cuts.append(env_ids.tolist())
+        return cut(env_ids, owners)
+
+    monkeypatch.setattr(coordinator, "_few_runs_by_owner", counted)
+    async with aioenv.Pool(PROBE, 6, num_workers=2, executor="inline", env_kwargs={"quiet": True}) as pool:  # 0-2, 3-5
+        await asyncio.wait_for(pool.reset(seed=0), HANG)
+        sched = pool._runner.sched  # type: ignore[attr-defined]
+        batches = [[3, 4, 5], [0, 1, 2], [2, 0, 4]]  # a loop's batches (the last no worker's run: requests)
+        for round_ in range(3):
+            if round_ == 2:  # the owners list placed anew (as Scheduler.place makes it): what was known is not
+                sched.owners = list(sched.owners)
+            for ids in batches:
+                pool.send(np.ones(len(ids), np.int64), np.array(ids))
+                assert len(sched.lane_calls) == int(ids != [2, 0, 4]), ids
+                obs, *_, info = await asyncio.wait_for(pool.recv(min_results=len(ids)), HANG)
+                assert sorted(info["env_id"].tolist()) == sorted(ids)
+                assert obs[:, 0].tolist() == info["env_id"].tolist()  # each env's own row
+                assert not sched.busy.any()
+        assert cuts == [*batches, *batches]  # each batch cut in the first round and after the placement, only
 
 
 async def test_a_worker_lost_mid_send_fails_its_rows_through_recv_and_the_others_arrive(tmp_path: Path) -> None:
