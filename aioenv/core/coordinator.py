@@ -705,8 +705,8 @@ class Coordinator(Recovery, Requests):
         stay where they are."""
         sched = self.sched
         n = env_ids.size
-        if n > KNOWN_IDS_MAX:
-            return _runs_by_owner(env_ids, sched)
+        if n > KNOWN_IDS_MAX or env_ids.dtype != np.int64:  # (its bytes name its ids only as int64s)
+            return _runs_by_owner(env_ids, sched) if n > _FEW_IDS else _few_runs_by_owner(env_ids, sched.owners)
         known = self._known_pieces
         if self._pieces_owners is not sched.owners:  # placed anew (Scheduler.place): what was known is not
             known.clear()
