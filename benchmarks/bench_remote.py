@@ -358,6 +358,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.cartpole_envs is not None and args.cartpole_envs < 2:
         p.error(f"--cartpole-envs must be at least 2, got {args.cartpole_envs}")
+    if args.alternated_seconds is not None and not args.alternated_seconds > 0:
+        p.error(f"--alternated-seconds must be a positive number of seconds, got {args.alternated_seconds}")
     q = args.quick
     defaults = {
         "seconds": 0.5 if q else 5.0,

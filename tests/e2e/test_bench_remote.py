@@ -247,3 +247,11 @@ def test_alternated_figures_are_each_rounds_ratio_and_every_slices_cpu(monkeypat
     assert cpu["remote"]["server_us_per_batch"] == pytest.approx(1e6 * 0.006 / 13)
     assert cpu["remote unix"]["batches"] == 18
     assert cpu["remote unix"]["server_us_per_batch"] == pytest.approx(1e6 * 0.007 / 18)
+
+
+@pytest.mark.parametrize("seconds", ["0", "-2", "nan"])
+def test_an_alternated_window_of_no_time_is_refused_by_name(seconds: str) -> None:
+    proc = run_python("benchmarks/bench_remote.py", "--only", "cartpole", "--alternated-seconds", seconds, timeout=60)
+    assert proc.returncode == 2
+    assert "--alternated-seconds must be a positive number of seconds" in proc.stderr
+    assert "server pid" not in proc.stdout  # refused before any server starts
