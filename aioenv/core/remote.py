@@ -9,8 +9,11 @@ there) and relays rows back as they finish, at their positions in the call (:mod
 Liveness: the client sends PING every ``HEARTBEAT`` seconds, or as often as the server's reply to OPEN
 asks (a quarter of its ``--client-timeout``, :mod:`aioenv.wire.beat`); a server that says nothing for
 ``SERVER_TIMEOUT`` seconds (wrong address, down, unreachable) is given up: requests in flight fail
-with :class:`~aioenv.errors.ConnectionLost` and so does every later call. The server likewise
-releases the envs of a client it has not heard from (``aioenv serve --client-timeout``).
+with :class:`~aioenv.errors.ConnectionLost` and so does every later call. Time this client's own event loop did
+not run (the caller's blocking code, a loaded machine) is no silence of the server's: its replies wait unread in
+the socket meanwhile, and the heartbeat adds its own lateness to the last time heard. The server likewise
+releases the envs of a client it has not heard from (``aioenv serve --client-timeout``): a loop that stops for
+longer than that loses its pool on the server's side.
 """
 
 from __future__ import annotations
@@ -98,6 +101,7 @@ class RemoteCoordinator(Requests):
         self._dealer: ClientLink | None = None
         self._beat: asyncio.TimerHandle | None = None
         self._beat_every = HEARTBEAT  # seconds between PINGs: what the server's reply to OPEN asks, at most this
+        self._beat_due = 0.0  # when the next PING is due (loop time)
         self._last_heard = self.loop.time()
         self._ack: int | None = None  # the mark of the last message read (see aioenv.server.peers)
         self._ack_kept: int | None = None  # the last kept (odd) mark read
@@ -155,14 +159,14 @@ class RemoteCoordinator(Requests):
         except ConnectionError as exc:  # a unix:// path nobody listens on
             raise ConnectionLost(f"{exc} (is `aioenv serve --bind {self.endpoint}` running?)") from exc
         self._last_heard = self.loop.time()
-        self._beat = self.loop.call_later(self._beat_every, self._heartbeat)
+        self._arm_beat()
         fields = {Key.ENV: self.env, Key.NUM_ENVS: self.sched.num_envs, Key.KW: self.env_kwargs, Key.CLIENT: CLIENT_ID}
         fields[Key.OPT] = {**self.options, "num_workers": num_workers}
         reply = await self._call(Op.OPEN, fields)
         self._beat_every = heard_interval(reply.get(Key.BEAT), HEARTBEAT)
         if self._beat is not None and self.lost is None:  # the next PING at the pace the server asked
             self._beat.cancel()
-            self._beat = self.loop.call_later(self._beat_every, self._heartbeat)
+            self._arm_beat()
         described = dict(reply.get(Key.SPACES) or {})
         most = dict(described.get("_server") or {}).get("max_message_bytes")
         self.max_message_bytes = most if isinstance(most, int) else None
@@ -319,10 +323,19 @@ class RemoteCoordinator(Requests):
 
     # ------------------------------------------------------------ liveness
 
+    def _arm_beat(self) -> None:
+        self._beat_due = self.loop.time() + self._beat_every
+        self._beat = self.loop.call_later(self._beat_every, self._heartbeat)
+
     def _heartbeat(self) -> None:
         if self.closing or self.lost is not None or self._dealer is None:
             return
-        silent = self.loop.time() - self._last_heard
+        now = self.loop.time()
+        # The time this loop did not run (the caller's own blocking code, a loaded machine) is no silence of the
+        # server's: its replies wait unread in the socket until the loop reads them. It is added to the last time
+        # heard, as a server's sweep adds its own lateness (aioenv.server.peers.Sweep).
+        self._last_heard += max(0.0, now - self._beat_due)
+        silent = now - self._last_heard
         if silent > SERVER_TIMEOUT:
             self._give_up(
                 ConnectionLost(
@@ -333,7 +346,7 @@ class RemoteCoordinator(Requests):
             return
         with contextlib.suppress(zmq.ZMQError):
             self._dealer.send(encode(Op.PING, self._acked({Key.ID: 0})))  # unsent when disconnected: silence tells
-        self._beat = self.loop.call_later(self._beat_every, self._heartbeat)
+        self._arm_beat()
 
     def _on_disconnect(self, reason: str) -> None:
         """The unix-socket connection ended: the server stopped or dropped this pool (no reconnecting here)."""

@@ -4,6 +4,8 @@ them would pass the protocol's limit); observations of the whole size arrive."""
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 
@@ -16,11 +18,12 @@ FACTORIES = ["tests.envs.hugebox:make_huge", "tests.envs.hugebox:make_ramped"]
 
 
 async def _one_pool(env: str, endpoint: str | None) -> None:
-    # Made before the pool opens: building the ramped bounds takes seconds of this loop on a loaded machine, and a
-    # remote pool's loop that sends no heartbeat for the server's client timeout (10 s) loses its pool.
+    # Made before the pool opens, and compared in a thread: building the ramped bounds, and comparing two spaces of
+    # them, take seconds on a loaded machine, and a remote pool whose loop sends no heartbeat for the server's client
+    # timeout (10 s) is dropped by the server.
     expected = make_huge(env).observation_space
     async with aioenv.Pool(env, 1, num_workers=1, executor="inline", endpoint=endpoint) as pool:
-        assert pool.single_observation_space == expected
+        assert await asyncio.to_thread(lambda: pool.single_observation_space == expected)
         obs, _ = await pool.reset(seed=0)
         assert obs.shape == (1, *SHAPE)
         assert obs.dtype == np.uint8

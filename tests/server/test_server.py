@@ -276,6 +276,29 @@ async def test_a_server_that_never_answers_fails_the_pool(monkeypatch: pytest.Mo
         await aioenv.make("CartPole-v1", 2, endpoint=f"tcp://127.0.0.1:{port}")
 
 
+@pytest.mark.parametrize("transport", ["tcp", "unix"])
+async def test_a_client_whose_own_loop_stalls_does_not_take_it_for_the_servers_silence(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, transport: str
+) -> None:
+    # The caller's code blocks this loop (a training step, a big comparison, a loaded machine) for longer than the
+    # client's timeout: the server's replies wait unread in the socket meanwhile, so the pool must go on. The server
+    # keeps its own timeout (10 s), which this stall stays below.
+    monkeypatch.setattr(remote, "SERVER_TIMEOUT", 1.0)
+    bind = ["--bind", f"unix://{tmp_path}/s.sock"] if transport == "unix" else []
+    srv = ServerProcess(*ALLOW, *bind)
+    try:
+        async with aioenv.Pool("CartPole-v1", 2, num_workers=1, endpoint=srv.endpoint) as pool:
+            await pool.reset(seed=0)
+            await pool.step(acts(0, 0))
+            time.sleep(2.5)  # this loop does not run: no PING goes out, no reply is read
+            obs, *_ = await asyncio.wait_for(pool.step(acts(1, 1)), HANG)
+            assert obs.shape == (2, 4)
+            await asyncio.sleep(1.5)  # the heartbeat runs on time again, the server answering
+            await asyncio.wait_for(pool.step(acts(0, 1)), HANG)
+    finally:
+        srv.stop()
+
+
 async def test_server_shutdown_answers_requests_in_flight(tmp_path: Path) -> None:
     srv = ServerProcess(*ALLOW)
     try:
