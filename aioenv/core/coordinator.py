@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import itertools
 import logging
 import os
 import secrets
@@ -52,8 +51,6 @@ from aioenv.core.recovery import SETUP, Recovery, Slot, SlotState
 from aioenv.core.replies import Block, Relayed, Segment, int_lists, route_block
 from aioenv.core.runner import Requests, SharedStep
 from aioenv.core.scheduler import (
-    KNOWN_ID_SETS,
-    KNOWN_IDS_MAX,
     THROTTLED,
     Build,
     HeldCall,
@@ -169,9 +166,6 @@ class Coordinator(Recovery, Requests):
         self.life = Lifecycle("coordinator", Phase.NEW, COORDINATOR)
         self._turn_booked = False  # the loop's second turn will answer a share's deferred rows
         self._plan: _LanePlan | None = None  # how a lock-step step of every env goes as lane messages
-        # each id array's runs by worker (see _pieces), for the placement of the owners list they were cut by
-        self._known_pieces: dict[bytes, tuple[list[int], list[int], list[int]] | None] = {}
-        self._pieces_owners: list[int] | None = None
         self._retired: list[WorkerProc] = []
         self._launch = launch
         #: Its workers are its own children on pipes of their own (or run in this process): values msgpack
@@ -685,7 +679,7 @@ class Coordinator(Recovery, Requests):
         n = env_ids.size
         if n == 0:
             return None
-        pieces = self._pieces(env_ids)
+        pieces = self.sched.runs(env_ids)
         if pieces is None:
             return None
         workers, firsts, counts = pieces
@@ -698,29 +692,6 @@ class Coordinator(Recovery, Requests):
                 return None
             procs.append(proc)
         return _LanePlan(workers, firsts, counts, procs, procs)
-
-    def _pieces(self, env_ids: np.ndarray) -> tuple[list[int], list[int], list[int]] | None:
-        """:func:`_runs_by_owner` of ``env_ids`` (int64, not empty), remembered for the id arrays a
-        ``send()``/``recv()`` loop repeats (see :data:`aioenv.core.scheduler.KNOWN_ID_SETS`) while the envs' workers
-        stay where they are."""
-        sched = self.sched
-        n = env_ids.size
-        if n > KNOWN_IDS_MAX or env_ids.dtype != np.int64:  # (its bytes name its ids only as int64s)
-            return _runs_by_owner(env_ids, sched) if n > _FEW_IDS else _few_runs_by_owner(env_ids, sched.owners)
-        known = self._known_pieces
-        if self._pieces_owners is not sched.owners:  # placed anew (Scheduler.place): what was known is not
-            known.clear()
-            self._pieces_owners = sched.owners
-        key = env_ids.tobytes()
-        try:
-            return known[key]
-        except KeyError:
-            pass
-        pieces = _runs_by_owner(env_ids, sched) if n > _FEW_IDS else _few_runs_by_owner(env_ids, sched.owners)
-        if len(known) >= KNOWN_ID_SETS:
-            known.clear()
-        known[key] = pieces
-        return pieces
 
     def _send_lanes(
         self, plan: _LanePlan, sink: Gather | RecvQueue, info_list: bool, deadline: float | None, each: bool = False
@@ -1537,55 +1508,6 @@ class _LanePlan(NamedTuple):
     counts: list[int]
     by_message: list[LocalProcess]
     procs: list[LocalProcess]
-
-
-#: Up to this many env ids, :func:`_few_runs_by_owner` cuts them into runs in a loop over a list; beyond it
-#: :func:`_runs_by_owner` does with a few numpy calls (each costs as much as ~20 turns of that loop).
-_FEW_IDS = 96
-
-
-def _few_runs_by_owner(env_ids: np.ndarray, owners: list[int]) -> tuple[list[int], list[int], list[int]] | None:
-    """``(workers, firsts, counts)``: each worker's part of ``env_ids`` (unique) as one run of envs ``firsts[k] ..
-    firsts[k] + counts[k] - 1`` on ``workers[k]``, in id order (None: some worker's part is not one run).
-    ``owners[env]``: the worker of ``env``; workers host blocks of envs that follow each other, so in id order
-    each worker's envs are together."""
-    workers: list[int] = []
-    firsts: list[int] = []
-    counts: list[int] = []
-    worker, last = -1, -2
-    for env in sorted(env_ids.tolist()):
-        owner = owners[env]
-        if owner != worker:
-            worker = owner
-            workers.append(owner)
-            firsts.append(env)
-            counts.append(1)
-        elif env == last + 1:
-            counts[-1] += 1
-        else:  # a gap within one worker's envs
-            return None
-        last = env
-    return workers, firsts, counts
-
-
-def _runs_by_owner(env_ids: np.ndarray, sched: Scheduler) -> tuple[list[int], list[int], list[int]] | None:
-    """:func:`_few_runs_by_owner` of many env ids, with numpy: cut where the worker changes; each piece must be a
-    run (sorted, so its span is its size). Past the cuts, the work is per piece (per worker), on lists."""
-    ids = env_ids if env_ids is sched.all_ids else np.sort(env_ids)
-    owners = sched.worker_of[ids]
-    bounds = [0, *((owners[1:] != owners[:-1]).nonzero()[0] + 1).tolist(), ids.size]
-    listed, owner = ids.tolist(), owners.tolist()
-    workers: list[int] = []
-    firsts: list[int] = []
-    counts: list[int] = []
-    for start, end in itertools.pairwise(bounds):
-        first = listed[start]
-        if listed[end - 1] - first != end - start - 1:  # some piece is not one run
-            return None
-        workers.append(owner[start])
-        firsts.append(first)
-        counts.append(end - start)
-    return workers, firsts, counts
 
 
 def _is_run(ids: np.ndarray, split_of_all: bool) -> bool:

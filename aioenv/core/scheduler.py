@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import itertools
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,12 +44,16 @@ from aioenv.core.sinks import Gather, RecvQueue, Sink
 from aioenv.errors import UsageError
 from aioenv.wire.checks import SMALL_BATCH
 
-#: How many id arrays :meth:`Scheduler.resolve` remembers as checked, and up to how many ids such an array has: a
-#: ``send()``/``recv()`` loop sends the ids of each batch ``recv()`` returned, and over workers that each host a run
-#: of envs and answer them together those repeat (two batches alternate for 128 envs on two workers). Their bytes
-#: are looked up where the checks cost 12-25 µs of CPU inside a running pool (64 ids).
+#: How many id arrays :meth:`Scheduler.resolve` remembers as checked (and :meth:`Scheduler.runs` as cut), and up to
+#: how many ids such an array has: a ``send()``/``recv()`` loop sends the ids of each batch ``recv()`` returned, and
+#: over workers that each host a run of envs and answer them together those repeat (two batches alternate for 128
+#: envs on two workers). Their bytes are looked up where the checks cost 12-25 µs of CPU inside a running pool (64
+#: ids) and the cut 15.
 KNOWN_ID_SETS = 32
 KNOWN_IDS_MAX = 1024
+
+#: What :meth:`Scheduler.runs` cuts an id array into: ``(workers, firsts, counts)``, one run of envs per worker.
+Runs = tuple[list[int], list[int], list[int]]
 
 __all__ = ["Build", "Held", "HeldCall", "LaneCall", "Request", "Scheduler", "SetupFuture"]
 
@@ -193,6 +198,7 @@ class Scheduler:
         self._split_all: list[tuple[int, np.ndarray]] | None = None
         self._ones: dict[int, np.ndarray] = {}  # env id -> its read-only one-element id array
         self._checked: set[bytes] = set()  # the int64 bytes of id arrays resolve() found valid (see KNOWN_ID_SETS)
+        self._known_runs: dict[bytes, Runs | None] = {}  # runs() of id arrays by their int64 bytes, until place()
 
     # ------------------------------------------------------------ placement
 
@@ -214,6 +220,7 @@ class Scheduler:
         self.owners = self.worker_of.tolist()
         self._workers = num_workers
         self._split_all = None
+        self._known_runs.clear()
         return blocks
 
     def envs_of(self, worker: int) -> np.ndarray:
@@ -345,6 +352,29 @@ class Scheduler:
                 self._split_all = self._split(env_ids)
             return self._split_all
         return self._split(env_ids)
+
+    def runs(self, env_ids: np.ndarray) -> Runs | None:
+        """``(workers, firsts, counts)``: each worker's part of ``env_ids`` (unique, not empty) as one run of envs
+        ``firsts[k] .. firsts[k] + counts[k] - 1`` on ``workers[k]``, in id order; None when some worker's part is not
+        one run. Remembered by the ids' bytes for the arrays a ``send()``/``recv()`` loop repeats (int64 arrays of up
+        to :data:`KNOWN_IDS_MAX` ids, the last :data:`KNOWN_ID_SETS`), until :meth:`place` places the envs anew."""
+        n = env_ids.size
+        if n > KNOWN_IDS_MAX or env_ids.dtype != np.int64:  # (its bytes name its ids only as int64s)
+            return self._cut(env_ids)
+        known = self._known_runs
+        key = env_ids.tobytes()
+        try:
+            return known[key]
+        except KeyError:
+            pass
+        runs = self._cut(env_ids)
+        if len(known) >= KNOWN_ID_SETS:
+            known.clear()
+        known[key] = runs
+        return runs
+
+    def _cut(self, env_ids: np.ndarray) -> Runs | None:
+        return _runs_by_owner(env_ids, self) if env_ids.size > _FEW_IDS else _few_runs_by_owner(env_ids, self.owners)
 
     def _split(self, env_ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
         if env_ids.size == 1:
@@ -685,3 +715,52 @@ class Scheduler:
         for req in reqs:
             self.finish(req.id)
         return reqs
+
+
+#: Up to this many env ids, :func:`_few_runs_by_owner` cuts them into runs in a loop over a list; beyond it
+#: :func:`_runs_by_owner` does with a few numpy calls (each costs as much as ~20 turns of that loop).
+_FEW_IDS = 96
+
+
+def _few_runs_by_owner(env_ids: np.ndarray, owners: list[int]) -> Runs | None:
+    """``(workers, firsts, counts)``: each worker's part of ``env_ids`` (unique) as one run of envs ``firsts[k] ..
+    firsts[k] + counts[k] - 1`` on ``workers[k]``, in id order (None: some worker's part is not one run).
+    ``owners[env]``: the worker of ``env``; workers host blocks of envs that follow each other, so in id order
+    each worker's envs are together."""
+    workers: list[int] = []
+    firsts: list[int] = []
+    counts: list[int] = []
+    worker, last = -1, -2
+    for env in sorted(env_ids.tolist()):
+        owner = owners[env]
+        if owner != worker:
+            worker = owner
+            workers.append(owner)
+            firsts.append(env)
+            counts.append(1)
+        elif env == last + 1:
+            counts[-1] += 1
+        else:  # a gap within one worker's envs
+            return None
+        last = env
+    return workers, firsts, counts
+
+
+def _runs_by_owner(env_ids: np.ndarray, sched: Scheduler) -> Runs | None:
+    """:func:`_few_runs_by_owner` of many env ids, with numpy: cut where the worker changes; each piece must be a
+    run (sorted, so its span is its size). Past the cuts, the work is per piece (per worker), on lists."""
+    ids = env_ids if env_ids is sched.all_ids else np.sort(env_ids)
+    owners = sched.worker_of[ids]
+    bounds = [0, *((owners[1:] != owners[:-1]).nonzero()[0] + 1).tolist(), ids.size]
+    listed, owner = ids.tolist(), owners.tolist()
+    workers: list[int] = []
+    firsts: list[int] = []
+    counts: list[int] = []
+    for start, end in itertools.pairwise(bounds):
+        first = listed[start]
+        if listed[end - 1] - first != end - start - 1:  # some piece is not one run
+            return None
+        workers.append(owner[start])
+        firsts.append(first)
+        counts.append(end - start)
+    return workers, firsts, counts

@@ -4,7 +4,6 @@ reply concerns it. Pure bookkeeping: the sink is never touched here, so a placeh
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import cast
 
 import numpy as np
@@ -12,8 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aioenv.core.coordinator import Coordinator, _few_runs_by_owner, _runs_by_owner
-from aioenv.core.scheduler import KNOWN_ID_SETS, LaneCall, Scheduler
+from aioenv.core.scheduler import KNOWN_ID_SETS, LaneCall, Scheduler, _few_runs_by_owner, _runs_by_owner
 from aioenv.core.sinks import Gather, RecvQueue
 
 SINK = cast(Gather, object())  # the scheduler only carries it
@@ -179,25 +177,23 @@ def test_a_sends_ids_are_cut_into_each_workers_run_alike_few_or_many(data: st.Da
 
 @given(st.lists(st.lists(st.integers(0, 11), min_size=1, max_size=12, unique=True), max_size=40), st.data())
 def test_the_cuts_remembered_are_the_cuts_of_the_same_ids(calls: list[list[int]], data: st.DataObject) -> None:
-    """``Coordinator._pieces`` remembers each id array's cut for the loops that send the same arrays again: the cut
-    it returns is always the cut of the ids it was given, whatever it cut before, in whichever dtype (the bytes of
+    """``Scheduler.runs`` remembers each id array's cut for the loops that send the same arrays again: the cut it
+    returns is always the cut of the ids it was given, whatever it cut before, in whichever dtype (the bytes of
     ``[1, 0]`` as int32 are those of ``[1]`` as int64), and after a new placement."""
     sched = Scheduler(12)
     sched.place(3)
-    coord = SimpleNamespace(sched=sched, _known_pieces={}, _pieces_owners=None)
     for ids in calls:
         if data.draw(st.booleans(), label="placed anew"):
             sched.place(data.draw(st.integers(1, 6), label="workers"))
         array = np.array(ids, data.draw(st.sampled_from([np.int64, np.int32]), label="dtype"))
-        assert Coordinator._pieces(coord, array) == _runs_by_reference(sched, ids), ids  # type: ignore[arg-type]
-        assert len(coord._known_pieces) <= KNOWN_ID_SETS
+        assert sched.runs(array) == _runs_by_reference(sched, ids), ids
+        assert len(sched._known_runs) <= KNOWN_ID_SETS
 
 
 def test_an_int32_array_is_not_taken_for_the_int64_array_of_its_bytes() -> None:
     sched = Scheduler(8)
     sched.place(2)  # envs 0-3 on worker 0, 4-7 on worker 1
-    coord = SimpleNamespace(sched=sched, _known_pieces={}, _pieces_owners=None)
-    assert Coordinator._pieces(coord, np.array([1], np.int64)) == ([0], [1], [1])  # type: ignore[arg-type]
+    assert sched.runs(np.array([1], np.int64)) == ([0], [1], [1])
     same_bytes = np.array([1, 0], np.int32)
     assert same_bytes.tobytes() == np.array([1], np.int64).tobytes()
-    assert Coordinator._pieces(coord, same_bytes) == ([0], [0], [2])  # type: ignore[arg-type]
+    assert sched.runs(same_bytes) == ([0], [0], [2])

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import aioenv
-from aioenv.core import coordinator
+from aioenv.core import scheduler
 from aioenv.core.coordinator import Coordinator
 from aioenv.errors import PoolClosed, StepTimeout, UsageError, WorkerCrashed
 from aioenv.transport.pipe import PipePort
@@ -213,20 +213,20 @@ async def test_a_sends_ids_are_cut_into_runs_once_while_the_envs_stay_where_they
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     cuts: list[list[int]] = []
-    cut = coordinator._few_runs_by_owner
+    cut = scheduler._few_runs_by_owner
 
     def counted(env_ids: np.ndarray, owners: list[int]) -> tuple[list[int], list[int], list[int]] | None:
         cuts.append(env_ids.tolist())
         return cut(env_ids, owners)
 
-    monkeypatch.setattr(coordinator, "_few_runs_by_owner", counted)
+    monkeypatch.setattr(scheduler, "_few_runs_by_owner", counted)
     async with aioenv.Pool(PROBE, 6, num_workers=2, executor="inline", env_kwargs={"quiet": True}) as pool:  # 0-2, 3-5
         await asyncio.wait_for(pool.reset(seed=0), HANG)
         sched = pool._runner.sched  # type: ignore[attr-defined]
         batches = [[3, 4, 5], [0, 1, 2], [2, 0, 4]]  # a loop's batches (the last no worker's run: requests)
         for round_ in range(3):
-            if round_ == 2:  # the owners list placed anew (as Scheduler.place makes it): what was known is not
-                sched.owners = list(sched.owners)
+            if round_ == 2:  # the envs placed anew (the same blocks: the pool goes on): what was known is not
+                sched.place(2)
             for ids in batches:
                 pool.send(np.ones(len(ids), np.int64), np.array(ids))
                 assert len(sched.lane_calls) == int(ids != [2, 0, 4]), ids
