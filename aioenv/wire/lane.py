@@ -13,7 +13,8 @@ fixed-size frames instead:
   :meth:`aioenv.core.scheduler.Scheduler.place`); ``flags`` bit 0: each env's own info dict is wanted
   (the ``"ilist"`` of a step's header); bit 1 (:data:`FINALS`): the final observations of a ``same_step``
   pool may go to the slab's area of them (see :mod:`aioenv.transport.slab`), the reply then a DONE; bit 2
-  (:data:`INFOS`): the envs' infos may go to the slab's info area (:mod:`aioenv.transport.slab_infos`);
+  (:data:`INFOS`): the envs' infos may go to the slab's info area (:mod:`aioenv.transport.slab_infos`); bit 3
+  (:data:`QUIET`): the reply is a *quiet* record, below;
 - its reply (:data:`DONE`): ``<B 0xC1><B "D"><6x><Q request id>``, the rows in the slab; with kind ``"I"``
   instead of ``"D"`` (:func:`done` with ``infos``), the rows and their infos, in the info area; a reply with
   other infos or errors is the protocol's RESULT over shared rows, as for any other step.
@@ -26,6 +27,23 @@ interleaves writes of up to ``PIPE_BUF`` bytes, so records from many workers arr
 random number the pool gave that worker process alone, over its own pipe: a record is that worker's only when
 its token is, since any process holding the pipe may write to it. :func:`read_records` takes what the pipe
 brought apart, skipping bytes that are no record of a known worker and finding the next record after them.
+
+A lock-step step of every env wakes the pool once, not once per worker (:data:`QUIET`). Each wake-up runs the
+pool's loop, reads the pipe and books what it brought, with caches the workers just made cold: for envs whose
+steps take as long as a MuJoCo model's, the workers answer one by one, and those wake-ups were half of what the
+pool's process spent on a batch. So, for a call of ``k`` workers, the pool writes ``k - 1`` bytes to its
+*countdown pipe* before it sends the steps, each step with the ``QUIET`` flag. A worker answers such a step as it
+would any other, except that its DONE record goes to the *quiet pipe* (which the pool does not watch); then it
+takes one byte of the countdown pipe (a non-blocking read of the one open file every worker shares), and when
+there is none left it is the last of the call to answer: it writes a *wake* record (:func:`wake`, kind ``"K"``) to
+the done pipe. The pool, woken, reads the done pipe, then the quiet pipe: every other worker of the call wrote its
+record there before it took its byte, so before the last found none (the pipes' own locks order the writes and
+reads), and the pool finds them all. Whatever else a worker answers a quiet step with (a RESULT, an ERROR, over its
+own pipe), it takes its byte too. A worker that drains the countdown, or the pool's books going wrong, only wakes
+the pool earlier and more often; a worker that takes no byte (one that exited, or a call that went wrong) makes
+the pool give up the quiet way for that call: it watches the quiet pipe as it watches the done pipe until the next
+quiet call, which first empties the countdown pipe of what was left (see
+:meth:`aioenv.core.coordinator.Coordinator._send_lanes`).
 
 A ``thread`` worker's envs finish their steps one by one, each on its own thread, so the same pipe carries a
 *row record* (:func:`row_record`) too: ``<B 0xC1><B "W"><H row><I worker slot><Q token><Q request id>``, written
@@ -53,6 +71,7 @@ __all__ = [
     "INFOS_DONE",
     "INFO_LIST",
     "MARK",
+    "QUIET",
     "STEP",
     "done",
     "framed_step",
@@ -65,6 +84,7 @@ __all__ = [
     "record",
     "row_record",
     "step",
+    "wake",
     "RECORD",
     "ROW_RECORD_ROWS",
 ]
@@ -89,6 +109,9 @@ INFO_LIST = 1
 FINALS = 2
 #: ``flags`` bit: the envs' infos may go to the slab's info area, the reply then a DONE that says so.
 INFOS = 4
+#: ``flags`` bit: the step is one of a quiet call: its DONE goes to the quiet pipe, and the worker that takes the
+#: countdown's last byte wakes the pool (see above).
+QUIET = 8
 #: A DONE record's ``flags``: the rows' infos are in the slab's info area.
 INFOS_DONE = 1
 _S = ord("S")
@@ -96,6 +119,7 @@ _D = ord("D")
 _I = ord("I")
 _R = ord("R")
 _W = ord("W")
+_K = ord("K")
 _MARK_BYTE = bytes([MARK])
 # A one-frame message on a pipe: ``<u32 1><u64 size>`` then the frame (see aioenv.transport.pipe).
 _FRAMED_STEP = struct.Struct("<IQ" + STEP.format.lstrip("<"))
@@ -109,24 +133,39 @@ _DONE_A, _DONE_B, _, _ = _FRAMED_DONE_WORDS.unpack(_FRAMED_DONE.pack(1, DONE.siz
 FRAMED_DONE_SIZE = _FRAMED_DONE.size
 
 
-def _flags(info_list: bool, finals: bool, infos: bool) -> int:
-    return (INFO_LIST if info_list else 0) | (FINALS if finals else 0) | (INFOS if infos else 0)
+def _flags(info_list: bool, finals: bool, infos: bool, quiet: bool) -> int:
+    return (
+        (INFO_LIST if info_list else 0) | (FINALS if finals else 0) | (INFOS if infos else 0) | (QUIET if quiet else 0)
+    )
 
 
 def step(
-    req_id: int, first: int, count: int, info_list: bool = False, finals: bool = False, infos: bool = False
+    req_id: int,
+    first: int,
+    count: int,
+    info_list: bool = False,
+    finals: bool = False,
+    infos: bool = False,
+    quiet: bool = False,
 ) -> bytes:
     """The frame of a step of envs ``first .. first + count - 1`` over shared rows, for request ``req_id``
-    (``info_list``, ``finals``, ``infos``: the flags of the module's docstring)."""
-    return STEP.pack(MARK, _S, _flags(info_list, finals, infos), first, count, req_id)
+    (``info_list``, ``finals``, ``infos``, ``quiet``: the flags of the module's docstring)."""
+    return STEP.pack(MARK, _S, _flags(info_list, finals, infos, quiet), first, count, req_id)
 
 
 def framed_step(
-    req_id: int, first: int, count: int, info_list: bool = False, finals: bool = False, infos: bool = False
+    req_id: int,
+    first: int,
+    count: int,
+    info_list: bool = False,
+    finals: bool = False,
+    infos: bool = False,
+    quiet: bool = False,
 ) -> bytes:
     """:func:`step` as a pipe carries it (:mod:`aioenv.transport.pipe`'s framing of a one-frame message): the
     bytes to write to a worker's pipe as they are."""
-    return _FRAMED_STEP.pack(1, STEP.size, MARK, _S, _flags(info_list, finals, infos), first, count, req_id)
+    flags = _flags(info_list, finals, infos, quiet)
+    return _FRAMED_STEP.pack(1, STEP.size, MARK, _S, flags, first, count, req_id)
 
 
 def read_framed_done(data: memoryview) -> int | None:
@@ -167,8 +206,8 @@ def is_lane(frame: memoryview | bytes) -> bool:
     return len(frame) > 0 and frame[0] == MARK
 
 
-def read_step(frame: memoryview | bytes) -> tuple[int, int, int, bool, bool, bool]:
-    """``(request id, first env, count, info_list, finals, infos)`` of a step's frame.
+def read_step(frame: memoryview | bytes) -> tuple[int, int, int, bool, bool, bool, bool]:
+    """``(request id, first env, count, info_list, finals, infos, quiet)`` of a step's frame.
 
     Raises:
         ValueError: ``frame`` is no lane step (its size or kind differ), naming what arrived.
@@ -178,7 +217,15 @@ def read_step(frame: memoryview | bytes) -> tuple[int, int, int, bool, bool, boo
     _, kind, flags, first, count, req_id = STEP.unpack(frame)
     if kind != _S:
         raise ValueError(f"expected a lane step (kind {chr(_S)!r}), got kind {chr(kind)!r}")
-    return req_id, first, count, bool(flags & INFO_LIST), bool(flags & FINALS), bool(flags & INFOS)
+    return (
+        req_id,
+        first,
+        count,
+        bool(flags & INFO_LIST),
+        bool(flags & FINALS),
+        bool(flags & INFOS),
+        bool(flags & QUIET),
+    )
 
 
 def read_done(frame: memoryview | bytes) -> tuple[int, bool] | None:
@@ -202,6 +249,12 @@ def row_record(slot: int, token: int, req_id: int, row: int) -> bytes:
     return RECORD.pack(MARK, _W, row, slot, token, req_id)
 
 
+def wake(slot: int, token: int, req_id: int) -> bytes:
+    """The record the last worker of a quiet call (:data:`QUIET`) writes to the done pipe: read the quiet pipe now
+    (``req_id``: its own step's id, which the record answers nothing of)."""
+    return RECORD.pack(MARK, _K, 0, slot, token, req_id)
+
+
 def read_records(
     data: bytes, tokens: list[int]
 ) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int, int]], int, int]:
@@ -209,11 +262,11 @@ def read_records(
     ``(records, infos, rows, used, skipped)``.
 
     ``records``: ``(slot, request id)`` of each DONE record, ``infos``: the same of each DONE record whose infos are in
-    the info area (:data:`INFOS_DONE`), ``rows``: ``(slot, request id, row)`` of each row
-    record, each counted only when its token is ``tokens[slot]`` (a token of 0: that slot has no worker that may
-    write, so nothing is its record); ``used``: the bytes taken (what is left, fewer than a record's, begins the
-    next read's); ``skipped``: bytes among them that were no such record (garbage, or a record with another
-    token), each dropped and the next record looked for from the next ``0xC1`` on."""
+    the info area (:data:`INFOS_DONE`), ``rows``: ``(slot, request id, row)`` of each row record (a wake record,
+    :func:`wake`, is taken and adds nothing), each counted only when its token is ``tokens[slot]`` (a token of 0:
+    that slot has no worker that may write, so nothing is its record); ``used``: the bytes taken (what is left,
+    fewer than a record's, begins the next read's); ``skipped``: bytes among them that were no such record (garbage,
+    or a record with another token), each dropped and the next record looked for from the next ``0xC1`` on."""
     out: list[tuple[int, int]] = []
     infos: list[tuple[int, int]] = []
     rows: list[tuple[int, int, int]] = []
@@ -233,7 +286,8 @@ def read_records(
                 infos.append((slot, req_id))
             elif kind == _W:
                 rows.append((slot, req_id, flags))
-            else:
+            elif kind != _K or flags:
+                break
                 break
             pos += size
         else:

@@ -18,28 +18,28 @@ ids = st.integers(0, 2**63 - 1)
 envs = st.integers(0, 2**32 - 1)
 
 
-@given(ids, envs, envs, st.booleans(), st.booleans(), st.booleans())
+@given(ids, envs, envs, st.booleans(), st.booleans(), st.booleans(), st.booleans())
 def test_a_step_reads_back_as_it_was_written(
-    req_id: int, first: int, count: int, info_list: bool, finals: bool, infos: bool
+    req_id: int, first: int, count: int, info_list: bool, finals: bool, infos: bool, quiet: bool
 ) -> None:
-    frame = lane.step(req_id, first, count, info_list, finals, infos)
+    frame = lane.step(req_id, first, count, info_list, finals, infos, quiet)
     assert len(frame) == lane.STEP.size
     assert lane.is_lane(frame)
-    assert lane.read_step(frame) == (req_id, first, count, info_list, finals, infos)
+    assert lane.read_step(frame) == (req_id, first, count, info_list, finals, infos, quiet)
     assert lane.read_done(frame) is None  # a step is no reply
 
 
-@given(ids, envs, envs, st.booleans(), st.booleans(), st.booleans())
+@given(ids, envs, envs, st.booleans(), st.booleans(), st.booleans(), st.booleans())
 def test_a_framed_step_is_what_a_pipe_makes_of_the_step(
-    req_id: int, first: int, count: int, info_list: bool, finals: bool, infos: bool
+    req_id: int, first: int, count: int, info_list: bool, finals: bool, infos: bool, quiet: bool
 ) -> None:
-    frame = lane.step(req_id, first, count, info_list, finals, infos)
-    assert lane.framed_step(req_id, first, count, info_list, finals, infos) == b"".join(framed([frame])[0])
+    frame = lane.step(req_id, first, count, info_list, finals, infos, quiet)
+    assert lane.framed_step(req_id, first, count, info_list, finals, infos, quiet) == b"".join(framed([frame])[0])
     reader = FrameReader()
-    data = lane.framed_step(req_id, first, count, info_list, finals, infos)
+    data = lane.framed_step(req_id, first, count, info_list, finals, infos, quiet)
     reader.buffer()[: len(data)] = data
     [[got]] = reader.advance(len(data))
-    assert lane.read_step(got) == (req_id, first, count, info_list, finals, infos)
+    assert lane.read_step(got) == (req_id, first, count, info_list, finals, infos, quiet)
 
 
 @given(ids, st.booleans())
@@ -106,8 +106,8 @@ TOKENS = [0x1D2C3B4A59687706, 0, 0x0F1E2D3C4B5A6978]  # slot 1 has no worker tha
         st.tuples(
             st.sampled_from([0, 2]),
             st.integers(1, 2**64 - 1),
-            # None: a DONE, -1: a DONE with its infos in the info area, else a row record of that row
-            st.none() | st.just(-1) | st.integers(0, lane.ROW_RECORD_ROWS - 1),
+            # None: a DONE, -1: a DONE with its infos in the info area, -2: a wake record, else a row record of that row
+            st.none() | st.just(-1) | st.just(-2) | st.integers(0, lane.ROW_RECORD_ROWS - 1),
             st.binary(max_size=30),
         ),
         max_size=12,
@@ -121,6 +121,8 @@ def test_records_are_read_whole_across_reads_and_garbage_between_them_is_skipped
         (
             lane.record(slot, TOKENS[slot], req_id, infos=row == -1)
             if row is None or row == -1
+            else lane.wake(slot, TOKENS[slot], req_id)
+            if row == -2
             else lane.row_record(slot, TOKENS[slot], req_id, row)
         )
         + junk
@@ -155,10 +157,12 @@ def test_a_record_with_a_token_not_its_slots_is_no_record() -> None:
             lane.RECORD.pack(lane.MARK, ord("R"), 2, 2, TOKENS[2], 4),  # a DONE with flags it does not have
             lane.record(0, TOKENS[2], 11, infos=True),  # a DONE with infos, another slot's token
             lane.RECORD.pack(lane.MARK, ord("X"), 0, 2, TOKENS[2], 4),  # no kind of record
+            lane.RECORD.pack(lane.MARK, ord("K"), 1, 2, TOKENS[2], 4),  # a wake record with flags it does not have
+            lane.wake(2, TOKENS[2], 13),  # a wake record: taken, adds nothing
             lane.record(2, TOKENS[2], 8),
             lane.record(2, TOKENS[2], 12, infos=True),
             lane.row_record(2, TOKENS[2], 10, 3),
         ]
     )
     got = lane.read_records(stream, TOKENS)
-    assert got == ([(2, 8)], [(2, 12)], [(2, 10, 3)], len(stream), 7 * lane.RECORD.size)
+    assert got == ([(2, 8)], [(2, 12)], [(2, 10, 3)], len(stream), 8 * lane.RECORD.size)
