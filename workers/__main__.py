@@ -121,6 +121,13 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="write end of the pool's done pipe (an inline or thread worker with --slab)",
     )
+    parser.add_argument(
+        "--quiet",
+        type=_two_fds,
+        default=None,
+        metavar="Q,C",
+        help="write end of the pool's quiet pipe, read end of its countdown pipe (an inline worker with --done)",
+    )
     parser.add_argument("--curve-secret", default=None, help="own .key_secret file (a server with --auth)")
     parser.add_argument("--server-key", default=None, help="the server's .key file (a server with --auth)")
     parser.add_argument("--log-level", default="WARNING")
@@ -143,6 +150,20 @@ def _check_descriptors(parser: argparse.ArgumentParser, args: argparse.Namespace
             parser.error("--done is for an inline or thread worker with shared rows (--slab)")
         if not stat.S_ISFIFO(_mode(parser, "--done", args.done)):
             parser.error(f"--done {args.done}: not a pipe (expected the done pipe a pool passes to its workers)")
+    if args.quiet is not None:
+        if args.done is None or args.executor != "inline":
+            parser.error("--quiet is for an inline worker with a done pipe (--done)")
+        for fd in args.quiet:
+            if not stat.S_ISFIFO(_mode(parser, "--quiet", fd)):
+                parser.error(f"--quiet {fd}: not a pipe (expected the quiet and countdown pipes a pool passes)")
+
+
+def _two_fds(text: str) -> tuple[int, int]:
+    """``--quiet``'s ``Q,C``: two descriptors."""
+    parts = text.split(",")
+    if len(parts) != 2 or not all(part.isdigit() for part in parts):
+        raise argparse.ArgumentTypeError(f"expected two descriptors as Q,C, got {text!r}")
+    return int(parts[0]), int(parts[1])
 
 
 def _mode(parser: argparse.ArgumentParser, flag: str, fd: int) -> int:
@@ -194,7 +215,7 @@ def _run(args: argparse.Namespace, configure: Configure | None) -> None:
     if args.executor == "inline":
         from workers.runtime import Worker
 
-        Worker(link, args.name, **common).run()
+        Worker(link, args.name, quiet_fds=args.quiet, **common).run()
     else:
         from workers.concurrent import ConcurrentWorker
 

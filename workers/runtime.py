@@ -129,12 +129,16 @@ class Worker:
         configure: Callable[[zmq.Socket[Any]], None] | None = None,
         slab_fd: int | None = None,
         done_fd: int | None = None,
+        quiet_fds: tuple[int, int] | None = None,
     ) -> None:
         self.configure = configure  # socket options before connect (CURVE keys for a remote server)
         self.slab_fd = slab_fd  # the pool's shared rows (aioenv.transport.slab), mapped when it says how they lie
         #: The pool's done pipe (aioenv.wire.lane), written to once the pool says as which slot and with what token.
         self.done_fd = done_fd
         self._done_as: tuple[int, int] | None = None
+        #: The pool's quiet pipe (its write end) and countdown pipe (its read end, non-blocking), for the steps of
+        #: a quiet call (aioenv.wire.lane.QUIET); None: this worker has none, and answers those as any other.
+        self.quiet_fds = quiet_fds
         self.slab: Slab | None = None
         self.endpoint = endpoint  # a ZeroMQ endpoint, or the descriptor of an inherited pipe
         self.name = name
@@ -328,8 +332,10 @@ class Worker:
         the slab's info area took, a DONE that says so: :mod:`aioenv.transport.slab_infos`), else the protocol's
         RESULT over shared rows, as :meth:`on_step` answers; a request that cannot be served gets an ERROR."""
         req_id: Any = None
+        quiet = False
         try:
-            req_id, first, count, info_list, finals, to_area = lane.read_step(frame)
+            req_id, first, count, info_list, finals, to_area, quiet = lane.read_step(frame)
+            quiet = quiet and self.quiet_fds is not None
             slab = self.slab or self._no_slab()
             run = self._runs.get((first, count))
             if run is None:
@@ -348,21 +354,45 @@ class Worker:
             fields, out = self.step_shared(run, self.group(run), slab, at)
             if Key.ERRORS not in fields:
                 if Key.INFO not in fields or (finals and finals_to_slab(fields[Key.INFO], slab, at)):
-                    return self._done(req_id)  # nothing but the rows, which are in the slab
+                    return self._done(req_id, quiet=quiet)  # nothing but the rows, which are in the slab
                 area = slab.info
                 if to_area and area is not None and area.write(fields[Key.INFO], at):
-                    return self._done(req_id, infos=True)  # the rows, their infos in the slab's info area
+                    return self._done(req_id, True, quiet)  # the rows, their infos in the slab's info area
             return self._result(req_id, fields, out, run, info_list, False)
         except Exception as exc:  # every request gets a reply, a failed one an ERROR
             log.debug("request %s failed", req_id, exc_info=True)
             return self._failed(req_id, exc)
+        finally:  # (a KeyboardInterrupt's ERROR too: see interrupted)
+            if quiet:
+                self._count_down(req_id)
 
-    def _done(self, req_id: int, infos: bool = False) -> list[Any]:
-        """A lane step's DONE (``infos``: its infos are in the slab's info area): a record on the pool's done pipe (no
-        reply on this worker's own pipe then), or the DONE message when this worker has none or it is closed."""
+    def _count_down(self, req_id: int) -> None:
+        """Take one byte of the pool's countdown pipe, this worker's reply to the quiet step ``req_id`` written (on
+        the quiet pipe, or sent after this on its own); the worker that finds none left is the call's last, and
+        wakes the pool (:data:`aioenv.wire.lane.QUIET`)."""
+        assert self.quiet_fds is not None, "only a worker with the quiet pipes answers a step quietly"
+        try:
+            os.read(self.quiet_fds[1], 1)
+            return
+        except BlockingIOError:
+            pass
+        except OSError as exc:  # the pool closed the pipes: nothing to wake
+            log.debug("worker %s: the countdown pipe is closed (%s)", self.name, exc)
+            return
         if self._done_as is not None and self.done_fd is not None:
             try:
-                os.write(self.done_fd, lane.record(*self._done_as, req_id, infos))
+                os.write(self.done_fd, lane.wake(*self._done_as, req_id))
+            except OSError as exc:
+                log.debug("worker %s: the done pipe is closed (%s)", self.name, exc)
+
+    def _done(self, req_id: int, infos: bool = False, quiet: bool = False) -> list[Any]:
+        """A lane step's DONE (``infos``: its infos are in the slab's info area): a record on the pool's done pipe, or
+        with ``quiet`` its quiet pipe (no reply on this worker's own pipe then), or the DONE message when this worker
+        has none or it is closed."""
+        if self._done_as is not None and self.done_fd is not None:
+            try:
+                fd = self.quiet_fds[0] if quiet and self.quiet_fds is not None else self.done_fd
+                os.write(fd, lane.record(*self._done_as, req_id, infos))
                 return []
             except OSError as exc:  # the pool closed its end: the worker's own pipe still carries replies
                 log.debug("worker %s: the done pipe is closed (%s)", self.name, exc)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import functools
 import logging
 import os
@@ -198,6 +199,13 @@ class Coordinator(Recovery, Requests):
         self._done_rest = b""
         self._done_dropped = 0  # bytes of it that were no record, so far (logged as the total passes a power of 2)
         self._tokens: list[int] = []
+        #: The quiet and countdown pipes of its quiet calls (aioenv.wire.lane.QUIET; None: it makes none); the base of
+        #: the quiet call out (0: none); whether the quiet pipe is watched, as the done pipe is (a quiet call went
+        #: another way: see _watch_quiet); what the last read of it left of a record.
+        self._quiet: _Quiet | None = None
+        self._quiet_base = 0
+        self._quiet_watched = False
+        self._quiet_rest = b""
         if self._slab_fd is not None and executor in lane.DONE_PIPE_EXECUTORS:
             self._open_done_pipe()
 
@@ -280,9 +288,12 @@ class Coordinator(Recovery, Requests):
         slot.name = f"{self._prefix}w{slot.index}.{slot.generation}"
         slot.outbox = []
         done_fd = None
+        quiet_fds = None
         if self._done_pipe is not None and not slot.in_process and self._launch is launch_local:
             done_fd = self._done_pipe[1]
             self._set_token(slot, secrets.randbits(64) or 1)  # this process's alone: its records say it wrote them
+            if self._quiet is not None:
+                quiet_fds = (self._quiet.write, self._quiet.count_read)
         spec = LaunchSpec(
             slot.name,
             self.executor,
@@ -295,6 +306,7 @@ class Coordinator(Recovery, Requests):
             self._quick,
             done_fd,
             self._spawn_on,
+            quiet_fds,
         )
         slot.proc = launch_in_process(spec) if slot.in_process else self._launch(spec)
         self._watch_exit(slot.proc)
@@ -382,7 +394,7 @@ class Coordinator(Recovery, Requests):
         """What a wait for replies may block on (:meth:`_block_on`), or None where no wait of this pool is a wait for
         its processes' replies alone: it is closing, its envs are here (a late step is answered through the loop) or
         nothing is in flight (no reply can come)."""
-        if self.closing or self.in_process or not self.sched.in_flight:
+        if self.closing or self.in_process or not self.sched.in_flight or self._quiet_watched:
             return None
         return self._blocks_on or self._block_on(self._done_fd())
 
@@ -468,6 +480,8 @@ class Coordinator(Recovery, Requests):
         os.set_blocking(read, False)
         self._done_pipe = (read, write)
         self.loop.add_reader(read, self._read_done_pipe)
+        if self._lanes:
+            self._quiet = _open_quiet()
 
     def _close_done_pipe(self) -> None:
         pipe, self._done_pipe = self._done_pipe, None
@@ -476,6 +490,71 @@ class Coordinator(Recovery, Requests):
                 self.loop.remove_reader(pipe[0])
             os.close(pipe[0])
             os.close(pipe[1])
+        quiet, self._quiet = self._quiet, None
+        if quiet is not None:
+            if self._quiet_watched:
+                with contextlib.suppress(Exception):
+                    self.loop.remove_reader(quiet.read)
+            for fd in quiet[:4]:
+                os.close(fd)
+
+    # Quiet calls (aioenv.wire.lane.QUIET): a lock-step step of every env on two or more worker processes, when
+    # nothing else is out, wakes this process once, when its last worker answers, instead of once per group of
+    # workers that answer together. The books of the call are the same; only where its records are read from
+    # differs. Whatever goes another way (a reply on a worker's own pipe, a worker lost, a deadline, a spill) makes
+    # the quiet pipe watched as the done pipe is, until the next quiet call: from then on no record waits unread.
+
+    def _count_quietly(self, workers: int) -> bool:
+        """Before a quiet call of ``workers`` messages goes out: its countdown (``workers - 1`` bytes), after what an
+        earlier call that went another way left is emptied out. False: the countdown could not be written whole
+        (the call goes as any other)."""
+        quiet = self._quiet
+        assert quiet is not None, "only a pool with the quiet pipes makes quiet calls"
+        if self._quiet_watched:
+            self._quiet_watched = False
+            self.loop.remove_reader(quiet.read)
+            _empty(quiet.count_read)
+        try:
+            return os.write(quiet.count_write, bytes(workers - 1)) == workers - 1
+        except OSError:  # (no room: only a countdown never taken fills it, and the next quiet call empties it)
+            self._watch_quiet()
+            return False
+
+    def _watch_quiet(self) -> None:
+        """The quiet call went another way: read what the quiet pipe brings as it comes, until the next quiet call
+        (:meth:`_count_quietly`)."""
+        self._quiet_base = 0
+        quiet = self._quiet
+        if quiet is not None and not self._quiet_watched:
+            self._quiet_watched = True
+            self._workers_changed()  # (a wait in the caller's thread does not watch the quiet pipe: see _blocking)
+            self.loop.add_reader(quiet.read, self._read_quiet_pipe)
+
+    def _read_quiet(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """The DONE records the quiet pipe holds now (one read), plain and with infos (:func:`lane.read_records`)."""
+        quiet = self._quiet
+        if quiet is None:
+            return [], []
+        try:
+            data = os.read(quiet.read, _DONE_READ)
+        except BlockingIOError:
+            return [], []
+        if self._quiet_rest:
+            data = self._quiet_rest + data
+        records, with_infos, rows, used, skipped = lane.read_records(data, self._tokens)
+        self._quiet_rest = data[used:]
+        skipped += len(rows) * lane.RECORD.size  # (no worker records rows there)
+        if skipped:
+            self._dropped_from_done_pipe(skipped)
+        return records, with_infos
+
+    def _read_quiet_pipe(self) -> None:
+        """Take the records the quiet pipe holds now, while it is watched (:meth:`_watch_quiet`)."""
+        records, with_infos = self._read_quiet()
+        if records:
+            self._take_lane_replies(records)
+        if with_infos:
+            self._take_lane_replies(with_infos, area=True)
 
     def _set_token(self, slot: Slot, token: int) -> None:
         """``slot``'s worker writes its records with ``token`` from now on (0: no worker of it may)."""
@@ -492,26 +571,38 @@ class Coordinator(Recovery, Requests):
         return fields
 
     def _read_done_pipe(self) -> None:
-        """Take the records the done pipe holds now (one read)."""
+        """Take the records the done pipe holds now (one read), and while a quiet call is out those of the quiet
+        pipe."""
         pipe = self._done_pipe
         if pipe is None:
             return
         try:
             data = os.read(pipe[0], _DONE_READ)
         except BlockingIOError:
-            return
+            if not self._quiet_base:
+                return
+            data = b""  # (a worker's exit is handled: what it wrote to the quiet pipe counts too)
         if self._done_rest:
             data = self._done_rest + data
         records, with_infos, rows, used, skipped = lane.read_records(data, self._tokens)
         self._done_rest = data[used:]  # (set before any record is handled: handling one may read again)
         if skipped:
             self._dropped_from_done_pipe(skipped)
+        base = self._quiet_base
+        if base:  # a quiet call is out: its last worker woke this (the others' records are in the quiet pipe)
+            if records or with_infos or rows:  # (a record here while it is out: some worker answers another way)
+                self._watch_quiet()
+            quiet, quiet_infos = self._read_quiet()
+            records += quiet
+            with_infos += quiet_infos
         if records:
             self._take_lane_replies(records)
         if with_infos:
             self._take_lane_replies(with_infos, area=True)
         if rows:
             self._take_row_records(rows)
+        if base and base not in self.sched.lane_calls:
+            self._quiet_base = 0
 
     def _dropped_from_done_pipe(self, skipped: int) -> None:
         """Log bytes of the done pipe that were no record: the first, then once each time their total passes the next
@@ -570,7 +661,13 @@ class Coordinator(Recovery, Requests):
             and self.truncation is None
             and (plan := self._lane_plan()) is not None
         ):  # a lock-step step() of every env, each worker's a run of shared rows: one lane call
-            self._send_lanes(plan, sink, build.info_list, deadline)
+            quiet = (
+                plan.quiet
+                and self._quiet is not None
+                and not self.sched.in_flight
+                and self._count_quietly(len(plan.workers))
+            )
+            self._send_lanes(plan, sink, build.info_list, deadline, quiet=quiet)
             if deadline is not None:
                 self._arm_timer()
             return
@@ -669,7 +766,10 @@ class Coordinator(Recovery, Requests):
         if plan is None or len(plan.workers) != len(self.slots):  # (a worker with no envs: not in the call)
             return None
         by_worker = dict(zip(plan.workers, plan.by_message, strict=True))
-        self._plan = plan._replace(procs=[by_worker[slot.index] for slot in self.slots])
+        quiet = self._quiet is not None and 2 <= len(plan.workers) <= self._quiet.most
+        tokens = self._tokens
+        quiet = quiet and all(w < len(tokens) and tokens[w] for w in plan.workers)  # each writes the done pipe
+        self._plan = plan._replace(procs=[by_worker[slot.index] for slot in self.slots], quiet=quiet)
         return self._plan
 
     def _lane_runs(self, env_ids: np.ndarray) -> _LanePlan | None:
@@ -694,16 +794,24 @@ class Coordinator(Recovery, Requests):
         return _LanePlan(workers, firsts, counts, procs, procs)
 
     def _send_lanes(
-        self, plan: _LanePlan, sink: Gather | RecvQueue, info_list: bool, deadline: float | None, each: bool = False
+        self,
+        plan: _LanePlan,
+        sink: Gather | RecvQueue,
+        info_list: bool,
+        deadline: float | None,
+        each: bool = False,
+        quiet: bool = False,
     ) -> None:
         """Send a step of envs claimed, their actions in the shared rows, as one lane call (``each``: see
-        :class:`aioenv.core.scheduler.LaneCall`)."""
+        :class:`aioenv.core.scheduler.LaneCall`; ``quiet``: as a quiet call, its countdown written already)."""
         call = self.sched.open_lanes(plan.workers, plan.firsts, plan.counts, sink, deadline, each)
         base, framed_step, slots = call.base, lane.framed_step, self.slots
         finals = self._finals_in_slab(sink)
         infos = self._infos_in_slab(sink)
+        if quiet:
+            self._quiet_base = base
         for k, proc in enumerate(plan.by_message):
-            data = framed_step(base + k, plan.firsts[k], plan.counts[k], info_list, finals, infos)
+            data = framed_step(base + k, plan.firsts[k], plan.counts[k], info_list, finals, infos, quiet)
             if not proc.send_framed(data):  # its worker is gone: its exit fails the message (see _fail_lost)
                 slots[plan.workers[k]].outbox.append(data)
 
@@ -765,6 +873,11 @@ class Coordinator(Recovery, Requests):
         answered already taken by their sinks."""
         if not self.sched.lane_calls:
             return
+        if self._quiet_base:  # what its workers answered goes first: only what they did not is spilled
+            self._read_quiet_pipe()
+            if self._quiet_base in self.sched.lane_calls:
+                self._watch_quiet()
+            self._quiet_base = 0
         slab = self.slab
         assert slab is not None, "lane calls are made over shared rows"
         for call, answered in self.sched.spill_lanes(due, worker, req_id):
@@ -918,6 +1031,8 @@ class Coordinator(Recovery, Requests):
             req_id = header.get(Key.ID)
             req = self.sched.finish(req_id)
             if req is None and type(req_id) is int and req_id in self.sched.lanes:
+                if self._quiet_base:  # a quiet call is out, and a worker answers over its own pipe
+                    self._watch_quiet()
                 if self._lane_infos(slot, op, header, arrays, req_id):
                     return  # answered as a DONE with an info: its call goes on as lane messages
                 # A lane message answered with rows the slab does not hold alone (errors, each env's own info): its
@@ -1016,6 +1131,8 @@ class Coordinator(Recovery, Requests):
         if req_id is None:
             self._on_malformed(slot, ProtocolError(f"worker {slot.name} sent a lane message that answers no step"))
             return
+        if self._quiet_base:  # a quiet call is out, and a worker answers over its own pipe
+            self._watch_quiet()
         self._take_lane_replies([(slot.index, req_id)], area=infos)
 
     def _take_lane_replies(
@@ -1508,6 +1625,36 @@ class _LanePlan(NamedTuple):
     counts: list[int]
     by_message: list[LocalProcess]
     procs: list[LocalProcess]
+    #: Whether the step may go as a quiet call (aioenv.wire.lane.QUIET): two or more workers, each with the pipes.
+    quiet: bool = False
+
+
+class _Quiet(NamedTuple):
+    """A pool's pipes for quiet calls (:data:`aioenv.wire.lane.QUIET`): the quiet pipe's read and write ends, the
+    countdown pipe's; ``most``: the most workers a quiet call may have (their records fit half the quiet pipe)."""
+
+    read: int
+    write: int
+    count_read: int
+    count_write: int
+    most: int
+
+
+def _open_quiet() -> _Quiet:
+    """New pipes for quiet calls. Every end but the quiet pipe's write end is non-blocking (the countdown's read end
+    for the workers too, which share its open file): a worker's record waits for room rather than being lost."""
+    read, write = os.pipe2(os.O_CLOEXEC)
+    count_read, count_write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    os.set_blocking(read, False)
+    room = fcntl.fcntl(write, fcntl.F_GETPIPE_SZ)  # (as little as a page, for a user past the kernel's soft limit)
+    return _Quiet(read, write, count_read, count_write, room // (2 * lane.RECORD.size))
+
+
+def _empty(fd: int) -> None:
+    """Read the non-blocking pipe ``fd`` until it holds nothing."""
+    with contextlib.suppress(BlockingIOError):
+        while os.read(fd, _DONE_READ):
+            pass
 
 
 def _is_run(ids: np.ndarray, split_of_all: bool) -> bool:

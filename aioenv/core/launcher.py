@@ -159,6 +159,8 @@ class LaunchSpec:
         slab_fd: the pool's shared-memory rows (:mod:`aioenv.transport.slab`), inherited by a local worker; None: none.
         done_fd: the write end of the pool's done pipe (:mod:`aioenv.wire.lane`), inherited by a local worker with
             ``slab_fd``; None: none.
+        quiet_fds: the write end of the pool's quiet pipe and the read end of its countdown pipe, inherited by a
+            local inline worker with ``done_fd`` (its quiet calls: :data:`aioenv.wire.lane.QUIET`); None: none.
         hold: for a worker in this process (:func:`launch_in_process`): the most seconds a request holds the
             event loop (None: :data:`workers.inproc.HOLD`).
         quick: for a local worker's pipe: the messages of one size handled before any parsing (see
@@ -177,6 +179,7 @@ class LaunchSpec:
     quick: Quick | None = None
     done_fd: int | None = None
     spawn: Spawn = spawn_here
+    quiet_fds: tuple[int, int] | None = None
 
 
 #: A pipe's handler of the messages of one size (see :class:`aioenv.transport.pipe.PipePort`): ``(size, handler)``.
@@ -195,6 +198,7 @@ def launch_local(spec: LaunchSpec) -> LocalProcess:
         quick=spec.quick,
         done_fd=spec.done_fd,
         spawn=spec.spawn,
+        quiet_fds=spec.quiet_fds,
     )
 
 
@@ -273,6 +277,8 @@ class LocalProcess:
         slab_fd: the pool's shared-memory rows (:mod:`aioenv.transport.slab`), passed on as ``--slab``; None: none.
         done_fd: the write end of the pool's done pipe (:mod:`aioenv.wire.lane`), passed on as ``--done`` with
             ``slab_fd``; None: none.
+        quiet_fds: the write end of the pool's quiet pipe and the read end of its countdown pipe, passed on as
+            ``--quiet`` to an inline worker with ``done_fd``; None: none.
         quick: the messages of one size its pipe hands over before any parsing (see :data:`Quick`).
 
     Raises:
@@ -292,6 +298,7 @@ class LocalProcess:
         quick: Quick | None = None,
         done_fd: int | None = None,
         spawn: Spawn = spawn_here,
+        quiet_fds: tuple[int, int] | None = None,
     ) -> None:
         worker_sched_policy()  # a bad setting fails here, not in the child
         self.name = name
@@ -308,6 +315,9 @@ class LocalProcess:
             if done_fd is not None and executor in DONE_PIPE_EXECUTORS:
                 args += ["--done", str(done_fd)]
                 inherit.append(done_fd)
+                if quiet_fds is not None and executor == "inline":
+                    args += ["--quiet", f"{quiet_fds[0]},{quiet_fds[1]}"]
+                    inherit += quiet_fds
         try:
             self.proc = spawn(lambda: launch_worker(args, inherit))
         except BaseException:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import itertools
 import logging
 import os
 import select
 import signal
 import struct
+import termios
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,32 @@ def in_flight(pool: aioenv.Pool) -> int:
     return runner.sched.in_flight
 
 
+def quiet_records(pool: aioenv.Pool) -> int:
+    """Records waiting unread in the pool's quiet pipe (``aioenv.wire.lane.QUIET``): replies to a quiet call that
+    the pool reads once its last worker answers."""
+    quiet = pool._runner._quiet  # type: ignore[attr-defined]
+    waiting = fcntl.ioctl(quiet.read, termios.FIONREAD, b"\0\0\0\0")
+    return int(struct.unpack("i", waiting)[0]) // lane.RECORD.size
+
+
+def unanswered(pool: aioenv.Pool) -> int:
+    """Messages of the pool whose worker has not answered yet: those in flight but for the replies a quiet call's
+    workers left in the quiet pipe."""
+    return in_flight(pool) - quiet_records(pool)
+
+
+def never_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lock-step calls go as calls that are not quiet (as when something else is out): the pool reads each reply as
+    it comes, for tests of what it does in between."""
+    monkeypatch.setattr(Coordinator, "_count_quietly", lambda self, workers: False)
+
+
+@pytest.fixture
+def no_quiet_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """:func:`never_quiet` for one test."""
+    never_quiet(monkeypatch)
+
+
 async def test_a_lock_step_step_is_one_lane_message_each_way_per_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     sent: list[bytes] = []
     taken: list[tuple[int, int]] = []
@@ -100,7 +128,7 @@ async def test_a_lock_step_step_is_one_lane_message_each_way_per_worker(monkeypa
     ref.close()
     steps = [lane.read_step(data[12:]) for data in sent]
     assert len(steps) == 40 * 3
-    assert sorted({(first, count) for _, first, count, _, _, _ in steps}) == [(0, 2), (2, 2), (4, 2)]
+    assert sorted({(first, count) for _, first, count, *_ in steps}) == [(0, 2), (2, 2), (4, 2)]
     # every reply a record on the done pipe: each step's id once, from the worker it went to (worker k: envs 2k, 2k+1)
     assert sorted(taken) == sorted((first // 2, req_id) for req_id, first, *_ in steps)
 
@@ -109,7 +137,7 @@ async def test_an_env_whose_row_is_in_stays_claimed_until_its_call_returns(tmp_p
     gate = tmp_path / "gate"
     async with gated_pool(gate, 4) as pool:
         step = asyncio.ensure_future(pool.step(np.array([0, 1, SLOW, SLOW])))
-        await until(lambda: in_flight(pool) == 1)  # worker 0's rows are in, worker 1 steps on
+        await until(lambda: unanswered(pool) == 1)  # worker 0's rows are in, worker 1 steps on
         with pytest.raises(UsageError, match="env 0 already has a request in flight"):
             await pool.step_env(0, 0)
         gate.touch()
@@ -136,6 +164,7 @@ async def test_a_lock_step_step_given_up_by_its_caller_still_frees_every_env_whe
         assert obs[:, 1].tolist() == [2, 2, 2, 2]  # each env stepped twice: the call given up ran all the same
 
 
+@pytest.mark.usefixtures("no_quiet_calls")
 async def test_a_lock_step_step_of_every_env_is_one_entry_in_the_books_not_one_per_worker(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     async with gated_pool(gate, 6) as pool:
@@ -258,7 +287,7 @@ async def test_closing_the_pool_mid_step_answers_the_call_once_and_frees_every_e
     gate = tmp_path / "gate"
     async with gated_pool(gate, 4) as pool:
         step = asyncio.ensure_future(pool.step(np.array([0, 1, SLOW, SLOW])))
-        await until(lambda: in_flight(pool) == 1)
+        await until(lambda: unanswered(pool) == 1)
     with pytest.raises(PoolClosed, match="was closed while env 2's step was in flight"):
         await asyncio.wait_for(step, HANG)
     sched = pool._runner.sched  # type: ignore[attr-defined]
@@ -267,15 +296,22 @@ async def test_closing_the_pool_mid_step_answers_the_call_once_and_frees_every_e
     assert not sched.busy.any()
 
 
-async def test_a_worker_that_dies_with_its_reply_on_the_done_pipe_unread_is_answered_by_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("quiet", [True, False], ids=["quiet", "not-quiet"])
+async def test_a_worker_that_dies_with_its_reply_on_the_done_pipe_unread_is_answered_by_it(
+    quiet: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not quiet:
+        never_quiet(monkeypatch)
     gate = tmp_path / "gate"
     async with gated_pool(gate, 4) as pool:
         coord: Any = pool._runner
         step = asyncio.ensure_future(pool.step(np.array([1, 0, SLOW, SLOW])))
         await asyncio.sleep(0)  # the call goes out; from here the loop runs nothing until the exit is handled
         proc = coord.slots[0].proc
-        # Worker 0's DONE is in the done pipe, and worker 0 is dead: both before the pool reads either.
-        assert select.select([coord._done_pipe[0]], [], [], HANG)[0]
+        # Worker 0's DONE is in the done pipe (a quiet call's: in the quiet pipe), and worker 0 is dead: both before
+        # the pool reads either.
+        pipe = coord._quiet.read if quiet else coord._done_pipe[0]
+        assert select.select([pipe], [], [], HANG)[0]
         os.kill(proc.pid, signal.SIGKILL)
         assert select.select([proc.proc.exit_fd], [], [], HANG)[0]
         proc._reap()  # its exit first, as the loop may take it: the reply it wrote before it died still counts
@@ -292,7 +328,7 @@ async def test_a_worker_lost_mid_step_fails_its_rows_and_leaves_the_others_whole
     async with aioenv.Pool(PROBE, 4, num_workers=2, executor="inline", env_kwargs={"quiet": True}) as pool:
         await asyncio.wait_for(pool.reset(seed=0), HANG)
         step = asyncio.ensure_future(pool.step(np.array([1, 0, SLOW, SLOW])))
-        await until(lambda: in_flight(pool) == 1)
+        await until(lambda: unanswered(pool) == 1)
         os.kill(worker_pid(pool, 1), signal.SIGKILL)
         with pytest.raises(WorkerCrashed) as caught:
             await asyncio.wait_for(step, HANG)
@@ -431,6 +467,7 @@ async def test_lane_messages_a_worker_forges_are_dropped_or_refused(caplog: pyte
         await wait_new_worker(pool, 1, old)
 
 
+@pytest.mark.usefixtures("no_quiet_calls")  # (a quiet call's replies are read at its end: the lie is the same)
 @pytest.mark.parametrize("envs", ["every", "some"])
 async def test_a_lane_reply_to_another_workers_request_is_refused(
     envs: str, tmp_path: Path, caplog: pytest.LogCaptureFixture

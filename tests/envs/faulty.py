@@ -281,9 +281,11 @@ class PipeVandalEnv(_CountingEnv):
     say goes on the pool's done pipe, which keeps no order with the worker's own).
 
     On the pool's done pipe (``--done D``): action 5 writes garbage, action 6 a record for every lane message of
-    every worker that may be out (ids ``1 .. 2,000``, slots 0 to 3) with a token it made up."""
+    every worker that may be out (ids ``1 .. 2,000``, slots 0 to 3) with a token it made up. On the pipes of its
+    quiet calls (``--quiet Q,C``, :data:`aioenv.wire.lane.QUIET`): action 8 takes every byte of the countdown, action
+    9 writes garbage and then those forged records to the quiet pipe."""
 
-    action_space = spaces.Discrete(8)
+    action_space = spaces.Discrete(10)
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         import socket
@@ -311,6 +313,18 @@ class PipeVandalEnv(_CountingEnv):
                 forged = [lane.record(slot, 12345, i) for slot in range(4) for i in range(1, 2001)]
                 for at in range(0, len(forged), 100):
                     os.write(done, b"".join(forged[at : at + 100]))
+        elif int(action) in (8, 9):
+            from aioenv.wire import lane
+
+            quiet, countdown = (int(fd) for fd in sys.argv[sys.argv.index("--quiet") + 1].split(","))
+            if int(action) == 8:
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(countdown, 4096):
+                        pass
+            else:
+                os.write(quiet, b"\xc1K\x00" + b"\xee" * 37)
+                forged = [lane.record(slot, 12345, i) for slot in range(4) for i in range(1, 101)]
+                os.write(quiet, b"".join(forged))
         self.t += 1
         info = {"vandal": int(action)} if int(action) in (1, 3, 7) else {}
         return np.array([self.t], dtype=np.float32), 0.0, False, False, info

@@ -446,6 +446,8 @@ async def test_close_leaves_no_slab_open() -> None:
 def test_a_worker_refuses_slab_or_done_pipe_where_they_cannot_be() -> None:
     ours, theirs = socket.socketpair()
     fd = str(theirs.fileno())
+    read, write = os.pipe()
+    done = ["--fd", fd, "--slab", "0", "--done", str(write)]
     try:
         for args, words in [
             (["--fd", fd, "--slab", "99"], "--slab 99: not an open descriptor"),
@@ -458,10 +460,17 @@ def test_a_worker_refuses_slab_or_done_pipe_where_they_cannot_be() -> None:
             (["--fd", fd, "--executor", "thread", "--slab", "0", "--done", fd], f"--done {fd}: not a pipe"),
             (["--fd", fd, "--slab", "0", "--done", "99"], "--done 99: not an open descriptor"),
             (["--fd", fd, "--slab", "0", "--done", fd], f"--done {fd}: not a pipe (expected the done pipe"),
+            (["--fd", fd, "--quiet", f"{read},{write}"], "--quiet is for an inline worker with a done pipe (--done)"),
+            ([*done, "--executor", "thread", "--quiet", f"{read},{read}"], "--quiet is for an inline worker"),
+            ([*done, "--quiet", str(read)], f"--quiet: expected two descriptors as Q,C, got '{read}'"),
+            ([*done, "--quiet", f"{write},99"], "--quiet 99: not an open descriptor"),
+            ([*done, "--quiet", f"{write},{fd}"], f"--quiet {fd}: not a pipe (expected the quiet and countdown pipes"),
         ]:
-            done = run_python("-m", "workers", *args, timeout=HANG, pass_fds=(theirs.fileno(),))
-            assert done.returncode == 2, done.stderr
-            assert words in done.stderr, done.stderr
+            out = run_python("-m", "workers", *args, timeout=HANG, pass_fds=(theirs.fileno(), read, write))
+            assert out.returncode == 2, out.stderr
+            assert words in out.stderr, out.stderr
     finally:
         ours.close()
         theirs.close()
+        os.close(read)
+        os.close(write)
