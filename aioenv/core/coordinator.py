@@ -515,10 +515,13 @@ class Coordinator(Recovery, Requests):
             self.loop.remove_reader(quiet.read)
             _empty(quiet.count_read)
         try:
-            return os.write(quiet.count_write, bytes(workers - 1)) == workers - 1
-        except OSError:  # (no room: only a countdown never taken fills it, and the next quiet call empties it)
-            self._watch_quiet()
-            return False
+            written = os.write(quiet.count_write, bytes(workers - 1))
+        except OSError:  # (no room: only a countdown never taken fills it)
+            written = -1
+        if written == workers - 1:
+            return True
+        self._watch_quiet()  # (the next quiet call empties what went in)
+        return False
 
     def _watch_quiet(self) -> None:
         """The quiet call went another way: read what the quiet pipe brings as it comes, until the next quiet call
@@ -1631,7 +1634,8 @@ class _LanePlan(NamedTuple):
 
 class _Quiet(NamedTuple):
     """A pool's pipes for quiet calls (:data:`aioenv.wire.lane.QUIET`): the quiet pipe's read and write ends, the
-    countdown pipe's; ``most``: the most workers a quiet call may have (their records fit half the quiet pipe)."""
+    countdown pipe's; ``most``: the most workers a quiet call may have (their records fit half the quiet pipe, and
+    its countdown is one write)."""
 
     read: int
     write: int
@@ -1647,7 +1651,8 @@ def _open_quiet() -> _Quiet:
     count_read, count_write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
     os.set_blocking(read, False)
     room = fcntl.fcntl(write, fcntl.F_GETPIPE_SZ)  # (as little as a page, for a user past the kernel's soft limit)
-    return _Quiet(read, write, count_read, count_write, room // (2 * lane.RECORD.size))
+    # (a countdown of up to PIPE_BUF bytes goes in whole or not at all)
+    return _Quiet(read, write, count_read, count_write, min(room // (2 * lane.RECORD.size), select.PIPE_BUF + 1))
 
 
 def _empty(fd: int) -> None:

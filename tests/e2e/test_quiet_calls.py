@@ -11,6 +11,7 @@ or closed in the middle of one are ``tests/e2e/test_lane.py``'s (with quiet call
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections import Counter
@@ -115,3 +116,24 @@ async def test_a_worker_that_lies_on_the_quiet_pipes_costs_the_pool_a_wake_up_no
             assert all("that are no lane reply of this pool's workers" in m for m in dropped)
         else:
             assert not dropped
+
+
+async def test_a_countdown_that_cannot_be_written_sends_the_step_as_any_other_and_the_next_is_quiet(
+    pipe_reads: Callable[[aioenv.Pool], tuple[int, int]],
+) -> None:
+    kwargs = {"quiet": True}
+    async with aioenv.Pool(
+        "tests.envs.faulty:make_probe", 6, num_workers=3, executor="inline", env_kwargs=kwargs
+    ) as pool:
+        await asyncio.wait_for(pool.reset(seed=0), HANG)
+        coord: Any = pool._runner
+        with contextlib.suppress(BlockingIOError):  # the countdown pipe full: no room for a step's countdown
+            while True:
+                os.write(coord._quiet.count_write, bytes(4096))
+        for t, (done, quiet) in enumerate([(3, 0), (1, 3), (1, 3)], 1):
+            before = pipe_reads(pool)
+            obs, *_ = await asyncio.wait_for(pool.step(np.zeros(6, dtype=np.int64)), HANG)
+            assert obs[:, 1].tolist() == [t] * 6
+            after = pipe_reads(pool)
+            # the first step's records on the done pipe, one from each worker; then one wake record a step
+            assert (after[0] - before[0], after[1] - before[1]) == (done * lane.RECORD.size, quiet * lane.RECORD.size)
