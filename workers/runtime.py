@@ -376,8 +376,9 @@ class Worker:
             return
         except BlockingIOError:
             pass
-        except OSError as exc:  # the pool closed the pipes: nothing to wake
+        except OSError as exc:  # the pool closed the pipes, or something in this process did: no more quiet answers
             log.debug("worker %s: the countdown pipe is closed (%s)", self.name, exc)
+            self.quiet_fds = None
             return
         if self._done_as is not None and self.done_fd is not None:
             try:

@@ -83,6 +83,9 @@ from aioenv.wire.spaces import space_from_description
 log = logging.getLogger("aioenv.coordinator")
 #: The most bytes one read of the done pipe takes (a pipe holds 64 KiB): 2,730 records.
 _DONE_READ = 65536
+#: How long a quiet call (:data:`aioenv.wire.lane.QUIET`) may wait for its last worker's wake-up before the pool reads
+#: its replies as they come instead: between one and two of these (:meth:`Coordinator._sweep_quiet`).
+QUIET_PATIENCE = 1.0
 #: The longest a wait polls for a reply before it sleeps until one comes (:func:`spin_budget`).
 SPIN_AT_MOST = 500e-6
 
@@ -206,6 +209,11 @@ class Coordinator(Recovery, Requests):
         self._quiet_base = 0
         self._quiet_watched = False
         self._quiet_rest = b""
+        #: The sweep that gives up a quiet call out for longer than QUIET_PATIENCE (None: not running), the call it
+        #: saw out last, and whether a quiet call was made since it last ran.
+        self._quiet_sweep: asyncio.TimerHandle | None = None
+        self._quiet_seen = 0
+        self._quiet_made = False
         if self._slab_fd is not None and executor in lane.DONE_PIPE_EXECUTORS:
             self._open_done_pipe()
 
@@ -491,6 +499,9 @@ class Coordinator(Recovery, Requests):
             os.close(pipe[0])
             os.close(pipe[1])
         quiet, self._quiet = self._quiet, None
+        if self._quiet_sweep is not None:
+            self._quiet_sweep.cancel()
+            self._quiet_sweep = None
         if quiet is not None:
             if self._quiet_watched:
                 with contextlib.suppress(Exception):
@@ -518,10 +529,30 @@ class Coordinator(Recovery, Requests):
             written = os.write(quiet.count_write, bytes(workers - 1))
         except OSError:  # (no room: only a countdown never taken fills it)
             written = -1
-        if written == workers - 1:
-            return True
-        self._watch_quiet()  # (the next quiet call empties what went in)
-        return False
+        if written != workers - 1:
+            self._watch_quiet()  # (the next quiet call empties what went in)
+            return False
+        self._quiet_made = True
+        if self._quiet_sweep is None:
+            self._quiet_sweep = self.loop.call_later(QUIET_PATIENCE, self._sweep_quiet)
+        return True
+
+    def _sweep_quiet(self) -> None:
+        """Every :data:`QUIET_PATIENCE` seconds while quiet calls are made: a quiet call out since the last sweep is
+        given up (:meth:`_watch_quiet`), what its workers wrote taken. No worker of the pool's own fails to count
+        down, but a process that holds the countdown pipe (an env's code in a worker) could make the last worker
+        miss its wake-up: the call's replies then wait two of these at most, never for good."""
+        base = self._quiet_base
+        if base and base == self._quiet_seen:
+            log.debug("a quiet call out for %.1f s or more: its replies are read as they come", QUIET_PATIENCE)
+            self._watch_quiet()
+            self._read_quiet_pipe()
+        self._quiet_seen = self._quiet_base
+        if self._quiet_made or self._quiet_base:
+            self._quiet_made = False
+            self._quiet_sweep = self.loop.call_later(QUIET_PATIENCE, self._sweep_quiet)
+        else:  # (no quiet call since the last sweep: the next one starts it again)
+            self._quiet_sweep = None
 
     def _watch_quiet(self) -> None:
         """The quiet call went another way: read what the quiet pipe brings as it comes, until the next quiet call

@@ -137,3 +137,15 @@ async def test_a_countdown_that_cannot_be_written_sends_the_step_as_any_other_an
             after = pipe_reads(pool)
             # the first step's records on the done pipe, one from each worker; then one wake record a step
             assert (after[0] - before[0], after[1] - before[1]) == (done * lane.RECORD.size, quiet * lane.RECORD.size)
+
+
+async def test_a_worker_that_cannot_count_down_delays_its_call_and_answers_the_next_ones_another_way() -> None:
+    async with aioenv.Pool("tests.envs.faulty:PipeVandalEnv", 6, num_workers=3, executor="inline") as pool:
+        await asyncio.wait_for(pool.reset(), HANG)
+        pids = [worker_pid(pool, w) for w in range(3)]
+        for t in range(1, 6):  # env 2's code closes its worker's countdown pipe in the first step
+            acts = np.zeros(6, dtype=np.int64)
+            acts[2] = 10 if t == 1 else 0
+            obs, *_ = await asyncio.wait_for(pool.step(acts), HANG)  # (the first waits for the pool's sweep)
+            assert obs[:, 0].tolist() == [t] * 6
+        assert [worker_pid(pool, w) for w in range(3)] == pids

@@ -283,9 +283,10 @@ class PipeVandalEnv(_CountingEnv):
     On the pool's done pipe (``--done D``): action 5 writes garbage, action 6 a record for every lane message of
     every worker that may be out (ids ``1 .. 2,000``, slots 0 to 3) with a token it made up. On the pipes of its
     quiet calls (``--quiet Q,C``, :data:`aioenv.wire.lane.QUIET`): action 8 takes every byte of the countdown, action
-    9 writes garbage and then those forged records to the quiet pipe."""
+    9 writes garbage and then those forged records to the quiet pipe, action 10 closes the worker's countdown pipe
+    (it takes no byte from then on)."""
 
-    action_space = spaces.Discrete(10)
+    action_space = spaces.Discrete(11)
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         import socket
@@ -313,11 +314,14 @@ class PipeVandalEnv(_CountingEnv):
                 forged = [lane.record(slot, 12345, i) for slot in range(4) for i in range(1, 2001)]
                 for at in range(0, len(forged), 100):
                     os.write(done, b"".join(forged[at : at + 100]))
-        elif int(action) in (8, 9):
+        elif int(action) in (8, 9, 10):
             from aioenv.wire import lane
 
             quiet, countdown = (int(fd) for fd in sys.argv[sys.argv.index("--quiet") + 1].split(","))
-            if int(action) == 8:
+            if int(action) == 10:
+                with contextlib.suppress(OSError):
+                    os.close(countdown)
+            elif int(action) == 8:
                 with contextlib.suppress(BlockingIOError):
                     while os.read(countdown, 4096):
                         pass
