@@ -30,8 +30,8 @@ brought apart, skipping bytes that are no record of a known worker and finding t
 
 A lock-step step of every env wakes the pool once, not once per worker (:data:`QUIET`). Each wake-up runs the
 pool's loop, reads the pipe and books what it brought, with caches the workers just made cold: for envs whose
-steps take as long as a MuJoCo model's, the workers answer one by one, and those wake-ups were half of what the
-pool's process spent on a batch. So, for a call of ``k`` workers, the pool writes ``k - 1`` bytes to its
+steps take as long as a MuJoCo model's, the workers answer one by one, and those wake-ups were about a third of
+what the pool's process spent on a batch. So, for a call of ``k`` workers, the pool writes ``k - 1`` bytes to its
 *countdown pipe* before it sends the steps, each step with the ``QUIET`` flag. A worker answers such a step as it
 would any other, except that its DONE record goes to the *quiet pipe* (which the pool does not watch); then it
 takes one byte of the countdown pipe (a non-blocking read of the one open file every worker shares), and when
@@ -39,11 +39,12 @@ there is none left it is the last of the call to answer: it writes a *wake* reco
 the done pipe. The pool, woken, reads the done pipe, then the quiet pipe: every other worker of the call wrote its
 record there before it took its byte, so before the last found none (the pipes' own locks order the writes and
 reads), and the pool finds them all. Whatever else a worker answers a quiet step with (a RESULT, an ERROR, over its
-own pipe), it takes its byte too. A worker that drains the countdown, or the pool's books going wrong, only wakes
-the pool earlier and more often; a worker that takes no byte (one that exited, or a call that went wrong) makes
-the pool give up the quiet way for that call: it watches the quiet pipe as it watches the done pipe until the next
-quiet call, which first empties the countdown pipe of what was left (see
-:meth:`aioenv.core.coordinator.Coordinator._send_lanes`).
+own pipe), it takes its byte too. A worker that drains the countdown only wakes the pool earlier and more often.
+A call that goes another way (a reply on a worker's own pipe, a worker that exited, a deadline) has the quiet pipe
+read at once, and the pool watches it as it watches the done pipe until the next quiet call, which first empties
+the countdown pipe of what was left; a worker that takes no byte (its end of the countdown closed under it) would
+leave the last without its wake-up, so the pool gives up a quiet call still out after one to two seconds (see
+:meth:`aioenv.core.coordinator.Coordinator._count_quietly` and ``_sweep_quiet``).
 
 A ``thread`` worker's envs finish their steps one by one, each on its own thread, so the same pipe carries a
 *row record* (:func:`row_record`) too: ``<B 0xC1><B "W"><H row><I worker slot><Q token><Q request id>``, written
