@@ -209,11 +209,10 @@ class Coordinator(Recovery, Requests):
         self._quiet_base = 0
         self._quiet_watched = False
         self._quiet_rest = b""
-        #: The sweep that gives up a quiet call out for longer than QUIET_PATIENCE (None: not running), the call it
-        #: saw out last, and whether a quiet call was made since it last ran.
+        #: The sweep that gives up a quiet call out for longer than QUIET_PATIENCE (None: not running), and the call
+        #: it saw out last.
         self._quiet_sweep: asyncio.TimerHandle | None = None
         self._quiet_seen = 0
-        self._quiet_made = False
         if self._slab_fd is not None and executor in lane.DONE_PIPE_EXECUTORS:
             self._open_done_pipe()
 
@@ -532,14 +531,14 @@ class Coordinator(Recovery, Requests):
         if written != workers - 1:
             self._watch_quiet()  # (the next quiet call empties what went in)
             return False
-        self._quiet_made = True
         if self._quiet_sweep is None:
             self._quiet_sweep = self.loop.call_later(QUIET_PATIENCE, self._sweep_quiet)
         return True
 
     def _sweep_quiet(self) -> None:
-        """Every :data:`QUIET_PATIENCE` seconds while quiet calls are made: a quiet call out since the last sweep is
-        given up (:meth:`_watch_quiet`), what its workers wrote taken. No worker of the pool's own fails to count
+        """Every :data:`QUIET_PATIENCE` seconds while a quiet call is out: one out since the last sweep is given up
+        (:meth:`_watch_quiet`), what its workers wrote taken; with none out the sweep stops, and the next quiet call
+        starts it again. No worker of the pool's own fails to count
         down, but a process that holds the countdown pipe (an env's code in a worker) could make the last worker
         miss its wake-up: the call's replies then wait two of these at most, never for good."""
         base = self._quiet_base
@@ -548,11 +547,7 @@ class Coordinator(Recovery, Requests):
             self._watch_quiet()
             self._read_quiet_pipe()
         self._quiet_seen = self._quiet_base
-        if self._quiet_made or self._quiet_base:
-            self._quiet_made = False
-            self._quiet_sweep = self.loop.call_later(QUIET_PATIENCE, self._sweep_quiet)
-        else:  # (no quiet call since the last sweep: the next one starts it again)
-            self._quiet_sweep = None
+        self._quiet_sweep = self.loop.call_later(QUIET_PATIENCE, self._sweep_quiet) if self._quiet_base else None
 
     def _watch_quiet(self) -> None:
         """The quiet call went another way: read what the quiet pipe brings as it comes, until the next quiet call
@@ -567,20 +562,29 @@ class Coordinator(Recovery, Requests):
     def _read_quiet(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         """The DONE records the quiet pipe holds now (one read), plain and with infos (:func:`lane.read_records`)."""
         quiet = self._quiet
-        if quiet is None:
+        assert quiet is not None, "only a pool with the quiet pipes reads one"
+        got = self._read_records(quiet.read, self._quiet_rest)
+        if got is None:
             return [], []
+        records, with_infos, rows, self._quiet_rest = got
+        if rows:  # (no worker records rows there)
+            self._dropped_from_done_pipe(len(rows) * lane.RECORD.size)
+        return records, with_infos
+
+    def _read_records(self, fd: int, rest: bytes) -> _Records | None:
+        """The records one read of the record pipe ``fd`` brought after ``rest`` (what the last read of it left of a
+        record), by :func:`lane.read_records`: ``(records, with_infos, rows, rest)``, the bytes that were no record
+        dropped and logged; None: it held nothing."""
         try:
-            data = os.read(quiet.read, _DONE_READ)
+            data = os.read(fd, _DONE_READ)
         except BlockingIOError:
-            return [], []
-        if self._quiet_rest:
-            data = self._quiet_rest + data
+            return None
+        if rest:
+            data = rest + data
         records, with_infos, rows, used, skipped = lane.read_records(data, self._tokens)
-        self._quiet_rest = data[used:]
-        skipped += len(rows) * lane.RECORD.size  # (no worker records rows there)
         if skipped:
             self._dropped_from_done_pipe(skipped)
-        return records, with_infos
+        return records, with_infos, rows, data[used:]
 
     def _read_quiet_pipe(self) -> None:
         """Take the records the quiet pipe holds now, while it is watched (:meth:`_watch_quiet`)."""
@@ -610,19 +614,14 @@ class Coordinator(Recovery, Requests):
         pipe = self._done_pipe
         if pipe is None:
             return
-        try:
-            data = os.read(pipe[0], _DONE_READ)
-        except BlockingIOError:
-            if not self._quiet_base:
-                return
-            data = b""  # (a worker's exit is handled: what it wrote to the quiet pipe counts too)
-        if self._done_rest:
-            data = self._done_rest + data
-        records, with_infos, rows, used, skipped = lane.read_records(data, self._tokens)
-        self._done_rest = data[used:]  # (set before any record is handled: handling one may read again)
-        if skipped:
-            self._dropped_from_done_pipe(skipped)
+        got = self._read_records(pipe[0], self._done_rest)
         base = self._quiet_base
+        if got is None:
+            if not base:
+                return
+            # (nothing here while a quiet call is out: a worker's exit is handled, and its quiet record counts too)
+            got = [], [], [], self._done_rest
+        records, with_infos, rows, self._done_rest = got  # (kept before any record is handled: that may read again)
         if base:  # a quiet call is out: its last worker woke this (the others' records are in the quiet pipe)
             if records or with_infos or rows:  # (a record here while it is out: some worker answers another way)
                 self._watch_quiet()
@@ -1661,6 +1660,11 @@ class _LanePlan(NamedTuple):
     procs: list[LocalProcess]
     #: Whether the step may go as a quiet call (aioenv.wire.lane.QUIET): two or more workers, each with the pipes.
     quiet: bool = False
+
+
+#: What one read of a record pipe brought (:meth:`Coordinator._read_records`): DONE records, DONE records whose infos
+#: are in the info area, row records, and what is left of a record.
+_Records = tuple[list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int, int]], bytes]
 
 
 class _Quiet(NamedTuple):
