@@ -7,8 +7,9 @@ coordinator runs it on its workers (deadlines, crash recovery and the concurrenc
 there) and relays rows back as they finish, at their positions in the call (:mod:`aioenv.core.relay`).
 
 Liveness: the client sends PING every ``HEARTBEAT`` seconds, or as often as the server's reply to OPEN
-asks (a quarter of its ``--client-timeout``, :mod:`aioenv.wire.beat`); a server that says nothing for
-``SERVER_TIMEOUT`` seconds (wrong address, down, unreachable) is given up: requests in flight fail
+asks (a quarter of its ``--client-timeout``, :mod:`aioenv.wire.beat`), and four times in its own
+``SERVER_TIMEOUT`` at least; a server that says nothing for ``SERVER_TIMEOUT`` seconds (wrong address, down,
+unreachable) is given up: requests in flight fail
 with :class:`~aioenv.errors.ConnectionLost` and so does every later call. Time this client's own event loop did
 not run (the caller's blocking code, a loaded machine) is no silence of the server's: its replies wait unread in
 the socket meanwhile, and the heartbeat adds its own lateness to the last time heard. The server likewise
@@ -40,7 +41,7 @@ from aioenv.errors import AioEnvError, ConnectionLost, PoolClosed, ProtocolError
 from aioenv.transport.dial import ClientLink, dial
 from aioenv.transport.zmqio import frames_nbytes
 from aioenv.wire.beat import HEARTBEAT as BEAT_DEFAULT
-from aioenv.wire.beat import heard_interval
+from aioenv.wire.beat import heard_interval, interval_for
 from aioenv.wire.errors import from_wire
 from aioenv.wire.options import client_label
 from aioenv.wire.protocol import Key, Op, decode, encode
@@ -49,12 +50,20 @@ __all__ = ["CLIENT_ID", "HEARTBEAT", "SERVER_TIMEOUT", "RemoteCoordinator"]
 
 log = logging.getLogger("aioenv.remote")
 
-#: Seconds between the client's PINGs, at most (the server may ask for them more often).
+#: Seconds between the client's PINGs, at most (the server, or a short :data:`SERVER_TIMEOUT`, may ask for more).
 HEARTBEAT = BEAT_DEFAULT
 #: A server silent for this long (seconds) is given up.
 SERVER_TIMEOUT = 10.0
 #: This process's id as a client (per-client limits on the server count every pool it opens).
 CLIENT_ID = f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _own_beat() -> float:
+    """Seconds between this client's PINGs on its own account: :data:`HEARTBEAT`, and four a
+    :data:`SERVER_TIMEOUT` at least (:func:`aioenv.wire.beat.interval_for`), so that a server still working on a
+    call (an OPEN whose workers take their time to start) is heard from three times before it is given up."""
+    return min(HEARTBEAT, interval_for(SERVER_TIMEOUT))
+
 
 _OPS = {"step": Op.STEP, "reset": Op.RESET, "call": Op.CALL}
 
@@ -100,7 +109,7 @@ class RemoteCoordinator(Requests):
         self._next_call = -1  # open/close ids are negative: never a request id
         self._dealer: ClientLink | None = None
         self._beat: asyncio.TimerHandle | None = None
-        self._beat_every = HEARTBEAT  # seconds between PINGs: what the server's reply to OPEN asks, at most this
+        self._beat_every = _own_beat()  # seconds between PINGs: what the server's reply to OPEN asks, at most this
         self._beat_due = 0.0  # when the next PING is due (loop time)
         self._last_heard = self.loop.time()
         self._ack: int | None = None  # the mark of the last message read (see aioenv.server.peers)
@@ -163,7 +172,7 @@ class RemoteCoordinator(Requests):
         fields = {Key.ENV: self.env, Key.NUM_ENVS: self.sched.num_envs, Key.KW: self.env_kwargs, Key.CLIENT: CLIENT_ID}
         fields[Key.OPT] = {**self.options, "num_workers": num_workers}
         reply = await self._call(Op.OPEN, fields)
-        self._beat_every = heard_interval(reply.get(Key.BEAT), HEARTBEAT)
+        self._beat_every = heard_interval(reply.get(Key.BEAT), _own_beat())
         if self._beat is not None and self.lost is None:  # the next PING at the pace the server asked
             self._beat.cancel()
             self._arm_beat()

@@ -276,6 +276,24 @@ async def test_a_server_that_never_answers_fails_the_pool(monkeypatch: pytest.Mo
         await aioenv.make("CartPole-v1", 2, endpoint=f"tcp://127.0.0.1:{port}")
 
 
+async def test_a_server_slower_to_open_than_the_clients_timeout_is_not_given_up_while_it_answers_pings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The client's timeout below its default PING interval (1 s): it must PING often enough to hear the server
+    # before it gives up, while the server opens the pool (here an env whose making takes 2.5 s; a loaded machine
+    # starting workers takes its time too). Before, the first beat came after 1 s of silence and gave up.
+    monkeypatch.setattr(remote, "SERVER_TIMEOUT", 1.0)
+    srv = ServerProcess(*ALLOW)
+    try:
+        slow = {"init_seconds": 2.5}
+        async with aioenv.Pool(PROBE, 2, num_workers=1, endpoint=srv.endpoint, env_kwargs=slow) as pool:
+            await pool.reset(seed=0)
+            obs, *_ = await asyncio.wait_for(pool.step(acts(0, 0)), HANG)
+            assert obs.shape[0] == 2
+    finally:
+        srv.stop()
+
+
 @pytest.mark.parametrize("transport", ["tcp", "unix"])
 async def test_a_client_whose_own_loop_stalls_does_not_take_it_for_the_servers_silence(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, transport: str
