@@ -362,7 +362,7 @@ def serve(
     from aioenv.server.server import serve as run_server
 
     configure_logging(log_level, json_lines=log_json)
-    _check_worker_sched()
+    _check_worker_env()
     if local_capacity is not None and worker_bind is None:
         raise click.UsageError("--local-capacity needs --worker-bind (without worker hosts every env is local)")
     machine = {  # not given: the defaults that fit this machine (ServerConfig's)
@@ -469,13 +469,13 @@ def _http_port(
     return HttpPort(config)
 
 
-def _check_worker_sched() -> None:
-    """Refuse a bad AIOENV_WORKER_SCHED before any worker process starts."""
+def _check_worker_env() -> None:
+    """Refuse a bad AIOENV_WORKER_SCHED or AIOENV_WORKER_THREADS before any worker process starts."""
     from aioenv.errors import UsageError
-    from aioenv.transport.spawn import worker_sched_policy
+    from aioenv.transport.spawn import check_worker_env
 
     try:
-        worker_sched_policy()
+        check_worker_env()
     except UsageError as exc:
         raise click.UsageError(str(exc)) from exc
 
@@ -513,7 +513,7 @@ def worker(
 
     curve = _key_pair(key, server_key)
     configure_logging(log_level, json_lines=False)
-    _check_worker_sched()
+    _check_worker_env()
     try:
         host = WorkerHost(connect, capacity, executor, name=name, server_timeout=server_timeout, curve=curve)
         code = host.run()

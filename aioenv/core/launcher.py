@@ -29,7 +29,7 @@ from typing import Any, Protocol, TypeVar
 
 from aioenv.errors import UsageError
 from aioenv.transport.pipe import PipePort
-from aioenv.transport.spawn import launch_worker, worker_sched_policy
+from aioenv.transport.spawn import check_worker_env, launch_worker
 from aioenv.wire.lane import DONE_PIPE_EXECUTORS
 
 __all__ = [
@@ -300,7 +300,7 @@ class LocalProcess:
         spawn: Spawn = spawn_here,
         quiet_fds: tuple[int, int] | None = None,
     ) -> None:
-        worker_sched_policy()  # a bad setting fails here, not in the child
+        check_worker_env()  # a bad setting fails here, not in the child
         self.name = name
         self._loop = asyncio.get_running_loop()
         self._on_exit = on_exit

@@ -68,12 +68,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from aioenv.errors import UsageError
     from aioenv.logs import configure_logging
-    from aioenv.transport.spawn import worker_sched_policy
+    from aioenv.transport.spawn import check_worker_env
     from workers.agent import WorkerHost
 
     configure_logging(str(settings.get("log_level", "INFO")))
     try:
-        worker_sched_policy()  # refuse a bad AIOENV_WORKER_SCHED before any worker starts
+        check_worker_env()  # refuse a bad AIOENV_WORKER_SCHED or _THREADS before any worker starts
     except UsageError as exc:
         print(f"aioenv.ray.host: {exc}", file=sys.stderr)
         return 2

@@ -23,8 +23,11 @@ from aioenv.transport.zygote import ForkedProcess, fork_worker, start_template, 
 __all__ = [
     "PYTHONPATH_ENV",
     "SYS_PATH_ENV",
+    "THREAD_VARS",
     "WORKER_SCHED_ENV",
+    "WORKER_THREADS_ENV",
     "ExecProcess",
+    "check_worker_env",
     "end_group",
     "launch_worker",
     "start_worker",
@@ -32,10 +35,22 @@ __all__ = [
     "warm_up",
     "worker_command",
     "worker_sched_policy",
+    "worker_threads",
 ]
 
 #: Environment variable naming the scheduling policy of worker processes: ``batch`` (the default) or ``default``.
 WORKER_SCHED_ENV = "AIOENV_WORKER_SCHED"
+#: Environment variable: the threads each worker process's numeric libraries may start (see :func:`worker_threads`).
+WORKER_THREADS_ENV = "AIOENV_WORKER_THREADS"
+#: The variables through which OpenMP, OpenBLAS, MKL, BLIS, Accelerate and numexpr read how many threads to start.
+THREAD_VARS = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
 #: Environment variable carrying the starting process's ``sys.path`` (a JSON list) to a worker.
 SYS_PATH_ENV = "AIOENV_SYS_PATH"
 #: Environment variable carrying the starting process's ``PYTHONPATH`` to a worker (absent: it had none).
@@ -70,6 +85,38 @@ def worker_sched_policy() -> str:
     return value
 
 
+def worker_threads() -> int | None:
+    """The threads each worker's numeric libraries may start, from :data:`WORKER_THREADS_ENV`: a positive
+    integer, or None where it is unset (then each of :data:`THREAD_VARS` travels as the starting process has it,
+    and one it does not set is 1).
+
+    A pool's parallelism is its worker processes, one per core: a worker whose numpy starts a BLAS thread per core
+    (OpenBLAS does so when numpy is imported) oversubscribes the machine as soon as an env multiplies matrices, and
+    starting them cost each worker ~0.1 s of CPU on 2 cores, more on more. So workers get 1 unless told, as Ray's
+    workers do; an env that wants more (one big simulator per worker) sets ``AIOENV_WORKER_THREADS`` or the
+    library's own variable.
+
+    Raises:
+        UsageError: a value that is not a positive integer.
+    """
+    value = os.environ.get(WORKER_THREADS_ENV)
+    if value is None or not value.strip():
+        return None
+    if not value.strip().isdigit() or int(value) < 1:
+        raise UsageError(f"{WORKER_THREADS_ENV} must be a positive integer (threads per worker), got {value!r}")
+    return int(value)
+
+
+def check_worker_env() -> None:
+    """Refuse a bad :data:`WORKER_SCHED_ENV` or :data:`WORKER_THREADS_ENV` before any worker starts.
+
+    Raises:
+        UsageError: naming the variable, what it takes and what it holds.
+    """
+    worker_sched_policy()
+    worker_threads()
+
+
 def worker_command(args: Sequence[str], module: str = "workers") -> tuple[list[str], dict[str, str]]:
     """The command line and environment that start ``python -m workers ARGS`` (or another ``module`` of the
     worker runtime) in a child process.
@@ -78,7 +125,8 @@ def worker_command(args: Sequence[str], module: str = "workers") -> tuple[list[s
     ``sys.path`` as it is now (paths a script, pytest or a notebook added at run time included, ``""``
     made the working directory), in its order, then the working directory (an env named
     ``"pkg.module:factory"`` may be found there), as ``multiprocessing``'s spawn does. The worker takes it
-    before it imports anything but the standard library. To find the worker runtime itself, the child
+    before it imports anything but the standard library. Its numeric libraries start the threads
+    :func:`worker_threads` says (each of :data:`THREAD_VARS` set). To find the worker runtime itself, the child
     runs with ``-P`` (the working directory is not put first on its path) and ``PYTHONPATH`` naming
     aioenv's own root only, so a user's module named ``workers`` cannot stand in for aioenv's; the
     caller's ``PYTHONPATH`` travels in :data:`PYTHONPATH_ENV` and is given back to the worker's
@@ -92,6 +140,10 @@ def worker_command(args: Sequence[str], module: str = "workers") -> tuple[list[s
     env[SYS_PATH_ENV] = json.dumps(list(dict.fromkeys(search)))
     env.pop(PYTHONPATH_ENV, None)
     env.pop("AIOENV_TRUSTED_DIR", None)
+    threads = worker_threads()
+    for var in THREAD_VARS:
+        if threads is not None or not env.get(var, "").strip():
+            env[var] = str(threads or 1)
     if "PYTHONPATH" in env:
         env[PYTHONPATH_ENV] = env["PYTHONPATH"]
     env["PYTHONPATH"] = root

@@ -1,6 +1,7 @@
 """Worker processes run under SCHED_BATCH (``aioenv.transport.spawn.worker_sched_policy``), every thread of
 them; a pool's own workers have no ZeroMQ threads (they use their pipe). ``AIOENV_WORKER_SCHED=default``
-leaves them alone, and a bad value is refused before any worker starts.
+leaves them alone, and a bad value is refused before any worker starts. Their numeric libraries start one
+thread each unless told otherwise (``AIOENV_WORKER_THREADS``, ``aioenv.transport.spawn.worker_threads``).
 
 Real worker processes of every executor are inspected through ``/proc``.
 """
@@ -18,7 +19,7 @@ import zmq
 
 import aioenv
 from aioenv.errors import UsageError
-from aioenv.transport.spawn import WORKER_SCHED_ENV
+from aioenv.transport.spawn import THREAD_VARS, WORKER_SCHED_ENV, WORKER_THREADS_ENV
 from aioenv.wire.protocol import Op, decode, encode
 from tests.envs.waiting import AsyncWaitEnv
 from tests.support.procs import HANG, child_processes, worker_pid
@@ -114,3 +115,63 @@ def test_a_bad_worker_sched_stops_a_worker_started_by_hand() -> None:
     )
     assert done.returncode == 2
     assert "AIOENV_WORKER_SCHED must be 'batch' or 'default'" in done.stderr
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    """The environment process ``pid`` was started with."""
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        pairs = [item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item]
+    return {k.decode(): v.decode() for k, v in pairs}
+
+
+async def _worker_threads_and_environ() -> tuple[int, dict[str, str]]:
+    """A CartPole pool's worker, once numpy has multiplied a matrix there (OpenBLAS starts its threads at
+    import): how many threads its process runs, and its environment."""
+    async with aioenv.Pool("CartPole-v1", 1, num_workers=1, executor="inline") as pool:
+        await pool.reset()
+        pid = worker_pid(pool, 0)
+        return len(os.listdir(f"/proc/{pid}/task")), environ_of(pid)
+
+
+@pytest.mark.timeout(HANG)
+async def test_workers_numeric_libraries_start_one_thread_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in (*THREAD_VARS, WORKER_THREADS_ENV):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the caller's own choice for a library travels as it is
+    lean, environ = await _worker_threads_and_environ()
+    assert {var: environ.get(var) for var in THREAD_VARS} == {var: "1" for var in THREAD_VARS} | {
+        "OMP_NUM_THREADS": "2"
+    }
+    monkeypatch.setenv(WORKER_THREADS_ENV, "5")  # aioenv's own setting wins over every library's
+    wide, environ = await _worker_threads_and_environ()
+    assert {var: environ.get(var) for var in THREAD_VARS} == {var: "5" for var in THREAD_VARS}
+    # numpy's BLAS started a thread per count beyond the first, as many as the machine has CPUs (OpenBLAS's cap)
+    assert wide >= lean + min(4, (os.cpu_count() or 1) - 1), (lean, wide)
+    assert os.environ["OMP_NUM_THREADS"] == "2"  # this process's own environment is untouched
+    assert "OPENBLAS_NUM_THREADS" not in os.environ
+
+
+@pytest.mark.timeout(HANG)
+@pytest.mark.parametrize("value", ["0", "many", "-2", "1.5"])
+async def test_a_bad_worker_threads_is_refused_before_any_worker_starts(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv(WORKER_THREADS_ENV, value)
+    before = {(pid, cmd) for pid, _, cmd in child_processes()}
+    with pytest.raises(UsageError, match=rf"AIOENV_WORKER_THREADS must be a positive integer .*, got '{value}'"):
+        await aioenv.make("CartPole-v1", 2)
+    assert {(pid, cmd) for pid, _, cmd in child_processes()} - before == set()
+
+
+def test_a_bad_worker_threads_stops_aioenv_serve_before_it_listens() -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), AIOENV_WORKER_THREADS="all")
+    done = subprocess.run(
+        [sys.executable, "-m", "aioenv.cli", "serve", "--bind", "tcp://127.0.0.1:0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "AIOENV_WORKER_THREADS must be a positive integer (threads per worker), got 'all'" in done.stderr
