@@ -5,6 +5,7 @@ placed by Ray), ``status`` (the state of a server) and ``keygen`` (CURVE keys)."
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -363,6 +364,7 @@ def serve(
 
     configure_logging(log_level, json_lines=log_json)
     _check_worker_env()
+    _fork_workers_unless_told()
     if local_capacity is not None and worker_bind is None:
         raise click.UsageError("--local-capacity needs --worker-bind (without worker hosts every env is local)")
     machine = {  # not given: the defaults that fit this machine (ServerConfig's)
@@ -467,6 +469,17 @@ def _http_port(
         raise click.UsageError(exc.message) from None
     config = HttpConfig(bind=bind, envs=parsed, env_kwargs=kwargs, default_env=default_env, token=token, **options)
     return HttpPort(config)
+
+
+def _fork_workers_unless_told() -> None:
+    """A server makes a pool for every client that asks, and each pool's local workers: they are forked from the
+    server's worker template (``AIOENV_WORKER_START=fork``, :mod:`aioenv.transport.zygote`: ~0.03 s to open a
+    pool of two workers, against ~0.3 s for fresh interpreters) unless the server's environment says
+    ``AIOENV_WORKER_START=exec``. Forked workers step as fast as fresh ones (docs/performance.md, "Starting a
+    pool")."""
+    from aioenv.transport.zygote import WORKER_START_ENV
+
+    os.environ.setdefault(WORKER_START_ENV, "fork")
 
 
 def _check_worker_env() -> None:

@@ -103,6 +103,8 @@ _KINDS = {Op.STEP: "step", Op.RESET: "reset", Op.CALL: "call"}
 _MAX_ENV_NAME = 256
 #: Pools listed one by one in a STATUS reply (the rest are counted), so that the reply has a bounded size.
 _STATUS_POOLS = 100
+#: Seconds a starting server waits for its worker template's imports (AIOENV_WORKER_START=fork) before it listens.
+_TEMPLATE_WAIT = 10.0
 _OPERATIONAL = frozenset(("StepTimeout", "WorkerCrashed", "ProtocolError", "CapacityError"))  # logged as warnings
 
 
@@ -400,7 +402,9 @@ class Server:
         self._sweep = Sweep(interval_for(self.config.client_timeout))
         self._reaper = asyncio.get_running_loop().call_later(self._sweep.interval, self._reap)
         if self.config.local_capacity != 0:
-            warm_up()  # with AIOENV_WORKER_START=fork: the template makes its imports while no client waits
+            # with AIOENV_WORKER_START=fork (`aioenv serve`'s default): the template makes its imports before the
+            # server listens, so the first client's workers are forked too (a fresh interpreter if it is late)
+            warm_up(_TEMPLATE_WAIT)
         self.life.move(Phase.RUNNING)
         log.info("aioenv server listening on %s (protocol %d, aioenv %s)", self.endpoint, PROTOCOL_VERSION, __version__)
 

@@ -1,5 +1,5 @@
 """Local workers forked from a template process (``python -m workers.zygote``) instead of started afresh
-(``AIOENV_WORKER_START=fork``; fresh interpreters are the default).
+(``AIOENV_WORKER_START=fork``, the default of ``aioenv serve``; elsewhere fresh interpreters are the default).
 
 A fresh ``python -m workers`` spends ~0.5 s of CPU on imports before it can host an env; a fork of a
 process that has made those imports starts in a few milliseconds. :func:`fork_worker` asks this process's
@@ -56,11 +56,11 @@ class ZygoteError(OSError):
 def worker_start() -> str:
     """How local workers start, from :data:`WORKER_START_ENV`: ``"exec"`` (the default) or ``"fork"``.
 
-    ``exec`` stays the default because forked workers stepped ~15% slower than fresh ones wherever the
-    workers are the bottleneck (CartPole n = 32 lock-step, n = 128 ``send``/``recv``, 2 workers, A/B in one
-    process on a 2-vCPU VM), for a reason not yet found (neither their heap's placement nor sharing one
-    template's code addresses is it); ``fork`` is for programs that start many pools (test suites, notebooks,
-    servers of short-lived pools).
+    ``exec`` is the default because a program of one pool would pay for a template's imports beside it and keep
+    the process for nothing; ``fork`` is for programs that start many pools (test suites, notebooks, servers
+    of short-lived pools: ``aioenv serve`` sets it unless its environment says otherwise). Forked workers step
+    as fast as fresh ones (docs/performance.md, "Starting a pool": they stepped ~15% slower in 2026-11, a gap
+    gone by 2026-12).
 
     Raises:
         UsageError: any other value.

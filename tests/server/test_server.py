@@ -30,7 +30,7 @@ from aioenv.core import remote
 from aioenv.errors import CapacityError, ConnectionLost, EnvError, PoolClosed, StepTimeout, UsageError, WorkerCrashed
 from aioenv.server.status import fetch_status
 from aioenv.wire.protocol import Op, decode, encode, pack
-from tests.support.procs import HANG, process_gone
+from tests.support.procs import HANG, TEMPLATE, proc_table, process_gone
 from tests.support.scripts import ROOT
 from tests.support.servers import ServerProcess
 
@@ -274,6 +274,30 @@ async def test_a_server_that_never_answers_fails_the_pool(monkeypatch: pytest.Mo
         port = s.getsockname()[1]
     with pytest.raises(ConnectionLost, match="has not answered"):
         await aioenv.make("CartPole-v1", 2, endpoint=f"tcp://127.0.0.1:{port}")
+
+
+@pytest.mark.parametrize(("start", "forked"), [(None, True), ("exec", False)])
+async def test_a_servers_local_workers_are_forked_from_its_template_unless_told(
+    monkeypatch: pytest.MonkeyPatch, start: str | None, forked: bool
+) -> None:
+    # A server makes a pool for each client that asks: its workers are forks of a template that made its imports
+    # once (milliseconds), not fresh interpreters (~0.3 s of CPU each), unless AIOENV_WORKER_START says exec.
+    if start is None:
+        monkeypatch.delenv("AIOENV_WORKER_START", raising=False)
+    else:
+        monkeypatch.setenv("AIOENV_WORKER_START", start)
+    srv = ServerProcess(*ALLOW)
+    try:
+        async with aioenv.Pool("CartPole-v1", 2, num_workers=2, endpoint=srv.endpoint) as pool:
+            await pool.reset(seed=0)
+            table = proc_table()
+            children = [p for p in table if p.ppid == srv.proc.pid]
+            templates = {p.pid for p in children if TEMPLATE in p.cmdline}
+            forks = [p for p in table if p.ppid in templates]
+            direct = [p for p in children if "-m workers " in p.cmdline and TEMPLATE not in p.cmdline]
+            assert (len(forks), len(direct)) == ((2, 0) if forked else (0, 2)), children
+    finally:
+        srv.stop()
 
 
 async def test_a_server_slower_to_open_than_the_clients_timeout_is_not_given_up_while_it_answers_pings(
