@@ -9,12 +9,11 @@ there) and relays rows back as they finish, at their positions in the call (:mod
 Liveness: the client sends PING every ``HEARTBEAT`` seconds, or as often as the server's reply to OPEN
 asks (a quarter of its ``--client-timeout``, :mod:`aioenv.wire.beat`), and four times in its own
 ``SERVER_TIMEOUT`` at least; a server that says nothing for ``SERVER_TIMEOUT`` seconds (wrong address, down,
-unreachable) is given up: requests in flight fail
-with :class:`~aioenv.errors.ConnectionLost` and so does every later call. Time this client's own event loop did
-not run (the caller's blocking code, a loaded machine) is no silence of the server's: its replies wait unread in
-the socket meanwhile, and the heartbeat adds its own lateness to the last time heard. The server likewise
-releases the envs of a client it has not heard from (``aioenv serve --client-timeout``): a loop that stops for
-longer than that loses its pool on the server's side.
+unreachable) is given up: requests in flight fail with :class:`~aioenv.errors.ConnectionLost` and so does
+every later call. Time this client's own event loop did not run (the caller's blocking code, a loaded machine)
+is no silence of the server's: its replies wait unread in the socket meanwhile, and the heartbeat adds its own
+lateness to the last time heard. The server likewise releases the envs of a client it has not heard from
+(``aioenv serve --client-timeout``): a loop that stops for longer than that loses its pool on the server's side.
 """
 
 from __future__ import annotations

@@ -92,8 +92,8 @@ def worker_threads() -> int | None:
 
     A pool's parallelism is its worker processes, one per core: a worker whose numpy starts a BLAS thread per core
     (OpenBLAS does so when numpy is imported) oversubscribes the machine as soon as an env multiplies matrices, and
-    starting them cost each worker ~0.1 s of CPU on 2 cores, more on more. So workers get 1 unless told, as Ray's
-    workers do; an env that wants more (one big simulator per worker) sets ``AIOENV_WORKER_THREADS`` or the
+    starting them cost each worker ~0.07 s of CPU on 2 cores. So workers get 1 unless told, as Ray's tasks and
+    actors do; an env that wants more (one big simulator per worker) sets ``AIOENV_WORKER_THREADS`` or the
     library's own variable.
 
     Raises:
