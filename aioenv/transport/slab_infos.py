@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Sequence
+from itertools import chain
 from typing import Any, NamedTuple, cast
 
 import numpy as np
@@ -181,6 +182,11 @@ class InfoArea:
         #: the indices of its columns among the K: a batch reads the masks and each dtype's values with one copy each,
         #: and each key's column is a row of those. None otherwise (each column is read on its own).
         self.blocks = _blocks(buffer, layout, columns, num_envs)
+        #: Each key and its mask's key, in the order of :meth:`batch`'s output: ``key, _key, ...``.
+        self._names = [name for key in columns for name in (key, _MASK + key)]
+        #: Whether :attr:`blocks` is one block of values whose rows are the columns in order (one dtype).
+        groups = [] if self.blocks is None else self.blocks[1]
+        self._one_block = len(groups) == 1 and groups[0][1] == list(range(len(columns)))
 
     # ------------------------------------------------------------ a worker's side
 
@@ -253,6 +259,11 @@ class InfoArea:
             index = np.asarray(rows, np.intp)
             masks = block_masks.take(index, 1)
             taken = [block.take(index, 1) for block, _ in groups]
+        if self._one_block and masks.all():
+            # Every row has every key, all of one dtype (MuJoCo's nine floats): each key's values and mask are the
+            # rows of the two copies, paired in C loops where the general way below takes a Python turn per key
+            # (32 Ant-v5 on 16 workers: 52 µs of the pool's CPU a batch, 9.3 µs in a loop of its own; 7.8 this way).
+            return dict(zip(self._names, chain.from_iterable(zip(taken[0], masks, strict=True)), strict=True))
         values: list[Any] = [None] * masks.shape[0]
         for copy, (_, indices) in zip(taken, groups, strict=True):
             for i, j in enumerate(indices):

@@ -280,3 +280,29 @@ def test_a_slab_grows_by_its_info_area_and_a_worker_maps_it_from_the_layout() ->
         pool_side.close()
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize("make", [float, np.float64, np.float32], ids=["python float", "np.float64", "np.float32"])
+def test_an_area_whose_every_row_has_every_key_of_one_dtype_reads_as_gymnasiums_batch(make: Any) -> None:
+    # MuJoCo's nine floats: the area's quickest read (every mask set, one block of values); a row without a key
+    # afterwards reads the general way, its mask False.
+    keys = ["x_position", "y_position", "reward_ctrl", "reward_survive"]
+    layout = plan(batch_infos([{key: make(0.5) for key in keys}], 1), N, 0)
+    assert layout is not None
+    area = InfoArea(mmap.mmap(-1, layout["size"]), layout, N)
+    assert area.blocks is not None
+    assert len(area.blocks[1]) == 1
+    infos: list[dict[str, Any] | None] = [{key: make(env + j / 8) for j, key in enumerate(keys)} for env in range(N)]
+    assert area.write(infos, slice(0, N))
+    picks = [N - 1, 0, 3]
+    for where, rows in ((slice(0, N), infos), (slice(2, N), infos[2:]), (np.array(picks), [infos[i] for i in picks])):
+        got, want = area.batch(where), gymnasium_batch(rows)
+        assert_same(got, want)
+        assert list(got) == list(want)  # key, _key, ... as gymnasium orders them
+        for array in got.values():  # the caller's own arrays: none a view of the area
+            assert not any(np.shares_memory(array, block) for block in (area.blocks[0], area.blocks[1][0][0]))
+    infos[1] = {key: make(1.0) for key in keys[1:]}
+    assert area.write(infos[:2], slice(0, 2))
+    got = area.batch(slice(0, N))
+    assert_same(got, gymnasium_batch(infos))
+    assert got["_x_position"].tolist() == [True, False] + [True] * (N - 2)
