@@ -49,10 +49,9 @@ import os
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import zmq
 
 from aioenv._loop import run as run_loop
 from aioenv.errors import ProtocolError
@@ -79,6 +78,9 @@ from workers.runtime import (
     shared_rows,
 )
 from workers.sources import resolve
+
+if TYPE_CHECKING:  # (a worker on its pool's pipe never imports ZeroMQ: see workers.link)
+    import zmq
 
 log = logging.getLogger("aioenv.worker")
 
@@ -501,7 +503,7 @@ class ConcurrentWorker:
                 self._open.pop(req.id, None)
             batches.setdefault((req.kind, req.ilist, req.shared), []).append((req, done))
         for (kind, ilist, shared), items in batches.items():
-            with contextlib.suppress(zmq.ZMQError, OSError):  # the link is closing: nobody waits for this
+            with contextlib.suppress(OSError):  # the link is closing (LinkClosed is one): nobody waits for this
                 self._send(self._encode_rows(kind, ilist, items, self.slab if shared else None))
 
     def _encode_rows(

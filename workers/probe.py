@@ -20,7 +20,6 @@ preemption of the process (milliseconds, on a busy machine) does not.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 import statistics
@@ -137,6 +136,8 @@ def _close(env: Any) -> None:
     try:
         closing = env.close()
         if inspect.isawaitable(closing):
+            import asyncio  # (here: only an async env's close needs it; every worker imports this module)
+
             asyncio.run(_awaited(closing))
     except Exception:  # a failing close of the probe's env must not hide its timings
         log.debug("closing the probe env failed", exc_info=True)

@@ -16,10 +16,9 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
-import zmq
 
 from aioenv.errors import ProtocolError
 from aioenv.transport.pipe import LinkClosed
@@ -44,6 +43,9 @@ from workers.hosted import PLAIN_REWARDS, HostedEnv, check_executor
 from workers.link import open_link
 from workers.probe import probe_env
 from workers.sources import resolve
+
+if TYPE_CHECKING:  # (a worker on its pool's pipe never imports ZeroMQ: see workers.link)
+    import zmq
 
 log = logging.getLogger("aioenv.worker")
 

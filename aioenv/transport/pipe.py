@@ -20,7 +20,6 @@ Framing: ``<u32 n><u64 size_1>...<u64 size_n>`` followed by the n frames' bytes,
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import contextlib
 import select
@@ -259,6 +258,10 @@ class PipePort:
         max_message: int = MAX_MESSAGE,
         quick: tuple[int, QuickHandler] | None = None,
     ) -> None:
+        # (imported here: a worker imports this module for its own end, PipeLink, which needs no event loop, and
+        # asyncio is ~20 ms of a fresh worker's start)
+        import asyncio
+
         self._loop = asyncio.get_running_loop()
         self._sock = sock
         sock.setblocking(False)
