@@ -1,17 +1,20 @@
 """``aioenv worker --connect tcp://HOST:5556``: a worker host that runs worker processes for a server.
 
-The host connects a DEALER socket to the server's worker port, JOINs with its capacity and executor,
-and then does what the server asks: SPAWN starts ``python -m workers --connect <the same port>``
-(which hosts a pool's envs and talks to the server directly), KILL signals one of them. It reports
-every child's start and exit at once (each child's pidfd is polled next to the socket; nothing
-busy-waits) and PINGs as often as the server's reply to JOIN asks (a quarter of its ``--worker-timeout``,
-at most every ``HEARTBEAT`` seconds: :mod:`aioenv.wire.beat`). When the server has been silent for
-``server_timeout`` seconds, or says it does not know this host (it restarted), the host kills its
-children (their pools have written them off) and JOINs again until a server answers. A JOIN refused
-for a name still taken (a previous run of this host the server has not dropped yet) is retried; one
-refused for good (a protocol version mismatch) ends the host with exit code 2. SIGTERM or
-SIGINT: children get SIGTERM, then SIGKILL, the server gets LEAVE, and the host exits 0. Children
-also die with the host (``PR_SET_PDEATHSIG``), so none outlive it. See :mod:`aioenv.server.fleet`.
+The host connects a DEALER socket to the server's worker port, JOINs with its capacity and executor, and
+then does what the server asks: SPAWN starts ``python -m workers --connect <the same port>`` (which
+hosts a pool's envs and talks to the server directly), KILL signals one of them. Workers are forked from
+the host's worker template, which it starts before it joins (``AIOENV_WORKER_START=fork``, the default
+here as in ``aioenv serve``: :mod:`aioenv.transport.zygote`), or started afresh
+(``AIOENV_WORKER_START=exec``). It reports every child's start and exit at once (each child's exit
+descriptor is polled next to the socket; nothing busy-waits) and PINGs as often as the server's reply to
+JOIN asks (a quarter of its ``--worker-timeout``, at most every ``HEARTBEAT`` seconds:
+:mod:`aioenv.wire.beat`). When the server has been silent for ``server_timeout`` seconds, or says it
+does not know this host (it restarted), the host kills its children (their pools have written them off)
+and JOINs again until a server answers. A JOIN refused for a name still taken (a previous run of this
+host the server has not dropped yet) is retried; one refused for good (a protocol version mismatch) ends
+the host with exit code 2. SIGTERM or SIGINT: children get SIGTERM, then SIGKILL, the server gets LEAVE,
+and the host exits 0. Children also die with the host (``PR_SET_PDEATHSIG``: a forked one with its
+template, which dies with the host), so none outlive it. See :mod:`aioenv.server.fleet`.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any
 import zmq
 
 from aioenv.errors import ProtocolError
-from aioenv.transport.spawn import end_group, start_worker
+from aioenv.transport.spawn import WorkerProcess, launch_worker, warm_up
 from aioenv.wire.beat import HEARTBEAT as BEAT_DEFAULT
 from aioenv.wire.beat import heard_interval
 from aioenv.wire.options import EXECUTORS, choice, positive_int
@@ -44,11 +47,15 @@ HEARTBEAT = BEAT_DEFAULT
 _SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL, "SIGINT": signal.SIGINT}
 
 
+#: Seconds a host waits for its worker template (``AIOENV_WORKER_START=fork``) before it joins its server, so that
+#: the first workers the server asks for are forked too; one late or failed leaves them starting afresh.
+TEMPLATE_WAIT = 10.0
+
+
 class _Child:
-    def __init__(self, name: str, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(self, name: str, proc: WorkerProcess) -> None:
         self.name = name
         self.proc = proc
-        self.pidfd = os.pidfd_open(proc.pid)
 
 
 class WorkerHost:
@@ -90,6 +97,7 @@ class WorkerHost:
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT (or a refusal: a wrong protocol version, a clashing name); exit code."""
+        warm_up(TEMPLATE_WAIT)  # (forked workers: the template's imports made before any is asked for)
         self.sock = self._connect()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
@@ -166,13 +174,13 @@ class WorkerHost:
         poller.register(self.sock, zmq.POLLIN)
         poller.register(wake_r, zmq.POLLIN)
         for child in self.children.values():
-            poller.register(child.pidfd, zmq.POLLIN)
+            poller.register(child.proc.exit_fd, zmq.POLLIN)
         ready = dict(poller.poll(int(max(0.0, self._next_beat - time.monotonic()) * 1000) + 1))
         if wake_r in ready:
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 512)
         for child in list(self.children.values()):
-            if child.pidfd in ready:
+            if child.proc.exit_fd in ready:
                 self._reap(child)
 
     def _read_messages(self) -> bool:
@@ -234,11 +242,11 @@ class WorkerHost:
         return False
 
     def _spawn(self, name: str, executor: str) -> None:
-        args = ["--connect", self.endpoint, "--name", name, "--executor", executor, "--parent-pid", str(os.getpid())]
+        args = ["--connect", self.endpoint, "--name", name, "--executor", executor]
         if self.curve is not None:
             args += ["--curve-secret", self.curve[0], "--server-key", self.curve[1]]
         try:
-            proc = start_worker(args)
+            proc = launch_worker(args)  # forked from the template, or afresh (it dies with this host either way)
         except OSError as exc:  # e.g. out of processes or memory: the server re-places it or fails its envs
             log.error("cannot start worker %s: %s", name, exc)
             self._send(encode(Op.EXITED, {Key.ID: 0, Key.NAME: name, Key.CODE: 127}))
@@ -248,9 +256,7 @@ class WorkerHost:
         log.info("started worker %s (pid %d, %s)", name, proc.pid, executor)
 
     def _reap(self, child: _Child) -> None:
-        end_group(child.proc.pid)  # its envs' own processes go with it (exited, not reaped yet)
-        code = child.proc.wait()
-        os.close(child.pidfd)
+        code = child.proc.finish()  # its envs' own processes go with it, and it is reaped
         del self.children[child.name]
         self._send(encode(Op.EXITED, {Key.ID: 0, Key.NAME: child.name, Key.CODE: code}))
         log.info("worker %s exited with %d", child.name, code)
@@ -260,21 +266,18 @@ class WorkerHost:
         self.joined = False
 
     def _stop_children(self, grace: float = 3.0) -> None:
-        """SIGTERM (when given grace), wait, SIGKILL, reap: no child outlives this call."""
+        """SIGTERM (when given grace), wait, SIGKILL, reap: no child outlives this call, nor what its envs started
+        (each reaped worker's process group is ended)."""
         children = list(self.children.values())
         self.children.clear()
         for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
             if sig == signal.SIGTERM and grace <= 0:
                 continue
             for child in children:
-                if sig == signal.SIGKILL:
-                    end_group(child.proc.pid)  # the worker and whatever its envs started
-                elif child.proc.poll() is None:
+                if child.proc.returncode is None:
                     with contextlib.suppress(ProcessLookupError):
                         child.proc.send_signal(sig)
             deadline = time.monotonic() + wait
             for child in children:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     child.proc.wait(max(0.0, deadline - time.monotonic()))
-        for child in children:
-            os.close(child.pidfd)

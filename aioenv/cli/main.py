@@ -5,7 +5,6 @@ placed by Ray), ``status`` (the state of a server) and ``keygen`` (CURVE keys)."
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 from collections.abc import Callable
@@ -364,7 +363,7 @@ def serve(
 
     configure_logging(log_level, json_lines=log_json)
     _check_worker_env()
-    _fork_workers_unless_told()
+    _fork_workers_unless_told()  # a pool for every client that asks
     if local_capacity is not None and worker_bind is None:
         raise click.UsageError("--local-capacity needs --worker-bind (without worker hosts every env is local)")
     machine = {  # not given: the defaults that fit this machine (ServerConfig's)
@@ -472,18 +471,16 @@ def _http_port(
 
 
 def _fork_workers_unless_told() -> None:
-    """A server makes a pool for every client that asks, and each pool's local workers: they are forked from the
-    server's worker template (``AIOENV_WORKER_START=fork``, :mod:`aioenv.transport.zygote`: ~0.03 s to open a
-    pool of two workers, against ~0.3 s for fresh interpreters) unless the server's environment says
-    ``AIOENV_WORKER_START=exec``. Forked workers step as fast as fresh ones (docs/performance.md, "Starting a
-    pool")."""
-    from aioenv.transport.zygote import WORKER_START_ENV
+    """See :func:`aioenv.transport.spawn.fork_unless_told`: a server, and a worker host, start workers for pool
+    after pool."""
+    from aioenv.transport.spawn import fork_unless_told
 
-    os.environ.setdefault(WORKER_START_ENV, "fork")
+    fork_unless_told()
 
 
 def _check_worker_env() -> None:
-    """Refuse a bad AIOENV_WORKER_SCHED or AIOENV_WORKER_THREADS before any worker process starts."""
+    """Refuse a bad AIOENV_WORKER_SCHED, AIOENV_WORKER_THREADS or AIOENV_WORKER_START before any worker process
+    starts."""
     from aioenv.errors import UsageError
     from aioenv.transport.spawn import check_worker_env
 
@@ -527,6 +524,7 @@ def worker(
     curve = _key_pair(key, server_key)
     configure_logging(log_level, json_lines=False)
     _check_worker_env()
+    _fork_workers_unless_told()  # the workers of every pool its server places here
     try:
         host = WorkerHost(connect, capacity, executor, name=name, server_timeout=server_timeout, curve=curve)
         code = host.run()

@@ -68,15 +68,16 @@ def main(argv: list[str] | None = None) -> int:
 
     from aioenv.errors import UsageError
     from aioenv.logs import configure_logging
-    from aioenv.transport.spawn import check_worker_env
+    from aioenv.transport.spawn import check_worker_env, fork_unless_told
     from workers.agent import WorkerHost
 
     configure_logging(str(settings.get("log_level", "INFO")))
     try:
-        check_worker_env()  # refuse a bad AIOENV_WORKER_SCHED or _THREADS before any worker starts
+        check_worker_env()  # refuse a bad AIOENV_WORKER_SCHED, _THREADS or _START before any worker starts
     except UsageError as exc:
         print(f"aioenv.ray.host: {exc}", file=sys.stderr)
         return 2
+    fork_unless_told()  # as `aioenv worker` does
     keys = settings.get("keys")
     curve = None
     if keys is not None:

@@ -12,13 +12,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
 from collections.abc import Sequence
+from typing import Protocol
 
 from aioenv.errors import UsageError
-from aioenv.transport.zygote import ForkedProcess, fork_worker, start_template, worker_start
+from aioenv.transport.zygote import WORKER_START_ENV, fork_worker, start_template, worker_start
 
 __all__ = [
     "PYTHONPATH_ENV",
@@ -27,8 +29,10 @@ __all__ = [
     "WORKER_SCHED_ENV",
     "WORKER_THREADS_ENV",
     "ExecProcess",
+    "WorkerProcess",
     "check_worker_env",
     "end_group",
+    "fork_unless_told",
     "launch_worker",
     "start_worker",
     "usable_cpus",
@@ -108,13 +112,24 @@ def worker_threads() -> int | None:
 
 
 def check_worker_env() -> None:
-    """Refuse a bad :data:`WORKER_SCHED_ENV` or :data:`WORKER_THREADS_ENV` before any worker starts.
+    """Refuse a bad :data:`WORKER_SCHED_ENV`, :data:`WORKER_THREADS_ENV` or ``AIOENV_WORKER_START``
+    (:func:`aioenv.transport.zygote.worker_start`) before any worker starts.
 
     Raises:
         UsageError: naming the variable, what it takes and what it holds.
     """
     worker_sched_policy()
     worker_threads()
+    worker_start()
+
+
+def fork_unless_told() -> None:
+    """For a process that starts workers for many pools, one after another (``aioenv serve``, a worker host): fork
+    them from its worker template (``AIOENV_WORKER_START=fork``, :mod:`aioenv.transport.zygote`: ~0.03 s for a pool
+    of two workers, against ~0.3 s for fresh interpreters) unless its environment says
+    ``AIOENV_WORKER_START=exec``. Forked workers step as fast as fresh ones (docs/performance.md, "Starting a
+    pool")."""
+    os.environ.setdefault(WORKER_START_ENV, "fork")
 
 
 def worker_command(args: Sequence[str], module: str = "workers") -> tuple[list[str], dict[str, str]]:
@@ -159,6 +174,46 @@ def start_worker(args: Sequence[str], pass_fds: Sequence[int] = ()) -> subproces
     )
 
 
+class WorkerProcess(Protocol):
+    """A worker process this process started (:func:`launch_worker`), fresh (:class:`ExecProcess`) or forked from
+    a template (:class:`~aioenv.transport.zygote.ForkedProcess`): what a launcher or a worker host does with it.
+
+    Its exit is known through :attr:`exit_fd`, never through its pid alone: a forked worker is its template's
+    child, not this process's, and its pid may be another process's once it has been reaped."""
+
+    @property
+    def pid(self) -> int:
+        """Its process id (for logs and reports; signals go through :meth:`send_signal`)."""
+        ...
+
+    @property
+    def exit_fd(self) -> int:
+        """A descriptor that becomes readable once it has exited; :meth:`finish` then returns at once."""
+        ...
+
+    @property
+    def returncode(self) -> int | None:
+        """Its exit code once :meth:`finish` has it (negative: the signal that killed it), else None."""
+        ...
+
+    def finish(self) -> int:
+        """Its exit code, blocking until it has exited; what is left of its process group (its envs' own
+        processes) is ended and the process reaped, its descriptors closed."""
+        ...
+
+    def wait(self, timeout: float | None = None) -> int:
+        """:meth:`finish` once it has exited, within ``timeout`` s (``subprocess.TimeoutExpired`` after it)."""
+        ...
+
+    def send_signal(self, sig: int) -> None:
+        """Send it ``sig``, unless it has been reaped (``ProcessLookupError`` when it exited meanwhile)."""
+        ...
+
+    def kill(self) -> None:
+        """SIGKILL it (see :meth:`send_signal`)."""
+        ...
+
+
 class ExecProcess:
     """A worker started afresh with ``Popen`` (see :func:`launch_worker`), behind the interface a
     :class:`~aioenv.transport.zygote.ForkedProcess` has: :attr:`exit_fd` (a pidfd) is readable once it has
@@ -182,6 +237,14 @@ class ExecProcess:
             os.close(self.exit_fd)
         return int(self._proc.returncode)
 
+    def wait(self, timeout: float | None = None) -> int:
+        """Block until it has exited (``subprocess.TimeoutExpired`` after ``timeout`` s), then :meth:`finish`."""
+        if self._proc.returncode is None:
+            ready, _, _ = select.select([self.exit_fd], [], [], timeout)
+            if not ready:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0.0)
+        return self.finish()
+
     def send_signal(self, sig: int) -> None:
         """Send ``sig`` unless it has been reaped."""
         self._proc.send_signal(sig)
@@ -202,10 +265,10 @@ def warm_up(wait: float = 0.0) -> bool:
     return worker_start() == "fork" and start_template(*worker_command([], module="workers.zygote"), wait)
 
 
-def launch_worker(args: Sequence[str], pass_fds: Sequence[int] = ()) -> ExecProcess | ForkedProcess:
-    """Start ``python -m workers ARGS`` for a pool of this process, dying with it (``--parent-pid``): afresh in a
-    process group of its own, or forked from this process's template (:mod:`aioenv.transport.zygote`) when
-    ``AIOENV_WORKER_START=fork`` and the template can.
+def launch_worker(args: Sequence[str], pass_fds: Sequence[int] = ()) -> WorkerProcess:
+    """Start ``python -m workers ARGS`` for a pool of this process (or a worker host's server), dying with it
+    (``--parent-pid``): afresh in a process group of its own, or forked from this process's template
+    (:mod:`aioenv.transport.zygote`) when ``AIOENV_WORKER_START=fork`` and the template can.
 
     Raises:
         UsageError: ``AIOENV_WORKER_START`` holds a value other than ``fork`` or ``exec``.

@@ -1,15 +1,16 @@
-"""Local workers forked from a template process (``python -m workers.zygote``) instead of started afresh
-(``AIOENV_WORKER_START=fork``, the default of ``aioenv serve``; elsewhere fresh interpreters are the default).
+"""Workers forked from a template process (``python -m workers.zygote``) instead of started afresh
+(``AIOENV_WORKER_START=fork``, the default of ``aioenv serve`` and of a worker host; elsewhere fresh interpreters
+are the default).
 
-A fresh ``python -m workers`` spends ~0.5 s of CPU on imports before it can host an env; a fork of a
-process that has made those imports starts in a few milliseconds. :func:`fork_worker` asks this process's
-template (started at the first call) to fork a worker and gives back a :class:`ForkedProcess`, which
-behaves as :class:`~aioenv.transport.spawn.ExecProcess` does for a worker started with ``Popen``. The
-template never runs user code: a worker holds what a fresh interpreter holds after importing the worker
-runtime, and nothing of this process (``multiprocessing``'s ``forkserver`` semantics); it gets this
-process's environment, working directory, stdout and stderr as they are when it is forked. A change to
-what the template's imports may read (``sys.path``, ``PYTHON*``, ``OMP_NUM_THREADS``... see :func:`_key`)
-gets a template of its own. The wire between the two is described in ``workers/zygote.py``.
+A fresh ``python -m workers`` spends ~0.2 s of CPU (2 vCPUs), most of it on imports, before it can host an env; a
+fork of a process that has made those imports starts in a few milliseconds. :func:`fork_worker` asks this process's
+template (started at the first call) to fork a worker and gives back a :class:`ForkedProcess`, which behaves as
+:class:`~aioenv.transport.spawn.ExecProcess` does for a worker started with ``Popen``. The template never runs user
+code: a worker holds what a fresh interpreter holds after importing the worker runtime, and nothing of this process
+(``multiprocessing``'s ``forkserver`` semantics); it gets this process's environment, working directory, stdout and
+stderr as they are when it is forked. A change to what the template's imports may read (``sys.path``, ``PYTHON*``,
+``OMP_NUM_THREADS``... see :func:`_key`) gets a template of its own. The wire between the two is described in
+``workers/zygote.py``.
 
 It is on with ``AIOENV_WORKER_START=fork`` (see :func:`worker_start` for why it is not the default) on a
 platform with pidfds. A template that cannot be started or has died is replaced once per request; if that

@@ -49,7 +49,7 @@ def test_demo_refuses_a_bad_worker_setting_in_one_line(monkeypatch: pytest.Monke
 def test_serve_refuses_a_bad_worker_start_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIOENV_WORKER_START", "vfork")
     proc = run_python("-m", "aioenv.cli", "serve", "--bind", "tcp://127.0.0.1:0", timeout=60)
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # a usage error, before it listens, as a bad AIOENV_WORKER_THREADS or _SCHED
     assert "Error: AIOENV_WORKER_START must be 'fork' or 'exec', got 'vfork'" in proc.stderr
     assert "Traceback" not in proc.stderr
 

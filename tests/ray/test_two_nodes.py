@@ -24,7 +24,7 @@ from aioenv.ray import place_hosts_async
 from aioenv.server.server import Server
 from tests.ray.conftest import loads, ray_environment, until, wait_no_hosts
 from tests.ray.conftest import wait_no_ray_processes as wait_no_ray
-from tests.support.procs import HANG, proc_table
+from tests.support.procs import HANG, TEMPLATE, proc_table
 
 PROBE = "tests.envs.faulty:make_probe"
 SLOW = 2  # the probe's slow action: it waits for the gate
@@ -53,8 +53,11 @@ def two_nodes() -> Iterator[tuple[Cluster, Any, str]]:
 
 
 def _host_of(worker_pid: int) -> int:
-    """The pid of the worker host whose worker process ``worker_pid`` is."""
-    return next(p.ppid for p in proc_table() if p.pid == worker_pid)
+    """The pid of the worker host whose worker process ``worker_pid`` is: its parent, or its parent's where that is
+    the host's worker template (a host forks its workers unless told)."""
+    table = {p.pid: p for p in proc_table()}
+    parent = table[worker_pid].ppid
+    return table[parent].ppid if TEMPLATE in table[parent].cmdline else parent
 
 
 async def test_spread_hosts_survive_losing_a_node(

@@ -32,7 +32,7 @@ from aioenv.server.server import Server, ServerConfig
 from aioenv.server.status import fetch_status
 from aioenv.wire.protocol import Op, decode, encode
 from tests.support.lifecycles import record
-from tests.support.procs import HANG, children, process_gone
+from tests.support.procs import HANG, TEMPLATE, proc_table, process_gone, workers_of
 from tests.support.scripts import ROOT, assert_example_refuses, run_example
 from tests.support.servers import ServerProcess, WorkerHostProcess
 
@@ -69,8 +69,8 @@ def _loads(state: dict[str, Any]) -> dict[str, int]:
 
 
 def _host_of(pid: int, hosts: list[WorkerHostProcess]) -> str:
-    """The name of the host whose worker process ``pid`` is."""
-    return next(h.name for h in hosts if pid in children(h.proc.pid))
+    """The name of the host whose worker process ``pid`` is (forked from its template or started by it)."""
+    return next(h.name for h in hosts if pid in workers_of(h.proc.pid))
 
 
 async def _until(predicate: Any, what: str) -> None:
@@ -109,6 +109,41 @@ def test_pools_go_to_the_least_loaded_host_with_room(hosts: list[WorkerHostProce
                     await p3.reset()
                     assert sorted(_loads(await fetch_status(srv.endpoint)).values()) == [4, 7]
             assert _loads(await fetch_status(srv.endpoint)) == {"host-a": 0, "host-b": 0}
+
+        aioenv.run(main())
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize(("start", "forked"), [(None, True), ("exec", False)])
+def test_a_hosts_workers_are_forked_from_its_template_unless_told(
+    hosts: list[WorkerHostProcess], monkeypatch: pytest.MonkeyPatch, start: str | None, forked: bool
+) -> None:
+    # A worker host starts workers for pool after pool, as a server does: forks of a template that made its imports
+    # once, unless AIOENV_WORKER_START says exec. Either way they die with the host (checked as it stops).
+    if start is None:
+        monkeypatch.delenv("AIOENV_WORKER_START", raising=False)
+    else:
+        monkeypatch.setenv("AIOENV_WORKER_START", start)
+    srv = _server("--local-capacity", "0")
+    try:
+        host = _join(hosts, srv, "host-a", 8)
+
+        async def main() -> None:
+            opts: dict[str, Any] = {"endpoint": srv.endpoint, "num_workers": 2, "seed": 0}
+            for _ in range(2):  # a pool, closed, then another: each gets workers of its own
+                async with aioenv.Pool(PROBE, 4, **opts) as pool:
+                    _, info = await pool.reset()
+                    pids = set(info["pid"].tolist())
+                    assert len(pids) == 2
+                    assert pids <= set(workers_of(host.proc.pid))
+                    table = proc_table()
+                    templates = {p.pid for p in table if p.ppid == host.proc.pid and TEMPLATE in p.cmdline}
+                    parents = {p.ppid for p in table if p.pid in pids}
+                    assert parents <= templates if forked else parents == {host.proc.pid}, (parents, templates)
+                    assert bool(templates) == forked
+                    obs, *_ = await pool.step(np.array([1, 1, 0, 1]))
+                    assert obs[:, 0].tolist() == [0, 1, 2, 3]
 
         aioenv.run(main())
     finally:

@@ -175,3 +175,18 @@ def test_a_bad_worker_threads_stops_aioenv_serve_before_it_listens() -> None:
     )
     assert done.returncode == 2, done.stderr
     assert "AIOENV_WORKER_THREADS must be a positive integer (threads per worker), got 'all'" in done.stderr
+
+
+def test_a_bad_worker_start_stops_a_worker_host_before_it_joins() -> None:
+    # (aioenv serve's refusal: tests/e2e/test_cli.py)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), AIOENV_WORKER_START="sometimes")
+    done = subprocess.run(
+        [sys.executable, "-m", "aioenv.cli", "worker", "--connect", "tcp://127.0.0.1:9", "--capacity", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "AIOENV_WORKER_START must be 'fork' or 'exec', got 'sometimes'" in done.stderr
