@@ -1434,15 +1434,9 @@ class Coordinator(Recovery, Requests):
             if req is None or type(req.sink) is not RecvQueue:
                 return False
             sink = req.sink
-        env_ids: list[int] = []
-        for req_id, rows in multi:
-            try:
-                req = self.sched.finish_rows(req_id, rows, keep_claim=True)
-            except ValueError as exc:  # that request's rows are dropped; the others go on
-                log.error("malformed reply from worker %s: %s", slot.name, exc)
-                continue
-            assert req is not None, "every request was open"
-            env_ids += req.env_ids.take(rows).tolist()
+        env_ids, refused = self.sched.finish_listed(multi)
+        for why in refused:  # that request's rows are dropped; the others go on
+            log.error("malformed reply from worker %s: %s", slot.name, why)
         if sink is not None and env_ids:
             sink.deliver_shared(slab, env_ids)
         return True

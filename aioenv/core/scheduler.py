@@ -94,6 +94,8 @@ class Request:
     deadline: float | None = None
     left: int = 0
     answered: np.ndarray | None = None  # rows answered so far (only after a partial reply)
+    listed: list[int] | None = None  # env_ids as a list, made by the first reply whose rows come as a list
+    marks: bytearray | None = None  # the memory of ``answered`` where finish_listed made it: a byte per row
 
     def rows_sink(self) -> Sink:
         """The sink of a request that has rows to answer (a step, reset or call)."""
@@ -448,7 +450,7 @@ class Scheduler:
             req.env_ids = req.env_ids[rows]
             if req.positions is not None:
                 req.positions = req.positions[rows]
-            req.answered = None
+            req.answered = req.marks = req.listed = None
         if not keep_claim:
             self.busy[req.env_ids] = False
         if req.kind in THROTTLED:
@@ -498,6 +500,51 @@ class Scheduler:
             if not keep_claim:
                 busy[env_ids[row]] = False
         return self._rows_done(req, k)
+
+    def finish_listed(self, replies: list[list[Any]]) -> tuple[list[int], list[str]]:
+        """:meth:`finish_rows` with ``keep_claim`` of each ``[request id, [rows]]`` of ``replies`` (a thread or async
+        worker's reply: a few rows of each of several requests, as lists), in one call: the env ids of those rows,
+        in the order given, and why each refused item was refused (an unknown id, rows out of range, answered
+        already or not ints: its rows are dropped and nothing of it is marked; the others are taken). Each row costs
+        a few list lookups: no numpy call per item, where such a reply carries ~6 items of ~4 rows (1,024 async envs
+        of 20 ms on 2 workers)."""
+        requests = self.requests
+        out: list[int] = []
+        refused: list[str] = []
+        for req_id, rows in replies:
+            req = requests.get(req_id) if type(req_id) is int else None
+            if req is None or type(rows) is not list or len(rows) > _FEW_LISTED:
+                try:  # (the general way, or its refusal)
+                    done = self.finish_rows(req_id, rows, keep_claim=True)
+                except ValueError as exc:
+                    refused.append(str(exc))
+                    continue
+                if done is None:
+                    refused.append(f"no open request {req_id!r}")
+                else:
+                    out += done.env_ids.take(rows).tolist()
+                continue
+            listed, marks = req.listed, req.marks
+            if listed is None:
+                listed = req.listed = req.env_ids.tolist()
+            if marks is None:  # (answered's bytes, which it then views: a byte is read and set without numpy)
+                answered = req.answered
+                marks = req.marks = bytearray(len(listed)) if answered is None else bytearray(answered.tobytes())
+                req.answered = np.frombuffer(marks, dtype=np.bool_)
+            n = len(listed)
+            ok = True
+            for row in rows:
+                if type(row) is not int or not 0 <= row < n or marks[row]:
+                    ok = False
+                    break
+            if not ok or len(set(rows)) != len(rows):
+                refused.append(f"reply rows {rows[:8]} are not ints in range, answered once, of a request of {n}")
+                continue
+            for row in rows:
+                marks[row] = 1
+                out.append(listed[row])
+            self._rows_done(req, len(rows))
+        return out, refused
 
     def _finish_many(self, req: Request, rows: np.ndarray, keep_claim: bool) -> Request | None:
         """:meth:`finish_rows` of more than 4 rows (int64 ``(k,)``), checked and marked with numpy."""

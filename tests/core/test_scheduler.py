@@ -734,6 +734,59 @@ def test_finish_rows_takes_a_replys_list_as_its_array(k: int) -> None:
     assert req.left == 32 - k
 
 
+def _open_three(sched: Scheduler) -> list[Request]:
+    """Three requests of 8, 8 and 20 envs (ids 0-35, in a scrambled order), claimed, on two workers."""
+    order = np.random.default_rng(7).permutation(36).astype(np.int64)
+    sched.claim(order)
+    return [sched.open(w, "step", order[a:b]) for w, (a, b) in zip((0, 1, 0), ((0, 8), (8, 16), (16, 36)), strict=True)]
+
+
+def _reply_item(req_ids: list[int]) -> st.SearchStrategy[list[Any]]:
+    """One ``[request id, [rows]]`` of a worker's reply, honest or not: a known or unknown id, rows in range or not,
+    repeated, of other types, more than a few."""
+    row = st.one_of(st.integers(-2, 21), st.integers(-2, 21), st.sampled_from([True, 1.0, "1", None, 2**70]))
+    return st.tuples(
+        st.one_of(st.sampled_from(req_ids), st.sampled_from([-1, 999, "0", None, 1.5])),
+        st.lists(st.integers(0, 19), max_size=20) | st.lists(row, max_size=5),
+    ).map(list)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_a_replys_listed_rows_finish_as_each_item_would_alone(data: st.DataObject) -> None:
+    # Scheduler.finish_listed takes a thread or async worker's reply (``[[request id, [rows]], ...]``) in one call;
+    # it must do what finish_rows(keep_claim=True) of each item does, refusing what that refuses, item by item.
+    ours, theirs = placed(36, 2), placed(36, 2)
+    reqs, refs = _open_three(ours), _open_three(theirs)
+    assert [r.id for r in reqs] == [r.id for r in refs]
+    for _ in range(data.draw(st.integers(1, 4))):  # replies one after another: rows answered by an earlier one
+        reply = data.draw(st.lists(_reply_item([r.id for r in reqs]), max_size=8))
+        got, refused = ours.finish_listed([list(item) for item in reply])
+        want: list[int] = []
+        refusals = 0
+        for req_id, rows in reply:
+            try:
+                done = theirs.finish_rows(req_id, rows, keep_claim=True)
+            except (ValueError, TypeError):
+                refusals += 1
+                continue
+            if done is None:
+                refusals += 1
+            else:
+                want += done.env_ids.take(rows).tolist()
+        assert got == want
+        assert len(refused) == refusals
+        assert sorted(ours.requests) == sorted(theirs.requests)
+        for a, b in zip(reqs, refs, strict=True):
+            assert a.left == b.left
+            assert (a.answered is None and b.answered is None) or np.array_equal(
+                a.answered if a.answered is not None else np.zeros(a.env_ids.size, bool),
+                b.answered if b.answered is not None else np.zeros(b.env_ids.size, bool),
+            )
+        assert np.array_equal(ours.busy, theirs.busy)
+        assert ours.running == theirs.running
+
+
 @pytest.mark.parametrize("rows", [[1], [2, 0], [0, 1, 2, 3, 4, 5], [5, 4, 3, 2, 1, 0]])
 def test_finish_rows_keep_claim_leaves_the_envs_busy(rows: list[int]) -> None:
     sched = placed(8, 1)
