@@ -163,10 +163,30 @@ async def test_a_bad_worker_threads_is_refused_before_any_worker_starts(
     assert {(pid, cmd) for pid, _, cmd in child_processes()} - before == set()
 
 
-def test_a_bad_worker_threads_stops_aioenv_serve_before_it_listens() -> None:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), AIOENV_WORKER_THREADS="all")
+@pytest.mark.parametrize(
+    ("name", "value", "command", "says"),
+    [
+        (
+            WORKER_THREADS_ENV,
+            "all",
+            ["serve", "--bind", "tcp://127.0.0.1:0"],
+            "AIOENV_WORKER_THREADS must be a positive integer (threads per worker), got 'all'",
+        ),
+        (  # (aioenv serve's refusal of this one: tests/e2e/test_cli.py)
+            "AIOENV_WORKER_START",
+            "sometimes",
+            ["worker", "--connect", "tcp://127.0.0.1:9", "--capacity", "2"],
+            "AIOENV_WORKER_START must be 'fork' or 'exec', got 'sometimes'",
+        ),
+    ],
+    ids=["aioenv serve", "aioenv worker"],
+)
+def test_a_bad_worker_setting_stops_a_server_or_a_worker_host_before_it_starts(
+    name: str, value: str, command: list[str], says: str
+) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **{name: value})
     done = subprocess.run(
-        [sys.executable, "-m", "aioenv.cli", "serve", "--bind", "tcp://127.0.0.1:0"],
+        [sys.executable, "-m", "aioenv.cli", *command],
         env=env,
         capture_output=True,
         text=True,
@@ -174,19 +194,4 @@ def test_a_bad_worker_threads_stops_aioenv_serve_before_it_listens() -> None:
         check=False,
     )
     assert done.returncode == 2, done.stderr
-    assert "AIOENV_WORKER_THREADS must be a positive integer (threads per worker), got 'all'" in done.stderr
-
-
-def test_a_bad_worker_start_stops_a_worker_host_before_it_joins() -> None:
-    # (aioenv serve's refusal: tests/e2e/test_cli.py)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), AIOENV_WORKER_START="sometimes")
-    done = subprocess.run(
-        [sys.executable, "-m", "aioenv.cli", "worker", "--connect", "tcp://127.0.0.1:9", "--capacity", "2"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=HANG,
-        check=False,
-    )
-    assert done.returncode == 2, done.stderr
-    assert "AIOENV_WORKER_START must be 'fork' or 'exec', got 'sometimes'" in done.stderr
+    assert says in done.stderr
