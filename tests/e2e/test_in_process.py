@@ -559,6 +559,12 @@ async def test_an_env_that_fails_to_be_timed_goes_to_worker_processes_which_repo
     assert "timing one env failed" in pool.placement_reason
 
 
+#: A ``max_loop_hold`` for the pools of the Ctrl-C tests: their envs' steps run inside the call that a Ctrl-C in
+#: one cuts short, however loaded the machine (with the default 10 ms a step the env thread finishes later is
+#: answered from the loop, and its KeyboardInterrupt stops the loop, as a Ctrl-C there would: the test's process).
+HOLD_ALL = float(HANG)
+
+
 class Interrupted(Flaky):
     """Raises KeyboardInterrupt on action 1 (Ctrl-C arriving while this env steps in the caller's thread)."""
 
@@ -605,7 +611,9 @@ async def test_ctrl_c_inside_an_env_here_of_a_pool_shared_with_a_worker_answers_
     interruption frees it), never lost: nothing stays in flight or busy, and the pool goes on."""
     monkeypatch.setenv(INTERRUPT_PID, str(os.getpid()))
     monkeypatch.setattr(costs, "choose", placed(costs.Choice("inline", 1, 2, "the test's placement")))
-    async with aioenv.Pool(InterruptedHere, 4, batch_size=4, max_concurrency=limit, allow_in_process=True) as pool:
+    async with aioenv.Pool(
+        InterruptedHere, 4, batch_size=4, max_concurrency=limit, allow_in_process=True, max_loop_hold=HOLD_ALL
+    ) as pool:
         assert (pool.envs_in_process, pool.num_workers) == (2, 1)
         await guard(pool.reset(seed=0))
         pool.send(np.array([0, 1, 0, 0]))
@@ -637,7 +645,8 @@ async def test_ctrl_c_inside_an_env_here_cuts_a_lock_step_call_short_and_never_s
     rows are answered with it). Nothing stays busy: after a reset the pool steps every env again."""
     monkeypatch.setenv(INTERRUPT_PID, str(os.getpid()))
     monkeypatch.setattr(costs, "choose", placed(costs.Choice("inline", 1, 2, "the test's placement")))
-    async with aioenv.Pool(InterruptedHere, 4, max_concurrency=2, allow_in_process=True) as pool:
+    hold = {"max_loop_hold": HOLD_ALL}
+    async with aioenv.Pool(InterruptedHere, 4, max_concurrency=2, allow_in_process=True, **hold) as pool:
         await guard(pool.reset(seed=0))
         with pytest.raises(KeyboardInterrupt):  # in this task, not one of guard's (the loop would stop)
             await pool.step(np.array([0, 1, 0, 0]))
@@ -651,7 +660,7 @@ async def test_ctrl_c_inside_an_env_here_cuts_a_lock_step_call_short_and_never_s
 
 
 async def test_ctrl_c_inside_an_in_process_step_reaches_the_caller_and_leaves_the_pool_usable() -> None:
-    async with aioenv.Pool(Interrupted, 3, executor="in_process") as pool:
+    async with aioenv.Pool(Interrupted, 3, executor="in_process", max_loop_hold=HOLD_ALL) as pool:
         await guard(pool.reset(seed=0))
         with pytest.raises(KeyboardInterrupt):
             await pool.step(np.array([0, 1, 0]))
@@ -669,7 +678,9 @@ async def test_ctrl_c_inside_an_in_process_send_answers_every_row_once(limit: in
     """``send`` that a Ctrl-C cuts short raises it, and every row of the call is answered once, the ones cut off
     with the interruption: no env is left in flight, and once they are read ``recv`` returns the rows of the
     next ``send``, not stale ones; under ``max_concurrency`` too (the rows it held back are answered with it)."""
-    async with aioenv.Pool(Interrupted, 3, executor="in_process", batch_size=3, max_concurrency=limit) as pool:
+    async with aioenv.Pool(
+        Interrupted, 3, executor="in_process", batch_size=3, max_concurrency=limit, max_loop_hold=HOLD_ALL
+    ) as pool:
         await guard(pool.reset(seed=0))
         with pytest.raises(KeyboardInterrupt):
             pool.send(np.array([0, 1, 0]))
