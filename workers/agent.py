@@ -32,7 +32,7 @@ from typing import Any
 import zmq
 
 from aioenv.errors import ProtocolError
-from aioenv.transport.spawn import WorkerProcess, launch_worker, warm_up
+from aioenv.transport.spawn import TEMPLATE_WAIT, WorkerProcess, launch_worker, warm_up
 from aioenv.wire.beat import HEARTBEAT as BEAT_DEFAULT
 from aioenv.wire.beat import heard_interval
 from aioenv.wire.options import EXECUTORS, choice, positive_int
@@ -45,11 +45,6 @@ log = logging.getLogger("aioenv.worker")
 #: Seconds between JOINs while not joined, and between PINGs at most (the server may ask for more often).
 HEARTBEAT = BEAT_DEFAULT
 _SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL, "SIGINT": signal.SIGINT}
-
-
-#: Seconds a host waits for its worker template (``AIOENV_WORKER_START=fork``) before it joins its server, so that
-#: the first workers the server asks for are forked too; one late or failed leaves them starting afresh.
-TEMPLATE_WAIT = 10.0
 
 
 class _Child:

@@ -74,7 +74,7 @@ from aioenv.server.fleet import Fleet
 from aioenv.server.peers import DroppedPeers, Nonces, PeerLimits, Sweep, Tally, Unread
 from aioenv.transport.router import Peer, Router
 from aioenv.transport.slab import Slab
-from aioenv.transport.spawn import usable_cpus, warm_up
+from aioenv.transport.spawn import TEMPLATE_WAIT, usable_cpus, warm_up
 from aioenv.transport.stream import StreamRouter, is_stream
 from aioenv.transport.zmqio import frames_nbytes
 from aioenv.wire.beat import interval_for
@@ -103,8 +103,6 @@ _KINDS = {Op.STEP: "step", Op.RESET: "reset", Op.CALL: "call"}
 _MAX_ENV_NAME = 256
 #: Pools listed one by one in a STATUS reply (the rest are counted), so that the reply has a bounded size.
 _STATUS_POOLS = 100
-#: Seconds a starting server waits for its worker template's imports (AIOENV_WORKER_START=fork) before it listens.
-_TEMPLATE_WAIT = 10.0
 _OPERATIONAL = frozenset(("StepTimeout", "WorkerCrashed", "ProtocolError", "CapacityError"))  # logged as warnings
 
 
@@ -404,7 +402,7 @@ class Server:
         if self.config.local_capacity != 0:
             # with AIOENV_WORKER_START=fork (`aioenv serve`'s default): the template makes its imports before the
             # server listens, so the first client's workers are forked too (a fresh interpreter if it is late)
-            warm_up(_TEMPLATE_WAIT)
+            warm_up(TEMPLATE_WAIT)
         self.life.move(Phase.RUNNING)
         log.info("aioenv server listening on %s (protocol %d, aioenv %s)", self.endpoint, PROTOCOL_VERSION, __version__)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -20,11 +19,12 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from aioenv.errors import UsageError
-from aioenv.transport.zygote import WORKER_START_ENV, fork_worker, start_template, worker_start
+from aioenv.transport.zygote import WORKER_START_ENV, fork_worker, start_template, wait_exit, worker_start
 
 __all__ = [
     "PYTHONPATH_ENV",
     "SYS_PATH_ENV",
+    "TEMPLATE_WAIT",
     "THREAD_VARS",
     "WORKER_SCHED_ENV",
     "WORKER_THREADS_ENV",
@@ -240,9 +240,7 @@ class ExecProcess:
     def wait(self, timeout: float | None = None) -> int:
         """Block until it has exited (``subprocess.TimeoutExpired`` after ``timeout`` s), then :meth:`finish`."""
         if self._proc.returncode is None:
-            ready, _, _ = select.select([self.exit_fd], [], [], timeout)
-            if not ready:
-                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0.0)
+            wait_exit(self.exit_fd, self.pid, timeout)
         return self.finish()
 
     def send_signal(self, sig: int) -> None:
@@ -252,6 +250,12 @@ class ExecProcess:
     def kill(self) -> None:
         """SIGKILL it unless it has been reaped."""
         self._proc.kill()
+
+
+#: Seconds a process that starts workers for pool after pool waits for its worker template before it serves
+#: (``aioenv serve`` before it listens, a worker host before it joins), so that the first workers asked for are
+#: forked too; a template late or failed leaves them starting afresh.
+TEMPLATE_WAIT = 10.0
 
 
 def warm_up(wait: float = 0.0) -> bool:

@@ -34,7 +34,15 @@ from collections.abc import Callable, Sequence
 
 from aioenv.errors import UsageError
 
-__all__ = ["WORKER_START_ENV", "ForkedProcess", "ZygoteError", "fork_worker", "start_template", "worker_start"]
+__all__ = [
+    "WORKER_START_ENV",
+    "ForkedProcess",
+    "ZygoteError",
+    "fork_worker",
+    "start_template",
+    "wait_exit",
+    "worker_start",
+]
 
 log = logging.getLogger("aioenv.launcher")
 
@@ -72,6 +80,18 @@ def worker_start() -> str:
     if value == "fork" and not hasattr(os, "pidfd_open"):
         return "exec"
     return value
+
+
+def wait_exit(exit_fd: int, pid: int, timeout: float | None) -> None:
+    """Block until the exit descriptor ``exit_fd`` of worker ``pid`` is readable (it has exited), at most ``timeout``
+    s (None: for good).
+
+    Raises:
+        subprocess.TimeoutExpired: it had not exited by then.
+    """
+    ready, _, _ = select.select([exit_fd], [], [], timeout)
+    if not ready:
+        raise subprocess.TimeoutExpired(f"worker {pid}", timeout or 0.0)
 
 
 class ForkedProcess:
@@ -120,9 +140,7 @@ class ForkedProcess:
     def wait(self, timeout: float | None = None) -> int:
         """Block until it has exited (``subprocess.TimeoutExpired`` after ``timeout`` s) and return its code."""
         if self.returncode is None:
-            ready, _, _ = select.select([self.exit_fd], [], [], timeout)
-            if not ready:
-                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0.0)
+            wait_exit(self.exit_fd, self.pid, timeout)
         return self.finish()
 
     def send_signal(self, sig: int) -> None:
