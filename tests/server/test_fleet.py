@@ -32,7 +32,7 @@ from aioenv.server.server import Server, ServerConfig
 from aioenv.server.status import fetch_status
 from aioenv.wire.protocol import Op, decode, encode
 from tests.support.lifecycles import record
-from tests.support.procs import HANG, TEMPLATE, proc_table, process_gone, workers_of
+from tests.support.procs import HANG, proc_table, process_gone, templates_of, workers_of
 from tests.support.scripts import ROOT, assert_example_refuses, run_example
 from tests.support.servers import ServerProcess, WorkerHostProcess
 
@@ -137,9 +137,8 @@ def test_a_hosts_workers_are_forked_from_its_template_unless_told(
                     pids = set(info["pid"].tolist())
                     assert len(pids) == 2
                     assert pids <= set(workers_of(host.proc.pid))
-                    table = proc_table()
-                    templates = {p.pid for p in table if p.ppid == host.proc.pid and TEMPLATE in p.cmdline}
-                    parents = {p.ppid for p in table if p.pid in pids}
+                    templates = set(templates_of(host.proc.pid))
+                    parents = {p.ppid for p in proc_table() if p.pid in pids}
                     assert parents <= templates if forked else parents == {host.proc.pid}, (parents, templates)
                     assert bool(templates) == forked
                     obs, *_ = await pool.step(np.array([1, 1, 0, 1]))
