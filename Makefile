@@ -11,18 +11,18 @@ $(VENV)/.created:
 	$(PIP) install -q --upgrade pip
 	touch $@
 
-$(VENV)/.installed: $(VENV)/.created pyproject.toml
+$(VENV)/.installed: $(VENV)/.created pyproject.toml aioenv/_speedups.c
 	$(PIP) install -q -e .
 	touch $@
 
 # torch first, pinned to the CPU build: the sb3 extra then finds it installed (any other torch
 # request may pull a multi-GB CUDA build).
-$(VENV)/.installed-test: $(VENV)/.created pyproject.toml
+$(VENV)/.installed-test: $(VENV)/.created pyproject.toml aioenv/_speedups.c
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e ".[test,sb3,docs]"
 	touch $@ $(VENV)/.installed $(VENV)/.installed-docs
 
-$(VENV)/.installed-docs: $(VENV)/.created pyproject.toml
+$(VENV)/.installed-docs: $(VENV)/.created pyproject.toml aioenv/_speedups.c
 	$(PIP) install -q -e ".[docs]"
 	touch $@ $(VENV)/.installed
 

@@ -5,7 +5,8 @@ exits 1):
 
 1. **build**: ``docker/Dockerfile`` builds (podman with ``--format docker``: the OCI format has no
    HEALTHCHECK); the image runs as a non-root user, has a health check, no compiler and no build-stage
-   sources, and its size is reported (and what aioenv adds to the base image);
+   sources, its aioenv runs the compiled hot path (built in the build stage), and its size is reported (and
+   what aioenv adds to the base image);
 2. **run**: ``run -d`` with the port published on loopback and a key directory mounted at ``/keys`` (the
    image serves with ``--auth /keys``; a client holds an admitted key); the time from ``run`` to the server's
    first reply; a remote pool of 8 CartPole envs gives exactly ``gymnasium.vector.SyncVectorEnv``'s
@@ -300,7 +301,8 @@ def build(engine: Engine, image: str) -> float:
 
 
 def check_image(engine: Engine, facts: ImageFacts) -> None:
-    """Non-root user, a health check, the server as entrypoint, no compiler, no build-stage sources; its size."""
+    """Non-root user, a health check, the server as entrypoint, no compiler, no build-stage sources, aioenv's compiled
+    hot path built; its size."""
     info = engine.inspect("image", facts.name)
     config = info.get("Config") or {}
     facts.size = int(info["Size"])
@@ -327,16 +329,19 @@ def check_image(engine: Engine, facts: ImageFacts) -> None:
     probe = (
         'for c in gcc cc c++ g++ clang tcc ld as make; do command -v "$c" && echo "compiler: $c"; done; '
         'for d in /src /root/.cache/pip; do test -e "$d" && echo "left over: $d"; done; '
-        'echo "uid=$(id -u)"'
+        'echo "uid=$(id -u)"; '
+        "python -c \"from aioenv import _hot; print('compiled:', _hot.compiled is not None)\""
     )
     out = engine("run", "--rm", "--label", RUN_LABEL, "--entrypoint", "sh", facts.name, "-c", probe).stdout
     if "compiler:" in out or "left over:" in out:
         raise Failure(f"the runtime image holds what only the build stage should:\n{tail(out)}")
+    if "compiled: True" not in out:  # (the build stage's gcc built aioenv/_speedups.c)
+        raise Failure(f"the image's aioenv runs without its compiled hot path:\n{tail(out)}")
     if f"uid={facts.user.split(':')[0]}" not in out:
         raise Failure(f"a container of the image does not run as uid {facts.user}: {out.strip()}")
     ok(
         f"image {facts.name}: {facts.describe_size()}; user {facts.user}, no compiler, no build sources, "
-        "HEALTHCHECK present"
+        "the compiled hot path, HEALTHCHECK present"
     )
 
 

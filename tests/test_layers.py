@@ -1,7 +1,7 @@
 """The package's layers, pinned: no lower layer imports a higher one and no module imports itself back.
 
 Layers, from the bottom (docs/architecture.md): the ground (errors, env, logs, the loop, the version, what
-differs between gymnasium releases),
+differs between gymnasium releases, the compiled hot path),
 ``aioenv.wire``, ``aioenv.transport``, ``aioenv.core``, the public face (``aioenv.pool`` and ``aioenv.pool_options``,
 ``aioenv.sync``), ``aioenv.server``, ``aioenv.compat``, ``aioenv.collect`` (collectors over the public face),
 ``aioenv.ray`` (worker hosts as Ray actors), ``aioenv.openenv`` (OpenEnv's protocol both ways: a server's HTTP port
@@ -24,7 +24,16 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-GROUND = {"aioenv.errors", "aioenv.env", "aioenv.logs", "aioenv._loop", "aioenv._version", "aioenv._compat"}
+GROUND = {
+    "aioenv.errors",
+    "aioenv.env",
+    "aioenv.logs",
+    "aioenv._loop",
+    "aioenv._version",
+    "aioenv._compat",
+    "aioenv._hot",
+    "aioenv._speedups",
+}
 
 
 def _module_name(path: pathlib.Path) -> str:

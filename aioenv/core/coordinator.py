@@ -838,13 +838,13 @@ class Coordinator(Recovery, Requests):
         """Send a step of envs claimed, their actions in the shared rows, as one lane call (``each``: see
         :class:`aioenv.core.scheduler.LaneCall`; ``quiet``: as a quiet call, its countdown written already)."""
         call = self.sched.open_lanes(plan.workers, plan.firsts, plan.counts, sink, deadline, each)
-        base, framed_step, slots = call.base, lane.framed_step, self.slots
-        finals = self._finals_in_slab(sink)
-        infos = self._infos_in_slab(sink)
+        base, slots = call.base, self.slots
+        flags = lane.step_flags(info_list, self._finals_in_slab(sink), self._infos_in_slab(sink), quiet)
         if quiet:
             self._quiet_base = base
-        for k, proc in enumerate(plan.by_message):
-            data = framed_step(base + k, plan.firsts[k], plan.counts[k], info_list, finals, infos, quiet)
+        for k, (proc, data) in enumerate(
+            zip(plan.by_message, lane.framed_steps(base, plan.firsts, plan.counts, flags), strict=True)
+        ):
             if not proc.send_framed(data):  # its worker is gone: its exit fails the message (see _fail_lost)
                 slots[plan.workers[k]].outbox.append(data)
 

@@ -40,6 +40,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from aioenv._hot import compiled
 from aioenv.core.sinks import Gather, RecvQueue, Sink
 from aioenv.errors import UsageError
 from aioenv.wire.checks import SMALL_BATCH
@@ -255,7 +256,19 @@ class Scheduler:
 
     def _check(self, ids: np.ndarray) -> None:
         """Raise ``UsageError`` naming the first unknown id of ``ids`` (int64, 1-D, not empty), else its smallest id
-        named twice."""
+        named twice (in C where :mod:`aioenv._hot` found it built: one pass and a sort of a copy)."""
+        if compiled is not None and ids.flags.c_contiguous:
+            found = compiled.check_ids(ids, self.num_envs)
+            if found is None:
+                return
+            repeated, env = found
+            if repeated:
+                raise UsageError(f"env id {env} appears more than once in env_ids")
+            raise UsageError(f"unknown env id {env}: this pool has env ids 0..{self.num_envs - 1}")
+        self._py_check(ids)
+
+    def _py_check(self, ids: np.ndarray) -> None:
+        """:meth:`_check` in Python (the twin that defines it)."""
         if ids.size <= SMALL_BATCH:
             # The ids of a send()/recv() loop's batch: Python's min, max and set over the list. Inside a running pool
             # numpy's reductions find their caches cold: resolving 16-64 ids took 25-63 µs of CPU that way and 13-27
@@ -376,6 +389,8 @@ class Scheduler:
         return runs
 
     def _cut(self, env_ids: np.ndarray) -> Runs | None:
+        if compiled is not None and env_ids.dtype == np.int64 and env_ids.flags.c_contiguous:
+            return compiled.runs_by_owner(env_ids, self.worker_of)
         return _runs_by_owner(env_ids, self) if env_ids.size > _FEW_IDS else _few_runs_by_owner(env_ids, self.owners)
 
     def _split(self, env_ids: np.ndarray) -> list[tuple[int, np.ndarray]]:

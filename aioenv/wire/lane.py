@@ -62,6 +62,9 @@ network is never one.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+
+from aioenv._hot import compiled
 
 __all__ = [
     "DONE",
@@ -76,17 +79,22 @@ __all__ = [
     "STEP",
     "done",
     "framed_step",
+    "framed_steps",
     "is_lane",
     "read_done",
     "read_framed_done",
     "read_framed_done_infos",
+    "py_framed_steps",
+    "py_read_records",
     "read_records",
     "read_step",
     "record",
     "row_record",
     "step",
+    "step_flags",
     "wake",
     "RECORD",
+    "ReadRecords",
     "ROW_RECORD_ROWS",
 ]
 
@@ -167,6 +175,22 @@ def framed_step(
     bytes to write to a worker's pipe as they are."""
     flags = _flags(info_list, finals, infos, quiet)
     return _FRAMED_STEP.pack(1, STEP.size, MARK, _S, flags, first, count, req_id)
+
+
+def py_framed_steps(base: int, firsts: list[int], counts: list[int], flags: int) -> list[bytes]:
+    """:func:`framed_step` of each message ``k`` of a lane call: request ``base + k`` for the envs ``firsts[k] ..
+    firsts[k] + counts[k] - 1``, ``flags`` the step's flag bits or-ed together (:func:`step_flags`); the
+    pure-Python twin of :func:`framed_steps` (see :mod:`aioenv._hot`)."""
+    pack, size = _FRAMED_STEP.pack, STEP.size
+    return [
+        pack(1, size, MARK, _S, flags, first, count, base + k)
+        for k, (first, count) in enumerate(zip(firsts, counts, strict=True))
+    ]
+
+
+def step_flags(info_list: bool = False, finals: bool = False, infos: bool = False, quiet: bool = False) -> int:
+    """The flag bits of a step (the module's docstring) or-ed together, for :func:`framed_steps`."""
+    return _flags(info_list, finals, infos, quiet)
 
 
 def read_framed_done(data: memoryview) -> int | None:
@@ -256,10 +280,15 @@ def wake(slot: int, token: int, req_id: int) -> bytes:
     return RECORD.pack(MARK, _K, 0, slot, token, req_id)
 
 
-def read_records(
-    data: bytes, tokens: list[int]
-) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int, int]], int, int]:
-    """The records at the start of ``data`` (what the done pipe brought, after what an earlier read left):
+_Read = tuple[list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int, int]], int, int]
+#: What :func:`read_records` is: ``(data, tokens) -> (records, infos, rows, used, skipped)``.
+ReadRecords = Callable[[bytes, list[int]], _Read]
+
+
+def py_read_records(data: bytes, tokens: list[int]) -> _Read:
+    """The pure-Python twin of :func:`read_records` (see :mod:`aioenv._hot`), which defines it.
+
+    The records at the start of ``data`` (what the done pipe brought, after what an earlier read left):
     ``(records, infos, rows, used, skipped)``.
 
     ``records``: ``(slot, request id)`` of each DONE record, ``infos``: the same of each DONE record whose infos are in
@@ -298,3 +327,12 @@ def read_records(
         skipped += nxt - pos
         pos = nxt
     return out, infos, rows, pos, skipped
+
+
+#: :func:`py_framed_steps`, compiled where :mod:`aioenv._hot` found the compiled part built.
+framed_steps: Callable[[int, list[int], list[int], int], list[bytes]] = (
+    py_framed_steps if compiled is None else compiled.framed_steps
+)
+#: :func:`py_read_records`, compiled where :mod:`aioenv._hot` found the compiled part built: ``(records, infos, rows,
+#: used, skipped)`` of the done pipe's ``data`` (``tokens[slot]``: the token of the worker of ``slot``).
+read_records: ReadRecords = py_read_records if compiled is None else compiled.read_records

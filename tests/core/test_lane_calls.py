@@ -11,10 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from aioenv._hot import load
 from aioenv.core.scheduler import KNOWN_ID_SETS, LaneCall, Scheduler, _few_runs_by_owner, _runs_by_owner
 from aioenv.core.sinks import Gather, RecvQueue
 
 SINK = cast(Gather, object())  # the scheduler only carries it
+_COMPILED = load()  # the compiled part, where it was built (tests/core/test_speedups.py)
 
 
 def lane_call(num_envs: int = 6, workers: int = 3, deadline: float | None = None) -> tuple[Scheduler, LaneCall]:
@@ -172,6 +174,8 @@ def test_a_sends_ids_are_cut_into_each_workers_run_alike_few_or_many(data: st.Da
     want = _runs_by_reference(sched, list(ids))
     assert _few_runs_by_owner(shuffled, sched.owners) == want
     assert _runs_by_owner(shuffled, sched) == want
+    if _COMPILED is not None:  # (built wherever this Python has its headers: tests/core/test_speedups.py)
+        assert _COMPILED.runs_by_owner(shuffled.astype(np.int64), sched.worker_of) == want
     assert _runs_by_owner(sched.all_ids, sched) == _few_runs_by_owner(sched.all_ids, sched.owners)
 
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from aioenv._hot import load
 from aioenv.transport.pipe import FrameReader, framed
 from aioenv.wire import lane
 from aioenv.wire.protocol import Op, encode
@@ -99,6 +100,9 @@ def test_no_message_of_the_protocol_begins_as_a_lane_message(fields: dict[str, o
 
 
 TOKENS = [0x1D2C3B4A59687706, 0, 0x0F1E2D3C4B5A6978]  # slot 1 has no worker that may write
+_COMPILED = load()
+#: The pure-Python twin, and the compiled function where it was built (tests/core/test_speedups.py says it is here).
+READ_RECORDS = [lane.py_read_records] + ([] if _COMPILED is None else [_COMPILED.read_records])
 
 
 @given(
@@ -114,8 +118,9 @@ TOKENS = [0x1D2C3B4A59687706, 0, 0x0F1E2D3C4B5A6978]  # slot 1 has no worker tha
     ),
     st.integers(1, 97),
 )
+@pytest.mark.parametrize("read_records", READ_RECORDS)
 def test_records_are_read_whole_across_reads_and_garbage_between_them_is_skipped(
-    written: list[tuple[int, int, int | None, bytes]], cut: int
+    read_records: lane.ReadRecords, written: list[tuple[int, int, int | None, bytes]], cut: int
 ) -> None:
     stream = b"".join(
         (
@@ -134,7 +139,7 @@ def test_records_are_read_whole_across_reads_and_garbage_between_them_is_skipped
     skipped = 0
     rest = b""
     for at in range(0, len(stream) + 1, cut):  # what reads of ``cut`` bytes bring, each after what the last left
-        records, with_infos, rows, used, skip = lane.read_records(rest + stream[at : at + cut], TOKENS)
+        records, with_infos, rows, used, skip = read_records(rest + stream[at : at + cut], TOKENS)
         got += records
         got_infos += with_infos
         got_rows += rows
@@ -147,7 +152,8 @@ def test_records_are_read_whole_across_reads_and_garbage_between_them_is_skipped
     assert skipped + len(rest) == sum(len(junk) for *_, junk in written)
 
 
-def test_a_record_with_a_token_not_its_slots_is_no_record() -> None:
+@pytest.mark.parametrize("read_records", READ_RECORDS)
+def test_a_record_with_a_token_not_its_slots_is_no_record(read_records: lane.ReadRecords) -> None:
     stream = b"".join(
         [
             lane.record(0, TOKENS[2], 5),  # another slot's token
@@ -164,5 +170,5 @@ def test_a_record_with_a_token_not_its_slots_is_no_record() -> None:
             lane.row_record(2, TOKENS[2], 10, 3),
         ]
     )
-    got = lane.read_records(stream, TOKENS)
+    got = read_records(stream, TOKENS)
     assert got == ([(2, 8)], [(2, 12)], [(2, 10, 3)], len(stream), 8 * lane.RECORD.size)
