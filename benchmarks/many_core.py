@@ -20,6 +20,10 @@ returns few):
    ``SubprocVecEnv``;
 7. ``adapters-ant``: the same with 64 Ant-v5, whose numeric infos every step go through the pools' info area.
 
+Before the first step it makes sure the pool runs its compiled hot path (``aioenv/_speedups.c``): a working tree
+carried to another machine holds no build of it for that machine's Python, so where none imports it is compiled
+in place with the interpreter's own compiler settings (``sysconfig``); the record says which path ran and why.
+
 A step runs only while the budget leaves it its estimate; one that overruns what is left is stopped, and the
 steps after it still run if they fit. Outputs, in ``--out`` (default ``benchmarks/results/many_core``):
 ``many_core.json`` (each step's command, exit code, seconds and the JSON its benchmark wrote) and
@@ -40,9 +44,11 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass
@@ -214,6 +220,43 @@ def stop_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+def ensure_compiled() -> str:
+    """Make sure this tree's ``aioenv/_speedups.c`` imports under this Python (built in place when no build does)
+    and say how the steps' pools run: compiled, or on the pure-Python twins and why."""
+    probe = [sys.executable, "-c", "from aioenv import _hot; print(_hot.compiled is not None)"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+
+    def compiled() -> bool:
+        return subprocess.run(probe, capture_output=True, text=True, cwd=ROOT, env=env).stdout.strip() == "True"
+
+    if os.environ.get("AIOENV_PURE_PYTHON", "") not in ("", "0"):
+        return "pure Python (AIOENV_PURE_PYTHON is set)"
+    if compiled():
+        return "compiled (aioenv/_speedups.c, built already)"
+    try:
+        target = build_speedups(ROOT / "aioenv")
+    except subprocess.CalledProcessError as exc:
+        return f"pure Python (building aioenv/_speedups.c failed: {(exc.stderr or exc.stdout).strip()[-300:]})"
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"pure Python (building aioenv/_speedups.c failed: {exc})"
+    if not compiled():
+        return f"pure Python ({target.name} was built but does not import)"
+    return f"compiled (aioenv/_speedups.c, built here as {target.name})"
+
+
+def build_speedups(into: Path) -> Path:
+    """Compile ``aioenv/_speedups.c`` into ``into`` for this Python, with its own compiler settings; the module's
+    path. Raises ``OSError`` (no compiler) or ``subprocess.CalledProcessError`` (its output in ``stderr``)."""
+    target = into / f"_speedups{sysconfig.get_config_var('EXT_SUFFIX')}"
+    cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
+    flags = [*shlex.split(sysconfig.get_config_var("CFLAGS") or ""), "-O2", "-fPIC", "-shared"]
+    cmd = [*cc, *flags, "-I", sysconfig.get_path("include"), str(ROOT / "aioenv" / "_speedups.c"), "-o", str(target)]
+    build = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if build.returncode != 0:
+        raise subprocess.CalledProcessError(build.returncode, cmd, build.stdout, build.stderr)
+    return target
+
+
 def run(names: list[str], quick: bool, budget: float, out: Path) -> dict[str, Any]:
     """Run the steps ``names`` in order within ``budget`` seconds; write and return the gathered record."""
     began = time.monotonic()
@@ -225,6 +268,8 @@ def run(names: list[str], quick: bool, budget: float, out: Path) -> dict[str, An
         "steps": {},
     }
     summary["cpus"] = usable_cpus()
+    summary["hot_path"] = ensure_compiled()
+    print(f"== the hot path: {summary['hot_path']}", flush=True)
     with tempfile.TemporaryDirectory(prefix="aioenv-many-core-") as tmp:
         for step in STEPS:
             if step.name not in names:
@@ -250,7 +295,7 @@ def to_markdown(summary: dict[str, Any]) -> str:
         f"# Many cores: `{summary['command']}`",
         "",
         f"{summary['date']}, {summary['cpus']} usable CPUs, {summary.get('seconds', '?')} s of a "
-        f"{summary['budget_s']:.0f} s budget",
+        f"{summary['budget_s']:.0f} s budget; the pools' hot path: {summary.get('hot_path', '?')}",
         "",
     ]
     for name, record in summary["steps"].items():

@@ -3,10 +3,13 @@ what each benchmark wrote into its two files, and keeps to its budget."""
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import json
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.support.scripts import bench_module, run_python
@@ -19,6 +22,7 @@ def test_many_core_quick_runs_every_step_into_two_files(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["many_core.json", "many_core.md"]
     data = json.loads((tmp_path / "many_core.json").read_text())
+    assert data["hot_path"] == "compiled (aioenv/_speedups.c, built already)"  # (this tree's build)
     steps = data["steps"]
     assert list(steps) == ["core", "latency", "latency-x8", "remote", "placement", "adapters", "adapters-ant"]
     for name, record in steps.items():
@@ -108,3 +112,21 @@ def alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def test_the_compiled_hot_path_builds_for_this_python_from_the_source_alone(tmp_path: Path) -> None:
+    """A tree carried to another machine holds no build for its Python: the script compiles aioenv/_speedups.c with
+    the interpreter's own settings, and what it builds imports and works."""
+    built = bench_module("many_core").build_speedups(tmp_path)
+    loader = importlib.machinery.ExtensionFileLoader("aioenv._speedups", str(built))
+    spec = importlib.util.spec_from_file_location("aioenv._speedups", built, loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    assert module.__file__ == str(built)
+    assert module.check_ids(np.array([3, 1, 3], np.int64), 4) == (True, 3)
+    assert module.runs_by_owner(np.array([2, 0, 1], np.int64), np.array([0, 0, 1, 1], np.int64)) == (
+        [0, 1],
+        [0, 2],
+        [2, 1],
+    )
