@@ -242,13 +242,13 @@ async def test_a_sends_ids_are_cut_into_runs_once_while_the_envs_stay_where_they
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     cuts: list[list[int]] = []
-    cut = scheduler._few_runs_by_owner
+    cut = scheduler.Scheduler._cut  # (compiled or not: aioenv._hot)
 
-    def counted(env_ids: np.ndarray, owners: list[int]) -> tuple[list[int], list[int], list[int]] | None:
+    def counted(self: scheduler.Scheduler, env_ids: np.ndarray) -> tuple[list[int], list[int], list[int]] | None:
         cuts.append(env_ids.tolist())
-        return cut(env_ids, owners)
+        return cut(self, env_ids)
 
-    monkeypatch.setattr(scheduler, "_few_runs_by_owner", counted)
+    monkeypatch.setattr(scheduler.Scheduler, "_cut", counted)
     async with aioenv.Pool(PROBE, 6, num_workers=2, executor="inline", env_kwargs={"quiet": True}) as pool:  # 0-2, 3-5
         await asyncio.wait_for(pool.reset(seed=0), HANG)
         sched = pool._runner.sched  # type: ignore[attr-defined]
