@@ -93,7 +93,7 @@ test-matrix: $(VENV)/.created
 
 test-matrix-quick: $(VENV)/.created
 	$(PIP) install -q -e ".[matrix]"
-	$(VENV)/bin/nox -r -s oldest-quick
+	$(VENV)/bin/nox -r -s oldest-quick build-oldest
 
 # the chaos soak for minutes (tests/chaos): SOAK_SECONDS per scenario, a summary table, exit 1 on any violation or leak
 SOAK_SECONDS ?= 60

@@ -47,6 +47,11 @@ NEWEST = {
     "ray": "2.60.0",
 }
 
+#: The oldest build requirement pyproject.toml's [build-system] admits: setuptools 77.0.1 (77.0.0 was yanked) is the
+#: first to take ``license`` as an SPDX expression (PEP 639; 74.1 refuses it), and reads
+#: ``[[tool.setuptools.ext-modules]]`` (74.1 and newer: the compiled hot path, aioenv/_speedups.c).
+BUILD_LOWEST = {"setuptools": "77.0.1"}
+
 #: What the suites need besides aioenv (pyproject's test extra, less the peers a cell installs itself).
 TEST_DEPS = [
     "pytest>=8",
@@ -110,6 +115,15 @@ def oldest_quick(session: nox.Session) -> None:
         "tests/e2e/test_failures.py",
         "tests/e2e/test_pool_lifecycle.py",
     )
+
+
+@nox.session(name="build-oldest")
+def build_oldest(session: nox.Session) -> None:
+    """aioenv built with the oldest setuptools its [build-system] admits (no build isolation): the compiled hot path
+    builds and matches its pure-Python twins, and a pool of real workers steps on it."""
+    session.install(*pins(BUILD_LOWEST, "setuptools"), *TEST_DEPS)
+    session.install("--no-build-isolation", "-e", ".")
+    run_suites(session, "tests/core/test_speedups.py", "tests/wire/test_lane.py")
 
 
 @nox.session(name="gymnasium")

@@ -14,7 +14,8 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+_TOML = tomllib.loads((ROOT / "pyproject.toml").read_text())
+PYPROJECT = _TOML["project"]
 #: The extras whose peers the matrix tests (the others are tools, not dependencies aioenv's code calls).
 EXTRAS = ("sb3", "torchrl", "ray")
 
@@ -74,3 +75,10 @@ def test_the_docs_table_names_each_release_the_matrix_installs() -> None:
             assert re.search(rf"\b{re.escape(name)}\b[^\n]*\b{re.escape(version)}\b", text), (
                 f"docs/versions.md has no row naming {name} {version}"
             )
+
+
+def test_the_matrix_builds_with_the_oldest_build_requirement_pyproject_admits() -> None:
+    """The [build-system]'s lower bounds are what noxfile.py's ``build-oldest`` cell builds with."""
+    build = {Requirement(line).name: Requirement(line) for line in _TOML["build-system"]["requires"]}
+    oldest = {name: Version(version) for name, version in _matrix("BUILD_LOWEST").items()}
+    assert {name: _lower_bound(req) for name, req in build.items()} == oldest
