@@ -5,10 +5,11 @@ once per worker message; on a machine whose cores the workers keep busy each fin
 together they are most of what the pool spends per message beyond the floor (docs/performance.md, "The pool's
 CPU per message"). :mod:`aioenv._speedups` (``aioenv/_speedups.c``, built by pip with the package) does those
 whose work is a loop over plain integers in C: checking a batch's env ids, cutting them into each worker's run,
-framing each worker's lane step, and taking apart what the done pipe brought.
+framing each worker's lane step, taking apart what the done pipe brought, and ticking off the rows a thread or
+async worker's reply lists.
 
 Each of its functions has a pure-Python twin beside its one caller, which defines what it does: the
-scheduler's ``_check`` and ``_few_runs_by_owner``, :func:`aioenv.wire.lane.framed_step` and
+scheduler's ``_check``, ``_few_runs_by_owner`` and ``py_take_listed``, :func:`aioenv.wire.lane.framed_step` and
 :func:`aioenv.wire.lane.read_records`. The twins run where the extension was not built (no C compiler or no
 Python headers when the package was installed: the install goes on without it) and where the environment
 says ``AIOENV_PURE_PYTHON=1``; the tests run the two against each other, and a pool under each
@@ -18,7 +19,7 @@ says ``AIOENV_PURE_PYTHON=1``; the tests run the two against each other, and a p
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import numpy as np
@@ -56,6 +57,12 @@ class Speedups(Protocol):
     def framed_steps(self, base: int, firsts: list[int], counts: list[int], flags: int, /) -> list[bytes]:
         """:func:`aioenv.wire.lane.framed_step` of request ``base + k`` for the envs ``firsts[k] ..
         firsts[k] + counts[k] - 1``, for each ``k``, ``flags`` the step's flag bits or-ed together."""
+        ...
+
+    def take_listed(self, listed: list[int], marks: bytearray, rows: list[Any], out: list[int], /) -> bool:
+        """:func:`aioenv.core.scheduler.py_take_listed`: a reply's rows of one request ticked off in ``marks`` and
+        their env ids appended to ``out``, or False and nothing changed. ``ValueError`` when ``marks`` is not one
+        byte per listed row."""
         ...
 
 

@@ -3,7 +3,8 @@
  * A send()/recv() batch costs the pool's process a dozen small steps in Python, each run once per batch or once
  * per worker message, and on a loaded machine each finds its caches cold. The steps here are the ones whose work
  * is a loop over plain integers: checking a batch's env ids, cutting them into each worker's run, framing each
- * worker's lane step, and taking apart what the done pipe brought. Each function has a pure-Python twin, which
+ * worker's lane step, taking apart what the done pipe brought, and ticking off the rows a thread or async worker's
+ * reply lists. Each function has a pure-Python twin, which
  * defines what it does (the module named beside each below); aioenv/_hot.py picks this module where pip built it,
  * and the tests run both against each other (tests/core/test_speedups.py).
  *
@@ -346,11 +347,57 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(take_listed_doc,
+             "take_listed(listed, marks, rows, out, /)\n--\n\n"
+             "aioenv.core.scheduler.Scheduler.finish_listed's rows of one request: when every item of ``rows`` is an\n"
+             "int in ``0 .. len(listed) - 1`` whose byte of ``marks`` (a bytearray) is 0, each once, mark each and append\n"
+             "``listed[row]`` to ``out``, in order, and return True; else change nothing and return False.");
+
+static PyObject *take_listed(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "take_listed takes 4 arguments (listed, marks, rows, out), got %zd", nargs);
+        return NULL;
+    }
+    PyObject *listed = args[0], *marks_obj = args[1], *rows = args[2], *out = args[3];
+    if (!PyList_Check(listed) || !PyByteArray_Check(marks_obj) || !PyList_Check(rows) || !PyList_Check(out)) {
+        PyErr_SetString(PyExc_TypeError, "take_listed takes a list, a bytearray, a list and a list");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(listed), k = PyList_GET_SIZE(rows);
+    if (PyByteArray_GET_SIZE(marks_obj) != n) {
+        PyErr_Format(PyExc_ValueError, "marks has %zd bytes for %zd listed rows", PyByteArray_GET_SIZE(marks_obj), n);
+        return NULL;
+    }
+    char *marks = PyByteArray_AS_STRING(marks_obj);
+    Py_ssize_t i = 0;
+    for (; i < k; i++) { /* marked as checked: a row named twice finds its own mark */
+        PyObject *item = PyList_GET_ITEM(rows, i);
+        if (!PyLong_CheckExact(item)) break;
+        Py_ssize_t row = PyLong_AsSsize_t(item);
+        if (row == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            break;
+        }
+        if (row < 0 || row >= n || marks[row]) break;
+        marks[row] = 1;
+    }
+    if (i < k) { /* refused: undo the marks this call set */
+        for (Py_ssize_t j = 0; j < i; j++) marks[PyLong_AsSsize_t(PyList_GET_ITEM(rows, j))] = 0;
+        Py_RETURN_FALSE;
+    }
+    for (i = 0; i < k; i++) {
+        if (PyList_Append(out, PyList_GET_ITEM(listed, PyLong_AsSsize_t(PyList_GET_ITEM(rows, i)))) < 0) return NULL;
+    }
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
     {"read_records", (PyCFunction)(void (*)(void))read_records, METH_FASTCALL, read_records_doc},
     {"check_ids", (PyCFunction)(void (*)(void))check_ids, METH_FASTCALL, check_ids_doc},
     {"runs_by_owner", (PyCFunction)(void (*)(void))runs_by_owner, METH_FASTCALL, runs_by_owner_doc},
     {"framed_steps", (PyCFunction)(void (*)(void))framed_steps, METH_FASTCALL, framed_steps_doc},
+    {"take_listed", (PyCFunction)(void (*)(void))take_listed, METH_FASTCALL, take_listed_doc},
     {NULL, NULL, 0, NULL},
 };
 

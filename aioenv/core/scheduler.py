@@ -546,18 +546,10 @@ class Scheduler:
                 answered = req.answered
                 marks = req.marks = bytearray(len(listed)) if answered is None else bytearray(answered.tobytes())
                 req.answered = np.frombuffer(marks, dtype=np.bool_)
-            n = len(listed)
-            ok = True
-            for row in rows:
-                if type(row) is not int or not 0 <= row < n or marks[row]:
-                    ok = False
-                    break
-            if not ok or len(set(rows)) != len(rows):
-                refused.append(f"reply rows {rows[:8]} are not ints in range, answered once, of a request of {n}")
+            if not take_listed(listed, marks, rows, out):
+                why = f"reply rows {rows[:8]} are not ints in range, answered once, of a request of {len(listed)}"
+                refused.append(why)
                 continue
-            for row in rows:
-                marks[row] = 1
-                out.append(listed[row])
             self._rows_done(req, len(rows))
         return out, refused
 
@@ -806,6 +798,29 @@ def _few_runs_by_owner(env_ids: np.ndarray, owners: list[int]) -> Runs | None:
             return None
         last = env
     return workers, firsts, counts
+
+
+def py_take_listed(listed: list[int], marks: bytearray, rows: list[Any], out: list[int]) -> bool:
+    """The rows ``rows`` of one request of :meth:`Scheduler.finish_listed` (``listed``: its env ids, ``marks``: a byte
+    per row, 1 once answered): when each is an int in range, not answered and named once, mark each, append its env
+    id to ``out`` in order, and return True; else change nothing and return False. The pure-Python twin of the
+    compiled ``take_listed`` (:mod:`aioenv._hot`)."""
+    n = len(listed)
+    for row in rows:
+        if type(row) is not int or not 0 <= row < n or marks[row]:
+            return False
+    if len(set(rows)) != len(rows):
+        return False
+    for row in rows:
+        marks[row] = 1
+        out.append(listed[row])
+    return True
+
+
+#: :func:`py_take_listed`, compiled where :mod:`aioenv._hot` found the compiled part built.
+take_listed: Callable[[list[int], bytearray, list[Any], list[int]], bool] = (
+    py_take_listed if compiled is None else compiled.take_listed
+)
 
 
 def _runs_by_owner(env_ids: np.ndarray, sched: Scheduler) -> Runs | None:

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aioenv import _hot
-from aioenv.core.scheduler import Scheduler
+from aioenv.core.scheduler import Scheduler, py_take_listed
 from aioenv.errors import UsageError
 from aioenv.wire import lane
 from tests.support.scripts import ROOT, run_python
@@ -110,6 +110,31 @@ def test_a_lane_calls_steps_are_framed_alike_compiled_or_not(
     assert _compiled().framed_steps(base, firsts, counts, flags) == each
 
 
+@given(
+    st.lists(st.integers(0, 10_000), max_size=12),
+    st.data(),
+    st.lists(st.integers(-3, 14) | st.booleans() | st.just(2**70) | st.just(1.0) | st.none(), max_size=10),
+)
+def test_a_replys_rows_of_one_request_are_ticked_off_alike_compiled_or_not(
+    listed: list[int], data: st.DataObject, rows: list[object]
+) -> None:
+    """Rows a thread or async worker's reply lists for one request (``Scheduler.finish_listed``): every row an int in
+    range, not answered, named once, and all are taken; any other, and nothing changes."""
+    marks = bytearray(data.draw(st.lists(st.sampled_from([0, 1]), min_size=len(listed), max_size=len(listed))))
+    before = bytes(marks)
+    results = []
+    for take in (py_take_listed, _compiled().take_listed):
+        mine, out = bytearray(before), [7]
+        results.append((take(listed, mine, list(rows), out), bytes(mine), out))
+    assert results[0] == results[1]
+    taken, after, out = results[0]
+    if not taken:
+        assert (after, out) == (before, [7])
+    else:
+        assert out == [7, *(listed[r] for r in rows)]  # type: ignore[call-overload]
+    assert marks == before
+
+
 def test_the_compiled_functions_refuse_what_the_pool_never_gives_them() -> None:
     """Arguments of the wrong kind raise ``TypeError`` (or, for an id beyond the envs, ``IndexError``), naming what
     was expected; none crashes the process."""
@@ -138,6 +163,10 @@ def test_the_compiled_functions_refuse_what_the_pool_never_gives_them() -> None:
         c.framed_steps(1, [0, 1], [1], 0)
     with pytest.raises(OverflowError):
         c.framed_steps(1, [2**32], [1], 0)
+    with pytest.raises(ValueError, match="marks has 2 bytes for 3 listed rows"):
+        c.take_listed([1, 2, 3], bytearray(2), [0], [])
+    with pytest.raises(TypeError, match="a list, a bytearray, a list and a list"):
+        c.take_listed([1], b"\x00", [0], [])  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="takes 2 arguments"):
         c.check_ids(np.arange(3))  # type: ignore[call-arg]
 
