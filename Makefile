@@ -11,18 +11,18 @@ $(VENV)/.created:
 	$(PIP) install -q --upgrade pip
 	touch $@
 
-$(VENV)/.installed: $(VENV)/.created pyproject.toml aioenv/_speedups.c
+$(VENV)/.installed: $(VENV)/.created pyproject.toml setup.py aioenv/_speedups.c
 	$(PIP) install -q -e .
 	touch $@
 
 # torch first, pinned to the CPU build: the sb3 extra then finds it installed (any other torch
 # request may pull a multi-GB CUDA build).
-$(VENV)/.installed-test: $(VENV)/.created pyproject.toml aioenv/_speedups.c
+$(VENV)/.installed-test: $(VENV)/.created pyproject.toml setup.py aioenv/_speedups.c
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e ".[test,sb3,docs]"
 	touch $@ $(VENV)/.installed $(VENV)/.installed-docs
 
-$(VENV)/.installed-docs: $(VENV)/.created pyproject.toml aioenv/_speedups.c
+$(VENV)/.installed-docs: $(VENV)/.created pyproject.toml setup.py aioenv/_speedups.c
 	$(PIP) install -q -e ".[docs]"
 	touch $@ $(VENV)/.installed
 
@@ -35,8 +35,8 @@ extras: $(VENV)/.installed
 	$(PIP) install -q -e ".[examples,sb3]"
 
 lint: $(VENV)/.installed-test
-	$(VENV)/bin/ruff check aioenv workers tests benchmarks examples docker docs/*.py noxfile.py
-	$(VENV)/bin/ruff format --check aioenv workers tests benchmarks examples docker docs/*.py noxfile.py
+	$(VENV)/bin/ruff check aioenv workers tests benchmarks examples docker docs/*.py noxfile.py setup.py
+	$(VENV)/bin/ruff format --check aioenv workers tests benchmarks examples docker docs/*.py noxfile.py setup.py
 
 # the packages (pyproject's [tool.mypy]), then the image test and the manifest test, under the same config
 typecheck: $(VENV)/.installed-test

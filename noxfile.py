@@ -48,8 +48,8 @@ NEWEST = {
 }
 
 #: The oldest build requirement pyproject.toml's [build-system] admits: setuptools 77.0.1 (77.0.0 was yanked) is the
-#: first to take ``license`` as an SPDX expression (PEP 639; 74.1 refuses it), and reads
-#: ``[[tool.setuptools.ext-modules]]`` (74.1 and newer: the compiled hot path, aioenv/_speedups.c).
+#: first to take ``license`` as an SPDX expression (PEP 639; 74.1 refuses it). It builds setup.py's extension, the
+#: compiled hot path (aioenv/_speedups.c).
 BUILD_LOWEST = {"setuptools": "77.0.1"}
 
 #: What the suites need besides aioenv (pyproject's test extra, less the peers a cell installs itself).
