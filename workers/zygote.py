@@ -255,7 +255,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     _preload()
     ctl = socket.socket(fileno=args.fd)
-    _reply(ctl, {"ready": True})  # until now, the launcher started its workers afresh
+    try:
+        _reply(ctl, {"ready": True})  # until now, the launcher started its workers afresh
+    except OSError:  # the launcher closed its end while this warmed up (its process ended, or it gave up waiting)
+        return 0
     forked = _serve(ctl, parent)
     if forked is None:
         return 0

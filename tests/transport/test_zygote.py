@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -250,6 +251,20 @@ def test_a_forked_child_of_this_process_starts_a_template_of_its_own() -> None:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert asyncio.run(_look(1))["ppid"][0] == before  # and the parent's still serves the parent
+
+
+def test_a_template_whose_launcher_closed_its_end_while_it_warmed_up_exits_quietly() -> None:
+    """A command that fails at once (``aioenv bench NoSuchEnv-v0``) closes its end of the template's socket before
+    the template has imported what it preloads: the template then had nothing to say it was ready to, and printed
+    the BrokenPipeError of its reply to the stderr it shares with the command."""
+    cmd, env = worker_command([], module="workers.zygote")
+    mine, theirs = socket.socketpair()
+    with mine, theirs:
+        args = [*cmd, "--fd", str(theirs.fileno()), "--parent-pid", str(os.getpid())]
+        proc = subprocess.Popen(args, env=env, pass_fds=[theirs.fileno()], stderr=subprocess.PIPE, text=True)
+    _, err = proc.communicate(timeout=HANG)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
 
 
 def test_a_template_answers_a_malformed_request_with_an_error_and_goes_on_forking() -> None:
