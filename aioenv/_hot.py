@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["PURE_ENV", "Speedups", "compiled", "load"]
+__all__ = ["PURE_ENV", "Speedups", "compiled", "describe", "load"]
 
 #: The environment variable that keeps this process on the pure-Python twins (``1``; unset, empty or ``0``: the
 #: compiled functions where they were built).
@@ -80,3 +80,13 @@ def load() -> Speedups | None:
 
 #: What this process uses: the compiled functions, or None (the pure-Python twins), chosen once at import.
 compiled = load()
+
+
+def describe() -> str:
+    """How this process runs the hot path, for a report (``aioenv demo``, ``aioenv bench``, the benchmarks'
+    headers): ``"compiled"``, or ``"pure Python"`` and why."""
+    if compiled is not None:
+        return "compiled"
+    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+        return f"pure Python ({PURE_ENV} is set)"
+    return "pure Python (aioenv._speedups is not built)"

@@ -724,7 +724,16 @@ def machine_info(aio: Aio) -> dict[str, Any]:
         "mujoco": getattr(mj, "__version__", f"unavailable: {mj}"),
         "loop": f"uvloop {uvloop.__version__}" if uvloop is not None else "asyncio",
         "aioenv": aio if isinstance(aio, str) else "available",
+        "hot_path": _hot_path(aio),
     }
+
+
+def _hot_path(aio: Aio) -> str:
+    """``aioenv._hot.describe()``: whether the pools ran their compiled hot path (or why aioenv is unavailable)."""
+    if isinstance(aio, str):
+        return aio
+    hot = try_import("aioenv._hot")
+    return hot if isinstance(hot, str) else str(hot.describe())
 
 
 def fmt(value: float | None, spec: str = ",.0f", suffix: str = "") -> str:
@@ -838,7 +847,7 @@ def render_markdown(res: dict[str, Any]) -> str:
     """Compact Markdown tables for every measured section plus the command."""
     m = res["machine"]
     about = f"{m['cpu_count']} CPUs, Python {m['python']}, {m['loop']}"
-    about += f", gymnasium {m['gymnasium']}, pyzmq {m['pyzmq']}, {res['date']}"
+    about += f", gymnasium {m['gymnasium']}, pyzmq {m['pyzmq']}, hot path {m.get('hot_path', '?')}, {res['date']}"
     lines = [f"`{res['command']}`", "", about]
     if res["workloads"]:
         lines += ["", *md_workloads(res["workloads"]), "", cost_caption(res["workloads"]), ""]

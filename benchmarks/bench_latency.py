@@ -848,7 +848,8 @@ def render_markdown(res: dict[str, Any]) -> str:
     """The tables, the command that produced them and any problem noticed."""
     m = res["machine"]
     about = f"{m['cpu_count']} CPUs, {m['memory_gib']} GiB, Python {m['python']}, {m['loop']}, "
-    about += f"gymnasium {m['gymnasium']}, pyzmq {m['pyzmq']}, load {m['load_avg_1m']}, {res['date']}"
+    about += f"gymnasium {m['gymnasium']}, pyzmq {m['pyzmq']}, hot path {m.get('hot_path', '?')}, "
+    about += f"load {m['load_avg_1m']}, {res['date']}"
     about += f", gc threshold {res['settings'].get('gc_threshold', 700)} in this process"
     legend = (
         "ideal = envs / mean latency. Loop ceiling: the fraction of ideal that client loop reaches with zero "

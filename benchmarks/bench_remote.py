@@ -265,7 +265,8 @@ def render_markdown(res: dict[str, Any]) -> str:
     """The tables, the command that produced them and any problem noticed."""
     m = res["machine"]
     about = f"{m['cpu_count']} CPUs, {m['memory_gib']} GiB, Python {m['python']}, {m['loop']}, "
-    about += f"pyzmq {m['pyzmq']} (libzmq {m['libzmq']}), load {m['load_avg_1m']} at start / "
+    about += f"hot path {m.get('hot_path', '?')}, pyzmq {m['pyzmq']} (libzmq {m['libzmq']}), "
+    about += f"load {m['load_avg_1m']} at start / "
     about += f"{res['load_avg_1m_end']} at end, {res['date']}"
     lines = [f"`{res['command']}`", "", about, "", f"Server: `{res['server']['command']}` on {res['endpoint']}."]
     secs = res["sections"]

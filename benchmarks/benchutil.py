@@ -58,6 +58,7 @@ from bars import GIB, MIB, bar, fmt_bar_value, fmt_bytes  # noqa: E402, F401 - r
 from recorded import command  # noqa: E402 - beside this module in benchmarks/
 
 import aioenv  # noqa: E402
+from aioenv import _hot  # noqa: E402
 
 T = TypeVar("T")
 EPISODE_STEPS = 10**9  # latency envs never autoreset inside a window (a reset step does not wait)
@@ -668,6 +669,7 @@ def machine_info() -> dict[str, Any]:
         "psutil": psutil.__version__,
         "aioenv": aioenv.__version__,
         "loop": loop,
+        "hot_path": _hot.describe(),
     }
 
 

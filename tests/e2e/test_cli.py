@@ -22,6 +22,16 @@ def test_demo_runs_a_real_pool_and_reports_it() -> None:
     assert episodes is not None, out
     assert int(episodes.group(1).replace(",", "")) > 0, out
     assert "workers are gone" in out
+    assert re.search(r"hot path\s+│\s+compiled", out), out  # (built here: tests/core/test_speedups.py)
+
+
+def test_demo_and_bench_say_when_the_pool_runs_its_pure_python_twins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIOENV_PURE_PYTHON", "1")
+    demo = run_python("-m", "aioenv.cli", "demo", "--num-envs", "2", "--steps", "200")
+    bench = run_python("-m", "aioenv.cli", "bench", "--num-envs", "2", "--seconds", "0.2")
+    for proc in (demo, bench):
+        assert proc.returncode == 0, proc.stderr
+        assert re.search(r"hot path\s+│\s+pure Python \(AIOENV_PURE_PYTHON is set\)", proc.stdout), proc.stdout
 
 
 def test_demo_refuses_a_bad_argument_clearly() -> None:
