@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["PURE_ENV", "Speedups", "compiled", "describe", "load"]
+__all__ = ["PURE_ENV", "Speedups", "compiled", "describe", "load", "pure_chosen"]
 
 #: The environment variable that keeps this process on the pure-Python twins (``1``; unset, empty or ``0``: the
 #: compiled functions where they were built).
@@ -66,9 +66,14 @@ class Speedups(Protocol):
         ...
 
 
+def pure_chosen() -> bool:
+    """Whether this process's environment says to run the pure-Python twins (:data:`PURE_ENV`)."""
+    return os.environ.get(PURE_ENV, "") not in ("", "0")
+
+
 def load() -> Speedups | None:
     """The compiled functions, or None: not built here, or :data:`PURE_ENV` says not to use them."""
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+    if pure_chosen():
         return None
     try:
         import aioenv._speedups as _speedups
@@ -87,6 +92,6 @@ def describe() -> str:
     headers): ``"compiled"``, or ``"pure Python"`` and why."""
     if compiled is not None:
         return "compiled"
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+    if pure_chosen():
         return f"pure Python ({PURE_ENV} is set)"
     return "pure Python (aioenv._speedups is not built)"

@@ -62,6 +62,7 @@ if str(ROOT / "benchmarks") not in sys.path:
 from bench_goals import Source  # noqa: E402 - found through the path set above
 from recorded import command  # noqa: E402
 
+from aioenv import _hot  # noqa: E402
 from aioenv.transport.spawn import usable_cpus  # noqa: E402
 
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "many_core"
@@ -229,8 +230,8 @@ def ensure_compiled() -> str:
     def compiled() -> bool:
         return subprocess.run(probe, capture_output=True, text=True, cwd=ROOT, env=env).stdout.strip() == "True"
 
-    if os.environ.get("AIOENV_PURE_PYTHON", "") not in ("", "0"):
-        return "pure Python (AIOENV_PURE_PYTHON is set)"
+    if _hot.pure_chosen():
+        return f"pure Python ({_hot.PURE_ENV} is set)"
     if compiled():
         return "compiled (aioenv/_speedups.c, built already)"
     try:

@@ -142,7 +142,9 @@ _DONE_A, _DONE_B, _, _ = _FRAMED_DONE_WORDS.unpack(_FRAMED_DONE.pack(1, DONE.siz
 FRAMED_DONE_SIZE = _FRAMED_DONE.size
 
 
-def _flags(info_list: bool, finals: bool, infos: bool, quiet: bool) -> int:
+def step_flags(info_list: bool = False, finals: bool = False, infos: bool = False, quiet: bool = False) -> int:
+    """The flag bits of a step (the module's docstring) or-ed together: a step's ``flags`` field, and what
+    :func:`framed_steps` takes."""
     return (
         (INFO_LIST if info_list else 0) | (FINALS if finals else 0) | (INFOS if infos else 0) | (QUIET if quiet else 0)
     )
@@ -159,7 +161,7 @@ def step(
 ) -> bytes:
     """The frame of a step of envs ``first .. first + count - 1`` over shared rows, for request ``req_id``
     (``info_list``, ``finals``, ``infos``, ``quiet``: the flags of the module's docstring)."""
-    return STEP.pack(MARK, _S, _flags(info_list, finals, infos, quiet), first, count, req_id)
+    return STEP.pack(MARK, _S, step_flags(info_list, finals, infos, quiet), first, count, req_id)
 
 
 def framed_step(
@@ -173,7 +175,7 @@ def framed_step(
 ) -> bytes:
     """:func:`step` as a pipe carries it (:mod:`aioenv.transport.pipe`'s framing of a one-frame message): the
     bytes to write to a worker's pipe as they are."""
-    flags = _flags(info_list, finals, infos, quiet)
+    flags = step_flags(info_list, finals, infos, quiet)
     return _FRAMED_STEP.pack(1, STEP.size, MARK, _S, flags, first, count, req_id)
 
 
@@ -186,11 +188,6 @@ def py_framed_steps(base: int, firsts: list[int], counts: list[int], flags: int)
         pack(1, size, MARK, _S, flags, first, count, base + k)
         for k, (first, count) in enumerate(zip(firsts, counts, strict=True))
     ]
-
-
-def step_flags(info_list: bool = False, finals: bool = False, infos: bool = False, quiet: bool = False) -> int:
-    """The flag bits of a step (the module's docstring) or-ed together, for :func:`framed_steps`."""
-    return _flags(info_list, finals, infos, quiet)
 
 
 def read_framed_done(data: memoryview) -> int | None:
