@@ -65,6 +65,12 @@ class Speedups(Protocol):
         byte per listed row."""
         ...
 
+    def claim_ids(self, ids: np.ndarray, busy: np.ndarray, unread: np.ndarray | None, /) -> int:
+        """:func:`aioenv.core.scheduler.py_claim_ids`: -1 and every env of ``ids`` ``(n,)`` int64 marked in ``busy``
+        ``(num_envs,)`` bool, when none was busy or ``unread`` (the same, or None); else the first such env and
+        nothing changed. ``IndexError`` (nothing changed) for an id beyond ``busy``."""
+        ...
+
 
 def pure_chosen() -> bool:
     """Whether this process's environment says to run the pure-Python twins (:data:`PURE_ENV`)."""

@@ -227,6 +227,69 @@ done:
     return result;
 }
 
+/* A 1-D C-contiguous buffer of bools (numpy's format "?"), writable when asked. */
+static int bool_buffer(PyObject *obj, Py_buffer *view, const char *what, int writable) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0)
+        return -1;
+    const char *f = view->format == NULL ? "B" : view->format;
+    if (view->ndim != 1 || view->itemsize != 1 || strcmp(f, "?") != 0) {
+        PyErr_Format(PyExc_TypeError, "%s must be a 1-D contiguous bool array, got format %s of %zd dimension(s)", what,
+                     f, (Py_ssize_t)view->ndim);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(claim_ids_doc,
+             "claim_ids(ids, busy, unread, /)\n--\n\n"
+             "aioenv.core.scheduler.py_claim_ids: when no env of ``ids`` (int64, 1-D) is ``busy`` (bool, one per env)\n"
+             "or ``unread`` (the same, or None), mark each busy and return -1; else change nothing and return the first\n"
+             "such env in ``ids``' order. ``IndexError`` (nothing changed) for an id out of ``busy``'s range.");
+
+static PyObject *claim_ids(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "claim_ids takes 3 arguments (ids, busy, unread), got %zd", nargs);
+        return NULL;
+    }
+    Py_buffer ids_view, busy_view, unread_view;
+    int has_unread = args[2] != Py_None;
+    if (int64_buffer(args[0], &ids_view, "ids") < 0) return NULL;
+    if (bool_buffer(args[1], &busy_view, "busy", 1) < 0) {
+        PyBuffer_Release(&ids_view);
+        return NULL;
+    }
+    if (has_unread && bool_buffer(args[2], &unread_view, "unread", 0) < 0) {
+        PyBuffer_Release(&busy_view);
+        PyBuffer_Release(&ids_view);
+        return NULL;
+    }
+    const int64_t *ids = ids_view.buf;
+    char *busy = busy_view.buf;
+    const char *unread = has_unread ? unread_view.buf : NULL;
+    Py_ssize_t n = ids_view.len / 8, envs = busy_view.len;
+    PyObject *result = NULL;
+    long long found = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t env = ids[i];
+        if (env < 0 || env >= envs || (has_unread && env >= unread_view.len)) {
+            PyErr_Format(PyExc_IndexError, "env id %lld is out of bounds for %zd envs", (long long)env, envs);
+            goto done;
+        }
+        if (found < 0 && (busy[env] || (unread != NULL && unread[env]))) found = env;
+    }
+    if (found < 0) {
+        for (Py_ssize_t i = 0; i < n; i++) busy[ids[i]] = 1;
+    }
+    result = PyLong_FromLongLong(found);
+done:
+    if (has_unread) PyBuffer_Release(&unread_view);
+    PyBuffer_Release(&busy_view);
+    PyBuffer_Release(&ids_view);
+    return result;
+}
+
 PyDoc_STRVAR(runs_by_owner_doc,
              "runs_by_owner(env_ids, worker_of, /)\n--\n\n"
              "aioenv.core.scheduler._few_runs_by_owner: ``(workers, firsts, counts)``, each worker's part of the unique\n"
@@ -398,6 +461,7 @@ static PyMethodDef methods[] = {
     {"runs_by_owner", (PyCFunction)(void (*)(void))runs_by_owner, METH_FASTCALL, runs_by_owner_doc},
     {"framed_steps", (PyCFunction)(void (*)(void))framed_steps, METH_FASTCALL, framed_steps_doc},
     {"take_listed", (PyCFunction)(void (*)(void))take_listed, METH_FASTCALL, take_listed_doc},
+    {"claim_ids", (PyCFunction)(void (*)(void))claim_ids, METH_FASTCALL, claim_ids_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -201,6 +201,9 @@ class Coordinator(Recovery, Requests):
         self._done_pipe: tuple[int, int] | None = None
         self._done_rest = b""
         self._done_dropped = 0  # bytes of it that were no record, so far (logged as the total passes a power of 2)
+        #: Whether some slot may be DRAINING (its worker replaced after its next reply): a reply's slot is asked only
+        #: then, not reply by reply in every batch.
+        self._draining = False
         self._tokens: list[int] = []
         #: The quiet and countdown pipes of its quiet calls (aioenv.wire.lane.QUIET; None: it makes none); the base of
         #: the quiet call out (0: none); whether the quiet pipe is watched, as the done pipe is (a quiet call went
@@ -1196,8 +1199,8 @@ class Coordinator(Recovery, Requests):
             self._close_lanes(call)
         if self.sched.held:  # rows freed: held rows may go now
             self._pump()
-        for index, _ in replies:
-            if slots[index].life.state is SlotState.DRAINING:
+        if self._draining:
+            for index, _ in replies:
                 self._recycle_if_idle(slots[index])
 
     def _take_row_records(self, records: list[tuple[int, int, int]]) -> None:
@@ -1248,8 +1251,8 @@ class Coordinator(Recovery, Requests):
             queue.deliver_shared(slab, queued)
         for index, multi in by_slot.items():
             self._on_rows(slots[index], Op.RESULT, {Key.ROWS_KIND: Op.STEP, Key.SHARED: 1}, [], multi)
-        for index in {index for index, _, _ in records}:
-            if slots[index].life.state is SlotState.DRAINING:
+        if self._draining:
+            for index in {index for index, _, _ in records}:
                 self._recycle_if_idle(slots[index])
         if sched.held:
             self._pump()
@@ -1366,6 +1369,7 @@ class Coordinator(Recovery, Requests):
                 f"({(self.max_worker_rss or 0) / mib:.0f} MiB)"
             )
             slot.move(SlotState.DRAINING, why)
+            self._draining = True
             log.warning("worker %s %s", slot.name, why)
         self._recycle_if_idle(slot)
 
@@ -1379,6 +1383,7 @@ class Coordinator(Recovery, Requests):
         how = slot.why
         proc.kill()  # it holds nothing of use now; aclose reaps it (see _retire)
         self._restart(slot, how, crash=False)
+        self._draining = any(s.life.state is SlotState.DRAINING for s in self.slots)
 
     def _on_rows(self, slot: Slot, op: str, header: dict[str, Any], arrays: list[np.ndarray], multi: Any) -> None:
         """A thread/async worker's RESULT with finished rows of several requests (``"multi"``, see

@@ -253,10 +253,10 @@ def step_builder(slab: Slab | None, ids: np.ndarray, leaves: list[np.ndarray], i
     (``len(ids)`` rows each; ``every``: ``ids`` is every env, in order). With a ``slab`` the actions go
     into the envs' shared rows now and a STEP carries none; else each STEP carries its rows as arrays.
     ``info_list``: the caller wants each env's own info dict (``"ilist"``)."""
-    flags: dict[str, Any] = {Key.INFO_LIST: True} if info_list else {}
     if slab is not None:
         slab.put_actions(ids, leaves, every)
-        return SharedStep(info_list)
+        return _SHARED_STEPS[info_list]
+    flags: dict[str, Any] = {Key.INFO_LIST: True} if info_list else {}
     n = ids.size
 
     def carried(req: Request) -> tuple[dict[str, Any], list[np.ndarray]]:
@@ -284,6 +284,10 @@ class SharedStep:
         if self.info_list:
             fields[Key.INFO_LIST] = True
         return fields, []
+
+
+#: The two builders a step over shared rows needs (without and with ``info_list``): one each, not one a call.
+_SHARED_STEPS = (SharedStep(False), SharedStep(True))
 
 
 def reset_builder(seeds: list[int | None], options: dict[str, Any] | None, shared: bool) -> Build:

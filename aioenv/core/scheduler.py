@@ -49,7 +49,9 @@ from aioenv.wire.checks import SMALL_BATCH
 #: how many ids such an array has: a ``send()``/``recv()`` loop sends the ids of each batch ``recv()`` returned, and
 #: over workers that each host a run of envs and answer them together those repeat (two batches alternate for 128
 #: envs on two workers). Their bytes are looked up where the checks cost 12-25 µs of CPU inside a running pool (64
-#: ids) and the cut 15.
+#: ids) and the cut 15. Where :mod:`aioenv._hot` found the compiled checks, nothing is remembered: each check and cut
+#: is one pass in C, cheaper than the bytes and the lookup, and a first-finished loop over many workers rarely
+#: repeats an array (32 CartPoles on 16 workers, batches of 16: 38 of 2,961 cuts were repeats).
 KNOWN_ID_SETS = 32
 KNOWN_IDS_MAX = 1024
 
@@ -244,6 +246,9 @@ class Scheduler:
         ids = ids.astype(np.int64, copy=False)
         if ids.size == 0:
             raise UsageError("env_ids is empty: name at least one env")
+        if compiled is not None and ids.flags.c_contiguous:  # one pass in C: cheaper than remembering
+            self._check(ids)
+            return ids
         key = ids.tobytes() if ids.size <= KNOWN_IDS_MAX else None
         if key is not None and key in self._checked:  # the same ids as a call before: valid then, valid now
             return ids
@@ -315,18 +320,17 @@ class Scheduler:
         if env_ids is self.all_ids and not self.unread_count and not np.count_nonzero(busy):  # nor here
             busy.fill(True)
             return
-        # take and put, not fancy indexing: several times cheaper on the few ids of a send()
-        taken = busy.take(env_ids)
-        if self.unread_count:
-            taken |= self.unread.take(env_ids)
-        if np.count_nonzero(taken):  # (ndarray.any() costs several times as much on small arrays)
-            env = int(env_ids[taken][0])
+        unread = self.unread if self.unread_count else None
+        if compiled is not None and env_ids.dtype == np.int64 and env_ids.flags.c_contiguous:
+            env = compiled.claim_ids(env_ids, busy, unread)
+        else:
+            env = py_claim_ids(env_ids, busy, unread)
+        if env >= 0:
             if self.unread[env] or env in self.held_unread:  # (first: such an env is held busy too)
                 why = f"env {env}'s last result has arrived but recv() has not returned it yet"
             else:
                 why = f"env {env} already has a request in flight: an env takes one request at a time"
             raise UsageError(f"{why} (await its result, or recv() it, before sending another)", env_id=env)
-        busy.put(env_ids, True)
 
     def mark_unread(self, env_ids: np.ndarray) -> None:
         """The results of ``env_ids`` wait in ``recv()``'s queue: no new request for them until read."""
@@ -374,8 +378,8 @@ class Scheduler:
         one run. Remembered by the ids' bytes for the arrays a ``send()``/``recv()`` loop repeats (int64 arrays of up
         to :data:`KNOWN_IDS_MAX` ids, the last :data:`KNOWN_ID_SETS`), until :meth:`place` places the envs anew."""
         n = env_ids.size
-        if n > KNOWN_IDS_MAX or env_ids.dtype != np.int64:  # (its bytes name its ids only as int64s)
-            return self._cut(env_ids)
+        if n > KNOWN_IDS_MAX or env_ids.dtype != np.int64 or compiled is not None:  # (bytes name int64 ids only;
+            return self._cut(env_ids)  # compiled, the cut is one pass in C, cheaper than remembering it)
         known = self._known_runs
         key = env_ids.tobytes()
         try:
@@ -774,6 +778,21 @@ class Scheduler:
 #: Up to this many env ids, :func:`_few_runs_by_owner` cuts them into runs in a loop over a list; beyond it
 #: :func:`_runs_by_owner` does with a few numpy calls (each costs as much as ~20 turns of that loop).
 _FEW_IDS = 96
+
+
+def py_claim_ids(ids: np.ndarray, busy: np.ndarray, unread: np.ndarray | None) -> int:
+    """Mark every env of ``ids`` ``(n,)`` (unique env ids, as :meth:`Scheduler.resolve` gives them) in ``busy``
+    ``(num_envs,)`` bool and return -1, when none is ``busy`` or ``unread`` (the same, or None); else change
+    nothing and return the first such env in ``ids``' order (``IndexError`` for an id beyond ``busy``). The twin of
+    the compiled ``claim_ids`` (:mod:`aioenv._hot`), which :meth:`Scheduler.claim` calls where it was built."""
+    # take and put, not fancy indexing: several times cheaper on the few ids of a send()
+    taken = busy.take(ids)
+    if unread is not None:
+        taken |= unread.take(ids)
+    if np.count_nonzero(taken):  # (ndarray.any() costs several times as much on small arrays)
+        return int(ids[taken][0])
+    busy.put(ids, True)
+    return -1
 
 
 def _few_runs_by_owner(env_ids: np.ndarray, owners: list[int]) -> Runs | None:

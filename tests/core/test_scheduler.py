@@ -930,6 +930,7 @@ def test_resolve_remembers_checked_ids_but_answers_as_a_fresh_check_would(calls:
 
 
 def test_resolve_checks_an_id_array_once_and_bounds_what_it_remembers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scheduler, "compiled", None)  # (the twins remember; the compiled check runs every time)
     sched = placed(200, 2)
     checked: list[list[int]] = []
     check = Scheduler._check
@@ -957,3 +958,32 @@ def test_resolve_checks_an_id_array_once_and_bounds_what_it_remembers(monkeypatc
     checked.clear()
     sched.resolve(batch)  # forgotten on the way: checked again
     assert checked == [batch.tolist()]
+
+
+def test_the_compiled_check_of_ids_runs_on_every_call_and_remembers_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    sched = placed(200, 2)
+    calls: list[tuple[list[int], int]] = []
+
+    class Counted:  # the compiled function's contract (tests/core/test_speedups.py holds it to its twin)
+        @staticmethod
+        def check_ids(ids: np.ndarray, num_envs: int) -> tuple[bool, int] | None:
+            listed = ids.tolist()
+            calls.append((listed, num_envs))
+            unknown = [i for i in listed if not 0 <= i < num_envs]
+            if unknown:
+                return False, unknown[0]
+            twice = sorted(i for i in set(listed) if listed.count(i) > 1)
+            return (True, twice[0]) if twice else None
+
+    monkeypatch.setattr(scheduler, "compiled", Counted)
+    batch = np.arange(64, 128)
+    for _ in range(3):
+        assert sched.resolve(batch) is batch
+    assert calls == [(batch.tolist(), 200)] * 3
+    assert not sched._checked
+    with pytest.raises(UsageError, match="env id 70 appears more than once"):
+        sched.resolve(np.array([70, 1, 70]))
+    with pytest.raises(UsageError, match="unknown env id 200"):
+        sched.resolve(np.array([5, 200]))
+    assert sched.resolve(batch[::2]).tolist() == batch[::2].tolist()  # not contiguous: the twin checks it
+    assert len(calls) == 5

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aioenv import _hot
-from aioenv.core.scheduler import Scheduler, py_take_listed
+from aioenv.core.scheduler import Scheduler, py_claim_ids, py_take_listed
 from aioenv.errors import UsageError
 from aioenv.wire import lane
 from tests.support.scripts import ROOT, run_python
@@ -135,6 +135,38 @@ def test_a_replys_rows_of_one_request_are_ticked_off_alike_compiled_or_not(
     assert marks == before
 
 
+@given(st.integers(1, 40), st.data())
+def test_a_claim_of_envs_marks_them_all_or_names_the_first_taken_alike_compiled_or_not(
+    num_envs: int, data: st.DataObject
+) -> None:
+    """``Scheduler.claim``'s core: unique ids, some busy or unread (or none), some beyond the envs: the same env
+    named and nothing marked, or every env marked; an id out of range refused with nothing changed."""
+    # (ids that resolve() let through: never negative, which the compiled claim refuses and numpy's take would wrap)
+    ids = np.array(data.draw(st.lists(st.integers(0, num_envs + 2), unique=True, max_size=12), label="ids"), np.int64)
+    busy = np.array(data.draw(st.lists(st.booleans(), min_size=num_envs, max_size=num_envs), label="busy"))
+    unread = None
+    if data.draw(st.booleans(), label="with unread"):
+        unread = np.array(data.draw(st.lists(st.booleans(), min_size=num_envs, max_size=num_envs), label="unread"))
+    results: list[tuple[str, bytes]] = []
+    for claim in (py_claim_ids, _compiled().claim_ids):
+        mine = busy.copy()
+        try:
+            got = str(claim(ids, mine, unread))
+        except IndexError:
+            got = "IndexError"
+            assert np.array_equal(mine, busy)
+        results.append((got, mine.tobytes()))
+    assert results[0] == results[1], (ids, busy, unread)
+    got, after = results[0]
+    taken = busy | (unread if unread is not None else False)
+    if got == "-1":
+        assert np.array_equal(np.frombuffer(after, np.bool_), busy | np.isin(np.arange(num_envs), ids))
+        assert not taken[ids].any()
+    elif got != "IndexError":
+        assert after == busy.tobytes()
+        assert int(got) == next(i for i in ids.tolist() if taken[i])
+
+
 def test_the_compiled_functions_refuse_what_the_pool_never_gives_them() -> None:
     """Arguments of the wrong kind raise ``TypeError`` (or, for an id beyond the envs, ``IndexError``), naming what
     was expected; none crashes the process."""
@@ -169,6 +201,18 @@ def test_the_compiled_functions_refuse_what_the_pool_never_gives_them() -> None:
         c.take_listed([1], b"\x00", [0], [])  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="takes 2 arguments"):
         c.check_ids(np.arange(3))  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="busy must be a 1-D contiguous bool array, got format B"):
+        c.claim_ids(np.array([1], np.int64), np.zeros(4, np.uint8), None)
+    read_only = np.zeros(4, np.bool_)
+    read_only.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):  # (numpy's refusal of a writable buffer)
+        c.claim_ids(np.array([1], np.int64), read_only, None)
+    with pytest.raises(IndexError, match="env id 5 is out of bounds for 4 envs"):
+        c.claim_ids(np.array([1, 5], np.int64), np.zeros(4, np.bool_), None)
+    with pytest.raises(IndexError, match="env id -1 is out of bounds"):
+        c.claim_ids(np.array([-1], np.int64), np.zeros(4, np.bool_), None)
+    with pytest.raises(IndexError, match="env id 3 is out of bounds"):  # an unread mask shorter than the ids need
+        c.claim_ids(np.array([3], np.int64), np.zeros(4, np.bool_), np.zeros(2, np.bool_))
 
 
 # A send()/recv() loop over 8 CartPoles on 2 inline workers, 150 steps each: every env's own trajectory (its actions

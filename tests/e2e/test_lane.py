@@ -238,9 +238,14 @@ async def test_a_send_whose_part_for_some_worker_is_not_one_run_goes_as_requests
             assert not sched.busy.any()
 
 
+@pytest.mark.parametrize("pure", [True, False], ids=["pure", "as-built"])
 async def test_a_sends_ids_are_cut_into_runs_once_while_the_envs_stay_where_they_are(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, pure: bool
 ) -> None:
+    # The twins remember each batch's cut; the compiled cut (where aioenv._hot found it) is cheaper than
+    # remembering, and cuts every batch anew.
+    if pure:
+        monkeypatch.setattr(scheduler, "compiled", None)
     cuts: list[list[int]] = []
     cut = scheduler.Scheduler._cut  # (compiled or not: aioenv._hot)
 
@@ -263,7 +268,10 @@ async def test_a_sends_ids_are_cut_into_runs_once_while_the_envs_stay_where_they
                 assert sorted(info["env_id"].tolist()) == sorted(ids)
                 assert obs[:, 0].tolist() == info["env_id"].tolist()  # each env's own row
                 assert not sched.busy.any()
-        assert cuts == [*batches, *batches]  # each batch cut in the first round and after the placement, only
+        if scheduler.compiled is None:
+            assert cuts == [*batches, *batches]  # each batch cut in the first round and after the placement, only
+        else:
+            assert cuts == batches * 3
 
 
 async def test_a_worker_lost_mid_send_fails_its_rows_through_recv_and_the_others_arrive(tmp_path: Path) -> None:
