@@ -523,6 +523,18 @@ class _Plan:
 
 _PLANS: dict[int, tuple[gs.Space[Any], _Plan]] = {}
 _NESTED = (gs.Dict, gs.Tuple)  # the spaces with children (a tuple: ``A | B`` would be built at every call)
+#: Whether a space type is one of :data:`_NESTED` (or a subclass), by type: both are ABCs (``Mapping``, ``Sequence``),
+#: whose ``isinstance`` runs ``ABCMeta.__instancecheck__`` in Python for any other space, twice each batch ``recv()``
+#: returns.
+_NESTED_TYPES: dict[type, bool] = {}
+
+
+def _nested(space: gs.Space[Any]) -> bool:
+    kind = type(space)
+    nested = _NESTED_TYPES.get(kind)
+    if nested is None:
+        nested = _NESTED_TYPES[kind] = issubclass(kind, _NESTED)
+    return nested
 
 
 def _plan(space: gs.Space[Any]) -> _Plan:
@@ -574,7 +586,7 @@ def is_plain_leaf(space: gs.Space[Any]) -> bool:
     as ``leaves[0][i]`` and written with ``leaves[0][i] = value``, which hot loops do without a call. Not a Dict or
     Tuple of one such child: its value is a dict or tuple around the leaf's row."""
     specs = _plan(space).specs
-    return not isinstance(space, _NESTED) and len(specs) == 1 and specs[0][0] not in ("text", "value")
+    return not _nested(space) and len(specs) == 1 and specs[0][0] not in ("text", "value")
 
 
 def write_row(space: gs.Space[Any], leaves: list[Leaf], i: int, value: Any) -> None:
@@ -604,7 +616,7 @@ def to_leaves(space: gs.Space[Any], batched: Any) -> list[Leaf]:
 
 def from_leaves(space: gs.Space[Any], leaves: Sequence[Leaf]) -> Any:
     """Inverse of :func:`to_leaves`: the dict/tuple structure around ``leaves``."""
-    if len(leaves) == 1 and not isinstance(space, _NESTED):  # a space of one leaf is that leaf
+    if len(leaves) == 1 and not _nested(space):  # a space of one leaf is that leaf
         return leaves[0]
     plan = _plan(space)
     if len(leaves) != len(plan.specs):

@@ -304,6 +304,25 @@ def test_write_row_scalar_types() -> None:
     np.testing.assert_array_equal(bl[0][1], np.array([0.5, -0.5], np.float32))
 
 
+class _MyDict(gs.Dict):
+    """A user's subclass of a space with children."""
+
+
+def test_a_space_of_one_leaf_is_that_leaf_and_a_dict_or_tuple_of_one_leaf_is_still_a_dict_or_tuple() -> None:
+    leaf = np.arange(6, dtype=np.float32).reshape(3, 2)
+    box = gs.Box(0, 1, (2,), np.float32)
+    for _ in range(2):  # (the second time from what was learnt of each space's type the first)
+        assert from_leaves(box, [leaf]) is leaf
+        assert from_leaves(gs.Discrete(4), [leaf]) is leaf
+        for space in (gs.Dict({"a": box}), _MyDict({"a": box})):
+            rebuilt = from_leaves(space, [leaf])
+            assert isinstance(rebuilt, dict)
+            assert rebuilt["a"] is leaf
+        rebuilt_tuple = from_leaves(gs.Tuple([box]), [leaf])
+        assert isinstance(rebuilt_tuple, tuple)
+        assert rebuilt_tuple[0] is leaf
+
+
 def test_from_leaves_wrong_count() -> None:
     with pytest.raises(ValueError, match="leaves"):
         from_leaves(SPACES["tuple"], [np.zeros(2)])
