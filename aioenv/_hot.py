@@ -65,6 +65,12 @@ class Speedups(Protocol):
         byte per listed row."""
         ...
 
+    def send_each(self, fds: list[int], datas: list[bytes], /) -> list[tuple[int, int]]:
+        """:func:`aioenv.transport.pipe.py_send_each`: ``datas[k]`` written to the non-blocking stream socket
+        ``fds[k]``, one send each, the GIL released once for all; ``[(k, n)]`` for each not sent whole (``n``: bytes
+        sent, or -errno). ``ValueError`` for a negative fd (nothing sent)."""
+        ...
+
     def claim_ids(self, ids: np.ndarray, busy: np.ndarray, unread: np.ndarray | None, /) -> int:
         """:func:`aioenv.core.scheduler.py_claim_ids`: -1 and every env of ``ids`` ``(n,)`` int64 marked in ``busy``
         ``(num_envs,)`` bool, when none was busy or ``unread`` (the same, or None); else the first such env and

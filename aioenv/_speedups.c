@@ -13,7 +13,9 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -455,6 +457,77 @@ static PyObject *take_listed(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_RETURN_TRUE;
 }
 
+PyDoc_STRVAR(send_each_doc,
+             "send_each(fds, datas, /)\n--\n\n"
+             "aioenv.transport.pipe.py_send_each's sends: ``datas[k]`` (bytes) written to the non-blocking stream socket\n"
+             "``fds[k]`` with one send(2) each (MSG_NOSIGNAL), in order, the GIL released once for all. Returns\n"
+             "``[(k, n)]`` for each message not sent whole: ``n`` >= 0 bytes of it were sent, or ``n`` = -errno (EAGAIN:\n"
+             "nothing fitted; another: the socket failed). An empty list: every message went whole.");
+
+static PyObject *send_each(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "send_each takes 2 arguments (fds, datas), got %zd", nargs);
+        return NULL;
+    }
+    PyObject *fds_obj = args[0], *datas = args[1];
+    if (!PyList_Check(fds_obj) || !PyList_Check(datas) || PyList_GET_SIZE(fds_obj) != PyList_GET_SIZE(datas)) {
+        PyErr_SetString(PyExc_TypeError, "send_each takes two lists of the same length: fds (ints) and datas (bytes)");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(datas);
+    int small_fds[64];
+    Py_ssize_t small_sent[64];
+    int *fds = n <= 64 ? small_fds : PyMem_Malloc((size_t)n * sizeof(int));
+    Py_ssize_t *sent = n <= 64 ? small_sent : PyMem_Malloc((size_t)n * sizeof(Py_ssize_t));
+    PyObject *result = NULL;
+    if (fds == NULL || sent == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) { /* checked before any byte goes out */
+        PyObject *fd = PyList_GET_ITEM(fds_obj, k), *data = PyList_GET_ITEM(datas, k);
+        if (!PyLong_CheckExact(fd) || !PyBytes_CheckExact(data)) {
+            PyErr_Format(PyExc_TypeError, "send_each: item %zd is not an int fd and bytes", k);
+            goto done;
+        }
+        long v = PyLong_AsLong(fd);
+        if ((v == -1 && PyErr_Occurred()) || v < 0 || v > INT32_MAX) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "send_each: fds[%zd] is no file descriptor", k);
+            goto done;
+        }
+        fds[k] = (int)v;
+    }
+    /* the bytes objects stay alive and unchanged without the GIL: the lists hold them, and bytes are immutable */
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *data = PyList_GET_ITEM(datas, k);
+        ssize_t got;
+        do {
+            got = send(fds[k], PyBytes_AS_STRING(data), (size_t)PyBytes_GET_SIZE(data), MSG_DONTWAIT | MSG_NOSIGNAL);
+        } while (got < 0 && errno == EINTR);
+        sent[k] = got < 0 ? -(Py_ssize_t)errno : (Py_ssize_t)got;
+    }
+    Py_END_ALLOW_THREADS
+    result = PyList_New(0);
+    if (result == NULL) goto done;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (sent[k] == PyBytes_GET_SIZE(PyList_GET_ITEM(datas, k))) continue;
+        PyObject *pair = Py_BuildValue("(nn)", k, sent[k]);
+        if (pair == NULL || PyList_Append(result, pair) < 0) {
+            Py_XDECREF(pair);
+            Py_CLEAR(result);
+            goto done;
+        }
+        Py_DECREF(pair);
+    }
+done:
+    if (fds != small_fds) PyMem_Free(fds);
+    if (sent != small_sent) PyMem_Free(sent);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"read_records", (PyCFunction)(void (*)(void))read_records, METH_FASTCALL, read_records_doc},
     {"check_ids", (PyCFunction)(void (*)(void))check_ids, METH_FASTCALL, check_ids_doc},
@@ -462,6 +535,7 @@ static PyMethodDef methods[] = {
     {"framed_steps", (PyCFunction)(void (*)(void))framed_steps, METH_FASTCALL, framed_steps_doc},
     {"take_listed", (PyCFunction)(void (*)(void))take_listed, METH_FASTCALL, take_listed_doc},
     {"claim_ids", (PyCFunction)(void (*)(void))claim_ids, METH_FASTCALL, claim_ids_doc},
+    {"send_each", (PyCFunction)(void (*)(void))send_each, METH_FASTCALL, send_each_doc},
     {NULL, NULL, 0, NULL},
 };
 

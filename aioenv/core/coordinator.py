@@ -68,7 +68,7 @@ from aioenv.errors import (
     ProtocolError,
     UsageError,
 )
-from aioenv.transport.pipe import PipePort
+from aioenv.transport.pipe import PipePort, send_framed_each
 from aioenv.transport.slab import Slab
 from aioenv.transport.slab_infos import plan as plan_info_area
 from aioenv.transport.spawn import usable_cpus
@@ -845,11 +845,9 @@ class Coordinator(Recovery, Requests):
         flags = lane.step_flags(info_list, self._finals_in_slab(sink), self._infos_in_slab(sink), quiet)
         if quiet:
             self._quiet_base = base
-        for k, (proc, data) in enumerate(
-            zip(plan.by_message, lane.framed_steps(base, plan.firsts, plan.counts, flags), strict=True)
-        ):
-            if not proc.send_framed(data):  # its worker is gone: its exit fails the message (see _fail_lost)
-                slots[plan.workers[k]].outbox.append(data)
+        datas = lane.framed_steps(base, plan.firsts, plan.counts, flags)
+        for k in send_framed_each([proc.pipe for proc in plan.by_message], datas):
+            slots[plan.workers[k]].outbox.append(datas[k])  # its worker is gone: its exit fails it (see _fail_lost)
 
     def _finals_in_slab(self, sink: Sink) -> bool:
         """Whether a lane step's ended envs may leave their final observations in the slab (``lane.FINALS``): a

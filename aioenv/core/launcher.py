@@ -332,6 +332,9 @@ class LocalProcess:
         #: once the pipe is closed. The pipe's own method, not a method calling it: a lock-step batch sends one per
         #: worker.
         self.send_framed: Callable[[bytes], bool] = self._pipe.send_framed
+        #: The pool's end of the worker's pipe itself, for a call that writes several workers' pipes at once
+        #: (:func:`aioenv.transport.pipe.send_framed_each`).
+        self.pipe: PipePort = self._pipe
         self.pid: int = self.proc.pid
         #: Readable once the process has exited (closed once it is reaped): a pidfd, or the template's status pipe.
         self.exit_fd: int = self.proc.exit_fd

@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
+import os
 import select
 import socket
 import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from aioenv._hot import compiled
 from aioenv.errors import ProtocolError
 
 __all__ = ["BIG_MESSAGE", "MAX_FRAMES", "MAX_MESSAGE", "FrameReader", "LinkClosed", "PipeLink", "PipePort", "framed"]
@@ -220,6 +223,49 @@ def _send_more(sock: socket.socket, rest: collections.deque[memoryview]) -> None
     _sent(rest, sock.sendmsg([rest[i] for i in range(min(len(rest), _IOV_MAX))]))
 
 
+def py_send_each(fds: list[int], datas: list[bytes]) -> list[tuple[int, int]]:
+    """Write ``datas[k]`` to the non-blocking stream socket ``fds[k]``, one write each, in order; returns ``[(k, n)]``
+    for each message not written whole: ``n`` >= 0 bytes of it were, or ``n`` = -errno (``EAGAIN``: nothing fitted;
+    another: the socket failed). The twin of the compiled ``send_each`` (:mod:`aioenv._hot`), which
+    :func:`send_framed_each` calls where it was built."""
+    short: list[tuple[int, int]] = []
+    for k, (fd, data) in enumerate(zip(fds, datas, strict=True)):
+        try:
+            n = os.write(fd, data)
+        except OSError as exc:
+            n = -(exc.errno or errno.EIO)
+        if n != len(data):
+            short.append((k, n))
+    return short
+
+
+#: The sends of :func:`send_framed_each`: compiled where :mod:`aioenv._hot` found them built.
+send_each: Callable[[list[int], list[bytes]], list[tuple[int, int]]] = (
+    py_send_each if compiled is None else compiled.send_each
+)
+
+
+def send_framed_each(ports: Sequence[PipePort], datas: list[bytes]) -> list[int]:
+    """Send ``datas[k]`` through ``ports[k]`` (one message each, framed as :meth:`PipePort.send_framed` takes it,
+    each port once) as that method would, the sockets written in one call (:data:`send_each`): a lane call's
+    messages to its workers, each a wake-up, without a Python method call and a socket method around each. Returns the
+    ``k`` whose port is closed, or closes now (its message not sent: send_framed's False)."""
+    fds: list[int] = []
+    for port in ports:
+        if port.closed or port._backlog:  # (rare: one by one, as each port takes it)
+            return [k for k, (p, data) in enumerate(zip(ports, datas, strict=True)) if not p.send_framed(data)]
+        fds.append(port._fd)
+    lost: list[int] = []
+    for k, n in send_each(fds, datas):
+        port = ports[k]
+        if n >= 0 or n == -errno.EAGAIN:  # what did not fit waits, as send_framed keeps it
+            port._keep_rest(datas[k], max(n, 0))
+        else:  # the worker is gone (its exit is reported through its pidfd)
+            port._lost(f"closed its end of the pipe ({os.strerror(-n)})", True)
+            lost.append(k)
+    return lost
+
+
 #: A handler of the messages of one size, before any parsing (see :class:`PipePort`'s ``quick``).
 QuickHandler = Callable[[bytes, memoryview], bool]
 
@@ -303,9 +349,13 @@ class PipePort:
             self._lost(f"closed its end of the pipe ({exc})", True)
             return False
         if n < len(data):
-            self._backlog.append(memoryview(data)[n:])
-            self._loop.add_writer(self._fd, self._writable)
+            self._keep_rest(data, n)
         return True
+
+    def _keep_rest(self, data: bytes, n: int) -> None:
+        """The socket took only ``n`` bytes of ``data`` (its backlog empty): the rest waits until it is writable."""
+        self._backlog.append(memoryview(data)[n:])
+        self._loop.add_writer(self._fd, self._writable)
 
     def send(self, identity: bytes, frames: Sequence[Any]) -> bool:
         """Send one message (``identity`` must be this port's worker); False once the pipe is closed."""

@@ -8,7 +8,10 @@ tests/core/test_lane_calls.py.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import socket
 import sysconfig
 from pathlib import Path
 
@@ -20,6 +23,7 @@ from hypothesis import strategies as st
 from aioenv import _hot
 from aioenv.core.scheduler import Scheduler, py_claim_ids, py_take_listed
 from aioenv.errors import UsageError
+from aioenv.transport import pipe
 from aioenv.wire import lane
 from tests.support.scripts import ROOT, run_python
 
@@ -167,6 +171,38 @@ def test_a_claim_of_envs_marks_them_all_or_names_the_first_taken_alike_compiled_
         assert int(got) == next(i for i in ids.tolist() if taken[i])
 
 
+def test_sends_to_several_sockets_say_alike_what_did_not_go_whole_compiled_or_not() -> None:
+    """Whole messages, one that meets a full socket (EAGAIN, or the part that fitted) and one whose peer is gone (a
+    negative errno): the same report, and the same bytes in each socket, from the twin and the compiled sends."""
+    reports = []
+    for send_each in (pipe.py_send_each, _compiled().send_each):
+        pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(4)]
+        for ours, _ in pairs:
+            ours.setblocking(False)
+        full, gone = pairs[1], pairs[3]
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                full[0].send(bytes(65536))
+        gone[1].close()
+        datas = [b"a" * 40, b"b" * 40, bytes(1 << 22), b"d" * 40]
+        short = send_each([ours.fileno() for ours, _ in pairs], datas)
+        pairs[0][1].setblocking(False)
+        received = pairs[0][1].recv(100)
+        reports.append((short, received))
+        for k, (ours, theirs) in enumerate(pairs):
+            ours.close()
+            if k != 3:
+                theirs.close()
+    assert reports[0] == reports[1]
+    short, received = reports[0]
+    assert received == b"a" * 40
+    assert [k for k, _ in short] == [1, 2, 3]
+    assert dict(short)[1] == -errno.EAGAIN
+    assert 0 < dict(short)[2] < 1 << 22  # the part of a large message the socket took
+    assert dict(short)[3] in (-errno.EPIPE, -errno.ECONNRESET)
+    assert pipe.py_send_each([], []) == _compiled().send_each([], []) == []
+
+
 def test_the_compiled_functions_refuse_what_the_pool_never_gives_them() -> None:
     """Arguments of the wrong kind raise ``TypeError`` (or, for an id beyond the envs, ``IndexError``), naming what
     was expected; none crashes the process."""
@@ -201,6 +237,12 @@ def test_the_compiled_functions_refuse_what_the_pool_never_gives_them() -> None:
         c.take_listed([1], b"\x00", [0], [])  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="takes 2 arguments"):
         c.check_ids(np.arange(3))  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="two lists of the same length"):
+        c.send_each([1, 2], [b"x"])
+    with pytest.raises(TypeError, match="item 0 is not an int fd and bytes"):
+        c.send_each([1], [bytearray(b"x")])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match=r"fds\[0\] is no file descriptor"):  # (nothing sent)
+        c.send_each([-1], [b"x"])
     with pytest.raises(TypeError, match="busy must be a 1-D contiguous bool array, got format B"):
         c.claim_ids(np.array([1], np.int64), np.zeros(4, np.uint8), None)
     read_only = np.zeros(4, np.bool_)

@@ -30,7 +30,7 @@ import aioenv
 from aioenv.core import scheduler
 from aioenv.core.coordinator import Coordinator
 from aioenv.errors import PoolClosed, StepTimeout, UsageError, WorkerCrashed
-from aioenv.transport.pipe import PipePort
+from aioenv.transport import pipe
 from aioenv.wire import lane
 from aioenv.wire.protocol import Key, Op, decode, encode
 from tests.envs.faulty import SLOW, make_probe
@@ -93,12 +93,12 @@ def no_quiet_calls(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_a_lock_step_step_is_one_lane_message_each_way_per_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     sent: list[bytes] = []
     taken: list[tuple[int, int]] = []
-    send_framed = PipePort.send_framed
+    send_each = pipe.send_each  # (a lane call writes its workers' pipes in one call: compiled or not, aioenv._hot)
     read_records = lane.read_records
 
-    def counting_send(port: PipePort, data: bytes) -> bool:
-        sent.append(bytes(data))
-        return send_framed(port, data)
+    def counting_send(fds: list[int], datas: list[bytes]) -> list[tuple[int, int]]:
+        sent.extend(bytes(data) for data in datas)
+        return send_each(fds, datas)
 
     def counting_records(
         data: bytes, tokens: list[int]
@@ -110,7 +110,7 @@ async def test_a_lock_step_step_is_one_lane_message_each_way_per_worker(monkeypa
         assert got[4] == 0  # nothing on the done pipe but the workers' records
         return got
 
-    monkeypatch.setattr(PipePort, "send_framed", counting_send)
+    monkeypatch.setattr(pipe, "send_each", counting_send)
     monkeypatch.setattr(lane, "read_records", counting_records)
     ref = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 6)
     rng = np.random.default_rng(4)

@@ -19,6 +19,7 @@ import pytest
 
 import aioenv
 import aioenv.core.coordinator as coordinator_module
+import aioenv.transport.pipe as pipe_module
 from aioenv.errors import EnvRemade, ProtocolError, WorkerCrashed
 from aioenv.wire import lane
 from aioenv.wire.protocol import Key, Op, encode
@@ -246,13 +247,14 @@ async def test_a_done_with_infos_said_twice_keeps_its_rows_infos_once(monkeypatc
             await asyncio.wait_for(pool.step(np.zeros(4, np.int64)), HANG)  # the area's rows all hold infos now
         coord: Any = pool._runner
         sent: dict[int, bytes] = {}
-        for index in (0, 1):  # the steps go nowhere: this test answers them
+        slot_of = {coord.slots[index].proc.pipe.fileno(): index for index in (0, 1)}
 
-            def keep(data: bytes, index: int = index) -> bool:
-                sent[index] = bytes(data)
-                return True
+        def keep(fds: list[int], datas: list[bytes]) -> list[tuple[int, int]]:  # the steps go nowhere: this test
+            for fd, data in zip(fds, datas, strict=True):  # answers them
+                sent[slot_of[fd]] = bytes(data)
+            return []
 
-            monkeypatch.setattr(coord.slots[index].proc, "send_framed", keep)
+        monkeypatch.setattr(pipe_module, "send_each", keep)  # (a lock-step call writes its workers' pipes at once)
         step = asyncio.ensure_future(pool.step(np.zeros(4, np.int64)))
         async with asyncio.timeout(HANG):
             while len(sent) < 2:

@@ -19,7 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aioenv import _hot
 from aioenv.errors import ProtocolError
+from aioenv.transport import pipe
 from aioenv.transport.pipe import (
     BIG_MESSAGE,
     MAX_FRAMES,
@@ -29,6 +31,7 @@ from aioenv.transport.pipe import (
     PipeLink,
     PipePort,
     framed,
+    send_framed_each,
 )
 from tests.support.procs import HANG
 
@@ -234,6 +237,50 @@ async def test_send_framed_keeps_order_behind_a_backlog() -> None:
     port.close()
     assert not port.send_framed(small[0])
     link.close()
+
+
+@pytest.mark.timeout(HANG)
+@pytest.mark.parametrize("compiled", [False, True], ids=["pure", "compiled"])
+async def test_messages_to_several_ports_sent_in_one_call_arrive_as_send_framed_sends_them(
+    monkeypatch: pytest.MonkeyPatch, compiled: bool
+) -> None:
+    """A lane call writes its workers' pipes in one call: each message whole and in order behind what its port holds
+    already, whatever the socket took now (a message larger than the socket holds waits in the port's backlog); a
+    port closed before or by the call is named, its message not sent."""
+    speedups = _hot.load()
+    assert speedups is not None, "aioenv._speedups is not built (tests/core/test_speedups.py says why)"
+    monkeypatch.setattr(pipe, "send_each", speedups.send_each if compiled else pipe.py_send_each)
+    pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(4)]
+    ports = [PipePort(ours, f"w{k}".encode(), lambda identity, frames: None) for k, (ours, _) in enumerate(pairs)]
+    links = [PipeLink(theirs.detach()) for _, theirs in pairs]
+
+    def message(k: int, size: int) -> bytes:
+        return b"".join(bytes(b) for b in framed([bytes([k]) * size])[0])
+
+    # every port empty: one call for all; port 2's message is more than its socket holds
+    first = [message(0, 20), message(1, 20), message(2, 8 << 20), message(3, 20)]
+    assert send_framed_each(ports, first) == []
+    # port 2 holds a backlog now: the next call goes port by port, behind it
+    second = [message(k, 30) for k in range(4)]
+    assert send_framed_each(ports, second) == []
+    got = await asyncio.to_thread(lambda: [[bytes(link.recv()[0]) for _ in range(2)] for link in links])
+    assert got[2] == [bytes([2]) * (8 << 20), bytes([2]) * 30]
+    assert [got[k] for k in (0, 1, 3)] == [[bytes([k]) * 20, bytes([k]) * 30] for k in (0, 1, 3)]
+    # a worker gone: its port closes within the call and is named, the others' messages arrive
+    links[1].close()
+    lost_reasons: list[str] = []
+    ports[1]._on_lost = lambda why, eof: lost_reasons.append(why)
+    assert send_framed_each(ports, [message(k, 10) for k in range(4)]) == [1]
+    assert ports[1].closed
+    assert len(lost_reasons) == 1
+    assert "closed its end of the pipe" in lost_reasons[0]
+    assert send_framed_each(ports, [message(k, 11) for k in range(4)]) == [1]  # closed before the call
+    got = await asyncio.to_thread(lambda: [[bytes(links[k].recv()[0]) for _ in range(2)] for k in (0, 2, 3)])
+    assert got == [[bytes([k]) * 10, bytes([k]) * 11] for k in (0, 2, 3)]
+    for port in ports:
+        port.close()
+    for k in (0, 2, 3):
+        links[k].close()
 
 
 @pytest.mark.timeout(HANG)
