@@ -771,7 +771,8 @@ class Pool:
                 # starve the workers).
                 runner.answer_waiting(lambda: queue.ready >= need)
             start = None
-            if queue.ready < need and queue.in_flight:  # (see _polled; a deadline bounds the poll too)
+            # (see _polled; a deadline bounds the poll too; no coroutine of it where the runner gives no budget)
+            if queue.ready < need and queue.in_flight and runner.poll_budget() is not None:
                 left = None if deadline is None else deadline - asyncio.get_running_loop().time()
                 start = await _poll_first(runner, lambda: queue.ready >= need or not queue.in_flight, left)
             left = None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
