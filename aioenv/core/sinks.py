@@ -779,8 +779,10 @@ class RecvQueue:
         after some rows stays queued for the next call.
         """
         queued = self._items
-        if len(queued) == 1 and type(head := queued[0]) is _Shared and max_rows > 0:  # a send()/recv() loop's rows
-            return self._take_shared(head, max_rows)  # (:meth:`_take_shared`)
+        if len(queued) == 1 and max_rows > 0:  # a send()/recv() loop's rows, of one kind (:meth:`_take_shared`)
+            head = queued[0]
+            if type(head) is _Shared or type(head) is _SharedArea:
+                return self._take_shared(head, max_rows)
         items: list[_Segment | _Shared | _SharedInfo | _SharedArea] = []  # in the order they finished
         segments: list[_Segment] = []
         shared: list[int] = []  # the env ids of every row taken from the shared rows
@@ -861,10 +863,11 @@ class RecvQueue:
                 self._unread.release_read(held)  # (after the copies above: the rows are the batch's now)
         return batch
 
-    def _take_shared(self, item: _Shared, max_rows: int) -> tuple[Any, ...]:
-        """:meth:`take` where the queue holds one :class:`_Shared` list, ``item`` (``max_rows`` > 0): its first
-        ``max_rows`` rows, copied out of the shared rows in one gather per array, their envs then freed; what the
-        general way does for it, without its lists of items, segments and infos."""
+    def _take_shared(self, item: _Shared | _SharedArea, max_rows: int) -> tuple[Any, ...]:
+        """:meth:`take` where the queue holds one list of rows in the shared rows, ``item`` (``max_rows`` > 0), with
+        no infos or with every row's in the info area: its first ``max_rows`` rows, copied out in one gather per
+        array (and one read of the area), their envs then freed; what the general way does for it, without its lists
+        of items, segments and infos."""
         unread = self._unread
         assert unread is not None, "rows in the shared rows are queued with the scheduler that holds their envs"
         if len(item) > max_rows:
@@ -875,7 +878,7 @@ class RecvQueue:
             self._items.popleft()
         self.ready -= held.size
         try:
-            batch = self._gather(held)
+            batch = self._gather(held, None, self._info_area().batch(held) if type(item) is _SharedArea else None)
         except BaseException:  # (as take: the rows are lost, their envs free)
             unread.release_read(held)
             raise
