@@ -4,12 +4,14 @@ A ``send()``/``recv()`` batch costs the pool's process a dozen small steps in Py
 once per worker message; on a machine whose cores the workers keep busy each finds its caches cold, and
 together they are most of what the pool spends per message beyond the floor (docs/performance.md, "The pool's
 CPU per message"). :mod:`aioenv._speedups` (``aioenv/_speedups.c``, built by pip with the package) does those
-whose work is a loop over plain integers in C: checking a batch's env ids, cutting them into each worker's run,
-framing each worker's lane step, taking apart what the done pipe brought, and ticking off the rows a thread or
-async worker's reply lists.
+whose work is a loop over plain integers in C: checking a batch's env ids, marking them busy, cutting them into
+each worker's run, framing each worker's lane step and writing it to the worker's pipe (one call for all of a lane
+call's workers), taking apart what the done pipe brought, and ticking off the rows a thread or async worker's reply
+lists.
 
 Each of its functions has a pure-Python twin beside its one caller, which defines what it does: the
-scheduler's ``_check``, ``_few_runs_by_owner`` and ``py_take_listed``, :func:`aioenv.wire.lane.framed_step` and
+scheduler's ``_check``, ``py_claim_ids``, ``_few_runs_by_owner`` and ``py_take_listed``,
+:func:`aioenv.wire.lane.framed_step`, :func:`aioenv.transport.pipe.py_send_each` and
 :func:`aioenv.wire.lane.read_records`. The twins run where the extension was not built (no C compiler or no
 Python headers when the package was installed: the install goes on without it) and where the environment
 says ``AIOENV_PURE_PYTHON=1``; the tests run the two against each other, and a pool under each

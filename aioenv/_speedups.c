@@ -2,14 +2,17 @@
  *
  * A send()/recv() batch costs the pool's process a dozen small steps in Python, each run once per batch or once
  * per worker message, and on a loaded machine each finds its caches cold. The steps here are the ones whose work
- * is a loop over plain integers: checking a batch's env ids, cutting them into each worker's run, framing each
- * worker's lane step, taking apart what the done pipe brought, and ticking off the rows a thread or async worker's
- * reply lists. Each function has a pure-Python twin, which
+ * is a loop over plain integers: checking a batch's env ids, marking them busy, cutting them into each worker's
+ * run, framing each worker's lane step and writing the steps to the workers' pipes (one call, the GIL released once),
+ * taking apart what the done pipe brought, and ticking off the rows a thread or async worker's reply lists. Each
+ * function has a pure-Python twin, which
  * defines what it does (the module named beside each below); aioenv/_hot.py picks this module where pip built it,
  * and the tests run both against each other (tests/core/test_speedups.py).
  *
  * Nothing here keeps state, allocates beyond its inputs' size, or trusts its input: the done pipe is writable by
- * any process holding it, so read_records checks every byte as its twin does.
+ * any process holding it, so read_records checks every byte as its twin does. send_each writes to descriptors its
+ * caller read from open ports in the same synchronous step (no port closes in between: ports close on the loop's
+ * thread), so none can have been reused for another file.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
