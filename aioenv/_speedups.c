@@ -151,19 +151,27 @@ done:
     return result;
 }
 
-/* A 1-D C-contiguous buffer of int64 (format "q", or "l" where a long is 8 bytes). */
-static int int64_buffer(PyObject *obj, Py_buffer *view, const char *what) {
-    if (PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) return -1;
-    const char *f = view->format == NULL ? "B" : view->format;
+/* A 1-D C-contiguous buffer of ``itemsize``-byte items whose format (after a native byte-order prefix) is
+ * ``format`` or ``alias`` (NULL: none), writable when ``flags`` asks; else a TypeError naming ``what`` and ``kind``. */
+static int typed_buffer(PyObject *obj, Py_buffer *view, const char *what, int flags, Py_ssize_t itemsize,
+                        const char *kind, const char *format, const char *alias) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | flags) < 0) return -1;
+    const char *given = view->format == NULL ? "B" : view->format, *f = given;
     if (*f == '<' || *f == '=' || *f == '@') f++;
-    int ok = view->ndim == 1 && view->itemsize == 8 && (strcmp(f, "q") == 0 || strcmp(f, "l") == 0);
+    int ok = view->ndim == 1 && view->itemsize == itemsize &&
+             (strcmp(f, format) == 0 || (alias != NULL && strcmp(f, alias) == 0));
     if (!ok) {
-        PyErr_Format(PyExc_TypeError, "%s must be a 1-D contiguous int64 array, got format %s of %zd dimension(s)",
-                     what, view->format == NULL ? "B" : view->format, (Py_ssize_t)view->ndim);
+        PyErr_Format(PyExc_TypeError, "%s must be a 1-D contiguous %s array, got format %s of %zd dimension(s)", what,
+                     kind, given, (Py_ssize_t)view->ndim);
         PyBuffer_Release(view);
         return -1;
     }
     return 0;
+}
+
+/* A 1-D C-contiguous buffer of int64 (format "q", or "l" where a long is 8 bytes). */
+static int int64_buffer(PyObject *obj, Py_buffer *view, const char *what) {
+    return typed_buffer(obj, view, what, 0, 8, "int64", "q", "l");
 }
 
 static int cmp_int64(const void *a, const void *b) {
@@ -234,16 +242,7 @@ done:
 
 /* A 1-D C-contiguous buffer of bools (numpy's format "?"), writable when asked. */
 static int bool_buffer(PyObject *obj, Py_buffer *view, const char *what, int writable) {
-    if (PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0)
-        return -1;
-    const char *f = view->format == NULL ? "B" : view->format;
-    if (view->ndim != 1 || view->itemsize != 1 || strcmp(f, "?") != 0) {
-        PyErr_Format(PyExc_TypeError, "%s must be a 1-D contiguous bool array, got format %s of %zd dimension(s)", what,
-                     f, (Py_ssize_t)view->ndim);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
+    return typed_buffer(obj, view, what, writable ? PyBUF_WRITABLE : 0, 1, "bool", "?", NULL);
 }
 
 PyDoc_STRVAR(claim_ids_doc,
