@@ -156,11 +156,14 @@ async def _polled(runner: Runner, future: asyncio.Future[Any]) -> Any:
     while awaiting it (the call's rows are dropped as they come, their envs freed)."""
     if future.done():
         return await future
-    try:
-        start = await _poll_first(runner, future.done)
-    except BaseException:
-        future.cancel()
-        raise
+    start = None
+    budget = runner.poll_budget()
+    if budget is not None:
+        try:
+            start = await _poll_first(budget, future.done)
+        except BaseException:
+            future.cancel()
+            raise
     try:
         return await future
     finally:
@@ -168,14 +171,11 @@ async def _polled(runner: Runner, future: asyncio.Future[Any]) -> Any:
             runner.note_wait(time.monotonic() - start)
 
 
-async def _poll_first(runner: Runner, done: Callable[[], bool], most: float | None = None) -> float | None:
-    """Poll for a wait's replies where ``runner`` gives a budget (:meth:`aioenv.core.runner.Runner.poll_budget`; at
-    most ``most`` seconds), until ``done()``; returns when the wait began (``time.monotonic()``), for the caller to
-    tell ``runner`` how long it took once it is over, or None where there was no budget (nor a wait to time).
+async def _poll_first(budget: float, done: Callable[[], bool], most: float | None = None) -> float:
+    """Poll for a wait's replies for the ``budget`` (s) its runner gave (:meth:`aioenv.core.runner.Runner.poll_budget`,
+    asked by the caller, which makes no poll where it gives none; at most ``most`` seconds), until ``done()``; returns
+    when the wait began (``time.monotonic()``), for the caller to tell the runner how long it took once it is over.
     The poll yields to the event loop turn after turn, so the other tasks and I/O go on as usual."""
-    budget = runner.poll_budget()
-    if budget is None:
-        return None
     start = time.monotonic()
     if most is not None:
         budget = min(budget, most)
@@ -771,10 +771,10 @@ class Pool:
                 # starve the workers).
                 runner.answer_waiting(lambda: queue.ready >= need)
             start = None
-            # (see _polled; a deadline bounds the poll too; no coroutine of it where the runner gives no budget)
-            if queue.ready < need and queue.in_flight and runner.poll_budget() is not None:
+            budget = runner.poll_budget() if queue.ready < need and queue.in_flight else None
+            if budget is not None:  # (see _polled; a deadline bounds the poll too)
                 left = None if deadline is None else deadline - asyncio.get_running_loop().time()
-                start = await _poll_first(runner, lambda: queue.ready >= need or not queue.in_flight, left)
+                start = await _poll_first(budget, lambda: queue.ready >= need or not queue.in_flight, left)
             left = None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
             await queue.wait(need, left)
             if start is not None:
