@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 import aioenv
+from aioenv import _hot
 from aioenv.transport.zmqio import check_tcp_port
 from aioenv.wire.options import EXECUTORS, Executor
 
@@ -120,7 +121,7 @@ def demo(num_envs: int, steps: int, num_workers: int | None, seed: int) -> None:
     table.add_row("env-steps / s", f"{report.steps_per_s:,.0f}")
     table.add_row("episodes finished", f"{report.episodes:,}")
     table.add_row("mean episode return", f"{report.mean_return:.1f}")
-    table.add_row("hot path", hot_path())
+    table.add_row("hot path", _hot.describe())
     console.print(table)
     console.print("the pool is closed and its workers are gone.")
 
@@ -151,16 +152,9 @@ def bench(env: str, num_envs: int, seconds: float, num_workers: int | None) -> N
     table.add_row("startup (make + reset)", f"{result.startup_s * 1000:.0f} ms")
     table.add_row("await pool.step (all envs)", f"{result.step_per_s:,.0f} env-steps/s")
     table.add_row(f"send / recv (batches of {max(1, num_envs // 2)})", f"{result.sendrecv_per_s:,.0f} env-steps/s")
-    table.add_row("hot path", hot_path())
+    table.add_row("hot path", _hot.describe())
     console.print(table)
     console.print("peers side by side: python benchmarks/bench_core.py")
-
-
-def hot_path() -> str:
-    """Whether this process's pools run their compiled hot path (``aioenv/_hot.py``)."""
-    from aioenv import _hot
-
-    return _hot.describe()
 
 
 _ENDPOINT = re.compile(r"(tcp://[^/\s]+:(\d+|\*)|ipc://\S+)")

@@ -375,8 +375,9 @@ class Scheduler:
     def runs(self, env_ids: np.ndarray) -> Runs | None:
         """``(workers, firsts, counts)``: each worker's part of ``env_ids`` (unique, not empty) as one run of envs
         ``firsts[k] .. firsts[k] + counts[k] - 1`` on ``workers[k]``, in id order; None when some worker's part is not
-        one run. Remembered by the ids' bytes for the arrays a ``send()``/``recv()`` loop repeats (int64 arrays of up
-        to :data:`KNOWN_IDS_MAX` ids, the last :data:`KNOWN_ID_SETS`), until :meth:`place` places the envs anew."""
+        one run. On the pure-Python twins, remembered by the ids' bytes for the arrays a ``send()``/``recv()`` loop
+        repeats (int64 arrays of up to :data:`KNOWN_IDS_MAX` ids, the last :data:`KNOWN_ID_SETS`), until :meth:`place`
+        places the envs anew; the compiled cut runs every time (see :data:`KNOWN_ID_SETS`)."""
         n = env_ids.size
         if n > KNOWN_IDS_MAX or env_ids.dtype != np.int64 or compiled is not None:  # (bytes name int64 ids only;
             return self._cut(env_ids)  # compiled, the cut is one pass in C, cheaper than remembering it)
