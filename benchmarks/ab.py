@@ -1,8 +1,9 @@
 """Two checkouts of aioenv, alternated round by round on one workload: did a change make the pool slower?
 
 On a shared VM a process's speed swings by up to 2x within seconds, so one run of each checkout says little. This
-script runs the same lock-step loop (``await pool.step(actions)`` on CartPole-v1, the default executor) in a fresh
-process of each checkout in turn, ``--rounds`` times, and reports the median and quartiles of the per-round ratios
+script runs the same lock-step loop (``await pool.step(actions)`` on CartPole-v1, or the gymnasium env ``--env``
+names, with the default executor) in a fresh process of each checkout in turn, ``--rounds`` times, and reports the
+median and quartiles of the per-round ratios
 ``new / base`` of throughput (env steps per second) and of the pool process's CPU per step (``time.process_time``
 over the loop: the pool's own cost, workers excluded). Pairs measured seconds apart share the machine's mood.
 
@@ -40,14 +41,15 @@ import aioenv
 
 LATENCY = {"thread": "aioenv.envs.latency:SleepEnv", "async": "aioenv.envs.latency:AsyncSleepEnv"}
 
-async def main(n: int, seconds: float, workers: int, send_recv: bool, executor: str) -> None:
+async def main(n: int, seconds: float, workers: int, send_recv: bool, executor: str, env: str) -> None:
     placed = {"executor": executor, "num_workers": workers} if workers else {}
-    env, batch = "CartPole-v1", max(1, n // 2)
+    batch = max(1, n // 2)
     if executor in LATENCY:
         env, batch, send_recv, placed = LATENCY[executor], max(1, n // 4), True, {**placed, "executor": executor}
     async with aioenv.Pool(env, n, seed=0, batch_size=batch, **placed) as pool:
         await pool.reset()
-        act = np.zeros(n, dtype=np.int64)
+        space = pool.single_action_space
+        act = np.zeros((n, *(space.shape or ())), dtype=space.dtype if space.shape else np.int64)
 
         async def lock_step() -> int:
             await pool.step(act)
@@ -72,21 +74,28 @@ async def main(n: int, seconds: float, workers: int, send_recv: bool, executor: 
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         print(json.dumps({"steps_per_s": rows / wall, "cpu_us_per_step": cpu / steps * 1e6}))
 
-aioenv.run(main(int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1", sys.argv[5]))
+aioenv.run(main(int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1", sys.argv[5], sys.argv[6]))
 """
 
 
 def one_round(
-    checkout: Path, envs: int, seconds: float, workers: int = 0, send_recv: bool = False, executor: str = "inline"
+    checkout: Path,
+    envs: int,
+    seconds: float,
+    workers: int = 0,
+    send_recv: bool = False,
+    executor: str = "inline",
+    env_id: str = "CartPole-v1",
 ) -> dict[str, float]:
     """One loop of ``envs`` envs for ``seconds`` in a fresh process importing ``checkout``'s aioenv (``workers``:
     on that many worker processes, 0: the default placement; ``send_recv``: the first-finished loop; ``executor``
-    ``thread`` or ``async``: latency-heavy envs, see the module). Its ``cpu_us_per_step``: the pool process's CPU
-    per call (a ``step()``, or a ``recv()`` and its ``send()``)."""
+    ``thread`` or ``async``: latency-heavy envs, see the module; ``env_id``: the gymnasium env of an ``inline``
+    loop, its actions zeros). Its ``cpu_us_per_step``: the pool process's CPU per call (a ``step()``, or a
+    ``recv()`` and its ``send()``)."""
     env = dict(os.environ, PYTHONPATH=str(checkout))
     flag = "1" if send_recv else "0"
     out = subprocess.run(
-        [sys.executable, "-c", _ROUND, str(envs), str(seconds), str(workers), flag, executor],
+        [sys.executable, "-c", _ROUND, str(envs), str(seconds), str(workers), flag, executor, env_id],
         cwd=checkout,
         env=env,
         capture_output=True,
@@ -121,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         default="inline",
         help="inline: CartPole; thread or async: 20 ms sleeping envs under a batch loop (see the module)",
     )
+    p.add_argument("--env", default="CartPole-v1", help="the gymnasium env of an inline loop (e.g. Ant-v5)")
     args = p.parse_args(argv)
     for name in ("base", "new"):
         tree = getattr(args, name).resolve()
@@ -129,12 +139,14 @@ def main(argv: list[str] | None = None) -> int:
         setattr(args, name, tree)
     if args.rounds < 1 or args.seconds <= 0 or min(args.envs) < 1:
         p.error("--rounds and --envs must be at least 1 and --seconds positive")
+    if args.env != "CartPole-v1" and args.executor != "inline":
+        p.error(f"--env {args.env} runs on the inline executor; --executor {args.executor} steps its own sleeping envs")
     if args.workers < 0 or (args.workers and args.workers > min(args.envs)):
         p.error(f"--workers must be 0 (the default placement) or 1 to the fewest --envs, got {args.workers}")
     print("| envs | rounds | steps/s new/base | pool CPU per step new/base | CPU µs per step base / new (medians) |")
     print("| --: | --: | --: | --: | --: |")
     for n in args.envs:
-        how = (args.seconds, args.workers, args.send_recv, args.executor)
+        how = (args.seconds, args.workers, args.send_recv, args.executor, args.env)
         pairs = [(one_round(args.base, n, *how), one_round(args.new, n, *how)) for _ in range(args.rounds)]
         speed = [new["steps_per_s"] / base["steps_per_s"] for base, new in pairs]
         cpu = [new["cpu_us_per_step"] / base["cpu_us_per_step"] for base, new in pairs]

@@ -13,7 +13,9 @@ from tests.support.scripts import ROOT, run_python
 pytestmark = pytest.mark.bench  # a benchmark script's smoke run: make test-bench, not make test
 
 
-@pytest.mark.parametrize("how", [[], ["--workers", "2", "--send-recv"], ["--executor", "thread"]])
+@pytest.mark.parametrize(
+    "how", [[], ["--workers", "2", "--send-recv"], ["--executor", "thread"], ["--env", "Pendulum-v1", "--send-recv"]]
+)
 def test_ab_alternates_two_checkouts_and_reports_the_ratios(how: list[str]) -> None:
     proc = run_python(
         "benchmarks/ab.py", "--base", str(ROOT), "--new", str(ROOT), "--envs", "2", "--rounds", "2", "--seconds", "0.2",
@@ -40,3 +42,9 @@ def test_ab_refuses_more_workers_than_envs() -> None:
     proc = run_python("benchmarks/ab.py", "--base", str(ROOT), "--envs", "4", "--workers", "5", timeout=60)
     assert proc.returncode == 2
     assert "--workers must be 0 (the default placement) or 1 to the fewest --envs, got 5" in proc.stderr
+
+
+def test_ab_refuses_another_env_on_the_latency_executors() -> None:
+    proc = run_python("benchmarks/ab.py", "--base", str(ROOT), "--env", "Ant-v5", "--executor", "async", timeout=60)
+    assert proc.returncode == 2
+    assert "--env Ant-v5 runs on the inline executor; --executor async steps its own sleeping envs" in proc.stderr
