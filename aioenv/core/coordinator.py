@@ -1180,7 +1180,7 @@ class Coordinator(Recovery, Requests):
         slots = self.slots
         if area:  # (a worker's same reply twice in one read: its rows' infos are kept once, the second is dropped)
             replies = self._keep_areas(list(dict.fromkeys(replies)))
-        closed, each, rest = self.sched.lanes_done(replies)
+        closed, each, queue, rest = self.sched.lanes_done(replies)
         for index, req_id in rest:
             slot = slots[index]
             went = self.sched.sent_to(req_id)
@@ -1191,8 +1191,9 @@ class Coordinator(Recovery, Requests):
                 self._on_malformed(
                     slot, ProtocolError(f"worker {slot.name} sent a lane reply for another worker: {why}")
                 )
-        if each:
-            self._queue_lane_rows(each, binfo, area)
+        if queue is not None:  # rows of send()'s calls: queued where they lie, in the shared rows (see deliver_shared)
+            assert self.slab is not None, "lane calls are made over shared rows"
+            queue.deliver_shared(self.slab, each, binfo, area)
         for call in closed:
             self._close_lanes(call)
         if self.sched.held:  # rows freed: held rows may go now
@@ -1262,24 +1263,6 @@ class Coordinator(Recovery, Requests):
         assert isinstance(sink, Gather), "a call whose rows go to recv() takes them reply by reply"
         sink.take_every_shared(slab, self.sched.release)
 
-    def _queue_lane_rows(
-        self, replies: list[tuple[LaneCall, int]], binfo: dict[str, Any] | None = None, area: bool = False
-    ) -> None:
-        """Lane replies ``(call, k)`` to calls whose rows go to ``recv()``: their rows queued where they lie, in the
-        shared rows, in the order the replies came (:meth:`RecvQueue.deliver_shared`: their envs are freed when
-        ``recv()`` copies them); ``binfo``: the batched info of the one reply; ``area``: its infos are in the info
-        area."""
-        slab = self.slab
-        assert slab is not None, "lane calls are made over shared rows"
-        sink = replies[0][0].sink
-        assert isinstance(sink, RecvQueue), "a call whose rows go one by one goes to recv()'s queue"
-        env_ids: list[int] = []
-        for call, k in replies:
-            assert call.sink is sink, "a pool has one recv() queue"
-            first = call.firsts[k]
-            env_ids += range(first, first + call.counts[k])
-        sink.deliver_shared(slab, env_ids, binfo, area)
-
     def _keep_areas(self, replies: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """DONEs ``(slot index, request id)`` that say their rows' infos are in the info area: a lock-step call's
         :class:`Gather` is told which runs of it lie there (:meth:`Gather.keep_area`) before the replies are ticked
@@ -1315,7 +1298,7 @@ class Coordinator(Recovery, Requests):
                 self._fail_answered(req, f"worker {slot.name} answered a {req.kind} as a step over shared rows")
         else:
             # The rows stay in the slab, their envs claimed, until their sink copies them: a lock-step call's once its
-            # last row is in, recv()'s queue when recv() takes them (as a lane call's, see _queue_lane_rows).
+            # last row is in, recv()'s queue when recv() takes them (as a lane call's, see _take_lane_replies).
             sink, first = req.sink, int(req.env_ids[0])
             held = isinstance(sink, (Gather, RecvQueue)) and self.truncation is None
             info = slab.info if area else None
@@ -1646,9 +1629,9 @@ class _Blocking(NamedTuple):
 
 
 class _LanePlan(NamedTuple):
-    """How a lock-step step of every env goes out as lane messages: message ``k`` to ``workers[k]`` (its process
-    ``by_message[k]``), for envs ``firsts[k] .. firsts[k] + counts[k] - 1``; ``procs``: every slot's process when
-    it was made (it holds while they are the same and ready)."""
+    """How a step goes out as lane messages: message ``k`` to ``workers[k]`` (its process ``by_message[k]``), for
+    envs ``firsts[k] .. firsts[k] + counts[k] - 1``; ``procs``: a lock-step plan's every slot's process when it was
+    made (it holds while they are the same and ready)."""
 
     workers: list[int]
     firsts: list[int]

@@ -36,7 +36,7 @@ import itertools
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -632,15 +632,18 @@ class Scheduler:
 
     def lanes_done(
         self, replies: list[tuple[int, int]]
-    ) -> tuple[list[LaneCall], list[tuple[LaneCall, int]], list[tuple[int, int]]]:
+    ) -> tuple[list[LaneCall], list[int], RecvQueue | None, list[tuple[int, int]]]:
         """``(worker, request id)``: ``worker`` answered that lane message. Returns the calls without ``each`` these
         replies closed (every message answered: their envs still claimed, for the sink to copy their rows and
-        free them); each reply to a call with ``each``, as ``(call, k)``; and the replies that are no unanswered
-        lane message of their worker, which change nothing (for the caller to take one by one: a request's, a
-        closed id's, or another worker's message, see :meth:`sent_to`)."""
+        free them); the env ids of the replies to calls with ``each``, run after run in the order the replies came,
+        and those calls' sink (one ``recv()`` queue: None when there are none), for the caller to queue their rows
+        where they lie; and the replies that are no unanswered lane message of their worker, which change nothing
+        (for the caller to take one by one: a request's, a closed id's, or another worker's message, see
+        :meth:`sent_to`)."""
         lanes = self.lanes
         closed: list[LaneCall] = []
-        each: list[tuple[LaneCall, int]] = []
+        each: list[int] = []
+        queue: Gather | RecvQueue | None = None
         rest: list[tuple[int, int]] = []
         for worker, req_id in replies:
             call = lanes.get(req_id)
@@ -650,14 +653,18 @@ class Scheduler:
             del lanes[req_id]
             call.done[k] = True
             call.left -= 1
-            self.running -= call.counts[k]
+            count = call.counts[k]
+            self.running -= count
             if call.each:
-                each.append((call, k))
+                assert queue is None or call.sink is queue, "every call whose rows go one by one goes to one queue"
+                queue = call.sink
+                first = call.firsts[k]
+                each += range(first, first + count)
             if call.left == 0:
                 del self.lane_calls[call.base]
                 if not call.each:
                     closed.append(call)
-        return closed, each, rest
+        return closed, each, cast("RecvQueue | None", queue), rest
 
     def spill_lanes(
         self, due: float | None = None, worker: int | None = None, req_id: int | None = None

@@ -34,15 +34,15 @@ def test_a_lane_call_is_ticked_off_reply_by_reply_and_closes_with_its_last() -> 
     assert sched.in_flight == 3
     assert sched.running == 6
     assert not sched.requests
-    assert sched.lanes_done([(1, call.base + 1)]) == ([], [], [])
+    assert sched.lanes_done([(1, call.base + 1)]) == ([], [], None, [])
     assert call.done == [False, True, False]
     assert call.left == 2
     assert sched.has_work(0)
     assert not sched.has_work(1)
     # answered already: no lane message has that id now, so the reply is handed back and changes nothing
-    assert sched.lanes_done([(1, call.base + 1)]) == ([], [], [(1, call.base + 1)])
+    assert sched.lanes_done([(1, call.base + 1)]) == ([], [], None, [(1, call.base + 1)])
     assert sched.sent_to(call.base + 1) is None
-    assert sched.lanes_done([(0, call.base), (2, call.base + 2)]) == ([call], [], [])
+    assert sched.lanes_done([(0, call.base), (2, call.base + 2)]) == ([call], [], None, [])
     assert call.left == 0
     assert not sched.lane_calls
     assert sched.in_flight == 0
@@ -53,7 +53,7 @@ def test_a_lane_call_is_ticked_off_reply_by_reply_and_closes_with_its_last() -> 
 
 def test_a_reply_from_another_worker_changes_nothing() -> None:
     sched, call = lane_call()
-    assert sched.lanes_done([(0, call.base + 1)]) == ([], [], [(0, call.base + 1)])  # handed back as it came
+    assert sched.lanes_done([(0, call.base + 1)]) == ([], [], None, [(0, call.base + 1)])  # handed back as it came
     assert sched.sent_to(call.base + 1) == 1  # lane message 2 went to worker 1, not to worker 0
     assert call.left == 3
     assert call.done == [False, False, False]
@@ -123,9 +123,9 @@ def test_a_call_whose_rows_go_one_by_one_hands_each_reply_over_and_spills_none_a
     queue = cast(RecvQueue, object())
     call = sched.open_lanes([1, 2], [2, 4], [2, 2], queue, 9.0, each=True)
     assert sched.running == 4
-    closed, each, rest = sched.lanes_done([(2, call.base + 1), (0, call.base), (2, 999)])
+    closed, each, sink, rest = sched.lanes_done([(2, call.base + 1), (0, call.base), (2, 999)])
     assert closed == []
-    assert each == [(call, 1)]  # for the caller to queue (and free) envs 4 and 5 now
+    assert (each, sink) == ([4, 5], queue)  # for the caller to queue (and free) envs 4 and 5 now
     assert rest == [(0, call.base), (2, 999)]  # another worker's message, an id no lane message has
     assert sched.running == 2
     spilled = sched.spill_lanes(worker=1)
@@ -142,7 +142,7 @@ def test_the_last_reply_of_a_call_whose_rows_go_one_by_one_closes_it_without_a_c
     sched.place(2)
     sched.claim(sched.all_ids)
     call = sched.open_lanes([0, 1], [0, 2], [2, 2], cast(RecvQueue, object()), None, each=True)
-    assert sched.lanes_done([(0, call.base), (1, call.base + 1)]) == ([], [(call, 0), (call, 1)], [])
+    assert sched.lanes_done([(1, call.base + 1), (0, call.base)]) == ([], [2, 3, 0, 1], call.sink, [])  # as they came
     assert not sched.lane_calls
     assert sched.in_flight == 0
 
