@@ -201,6 +201,9 @@ class Coordinator(Recovery, Requests):
         self._done_pipe: tuple[int, int] | None = None
         self._done_rest = b""
         self._done_dropped = 0  # bytes of it that were no record, so far (logged as the total passes a power of 2)
+        #: A lane step's flags (aioenv.wire.lane.step_flags) by its sink's type, info_list and quiet: they change only
+        #: when the slab gets its info area (see _plan_info_area), which empties this.
+        self._lane_flags: dict[tuple[type, bool, bool], int] = {}
         #: Whether some slot may be DRAINING (its worker replaced after its next reply): a reply's slot is asked only
         #: then, not reply by reply in every batch.
         self._draining = False
@@ -820,6 +823,7 @@ class Coordinator(Recovery, Requests):
             return None
         workers, firsts, counts = pieces
         procs: list[LocalProcess] = []
+        ports: list[PipePort] = []
         slots = self.slots
         for worker in workers:
             slot = slots[worker]
@@ -827,7 +831,8 @@ class Coordinator(Recovery, Requests):
             if not slot.ready or not isinstance(proc, LocalProcess):
                 return None
             procs.append(proc)
-        return _LanePlan(workers, firsts, counts, procs, procs)
+            ports.append(proc.pipe)
+        return _LanePlan(workers, firsts, counts, procs, procs, ports)
 
     def _send_lanes(
         self,
@@ -842,11 +847,15 @@ class Coordinator(Recovery, Requests):
         :class:`aioenv.core.scheduler.LaneCall`; ``quiet``: as a quiet call, its countdown written already)."""
         call = self.sched.open_lanes(plan.workers, plan.firsts, plan.counts, sink, deadline, each)
         base, slots = call.base, self.slots
-        flags = lane.step_flags(info_list, self._finals_in_slab(sink), self._infos_in_slab(sink), quiet)
+        key = (type(sink), info_list, quiet)
+        flags = self._lane_flags.get(key)
+        if flags is None:  # (once per kind of call, and again once the slab has its info area)
+            flags = lane.step_flags(info_list, self._finals_in_slab(sink), self._infos_in_slab(sink), quiet)
+            self._lane_flags[key] = flags
         if quiet:
             self._quiet_base = base
         datas = lane.framed_steps(base, plan.firsts, plan.counts, flags)
-        for k in send_framed_each([proc.pipe for proc in plan.by_message], datas):
+        for k in send_framed_each(plan.ports, datas):
             slots[plan.workers[k]].outbox.append(datas[k])  # its worker is gone: its exit fails it (see _fail_lost)
 
     def _finals_in_slab(self, sink: Sink) -> bool:
@@ -895,6 +904,7 @@ class Coordinator(Recovery, Requests):
         except (OSError, ValueError) as exc:  # (no room for the file to grow: the infos keep their messages)
             log.warning("the envs' infos keep their messages: no info area in the shared rows (%s)", exc)
             return
+        self._lane_flags.clear()  # (steps may leave their infos there from now on: _infos_in_slab)
         layout = slab.layout
         for slot in self.slots:
             if slot.dead_reason or slot.in_process:
@@ -1638,6 +1648,8 @@ class _LanePlan(NamedTuple):
     counts: list[int]
     by_message: list[LocalProcess]
     procs: list[LocalProcess]
+    #: The pipes of the messages' processes (``by_message[k].pipe``), for one :func:`send_framed_each`.
+    ports: list[PipePort]
     #: Whether the step may go as a quiet call (aioenv.wire.lane.QUIET): two or more workers, each with the pipes.
     quiet: bool = False
 
