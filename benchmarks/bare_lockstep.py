@@ -14,7 +14,12 @@ alone, two ways, over the same kind of pipes:
 - ``first``: ``send``/``recv``'s way over that shared pipe: every worker has a request out, each batch is the first
   half of the workers to answer, and those get their next request at once (a ``recv()`` of ``batch_size = n/2``
   rows then a ``send()`` of them, with each worker's envs in one message). Its figures are per message of those
-  batches, which carry half as many messages as a lock-step batch.
+  batches, which carry half as many messages as a lock-step batch;
+- ``bell``: ``shared``'s replies, but no request goes over a socket: each worker's request lies in a shared memory
+  file (a record of its own), and one ``futex`` wake-up of every worker that waits on the file's sequence word
+  rings them all (Linux on x86-64 or arm64, through ``ctypes``; elsewhere the way is skipped). What a socket send
+  costs beyond the wake-up it causes, and what waking many processes in one system call saves, is the
+  difference from ``shared``.
 
 ``--cartpole K``: each worker steps K CartPole-v1 envs before it answers each request (0, the default: it
 answers at once), so that the workers' work, and what it does to the caches of the cores they share with the
@@ -32,7 +37,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import json
+import mmap
 import os
 import socket
 import struct
@@ -51,10 +58,56 @@ _REQUEST = bytes(32)  # a framed lane step: 12 bytes of framing, 20 of frame
 _REPLY = bytes(28)  # a framed lane DONE: 12 bytes of framing, 16 of frame
 _RECORD = bytes(24)  # a lane DONE record on a shared done pipe
 _RECORD_OF = struct.Struct("<I20x")  # ``first``'s record: the worker's index, then padding to a record's size
-WAYS = ("blocking", "loop", "shared", "first")
+WAYS = ("blocking", "loop", "shared", "first", "bell")
+#: "Wait on the bell from now on; its word reads this now" (the sequence number follows the first byte).
+_BELL = struct.Struct("<BI27x")
+#: The bell file: the sequence word the workers wait on, then one record per worker, each its sequence at which the
+#: driver wrote it and whether to go back to the socket.
+_SEQ = struct.Struct("<I")
+_BELL_RECORD = struct.Struct("<IB")
+_BELL_RECORDS_AT = 64
+#: ``futex(2)``'s system call number by machine (None elsewhere: the ``bell`` way is skipped), and its operations
+#: on a word other processes share (no ``FUTEX_PRIVATE_FLAG``).
+_SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(os.uname().machine)
+_FUTEX_WAIT, _FUTEX_WAKE = 0, 1
 
 
-def _worker(fd: int, done: int, cartpole: int, index: int) -> None:
+class _Futex:
+    """``futex(2)`` on the first word of a shared mapping, through ``ctypes``."""
+
+    def __init__(self, mapping: mmap.mmap) -> None:
+        assert _SYS_FUTEX is not None, "futex(2) is called by number on x86-64 and arm64 only"
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._libc.syscall.restype = ctypes.c_long
+        self._word = ctypes.c_uint32.from_buffer(mapping, 0)
+        self._addr = ctypes.c_void_p(ctypes.addressof(self._word))
+
+    @property
+    def value(self) -> int:
+        return int(self._word.value)
+
+    def bump_and_wake(self) -> None:
+        """The next sequence number, then every process that waits on the word woken."""
+        self._word.value = (self._word.value + 1) & 0x7FFFFFFF
+        self._libc.syscall(_SYS_FUTEX, self._addr, _FUTEX_WAKE, 0x7FFFFFFF, None, None, 0)
+
+    def wait(self, seen: int) -> None:
+        """Sleep while the word is still ``seen`` (at once when it is not; at most a second)."""
+        timeout = _Timespec(1, 0)
+        self._libc.syscall(_SYS_FUTEX, self._addr, _FUTEX_WAIT, ctypes.c_uint32(seen), ctypes.byref(timeout), None, 0)
+
+    def release(self) -> None:
+        """Let the mapping close (the word is a view of it)."""
+        del self._word
+
+
+class _Timespec(ctypes.Structure):
+    """``struct timespec``: the longest a ``FUTEX_WAIT`` sleeps."""
+
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+def _worker(fd: int, done: int, cartpole: int, index: int, bell: int) -> None:
     sock = socket.socket(fileno=fd)
     envs = []
     if cartpole:
@@ -67,14 +120,46 @@ def _worker(fd: int, done: int, cartpole: int, index: int) -> None:
         got = sock.recv(len(_REQUEST), socket.MSG_WAITALL)
         if len(got) < len(_REQUEST):
             return
-        for env in envs:
-            *_, terminated, truncated, _ = env.step(0)
-            if terminated or truncated:
-                env.reset()
+        if got[0] == 3 and bell >= 0:  # wait on the bell until the driver says to go back to the socket
+            _ring_loop(bell, index, done, envs, _BELL.unpack(got)[1])
+            continue
+        _step(envs)
         if got[0] and done >= 0:  # the driver asks for the reply on the shared pipe
             os.write(done, _RECORD_OF.pack(index) if got[0] == 2 else _RECORD)
         else:
             sock.sendall(_REPLY)
+
+
+def _step(envs: list[Any]) -> None:
+    for env in envs:
+        *_, terminated, truncated, _ = env.step(0)
+        if terminated or truncated:
+            env.reset()
+
+
+def _ring_loop(bell: int, index: int, done: int, envs: list[Any], handled: int) -> None:
+    """The ``bell`` way's worker: each time the sequence word moves from ``handled`` (what it read when the driver
+    said to wait on it: a ring after that is never missed), its own record says whether a request is there (written
+    at that sequence) or to go back to the socket; each request answered on the shared pipe."""
+    mapping = mmap.mmap(bell, 0)
+    futex = _Futex(mapping)
+    at = _BELL_RECORDS_AT + index * _BELL_RECORD.size
+    try:
+        while True:
+            seen = futex.value
+            if seen == handled:
+                futex.wait(seen)
+                continue
+            handled = seen
+            written, leave = _BELL_RECORD.unpack_from(mapping, at)
+            if leave:
+                return
+            if written == seen:
+                _step(envs)
+                os.write(done, _RECORD)
+    finally:
+        futex.release()
+        mapping.close()
 
 
 def _blocking(socks: list[socket.socket], seconds: float) -> tuple[int, float]:
@@ -172,6 +257,44 @@ async def _first(socks: list[socket.socket], done: int, seconds: float) -> tuple
         loop.remove_reader(done)
 
 
+async def _bell(socks: list[socket.socket], done: int, bell: mmap.mmap, seconds: float) -> tuple[int, float]:
+    """The ``bell`` way: every worker told to wait on the bell, then each batch's requests written to the workers'
+    records and rung with one wake-up; the replies are ``shared``'s."""
+    loop = asyncio.get_running_loop()
+    countdown = _Countdown()
+    futex = _Futex(bell)
+
+    def readable() -> None:
+        countdown.count(len(os.read(done, 65536)) // len(_RECORD))
+
+    def ring(leave: bool = False) -> None:
+        seq = (futex.value + 1) & 0x7FFFFFFF
+        for index in range(len(socks)):
+            _BELL_RECORD.pack_into(bell, _BELL_RECORDS_AT + index * _BELL_RECORD.size, seq, leave)
+        futex.bump_and_wake()
+
+    os.set_blocking(done, False)
+    loop.add_reader(done, readable)
+    try:
+        told = _BELL.pack(3, futex.value)
+        for sock in socks:
+            sock.send(told)
+        batches = 0
+        start, cpu = time.perf_counter(), time.process_time()
+        while time.perf_counter() - start < seconds:
+            countdown.left = len(socks)
+            countdown.waiter = loop.create_future()
+            ring()
+            await countdown.waiter
+            batches += 1
+        used = time.process_time() - cpu
+        ring(leave=True)  # every worker back on its socket
+        return batches, used
+    finally:
+        loop.remove_reader(done)
+        futex.release()
+
+
 async def _loop(socks: list[socket.socket], seconds: float) -> tuple[int, float]:
     loop = asyncio.get_running_loop()
     countdown = _Countdown()
@@ -197,13 +320,17 @@ def measure(workers: int, seconds: float, cartpole: int = 0) -> dict[str, Any]:
     process's CPU) and the batches per second."""
     pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(workers)]
     done_read, done_write = os.pipe()
+    bell_fd = os.memfd_create("aioenv-bare-bell")
+    os.ftruncate(bell_fd, _BELL_RECORDS_AT + workers * _BELL_RECORD.size)
+    bell = mmap.mmap(bell_fd, 0)
     procs = []
     for _, theirs in pairs:
         cmd = [sys.executable, str(_SCRIPT), "worker", "--fd", str(theirs.fileno()), "--done", str(done_write)]
-        cmd += ["--cartpole", str(cartpole), "--index", str(len(procs))]
-        procs.append(subprocess.Popen(cmd, pass_fds=[theirs.fileno(), done_write]))
+        cmd += ["--cartpole", str(cartpole), "--index", str(len(procs)), "--bell", str(bell_fd)]
+        procs.append(subprocess.Popen(cmd, pass_fds=[theirs.fileno(), done_write, bell_fd]))
         theirs.close()
     os.close(done_write)
+    os.close(bell_fd)
     socks = [ours for ours, _ in pairs]
     out: dict[str, Any] = {"workers": workers, "cartpole": cartpole}
     try:
@@ -217,6 +344,9 @@ def measure(workers: int, seconds: float, cartpole: int = 0) -> dict[str, Any]:
             runs["shared"] = loop.run_until_complete(_shared(socks, done_read, seconds))
             loop.run_until_complete(_first(socks, done_read, 0.3))
             runs["first"] = loop.run_until_complete(_first(socks, done_read, seconds))
+            if _SYS_FUTEX is not None:
+                loop.run_until_complete(_bell(socks, done_read, bell, 0.3))
+                runs["bell"] = loop.run_until_complete(_bell(socks, done_read, bell, seconds))
         finally:
             loop.close()
         for name, (batches, cpu) in runs.items():
@@ -233,6 +363,7 @@ def measure(workers: int, seconds: float, cartpole: int = 0) -> dict[str, Any]:
         for proc in procs:
             proc.wait(10)
         os.close(done_read)
+        bell.close()
     return out
 
 
@@ -244,6 +375,7 @@ def main() -> None:
     worker.add_argument("--done", type=int, default=-1)
     worker.add_argument("--cartpole", type=int, default=0)
     worker.add_argument("--index", type=int, default=0)
+    worker.add_argument("--bell", type=int, default=-1)
     parser.add_argument("--workers", type=int, default=16, help="worker processes (default 16)")
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per way (default 3)")
     parser.add_argument(
@@ -252,7 +384,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
     if args.role == "worker":
-        _worker(args.fd, args.done, args.cartpole, args.index)
+        _worker(args.fd, args.done, args.cartpole, args.index, args.bell)
         return
     if args.workers < 1:
         parser.error(f"--workers must be >= 1, got {args.workers}")
@@ -269,7 +401,10 @@ def main() -> None:
     head = f"{args.workers} worker processes{load}, {cpus} CPUs"
     print(f"{head}; CPU of this process per message (a request and its reply):")
     for name in WAYS:
-        cell = out[name]
+        cell = out.get(name)
+        if cell is None:
+            print(f"  {name:8s} skipped: futex(2) is called by number on x86-64 and arm64 only")
+            continue
         print(
             f"  {name:8s} {cell['cpu_us_per_message']:6.1f} µs/message  {cell['cpu_us_per_batch']:7.1f} µs/batch"
             f"  {cell['batches_per_s']:8.0f} batches/s  ({cell['messages_per_batch']} messages a batch)"
