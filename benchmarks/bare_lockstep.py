@@ -63,7 +63,6 @@ WAYS = ("blocking", "loop", "shared", "first", "bell")
 _BELL = struct.Struct("<BI27x")
 #: The bell file: the sequence word the workers wait on, then one record per worker, each its sequence at which the
 #: driver wrote it and whether to go back to the socket.
-_SEQ = struct.Struct("<I")
 _BELL_RECORD = struct.Struct("<IB")
 _BELL_RECORDS_AT = 64
 #: ``futex(2)``'s system call number by machine (None elsewhere: the ``bell`` way is skipped), and its operations
@@ -86,9 +85,13 @@ class _Futex:
     def value(self) -> int:
         return int(self._word.value)
 
-    def bump_and_wake(self) -> None:
-        """The next sequence number, then every process that waits on the word woken."""
-        self._word.value = (self._word.value + 1) & 0x7FFFFFFF
+    def next_value(self) -> int:
+        """The sequence number after the word's (31 bits, wrapping)."""
+        return (int(self._word.value) + 1) & 0x7FFFFFFF
+
+    def set_and_wake(self, value: int) -> None:
+        """The word set to ``value``, then every process that waits on it woken."""
+        self._word.value = value
         self._libc.syscall(_SYS_FUTEX, self._addr, _FUTEX_WAKE, 0x7FFFFFFF, None, None, 0)
 
     def wait(self, seen: int) -> None:
@@ -268,10 +271,10 @@ async def _bell(socks: list[socket.socket], done: int, bell: mmap.mmap, seconds:
         countdown.count(len(os.read(done, 65536)) // len(_RECORD))
 
     def ring(leave: bool = False) -> None:
-        seq = (futex.value + 1) & 0x7FFFFFFF
+        seq = futex.next_value()
         for index in range(len(socks)):
             _BELL_RECORD.pack_into(bell, _BELL_RECORDS_AT + index * _BELL_RECORD.size, seq, leave)
-        futex.bump_and_wake()
+        futex.set_and_wake(seq)
 
     os.set_blocking(done, False)
     loop.add_reader(done, readable)
