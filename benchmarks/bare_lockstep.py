@@ -30,7 +30,10 @@ is the driving process's CPU time (``time.process_time``) per message (a request
 measured window: what no pool driven by an event loop can go below, and how much of the floor's advantage
 is the event loop's. The rest of a pool's cost per message is its own work.
 
-    python benchmarks/bare_lockstep.py --workers 16 --seconds 3 [--cartpole 2] [--json]
+    python benchmarks/bare_lockstep.py --workers 16 --seconds 3 [--cartpole 2] [--json] [--out FILE.json]
+
+``--out`` writes the figures to a JSON file and the same table as Markdown beside it (``FILE.md``), as the other
+benchmarks do for ``benchmarks/many_core.py``.
 """
 
 from __future__ import annotations
@@ -50,6 +53,11 @@ from pathlib import Path
 from typing import Any
 
 from aioenv._loop import new_event_loop
+
+if str(Path(__file__).resolve().parent) not in sys.path:  # (imported from elsewhere: its neighbours)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from recorded import command
 
 __all__ = ["measure"]
 
@@ -326,7 +334,7 @@ def measure(workers: int, seconds: float, cartpole: int = 0) -> dict[str, Any]:
     bell_fd = os.memfd_create("aioenv-bare-bell")
     os.ftruncate(bell_fd, _BELL_RECORDS_AT + workers * _BELL_RECORD.size)
     bell = mmap.mmap(bell_fd, 0)
-    procs = []
+    procs: list[subprocess.Popen[bytes]] = []
     for _, theirs in pairs:
         cmd = [sys.executable, str(_SCRIPT), "worker", "--fd", str(theirs.fileno()), "--done", str(done_write)]
         cmd += ["--cartpole", str(cartpole), "--index", str(len(procs)), "--bell", str(bell_fd)]
@@ -385,6 +393,7 @@ def main() -> None:
         "--cartpole", type=int, default=0, help="CartPole envs each worker steps per request (default 0)"
     )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--out", type=Path, help="also write the figures to this JSON file, and Markdown beside it")
     args = parser.parse_args()
     if args.role == "worker":
         _worker(args.fd, args.done, args.cartpole, args.index, args.bell)
@@ -396,22 +405,35 @@ def main() -> None:
     if args.cartpole < 0:
         parser.error(f"--cartpole must be >= 0, got {args.cartpole}")
     out = measure(args.workers, args.seconds, args.cartpole)
-    if args.json:
-        print(json.dumps(out))
-        return
-    cpus = os.cpu_count()
-    load = f", each stepping {args.cartpole} CartPole envs a request" if args.cartpole else ""
-    head = f"{args.workers} worker processes{load}, {cpus} CPUs"
-    print(f"{head}; CPU of this process per message (a request and its reply):")
+    out["command"] = command()
+    out["cpus"] = os.cpu_count()
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(out, indent=2))
+        args.out.with_suffix(".md").write_text(to_markdown(out))
+    print(json.dumps(out) if args.json else to_markdown(out), end="\n" if args.json else "")
+
+
+def to_markdown(out: dict[str, Any]) -> str:
+    """The figures of :func:`measure` (with the ``command`` and ``cpus`` of the run) as a Markdown table."""
+    load = f", each stepping {out['cartpole']} CartPole envs a request" if out["cartpole"] else ""
+    lines = [
+        f"`{out['command']}`: {out['workers']} worker processes{load}, {out['cpus']} CPUs; the CPU of the driving"
+        " process (a request and its reply a message):",
+        "",
+        "| way | µs/message | µs/batch | batches/s | messages a batch |",
+        "| --- | --: | --: | --: | --: |",
+    ]
     for name in WAYS:
         cell = out.get(name)
         if cell is None:
-            print(f"  {name:8s} skipped: futex(2) is called by number on x86-64 and arm64 only")
+            lines.append(f"| {name} | skipped: futex(2) is called by number on x86-64 and arm64 only | | | |")
             continue
-        print(
-            f"  {name:8s} {cell['cpu_us_per_message']:6.1f} µs/message  {cell['cpu_us_per_batch']:7.1f} µs/batch"
-            f"  {cell['batches_per_s']:8.0f} batches/s  ({cell['messages_per_batch']} messages a batch)"
+        lines.append(
+            f"| {name} | {cell['cpu_us_per_message']:.1f} | {cell['cpu_us_per_batch']:.1f} | "
+            f"{cell['batches_per_s']:,.0f} | {cell['messages_per_batch']} |"
         )
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

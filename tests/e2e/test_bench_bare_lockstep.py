@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +32,25 @@ def test_every_way_reports_the_cpu_per_message_of_the_driving_process(cartpole: 
         assert cell["cpu_us_per_message"] > 0
         assert cell["cpu_us_per_batch"] == pytest.approx(cell["cpu_us_per_message"] * messages)
     assert not [p for p in proc_table() if "bare_lockstep.py worker" in p.cmdline]  # every worker has exited
+
+
+def test_out_writes_the_figures_as_json_and_markdown_beside_it(tmp_path: Path) -> None:
+    out = tmp_path / "deep" / "bare.json"
+    proc = run_python(
+        "benchmarks/bare_lockstep.py", "--workers", "2", "--seconds", "0.1", "--out", str(out), timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    figures = json.loads(out.read_text())
+    assert (figures["workers"], figures["cartpole"]) == (2, 0)
+    assert figures["command"].endswith("benchmarks/bare_lockstep.py --workers 2 --seconds 0.1")  # where it wrote: not
+    markdown = out.with_suffix(".md").read_text()
+    assert markdown == proc.stdout  # the table it printed
+    row = next(line for line in markdown.splitlines() if line.startswith("| shared |"))
+    assert (
+        row
+        == f"| shared | {figures['shared']['cpu_us_per_message']:.1f} | {figures['shared']['cpu_us_per_batch']:.1f} | "
+        + (f"{figures['shared']['batches_per_s']:,.0f} | 2 |")
+    )
 
 
 @pytest.mark.parametrize(

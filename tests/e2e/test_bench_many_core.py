@@ -24,7 +24,9 @@ def test_many_core_quick_runs_every_step_into_two_files(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "many_core.json").read_text())
     assert data["hot_path"] == "compiled (aioenv/_speedups.c, built already)"  # (this tree's build)
     steps = data["steps"]
-    assert list(steps) == ["core", "latency", "latency-x8", "remote", "placement", "adapters", "adapters-ant"]
+    assert list(steps) == [
+        *("core", "lockstep-bare", "latency", "latency-x8", "remote", "placement", "adapters", "adapters-ant")
+    ]
     for name, record in steps.items():
         assert record["returncode"] == 0, name
         assert record["results"], name  # the JSON its benchmark wrote
@@ -38,6 +40,11 @@ def test_many_core_quick_runs_every_step_into_two_files(tmp_path: Path) -> None:
     assert sections["thread64"]["params"]["loops"][0] == "batch:8"
     assert sections["thread64"]["params"]["peer"] is False  # no process per env
     assert steps["adapters-ant"]["results"]["env_id"] == "Ant-v5"
+    bare = steps["lockstep-bare"]["results"]  # the driving process's CPU per message, each way, under load
+    assert (bare["workers"], bare["cartpole"]) == (4, 2)
+    assert bare["shared"]["messages_per_batch"] == 4
+    assert bare["shared"]["cpu_us_per_message"] > 0
+    assert "| shared |" in steps["lockstep-bare"]["markdown"]
     markdown = (tmp_path / "many_core.md").read_text()
     for name in steps:
         assert f"## {name}\n" in markdown
