@@ -23,7 +23,10 @@ returns few):
    of 1 (one make each);
 7. ``adapters``: ``bench_adapters.py``, 64 CartPoles through SB3's ``AioVecEnv``, ``DummyVecEnv`` and
    ``SubprocVecEnv``;
-8. ``adapters-ant``: the same with 64 Ant-v5, whose numeric infos every step go through the pools' info area.
+8. ``adapters-ant``: the same with 64 Ant-v5, whose numeric infos every step go through the pools' info area;
+9. ``cost-shapes``: ``cost_shapes.py``, the pool's CPU per message for CartPole, stand-ins of Ant-v5 that differ
+   from it in one thing at a time, and Ant-v5: whether what MuJoCo's workers leave a pool's caches still costs it
+   where it has a core of its own (docs/performance.md, "What of Ant's cost per message is the pool's").
 
 Before the first step it makes sure the pool runs its compiled hot path (``aioenv/_speedups.c``): a working tree
 carried to another machine holds no build of it for that machine's Python, so where none imports it is compiled
@@ -190,6 +193,17 @@ STEPS = (
         ),
         90.0,
         90.0,
+    ),
+    Step(
+        "cost-shapes",
+        Source(
+            "cost_shapes.py",
+            "cost_shapes.json",
+            ("--workers", "16", "--envs", "32", "--seconds", "1", "--rounds", "2"),
+            ("--workers", "2", "--envs", "4", "--seconds", "0.1", "--rounds", "1"),
+        ),
+        60.0,
+        30.0,
     ),
 )
 STEP_NAMES = tuple(step.name for step in STEPS)

@@ -25,7 +25,8 @@ def test_many_core_quick_runs_every_step_into_two_files(tmp_path: Path) -> None:
     assert data["hot_path"] == "compiled (aioenv/_speedups.c, built already)"  # (this tree's build)
     steps = data["steps"]
     assert list(steps) == [
-        *("core", "lockstep-bare", "latency", "latency-x8", "remote", "placement", "adapters", "adapters-ant")
+        *("core", "lockstep-bare", "latency", "latency-x8", "remote", "placement", "adapters", "adapters-ant"),
+        "cost-shapes",
     ]
     for name, record in steps.items():
         assert record["returncode"] == 0, name
@@ -45,6 +46,9 @@ def test_many_core_quick_runs_every_step_into_two_files(tmp_path: Path) -> None:
     assert bare["shared"]["messages_per_batch"] == 4
     assert bare["shared"]["cpu_us_per_message"] > 0
     assert "| shared |" in steps["lockstep-bare"]["markdown"]
+    shapes = steps["cost-shapes"]["results"]["variants"]  # the pool's CPU per message for each stand-in
+    assert shapes["ant-shape+infos"]["step"]["cpu_us_per_message"] > 0
+    assert shapes["CartPole-v1"]["send/recv"]["vs_cartpole"] == 1.0
     markdown = (tmp_path / "many_core.md").read_text()
     for name in steps:
         assert f"## {name}\n" in markdown
