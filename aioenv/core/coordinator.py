@@ -27,7 +27,7 @@ import select
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, cast
 
 import numpy as np
@@ -926,6 +926,8 @@ class Coordinator(Recovery, Requests):
         assert slab is not None, "lane calls are made over shared rows"
         for call, answered in self.sched.spill_lanes(due, worker, req_id):
             sink = call.sink
+            if call.in_area is not None:  # (before their rows are taken: their infos with them)
+                self._keep_lane_areas(call, answered)
             for k in answered:
                 assert isinstance(sink, Gather), "only a Gather's answered rows wait in the slab"
                 sink.take_shared(slab, call.firsts[k], call.run(k), self.sched.release)
@@ -1189,8 +1191,11 @@ class Coordinator(Recovery, Requests):
         (:mod:`aioenv.transport.slab_infos`)."""
         slots = self.slots
         if area:  # (a worker's same reply twice in one read: its rows' infos are kept once, the second is dropped)
-            replies = self._keep_areas(list(dict.fromkeys(replies)))
-        closed, each, queue, rest = self.sched.lanes_done(replies)
+            replies = list(dict.fromkeys(replies))
+            if self.slab is None or self.slab.info is None:
+                replies = self._no_area(replies)
+        # (a lock-step call keeps which of its replies said so, for its Gather when the call closes: _close_lanes)
+        closed, each, queue, rest = self.sched.lanes_done(replies, area)
         for index, req_id in rest:
             slot = slots[index]
             went = self.sched.sent_to(req_id)
@@ -1271,31 +1276,34 @@ class Coordinator(Recovery, Requests):
         slab, sink = self.slab, call.sink
         assert slab is not None, "lane calls are made over shared rows"
         assert isinstance(sink, Gather), "a call whose rows go to recv() takes them reply by reply"
+        if call.in_area is not None:
+            self._keep_lane_areas(call, range(len(call.workers)))
         sink.take_every_shared(slab, self.sched.release)
 
-    def _keep_areas(self, replies: list[tuple[int, int]]) -> list[tuple[int, int]]:
-        """DONEs ``(slot index, request id)`` that say their rows' infos are in the info area: a lock-step call's
-        :class:`Gather` is told which runs of it lie there (:meth:`Gather.keep_area`) before the replies are ticked
-        off (a ``recv()`` queue's rows are queued with them, a request's by :meth:`_on_done`). Returns them; none,
-        and each worker that sent one replaced, when the pool has no info area for a worker to have written."""
-        slab = self.slab
-        area = None if slab is None else slab.info
-        if area is None:
-            why = "its infos in the shared rows, where this pool has no info area"
-            for index in dict.fromkeys(index for index, _ in replies):
-                self._on_malformed(
-                    self.slots[index], ProtocolError(f"worker {self.slots[index].name} answered with {why}")
-                )
-            return []
-        lanes = self.sched.lanes
-        for index, req_id in replies:
-            call = lanes.get(req_id)
-            if call is not None:
-                k = req_id - call.base
-                sink = call.sink
-                if call.workers[k] == index and type(sink) is Gather:  # (another worker's: refused by lanes_done)
-                    sink.keep_area(area, call.firsts[k], call.counts[k])  # (a lane Gather's positions: its env ids)
-        return replies
+    def _keep_lane_areas(self, call: LaneCall, answered: Iterable[int]) -> None:
+        """Tell a lock-step call's :class:`Gather` which of the messages ``answered`` had their rows' infos left in the
+        info area (:attr:`LaneCall.in_area`), before it takes their rows: every row's, as one run of every env (one
+        read of the area for the batch, :meth:`Gather.take_every_shared`), or message by message."""
+        area, in_area, sink = self.slab.info if self.slab is not None else None, call.in_area, call.sink
+        assert area is not None, "a reply said its infos are in the info area only where the pool has one"
+        assert in_area is not None, "only a call with such replies"
+        assert isinstance(sink, Gather), "a call whose rows go to recv() has them queued reply by reply"
+        firsts, counts = call.firsts, call.counts
+        if call.area_rows == call.env_ids.size and call.left == 0:  # (a call of every env: its runs are 0 .. n - 1)
+            sink.keep_area(area, 0, call.area_rows)  # (a lane Gather's positions: its env ids)
+            return
+        for k in answered:
+            if in_area[k]:
+                sink.keep_area(area, firsts[k], counts[k])
+
+    def _no_area(self, replies: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """DONEs ``(slot index, request id)`` that say their rows' infos are in the info area, where the pool has none
+        for a worker to have written: each worker that sent one is replaced, and none of them counts (returns
+        none)."""
+        why = "its infos in the shared rows, where this pool has no info area"
+        for index in dict.fromkeys(index for index, _ in replies):
+            self._on_malformed(self.slots[index], ProtocolError(f"worker {self.slots[index].name} answered with {why}"))
+        return []
 
     def _on_done(self, slot: Slot, req_id: int, area: bool = False) -> None:
         """A lane step's reply (:mod:`aioenv.wire.lane`) from the worker the request ``req_id`` went to (or an id no

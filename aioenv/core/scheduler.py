@@ -144,7 +144,11 @@ class LaneCall:
 
     Its sink is a lock-step ``step()``'s :class:`Gather` of every env (the call's positions are its env ids):
     the rows of answered messages wait in the pool's shared rows, their envs claimed, until the last; or, with
-    ``each``, ``recv()``'s queue, which takes each message's rows as its reply comes."""
+    ``each``, ``recv()``'s queue, which takes each message's rows as its reply comes.
+
+    ``in_area[k]``: message ``k``'s reply said its rows' infos lie in the pool's info area (a call without
+    ``each``; its sink reads them when it takes the rows, :mod:`aioenv.transport.slab_infos`); ``area_rows``: the
+    rows of those replies (every row of the call: one read of the area for the whole batch)."""
 
     base: int
     workers: list[int]
@@ -156,6 +160,8 @@ class LaneCall:
     done: list[bool]
     left: int
     each: bool = False
+    in_area: list[bool] | None = None
+    area_rows: int = 0
 
     def run(self, k: int) -> np.ndarray:
         """Message ``k``'s env ids (and positions in a call of every env), (counts[k],)."""
@@ -631,7 +637,7 @@ class Scheduler:
         return None if req is None else req.worker
 
     def lanes_done(
-        self, replies: list[tuple[int, int]]
+        self, replies: list[tuple[int, int]], area: bool = False
     ) -> tuple[list[LaneCall], list[int], RecvQueue | None, list[tuple[int, int]]]:
         """``(worker, request id)``: ``worker`` answered that lane message. Returns the calls without ``each`` these
         replies closed (every message answered: their envs still claimed, for the sink to copy their rows and
@@ -639,7 +645,8 @@ class Scheduler:
         and those calls' sink (one ``recv()`` queue: None when there are none), for the caller to queue their rows
         where they lie; and the replies that are no unanswered lane message of their worker, which change nothing
         (for the caller to take one by one: a request's, a closed id's, or another worker's message, see
-        :meth:`sent_to`)."""
+        :meth:`sent_to`). ``area``: these replies' rows have their infos in the info area, which a call without
+        ``each`` keeps in :attr:`LaneCall.in_area` for its sink (the caller tells a ``recv()`` queue itself)."""
         lanes = self.lanes
         closed: list[LaneCall] = []
         each: list[int] = []
@@ -660,6 +667,11 @@ class Scheduler:
                 queue = call.sink
                 first = call.firsts[k]
                 each += range(first, first + count)
+            elif area:
+                if call.in_area is None:
+                    call.in_area = [False] * len(call.workers)
+                call.in_area[k] = True
+                call.area_rows += count
             if call.left == 0:
                 del self.lane_calls[call.base]
                 if not call.each:

@@ -51,6 +51,27 @@ def test_a_lane_call_is_ticked_off_reply_by_reply_and_closes_with_its_last() -> 
     assert sched.open(0, "step", sched.all_ids[:1]).id == call.base + 3  # ids are never reused
 
 
+def test_replies_whose_infos_lie_in_the_area_are_kept_on_the_call_for_its_sink() -> None:
+    sched, call = lane_call()
+    assert call.in_area is None  # (no reply said so yet: nothing to keep)
+    sched.lanes_done([(1, call.base + 1)], area=True)
+    assert call.in_area == [False, True, False]
+    assert call.area_rows == 2
+    sched.lanes_done([(0, call.base), (1, call.base + 2)], area=True)  # another worker's message: not kept
+    assert call.in_area == [True, True, False]
+    assert call.area_rows == 4
+    assert sched.lanes_done([(2, call.base + 2)]) == ([call], [], None, [])  # without infos in the area
+    assert call.in_area == [True, True, False]
+    assert call.area_rows == 4
+    rows = Scheduler(4)
+    rows.place(2)
+    rows.claim(rows.all_ids)
+    each = rows.open_lanes([0, 1], [0, 2], [2, 2], cast(RecvQueue, object()), None, each=True)
+    rows.lanes_done([(0, each.base)], area=True)  # recv()'s queue is told by the caller, reply by reply
+    assert each.in_area is None
+    assert each.area_rows == 0
+
+
 def test_a_reply_from_another_worker_changes_nothing() -> None:
     sched, call = lane_call()
     assert sched.lanes_done([(0, call.base + 1)]) == ([], [], None, [(0, call.base + 1)])  # handed back as it came

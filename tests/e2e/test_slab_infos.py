@@ -268,6 +268,46 @@ async def test_a_done_with_infos_said_twice_keeps_its_rows_infos_once(monkeypatc
         assert info["x"][:2].tolist() == [0.0, 0.0]
 
 
+async def test_a_call_whose_other_worker_dies_keeps_the_infos_its_answered_worker_left_in_the_area(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A lock-step call whose message to one worker was answered with its infos in the area, and whose other worker
+    then died before it answered: the rows of the answered message come back in the error's partial result with their
+    infos (read from the area when the call became requests), the dead worker's rows failed."""
+    async with aioenv.Pool(COLUMNS, 4, num_workers=2, executor="inline", seed=10) as pool:
+        await asyncio.wait_for(pool.reset(), HANG)
+        for _ in range(2):
+            await asyncio.wait_for(pool.step(np.zeros(4, np.int64)), HANG)  # the area's rows all hold infos now
+        coord: Any = pool._runner
+        assert coord.slab.info is not None
+        sent: dict[int, bytes] = {}
+        slot_of = {coord.slots[index].proc.pipe.fileno(): index for index in (0, 1)}
+
+        def keep(fds: list[int], datas: list[bytes]) -> list[tuple[int, int]]:  # the steps go nowhere: this test
+            for fd, data in zip(fds, datas, strict=True):  # answers them
+                sent[slot_of[fd]] = bytes(data)
+            return []
+
+        monkeypatch.setattr(pipe_module, "send_each", keep)
+        step = asyncio.ensure_future(pool.step(np.zeros(4, np.int64)))
+        async with asyncio.timeout(HANG):
+            while len(sent) < 2:
+                await asyncio.sleep(0.01)
+        monkeypatch.undo()
+        ids = {index: lane.read_step(data[12:])[0] for index, data in sent.items()}
+        expected = coord.slab.info.batch(slice(2, 4))  # what worker 1's envs left in the area
+        coord._take_lane_replies([(1, ids[1])], area=True)
+        assert not step.done()
+        os.kill(worker_pid(pool, 0), signal.SIGKILL)
+        with pytest.raises(WorkerCrashed) as caught:
+            await asyncio.wait_for(step, HANG)
+        assert sorted(caught.value.errors) == [0, 1]
+        *_, info = caught.value.partial  # the rows that did not fail
+        assert info["env_id"].tolist() == [2, 3]
+        assert info["_x"].tolist() == [True, True]
+        assert info["x"].tolist() == expected["x"].tolist()
+
+
 async def test_an_area_is_planned_from_a_later_reply_when_the_first_ones_do_not_fit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
