@@ -237,6 +237,27 @@ async def test_a_worker_without_the_area_answers_in_results_and_one_that_cannot_
     ref.close()
 
 
+async def _held_step(pool: aioenv.Pool, monkeypatch: pytest.MonkeyPatch) -> tuple[asyncio.Future[Any], dict[int, int]]:
+    """A lock-step ``step()`` of a pool of two inline workers whose lane messages go nowhere, for the test to answer
+    them itself: the step's future, and the id of the message to each worker slot."""
+    coord: Any = pool._runner
+    sent: dict[int, bytes] = {}
+    slot_of = {coord.slots[index].proc.pipe.fileno(): index for index in (0, 1)}
+
+    def keep(fds: list[int], datas: list[bytes]) -> list[tuple[int, int]]:
+        for fd, data in zip(fds, datas, strict=True):
+            sent[slot_of[fd]] = bytes(data)
+        return []
+
+    monkeypatch.setattr(pipe_module, "send_each", keep)  # (a lock-step call writes its workers' pipes at once)
+    step = asyncio.ensure_future(pool.step(np.zeros(4, np.int64)))
+    async with asyncio.timeout(HANG):
+        while len(sent) < 2:
+            await asyncio.sleep(0.01)
+    monkeypatch.undo()
+    return step, {index: lane.read_step(data[12:])[0] for index, data in sent.items()}
+
+
 async def test_a_done_with_infos_said_twice_keeps_its_rows_infos_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker that says its DONE with infos twice in one read of the done pipe does not make its rows count twice:
     the other worker's rows, answered by a DONE without infos, come back with no infos, not with what an earlier step
@@ -246,21 +267,7 @@ async def test_a_done_with_infos_said_twice_keeps_its_rows_infos_once(monkeypatc
         for _ in range(2):
             await asyncio.wait_for(pool.step(np.zeros(4, np.int64)), HANG)  # the area's rows all hold infos now
         coord: Any = pool._runner
-        sent: dict[int, bytes] = {}
-        slot_of = {coord.slots[index].proc.pipe.fileno(): index for index in (0, 1)}
-
-        def keep(fds: list[int], datas: list[bytes]) -> list[tuple[int, int]]:  # the steps go nowhere: this test
-            for fd, data in zip(fds, datas, strict=True):  # answers them
-                sent[slot_of[fd]] = bytes(data)
-            return []
-
-        monkeypatch.setattr(pipe_module, "send_each", keep)  # (a lock-step call writes its workers' pipes at once)
-        step = asyncio.ensure_future(pool.step(np.zeros(4, np.int64)))
-        async with asyncio.timeout(HANG):
-            while len(sent) < 2:
-                await asyncio.sleep(0.01)
-        monkeypatch.undo()
-        ids = {index: lane.read_step(data[12:])[0] for index, data in sent.items()}
+        step, ids = await _held_step(pool, monkeypatch)
         coord._take_lane_replies([(1, ids[1]), (1, ids[1])], area=True)
         coord._take_lane_replies([(0, ids[0])])
         *_, info = await asyncio.wait_for(step, HANG)
@@ -280,21 +287,7 @@ async def test_a_call_whose_other_worker_dies_keeps_the_infos_its_answered_worke
             await asyncio.wait_for(pool.step(np.zeros(4, np.int64)), HANG)  # the area's rows all hold infos now
         coord: Any = pool._runner
         assert coord.slab.info is not None
-        sent: dict[int, bytes] = {}
-        slot_of = {coord.slots[index].proc.pipe.fileno(): index for index in (0, 1)}
-
-        def keep(fds: list[int], datas: list[bytes]) -> list[tuple[int, int]]:  # the steps go nowhere: this test
-            for fd, data in zip(fds, datas, strict=True):  # answers them
-                sent[slot_of[fd]] = bytes(data)
-            return []
-
-        monkeypatch.setattr(pipe_module, "send_each", keep)
-        step = asyncio.ensure_future(pool.step(np.zeros(4, np.int64)))
-        async with asyncio.timeout(HANG):
-            while len(sent) < 2:
-                await asyncio.sleep(0.01)
-        monkeypatch.undo()
-        ids = {index: lane.read_step(data[12:])[0] for index, data in sent.items()}
+        step, ids = await _held_step(pool, monkeypatch)
         expected = coord.slab.info.batch(slice(2, 4))  # what worker 1's envs left in the area
         coord._take_lane_replies([(1, ids[1])], area=True)
         assert not step.done()
