@@ -9,21 +9,21 @@ returns few):
 1. ``core``: ``bench_core.py`` on CartPole-v1 n = 32 and 256, Ant-v5 n = 32 and 128: SyncVectorEnv,
    AsyncVectorEnv (n <= 64), the floor, the ceiling, aioenv's ``step()`` and ``send``/``recv``, and each pool
    process's CPU per message against the floor's;
-2. ``lockstep-bare``: ``bare_lockstep.py``, a lock-step exchange of no pool with 16 worker processes that each
+2. ``latency``: ``bench_latency.py``, 1,024 async envs (20 ms) in batches of 256;
+3. ``latency-x8``: the same with ``--scale 8``: 8,192 async envs in batches of 2,048 and 512 thread envs in
+   batches of 128;
+4. ``remote``: ``bench_remote.py``, CartPole-v1 n = 256 ``send``/``recv`` embedded, over tcp and over a unix
+   socket, in windows and alternated in one process (with the client's and the server's CPU a batch);
+5. ``placement``: ``bench_placement.py``, ``executor="auto"`` against every explicit placement on the workloads
+   of 1 (one make each);
+6. ``adapters``: ``bench_adapters.py``, 64 CartPoles through SB3's ``AioVecEnv``, ``DummyVecEnv`` and
+   ``SubprocVecEnv``;
+7. ``adapters-ant``: the same with 64 Ant-v5, whose numeric infos every step go through the pools' info area;
+8. ``lockstep-bare``: ``bare_lockstep.py``, a lock-step exchange of no pool with 16 worker processes that each
    step 2 CartPoles a request: the floor's blocking way, an event loop's, one shared done pipe (the pool's way),
    first-finished batches, and one futex wake-up for every worker (``bell``), each the driving process's CPU per
    message. Whether the bell spends less of it than the shared pipe where every worker has a core of its own is
    what 2 vCPUs cannot tell (docs/performance.md, "Measured and left out (2026-12-01, evening)");
-3. ``latency``: ``bench_latency.py``, 1,024 async envs (20 ms) in batches of 256;
-4. ``latency-x8``: the same with ``--scale 8``: 8,192 async envs in batches of 2,048 and 512 thread envs in
-   batches of 128;
-5. ``remote``: ``bench_remote.py``, CartPole-v1 n = 256 ``send``/``recv`` embedded, over tcp and over a unix
-   socket, in windows and alternated in one process (with the client's and the server's CPU a batch);
-6. ``placement``: ``bench_placement.py``, ``executor="auto"`` against every explicit placement on the workloads
-   of 1 (one make each);
-7. ``adapters``: ``bench_adapters.py``, 64 CartPoles through SB3's ``AioVecEnv``, ``DummyVecEnv`` and
-   ``SubprocVecEnv``;
-8. ``adapters-ant``: the same with 64 Ant-v5, whose numeric infos every step go through the pools' info area;
 9. ``cost-shapes``: ``cost_shapes.py``, the pool's CPU per message for CartPole, stand-ins of Ant-v5 that differ
    from it in one thing at a time, and Ant-v5: whether what MuJoCo's workers leave a pool's caches still costs it
    where it has a core of its own (docs/performance.md, "What of Ant's cost per message is the pool's").
@@ -32,8 +32,9 @@ Before the first step it makes sure the pool runs its compiled hot path (``aioen
 carried to another machine holds no build of it for that machine's Python, so where none imports it is compiled
 in place with the interpreter's own compiler settings (``sysconfig``); the record says which path ran and why.
 
-A step runs only while the budget leaves it its estimate; one that overruns what is left is stopped, and the
-steps after it still run if they fit. Outputs, in ``--out`` (default ``benchmarks/results/many_core``):
+The goals' cells come first; the two steps that only take figures apart (8 and 9) run last, while the budget
+leaves them room. A step runs only while the budget leaves it its estimate; one that overruns what is left is
+stopped, and the steps after it still run if they fit. Outputs, in ``--out`` (default ``benchmarks/results/many_core``):
 ``many_core.json`` (each step's command, exit code, seconds and the JSON its benchmark wrote) and
 ``many_core.md`` (each step's Markdown, in order).
 
@@ -110,17 +111,6 @@ STEPS = (
         120.0,
     ),
     Step(
-        "lockstep-bare",
-        Source(
-            "bare_lockstep.py",
-            "bare_lockstep.json",
-            ("--workers", "16", "--seconds", "2", "--cartpole", "2"),
-            ("--workers", "4", "--seconds", "0.3", "--cartpole", "2"),
-        ),
-        40.0,
-        20.0,
-    ),
-    Step(
         "latency",
         Source(
             "bench_latency.py",
@@ -193,6 +183,17 @@ STEPS = (
         ),
         90.0,
         90.0,
+    ),
+    Step(
+        "lockstep-bare",
+        Source(
+            "bare_lockstep.py",
+            "bare_lockstep.json",
+            ("--workers", "16", "--seconds", "2", "--cartpole", "2"),
+            ("--workers", "4", "--seconds", "0.3", "--cartpole", "2"),
+        ),
+        40.0,
+        20.0,
     ),
     Step(
         "cost-shapes",

@@ -25,7 +25,7 @@ def test_many_core_quick_runs_every_step_into_two_files(tmp_path: Path) -> None:
     assert data["hot_path"] == "compiled (aioenv/_speedups.c, built already)"  # (this tree's build)
     steps = data["steps"]
     assert list(steps) == [
-        *("core", "lockstep-bare", "latency", "latency-x8", "remote", "placement", "adapters", "adapters-ant"),
+        *("core", "latency", "latency-x8", "remote", "placement", "adapters", "adapters-ant", "lockstep-bare"),
         "cost-shapes",
     ]
     for name, record in steps.items():
