@@ -187,6 +187,11 @@ class InfoArea:
         #: Whether :attr:`blocks` is one block of values whose rows are the columns in order (one dtype).
         groups = [] if self.blocks is None else self.blocks[1]
         self._one_block = len(groups) == 1 and groups[0][1] == list(range(len(columns)))
+        names = list(columns)
+        #: With :attr:`blocks`: each dtype's block and the keys of its rows, in order, for a write of every key of every
+        #: row in one assignment per block (:meth:`write`); and each key's one value type.
+        self._write_groups = [(block, [names[j] for j in indices]) for block, indices in groups]
+        self._types: dict[str, type] = {key: column.scalar for key, column in columns.items() if column.scalar}
 
     # ------------------------------------------------------------ a worker's side
 
@@ -194,7 +199,14 @@ class InfoArea:
         """Write the infos of the rows ``at`` (one per row, None: the env had none) to the area, when every key is
         one of its columns and every value fits it (:meth:`InfoColumn.fits`); rows that lack a key get a zero and a
         False mask, as gymnasium's batch has them. Returns whether it did (False: nothing is written that a reader
-        will see, and the infos go in a RESULT)."""
+        will see, and the infos go in a RESULT). Where every column is a scalar one
+        (:attr:`blocks`) and every row has every key, each dtype's columns are written in one assignment and the masks
+        in one (MuJoCo's nine floats: two assignments of values, eight float64 and one float32, and one of masks, where
+        a column at a time took eighteen)."""
+        if self.blocks is not None:
+            whole = self._write_whole(infos, at)
+            if whole is not None:
+                return whole
         columns = self.columns
         full = True
         for info in infos:
@@ -223,6 +235,27 @@ class InfoArea:
                     mask[rows] = True
         except (OverflowError, ValueError, TypeError):  # an int beyond the column's range: the RESULT carries it
             return False
+        return True
+
+    def _write_whole(self, infos: Sequence[dict[str, Any] | None], at: slice) -> bool | None:
+        """:meth:`write` of rows that each have every key of an area of scalar columns (:attr:`blocks`), each value of
+        its column's one type: each dtype's block of columns in one assignment, the masks in one. None: some row is
+        not such a row (:meth:`write` looks at them the general way)."""
+        types = self._types
+        keys = len(types)
+        for info in infos:
+            if not info or len(info) != keys:
+                return None
+            for key, value in info.items():
+                if types.get(key) is not type(value):
+                    return None
+        assert self.blocks is not None, "only an area of scalar columns is written in blocks"
+        try:
+            for block, names in self._write_groups:
+                block[:, at] = [[info[key] for info in infos] for key in names]  # type: ignore[index]
+        except (OverflowError, ValueError, TypeError):  # an int beyond the column's range: the RESULT carries it
+            return False
+        self.blocks[0][:, at] = True
         return True
 
     # ------------------------------------------------------------ the pool's side

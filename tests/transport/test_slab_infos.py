@@ -230,6 +230,42 @@ def test_an_area_of_scalar_columns_reads_in_blocks_and_gives_the_same_batches(
             assert not np.shares_memory(array, block)
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(list(SCALARS)), min_size=1, max_size=6), st.data())
+def test_rows_with_every_key_are_written_a_block_at_a_time_as_a_column_at_a_time_writes_them(
+    kinds: list[str], data: st.DataObject
+) -> None:
+    """An area of scalar columns takes rows that each have every key in one assignment per dtype (MuJoCo's infos, a
+    worker's every step): the same bytes as the general way's column by column, refused where that way refuses."""
+    keys = [f"k{j}" for j in range(len(kinds))]
+    makers = [SCALARS[kind] for kind in kinds]
+    layout = plan(batch_infos([{key: make(1) for key, make in zip(keys, makers, strict=True)}], 1), N, 0)
+    assert layout is not None
+    buffers = [mmap.mmap(-1, layout["size"]) for _ in range(2)]
+    blocks, general = (InfoArea(buffer, layout, N) for buffer in buffers)
+    general._write_whole = lambda infos, at: None  # type: ignore[method-assign]  # (the general way, always)
+    for area in (blocks, general):  # what an earlier step left there: overwritten
+        for column in area.columns.values():
+            column.values[...] = 7
+            column.mask[...] = False
+    first = data.draw(st.integers(0, N - 1))
+    at = slice(first, data.draw(st.integers(first + 1, N)))
+    infos: list[dict[str, Any] | None] = []
+    for env in range(at.stop - at.start):  # every key, in any order; now and then a value of another type
+        order = data.draw(st.permutations(keys))
+        infos.append({key: makers[keys.index(key)](env * 7 + keys.index(key)) for key in order})
+    if data.draw(st.booleans()):
+        row, key = data.draw(st.integers(0, len(infos) - 1)), data.draw(st.sampled_from(keys))
+        value = infos[row][key]  # type: ignore[index]
+        infos[row][key] = float(value) if type(value) is not float else np.float64(value)  # type: ignore[index]
+    fits = all(blocks.columns[key].fits(value) for info in infos if info for key, value in info.items())
+    assert (blocks._write_whole(infos, at) is not None) == fits  # (every row every key: the block way, if all fit)
+    assert blocks.write(infos, at) == general.write(infos, at) == fits
+    assert buffers[0][:] == buffers[1][:]
+    if fits:
+        assert_same(blocks.batch(at), gymnasium_batch(infos))
+
+
 def test_an_area_with_a_column_of_arrays_reads_each_column_on_its_own() -> None:
     area = area_for()  # (MAKERS: scalars and arrays)
     assert area.blocks is None
