@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,11 @@ pytestmark = pytest.mark.bench  # a benchmark script's smoke run: make test-benc
 
 
 @pytest.mark.parametrize("cartpole", [0, 2])
-def test_every_way_reports_the_cpu_per_message_of_the_driving_process(cartpole: int) -> None:
+def test_every_way_reports_the_cpu_per_message_of_the_driving_process(
+    cartpole: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = f"AIOENV_TEST_BARE_LOCKSTEP={uuid.uuid4().hex}"
+    monkeypatch.setenv(*token.split("="))  # in the script's environment and its workers' (other runs have others)
     args = ["--workers", "3", "--seconds", "0.2", "--cartpole", str(cartpole), "--json"]
     proc = run_python("benchmarks/bare_lockstep.py", *args, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -31,7 +36,7 @@ def test_every_way_reports_the_cpu_per_message_of_the_driving_process(cartpole: 
         assert cell["batches_per_s"] > 0
         assert cell["cpu_us_per_message"] > 0
         assert cell["cpu_us_per_batch"] == pytest.approx(cell["cpu_us_per_message"] * messages)
-    assert not [p for p in proc_table() if "bare_lockstep.py worker" in p.cmdline]  # every worker has exited
+    assert not proc_table(token)  # every worker of this run has exited
 
 
 def test_out_writes_the_figures_as_json_and_markdown_beside_it(tmp_path: Path) -> None:
