@@ -408,31 +408,39 @@ def main() -> None:
     out["command"] = command()
     out["cpus"] = os.cpu_count()
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(out, indent=2))
-        args.out.with_suffix(".md").write_text(to_markdown(out))
+        from benchutil import write_atomic  # (the driver's alone: its workers run this file and need none of it)
+
+        write_atomic(args.out, json.dumps(out, indent=2))
+        write_atomic(args.out.with_suffix(".md"), to_markdown(out))
     print(json.dumps(out) if args.json else to_markdown(out), end="\n" if args.json else "")
 
 
 def to_markdown(out: dict[str, Any]) -> str:
     """The figures of :func:`measure` (with the ``command`` and ``cpus`` of the run) as a Markdown table."""
+    from benchutil import md_table  # (the driver's alone: its workers run this file and need none of it)
+
     load = f", each stepping {out['cartpole']} CartPole envs a request" if out["cartpole"] else ""
-    lines = [
-        f"`{out['command']}`: {out['workers']} worker processes{load}, {out['cpus']} CPUs; the CPU of the driving"
-        " process (a request and its reply a message):",
-        "",
-        "| way | µs/message | µs/batch | batches/s | messages a batch |",
-        "| --- | --: | --: | --: | --: |",
-    ]
+    rows = []
     for name in WAYS:
         cell = out.get(name)
         if cell is None:
-            lines.append(f"| {name} | skipped: futex(2) is called by number on x86-64 and arm64 only | | | |")
+            rows.append([name, "skipped: futex(2) is called by number on x86-64 and arm64 only", "", "", ""])
             continue
-        lines.append(
-            f"| {name} | {cell['cpu_us_per_message']:.1f} | {cell['cpu_us_per_batch']:.1f} | "
-            f"{cell['batches_per_s']:,.0f} | {cell['messages_per_batch']} |"
+        rows.append(
+            [
+                name,
+                f"{cell['cpu_us_per_message']:.1f}",
+                f"{cell['cpu_us_per_batch']:.1f}",
+                f"{cell['batches_per_s']:,.0f}",
+                str(cell["messages_per_batch"]),
+            ]
         )
+    head = f"`{out['command']}`: {out['workers']} worker processes{load}, {out['cpus']} CPUs"
+    lines = [
+        f"{head}; the CPU of the driving process (a request and its reply a message):",
+        "",
+        *md_table(["way", "µs/message", "µs/batch", "batches/s", "messages a batch"], rows),
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -44,7 +44,8 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from recorded import command  # noqa: E402 - found through the path set above
+from benchutil import md_table, write_atomic  # noqa: E402 - found through the path set above
+from recorded import command  # noqa: E402
 
 import aioenv  # noqa: E402
 from aioenv._loop import run  # noqa: E402
@@ -120,13 +121,16 @@ async def measure(workers: int, envs: int, seconds: float, rounds: int, work: fl
         for pool in pools.values():
             await pool.aclose()
     out: dict[str, Any] = {"workers": workers, "envs": envs, "seconds": seconds, "rounds": rounds, "work_s": work}
-    base = {mode: statistics.median(figures["CartPole-v1"][mode]) for mode in MODES}
+    medians = {
+        name: {mode: statistics.median(values) for mode, values in by_mode.items()} for name, by_mode in figures.items()
+    }
+    base = medians["CartPole-v1"]
     out["variants"] = {
         name: {
             mode: {
-                "cpu_us_per_message": statistics.median(values),
+                "cpu_us_per_message": medians[name][mode],
                 "rounds": values,
-                "vs_cartpole": statistics.median(values) / base[mode],
+                "vs_cartpole": medians[name][mode] / base[mode],
             }
             for mode, values in by_mode.items()
         }
@@ -137,16 +141,18 @@ async def measure(workers: int, envs: int, seconds: float, rounds: int, work: fl
 
 def to_markdown(out: dict[str, Any]) -> str:
     """The figures of :func:`measure` (with the run's ``command`` and ``cpus``) as a Markdown table."""
+    rows = []
+    for name, by_mode in out["variants"].items():
+        row = [name]
+        for mode in MODES:
+            row += [f"{by_mode[mode]['cpu_us_per_message']:.1f}", f"{by_mode[mode]['vs_cartpole']:.2f}x"]
+        rows.append(row)
     lines = [
         f"`{out['command']}`: {out['envs']} envs on {out['workers']} inline worker processes, {out['cpus']} CPUs, "
         f"medians of {out['rounds']} rounds; this process's CPU per worker message (µs), and against CartPole-v1's:",
         "",
-        "| env | `step()` | / CartPole | `send`/`recv` | / CartPole |",
-        "| --- | --: | --: | --: | --: |",
+        *md_table(["env", "`step()`", "/ CartPole", "`send`/`recv`", "/ CartPole"], rows),
     ]
-    for name, by_mode in out["variants"].items():
-        cells = [f"{by_mode[m]['cpu_us_per_message']:.1f} | {by_mode[m]['vs_cartpole']:.2f}x" for m in MODES]
-        lines.append(f"| {name} | {' | '.join(cells)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -175,9 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     out["cpus"] = os.cpu_count()
     markdown = to_markdown(out)
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(out, indent=2))
-        args.out.with_suffix(".md").write_text(markdown)
+        write_atomic(args.out, json.dumps(out, indent=2))
+        write_atomic(args.out.with_suffix(".md"), markdown)
     print(markdown, end="")
     return 0
 
