@@ -22,8 +22,8 @@ and flags go there as they finish, the RESULT (also ``"sh"``) carrying only info
 and errors. A ``thread`` worker started with the pool's done pipe too (``--done``,
 :mod:`aioenv.wire.lane`) lets each env's thread put its own step's row there and tell
 the pool with a row record, one write, when the row has neither an info nor an error:
-the row skips the hop to the worker's loop and its RESULT, and the loop only counts
-it. (Timers fire on the loop's
+the row skips the hop to the worker's loop and its RESULT, and the thread does not
+wake the loop: it counts the row when it next handles a message. (Timers fire on the loop's
 millisecond ticks, so rows of waiting envs finish in clusters: 1,024 envs stepping
 every 20 ms make about 1,500 replies a second, not 50,000.)
 
@@ -42,6 +42,7 @@ half-made.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import logging
@@ -93,10 +94,19 @@ _DRAIN_BATCH = 256
 
 
 class EnvThread:
-    """A daemon thread that runs one env's calls in order; results come back to the loop as futures."""
+    """A daemon thread that runs one env's calls in order; results come back to the loop as futures.
 
-    def __init__(self, name: str, loop: asyncio.AbstractEventLoop) -> None:
+    A call that returns :data:`_RECORDED` has answered its row itself (on the pool's done pipe): its future is put
+    in ``recorded`` for the loop to settle when it next handles a message
+    (:meth:`ConcurrentWorker._settle_recorded`), and the loop is not woken for it: each wake-up from a thread costs
+    the worker's process a write, a loop turn and the GIL handed back and forth, and the loop's turn delays the
+    threads of the next request (docs/performance.md, "A recorded row wakes no worker loop")."""
+
+    def __init__(
+        self, name: str, loop: asyncio.AbstractEventLoop, recorded: collections.deque[asyncio.Future[Any]]
+    ) -> None:
         self._loop = loop
+        self._recorded = recorded
         self._queue: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any]] | None] = queue.SimpleQueue()
         self._ended: asyncio.Future[Any] = loop.create_future()  # set by the thread as it returns
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
@@ -130,6 +140,9 @@ class EnvThread:
                     ok, value = True, fn()
                 except BaseException as exc:  # noqa: BLE001 - handed to the loop as the call's outcome
                     ok, value = False, exc
+                if value is _RECORDED:  # answered on the done pipe already: the loop settles it, unwoken
+                    self._recorded.append(fut)
+                    continue
                 try:
                     self._loop.call_soon_threadsafe(_settle, fut, ok, value)
                 except RuntimeError:  # the loop is closed: the worker is exiting
@@ -204,6 +217,7 @@ class ConcurrentWorker:
         self.envs: dict[int, _Env] = {}
         self.groups: dict[str, Group] = {}
         self._open: dict[Any, _OpenRequest] = {}
+        self._recorded: collections.deque[asyncio.Future[Any]] = collections.deque()
         self._dirty: list[_OpenRequest] = []
         self._flush_scheduled = False
         self._drain_scheduled = False
@@ -286,6 +300,8 @@ class ConcurrentWorker:
 
     def handle(self, frames: list[Any]) -> None:
         """Answer one message (its replies go out through the link as its rows finish)."""
+        if self._recorded:
+            self._settle_recorded()
         if self._barrier is not None:
             self._barrier.append(frames)
             return
@@ -315,6 +331,16 @@ class ConcurrentWorker:
         except Exception as exc:
             log.debug("request %s failed", req_id, exc_info=True)
             self._send(encode(Op.ERROR, {Key.ID: req_id, Key.ERROR: error_fields(exc, None)}))
+
+    def _settle_recorded(self) -> None:
+        """Settle the calls whose env threads recorded their rows on the done pipe since the last message
+        (:class:`EnvThread`): their requests' counts and their envs' running calls are brought up to date here,
+        before anything of the next message is done, where each thread used to wake the loop for it."""
+        recorded = self._recorded
+        while recorded:
+            fut = recorded.popleft()
+            if not fut.done():  # (a cancelled one was settled as it was cancelled)
+                fut.set_result(_RECORDED)
 
     def _reply_when(self, req_id: Any, work: Any, *, barrier: bool = False) -> None:
         """Run the coroutine ``work`` (returning reply fields) and send its RESULT, or an ERROR.
@@ -566,7 +592,7 @@ class ConcurrentWorker:
 
     async def _new_env(self, env_id: int, group: Group) -> _Env:
         if self.executor == "thread":
-            thread = EnvThread(f"aioenv-env-{env_id}", self.loop)
+            thread = EnvThread(f"aioenv-env-{env_id}", self.loop, self._recorded)
             try:
                 obj = await thread.run(group.factory)
                 check_executor(obj, self.executor)

@@ -176,3 +176,35 @@ async def test_a_step_s_recorded_rows_keep_their_envs_claimed_until_the_call_ret
         pool.send(np.array([PLAIN]), np.array([1]))  # free now
         out = await asyncio.wait_for(pool.recv(min_results=1), HANG)
         check_rows(np.array([1.0, 2.0, 1.0, 1.0]), np.array([PLAIN]), np.array([1]), out)
+
+
+async def test_a_call_that_recorded_its_row_wakes_no_loop_and_is_settled_when_the_worker_next_looks() -> None:
+    """An env thread whose step put its row on the done pipe hands its future to the worker's ``recorded`` queue
+    instead of waking the loop (one write, a loop turn and the GIL back and forth a row saved); the worker settles
+    it before it next handles a message, and skips one that a cancel or a close settled meanwhile."""
+    from workers.concurrent import _RECORDED, ConcurrentWorker, EnvThread
+
+    loop = asyncio.get_running_loop()
+    worker = ConcurrentWorker(-1, "w", executor="thread")
+    thread = EnvThread("t", loop, worker._recorded)
+    try:
+        first = thread.run(lambda: _RECORDED)
+        dropped = thread.run(lambda: _RECORDED)
+        after = thread.run(lambda: 5)  # the same thread, so the calls above ran before it
+        assert await asyncio.wait_for(after, HANG) == 5
+        # A wake-up for the recorded calls would have settled them before this one's (the loop runs them in order).
+        assert not first.done()
+        assert not dropped.done()
+        assert list(worker._recorded) == [first, dropped]
+        dropped.cancel()  # as a CANCEL or a close does to a running call
+        worker._settle_recorded()
+        assert first.result() is _RECORDED
+        assert dropped.cancelled()
+        assert not worker._recorded
+        failed = thread.run(lambda: 1 / 0)  # anything else comes back through the loop, as before
+        with pytest.raises(ZeroDivisionError):
+            await asyncio.wait_for(failed, HANG)
+        assert not worker._recorded
+    finally:
+        thread.stop()
+        assert await thread.ended(HANG)
