@@ -26,13 +26,17 @@ returns few):
    what 2 vCPUs cannot tell (docs/performance.md, "Measured and left out (2026-12-01, evening)");
 9. ``cost-shapes``: ``cost_shapes.py``, the pool's CPU per message for CartPole, stand-ins of Ant-v5 that differ
    from it in one thing at a time, and Ant-v5: whether what MuJoCo's workers leave a pool's caches still costs it
-   where it has a core of its own (docs/performance.md, "What of Ant's cost per message is the pool's").
+   where it has a core of its own (docs/performance.md, "What of Ant's cost per message is the pool's");
+10. ``latency-trace``: ``latency_trace.py --scale 8``, 512 thread envs in batches of 128 and 8,192 async envs in
+    batches of 2,048 whose steps say when they began and ended: where the rest of a step's time goes between the
+    pool handing a batch over and the envs starting their next steps, on a machine where the thread goal read 81.5%
+    (docs/performance.md, "A recorded row wakes no worker loop").
 
 Before the first step it makes sure the pool runs its compiled hot path (``aioenv/_speedups.c``): a working tree
 carried to another machine holds no build of it for that machine's Python, so where none imports it is compiled
 in place with the interpreter's own compiler settings (``sysconfig``); the record says which path ran and why.
 
-The goals' cells come first; the two steps that only take figures apart (8 and 9) run last, while the budget
+The goals' cells come first; the three steps that only take figures apart (8 to 10) run last, while the budget
 leaves them room. A step runs only while the budget leaves it its estimate; one that overruns what is left is
 stopped, and the steps after it still run if they fit. Outputs, in ``--out`` (default ``benchmarks/results/many_core``):
 ``many_core.json`` (each step's command, exit code, seconds and the JSON its benchmark wrote) and
@@ -205,6 +209,17 @@ STEPS = (
         ),
         60.0,
         30.0,
+    ),
+    Step(
+        "latency-trace",
+        Source(
+            "latency_trace.py",
+            "latency_trace.json",
+            ("--scale", "8", "--seconds", "3", "--warmup", "1"),
+            ("--quick",),
+        ),
+        45.0,
+        20.0,
     ),
 )
 STEP_NAMES = tuple(step.name for step in STEPS)

@@ -26,7 +26,7 @@ def test_many_core_quick_runs_every_step_into_two_files(tmp_path: Path) -> None:
     steps = data["steps"]
     assert list(steps) == [
         *("core", "latency", "latency-x8", "remote", "placement", "adapters", "adapters-ant", "lockstep-bare"),
-        "cost-shapes",
+        *("cost-shapes", "latency-trace"),
     ]
     for name, record in steps.items():
         assert record["returncode"] == 0, name
@@ -49,6 +49,9 @@ def test_many_core_quick_runs_every_step_into_two_files(tmp_path: Path) -> None:
     shapes = steps["cost-shapes"]["results"]["variants"]  # the pool's CPU per message for each stand-in
     assert shapes["ant-shape+infos"]["step"]["cpu_us_per_message"] > 0
     assert shapes["CartPole-v1"]["send/recv"]["vs_cartpole"] == 1.0
+    traced = steps["latency-trace"]["results"]["cases"]  # where a latency-bound step's time goes, from its envs
+    assert (traced["thread64"]["envs"], traced["async1k"]["envs"]) == (8, 32)
+    assert traced["thread64"]["last_row_us"]["n"] > 0
     markdown = (tmp_path / "many_core.md").read_text()
     for name in steps:
         assert f"## {name}\n" in markdown
