@@ -42,7 +42,7 @@ for _path in (ROOT, HERE):  # this checkout (aioenv), and benchmarks/ (timed_env
         sys.path.insert(0, str(_path))
 
 from bench_latency import Case, loop_ceiling, parse_loop  # noqa: E402
-from benchutil import md_table, not_templates, write_atomic  # noqa: E402
+from benchutil import cpu_seconds, md_table, not_templates, write_atomic  # noqa: E402
 from recorded import command  # noqa: E402
 
 import aioenv  # noqa: E402
@@ -82,16 +82,6 @@ def switches(pids: list[int]) -> tuple[int, int] | None:
     return main, every
 
 
-def worker_cpu(pids: list[int]) -> float:
-    """The CPU seconds (user and system) the processes ``pids`` have used so far."""
-    total = 0.0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rpartition(")")[2].split()
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
 async def trace(
     name: str, scale: int, seconds: float, warmup: float, workers: int | None, quick: bool = False
 ) -> dict[str, Any]:
@@ -104,7 +94,8 @@ async def trace(
     pool = await aioenv.make(ENVS[executor], n, executor=executor, env_kwargs=kwargs, batch_size=batch, **extra)
     try:
         await pool.reset(seed=0)
-        pids = [p.pid for p in not_templates(psutil.Process().children(recursive=True))]  # the pool's workers
+        procs = not_templates(psutil.Process().children(recursive=True))  # the pool's workers
+        pids = [p.pid for p in procs]
         sent_at = np.zeros(n)
         sent_by = np.full(n, -1, dtype=np.int64)  # which send() of the window each env's step came from
         most = int((warmup + seconds) * n / MEAN / batch * 2) + 16  # more sends than the ideal rate allows
@@ -138,8 +129,8 @@ async def trace(
                     np.maximum.at(last, by[mine], took[mine])
                     np.add.at(rows_of, by[mine], 1)
             elif now - start >= warmup:
-                counting, window = True, now
-                before = (time.process_time(), worker_cpu(pids), switches(pids), now)
+                counting = True
+                before = (time.process_time(), sum(map(cpu_seconds, procs)), switches(pids), now)
             if now >= end:
                 break
             sent_at[ids] = time.perf_counter()
@@ -153,7 +144,7 @@ async def trace(
         assert before is not None
         cpu0, wcpu0, sw0, window = before
         elapsed = time.perf_counter() - window
-        pool_cpu, wcpu, sw = time.process_time() - cpu0, worker_cpu(pids) - wcpu0, switches(pids)
+        pool_cpu, wcpu, sw = time.process_time() - cpu0, sum(map(cpu_seconds, procs)) - wcpu0, switches(pids)
         whole = rows_of[:sends] == size_of[:sends]  # sends whose every row came back within the window
     finally:
         await pool.aclose()

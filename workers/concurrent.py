@@ -334,8 +334,8 @@ class ConcurrentWorker:
 
     def _settle_recorded(self) -> None:
         """Settle the calls whose env threads recorded their rows on the done pipe since the last message
-        (:class:`EnvThread`): their requests' counts and their envs' running calls are brought up to date here,
-        before anything of the next message is done, where each thread used to wake the loop for it."""
+        (:class:`EnvThread`), where each thread used to wake the loop for it: their done callbacks (:meth:`_settled`)
+        then count the rows and close their requests, as a wake-up's settling did."""
         recorded = self._recorded
         while recorded:
             fut = recorded.popleft()
